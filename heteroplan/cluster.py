@@ -1,0 +1,352 @@
+"""Cluster description: GPU types, zones and nodes.
+
+Everything here is a frozen dataclass validated on construction. Bad input raises
+:class:`heteroplan.errors.ClusterError` (a ``ValueError``) naming the field and value.
+
+Units: memory in GB, prices in $/h per GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from heteroplan.errors import ClusterError
+
+__all__ = ["GPUType", "Zone", "Node", "Cluster", "preset", "PRESETS"]
+
+
+def _check_name(field_name: str, value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ClusterError(field_name, value, "must be a non-empty string")
+
+
+def _check_count(field_name: str, value: object, minimum: int = 0) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise ClusterError(field_name, value, "must be an integer")
+    if value < minimum:
+        raise ClusterError(field_name, value, f"must be >= {minimum}")
+
+
+def _check_nonneg(field_name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ClusterError(field_name, value, "must be a finite number")
+    if value < 0:
+        raise ClusterError(field_name, value, "must be >= 0")
+
+
+@dataclass(frozen=True)
+class GPUType:
+    """A kind of GPU.
+
+    Attributes:
+        name: identifier used everywhere else (e.g. ``"A100-40"``, ``"aws"``).
+        memory_gb: device memory (GB).
+        gpus_per_node: GPUs of this type in one node.
+        price_per_hour: rental price of one GPU ($/h); 0 when unknown.
+        model: human-readable hardware name (e.g. ``"NVIDIA T4"``).
+    """
+
+    name: str
+    memory_gb: float
+    gpus_per_node: int
+    price_per_hour: float = 0.0
+    model: str = ""
+
+    def __post_init__(self) -> None:
+        _check_name("gpu_type.name", self.name)
+        _check_nonneg(f"gpu_type[{self.name}].memory_gb", self.memory_gb)
+        if self.memory_gb <= 0:
+            raise ClusterError(f"gpu_type[{self.name}].memory_gb", self.memory_gb, "must be > 0")
+        _check_count(f"gpu_type[{self.name}].gpus_per_node", self.gpus_per_node, minimum=1)
+        _check_nonneg(f"gpu_type[{self.name}].price_per_hour", self.price_per_hour)
+
+
+@dataclass(frozen=True)
+class Zone:
+    """An availability zone inside a region (e.g. ``us-central1-a`` in ``us-central1``)."""
+
+    name: str
+    region: str = ""
+
+    def __post_init__(self) -> None:
+        _check_name("zone.name", self.name)
+        if not self.region:
+            # GCP-style names: region is the name without its last "-x" part.
+            object.__setattr__(self, "region", self.name.rsplit("-", 1)[0] if "-" in self.name else self.name)
+
+
+@dataclass(frozen=True)
+class Node:
+    """A machine holding ``num_gpus`` GPUs of one type in one zone."""
+
+    name: str
+    gpu_type: str
+    num_gpus: int
+    zone: str = "default"
+
+    def __post_init__(self) -> None:
+        _check_name("node.name", self.name)
+        _check_name(f"node[{self.name}].gpu_type", self.gpu_type)
+        _check_count(f"node[{self.name}].num_gpus", self.num_gpus, minimum=1)
+        _check_name(f"node[{self.name}].zone", self.zone)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A set of nodes of known GPU types, spread over zones.
+
+    Use :meth:`from_counts` to build one from ``{(gpu_type, zone): num_gpus}`` and
+    :func:`preset` for the built-in clusters.
+    """
+
+    gpu_types: tuple[GPUType, ...]
+    nodes: tuple[Node, ...]
+    zones: tuple[Zone, ...] = ()
+    name: str = "cluster"
+    _types_by_name: dict[str, GPUType] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpu_types", tuple(self.gpu_types))
+        object.__setattr__(self, "nodes", tuple(self.nodes))
+        zones = tuple(self.zones)
+        by_name: dict[str, GPUType] = {}
+        for t in self.gpu_types:
+            if not isinstance(t, GPUType):
+                raise ClusterError("gpu_types", t, "each entry must be a GPUType")
+            if t.name in by_name:
+                raise ClusterError("gpu_types.name", t.name, "GPU type named twice")
+            by_name[t.name] = t
+        if not zones:
+            zones = tuple(Zone(z) for z in dict.fromkeys(n.zone for n in self.nodes))
+        zone_names: set[str] = set()
+        for z in zones:
+            if z.name in zone_names:
+                raise ClusterError("zones.name", z.name, "zone named twice")
+            zone_names.add(z.name)
+        object.__setattr__(self, "zones", zones)
+        node_names: set[str] = set()
+        for n in self.nodes:
+            if not isinstance(n, Node):
+                raise ClusterError("nodes", n, "each entry must be a Node")
+            if n.name in node_names:
+                raise ClusterError("nodes.name", n.name, "node named twice")
+            node_names.add(n.name)
+            if n.gpu_type not in by_name:
+                raise ClusterError(
+                    f"node[{n.name}].gpu_type", n.gpu_type, f"unknown GPU type; known: {sorted(by_name)}"
+                )
+            if n.zone not in zone_names:
+                raise ClusterError(f"node[{n.name}].zone", n.zone, f"unknown zone; known: {sorted(zone_names)}")
+            if n.num_gpus > by_name[n.gpu_type].gpus_per_node:
+                raise ClusterError(
+                    f"node[{n.name}].num_gpus",
+                    n.num_gpus,
+                    f"exceeds gpus_per_node={by_name[n.gpu_type].gpus_per_node} of type {n.gpu_type}",
+                )
+        object.__setattr__(self, "_types_by_name", by_name)
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def type_names(self) -> tuple[str, ...]:
+        """GPU type names in declaration order."""
+        return tuple(t.name for t in self.gpu_types)
+
+    @property
+    def num_gpus(self) -> int:
+        """Total GPUs in the cluster."""
+        return sum(n.num_gpus for n in self.nodes)
+
+    def gpu_type(self, name: str) -> GPUType:
+        """The GPU type called ``name``; :class:`ClusterError` if unknown."""
+        try:
+            return self._types_by_name[name]
+        except KeyError:
+            raise ClusterError("gpu_type", name, f"unknown GPU type; known: {list(self.type_names)}") from None
+
+    def capacity(self) -> dict[str, int]:
+        """GPUs per type (every type listed, 0 if it has no node)."""
+        cap = dict.fromkeys(self.type_names, 0)
+        for n in self.nodes:
+            cap[n.gpu_type] += n.num_gpus
+        return cap
+
+    def capacity_by_zone(self) -> dict[tuple[str, str], int]:
+        """GPUs per (type, zone), only pairs that hold GPUs."""
+        cap: dict[tuple[str, str], int] = {}
+        for n in self.nodes:
+            cap[(n.gpu_type, n.zone)] = cap.get((n.gpu_type, n.zone), 0) + n.num_gpus
+        return cap
+
+    def nodes_of_type(self, gpu_type: str) -> tuple[Node, ...]:
+        """Nodes holding GPUs of ``gpu_type`` (validated)."""
+        self.gpu_type(gpu_type)
+        return tuple(n for n in self.nodes if n.gpu_type == gpu_type)
+
+    def zone(self, name: str) -> Zone:
+        for z in self.zones:
+            if z.name == name:
+                return z
+        raise ClusterError("zone", name, f"unknown zone; known: {[z.name for z in self.zones]}")
+
+    def summary(self) -> str:
+        """One line per GPU type: nodes x GPUs/node, total, price."""
+        lines = [f"Cluster {self.name!r}: {self.num_gpus} GPUs, {len(self.nodes)} nodes, {len(self.zones)} zones"]
+        cap = self.capacity()
+        for t in self.gpu_types:
+            n_nodes = len(self.nodes_of_type(t.name))
+            lines.append(
+                f"  {t.name:<10} {cap[t.name]:>5} GPUs on {n_nodes:>3} nodes "
+                f"({t.gpus_per_node}/node, {t.memory_gb:g} GB, ${t.price_per_hour:.3f}/h)"
+            )
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        cap = self.capacity()
+        rows = "".join(
+            f"<tr><td>{t.name}</td><td>{t.model}</td><td>{cap[t.name]}</td>"
+            f"<td>{len(self.nodes_of_type(t.name))}</td><td>{t.gpus_per_node}</td>"
+            f"<td>{t.memory_gb:g}</td><td>{t.price_per_hour:.3f}</td></tr>"
+            for t in self.gpu_types
+        )
+        return (
+            f"<b>Cluster {self.name}</b>: {self.num_gpus} GPUs, {len(self.nodes)} nodes, "
+            f"{len(self.zones)} zones<table><tr><th>type</th><th>model</th><th>GPUs</th><th>nodes</th>"
+            f"<th>GPUs/node</th><th>memory (GB)</th><th>$/h per GPU</th></tr>{rows}</table>"
+        )
+
+    # ------------------------------------------------------------ construction
+    @classmethod
+    def from_counts(
+        cls,
+        gpu_types: Iterable[GPUType],
+        counts: Mapping[str | tuple[str, str], int],
+        name: str = "cluster",
+        zones: Iterable[Zone] = (),
+    ) -> Cluster:
+        """Build a cluster from GPU counts.
+
+        Args:
+            gpu_types: the GPU types that may appear.
+            counts: ``{type: num_gpus}`` (zone ``"default"``) or ``{(type, zone): num_gpus}``.
+                Each count is split into full nodes of ``gpus_per_node`` plus one partial node.
+            name: cluster name.
+            zones: zone descriptions (inferred from ``counts`` when empty).
+        """
+        types = {t.name: t for t in gpu_types}
+        nodes: list[Node] = []
+        for key, count in counts.items():
+            gpu_type, zone = (key, "default") if isinstance(key, str) else key
+            _check_count(f"counts[{key!r}]", count)
+            if gpu_type not in types:
+                raise ClusterError(f"counts[{key!r}]", gpu_type, f"unknown GPU type; known: {sorted(types)}")
+            per_node = types[gpu_type].gpus_per_node
+            full, rest = divmod(int(count), per_node)
+            sizes = [per_node] * full + ([rest] if rest else [])
+            nodes += [Node(f"{gpu_type}@{zone}/{i}", gpu_type, s, zone) for i, s in enumerate(sizes)]
+        return cls(tuple(types.values()), tuple(nodes), tuple(zones), name)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Cluster:
+        """Build from ``{"name", "gpu_types": [...], "nodes": [...] | "counts": {...}, "zones": [...]}``.
+
+        ``counts`` keys are ``"type"`` or ``"type@zone"``.
+        """
+        if not isinstance(data, Mapping):
+            raise ClusterError("cluster", type(data).__name__, "must be a mapping")
+        if "gpu_types" not in data:
+            raise ClusterError("gpu_types", None, "missing")
+        try:
+            types = tuple(GPUType(**t) for t in data["gpu_types"])
+            zones = tuple(Zone(**z) if isinstance(z, Mapping) else Zone(z) for z in data.get("zones", ()))
+        except TypeError as exc:
+            raise ClusterError("gpu_types/zones", data.get("gpu_types"), f"bad entry: {exc}") from None
+        name = data.get("name", "cluster")
+        if "nodes" in data:
+            try:
+                nodes = tuple(Node(**n) for n in data["nodes"])
+            except TypeError as exc:
+                raise ClusterError("nodes", data["nodes"], f"bad entry: {exc}") from None
+            return cls(types, nodes, zones, name)
+        if "counts" in data:
+            counts: dict[str | tuple[str, str], int] = {}
+            for key, count in data["counts"].items():
+                counts[tuple(key.split("@", 1)) if "@" in key else key] = count  # type: ignore[assignment]
+            return cls.from_counts(types, counts, name, zones)
+        raise ClusterError("nodes", None, "give either 'nodes' or 'counts'")
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> Cluster:
+        """Load a cluster from a JSON file in the :meth:`from_dict` format."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ClusterError("path", str(path), f"cannot read cluster JSON: {exc}") from None
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serializable form accepted by :meth:`from_dict`."""
+        return {
+            "name": self.name,
+            "gpu_types": [asdict(t) for t in self.gpu_types],
+            "zones": [asdict(z) for z in self.zones],
+            "nodes": [asdict(n) for n in self.nodes],
+        }
+
+
+# --------------------------------------------------------------------- presets
+SIA_GPU_TYPES = (
+    GPUType("aws", 16, 4, 0.0, "NVIDIA T4"),
+    GPUType("rtx", 11, 8, 0.0, "NVIDIA RTX 2080 Ti"),
+    GPUType("dgx-ext", 40, 8, 0.0, "NVIDIA A100"),
+)
+GAVEL_GPU_TYPES = (
+    GPUType("k80", 12, 4, 0.0, "NVIDIA K80"),
+    GPUType("p100", 16, 4, 0.0, "NVIDIA P100"),
+    GPUType("v100", 16, 4, 0.0, "NVIDIA V100"),
+)
+# Sailor's GCP prices ($/h per GPU) and memories (GB); 4 GPUs per VM for A100/V100 as in its runs.
+SAILOR_GPU_TYPES = (
+    GPUType("A100-40", 40, 4, 3.673, "NVIDIA A100 40GB"),
+    GPUType("V100-16", 16, 4, 2.860, "NVIDIA V100 16GB"),
+    GPUType("GH-96", 96, 4, 11.06, "NVIDIA GH200 96GB"),
+)
+SAILOR_ZONES = ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f", "us-west1-b")
+
+
+def _sia_64() -> Cluster:
+    return Cluster.from_counts(SIA_GPU_TYPES, {"aws": 24, "dgx-ext": 16, "rtx": 24}, "sia-64")
+
+
+def _gavel_108() -> Cluster:
+    return Cluster.from_counts(GAVEL_GPU_TYPES, {"k80": 36, "p100": 36, "v100": 36}, "gavel-108")
+
+
+def _sailor_gcp() -> Cluster:
+    counts: dict[str | tuple[str, str], int] = {("A100-40", z): 256 for z in SAILOR_ZONES}
+    counts[("V100-16", "us-central1-a")] = 256
+    return Cluster.from_counts(SAILOR_GPU_TYPES[:2], counts, "sailor-gcp", tuple(Zone(z) for z in SAILOR_ZONES))
+
+
+PRESETS = {
+    "sia-64": _sia_64,
+    "gavel-108": _gavel_108,
+    "sailor-gcp": _sailor_gcp,
+}
+
+
+def preset(name: str) -> Cluster:
+    """A built-in cluster.
+
+    - ``sia-64``: Sia's simulated cluster, 6x4 T4 (``aws``) + 2x8 A100 (``dgx-ext``) + 3x8 RTX (``rtx``).
+    - ``gavel-108``: Gavel's simulated cluster, 36 each of K80, P100, V100 (4 per node).
+    - ``sailor-gcp``: 5 GCP zones with 256 A100-40 each, plus 256 V100-16 in us-central1-a.
+    """
+    try:
+        return PRESETS[name]()
+    except KeyError:
+        raise ClusterError("cluster", name, f"unknown preset; known: {sorted(PRESETS)}") from None

@@ -1,0 +1,1 @@
+"""Subcommands of the heteroplan CLI, one module each with register(subparsers)."""

@@ -1,0 +1,203 @@
+"""Training plans: pipeline stages, data-parallel replicas, tensor parallelism.
+
+A :class:`Plan` is what the Sailor planner returns and what the runtime executes.
+Every stage has the same data-parallel degree ``dp``; pipeline replica ``d`` runs on
+the ``d``-th replica of every stage (replica groups expanded in order). Replicas may
+differ in GPU type and zone; ``microbatches_per_replica`` lets faster replicas take
+more microbatches so all finish together (heterogeneous data parallelism).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from heteroplan.errors import InputError
+
+__all__ = ["ReplicaGroup", "Stage", "Plan"]
+
+
+@dataclass(frozen=True)
+class ReplicaGroup:
+    """``count`` identical data-parallel replicas of a stage, each on ``tp`` GPUs of one type in one zone."""
+
+    gpu_type: str
+    zone: str
+    tp: int = 1
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tp, int) or self.tp < 1:
+            raise InputError("replica.tp", self.tp, "must be an integer >= 1")
+        if not isinstance(self.count, int) or self.count < 1:
+            raise InputError("replica.count", self.count, "must be an integer >= 1")
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.count
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Layers ``[first_layer, last_layer)`` run on the replica groups ``replicas``."""
+
+    first_layer: int
+    last_layer: int
+    replicas: tuple[ReplicaGroup, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "replicas", tuple(self.replicas))
+        if not (0 <= self.first_layer < self.last_layer):
+            raise InputError("stage.layers", (self.first_layer, self.last_layer), "need 0 <= first < last")
+        if not self.replicas:
+            raise InputError("stage.replicas", self.replicas, "a stage needs at least one replica")
+
+    @property
+    def num_layers(self) -> int:
+        return self.last_layer - self.first_layer
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree of the stage."""
+        return sum(g.count for g in self.replicas)
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(g.num_gpus for g in self.replicas)
+
+    def replica_list(self) -> list[ReplicaGroup]:
+        """One entry per replica (groups expanded, ``count`` = 1)."""
+        return [ReplicaGroup(g.gpu_type, g.zone, g.tp, 1) for g in self.replicas for _ in range(g.count)]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A training plan for one job.
+
+    Attributes:
+        model: model name (e.g. ``"OPT-350"``).
+        global_batch_size: samples per iteration.
+        microbatch_size: samples per microbatch.
+        stages: pipeline stages covering the layers contiguously from 0.
+        microbatches_per_replica: microbatches each pipeline replica runs per iteration;
+            ``None`` means an even split of ``global_batch_size / microbatch_size``.
+    """
+
+    model: str
+    global_batch_size: int
+    microbatch_size: int
+    stages: tuple[Stage, ...]
+    microbatches_per_replica: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stages", tuple(self.stages))
+        if not self.stages:
+            raise InputError("plan.stages", self.stages, "a plan needs at least one stage")
+        for name in ("global_batch_size", "microbatch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise InputError(f"plan.{name}", value, "must be an integer >= 1")
+        dps = {s.dp for s in self.stages}
+        if len(dps) != 1:
+            raise InputError("plan.stages.dp", sorted(dps), "all stages need the same data-parallel degree")
+        for prev, nxt in zip(self.stages, self.stages[1:], strict=False):
+            if prev.last_layer != nxt.first_layer:
+                raise InputError("plan.stages.layers", (prev.last_layer, nxt.first_layer), "stages must be contiguous")
+        if self.stages[0].first_layer != 0:
+            raise InputError("plan.stages[0].first_layer", self.stages[0].first_layer, "must be 0")
+        if self.microbatches_per_replica is not None:
+            mb = tuple(int(m) for m in self.microbatches_per_replica)
+            object.__setattr__(self, "microbatches_per_replica", mb)
+            if len(mb) != self.dp or min(mb) < 1:
+                raise InputError("plan.microbatches_per_replica", mb, f"need {self.dp} entries >= 1")
+            if sum(mb) * self.microbatch_size != self.global_batch_size:
+                raise InputError(
+                    "plan.microbatches_per_replica",
+                    mb,
+                    f"sum x microbatch_size must equal global_batch_size={self.global_batch_size}",
+                )
+        elif self.global_batch_size % (self.microbatch_size * self.dp):
+            raise InputError(
+                "plan.global_batch_size",
+                self.global_batch_size,
+                f"not divisible by microbatch_size x dp = {self.microbatch_size * self.dp}",
+            )
+
+    @property
+    def pp(self) -> int:
+        """Pipeline-parallel degree (number of stages)."""
+        return len(self.stages)
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree."""
+        return self.stages[0].dp
+
+    @property
+    def num_layers(self) -> int:
+        return self.stages[-1].last_layer
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(s.num_gpus for s in self.stages)
+
+    def microbatches(self) -> tuple[int, ...]:
+        """Microbatches per pipeline replica per iteration."""
+        if self.microbatches_per_replica is not None:
+            return self.microbatches_per_replica
+        per = self.global_batch_size // (self.microbatch_size * self.dp)
+        return (per,) * self.dp
+
+    def gpus_by_type_zone(self) -> dict[tuple[str, str], int]:
+        """GPUs used per (type, zone)."""
+        out: dict[tuple[str, str], int] = {}
+        for s in self.stages:
+            for g in s.replicas:
+                out[(g.gpu_type, g.zone)] = out.get((g.gpu_type, g.zone), 0) + g.num_gpus
+        return out
+
+    # -------------------------------------------------------------- serialize
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        try:
+            stages = tuple(
+                Stage(s["first_layer"], s["last_layer"], tuple(ReplicaGroup(**g) for g in s["replicas"]))
+                for s in data["stages"]
+            )
+            mb = data.get("microbatches_per_replica")
+            return cls(
+                data["model"],
+                int(data["global_batch_size"]),
+                int(data["microbatch_size"]),
+                stages,
+                tuple(mb) if mb is not None else None,
+            )
+        except (KeyError, TypeError) as exc:
+            raise InputError("plan", dict(data), f"malformed plan: {exc}") from None
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = json.dumps(self.to_dict(), indent=2)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> Plan:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def describe(self) -> str:
+        """Multi-line human-readable summary."""
+        lines = [
+            f"Plan for {self.model}: GBS {self.global_batch_size}, microbatch {self.microbatch_size}, "
+            f"PP {self.pp} x DP {self.dp}, {self.num_gpus} GPUs"
+        ]
+        for i, s in enumerate(self.stages):
+            groups = ", ".join(f"{g.count}x {g.gpu_type}@{g.zone} TP{g.tp}" for g in s.replicas)
+            lines.append(f"  stage {i}: layers {s.first_layer}-{s.last_layer - 1}: {groups}")
+        return "\n".join(lines)

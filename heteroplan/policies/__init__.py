@@ -1,0 +1,1 @@
+"""heteroplan.policies."""

@@ -1,0 +1,86 @@
+"""The Policy protocol shared by the simulator and the runtime.
+
+A policy sees the cluster and a read-only view of each active job, and returns the
+allocation (GPU type, GPU count, placement on nodes) of every job it runs this round.
+Jobs absent from the returned mapping get no GPUs. No simulator internals leak here:
+the runtime builds the same :class:`JobState` objects from real jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from heteroplan.cluster import Cluster
+
+__all__ = ["Allocation", "JobState", "Policy", "GoodputEstimator"]
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """GPUs given to one job for one round.
+
+    Attributes:
+        gpu_type: GPU type name (all GPUs of a job share one type).
+        num_gpus: number of GPUs.
+        placement: ``(node name, GPUs on that node)`` pairs; empty until placed.
+    """
+
+    gpu_type: str
+    num_gpus: int
+    placement: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes spanned (1 when not yet placed and num_gpus > 0)."""
+        return len(self.placement) if self.placement else int(self.num_gpus > 0)
+
+    def same_resources(self, other: Allocation | None) -> bool:
+        """True when ``other`` has the same type and count (a change forces a restart)."""
+        return other is not None and other.gpu_type == self.gpu_type and other.num_gpus == self.num_gpus
+
+
+@runtime_checkable
+class GoodputEstimator(Protocol):
+    """What a policy may ask of a job's performance model (see :mod:`heteroplan.perf`)."""
+
+    def goodput(self, gpu_type: str, num_nodes: Any, num_gpus: Any) -> Any:
+        """Goodput (samples/s, efficiency-weighted) for arrays of (nodes, GPUs) on one type."""
+        ...
+
+
+@dataclass
+class JobState:
+    """Read-only view of an active job that policies receive each round.
+
+    Times in seconds, service in GPU-seconds.
+    """
+
+    job_id: str
+    application: str
+    arrival_time: float
+    requested_gpus: int = 1
+    elastic: bool = True
+    max_gpus: int = 64
+    allocation: Allocation | None = None
+    restoring: bool = False
+    num_restarts: int = 0
+    attained_service: float = 0.0
+    progress: float = 0.0
+    restart_delay: float = 0.0
+    estimator: GoodputEstimator | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A round-based cluster scheduler."""
+
+    name: str
+
+    def allocate(
+        self, cluster: Cluster, jobs: Sequence[JobState], now: float
+    ) -> Mapping[str, Allocation]:
+        """Allocations for this round keyed by ``job_id``, with placements filled in."""
+        ...
