@@ -1,0 +1,5 @@
+"""Jobs and workload readers/generators.
+
+- :mod:`heteroplan.workload.sia`: Sia workload CSVs (``name,time,application,num_replicas,batch_size``).
+- :mod:`heteroplan.workload.gavel`: Gavel throughputs and Gavel-style generated workloads.
+"""
