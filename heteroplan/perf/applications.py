@@ -77,7 +77,7 @@ class AppSpec:
 
 def _app(name: str, max_bsz: int, m0: int, epochs: int, dataset: int, delay: float,
          local: tuple[int, int, int]) -> AppSpec:
-    return AppSpec(name, max_bsz, m0, epochs, dataset, delay, dict(zip(SIA_GPU_TYPES, local)))
+    return AppSpec(name, max_bsz, m0, epochs, dataset, delay, dict(zip(SIA_GPU_TYPES, local, strict=True)))
 
 
 APPLICATIONS: Mapping[str, AppSpec] = MappingProxyType({

@@ -11,6 +11,8 @@ log(phi) linearly; :meth:`PhiTable.from_runs` builds it from the traces' validat
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +56,8 @@ class PhiTable:
         object.__setattr__(self, "progress", prog)
         object.__setattr__(self, "phi", phi)
         object.__setattr__(self, "_log_phi", np.log(phi))
+        object.__setattr__(self, "_prog_list", prog.tolist())
+        object.__setattr__(self, "_log_list", np.log(phi).tolist())
 
     @classmethod
     def constant(cls, phi: float) -> PhiTable:
@@ -68,6 +72,18 @@ class PhiTable:
         if len(self.progress) == 1:
             return np.full(p.shape, self.phi[0]) if p.ndim else np.float64(self.phi[0])
         return np.exp(np.interp(p, self.progress, self._log_phi))  # type: ignore[attr-defined]
+
+    def at(self, progress: float) -> float:
+        """phi at one progress value (fast scalar path of :meth:`__call__`)."""
+        prog: list[float] = self._prog_list  # type: ignore[attr-defined]
+        lp: list[float] = self._log_list  # type: ignore[attr-defined]
+        if len(prog) == 1 or progress <= prog[0]:
+            return math.exp(lp[0])
+        if progress >= prog[-1]:
+            return math.exp(lp[-1])
+        i = bisect.bisect_right(prog, progress)
+        w = (progress - prog[i - 1]) / (prog[i] - prog[i - 1])
+        return math.exp(lp[i - 1] + w * (lp[i] - lp[i - 1]))
 
     @classmethod
     def from_runs(

@@ -223,7 +223,7 @@ def fit_throughput_params(
         return jac
 
     result = least_squares(residuals, x0, jac=jacobian, bounds=(lo, hi), method="trf",
-                           x_scale=1.0, xtol=1e-8, ftol=1e-8, max_nfev=200)
+                           x_scale=1.0, xtol=1e-6, ftol=1e-6, max_nfev=200)
     p = unpack(result.x)
     p[6] = max(p[6], 1.0)
     return ThroughputParams(*(float(v) for v in p))

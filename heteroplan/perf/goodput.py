@@ -158,61 +158,100 @@ class GoodputModel:
         return efficiency(phi, self.app.init_batch_size, m)
 
     # -- optimized goodput -------------------------------------------------------------
-    def _grid(self, gpu_type: str, n: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Per configuration (flattened) x batch grid: total batch, throughput, m, s."""
-        key = (gpu_type, n.shape, n.tobytes(), k.tobytes())
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
+    def _rows_grid(self, par: np.ndarray, max_local: np.ndarray, n: np.ndarray,
+                   k: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Flat configurations x batch grid: total batch, throughput, local batch m, accum s.
+
+        ``par`` holds each row's 7 throughput parameters (NaN for an unknown type) and
+        ``max_local`` its memory limit.
+        """
         app = self.app
-        n_col = n[:, None]
-        k_col = k[:, None]
-        p = self._params.get(gpu_type)
-        max_local = self.max_local_bsz(gpu_type)
+        n_col, k_col, ml = n[:, None], k[:, None], max_local[:, None]
         lo = np.maximum(float(app.init_batch_size), k_col)
         hi = float(app.max_batch_size)
-        valid = (p is not None) & (k_col >= 1) & (n_col >= 1) & (k_col >= n_col) & (lo <= hi)
+        known = ~np.isnan(par[:, :1])
+        valid = known & (k_col >= 1) & (n_col >= 1) & (k_col >= n_col) & (lo <= hi)
         frac = np.linspace(0.0, 1.0, self.batch_grid)[None, :]
         lo_safe = np.where(valid, lo, 1.0)
         total = lo_safe * (hi / lo_safe) ** frac
         k_safe = np.where(valid, k_col, 1.0)
-        s1 = np.ceil(total / (k_safe * max_local) - 1e-9)
-        m = np.clip(np.round(total / (k_safe * s1)), 1.0, max_local)
+        s1 = np.ceil(total / (k_safe * ml) - 1e-9)
+        m = np.clip(np.round(total / (k_safe * s1)), 1.0, ml)
         batch = k_safe * m * s1
         ok = valid & (batch <= hi)
-        if p is not None:
-            thr = throughput(p, np.where(valid, n_col, 1.0), k_safe, m, s1 - 1.0)
-        else:
-            thr = np.zeros_like(batch)
-        thr = np.where(ok, thr, 0.0)
-        entry = (batch, thr, m, s1 - 1.0)
-        if len(self._cache) >= _CACHE_LIMIT:
-            self._cache.clear()
-        self._cache[key] = entry
-        return entry
+        p = np.where(known, par, 1.0).T[:, :, None]  # 7 x C x 1
+        t_grad = p[0] + p[1] * m
+        extra = np.maximum(k_safe - 2.0, 0.0)
+        t_sync = np.where(n_col <= 1, p[2] + p[3] * extra, p[4] + p[5] * extra)
+        t_sync = np.where(k_safe <= 1, 0.0, t_sync)
+        top = np.maximum(t_grad, t_sync)
+        t_step = (s1 - 1.0) * t_grad + top * (
+            (t_grad / top) ** p[6] + (t_sync / top) ** p[6]) ** (1.0 / p[6])
+        thr = np.where(ok, batch / t_step, 0.0)
+        return batch, thr, m, s1 - 1.0
 
-    def _evaluate(self, gpu_type: str, num_nodes: Any, num_gpus: Any, progress: float):
-        n = _as_counts("num_nodes", num_nodes)
-        k = _as_counts("num_gpus", num_gpus)
-        shape = np.broadcast_shapes(n.shape, k.shape)
-        n_flat = np.broadcast_to(n, shape).ravel()
-        k_flat = np.broadcast_to(k, shape).ravel()
-        phi = float(self.phi(_check_progress(progress)))
-        batch, thr, m, s = self._grid(gpu_type, n_flat, k_flat)
+    def _evaluate(self, gpu_type: Any, num_nodes: Any, num_gpus: Any, progress: float):
+        """``(shape, goodput grid, m grid, s grid)`` over flattened configurations."""
+        try:
+            n = np.asarray(num_nodes, dtype=float)
+            k = np.asarray(num_gpus, dtype=float)
+        except (TypeError, ValueError):
+            raise InputError("num_nodes/num_gpus", (num_nodes, num_gpus), "must be numeric") from None
+        types = gpu_type if isinstance(gpu_type, str) else np.asarray(gpu_type, dtype=str)
+        key = (types if isinstance(types, str) else types.tobytes(),
+               n.shape, k.shape, n.tobytes(), k.tobytes(), getattr(types, "shape", ()))
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._build_grid(types, n, k)
+            if len(self._cache) >= _CACHE_LIMIT:
+                self._cache.clear()
+            self._cache[key] = entry
+        shape, batch, thr, m, s = entry
+        phi = self.phi.at(_check_progress(progress))
         gp = thr * ((phi + self.app.init_batch_size) / (phi + batch))
         return shape, gp, m, s
 
-    def goodput(self, gpu_type: str, num_nodes: Any, num_gpus: Any,
+    def _build_grid(self, types: str | np.ndarray, n: np.ndarray, k: np.ndarray):
+        n = _as_counts("num_nodes", n)
+        k = _as_counts("num_gpus", k)
+        if isinstance(types, str):
+            shape = np.broadcast_shapes(n.shape, k.shape)
+        else:
+            shape = np.broadcast_shapes(n.shape, k.shape, types.shape)
+        n_flat = np.broadcast_to(n, shape).ravel()
+        k_flat = np.broadcast_to(k, shape).ravel()
+        if isinstance(types, str):
+            p = self._params.get(types)
+            row = p.as_array() if p is not None else np.full(7, np.nan)
+            par = np.broadcast_to(row, (len(n_flat), 7))
+            max_local = np.full(len(n_flat), float(self.max_local_bsz(types)))
+        else:
+            names, index = np.unique(np.broadcast_to(types, shape).ravel(), return_inverse=True)
+            table = np.array([
+                self._params[t].as_array() if t in self._params else np.full(7, np.nan)
+                for t in names.tolist()
+            ]).reshape(len(names), 7)
+            par = table[index.ravel()]
+            max_local = np.array([float(self.max_local_bsz(t)) for t in names.tolist()])[
+                index.ravel()]
+        batch, thr, m, s = self._rows_grid(par, max_local, n_flat, k_flat)
+        for arr in (batch, thr, m, s):
+            arr.setflags(write=False)
+        return shape, batch, thr, m, s
+
+    def goodput(self, gpu_type: str | Any, num_nodes: Any, num_gpus: Any,
                 progress: float = 0.0) -> np.ndarray:
         """Best goodput (samples/s, M0-equivalent) per configuration; 0 where impossible.
 
         Impossible: unknown GPU type, zero GPUs or nodes, fewer GPUs than nodes, or more
-        GPUs than the maximum batch size. ``num_nodes`` and ``num_gpus`` broadcast.
+        GPUs than the maximum batch size. ``num_nodes`` and ``num_gpus`` broadcast;
+        ``gpu_type`` may also be an array of type names broadcast with them, so one call
+        covers every candidate configuration of a job.
         """
         shape, gp, _, _ = self._evaluate(gpu_type, num_nodes, num_gpus, progress)
         return gp.max(axis=1, initial=0.0).reshape(shape)
 
-    def optimize(self, gpu_type: str, num_nodes: Any, num_gpus: Any,
+    def optimize(self, gpu_type: str | Any, num_nodes: Any, num_gpus: Any,
                  progress: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(goodput, local_bsz, accum_steps)`` of the best batch per configuration.
 

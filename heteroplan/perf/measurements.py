@@ -8,13 +8,14 @@ A :class:`Measurements` holds observed training steps as parallel numpy arrays:
 * :func:`load_scalability` -- ``scalability-<type>.csv`` (``num_nodes``, ``num_replicas``).
 * :func:`load_validation` -- ``validation-<bsz>.csv`` gradient statistics.
 
-A file missing a required column raises :class:`~heteroplan.errors.InputError` naming the
+Files may be gzip-compressed (``.csv.gz``). A file missing a required column raises :class:`~heteroplan.errors.InputError` naming the
 file and the column.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,7 +153,8 @@ def _read_columns(path: str | Path, required: Sequence[str]) -> dict[str, list[s
     path = Path(path)
     if not path.is_file():
         raise InputError("path", str(path), "no such file")
-    with path.open(newline="") as fh:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", newline="") as fh:
         reader = csv.DictReader(fh)
         header = [h.strip() for h in (reader.fieldnames or [])]
         for col in required:
@@ -218,7 +220,7 @@ def load_validation(path: str | Path, batch_size: int | None = None) -> Validati
     """Read a ``validation-<bsz>.csv``; the batch size comes from the name unless given."""
     path = Path(path)
     if batch_size is None:
-        stem = path.stem.rsplit("-", 1)[-1]
+        stem = path.name.split(".")[0].rsplit("-", 1)[-1]
         if not stem.isdigit():
             raise InputError("path", str(path), "name must end in -<batch size>.csv")
         batch_size = int(stem)

@@ -54,16 +54,27 @@ def load_app_measurements(
 ) -> Measurements:
     """All measured steps of ``app`` on ``gpu_type`` (placements, plus scalability if asked)."""
     base = Path(traces_dir) / app
-    meas = load_placements(base / f"placements-{gpu_type}.csv")
-    scal = base / f"scalability-{gpu_type}.csv"
-    if scalability and scal.is_file():
+    meas = load_placements(_find(base, f"placements-{gpu_type}"))
+    if scalability:
+        try:
+            scal = _find(base, f"scalability-{gpu_type}")
+        except InputError:
+            return meas
         meas = meas.concat(load_scalability(scal))
     return meas
 
 
+def _find(base: Path, stem: str) -> Path:
+    """``base/stem.csv`` or, failing that, ``base/stem.csv.gz``."""
+    for suffix in (".csv", ".csv.gz"):
+        if (base / (stem + suffix)).is_file():
+            return base / (stem + suffix)
+    raise InputError("path", str(base / (stem + ".csv")), "no such file (nor .csv.gz)")
+
+
 def load_app_phi(traces_dir: str | Path, app: str) -> PhiTable:
     """phi table of ``app`` from its ``validation-<bsz>.csv`` files."""
-    files = sorted((Path(traces_dir) / app).glob("validation-*.csv"))
+    files = sorted((Path(traces_dir) / app).glob("validation-*.csv*"))
     if not files:
         raise InputError("traces_dir", str(traces_dir), f"no validation files for {app}")
     runs = [load_validation(f) for f in files]
@@ -84,7 +95,8 @@ def build_reference(traces_dir: str | Path) -> dict[str, Any]:
         for gpu_type in SIA_GPU_TYPES:
             meas = load_app_measurements(traces_dir, app, gpu_type)
             params[gpu_type] = fit_throughput_params(meas).to_dict()
-            prof = profile_of(load_placements(Path(traces_dir) / app / f"placements-{gpu_type}.csv"))
+            placements = _find(Path(traces_dir) / app, f"placements-{gpu_type}")
+            prof = profile_of(load_placements(placements))
             profiles[gpu_type] = {
                 "local_bsz": prof.local_bsz.tolist(),
                 "step_time": [round(x, 6) for x in prof.step_time.tolist()],
