@@ -3,7 +3,8 @@
 ``goodput = throughput(K, N, m, s) * E(M)`` with total batch ``M = K * m * (s + 1)``
 (samples/s at M0-equivalent statistical progress). For each configuration (GPU type,
 nodes N, GPUs K) :meth:`GoodputModel.optimize` picks the total batch M in
-``[max(M0, K), max_batch]`` (a geometric grid) and, for each M, the fewest accumulation
+``[max(M0, K), max_batch]`` (a geometric grid plus the largest batch reachable with 0-3
+accumulation steps) and, for each M, the fewest accumulation
 steps s that keep the local batch m within the type's memory limit -- fewer steps are
 always at least as fast for a given M, because accumulation repeats the fixed cost and
 overlaps only the last micro-step with synchronization.
@@ -28,6 +29,7 @@ from heteroplan.perf.throughput import ThroughputParams, step_time, throughput
 __all__ = ["GoodputModel", "ThroughputParams", "ThroughputTable"]
 
 _CACHE_LIMIT = 256
+_EDGE_STEPS = np.array([1.0, 2.0, 3.0, 4.0])
 
 
 def _as_counts(name: str, value: Any) -> np.ndarray:
@@ -173,12 +175,18 @@ class GoodputModel:
         valid = known & (k_col >= 1) & (n_col >= 1) & (k_col >= n_col) & (lo <= hi)
         frac = np.linspace(0.0, 1.0, self.batch_grid)[None, :]
         lo_safe = np.where(valid, lo, 1.0)
-        total = lo_safe * (hi / lo_safe) ** frac
         k_safe = np.where(valid, k_col, 1.0)
+        # Geometric grid plus the largest batches with 0..3 accumulation steps (goodput
+        # often peaks just before one more accumulation step is needed).
+        edges = np.clip(k_safe * ml * _EDGE_STEPS[None, :], lo_safe, hi)
+        total = np.concatenate([lo_safe * (hi / lo_safe) ** frac, edges], axis=1)
         s1 = np.ceil(total / (k_safe * ml) - 1e-9)
-        m = np.clip(np.round(total / (k_safe * s1)), 1.0, ml)
+        # Nearest local batch, kept within [M0, max batch] in total.
+        m_min = np.ceil(app.init_batch_size / (k_safe * s1) - 1e-9)
+        m_max = np.minimum(np.floor(hi / (k_safe * s1) + 1e-9), ml)
+        m = np.maximum(np.minimum(np.maximum(np.round(total / (k_safe * s1)), m_min), m_max), 1.0)
         batch = k_safe * m * s1
-        ok = valid & (batch <= hi)
+        ok = valid & (batch <= hi) & (batch >= app.init_batch_size)
         p = np.where(known, par, 1.0).T[:, :, None]  # 7 x C x 1
         t_grad = p[0] + p[1] * m
         extra = np.maximum(k_safe - 2.0, 0.0)
