@@ -102,6 +102,8 @@ class Simulator:
         estimator: ``"bootstrap"`` (Sia's: 1-GPU profiles, refined online) or ``"oracle"``
             (the ground truth); default: bootstrap for adaptive policies, oracle otherwise.
         seed: seed for any randomness (the simulator itself is deterministic).
+        stall_limit: stop with an error after this many seconds in which no job progressed
+            and no arrival remains (e.g. a job larger than the cluster).
     """
 
     def __init__(
@@ -113,6 +115,7 @@ class Simulator:
         max_time: float | None = None,
         estimator: str | None = None,
         seed: int = 0,
+        stall_limit: float = 24 * 3600.0,
     ) -> None:
         if not round_length > 0:
             raise InputError("round_length", round_length, "must be > 0 seconds")
@@ -123,6 +126,7 @@ class Simulator:
         self.round_length = float(round_length)
         self.max_time = max_time
         self.seed = seed
+        self.stall_limit = stall_limit
         adaptive = bool(getattr(policy, "adaptive", True))
         estimator = estimator or ("bootstrap" if adaptive else "oracle")
         if estimator not in ("bootstrap", "oracle"):
@@ -208,6 +212,7 @@ class Simulator:
         unfinished = len(self.jobs)
         next_arrival = 0
         active: dict[str, SimJob] = {}
+        idle_rounds = 0
         try:
             while unfinished:
                 if self.max_time is not None and t >= self.max_time:
@@ -219,7 +224,16 @@ class Simulator:
                 if not active:
                     t = math.floor(pending[next_arrival].spec.arrival_time / L) * L + L
                     continue
+                before = sum(j.progress for j in active.values())
                 self._round(t, active, result)
+                moved = sum(j.progress for j in active.values()) > before or any(
+                    j.finish_time is not None for j in active.values())
+                idle_rounds = 0 if moved or next_arrival < len(pending) else idle_rounds + 1
+                if idle_rounds * L > self.stall_limit:
+                    stuck = sorted(active)[:5]
+                    result.error = (f"stalled: no job progressed for {self.stall_limit / 3600:.0f} h and no "
+                                    f"arrivals remain; jobs that cannot run: {stuck}")
+                    break
                 for jid in [jid for jid, j in active.items() if j.finish_time is not None]:
                     del active[jid]
                     unfinished -= 1
