@@ -199,7 +199,7 @@ class GoodputModel:
         return batch, thr, m, s1 - 1.0
 
     def _evaluate(self, gpu_type: Any, num_nodes: Any, num_gpus: Any, progress: float):
-        """``(shape, goodput grid, m grid, s grid)`` over flattened configurations."""
+        """Cached ``(shape, batch, throughput, m, s)`` grids and phi at ``progress``."""
         try:
             n = np.asarray(num_nodes, dtype=float)
             k = np.asarray(num_gpus, dtype=float)
@@ -214,10 +214,8 @@ class GoodputModel:
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()
             self._cache[key] = entry
-        shape, batch, thr, m, s = entry
         phi = self.phi.at(_check_progress(progress))
-        gp = thr * ((phi + self.app.init_batch_size) / (phi + batch))
-        return shape, gp, m, s
+        return entry, phi
 
     def _build_grid(self, types: str | np.ndarray, n: np.ndarray, k: np.ndarray):
         n = _as_counts("num_nodes", n)
@@ -256,8 +254,10 @@ class GoodputModel:
         ``gpu_type`` may also be an array of type names broadcast with them, so one call
         covers every candidate configuration of a job.
         """
-        shape, gp, _, _ = self._evaluate(gpu_type, num_nodes, num_gpus, progress)
-        return gp.max(axis=1, initial=0.0).reshape(shape)
+        (shape, batch, thr, _, _), phi = self._evaluate(gpu_type, num_nodes, num_gpus, progress)
+        # max_i thr_i * (phi + M0) / (phi + M_i): the positive factor (phi + M0) comes out.
+        best = (thr / (phi + batch)).max(axis=1, initial=0.0)
+        return (best * (phi + self.app.init_batch_size)).reshape(shape)
 
     def optimize(self, gpu_type: str | Any, num_nodes: Any, num_gpus: Any,
                  progress: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -265,7 +265,8 @@ class GoodputModel:
 
         Impossible configurations get goodput 0, local batch 0 and 0 accumulation steps.
         """
-        shape, gp, m, s = self._evaluate(gpu_type, num_nodes, num_gpus, progress)
+        (shape, batch, thr, m, s), phi = self._evaluate(gpu_type, num_nodes, num_gpus, progress)
+        gp = thr * ((phi + self.app.init_batch_size) / (phi + batch))
         best = np.argmax(gp, axis=1) if gp.shape[1] else np.zeros(len(gp), int)
         rows = np.arange(len(gp))
         good = gp[rows, best]
