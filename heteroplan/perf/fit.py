@@ -149,14 +149,20 @@ def fit_throughput_params(
                 / sync_counts[sync_rows])
     sync_w = sync_weight * np.sqrt(sync_counts[sync_rows])
     u_multi = u_k > 1
-    u_one_node = u_nodes <= 1
     extra = np.maximum(u_k - 2.0, 0.0)
+    intra_u = (u_multi & (u_nodes <= 1)).astype(float)
+    inter_u = (u_multi & (u_nodes > 1)).astype(float)
+    # Basis: t_grad = [1, m] . p[0:2] and t_sync = basis[:, 2:6] . p[2:6] for every row.
+    basis = np.stack([np.ones_like(u_m), u_m, intra_u, intra_u * extra, inter_u,
+                      inter_u * extra], axis=1)
+    sync_basis = basis[sync_rows, 2:6]
     free_idx = np.array(free)
-    # Column map: full parameter i takes its value (and gradient) from free column col[i].
-    col = np.full(7, -1)
-    col[free_idx] = np.arange(len(free))
+    # cmap[i, j] = 1 when full parameter i takes its value (and gradient) from free column j.
+    cmap = np.zeros((7, len(free)))
+    cmap[free_idx, np.arange(len(free))] = 1.0
     for i, j in tie.items():
-        col[i] = col[j]
+        cmap[i] = cmap[j]
+    prior_rows = prior_weight * np.eye(len(free))
 
     def unpack(x: np.ndarray) -> np.ndarray:
         p = np.empty(7)
@@ -170,8 +176,7 @@ def fit_throughput_params(
     def model(x: np.ndarray):
         p = unpack(x)
         t_grad = p[0] + p[1] * u_m
-        t_sync = np.where(u_one_node, p[2] + p[3] * extra, p[4] + p[5] * extra)
-        t_sync = np.where(u_multi, t_sync, 0.0)
+        t_sync = basis[:, 2:6] @ p[2:6]
         g = p[6]
         top = np.maximum(t_grad, t_sync)
         u = t_grad / top
@@ -192,35 +197,19 @@ def fit_throughput_params(
     def jacobian(x: np.ndarray) -> np.ndarray:
         p, t_grad, t_sync, u, v, ug, vg, s, log_t = model(x)
         g = p[6]
-        t_step = np.exp(log_t)
-        d_grad = (t_grad / t_step) ** (g - 1) / t_step
-        d_sync = np.where(u_multi, (t_sync / t_step) ** (g - 1) / t_step, 0.0)
-        full = np.zeros((len(uniq), 7))
-        full[:, 0] = d_grad * p[0]
-        full[:, 1] = d_grad * p[1] * u_m
-        full[:, 2] = np.where(u_one_node, d_sync * p[2], 0.0)
-        full[:, 3] = np.where(u_one_node, d_sync * p[3] * extra, 0.0)
-        full[:, 4] = np.where(u_one_node, 0.0, d_sync * p[4])
-        full[:, 5] = np.where(u_one_node, 0.0, d_sync * p[5] * extra)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ulog = np.where(u > 0, ug * np.log(np.where(u > 0, u, 1.0)), 0.0)
-            vlog = np.where(v > 0, vg * np.log(np.where(v > 0, v, 1.0)), 0.0)
-        full[:, 6] = -np.log(s) / g**2 + (ulog + vlog) / (g * s)
-        sync_full = np.zeros((int(sync_rows.sum()), 7))
-        ts = t_sync[sync_rows]
-        one = u_one_node[sync_rows]
-        ex = extra[sync_rows]
-        sync_full[:, 2] = np.where(one, p[2] / ts, 0.0)
-        sync_full[:, 3] = np.where(one, p[3] * ex / ts, 0.0)
-        sync_full[:, 4] = np.where(one, 0.0, p[4] / ts)
-        sync_full[:, 5] = np.where(one, 0.0, p[5] * ex / ts)
-        jac = np.zeros((len(uniq) + len(ts) + len(free), len(free)))
-        top_rows = np.concatenate([weight[:, None] * full, sync_w[:, None] * sync_full])
-        for i in range(7):
-            if col[i] >= 0:
-                jac[: len(top_rows), col[i]] += top_rows[:, i]
-        jac[len(top_rows):, :] = prior_weight * np.eye(len(free))
-        return jac
+        inv_t = np.exp(-log_t)
+        # d log T / d log p_i = p_i * basis_i * (dT/dt_part) / T, dT/dt = (t / T)**(g - 1).
+        d_grad = (t_grad * inv_t) ** (g - 1) * inv_t * weight
+        d_sync = (t_sync * inv_t) ** (g - 1) * inv_t * weight
+        full = np.empty((len(u_m), 7))
+        full[:, :2] = d_grad[:, None] * (basis[:, :2] * p[:2])
+        full[:, 2:6] = d_sync[:, None] * (basis[:, 2:6] * p[2:6])
+        log_u = np.log(u)
+        log_v = np.log(np.maximum(v, 1e-300))
+        full[:, 6] = weight * (-np.log(s) / g**2 + (ug * log_u + vg * log_v) / (g * s))
+        sync_full = np.zeros((len(sync_basis), 7))
+        sync_full[:, 2:6] = (sync_w / t_sync[sync_rows])[:, None] * (sync_basis * p[2:6])
+        return np.concatenate([full @ cmap, sync_full @ cmap, prior_rows])
 
     result = least_squares(residuals, x0, jac=jacobian, bounds=(lo, hi), method="trf",
                            x_scale=1.0, xtol=1e-6, ftol=1e-6, max_nfev=200)
