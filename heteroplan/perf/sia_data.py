@@ -4,7 +4,7 @@
 throughput parameters fitted on all measurements (placements and scalability files) of the
 three Sia GPU types, and the 1-GPU profile rows per type. Regenerate it from the Sia traces::
 
-    python -m heteroplan.perf.sia_data /path/to/sia/traces
+    python -m heteroplan.perf.build_reference /path/to/sia/traces
 
 * :func:`true_model` -- the simulator's ground truth (a :class:`GoodputModel`).
 * :func:`bootstrap_model` -- what the Sia policy starts from (a :class:`BootstrappedModel`).
@@ -12,7 +12,6 @@ three Sia GPU types, and the 1-GPU profile rows per type. Regenerate it from the
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Sequence
 from functools import lru_cache
@@ -154,19 +153,3 @@ def bootstrap_model(
         )
     return BootstrappedModel(
         get_app(app), profiles, PhiTable.from_dict(entry["phi"]), scale_sync=scale_sync)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Regenerate the shipped reference JSON from a Sia traces directory."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("traces_dir", help="directory with <app>/placements-<type>.csv etc.")
-    parser.add_argument("--out", default=None, help="output path (default: the package's)")
-    args = parser.parse_args(argv)
-    out = Path(args.out) if args.out else Path(__file__).parent.parent / "data" / "sia" / REFERENCE_FILE
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(build_reference(args.traces_dir), indent=1) + "\n")
-    print(f"wrote {out}")
-
-
-if __name__ == "__main__":
-    main()
