@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from heteroplan.perf.applications import APPLICATIONS, SIA_GPU_TYPES
+from heteroplan.perf.applications import APPLICATIONS, SIA_TYPE_NAMES
 from heteroplan.perf.evaluate import holdout_split, projection_params, relative_errors
 from heteroplan.perf.fit import fit_throughput_params
 from heteroplan.perf.sia_data import bootstrap_model, load_app_measurements, true_model
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def accuracy(traces: Path, seeds: int) -> list[dict]:
     rows = []
     for app in APPLICATIONS:
-        data = {t: load_app_measurements(traces, app, t, scalability=False) for t in SIA_GPU_TYPES}
+        data = {t: load_app_measurements(traces, app, t, scalability=False) for t in SIA_TYPE_NAMES}
         full = {t: fit_throughput_params(m) for t, m in data.items()}
         for gpu_type, meas in data.items():
             holdout = []
@@ -46,7 +46,7 @@ def accuracy(traces: Path, seeds: int) -> list[dict]:
                 holdout.append(float(np.median(relative_errors(p, meas.select(test)))))
             multi = meas.select(meas.num_gpus > 1)
             proj = {}
-            for ref in SIA_GPU_TYPES:
+            for ref in SIA_TYPE_NAMES:
                 if ref == gpu_type:
                     continue
                 for scaled in (True, False):
@@ -95,7 +95,7 @@ def speed(traces: Path, repeats: int) -> dict:
 
     fit_times, refit_times = [], []
     for app in apps:
-        for gpu_type in SIA_GPU_TYPES:
+        for gpu_type in SIA_TYPE_NAMES:
             meas = load_app_measurements(traces, app, gpu_type, scalability=False)
             fit_times.append(_median_time(lambda meas=meas: fit_throughput_params(meas), 3))
         model = bootstrap_model(app)
@@ -131,7 +131,7 @@ def main() -> None:
           f"{args.seeds} seeds) | projected from (scaled / unscaled sync) |")
     print("|---|---|---|---|---|---|---|")
     for r in acc:
-        refs = [t for t in SIA_GPU_TYPES if t != r["gpu_type"]]
+        refs = [t for t in SIA_TYPE_NAMES if t != r["gpu_type"]]
         proj = ", ".join(
             f"{t}: {r['projection'][t]:.1%} / {r['projection'][t + ' unscaled']:.1%}" for t in refs)
         print(f"| {r['app']} | {r['gpu_type']} | {r['rows']} | {r['in_sample']:.1%} | "

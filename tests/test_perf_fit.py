@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from heteroplan.errors import InputError
-from heteroplan.perf.applications import APPLICATIONS, SIA_GPU_TYPES
+from heteroplan.perf.applications import APPLICATIONS, SIA_TYPE_NAMES
 from heteroplan.perf.bootstrap import BootstrappedModel
 from heteroplan.perf.evaluate import holdout_split, projection_params, relative_errors
 from heteroplan.perf.fit import fit_compute, fit_throughput_params
@@ -133,7 +133,7 @@ def test_fit_holds_unsupported_parameters() -> None:
 
 @pytest.mark.parametrize("app", sorted(APPLICATIONS))
 def test_holdout_error_on_measured_placements(app: str) -> None:
-    for gpu_type in SIA_GPU_TYPES:
+    for gpu_type in SIA_TYPE_NAMES:
         meas = load_app_measurements(DATA, app, gpu_type, scalability=False)
         errs = []
         for seed in range(3):
@@ -160,8 +160,8 @@ def test_ignoring_sync_would_fail_the_holdout() -> None:
 
 def test_bootstrap_starts_from_profiles_and_learns() -> None:
     model = bootstrap_model("cifar10")
-    assert {model.source(t) for t in SIA_GPU_TYPES} == {"profile"}
-    assert set(model.gpu_types) == set(SIA_GPU_TYPES)
+    assert {model.source(t) for t in SIA_TYPE_NAMES} == {"profile"}
+    assert set(model.gpu_types) == set(SIA_TYPE_NAMES)
     # No multi-GPU data anywhere: sync is free, so 8 GPUs give 8x the 1-GPU throughput.
     assert model.throughput("rtx", 1, 8, 64) == pytest.approx(8 * model.throughput("rtx", 1, 1, 64))
 
@@ -223,7 +223,7 @@ def test_shipped_reference_reproducible_from_traces() -> None:
         shipped = true_model(app)
         entry = rebuilt["apps"][app]
         assert entry["phi"]["phi"] == pytest.approx(shipped.phi.phi.tolist(), rel=1e-3)
-        for gpu_type in SIA_GPU_TYPES:
+        for gpu_type in SIA_TYPE_NAMES:
             p = ThroughputParams.from_dict(entry["params"][gpu_type])
             assert step_time(p, probe_n, probe_k, 16) == pytest.approx(
                 shipped.step_time(gpu_type, probe_n, probe_k, 16), rel=1e-3)
@@ -232,8 +232,8 @@ def test_shipped_reference_reproducible_from_traces() -> None:
 def test_true_model_matches_measurements() -> None:
     for app in APPLICATIONS:
         model = true_model(app)
-        assert model.gpu_types == SIA_GPU_TYPES
-        for gpu_type in SIA_GPU_TYPES:
+        assert model.gpu_types == SIA_TYPE_NAMES
+        for gpu_type in SIA_TYPE_NAMES:
             meas = load_app_measurements(DATA, app, gpu_type)
             limit = HOLDOUT_LIMIT.get((app, gpu_type), 0.10)
             err = np.abs(model.step_time(gpu_type, meas.num_nodes, meas.num_gpus,

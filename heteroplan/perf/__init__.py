@@ -14,7 +14,7 @@ Pollux/Sia goodput (this package's first part):
   shipped reference data.
 """
 
-from heteroplan.perf.applications import APPLICATIONS, SIA_GPU_TYPES, AppSpec, get_app
+from heteroplan.perf.applications import APPLICATIONS, SIA_TYPE_NAMES, AppSpec, get_app
 from heteroplan.perf.bootstrap import BootstrappedModel
 from heteroplan.perf.efficiency import PhiTable, efficiency
 from heteroplan.perf.fit import fit_throughput_params
@@ -25,7 +25,7 @@ from heteroplan.perf.throughput import ThroughputParams
 
 __all__ = [
     "APPLICATIONS",
-    "SIA_GPU_TYPES",
+    "SIA_TYPE_NAMES",
     "AppSpec",
     "get_app",
     "BootstrappedModel",

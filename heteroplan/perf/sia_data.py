@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from heteroplan.errors import InputError
-from heteroplan.perf.applications import APPLICATIONS, SIA_GPU_TYPES, get_app
+from heteroplan.perf.applications import APPLICATIONS, SIA_TYPE_NAMES, get_app
 from heteroplan.perf.bootstrap import BootstrappedModel
 from heteroplan.perf.efficiency import PhiTable
 from heteroplan.perf.fit import fit_throughput_params
@@ -91,7 +91,7 @@ def build_reference(traces_dir: str | Path) -> dict[str, Any]:
     for app in APPLICATIONS:
         params: dict[str, Any] = {}
         profiles: dict[str, Any] = {}
-        for gpu_type in SIA_GPU_TYPES:
+        for gpu_type in SIA_TYPE_NAMES:
             meas = load_app_measurements(traces_dir, app, gpu_type)
             params[gpu_type] = fit_throughput_params(meas).to_dict()
             placements = _find(Path(traces_dir) / app, f"placements-{gpu_type}")
@@ -109,7 +109,7 @@ def build_reference(traces_dir: str | Path) -> dict[str, Any]:
     return {
         "source": "Sia artifact traces (siasosp23/artifacts, sia-simulator/traces); "
         "fitted by heteroplan.perf.fit",
-        "gpu_types": list(SIA_GPU_TYPES),
+        "gpu_types": list(SIA_TYPE_NAMES),
         "apps": apps,
     }
 
@@ -137,7 +137,7 @@ def true_model(app: str) -> GoodputModel:
 
 
 def bootstrap_model(
-    app: str, profiled_types: Sequence[str] = SIA_GPU_TYPES, scale_sync: bool = True
+    app: str, profiled_types: Sequence[str] = SIA_TYPE_NAMES, scale_sync: bool = True
 ) -> BootstrappedModel:
     """Sia's starting model of a new ``app`` job: 1-GPU profiles on ``profiled_types``."""
     entry = _app_entry(app)
