@@ -63,6 +63,9 @@ class BootstrappedModel(GoodputModel):
             local batch sizes).
         phi: gradient noise scale table.
         scale_sync: how unfitted types borrow sync costs (see module doc).
+
+    Parameters are owned by the fitting: :meth:`set_params` values last only until the
+    next observation (of any type) triggers a refit.
     """
 
     def __init__(

@@ -214,8 +214,9 @@ class GoodputModel:
         except (TypeError, ValueError):
             raise InputError("num_nodes/num_gpus", (num_nodes, num_gpus), "must be numeric") from None
         types = gpu_type if isinstance(gpu_type, str) else np.asarray(gpu_type, dtype=str)
-        key = (types if isinstance(types, str) else types.tobytes(),
-               n.shape, k.shape, n.tobytes(), k.tobytes(), getattr(types, "shape", ()))
+        type_key = types if isinstance(types, str) else (types.dtype.str, types.shape,
+                                                          types.tobytes())
+        key = (type_key, n.shape, k.shape, n.tobytes(), k.tobytes())
         entry = self._cache.get(key)
         if entry is None:
             entry = self._build_grid(types, n, k)
@@ -259,7 +260,8 @@ class GoodputModel:
         Impossible: unknown GPU type, zero GPUs or nodes, fewer GPUs than nodes, or more
         GPUs than the maximum batch size. ``num_nodes`` and ``num_gpus`` broadcast;
         ``gpu_type`` may also be an array of type names broadcast with them, so one call
-        covers every candidate configuration of a job.
+        covers every candidate configuration of a job. ``progress`` is the fraction of
+        ``app.total_work`` done (values above 1 count as 1); it selects phi.
         """
         (shape, batch, thr, _, _), phi = self._evaluate(gpu_type, num_nodes, num_gpus, progress)
         # max_i thr_i * (phi + M0) / (phi + M_i): the positive factor (phi + M0) comes out.
