@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -64,12 +65,20 @@ def accuracy(traces: Path, seeds: int) -> list[dict]:
     return rows
 
 
-def _median_time(fn, repeats: int) -> float:
-    times = []
+def _median_time(fn, repeats: int, cpu: list | None = None) -> float:
+    """Median wall time of ``fn`` (s); its median CPU time is appended to ``cpu`` if given.
+
+    CPU time (``time.process_time``) excludes time spent waiting for a core, so it is the
+    steadier number on a shared machine.
+    """
+    times, cpus = [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
         times.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    if cpu is not None:
+        cpu.append(float(np.median(cpus)))
     return float(np.median(times))
 
 
@@ -90,8 +99,9 @@ def speed(traces: Path, repeats: int) -> dict:
             m.goodput(types, nodes, gpus, 0.5)
 
     models = [true_model(apps[i % len(apps)]) for i in range(1000)]
-    t_cold = _median_time(cold, repeats)
-    t_warm = _median_time(warm, repeats)
+    cpu: list[float] = []
+    t_cold = _median_time(cold, repeats, cpu)
+    t_warm = _median_time(warm, repeats, cpu)
 
     fit_times, refit_times = [], []
     for app in apps:
@@ -110,6 +120,8 @@ def speed(traces: Path, repeats: int) -> dict:
     return {
         "goodput_1000x50_cold_s": t_cold,
         "goodput_1000x50_cached_s": t_warm,
+        "goodput_1000x50_cold_cpu_s": cpu[0],
+        "goodput_1000x50_cached_cpu_s": cpu[1],
         "fit_all_placements_median_s": float(np.median(fit_times)),
         "fit_all_placements_max_s": float(np.max(fit_times)),
         "refit_after_one_observation_median_s": float(np.median(refit_times)),
@@ -140,6 +152,7 @@ def main() -> None:
 
     spd = speed(traces, args.repeats)
     print()
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print("| measurement | time |")
     print("|---|---|")
     for key, value in spd.items():
@@ -149,6 +162,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
         "machine": platform.platform(), "python": platform.python_version(),
+        "load_average": list(os.getloadavg()), "cpus": os.cpu_count(),
         "traces": str(traces), "accuracy": acc, "speed": spd,
     }, indent=1) + "\n")
     print(f"\nwrote {out}")
