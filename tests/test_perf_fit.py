@@ -12,6 +12,7 @@ from heteroplan.perf.applications import APPLICATIONS, SIA_TYPE_NAMES
 from heteroplan.perf.bootstrap import BootstrappedModel
 from heteroplan.perf.evaluate import holdout_split, projection_params, relative_errors
 from heteroplan.perf.fit import fit_compute, fit_throughput_params
+from heteroplan.perf.goodput import GoodputModel
 from heteroplan.perf.measurements import (
     Measurements,
     load_placements,
@@ -143,6 +144,14 @@ def test_holdout_error_on_measured_placements(app: str) -> None:
             errs.append(np.median(relative_errors(params, meas.select(test))))
         limit = HOLDOUT_LIMIT.get((app, gpu_type), 0.10)
         assert np.median(errs) < limit, (app, gpu_type, errs)
+
+
+def test_goodput_model_fit_factory() -> None:
+    meas = {t: load_app_measurements(DATA, "ncf", t, scalability=False) for t in SIA_TYPE_NAMES}
+    model = GoodputModel.fit(true_model("ncf").app, meas, 1e6)
+    for gpu_type, m in meas.items():
+        direct = fit_throughput_params(m)
+        assert model.params[gpu_type] == direct
 
 
 def test_ignoring_sync_would_fail_the_holdout() -> None:

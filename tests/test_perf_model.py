@@ -176,6 +176,16 @@ def test_optimal_batch_within_limits(p, progress, app_name, gpu_type, gpus) -> N
     assert np.all((good > 0) == (local > 0))
 
 
+@settings(max_examples=40, deadline=None)
+@given(p=params_st, phi=st.floats(1.0, 1e6), factor=st.floats(1.01, 100.0),
+       gpus=st.integers(1, 64))
+def test_goodput_nondecreasing_in_noise_scale(p, phi, factor, gpus) -> None:
+    # For M >= M0, E(M) = (phi + M0) / (phi + M) grows with phi, so the optimum cannot drop.
+    low = GoodputModel(SMALL_APP, {"t": p}, phi).goodput("t", -(-gpus // 8), gpus)
+    high = GoodputModel(SMALL_APP, {"t": p}, phi * factor).goodput("t", -(-gpus // 8), gpus)
+    assert high >= low * (1 - 1e-12)
+
+
 def test_goodput_zero_for_impossible_configs() -> None:
     model = true_model("bert")  # max batch 384
     nodes = np.array([1, 0, 2, 1, 50])

@@ -24,6 +24,8 @@ import numpy as np
 from heteroplan.errors import InputError
 from heteroplan.perf.applications import AppSpec
 from heteroplan.perf.efficiency import PhiTable, efficiency
+from heteroplan.perf.fit import fit_throughput_params
+from heteroplan.perf.measurements import Measurements
 from heteroplan.perf.throughput import ThroughputParams, step_time, throughput
 
 __all__ = ["GoodputModel", "ThroughputParams", "ThroughputTable"]
@@ -92,6 +94,18 @@ class GoodputModel:
         self._cache: dict[tuple, tuple[np.ndarray, ...]] = {}
         self._frac = np.linspace(0.0, 1.0, batch_grid)[None, :]
 
+    @classmethod
+    def fit(
+        cls,
+        app: AppSpec,
+        measurements: Mapping[str, Measurements],
+        phi: PhiTable | float,
+        batch_grid: int = 32,
+    ) -> GoodputModel:
+        """A model whose per-type parameters are fitted to ``measurements`` (one per type)."""
+        params = {t: fit_throughput_params(m) for t, m in measurements.items()}
+        return cls(app, params, phi, batch_grid=batch_grid)
+
     # -- parameters --------------------------------------------------------------------
     @property
     def gpu_types(self) -> tuple[str, ...]:
@@ -111,7 +125,7 @@ class GoodputModel:
         self._cache.clear()
 
     def max_local_bsz(self, gpu_type: str) -> int:
-        """Largest local batch on one GPU of ``gpu_type`` (samples)."""
+        """Largest local batch on one GPU of ``gpu_type`` (samples; max batch if unlisted)."""
         return int(self.app.max_local_bsz.get(gpu_type, self.app.max_batch_size))
 
     def _get_params(self, gpu_type: str) -> ThroughputParams:
