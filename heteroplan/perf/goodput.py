@@ -227,12 +227,15 @@ class GoodputModel:
             k = np.asarray(num_gpus, dtype=float)
         except (TypeError, ValueError):
             raise InputError("num_nodes/num_gpus", (num_nodes, num_gpus), "must be numeric") from None
-        types = gpu_type if isinstance(gpu_type, str) else np.asarray(gpu_type, dtype=str)
-        type_key = types if isinstance(types, str) else (types.dtype.str, types.shape,
-                                                          types.tobytes())
+        if isinstance(gpu_type, str):
+            type_key: Any = gpu_type
+        else:
+            arr = gpu_type if isinstance(gpu_type, np.ndarray) else np.asarray(gpu_type, object)
+            type_key = (arr.shape, tuple(arr.ravel().tolist()))  # cheap for object arrays too
         key = (type_key, n.shape, k.shape, n.tobytes(), k.tobytes())
         entry = self._cache.get(key)
         if entry is None:
+            types = gpu_type if isinstance(gpu_type, str) else np.asarray(arr, dtype=str)
             entry = self._build_grid(types, n, k)
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()
