@@ -5,7 +5,9 @@ Accuracy (per application and GPU type, median relative error of the step time):
 * hold-out: fit on the 1-GPU rows plus 70% of the multi-GPU configurations, predict the other
   30% (whole configurations held out, seed 0, and the median over seeds 0-4);
 * projection: the type's own 1-GPU profile plus another type's full fit (Sia bootstrapping),
-  sync scaled by the 1-GPU step-time ratio (and unscaled), predicting every multi-GPU row.
+  sync scaled by the 1-GPU step-time ratio (and unscaled), predicting every multi-GPU row;
+* learning curve: a BootstrappedModel knowing the other types fully observes 1, 2, 4, 8
+  configurations of the type (one random local batch each).
 
 Speed: goodput of 1000 jobs x 50 configurations (cold grid and cached grid), a full fit, and
 a warm-started refit after one new observation.
@@ -26,12 +28,18 @@ from pathlib import Path
 
 import numpy as np
 
-from heteroplan.perf.applications import APPLICATIONS, SIA_TYPE_NAMES
-from heteroplan.perf.evaluate import holdout_split, projection_params, relative_errors
+from heteroplan.perf.applications import APPLICATIONS, SIA_TYPE_NAMES, get_app
+from heteroplan.perf.evaluate import (
+    holdout_split,
+    learning_curve,
+    projection_params,
+    relative_errors,
+)
 from heteroplan.perf.fit import fit_throughput_params
 from heteroplan.perf.sia_data import bootstrap_model, load_app_measurements, true_model
 
 ROOT = Path(__file__).resolve().parent.parent
+LEARN_STEPS = (1, 2, 4, 8)
 
 
 def accuracy(traces: Path, seeds: int) -> list[dict]:
@@ -62,6 +70,16 @@ def accuracy(traces: Path, seeds: int) -> list[dict]:
                 "holdout_max": float(np.max(holdout)),
                 "projection": proj,
             })
+    return rows
+
+
+def learning(traces: Path) -> list[dict]:
+    rows = []
+    for app in APPLICATIONS:
+        data = {t: load_app_measurements(traces, app, t, scalability=False) for t in SIA_TYPE_NAMES}
+        for target in SIA_TYPE_NAMES:
+            errs = learning_curve(get_app(app), data, target, LEARN_STEPS)
+            rows.append({"app": app, "gpu_type": target, "errors": errs})
     return rows
 
 
@@ -150,6 +168,16 @@ def main() -> None:
               f"{r['holdout_seed0']:.1%} | {r['holdout_median']:.1%} / {r['holdout_max']:.1%} | "
               f"{proj} |")
 
+    learn = learning(traces)
+    print()
+    print("| app | type | projected | " + " | ".join(f"{n} config(s)" for n in LEARN_STEPS) + " |")
+    print("|---|---|" + "---|" * (1 + len(LEARN_STEPS)))
+    for r in learn:
+        print(f"| {r['app']} | {r['gpu_type']} | " + " | ".join(f"{e:.1%}" for e in r["errors"])
+              + " |")
+    errs = np.array([r["errors"] for r in learn])
+    print("| **median** | | " + " | ".join(f"**{e:.1%}**" for e in np.median(errs, axis=0)) + " |")
+
     spd = speed(traces, args.repeats)
     print()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
@@ -163,7 +191,7 @@ def main() -> None:
     out.write_text(json.dumps({
         "machine": platform.platform(), "python": platform.python_version(),
         "load_average": list(os.getloadavg()), "cpus": os.cpu_count(),
-        "traces": str(traces), "accuracy": acc, "speed": spd,
+        "traces": str(traces), "accuracy": acc, "learning_curve": learn, "speed": spd,
     }, indent=1) + "\n")
     print(f"\nwrote {out}")
 

@@ -10,7 +10,12 @@ import pytest
 from heteroplan.errors import InputError
 from heteroplan.perf.applications import APPLICATIONS, SIA_TYPE_NAMES
 from heteroplan.perf.bootstrap import BootstrappedModel
-from heteroplan.perf.evaluate import holdout_split, projection_params, relative_errors
+from heteroplan.perf.evaluate import (
+    holdout_split,
+    learning_curve,
+    projection_params,
+    relative_errors,
+)
 from heteroplan.perf.fit import fit_compute, fit_throughput_params
 from heteroplan.perf.goodput import GoodputModel
 from heteroplan.perf.measurements import (
@@ -193,6 +198,20 @@ def test_bootstrap_starts_from_profiles_and_learns() -> None:
     assert np.median(relative_errors(warm, rtx)) == pytest.approx(
         np.median(relative_errors(cold, rtx)), abs=0.005)
     assert np.median(relative_errors(warm, rtx)) < 0.05
+
+
+def test_learning_curve_improves_on_projection() -> None:
+    # Sia's bootstrapped model, knowing aws/rtx/dgx-ext except the target's multi-GPU steps,
+    # observes 8 of the target's configurations; it must beat the pure projection clearly.
+    projected, learned = [], []
+    for app in ("cifar10", "imagenet"):
+        data = {t: load_app_measurements(DATA, app, t, scalability=False) for t in SIA_TYPE_NAMES}
+        for target in SIA_TYPE_NAMES:
+            errs = learning_curve(true_model(app).app, data, target, steps=(8,))
+            projected.append(errs[0])
+            learned.append(errs[-1])
+            assert errs[-1] < 0.13, (app, target, errs)  # measured 3.6-12.1%
+    assert np.median(learned) < 0.6 * np.median(projected)
 
 
 def test_projection_scales_sync_by_one_gpu_ratio() -> None:

@@ -79,6 +79,8 @@ def fit_throughput_params(
     fallback: ThroughputParams | None = None,
     prior_weight: float = 0.05,
     sync_weight: float = 0.0,
+    prior: ThroughputParams | None = None,
+    missing: str = "tie",
 ) -> ThroughputParams:
     """Fit the throughput model to ``meas``.
 
@@ -88,6 +90,13 @@ def fit_throughput_params(
         fallback: values of parameters the data cannot support (see module doc);
             defaults to zero sync cost and gamma = 1.
         prior_weight: weight of the ridge prior on log-parameters (relative to one residual).
+        sync_weight: weight of the measured sync times' log error (0: used only for the
+            starting guess; see ``docs/goodput.md`` for why).
+        prior: centre of the ridge prior (default: a guess derived from the data); e.g. a
+            projection from another GPU type.
+        missing: with multi-GPU data on one side of the node boundary only, ``"tie"`` the
+            other side's sync parameters to the fitted ones or hold them at ``fallback``
+            (``"fallback"``).
 
     Returns:
         The fitted parameters.
@@ -113,7 +122,12 @@ def fit_throughput_params(
         free += [2, 3]
     if inter.any():
         free += [4, 5]
-    if intra.any() and not inter.any():
+    if missing not in ("tie", "fallback"):
+        raise InputError("missing", missing, "choose 'tie' or 'fallback'")
+    one_side = multi.any() and not (intra.any() and inter.any())
+    if one_side and missing == "fallback" and fallback is not None:
+        fixed.update({i: fb[i] for i in ((4, 5) if intra.any() else (2, 3))})
+    elif intra.any() and not inter.any():
         tie.update({4: 2, 5: 3})
     elif inter.any() and not intra.any():
         tie.update({2: 4, 3: 5})
@@ -128,7 +142,12 @@ def fit_throughput_params(
         start[:6] = np.maximum(start[:6], 1e-9)
     is_gamma = np.array([i == 6 for i in free])
     x0 = np.where(is_gamma, start[free], np.log(np.maximum(start[free], 1e-9)))
-    center = np.where(is_gamma, 1.0, np.log(np.maximum(guess[free], 1e-9)))
+    if prior is not None:
+        guess_c = np.where(prior.as_array() > 0, prior.as_array(), guess)
+    else:
+        guess_c = guess.copy()
+        guess_c[6] = 1.0
+    center = np.where(is_gamma, guess_c[free], np.log(np.maximum(guess_c[free], 1e-9)))
     lo = np.where(is_gamma, _GAMMA_LO, _LOG_LO)
     hi = np.where(is_gamma, _GAMMA_HI, _LOG_HI)
     x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
