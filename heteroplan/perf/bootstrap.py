@@ -15,8 +15,7 @@ median error over the 18 (app, type) pairs after 1 / 2 / 4 observed configuratio
 from 14.2% / 12.2% / 8.1% to 11.9% / 9.4% / 7.6% (``docs/goodput.md``).
 
 Refits are lazy: :meth:`BootstrappedModel.observe` records and marks the type stale; the next
-query refits stale types (and every fitted type when the reference changed), warm-started
-from their previous fits.
+query refits stale types only, warm-started from their previous fits.
 """
 
 from __future__ import annotations
@@ -141,10 +140,10 @@ class BootstrappedModel(GoodputModel):
         refit = {t for t in self._stale if counts[t] > 0}
         if reference is not None and (reference in refit or reference not in self._fits):
             # The reference is fitted on its own data; the others use its projection as the
-            # centre of their prior, so they follow whenever it changes.
+            # centre of their prior when they are refitted.
             self._fits[reference] = fit_throughput_params(
                 self._obs[reference], init=self._fits.get(reference))
-            refit |= {t for t in counts if counts[t] > 0}
+            refit.discard(reference)
         for gpu_type in self._stale:
             if counts[gpu_type] == 0:
                 self._fits.pop(gpu_type, None)
@@ -160,7 +159,7 @@ class BootstrappedModel(GoodputModel):
                     projected = project_params((a, b), self._fits[reference], at,
                                                scale_sync=self.scale_sync)
             if counts[gpu_type] > 0:
-                if gpu_type in refit and gpu_type != reference:
+                if gpu_type in refit or gpu_type not in self._fits:
                     self._fits[gpu_type] = fit_throughput_params(
                         meas, init=self._fits.get(gpu_type), prior=projected)
                 params[gpu_type] = self._fits[gpu_type]
