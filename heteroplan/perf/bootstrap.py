@@ -11,8 +11,8 @@ GPUs per round -- bounds the damage).
 
 Types with multi-GPU data other than the reference use the projection from the reference as
 the centre of their (mild) prior, which steadies fits from the first few configurations:
-median error over the 18 (app, type) pairs after 1 / 2 / 4 observed configurations drops
-from 14.2% / 12.2% / 8.1% to 11.9% / 9.4% / 7.6% (``docs/goodput.md``).
+median error over the 18 (app, type) pairs after 1 / 2 / 4 / 8 observed configurations
+drops from 14.2% / 12.2% / 8.1% / 7.1% to 11.9% / 9.4% / 7.6% / 6.4% (``docs/goodput.md``).
 
 Refits are lazy: :meth:`BootstrappedModel.observe` records and marks the type stale; the next
 query refits stale types only, warm-started from their previous fits.
