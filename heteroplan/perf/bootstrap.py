@@ -87,6 +87,7 @@ class BootstrappedModel(GoodputModel):
         self._fits: dict[str, ThroughputParams] = {}
         self._stale: set[str] = set()
         self._source: dict[str, str] = {}
+        self._compute_cache: dict[str, tuple[int, tuple[float, float, float] | None]] = {}
         for gpu_type, meas in profiles.items():
             if not isinstance(meas, Measurements) or len(meas) == 0:
                 raise InputError(f"profiles[{gpu_type}]", meas, "must be non-empty Measurements")
@@ -152,10 +153,9 @@ class BootstrappedModel(GoodputModel):
         for gpu_type, meas in self._obs.items():
             projected = None
             if reference is not None and gpu_type != reference:
-                one = meas.num_gpus == 1
-                if one.any():
-                    a, b = fit_compute(meas.local_bsz[one], meas.step_time[one])
-                    at = float(np.exp(np.mean(np.log(meas.local_bsz[one]))))
+                compute = self._one_gpu_compute(gpu_type)
+                if compute is not None:
+                    a, b, at = compute
                     projected = project_params((a, b), self._fits[reference], at,
                                                scale_sync=self.scale_sync)
             if counts[gpu_type] > 0:
@@ -173,6 +173,21 @@ class BootstrappedModel(GoodputModel):
                 self._source[gpu_type] = "profile"
         self._params = params
         self._cache.clear()
+
+    def _one_gpu_compute(self, gpu_type: str) -> tuple[float, float, float] | None:
+        """``(alpha_c, beta_c, geometric-mean local batch)`` of the type's 1-GPU rows, cached
+        until the type gets new observations; None without 1-GPU rows."""
+        meas = self._obs[gpu_type]
+        hit = self._compute_cache.get(gpu_type)
+        if hit is not None and hit[0] == len(meas):
+            return hit[1]
+        one = meas.num_gpus == 1
+        value = None
+        if one.any():
+            a, b = fit_compute(meas.local_bsz[one], meas.step_time[one])
+            value = (a, b, float(np.exp(np.mean(np.log(meas.local_bsz[one])))))
+        self._compute_cache[gpu_type] = (len(meas), value)
+        return value
 
     # Every public query sees up-to-date parameters.
     def _get_params(self, gpu_type: str) -> ThroughputParams:
