@@ -7,7 +7,7 @@ cannot tell parameters apart (e.g. one local batch size). The bounds of the mode
 >= 0, gamma >= 1) are built into the parameterization -- alpha, beta as logs and
 ``gamma = 1 + softplus(z)`` -- so the unconstrained Levenberg-Marquardt solver of
 ``scipy.optimize.least_squares(method="lm")`` (MINPACK) applies, with an analytic Jacobian.
-It matches the bounded trust-region solver's hold-out accuracy at 2.5x its speed.
+It matches the bounded trust-region solver's hold-out accuracy at about twice its speed.
 
 Parameters without supporting data are held, not fitted:
 
@@ -29,16 +29,13 @@ from heteroplan.perf.throughput import ThroughputParams
 __all__ = ["fit_throughput_params", "fit_compute"]
 
 
-
 def _gamma_to_z(gamma: np.ndarray) -> np.ndarray:
     """Inverse of ``gamma = 1 + softplus(z)`` (gamma > 1)."""
     return np.log(np.expm1(np.maximum(np.asarray(gamma, dtype=float) - 1.0, 1e-6)))
 
-_NAMES = ("alpha_c", "beta_c", "alpha_r", "beta_r", "alpha_n", "beta_n", "gamma")
-
 
 def fit_compute(local_bsz: np.ndarray, step_time: np.ndarray) -> tuple[float, float]:
-    """``(alpha_c, beta_c)`` of ``step = alpha_c + beta_c * m`` by non-negative least squares.
+    """``(alpha_c, beta_c)`` of ``step = alpha_c + beta_c * m``: least squares kept positive.
 
     Used for 1-GPU profiles and as the starting point of the full fit.
     """
@@ -105,7 +102,7 @@ def fit_throughput_params(
             projection from another GPU type.
         missing: with multi-GPU data on one side of the node boundary only, ``"tie"`` the
             other side's sync parameters to the fitted ones or hold them at ``fallback``
-            (``"fallback"``).
+            (``"fallback"``, when a fallback is given).
 
     Returns:
         The fitted parameters.
