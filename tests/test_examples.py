@@ -55,3 +55,10 @@ def test_notebooks_execute(notebook: str, tmp_path: Path) -> None:
     # Every notebook ends by printing a check line of the form "OK: ..." from its own assertions.
     last = [o.get("text", "") for o in nb.cells[-1].get("outputs", []) if o.output_type == "stream"]
     assert any("OK:" in t for t in last), last
+
+
+def test_fit_goodput_example(tmp_path: Path) -> None:
+    out = run_example("fit_goodput.py", cwd=tmp_path)
+    median = float(out.strip().splitlines()[-1].rsplit(" ", 1)[1])
+    assert median < 0.10  # held-out configurations predicted within 10% (median)
+    assert "GPUs" in out and "goodput" in out
