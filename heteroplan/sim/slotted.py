@@ -5,9 +5,10 @@ measured throughput (steps/s of the whole job with ``W_j`` workers) on GPU type 
 advances at ``r_j^k = T_j^k / W_j``. Every round (slot of ``round_length`` s) the policy
 returns allocations; a job whose W_j tasks sit on several types advances at
 ``W_j * min over used types of r_j^k`` steps/s (synchronous data parallelism: the slowest
-task sets the pace). With ``forking`` (HadarE), an allocation holds copies: each type's GPU
-count must be a multiple of W_j, each group of W_j GPUs of one type is a copy, and the job's
-progress is the sum of its copies' steps. A job finishes inside a slot at the exact time its
+task sets the pace). With ``forking`` (HadarE), an allocation holds copies: each full group of
+W_j GPUs of one type is a copy, the GPUs left over on each type (together 0 or W_j) form at
+most one mixed copy paced by its slowest type, and the job's progress is the sum of its
+copies' steps. A job finishes inside a slot at the exact time its
 steps run out; its GPUs count as used until then. Jobs arriving inside a slot are first seen
 at the next round boundary. Checkpoint/restart overheads are not modelled.
 
@@ -195,10 +196,14 @@ def _job_rate(job: RigidJob, alloc: Allocation, cluster: Cluster, forking: bool)
     if any(job.rate(k) <= 0 for k in by_type):
         raise PolicyError(f"job {job.job_id} placed on a GPU type it cannot run on: {alloc}")
     if forking:
-        bad = {k: c for k, c in by_type.items() if c % job.tasks}
-        if bad:
-            raise PolicyError(f"job {job.job_id}: copies need multiples of {job.tasks} GPUs, got {bad}")
-        return float(sum(c // job.tasks * job.rate(k) for k, c in by_type.items()))
+        full = {k: c // job.tasks for k, c in by_type.items()}
+        rest = {k: c % job.tasks for k, c in by_type.items() if c % job.tasks}
+        if sum(rest.values()) not in (0, job.tasks):
+            raise PolicyError(
+                f"job {job.job_id}: copies need {job.tasks} GPUs each; leftovers {rest} do not form one copy"
+            )
+        mixed = min(job.rate(k) for k in rest) if rest else 0.0
+        return float(sum(n * job.rate(k) for k, n in full.items()) + mixed)
     if alloc.num_gpus != job.tasks:
         raise PolicyError(f"job {job.job_id} needs {job.tasks} GPUs together (gang), got {alloc.num_gpus}")
     return min(job.rate(k) for k in by_type)
