@@ -11,17 +11,19 @@ from heteroplan.cluster import Cluster, preset
 from heteroplan.errors import InputError
 from heteroplan.perf.applications import get_app
 from heteroplan.policies.base import Allocation
-from heteroplan.policies.fifo import FifoPolicy
+from heteroplan.policies.gavel import GavelPolicy
 from heteroplan.policies.placement import place
 from heteroplan.policies.pollux import PolluxPolicy
 from heteroplan.policies.sia import SiaPolicy
 from heteroplan.policies.tiresias import TiresiasPolicy
+from heteroplan.policies.yarn import YarnCSPolicy
 from heteroplan.sim.simulator import simulate
 from heteroplan.workload.sia import JobSpec, read_sia_workload
 
 SMALL = Cluster.from_counts(preset("sia-64").gpu_types, {"aws": 8, "rtx": 8, "dgx-ext": 8}, "small")
 APPS = ["cifar10", "deepspeech2", "yolov3", "bert"]
-POLICIES = {"sia": SiaPolicy, "pollux": PolluxPolicy, "fifo": FifoPolicy, "tiresias": TiresiasPolicy}
+POLICIES = {"sia": SiaPolicy, "pollux": PolluxPolicy, "fifo": YarnCSPolicy, "tiresias": TiresiasPolicy,
+            "gavel": GavelPolicy}
 
 
 @st.composite
@@ -81,7 +83,7 @@ def test_sia_beats_fifo_on_a_busy_trace() -> None:
 
     jobs = bundled_workload("philly/workload-1")[:30]
     sia = simulate(jobs, preset("sia-64"), SiaPolicy(mode="lp-round"), progress=False).summary()
-    fifo = simulate(jobs, preset("sia-64"), FifoPolicy(), progress=False).summary()
+    fifo = simulate(jobs, preset("sia-64"), YarnCSPolicy(), progress=False).summary()
     assert sia["finished"] == fifo["finished"] == 30
     assert sia["avg_jct_h"] < fifo["avg_jct_h"]
 
@@ -104,7 +106,7 @@ def test_bad_policy_stops_the_run_with_results_kept() -> None:
 
 def test_job_larger_than_cluster_waits_instead_of_crashing() -> None:
     jobs = [JobSpec("huge", 0, "cifar10", 64, 4096), JobSpec("ok", 0, "cifar10", 2, 256)]
-    res = simulate(jobs, SMALL, FifoPolicy(backfill=True), progress=False, stall_limit=3600)
+    res = simulate(jobs, SMALL, YarnCSPolicy(backfill=True), progress=False, stall_limit=3600)
     assert res.error is not None and "stalled" in res.error and "huge" in res.error
     by_name = {j.name: j for j in res.jobs}
     assert by_name["huge"].start_time is None and by_name["ok"].finish_time is not None
@@ -127,3 +129,40 @@ def test_empty_round_and_empty_workload() -> None:
     assert SiaPolicy().allocate(SMALL, [], 0.0) == {}
     with pytest.raises(InputError, match="no jobs"):
         simulate([], SMALL, SiaPolicy())
+
+
+class Mixed:
+    """Gives every job one aws GPU and one dgx-ext GPU (a task-level heterogeneous allocation)."""
+
+    name = "mixed"
+    adaptive = False
+
+    def allocate(self, cluster, jobs, now):
+        aws = cluster.nodes_of_type("aws")[0].name
+        dgx = cluster.nodes_of_type("dgx-ext")[0].name
+        return {j.job_id: Allocation("aws+dgx-ext", 2, ((aws, 1), (dgx, 1))) for j in jobs[:1]}
+
+
+def test_mixed_type_allocation_runs_at_the_slowest_types_pace() -> None:
+    from heteroplan.sim.simulator import Simulator
+
+    job = JobSpec("c", 0, "cifar10", 2, 256)
+    sim = Simulator(SMALL, [job], Mixed())
+    state = sim.jobs[0]
+
+    def rate(gpu_type: str, fraction: float) -> float:
+        state.progress = fraction * state.total_work
+        return sim._rate_on(state, gpu_type, 1, 2)[0]
+
+    # Efficiency rises as training progresses, so the rate is bracketed by its ends.
+    slow = [rate("aws", 0.0), rate("aws", 1.0)]
+    fast = [rate("dgx-ext", 0.0), rate("dgx-ext", 1.0)]
+    state.progress = 0.0
+    assert max(slow) < min(fast)
+    res = sim.run(progress=False)
+    assert res.error is None
+    app = get_app("cifar10")
+    jct = res.jobs[0].jct
+    assert app.restart_delay + app.total_work / max(slow) - 60 <= jct <= app.restart_delay + app.total_work / min(slow) + 60
+    assert jct > app.restart_delay + app.total_work / min(fast) + 60  # not at the fast type's pace
+    assert all(u["aws"] == 1 and u["dgx-ext"] == 1 for _, u, _ in res.timeline)

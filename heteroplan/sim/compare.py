@@ -15,26 +15,30 @@ from heteroplan.workload.sia import JobSpec
 __all__ = ["POLICY_FACTORIES", "make_policy", "compare_policies"]
 
 
+def _fifo() -> Policy:
+    from heteroplan.policies.yarn import YarnCSPolicy
+
+    policy = YarnCSPolicy()
+    policy.name = "fifo"
+    return policy
+
+
 def _factories() -> dict[str, Callable[[], Policy]]:
-    from heteroplan.policies.fifo import FifoPolicy
+    from heteroplan.policies.gavel import GavelPolicy
     from heteroplan.policies.pollux import PolluxPolicy
     from heteroplan.policies.sia import SiaPolicy
     from heteroplan.policies.tiresias import TiresiasPolicy
+    from heteroplan.policies.yarn import YarnCSPolicy
 
-    out: dict[str, Callable[[], Policy]] = {
+    return {
         "sia": SiaPolicy,
         "sia-lp": lambda: SiaPolicy(mode="lp-round", name="sia-lp"),
         "pollux": PolluxPolicy,
-        "fifo": FifoPolicy,
+        "gavel": GavelPolicy,
+        "fifo": _fifo,
+        "yarn-cs": YarnCSPolicy,
         "tiresias": TiresiasPolicy,
     }
-    try:
-        from heteroplan.policies.gavel import GavelPolicy
-
-        out["gavel"] = GavelPolicy
-    except ImportError:  # pragma: no cover - optional until the Gavel policy lands
-        pass
-    return out
 
 
 POLICY_FACTORIES = _factories()
