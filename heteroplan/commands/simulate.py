@@ -25,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser, default_policies: tuple[str, ...] 
     p.add_argument("--policy", action="append", choices=sorted(POLICY_FACTORIES),
                    help=f"policy to run (repeatable; default {', '.join(default_policies)})")
     p.add_argument("--jobs", type=int, default=None, help="only the first N jobs of the workload")
-    p.add_argument("--round", type=float, default=60.0, help="round length in seconds (default 60)")
+    p.add_argument("--round", type=float, default=None,
+                   help="round length in seconds (default: the policy's own, 60 s for Sia, 360 s for Gavel)")
     p.add_argument("--max-hours", type=float, default=None, help="stop after this many simulated hours")
     p.add_argument("--out", default=None, help="directory for results.json and PNG plots")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -43,7 +44,7 @@ def load_inputs(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     cluster, jobs = load_inputs(args)
     policies = args.policy or list(args.default_policies)
-    print(f"{len(jobs)} jobs of {args.workload} on {cluster.name} ({cluster.num_gpus} GPUs), rounds of {args.round:g} s")
+    print(f"{len(jobs)} jobs of {args.workload} on {cluster.name} ({cluster.num_gpus} GPUs)")
     results = compare_policies(jobs, cluster, policies, progress=None if not args.quiet else False,
                                round_length=args.round,
                                max_time=args.max_hours * 3600 if args.max_hours else None)

@@ -23,8 +23,15 @@ def _fifo() -> Policy:
     return policy
 
 
-def _factories() -> dict[str, Callable[[], Policy]]:
+def _gavel() -> Policy:
     from heteroplan.policies.gavel import GavelPolicy
+
+    policy = GavelPolicy()
+    policy.round_length = 360.0  # Gavel's default round; at 60 s its time-slicing restarts jobs every round
+    return policy
+
+
+def _factories() -> dict[str, Callable[[], Policy]]:
     from heteroplan.policies.pollux import PolluxPolicy
     from heteroplan.policies.sia import SiaPolicy
     from heteroplan.policies.tiresias import TiresiasPolicy
@@ -34,7 +41,7 @@ def _factories() -> dict[str, Callable[[], Policy]]:
         "sia": SiaPolicy,
         "sia-lp": lambda: SiaPolicy(mode="lp-round", name="sia-lp"),
         "pollux": PolluxPolicy,
-        "gavel": GavelPolicy,
+        "gavel": _gavel,
         "fifo": _fifo,
         "yarn-cs": YarnCSPolicy,
         "tiresias": TiresiasPolicy,

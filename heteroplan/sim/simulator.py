@@ -99,7 +99,8 @@ class Simulator:
             (``num_replicas`` GPUs, ``batch_size`` fixed). An allocation may span GPU types
             (task-level heterogeneity, ``gpu_type`` = ``"k80+v100"``); the slowest type then
             sets the pace of every worker (synchronous data parallelism).
-        round_length: seconds per scheduling round.
+        round_length: seconds per scheduling round; default: the policy's own
+            ``round_length`` attribute if it has one (Gavel: 360 s), else 60 s (Sia).
         max_time: stop after this many simulated seconds (unfinished jobs are reported).
         estimator: ``"bootstrap"`` (Sia's: 1-GPU profiles, refined online) or ``"oracle"``
             (the ground truth); default: bootstrap for adaptive policies, oracle otherwise.
@@ -113,12 +114,14 @@ class Simulator:
         cluster: Cluster,
         jobs: Sequence[JobSpec],
         policy: Policy,
-        round_length: float = 60.0,
+        round_length: float | None = None,
         max_time: float | None = None,
         estimator: str | None = None,
         seed: int = 0,
         stall_limit: float = 24 * 3600.0,
     ) -> None:
+        if round_length is None:
+            round_length = float(getattr(policy, "round_length", 60.0))
         if not round_length > 0:
             raise InputError("round_length", round_length, "must be > 0 seconds")
         if not jobs:
@@ -343,7 +346,7 @@ def simulate(
     jobs: Sequence[JobSpec],
     cluster: Cluster,
     policy: Policy,
-    round_length: float = 60.0,
+    round_length: float | None = None,
     max_time: float | None = None,
     progress: bool | None = None,
     **kwargs: Any,
