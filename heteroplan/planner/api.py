@@ -138,7 +138,6 @@ def plan_job(
         )
     network = network or load_network()
     for _, z in usable:
-        network.egress_per_gb(z, z)
         if z not in network.zones:
             raise InputError("pool.zone", z, f"no network measurements; known zones: {list(network.zones)}")
     options = options or SearchOptions()

@@ -255,24 +255,60 @@ class Searcher:
             chosen.setdefault((a[0], b[0]), (a, b))
         return list(chosen.values())
 
-    def _layouts(self, pp: int, mbs: int, dp: int) -> Iterator[list[list[_Block]]]:
-        """Groups of layouts; inside a group TP rises, and the scan stops when it stops paying."""
+    def _layouts(self, pp: int, mbs: int, dp: int) -> Iterator[list[list[list[_Block]]]]:
+        """Groups of layouts as rows (first block's TP) of columns (second block's TP), TP rising."""
         for pool in self._single_pools():
-            group = [[_Block(pool, tp, pp)] for tp in self._tps(pool[0], mbs) if pp * dp * tp <= self.pool[pool]]
-            if group:
-                yield group
+            rows = [[[_Block(pool, tp, pp)]] for tp in self._tps(pool[0], mbs) if pp * dp * tp <= self.pool[pool]]
+            if rows:
+                yield rows
         if self.options.max_blocks < 2 or pp < 2:
             return
         for a, b in self._pairs():
             for n1 in range(1, pp):
-                group = [
-                    [_Block(a, ta, n1), _Block(b, tb, pp - n1)]
-                    for ta in self._tps(a[0], mbs)
-                    for tb in self._tps(b[0], mbs)
-                    if n1 * dp * ta <= self.pool[a] and (pp - n1) * dp * tb <= self.pool[b]
-                ]
-                if group:
-                    yield group
+                rows = []
+                for ta in self._tps(a[0], mbs):
+                    if n1 * dp * ta > self.pool[a]:
+                        continue
+                    row = [
+                        [_Block(a, ta, n1), _Block(b, tb, pp - n1)]
+                        for tb in self._tps(b[0], mbs)
+                        if (pp - n1) * dp * tb <= self.pool[b]
+                    ]
+                    if row:
+                        rows.append(row)
+                if rows:
+                    yield rows
+
+    def _scan_group(self, rows: list[list[list[_Block]]], mbs: int, dp: int, incumbent: Candidate | None) -> Candidate | None:
+        """Best candidate of a group; with pruning, TP is raised only while it pays (per block)."""
+        prune = self.options.prune
+        best_group: Candidate | None = None
+        prev_row: Candidate | None = None
+        for row in rows:
+            best_row: Candidate | None = None
+            prev: Candidate | None = None
+            for blocks in row:
+                inc = min((c for c in (incumbent, best_group, best_row) if c is not None), default=None)
+                if inc is not None:
+                    t_lb, c_lb = self.lower_bound(blocks, mbs, dp)
+                    if (t_lb if self.objective == "throughput" else c_lb) >= inc.key[0]:
+                        self.skipped += 1
+                        continue
+                cand = self.evaluate(blocks, mbs, dp)
+                if cand is None:
+                    continue
+                if best_row is None or cand < best_row:
+                    best_row = cand
+                if prune and prev is not None and not cand < prev:
+                    break  # raising the second block's TP stopped paying
+                prev = cand
+            if best_row is not None and (best_group is None or best_row < best_group):
+                best_group = best_row
+            if prune and prev_row is not None and best_row is not None and not best_row < prev_row:
+                break  # raising the first block's TP stopped paying
+            if best_row is not None:
+                prev_row = best_row
+        return best_group
 
     # --------------------------------------------------------------- search
     def run(self) -> tuple[Candidate, dict]:
@@ -298,24 +334,11 @@ class Searcher:
                     if pp * dp > total or pp > self.L:
                         break
                     best_pp: Candidate | None = None
-                    for group in self._layouts(pp, mbs, dp):
-                        prev: Candidate | None = None
-                        for blocks in group:
-                            if best is not None or best_pp is not None:
-                                t_lb, c_lb = self.lower_bound(blocks, mbs, dp)
-                                inc = min(c for c in (best, best_pp) if c is not None)
-                                lb_key = (t_lb, c_lb) if self.objective == "throughput" else (c_lb, t_lb)
-                                if lb_key[0] >= inc.key[0]:
-                                    self.skipped += 1
-                                    continue
-                            cand = self.evaluate(blocks, mbs, dp)
-                            if cand is None:
-                                continue
-                            if best_pp is None or cand < best_pp:
-                                best_pp = cand
-                            if self.options.prune and prev is not None and not cand < prev:
-                                break  # raising TP stopped paying
-                            prev = cand
+                    for rows in self._layouts(pp, mbs, dp):
+                        inc = min((c for c in (best, best_pp) if c is not None), default=None)
+                        cand = self._scan_group(rows, mbs, dp, inc)
+                        if cand is not None and (best_pp is None or cand < best_pp):
+                            best_pp = cand
                     if best_pp is not None and (best_dp is None or best_pp < best_dp):
                         best_dp, stale_pp = best_pp, 0
                     elif best_dp is not None:

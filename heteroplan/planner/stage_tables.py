@@ -77,7 +77,7 @@ def build_stage_table(
     comp = profile.compute_prefix(gpu_type, mbs, tp)
     sizes = profile.size_prefix(tp)
     L = profile.num_layers
-    fb = config.compute_scale * _range(comp[0] + comp[1]) + config.microbatch_overhead_s
+    fb = np.maximum(config.compute_scale * _range(comp[0] + comp[1]) + config.microbatch_overhead_s, 0.0)
     update = _range(comp[2])
     params = _range(sizes[0])
     act = _range(sizes[1])
