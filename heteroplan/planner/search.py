@@ -255,13 +255,13 @@ class Searcher:
             chosen.setdefault((a[0], b[0]), (a, b))
         return list(chosen.values())
 
-    def _layouts(self, pp: int, mbs: int, dp: int) -> Iterator[list[list[list[_Block]]]]:
+    def _layouts(self, pp: int, mbs: int, dp: int, max_blocks: int) -> Iterator[list[list[list[_Block]]]]:
         """Groups of layouts as rows (first block's TP) of columns (second block's TP), TP rising."""
-        for pool in self._single_pools():
+        for pool in self._single_pools() if max_blocks == 1 else ():
             rows = [[[_Block(pool, tp, pp)]] for tp in self._tps(pool[0], mbs) if pp * dp * tp <= self.pool[pool]]
             if rows:
                 yield rows
-        if self.options.max_blocks < 2 or pp < 2:
+        if max_blocks < 2 or pp < 2:
             return
         for a, b in self._pairs():
             for n1 in range(1, pp):
@@ -312,20 +312,36 @@ class Searcher:
 
     # --------------------------------------------------------------- search
     def run(self) -> tuple[Candidate, dict]:
+        """Scan (mbs, dp, pp, layout); a homogeneous pass first gives the incumbent that the
+        lower bounds of the heterogeneous pass prune against."""
         t0 = time.perf_counter()
+        self._incumbent: Candidate | None = None
+        passes = (1, 2) if self.options.max_blocks >= 2 else (1,)
+        for blocks in passes:
+            self._scan(blocks)
+        stats = {"search_time": time.perf_counter() - t0, "evaluated": self.evaluated, "skipped": self.skipped}
+        if self._incumbent is None:
+            raise InfeasibleError(self._reason())
+        return self._incumbent, stats
+
+    def _offer(self, cand: Candidate | None) -> None:
+        if cand is not None and (self._incumbent is None or cand < self._incumbent):
+            self._incumbent = cand
+
+    def _scan(self, max_blocks: int) -> None:
         total = sum(self.pool.values())
         max_pp = self.options.max_pp or min(self.L, 16)
         types = {p[0] for p in self.pool}
         mbs_all = sorted({m for t in types for m in self.profile.microbatch_sizes(t)})
         if self.options.microbatch_sizes:
             mbs_all = [m for m in mbs_all if m in self.options.microbatch_sizes]
-        best: Candidate | None = None
         patience = self.options.patience if self.options.prune else math.inf
         for mbs in mbs_all:
             if self.gbs % mbs:
                 continue
             per = self.gbs // mbs
             dps = [d for d in range(1, min(per, total) + 1) if per % d == 0]
+            best: Candidate | None = None  # best of this mbs: drives the patience counters
             stale_dp = 0
             for dp in dps:
                 best_dp: Candidate | None = None
@@ -334,27 +350,23 @@ class Searcher:
                     if pp * dp > total or pp > self.L:
                         break
                     best_pp: Candidate | None = None
-                    for rows in self._layouts(pp, mbs, dp):
-                        inc = min((c for c in (best, best_pp) if c is not None), default=None)
-                        cand = self._scan_group(rows, mbs, dp, inc)
+                    for rows in self._layouts(pp, mbs, dp, max_blocks):
+                        cand = self._scan_group(rows, mbs, dp, self._incumbent)
+                        self._offer(cand)
                         if cand is not None and (best_pp is None or cand < best_pp):
                             best_pp = cand
                     if best_pp is not None and (best_dp is None or best_pp < best_dp):
                         best_dp, stale_pp = best_pp, 0
-                    elif best_dp is not None:
+                    elif best_dp is not None or self._incumbent is not None:
                         stale_pp += 1
                         if stale_pp >= patience:
                             break
                 if best_dp is not None and (best is None or best_dp < best):
                     best, stale_dp = best_dp, 0
-                elif best is not None and best_dp is not None:
+                elif best is not None:
                     stale_dp += 1
                     if stale_dp >= patience:
                         break
-        stats = {"search_time": time.perf_counter() - t0, "evaluated": self.evaluated, "skipped": self.skipped}
-        if best is None:
-            raise InfeasibleError(self._reason())
-        return best, stats
 
     def _reason(self) -> str:
         if "budget" in self.why:
