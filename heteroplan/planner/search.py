@@ -288,12 +288,19 @@ class Searcher:
             best_row: Candidate | None = None
             prev: Candidate | None = None
             for blocks in row:
+                t_lb, c_lb = self.lower_bound(blocks, mbs, dp)
+                if self.objective == "throughput" and self.budget is not None and c_lb > self.budget:
+                    self.why["budget_lb"] = min(self.why.get("budget_lb", np.inf), c_lb)
+                    self.skipped += 1
+                    continue
+                if self.objective == "cost" and self.min_throughput is not None and t_lb * self.min_throughput > 1:
+                    self.why["throughput_ub"] = max(self.why.get("throughput_ub", 0.0), 1.0 / t_lb)
+                    self.skipped += 1
+                    continue
                 inc = min((c for c in (incumbent, best_group, best_row) if c is not None), default=None)
-                if inc is not None:
-                    t_lb, c_lb = self.lower_bound(blocks, mbs, dp)
-                    if (t_lb if self.objective == "throughput" else c_lb) >= inc.key[0]:
-                        self.skipped += 1
-                        continue
+                if inc is not None and (t_lb if self.objective == "throughput" else c_lb) >= inc.key[0]:
+                    self.skipped += 1
+                    continue
                 cand = self.evaluate(blocks, mbs, dp)
                 if cand is None:
                     continue
@@ -369,15 +376,17 @@ class Searcher:
                         break
 
     def _reason(self) -> str:
-        if "budget" in self.why:
+        if "budget" in self.why or "budget_lb" in self.why:
+            cheapest = min(self.why.get("budget", np.inf), self.why.get("budget_lb", np.inf))
             return (
-                f"no feasible plan: budget too small — the cheapest plan that fits costs "
-                f"${self.why['budget']:.4g}/iteration > budget ${self.budget:.4g}"
+                f"no feasible plan: budget too small — every plan that fits costs at least "
+                f"${cheapest:.4g}/iteration > budget ${self.budget:.4g}"
             )
-        if "throughput" in self.why:
+        if "throughput" in self.why or "throughput_ub" in self.why:
+            fastest = max(self.why.get("throughput", 0.0), self.why.get("throughput_ub", 0.0))
             return (
-                f"no feasible plan: throughput floor too high — the fastest plan reaches "
-                f"{self.why['throughput']:.4g} iter/s < {self.min_throughput:.4g}"
+                f"no feasible plan: throughput floor too high — no plan reaches more than "
+                f"{fastest:.4g} iter/s < {self.min_throughput:.4g}"
             )
         return (
             f"no feasible plan: {self.profile.name} does not fit in the memory of the available GPUs "
