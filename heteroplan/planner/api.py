@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
-from heteroplan.errors import InputError
+from heteroplan.errors import InfeasibleError, InputError
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import load_model_profile
 from heteroplan.planner.plan import Plan
@@ -141,8 +141,24 @@ def plan_job(
         if z not in network.zones:
             raise InputError("pool.zone", z, f"no network measurements; known zones: {list(network.zones)}")
     options = options or SearchOptions()
-    searcher = Searcher(profile, network, types, usable, gbs, objective, budget, min_throughput, options)
-    best, stats = searcher.run()
+    extra: dict[str, Any] = {}
+    search_pool = usable
+    if options.narrow_with_milp:
+        from heteroplan.formulations.sailor import choose_resources, narrow_pool, replica_kinds
+
+        try:
+            kinds = replica_kinds(profile, usable, gbs, types, network=network)
+            choice = choose_resources(kinds, usable, gbs, objective, budget, min_throughput)
+            search_pool = narrow_pool(choice, usable)
+            extra["milp_gpus"] = {f"{t}@{z}": n for (t, z), n in choice.gpus.items()}
+        except InfeasibleError:
+            search_pool = usable
+    try:
+        best, stats = Searcher(profile, network, types, search_pool, gbs, objective, budget, min_throughput, options).run()
+    except InfeasibleError:
+        if search_pool is usable:
+            raise
+        best, stats = Searcher(profile, network, types, usable, gbs, objective, budget, min_throughput, options).run()
     sim = simulate(best.plan, profile=profile, network=network, gpu_types=types, config=options.config)
     return PlanResult(
         best.plan,
@@ -152,5 +168,5 @@ def plan_job(
         sim.memory_per_stage,
         stats["search_time"],
         stats["evaluated"],
-        {"search_iteration_time": best.iteration_time, "search_cost": best.cost_per_iteration},
+        extra | {"search_iteration_time": best.iteration_time, "search_cost": best.cost_per_iteration},
     )

@@ -52,6 +52,9 @@ class SearchOptions:
         prune: apply Sailor's pruning (False scans the whole space; slower).
         patience: dp / pp values without improvement before the scan stops.
         max_split_dp_calls: cap on threshold DP calls per layout (None = exact).
+        narrow_with_milp: first choose GPUs per (type, zone) with the resource MILP
+            (:mod:`heteroplan.formulations.sailor`) and search only that part of the pool
+            (falls back to the whole pool if nothing fits there).
         config: simulator constants.
     """
 
@@ -61,6 +64,7 @@ class SearchOptions:
     prune: bool = True
     patience: int = 2
     max_split_dp_calls: int | None = 4096
+    narrow_with_milp: bool = False
     config: SimConfig = DEFAULT_CONFIG
 
 
