@@ -13,7 +13,8 @@ Plan space searched (see docs/sailor.md):
 - block ``k`` uses ``n_k * dp * tp_k`` GPUs of its pool, at most the pool's count.
 
 Pruning (``SearchOptions.prune``): one pool per GPU type for single-block plans and one zone
-pair per type pair for two-block plans; TP from the smallest that fits memory, raised only
+pair per type pair for two-block plans; two zones of one type only when one zone cannot hold
+the pipeline; TP from the smallest that fits memory, raised only
 while the objective improves; ``dp`` and ``pp`` scanned in increasing order, stopping after
 ``patience`` values without improvement.
 """
@@ -277,6 +278,8 @@ class Searcher:
                         [_Block(a, ta, n1), _Block(b, tb, pp - n1)]
                         for tb in self._tps(b[0], mbs)
                         if (pp - n1) * dp * tb <= self.pool[b]
+                        # same type in two zones only when one zone cannot hold the pipeline
+                        and not (self.options.prune and a[0] == b[0] and (n1 * ta + (pp - n1) * tb) * dp <= self.pool[a])
                     ]
                     if row:
                         rows.append(row)

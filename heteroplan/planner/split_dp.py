@@ -88,7 +88,7 @@ def _min_sum_batch(w: np.ndarray, b_thr: np.ndarray, y_thr: np.ndarray, sig: np.
 
 
 def best_split(
-    sigma: np.ndarray, w: np.ndarray, y: np.ndarray, microbatches: int, max_dp_calls: int | None = 4096, chunk: int = 16
+    sigma: np.ndarray, w: np.ndarray, y: np.ndarray, microbatches: int, max_dp_calls: int | None = 4096, chunk: int = 32
 ) -> SplitResult | None:
     """Minimize ``(M-1) max sigma + sum w + max y`` over contiguous splits (None if none is allowed).
 
@@ -123,17 +123,22 @@ def best_split(
         """Threshold DPs in chunks, in the given order; stops once ``lower`` cannot beat the incumbent."""
         nonlocal best, best_bounds, calls
         vals = np.full(len(b_thr), np.inf)
-        for lo in range(0, len(b_thr), chunk):
+        lo, size = 0, 2
+        while lo < len(b_thr):
             if lower is not None and lower[lo] >= best[0]:
                 break
-            v, bnd = _min_sum_batch(w, b_thr[lo : lo + chunk], y_thr[lo : lo + chunk], sig, yy)
-            vals[lo : lo + chunk] = v
+            hi = lo + size
+            if lower is not None:  # only thresholds whose bound can still win
+                hi = lo + max(1, int(np.searchsorted(lower[lo:hi], best[0])))
+            v, bnd = _min_sum_batch(w, b_thr[lo:hi], y_thr[lo:hi], sig, yy)
+            vals[lo:hi] = v
             good = np.isfinite(v)
             if good.any():
                 ev = evaluate(bnd[good])
                 k = int(np.argmin(ev[:, 0]))
                 if ev[k, 0] < best[0]:
                     best, best_bounds = ev[k], bnd[good][k]
+            lo, size = hi, min(2 * size, chunk)
         calls += len(b_thr)
         return vals
 
