@@ -156,9 +156,10 @@ def plan_job(
     try:
         best, stats = Searcher(profile, network, types, search_pool, gbs, objective, budget, min_throughput, options).run()
     except InfeasibleError:
-        if search_pool is usable:
-            raise
-        best, stats = Searcher(profile, network, types, usable, gbs, objective, budget, min_throughput, options).run()
+        try:
+            best, stats = Searcher(profile, network, types, usable, gbs, objective, budget, min_throughput, options).run()
+        except InfeasibleError as exc:
+            raise _explain(exc, profile, network, types, usable, gbs, objective, budget, min_throughput, options) from None
     sim = simulate(best.plan, profile=profile, network=network, gpu_types=types, config=options.config)
     return PlanResult(
         best.plan,
@@ -170,3 +171,28 @@ def plan_job(
         stats["evaluated"],
         extra | {"search_iteration_time": best.iteration_time, "search_cost": best.cost_per_iteration},
     )
+
+
+def _explain(
+    exc: InfeasibleError, profile, network, types, pool, gbs, objective, budget, min_throughput, options
+) -> InfeasibleError:
+    """Sharpen a constrained infeasibility with the unconstrained optimum (one more search)."""
+    if objective == "throughput" and budget is not None:
+        try:
+            cheapest, _ = Searcher(profile, network, types, pool, gbs, "cost", None, None, options).run()
+        except InfeasibleError:
+            return exc
+        return InfeasibleError(
+            f"no feasible plan: budget too small — the cheapest plan costs "
+            f"${cheapest.cost_per_iteration:.4g}/iteration > budget ${budget:.4g}"
+        )
+    if objective == "cost" and min_throughput is not None:
+        try:
+            fastest, _ = Searcher(profile, network, types, pool, gbs, "throughput", None, None, options).run()
+        except InfeasibleError:
+            return exc
+        return InfeasibleError(
+            f"no feasible plan: throughput floor too high — the fastest plan reaches "
+            f"{1 / fastest.iteration_time:.4g} iter/s < {min_throughput:.4g}"
+        )
+    return exc

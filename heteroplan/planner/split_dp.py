@@ -72,18 +72,18 @@ def _min_sum_batch(w: np.ndarray, b_thr: np.ndarray, y_thr: np.ndarray, sig: np.
     prev = np.full((K, n), np.inf)
     prev[:, 0] = 0.0
     args = np.empty((S, K, n), dtype=np.int64)
-    cols = np.arange(n)
+    cols = np.arange(n)[None, :]
+    krows = np.arange(K)[:, None]
     for s in range(S):
         ok = (sig[s][None] <= b_thr[:, None, None]) & (yy[s][None] <= y_thr[:, None, None])
         cand = np.where(ok, prev[:, :, None] + w[s][None], np.inf)
-        args[s] = np.argmin(cand, axis=1)
-        prev = np.take_along_axis(cand, args[s][:, None, :], axis=1)[:, 0, :]
+        args[s] = cand.argmin(axis=1)
+        prev = cand[krows, args[s], cols]
     bounds = np.empty((K, S + 1), dtype=np.int64)
     bounds[:, S] = n - 1
     rows = np.arange(K)
     for s in range(S - 1, -1, -1):
         bounds[:, s] = args[s][rows, bounds[:, s + 1]]
-    del cols
     return prev[:, -1], bounds
 
 
