@@ -180,3 +180,14 @@ def test_bad_input_names_the_field(kwargs, field):
     with pytest.raises(InputError) as info:
         plan_job(**args)
     assert info.value.field.startswith(field)
+
+
+def test_budget_infeasibility_reports_the_cheapest_plan():
+    pool = {(A, ZA): 8}
+    cheapest = plan_job("OPT-350", 256, pool, "cost")
+    with pytest.raises(InfeasibleError) as info:
+        plan_job("OPT-350", 256, pool, budget=cheapest.cost_per_iteration * 0.99)
+    assert f"${cheapest.cost_per_iteration:.4g}/iteration" in info.value.reason
+    # and that budget is just enough
+    ok = plan_job("OPT-350", 256, pool, budget=cheapest.cost_per_iteration * 1.0001)
+    assert ok.cost_per_iteration <= cheapest.cost_per_iteration * 1.0001
