@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from heteroplan.errors import InputError
-from heteroplan.perf.applications import APPLICATIONS, SIA_GPU_TYPES, AppSpec, get_app
+from heteroplan.perf.applications import APPLICATIONS, SIA_TYPE_NAMES, AppSpec, get_app
 from heteroplan.perf.efficiency import PhiTable, efficiency
 from heteroplan.perf.goodput import GoodputModel, ThroughputParams, ThroughputTable
 from heteroplan.perf.sia_data import true_model
@@ -53,7 +53,7 @@ def test_catalogue_matches_trace_files(app: str) -> None:
     assert len(rows) == spec.epochs
     sizes = sorted(int(p.name.split("-")[1].split(".")[0]) for p in (DATA / app).glob("validation-*"))
     assert (sizes[0], sizes[-1]) == (spec.init_batch_size, spec.max_batch_size)
-    for gpu_type in SIA_GPU_TYPES:
+    for gpu_type in SIA_TYPE_NAMES:
         header, rows = _read_csv_gz(DATA / app / f"placements-{gpu_type}.csv.gz")
         biggest = max(int(float(r[header.index("local_bsz")])) for r in rows)
         assert spec.max_local_bsz[gpu_type] == biggest
@@ -161,7 +161,7 @@ def test_optimize_matches_brute_force(p: ThroughputParams, phi: float, config) -
 
 @settings(max_examples=60, deadline=None)
 @given(p=params_st, progress=st.floats(0.0, 1.0),
-       app_name=st.sampled_from(sorted(APPLICATIONS)), gpu_type=st.sampled_from(SIA_GPU_TYPES),
+       app_name=st.sampled_from(sorted(APPLICATIONS)), gpu_type=st.sampled_from(SIA_TYPE_NAMES),
        gpus=st.lists(st.integers(1, 64), min_size=1, max_size=10))
 def test_optimal_batch_within_limits(p, progress, app_name, gpu_type, gpus) -> None:
     app = get_app(app_name)
@@ -174,6 +174,16 @@ def test_optimal_batch_within_limits(p, progress, app_name, gpu_type, gpus) -> N
     assert np.all(local <= app.max_local_bsz[gpu_type])
     assert np.all(good >= 0)
     assert np.all((good > 0) == (local > 0))
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=params_st, phi=st.floats(1.0, 1e6), factor=st.floats(1.01, 100.0),
+       gpus=st.integers(1, 64))
+def test_goodput_nondecreasing_in_noise_scale(p, phi, factor, gpus) -> None:
+    # For M >= M0, E(M) = (phi + M0) / (phi + M) grows with phi, so the optimum cannot drop.
+    low = GoodputModel(SMALL_APP, {"t": p}, phi).goodput("t", -(-gpus // 8), gpus)
+    high = GoodputModel(SMALL_APP, {"t": p}, phi * factor).goodput("t", -(-gpus // 8), gpus)
+    assert high >= low * (1 - 1e-12)
 
 
 def test_goodput_zero_for_impossible_configs() -> None:

@@ -19,9 +19,9 @@ from types import MappingProxyType
 
 from heteroplan.errors import InputError
 
-__all__ = ["AppSpec", "APPLICATIONS", "SIA_GPU_TYPES", "get_app"]
+__all__ = ["AppSpec", "APPLICATIONS", "SIA_TYPE_NAMES", "get_app"]
 
-SIA_GPU_TYPES: tuple[str, ...] = ("aws", "rtx", "dgx-ext")
+SIA_TYPE_NAMES: tuple[str, ...] = ("aws", "rtx", "dgx-ext")
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class AppSpec:
 
 def _app(name: str, max_bsz: int, m0: int, epochs: int, dataset: int, delay: float,
          local: tuple[int, int, int]) -> AppSpec:
-    return AppSpec(name, max_bsz, m0, epochs, dataset, delay, dict(zip(SIA_GPU_TYPES, local, strict=True)))
+    return AppSpec(name, max_bsz, m0, epochs, dataset, delay, dict(zip(SIA_TYPE_NAMES, local, strict=True)))
 
 
 APPLICATIONS: Mapping[str, AppSpec] = MappingProxyType({

@@ -1,9 +1,13 @@
 """Fit :class:`ThroughputParams` to observed steps.
 
-Bounded least squares (``scipy.optimize.least_squares``) on the log error of the step time
-(every observation) and of the sync time (multi-GPU observations), plus a mild ridge prior
-that pulls each free parameter (in log space) towards a data-derived guess; it matters only
-where the data cannot tell parameters apart (e.g. one local batch size).
+Least squares on the log error of the step time (and, if weighted, of the sync time) plus a
+mild ridge prior that pulls each free parameter towards a data-derived guess (or a given
+``prior``, e.g. a projection from another GPU type); the prior matters only where the data
+cannot tell parameters apart (e.g. one local batch size). The bounds of the model (times
+>= 0, gamma >= 1) are built into the parameterization -- alpha, beta as logs and
+``gamma = 1 + softplus(z)`` -- so the unconstrained Levenberg-Marquardt solver of
+``scipy.optimize.least_squares(method="lm")`` (MINPACK) applies, with an analytic Jacobian.
+It matches the bounded trust-region solver's hold-out accuracy at about twice its speed.
 
 Parameters without supporting data are held, not fitted:
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.optimize import least_squares
+from scipy.special import expit
 
 from heteroplan.errors import InputError
 from heteroplan.perf.measurements import Measurements
@@ -23,13 +28,14 @@ from heteroplan.perf.throughput import ThroughputParams
 
 __all__ = ["fit_throughput_params", "fit_compute"]
 
-_LOG_LO, _LOG_HI = np.log(1e-9), np.log(1e4)
-_GAMMA_LO, _GAMMA_HI = 1.0, 10.0
-_NAMES = ("alpha_c", "beta_c", "alpha_r", "beta_r", "alpha_n", "beta_n", "gamma")
+
+def _gamma_to_z(gamma: np.ndarray) -> np.ndarray:
+    """Inverse of ``gamma = 1 + softplus(z)`` (gamma > 1)."""
+    return np.log(np.expm1(np.maximum(np.asarray(gamma, dtype=float) - 1.0, 1e-6)))
 
 
 def fit_compute(local_bsz: np.ndarray, step_time: np.ndarray) -> tuple[float, float]:
-    """``(alpha_c, beta_c)`` of ``step = alpha_c + beta_c * m`` by non-negative least squares.
+    """``(alpha_c, beta_c)`` of ``step = alpha_c + beta_c * m``: least squares kept positive.
 
     Used for 1-GPU profiles and as the starting point of the full fit.
     """
@@ -79,6 +85,8 @@ def fit_throughput_params(
     fallback: ThroughputParams | None = None,
     prior_weight: float = 0.05,
     sync_weight: float = 0.0,
+    prior: ThroughputParams | None = None,
+    missing: str = "tie",
 ) -> ThroughputParams:
     """Fit the throughput model to ``meas``.
 
@@ -88,6 +96,13 @@ def fit_throughput_params(
         fallback: values of parameters the data cannot support (see module doc);
             defaults to zero sync cost and gamma = 1.
         prior_weight: weight of the ridge prior on log-parameters (relative to one residual).
+        sync_weight: weight of the measured sync times' log error (0: used only for the
+            starting guess; see ``docs/goodput.md`` for why).
+        prior: centre of the ridge prior (default: a guess derived from the data); e.g. a
+            projection from another GPU type.
+        missing: with multi-GPU data on one side of the node boundary only, ``"tie"`` the
+            other side's sync parameters to the fitted ones or hold them at ``fallback``
+            (``"fallback"``, when a fallback is given).
 
     Returns:
         The fitted parameters.
@@ -113,7 +128,12 @@ def fit_throughput_params(
         free += [2, 3]
     if inter.any():
         free += [4, 5]
-    if intra.any() and not inter.any():
+    if missing not in ("tie", "fallback"):
+        raise InputError("missing", missing, "choose 'tie' or 'fallback'")
+    one_side = multi.any() and not (intra.any() and inter.any())
+    if one_side and missing == "fallback" and fallback is not None:
+        fixed.update({i: fb[i] for i in ((4, 5) if intra.any() else (2, 3))})
+    elif intra.any() and not inter.any():
         tie.update({4: 2, 5: 3})
     elif inter.any() and not intra.any():
         tie.update({2: 4, 3: 5})
@@ -127,12 +147,14 @@ def fit_throughput_params(
         start = np.where(init.as_array() > 0, init.as_array(), guess)
         start[:6] = np.maximum(start[:6], 1e-9)
     is_gamma = np.array([i == 6 for i in free])
-    x0 = np.where(is_gamma, start[free], np.log(np.maximum(start[free], 1e-9)))
-    center = np.where(is_gamma, 1.0, np.log(np.maximum(guess[free], 1e-9)))
-    lo = np.where(is_gamma, _GAMMA_LO, _LOG_LO)
-    hi = np.where(is_gamma, _GAMMA_HI, _LOG_HI)
-    x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
-
+    x0 = np.where(is_gamma, _gamma_to_z(start[free]), np.log(np.maximum(start[free], 1e-9)))
+    if prior is not None:
+        guess_c = np.where(prior.as_array() > 0, prior.as_array(), guess)
+    else:
+        guess_c = guess.copy()
+        guess_c[6] = 1.0
+    # Prior centre: log-parameters, and gamma itself (not z) so its pull is uniform.
+    center = np.where(is_gamma, guess_c[free], np.log(np.maximum(guess_c[free], 1e-9)))
     # Rows with equal (nodes, GPUs, local batch) collapse into one residual weighted by
     # sqrt(count) on their mean log time: the same objective, fewer rows.
     keys = np.stack([n_nodes, k, m], axis=1)
@@ -149,18 +171,24 @@ def fit_throughput_params(
                 / sync_counts[sync_rows])
     sync_w = sync_weight * np.sqrt(sync_counts[sync_rows])
     u_multi = u_k > 1
-    u_one_node = u_nodes <= 1
     extra = np.maximum(u_k - 2.0, 0.0)
+    intra_u = (u_multi & (u_nodes <= 1)).astype(float)
+    inter_u = (u_multi & (u_nodes > 1)).astype(float)
+    # Basis: t_grad = [1, m] . p[0:2] and t_sync = basis[:, 2:6] . p[2:6] for every row.
+    basis = np.stack([np.ones_like(u_m), u_m, intra_u, intra_u * extra, inter_u,
+                      inter_u * extra], axis=1)
+    sync_basis = basis[sync_rows, 2:6]
     free_idx = np.array(free)
-    # Column map: full parameter i takes its value (and gradient) from free column col[i].
-    col = np.full(7, -1)
-    col[free_idx] = np.arange(len(free))
+    # cmap[i, j] = 1 when full parameter i takes its value (and gradient) from free column j.
+    cmap = np.zeros((7, len(free)))
+    cmap[free_idx, np.arange(len(free))] = 1.0
     for i, j in tie.items():
-        col[i] = col[j]
+        cmap[i] = cmap[j]
+    prior_rows = prior_weight * np.eye(len(free))
 
     def unpack(x: np.ndarray) -> np.ndarray:
         p = np.empty(7)
-        p[free_idx] = np.where(is_gamma, x, np.exp(x))
+        p[free_idx] = np.where(is_gamma, 1.0 + np.logaddexp(0.0, x), np.exp(np.minimum(x, 30.0)))
         for i, v in fixed.items():
             p[i] = v
         for i, j in tie.items():
@@ -170,8 +198,7 @@ def fit_throughput_params(
     def model(x: np.ndarray):
         p = unpack(x)
         t_grad = p[0] + p[1] * u_m
-        t_sync = np.where(u_one_node, p[2] + p[3] * extra, p[4] + p[5] * extra)
-        t_sync = np.where(u_multi, t_sync, 0.0)
+        t_sync = basis[:, 2:6] @ p[2:6]
         g = p[6]
         top = np.maximum(t_grad, t_sync)
         u = t_grad / top
@@ -186,44 +213,35 @@ def fit_throughput_params(
         return np.concatenate([
             weight * (log_t - log_step),
             sync_w * (np.log(t_sync[sync_rows]) - log_sync),
-            prior_weight * (x - center),
+            prior_weight * (np.where(is_gamma, 1.0 + np.logaddexp(0.0, x), x) - center),
         ])
 
     def jacobian(x: np.ndarray) -> np.ndarray:
         p, t_grad, t_sync, u, v, ug, vg, s, log_t = model(x)
         g = p[6]
-        t_step = np.exp(log_t)
-        d_grad = (t_grad / t_step) ** (g - 1) / t_step
-        d_sync = np.where(u_multi, (t_sync / t_step) ** (g - 1) / t_step, 0.0)
-        full = np.zeros((len(uniq), 7))
-        full[:, 0] = d_grad * p[0]
-        full[:, 1] = d_grad * p[1] * u_m
-        full[:, 2] = np.where(u_one_node, d_sync * p[2], 0.0)
-        full[:, 3] = np.where(u_one_node, d_sync * p[3] * extra, 0.0)
-        full[:, 4] = np.where(u_one_node, 0.0, d_sync * p[4])
-        full[:, 5] = np.where(u_one_node, 0.0, d_sync * p[5] * extra)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ulog = np.where(u > 0, ug * np.log(np.where(u > 0, u, 1.0)), 0.0)
-            vlog = np.where(v > 0, vg * np.log(np.where(v > 0, v, 1.0)), 0.0)
-        full[:, 6] = -np.log(s) / g**2 + (ulog + vlog) / (g * s)
-        sync_full = np.zeros((int(sync_rows.sum()), 7))
-        ts = t_sync[sync_rows]
-        one = u_one_node[sync_rows]
-        ex = extra[sync_rows]
-        sync_full[:, 2] = np.where(one, p[2] / ts, 0.0)
-        sync_full[:, 3] = np.where(one, p[3] * ex / ts, 0.0)
-        sync_full[:, 4] = np.where(one, 0.0, p[4] / ts)
-        sync_full[:, 5] = np.where(one, 0.0, p[5] * ex / ts)
-        jac = np.zeros((len(uniq) + len(ts) + len(free), len(free)))
-        top_rows = np.concatenate([weight[:, None] * full, sync_w[:, None] * sync_full])
-        for i in range(7):
-            if col[i] >= 0:
-                jac[: len(top_rows), col[i]] += top_rows[:, i]
-        jac[len(top_rows):, :] = prior_weight * np.eye(len(free))
+        inv_t = np.exp(-log_t)
+        # d log T / d log p_i = p_i * basis_i * (dT/dt_part) / T, dT/dt = (t / T)**(g - 1).
+        d_grad = (t_grad * inv_t) ** (g - 1) * inv_t * weight
+        d_sync = (t_sync * inv_t) ** (g - 1) * inv_t * weight
+        full = np.empty((len(u_m), 7))
+        full[:, :2] = d_grad[:, None] * (basis[:, :2] * p[:2])
+        full[:, 2:6] = d_sync[:, None] * (basis[:, 2:6] * p[2:6])
+        log_u = np.log(u)
+        log_v = np.log(np.maximum(v, 1e-300))
+        full[:, 6] = weight * (-np.log(s) / g**2 + (ug * log_u + vg * log_v) / (g * s))
+        sync_full = np.zeros((len(sync_basis), 7))
+        sync_full[:, 2:6] = (sync_w / t_sync[sync_rows])[:, None] * (sync_basis * p[2:6])
+        return np.concatenate([full @ cmap, sync_full @ cmap, prior_rows])
+
+    gamma_col = np.flatnonzero(is_gamma)
+
+    def jacobian_z(x: np.ndarray) -> np.ndarray:
+        jac = jacobian(x)
+        # gamma = 1 + softplus(z): d gamma / d z = sigmoid(z), prior row included.
+        jac[:, gamma_col] *= expit(x[gamma_col])
         return jac
 
-    result = least_squares(residuals, x0, jac=jacobian, bounds=(lo, hi), method="trf",
-                           x_scale=1.0, xtol=1e-6, ftol=1e-6, max_nfev=200)
+    result = least_squares(residuals, x0, jac=jacobian_z, method="lm", xtol=1e-6, ftol=1e-6,
+                           max_nfev=200)
     p = unpack(result.x)
-    p[6] = max(p[6], 1.0)
     return ThroughputParams(*(float(v) for v in p))

@@ -24,6 +24,8 @@ import numpy as np
 from heteroplan.errors import InputError
 from heteroplan.perf.applications import AppSpec
 from heteroplan.perf.efficiency import PhiTable, efficiency
+from heteroplan.perf.fit import fit_throughput_params
+from heteroplan.perf.measurements import Measurements
 from heteroplan.perf.throughput import ThroughputParams, step_time, throughput
 
 __all__ = ["GoodputModel", "ThroughputParams", "ThroughputTable"]
@@ -90,6 +92,19 @@ class GoodputModel:
         self.batch_grid = batch_grid
         self._params: dict[str, ThroughputParams] = dict(params)
         self._cache: dict[tuple, tuple[np.ndarray, ...]] = {}
+        self._frac = np.linspace(0.0, 1.0, batch_grid)[None, :]
+
+    @classmethod
+    def fit(
+        cls,
+        app: AppSpec,
+        measurements: Mapping[str, Measurements],
+        phi: PhiTable | float,
+        batch_grid: int = 32,
+    ) -> GoodputModel:
+        """A model whose per-type parameters are fitted to ``measurements`` (one per type)."""
+        params = {t: fit_throughput_params(m) for t, m in measurements.items()}
+        return cls(app, params, phi, batch_grid=batch_grid)
 
     # -- parameters --------------------------------------------------------------------
     @property
@@ -110,7 +125,7 @@ class GoodputModel:
         self._cache.clear()
 
     def max_local_bsz(self, gpu_type: str) -> int:
-        """Largest local batch on one GPU of ``gpu_type`` (samples)."""
+        """Largest local batch on one GPU of ``gpu_type`` (samples; max batch if unlisted)."""
         return int(self.app.max_local_bsz.get(gpu_type, self.app.max_batch_size))
 
     def _get_params(self, gpu_type: str) -> ThroughputParams:
@@ -167,57 +182,66 @@ class GoodputModel:
         ``par`` holds each row's 7 throughput parameters (NaN for an unknown type) and
         ``max_local`` its memory limit.
         """
-        app = self.app
+        m0 = float(self.app.init_batch_size)
+        hi = float(self.app.max_batch_size)
+        grid = self.batch_grid
         n_col, k_col, ml = n[:, None], k[:, None], max_local[:, None]
-        lo = np.maximum(float(app.init_batch_size), k_col)
-        hi = float(app.max_batch_size)
+        lo = np.maximum(m0, k_col)
         known = ~np.isnan(par[:, :1])
         valid = known & (k_col >= 1) & (n_col >= 1) & (k_col >= n_col) & (lo <= hi)
-        frac = np.linspace(0.0, 1.0, self.batch_grid)[None, :]
         lo_safe = np.where(valid, lo, 1.0)
         k_safe = np.where(valid, k_col, 1.0)
-        # Geometric grid plus the largest batches with 0..3 accumulation steps (goodput
-        # often peaks just before one more accumulation step is needed).
-        edges = np.clip(k_safe * ml * _EDGE_STEPS[None, :], lo_safe, hi)
-        total = np.concatenate([lo_safe * (hi / lo_safe) ** frac, edges], axis=1)
-        s1 = np.ceil(total / (k_safe * ml) - 1e-9)
-        # Nearest local batch, kept within [M0, max batch] in total.
-        m_min = np.ceil(app.init_batch_size / (k_safe * s1) - 1e-9)
-        m_max = np.minimum(np.floor(hi / (k_safe * s1) + 1e-9), ml)
-        m = np.maximum(np.minimum(np.maximum(np.round(total / (k_safe * s1)), m_min), m_max), 1.0)
-        batch = k_safe * m * s1
-        ok = valid & (batch <= hi) & (batch >= app.init_batch_size)
-        p = np.where(known, par, 1.0).T[:, :, None]  # 7 x C x 1
-        t_grad = p[0] + p[1] * m
+        cap = k_safe * ml  # largest batch without accumulation
+        # Geometric grid on [lo, hi] plus the largest batches with 0..3 accumulation steps
+        # (goodput often peaks just before one more accumulation step is needed).
+        total = np.empty((len(n), grid + len(_EDGE_STEPS)))
+        frac = self._frac
+        np.multiply(lo_safe, np.exp(np.log(hi / lo_safe) * frac), out=total[:, :grid])
+        np.clip(cap * _EDGE_STEPS[None, :], lo_safe, hi, out=total[:, grid:])
+        # Fewest accumulation steps that fit memory; nearest local batch with M0 <= M <= hi.
+        s1 = np.ceil(total / cap - 1e-9)
+        ks = k_safe * s1
+        m = np.rint(total / ks)
+        np.maximum(m, np.ceil(m0 / ks - 1e-9), out=m)
+        np.minimum(m, np.minimum(np.floor(hi / ks + 1e-9), ml), out=m)
+        np.maximum(m, 1.0, out=m)
+        batch = ks * m
+        ok = valid & (batch <= hi) & (batch >= m0)
+        p = np.where(known, par, 1.0)
         extra = np.maximum(k_safe - 2.0, 0.0)
-        t_sync = np.where(n_col <= 1, p[2] + p[3] * extra, p[4] + p[5] * extra)
+        t_sync = np.where(n_col <= 1, p[:, 2:3] + p[:, 3:4] * extra, p[:, 4:5] + p[:, 5:6] * extra)
         t_sync = np.where(k_safe <= 1, 0.0, t_sync)
+        t_grad = p[:, 0:1] + p[:, 1:2] * m
+        # (t_grad^g + t_sync^g)^(1/g) = top * (1 + w^g)^(1/g), w = smaller / larger <= 1.
+        g = p[:, 6:7]
         top = np.maximum(t_grad, t_sync)
-        t_step = (s1 - 1.0) * t_grad + top * (
-            (t_grad / top) ** p[6] + (t_sync / top) ** p[6]) ** (1.0 / p[6])
-        thr = np.where(ok, batch / t_step, 0.0)
+        w = np.minimum(t_grad, t_sync) / top
+        overlap = top * np.exp(np.log1p(np.exp(g * np.log(np.maximum(w, 1e-300)))) / g)
+        thr = np.where(ok, batch / ((s1 - 1.0) * t_grad + overlap), 0.0)
         return batch, thr, m, s1 - 1.0
 
     def _evaluate(self, gpu_type: Any, num_nodes: Any, num_gpus: Any, progress: float):
-        """``(shape, goodput grid, m grid, s grid)`` over flattened configurations."""
+        """Cached ``(shape, batch, throughput, m, s)`` grids and phi at ``progress``."""
         try:
             n = np.asarray(num_nodes, dtype=float)
             k = np.asarray(num_gpus, dtype=float)
         except (TypeError, ValueError):
             raise InputError("num_nodes/num_gpus", (num_nodes, num_gpus), "must be numeric") from None
-        types = gpu_type if isinstance(gpu_type, str) else np.asarray(gpu_type, dtype=str)
-        key = (types if isinstance(types, str) else types.tobytes(),
-               n.shape, k.shape, n.tobytes(), k.tobytes(), getattr(types, "shape", ()))
+        if isinstance(gpu_type, str):
+            type_key: Any = gpu_type
+        else:
+            arr = gpu_type if isinstance(gpu_type, np.ndarray) else np.asarray(gpu_type, object)
+            type_key = (arr.shape, tuple(arr.ravel().tolist()))  # cheap for object arrays too
+        key = (type_key, n.shape, k.shape, n.tobytes(), k.tobytes())
         entry = self._cache.get(key)
         if entry is None:
+            types = gpu_type if isinstance(gpu_type, str) else np.asarray(arr, dtype=str)
             entry = self._build_grid(types, n, k)
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()
             self._cache[key] = entry
-        shape, batch, thr, m, s = entry
         phi = self.phi.at(_check_progress(progress))
-        gp = thr * ((phi + self.app.init_batch_size) / (phi + batch))
-        return shape, gp, m, s
+        return entry, phi
 
     def _build_grid(self, types: str | np.ndarray, n: np.ndarray, k: np.ndarray):
         n = _as_counts("num_nodes", n)
@@ -234,14 +258,13 @@ class GoodputModel:
             par = np.broadcast_to(row, (len(n_flat), 7))
             max_local = np.full(len(n_flat), float(self.max_local_bsz(types)))
         else:
-            names, index = np.unique(np.broadcast_to(types, shape).ravel(), return_inverse=True)
-            table = np.array([
-                self._params[t].as_array() if t in self._params else np.full(7, np.nan)
-                for t in names.tolist()
-            ]).reshape(len(names), 7)
-            par = table[index.ravel()]
-            max_local = np.array([float(self.max_local_bsz(t)) for t in names.tolist()])[
-                index.ravel()]
+            t_flat = np.broadcast_to(types, shape).ravel()
+            par = np.full((len(t_flat), 7), np.nan)
+            max_local = np.ones(len(t_flat))
+            for name, params in self._params.items():  # a handful of types
+                rows = t_flat == name
+                par[rows] = params.as_array()
+                max_local[rows] = self.max_local_bsz(name)
         batch, thr, m, s = self._rows_grid(par, max_local, n_flat, k_flat)
         for arr in (batch, thr, m, s):
             arr.setflags(write=False)
@@ -254,10 +277,13 @@ class GoodputModel:
         Impossible: unknown GPU type, zero GPUs or nodes, fewer GPUs than nodes, or more
         GPUs than the maximum batch size. ``num_nodes`` and ``num_gpus`` broadcast;
         ``gpu_type`` may also be an array of type names broadcast with them, so one call
-        covers every candidate configuration of a job.
+        covers every candidate configuration of a job. ``progress`` is the fraction of
+        ``app.total_work`` done (values above 1 count as 1); it selects phi.
         """
-        shape, gp, _, _ = self._evaluate(gpu_type, num_nodes, num_gpus, progress)
-        return gp.max(axis=1, initial=0.0).reshape(shape)
+        (shape, batch, thr, _, _), phi = self._evaluate(gpu_type, num_nodes, num_gpus, progress)
+        # max_i thr_i * (phi + M0) / (phi + M_i): the positive factor (phi + M0) comes out.
+        best = (thr / (phi + batch)).max(axis=1, initial=0.0)
+        return (best * (phi + self.app.init_batch_size)).reshape(shape)
 
     def optimize(self, gpu_type: str | Any, num_nodes: Any, num_gpus: Any,
                  progress: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -265,7 +291,8 @@ class GoodputModel:
 
         Impossible configurations get goodput 0, local batch 0 and 0 accumulation steps.
         """
-        shape, gp, m, s = self._evaluate(gpu_type, num_nodes, num_gpus, progress)
+        (shape, batch, thr, m, s), phi = self._evaluate(gpu_type, num_nodes, num_gpus, progress)
+        gp = thr * ((phi + self.app.init_batch_size) / (phi + batch))
         best = np.argmax(gp, axis=1) if gp.shape[1] else np.zeros(len(gp), int)
         rows = np.arange(len(gp))
         good = gp[rows, best]

@@ -4,7 +4,7 @@
 throughput parameters fitted on all measurements (placements and scalability files) of the
 three Sia GPU types, and the 1-GPU profile rows per type. Regenerate it from the Sia traces::
 
-    python -m heteroplan.perf.sia_data /path/to/sia/traces
+    python -m heteroplan.perf.build_reference /path/to/sia/traces
 
 * :func:`true_model` -- the simulator's ground truth (a :class:`GoodputModel`).
 * :func:`bootstrap_model` -- what the Sia policy starts from (a :class:`BootstrappedModel`).
@@ -12,7 +12,6 @@ three Sia GPU types, and the 1-GPU profile rows per type. Regenerate it from the
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Sequence
 from functools import lru_cache
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from heteroplan.errors import InputError
-from heteroplan.perf.applications import APPLICATIONS, SIA_GPU_TYPES, get_app
+from heteroplan.perf.applications import APPLICATIONS, SIA_TYPE_NAMES, get_app
 from heteroplan.perf.bootstrap import BootstrappedModel
 from heteroplan.perf.efficiency import PhiTable
 from heteroplan.perf.fit import fit_throughput_params
@@ -92,7 +91,7 @@ def build_reference(traces_dir: str | Path) -> dict[str, Any]:
     for app in APPLICATIONS:
         params: dict[str, Any] = {}
         profiles: dict[str, Any] = {}
-        for gpu_type in SIA_GPU_TYPES:
+        for gpu_type in SIA_TYPE_NAMES:
             meas = load_app_measurements(traces_dir, app, gpu_type)
             params[gpu_type] = fit_throughput_params(meas).to_dict()
             placements = _find(Path(traces_dir) / app, f"placements-{gpu_type}")
@@ -110,7 +109,7 @@ def build_reference(traces_dir: str | Path) -> dict[str, Any]:
     return {
         "source": "Sia artifact traces (siasosp23/artifacts, sia-simulator/traces); "
         "fitted by heteroplan.perf.fit",
-        "gpu_types": list(SIA_GPU_TYPES),
+        "gpu_types": list(SIA_TYPE_NAMES),
         "apps": apps,
     }
 
@@ -138,7 +137,7 @@ def true_model(app: str) -> GoodputModel:
 
 
 def bootstrap_model(
-    app: str, profiled_types: Sequence[str] = SIA_GPU_TYPES, scale_sync: bool = True
+    app: str, profiled_types: Sequence[str] = SIA_TYPE_NAMES, scale_sync: bool = True
 ) -> BootstrappedModel:
     """Sia's starting model of a new ``app`` job: 1-GPU profiles on ``profiled_types``."""
     entry = _app_entry(app)
@@ -154,19 +153,3 @@ def bootstrap_model(
         )
     return BootstrappedModel(
         get_app(app), profiles, PhiTable.from_dict(entry["phi"]), scale_sync=scale_sync)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Regenerate the shipped reference JSON from a Sia traces directory."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("traces_dir", help="directory with <app>/placements-<type>.csv etc.")
-    parser.add_argument("--out", default=None, help="output path (default: the package's)")
-    args = parser.parse_args(argv)
-    out = Path(args.out) if args.out else Path(__file__).parent.parent / "data" / "sia" / REFERENCE_FILE
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(build_reference(args.traces_dir), indent=1) + "\n")
-    print(f"wrote {out}")
-
-
-if __name__ == "__main__":
-    main()

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from heteroplan.cluster import Cluster
+from heteroplan.errors import ClusterError, InputError
 
-__all__ = ["Allocation", "JobState", "Policy", "GoodputEstimator"]
+__all__ = ["Allocation", "JobState", "Policy", "GoodputEstimator", "counts_by_type"]
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,9 @@ class Allocation:
     """GPUs given to one job for one round.
 
     Attributes:
-        gpu_type: GPU type name (all GPUs of a job share one type).
+        gpu_type: GPU type name (all GPUs of a job share one type), or, for a task-level
+            heterogeneous allocation (Hadar), the types joined by ``"+"`` (e.g. ``"k80+v100"``);
+            then ``placement`` carries the truth (see :func:`counts_by_type`).
         num_gpus: number of GPUs.
         placement: ``(node name, GPUs on that node)`` pairs; empty until placed.
     """
@@ -84,3 +87,21 @@ class Policy(Protocol):
     ) -> Mapping[str, Allocation]:
         """Allocations for this round keyed by ``job_id``, with placements filled in."""
         ...
+
+
+def counts_by_type(allocation: Allocation, cluster: Cluster) -> dict[str, int]:
+    """GPUs per type of an allocation, from its placement (node types) when it has one.
+
+    Unplaced allocations must name a single type. Unknown nodes raise ``ClusterError``.
+    """
+    if not allocation.placement:
+        if "+" in allocation.gpu_type:
+            raise InputError("allocation.placement", (), f"mixed type {allocation.gpu_type!r} needs a placement")
+        return {allocation.gpu_type: allocation.num_gpus} if allocation.num_gpus else {}
+    types = {n.name: n.gpu_type for n in cluster.nodes}
+    out: dict[str, int] = {}
+    for node, count in allocation.placement:
+        if node not in types:
+            raise ClusterError("allocation.placement.node", node, "unknown node")
+        out[types[node]] = out.get(types[node], 0) + count
+    return out

@@ -64,7 +64,12 @@ def place_blind(
     by_id = {j.job_id: j for j in jobs}
     free = cluster.capacity()
     wanted: dict[str, tuple[str, int]] = {}
-    order = sorted(counts, key=lambda jid: (-counts[jid], jid))
+    # Jobs keeping their GPU count go first so they keep their type (no needless restart).
+    def keeps(jid: str) -> bool:
+        cur = by_id[jid].allocation
+        return cur is not None and cur.num_gpus == counts[jid]
+
+    order = sorted(counts, key=lambda jid: (not keeps(jid), -counts[jid], jid))
     for jid in order:
         need = counts[jid]
         cur = by_id[jid].allocation
@@ -73,7 +78,10 @@ def place_blind(
         else:
             gpu_type = max(free, key=lambda t: (free[t], t))
             if free[gpu_type] < need:
-                continue
+                # Shrink to the largest power of two that fits rather than starve the job.
+                need = 1 << (free[gpu_type].bit_length() - 1) if free[gpu_type] > 0 else 0
+                if need == 0:
+                    continue
         free[gpu_type] -= need
         wanted[jid] = (gpu_type, need)
     previous = {j.job_id: j.allocation for j in jobs if j.allocation is not None}

@@ -36,7 +36,9 @@ def place(
     Returns the placed allocations and the jobs that could not be placed.
     """
     previous = previous or {}
-    node_type = {n.name: n.gpu_type for n in cluster.nodes}
+    by_type: dict[str, list[str]] = {}
+    for n in cluster.nodes:
+        by_type.setdefault(n.gpu_type, []).append(n.name)
     capacity = {n.name: n.num_gpus for n in cluster.nodes}
     free = dict(capacity)
     placed: dict[str, Allocation] = {}
@@ -55,7 +57,7 @@ def place(
     todo.sort(key=lambda t: (-t[2], t[0]))
     failed: list[str] = []
     for job, gpu_type, count in todo:
-        nodes = [n for n in free if node_type[n] == gpu_type and free[n] > 0]
+        nodes = [n for n in by_type.get(gpu_type, ()) if free[n] > 0]
         per_node = cluster.gpu_type(gpu_type).gpus_per_node
         chosen: list[tuple[str, int]] = []
         if count >= per_node:

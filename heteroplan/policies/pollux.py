@@ -40,8 +40,11 @@ class PolluxPolicy:
     def _pooled(self, cluster: Cluster) -> ConfigSet:
         key = id(cluster)
         if key not in self._cache:
+            # Jobs run on one type (placement is type-blind), so no job asks for more GPUs than
+            # the largest type holds; the capacity row is still the whole cluster.
             per_node = max(t.gpus_per_node for t in cluster.gpu_types)
-            self._cache = {key: ConfigSet.pooled(cluster.num_gpus, per_node)}
+            largest = max(cluster.capacity().values())
+            self._cache = {key: ConfigSet.pooled(largest, per_node)}
         return self._cache[key]
 
     def allocate(self, cluster: Cluster, jobs: Sequence[JobState], now: float) -> dict[str, Allocation]:

@@ -8,7 +8,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from heteroplan.cluster import Cluster
-from heteroplan.formulations.sia import ConfigSet, SiaResult, build_sia_model, restart_factor, solve_sia
+from heteroplan.formulations.sia import (
+    ConfigSet,
+    SiaResult,
+    build_sia_model,
+    restart_factor,
+    solve_sia,
+)
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.common import current_config, goodput_matrix
 from heteroplan.policies.placement import place

@@ -1,38 +1,65 @@
-"""Tiresias (NSDI'19) discretized 2D-LAS: rigid jobs, preemptive, heterogeneity-unaware.
+"""Tiresias (NSDI'19) discretized two-dimensional LAS for rigid jobs.
 
-A job's priority queue is set by its attained service (GPU-seconds) against the thresholds;
-lower queues go first, FIFO within a queue. Each round jobs are admitted in that order while
-their requested GPUs fit (skipping those that do not); running jobs not admitted are
-preempted.
+Attained service = GPUs x seconds run. Jobs sit in queues by attained service
+(``thresholds``, GPU-seconds); lower queues first, FIFO by arrival inside a queue. Each round
+the policy preempts freely: it walks the jobs in that order and starts each one whose gang
+fits (skipping those that do not), heterogeneity-unaware (any type the job can run on). Jobs
+keep last round's nodes when those are still idle, to avoid needless migrations. Tiresias's
+starvation guard (promotion after a long wait) is not modelled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from heteroplan.cluster import Cluster
+from heteroplan.errors import InputError
 from heteroplan.policies.base import Allocation, JobState
-from heteroplan.policies.common import place_blind
+from heteroplan.policies.packing import free_gpus, make_allocation, take_gpus, usable_types
 
 __all__ = ["TiresiasPolicy"]
 
 
-@dataclass
 class TiresiasPolicy:
-    thresholds: tuple[float, ...] = (3600.0, 36000.0)  # GPU-seconds between queues
-    name: str = "tiresias"
-    adaptive: bool = False
+    """Discretized 2D-LAS with queue thresholds in GPU-seconds."""
 
-    def allocate(self, cluster: Cluster, jobs: Sequence[JobState], now: float) -> dict[str, Allocation]:
-        queue = {j.job_id: int(np.searchsorted(self.thresholds, j.attained_service, side="right")) for j in jobs}
-        order = sorted(jobs, key=lambda j: (queue[j.job_id], j.arrival_time, j.job_id))
-        free = cluster.num_gpus
-        counts: dict[str, int] = {}
+    name = "tiresias"
+
+    def __init__(self, thresholds: Sequence[float] = (3600.0, 36000.0)) -> None:
+        if any(t <= 0 for t in thresholds) or list(thresholds) != sorted(thresholds):
+            raise InputError("thresholds", tuple(thresholds), "must be positive and increasing")
+        self.thresholds = np.asarray(thresholds, dtype=float)
+
+    def queue(self, attained_service: float) -> int:
+        """Queue index (0 = highest priority) for an attained service in GPU-seconds."""
+        return int(np.searchsorted(self.thresholds, attained_service, side="right"))
+
+    def allocate(self, cluster: Cluster, jobs: Sequence[JobState], now: float) -> Mapping[str, Allocation]:
+        order = sorted(jobs, key=lambda j: (self.queue(j.attained_service), j.arrival_time, j.job_id))
+        free = free_gpus(cluster)
+        total = sum(free.values())
+        chosen: list[JobState] = []
         for job in order:
-            if job.requested_gpus <= free:
-                counts[job.job_id] = job.requested_gpus
-                free -= job.requested_gpus
-        return place_blind(cluster, jobs, counts)
+            if job.requested_gpus <= total:
+                chosen.append(job)
+                total -= job.requested_gpus
+        out: dict[str, Allocation] = {}
+        # Keep previous placements where possible, then place the rest.
+        for job in chosen:
+            prev = job.allocation
+            if prev is not None and prev.placement and all(free[n] >= c for n, c in prev.placement):
+                for n, c in prev.placement:
+                    free[n] -= c
+                out[job.job_id] = prev
+        node_type = {n.name: n.gpu_type for n in cluster.nodes}
+        for job in chosen:
+            if job.job_id in out:
+                continue
+            ok = set(usable_types(job.estimator, cluster.type_names, job.requested_gpus))
+            nodes = [n.name for n in cluster.nodes if node_type[n.name] in ok]
+            placement = take_gpus(free, nodes, job.requested_gpus)
+            if placement is not None:
+                out[job.job_id] = make_allocation(placement, cluster)
+        return out

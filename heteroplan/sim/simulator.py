@@ -95,13 +95,17 @@ class Simulator:
         cluster: the cluster.
         jobs: the workload (arrival times in seconds).
         policy: any object with ``allocate(cluster, jobs, now)``; ``policy.adaptive`` (default
-            True) selects elastic jobs (GPUs and batch size chosen by the policy) or rigid ones
-            (``num_replicas`` GPUs, ``batch_size`` fixed).
+            False) selects elastic jobs (GPUs and batch size chosen by the policy) or rigid ones
+            (``num_replicas`` GPUs, ``batch_size`` fixed). An allocation may span GPU types
+            (task-level heterogeneity, ``gpu_type`` = ``"k80+v100"``); the slowest type then
+            sets the pace of every worker (synchronous data parallelism).
         round_length: seconds per scheduling round.
         max_time: stop after this many simulated seconds (unfinished jobs are reported).
         estimator: ``"bootstrap"`` (Sia's: 1-GPU profiles, refined online) or ``"oracle"``
             (the ground truth); default: bootstrap for adaptive policies, oracle otherwise.
         seed: seed for any randomness (the simulator itself is deterministic).
+        stall_limit: stop with an error after this many seconds in which no job progressed
+            and no arrival remains (e.g. a job larger than the cluster).
     """
 
     def __init__(
@@ -113,6 +117,7 @@ class Simulator:
         max_time: float | None = None,
         estimator: str | None = None,
         seed: int = 0,
+        stall_limit: float = 24 * 3600.0,
     ) -> None:
         if not round_length > 0:
             raise InputError("round_length", round_length, "must be > 0 seconds")
@@ -123,7 +128,8 @@ class Simulator:
         self.round_length = float(round_length)
         self.max_time = max_time
         self.seed = seed
-        adaptive = bool(getattr(policy, "adaptive", True))
+        self.stall_limit = stall_limit
+        adaptive = bool(getattr(policy, "adaptive", False))
         estimator = estimator or ("bootstrap" if adaptive else "oracle")
         if estimator not in ("bootstrap", "oracle"):
             raise InputError("estimator", estimator, "choose 'bootstrap' or 'oracle'")
@@ -141,22 +147,35 @@ class Simulator:
 
     # ------------------------------------------------------------------ rates
     def _run_config(self, job: SimJob, alloc: Allocation) -> tuple[float, int, int]:
-        """(goodput samples/s, local batch, accumulation steps) of ``job`` on ``alloc``."""
-        n, k = alloc.num_nodes, alloc.num_gpus
+        """(goodput samples/s, local batch, accumulation steps) of ``job`` on ``alloc``.
+
+        On a mixed-type allocation every type is evaluated at the whole allocation's size and
+        the slowest one counts.
+        """
+        types = [self.node_type[node] for node, _ in alloc.placement] or [alloc.gpu_type]
+        best: tuple[float, int, int] | None = None
+        for gpu_type in dict.fromkeys(types):
+            rate = self._rate_on(job, gpu_type, alloc.num_nodes, alloc.num_gpus)
+            if best is None or rate[0] < best[0]:
+                best = rate
+        assert best is not None
+        return best
+
+    def _rate_on(self, job: SimJob, gpu_type: str, n: int, k: int) -> tuple[float, int, int]:
         if job.elastic:
-            good, local, accum = job.truth.optimize(alloc.gpu_type, n, k, progress=job.fraction_done)
+            good, local, accum = job.truth.optimize(gpu_type, n, k, progress=job.fraction_done)
             return float(good), int(local), int(accum)
         batch = job.spec.batch_size
-        max_local = job.truth.max_local_bsz(alloc.gpu_type)
+        max_local = job.truth.max_local_bsz(gpu_type)
         steps = max(1, math.ceil(batch / (k * max_local)))
         local = max(1, math.ceil(batch / (k * steps)))
-        thr = float(job.truth.throughput(alloc.gpu_type, n, k, local, steps - 1))
+        thr = float(job.truth.throughput(gpu_type, n, k, local, steps - 1))
         eff = float(job.truth.efficiency(k * local * steps, job.fraction_done))
         return thr * eff, local, steps - 1
 
     def _observe(self, job: SimJob, alloc: Allocation, local: int, accum: int) -> None:
         observe: Callable[..., None] | None = getattr(job.estimator, "observe", None)
-        if observe is None or local <= 0:
+        if observe is None or local <= 0 or "+" in alloc.gpu_type:
             return
         digits = _placement_digits(alloc)
         key = (alloc.gpu_type, digits)
@@ -180,10 +199,11 @@ class Simulator:
                 raise AllocationError(f"allocation[{jid}]", alloc, "must be an Allocation with num_gpus > 0")
             if sum(c for _, c in alloc.placement) != alloc.num_gpus:
                 raise AllocationError(f"allocation[{jid}].placement", alloc.placement, f"must hold {alloc.num_gpus} GPUs")
+            allowed = set(alloc.gpu_type.split("+"))
             for node, count in alloc.placement:
                 if node not in self.node_type:
                     raise AllocationError(f"allocation[{jid}].node", node, "unknown node")
-                if self.node_type[node] != alloc.gpu_type:
+                if self.node_type[node] not in allowed:
                     raise AllocationError(f"allocation[{jid}].node", node, f"holds {self.node_type[node]}, not {alloc.gpu_type}")
                 used[node] += count
         over = [n for n, u in used.items() if u > self.node_gpus[n]]
@@ -208,6 +228,7 @@ class Simulator:
         unfinished = len(self.jobs)
         next_arrival = 0
         active: dict[str, SimJob] = {}
+        idle_rounds = 0
         try:
             while unfinished:
                 if self.max_time is not None and t >= self.max_time:
@@ -219,7 +240,16 @@ class Simulator:
                 if not active:
                     t = math.floor(pending[next_arrival].spec.arrival_time / L) * L + L
                     continue
+                before = sum(j.progress for j in active.values())
                 self._round(t, active, result)
+                moved = sum(j.progress for j in active.values()) > before or any(
+                    j.finish_time is not None for j in active.values())
+                idle_rounds = 0 if moved or next_arrival < len(pending) else idle_rounds + 1
+                if idle_rounds * L > self.stall_limit:
+                    stuck = sorted(active)[:5]
+                    result.error = (f"stalled: no job progressed for {self.stall_limit / 3600:.0f} h and no "
+                                    f"arrivals remain; jobs that cannot run: {stuck}")
+                    break
                 for jid in [jid for jid, j in active.items() if j.finish_time is not None]:
                     del active[jid]
                     unfinished -= 1
@@ -263,7 +293,8 @@ class Simulator:
                                       f"{new.num_gpus}x{new.gpu_type} on {len(new.placement)} nodes"))
             job.allocation = new
             job.last_gpus = new.num_gpus
-            in_use[new.gpu_type] += new.num_gpus
+            for node, count in new.placement:
+                in_use[self.node_type[node]] += count
             run_time = max(0.0, L - job.restore_left)
             restore = min(job.restore_left, L)
             job.restore_left -= restore
@@ -304,7 +335,7 @@ class Simulator:
             if k <= 0:
                 continue
             n = max(1, math.ceil(k / t.gpus_per_node))
-            best = max(best, float(job.truth.goodput(t.name, n, k)))
+            best = max(best, self._rate_on(job, t.name, n, k)[0])
         return job.total_work / best if best > 0 else float("inf")
 
 

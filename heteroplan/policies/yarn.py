@@ -1,0 +1,44 @@
+"""YARN capacity scheduler (YARN-CS) for rigid jobs: FIFO, gang, heterogeneity-unaware.
+
+Jobs start in arrival order when enough idle GPUs exist, of whatever types (only types on
+which the job cannot run at all, e.g. out of memory, are avoided); a started job keeps its
+GPUs until it finishes (no preemption). With ``backfill=False`` (default) the queue head
+blocks the jobs behind it, as in a single FIFO queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from heteroplan.cluster import Cluster
+from heteroplan.policies.base import Allocation, JobState
+from heteroplan.policies.packing import free_gpus, make_allocation, take_gpus, usable_types
+
+__all__ = ["YarnCSPolicy"]
+
+
+class YarnCSPolicy:
+    """FIFO + gang scheduling over any idle GPUs; running jobs are never preempted."""
+
+    name = "yarn-cs"
+
+    def __init__(self, backfill: bool = False) -> None:
+        self.backfill = backfill
+
+    def allocate(self, cluster: Cluster, jobs: Sequence[JobState], now: float) -> Mapping[str, Allocation]:
+        running = {j.job_id: j.allocation for j in jobs if j.allocation is not None and j.allocation.num_gpus}
+        out: dict[str, Allocation] = dict(running)  # type: ignore[arg-type]
+        free = free_gpus(cluster, out.values())
+        node_type = {n.name: n.gpu_type for n in cluster.nodes}
+        for job in sorted(jobs, key=lambda j: (j.arrival_time, j.job_id)):
+            if job.job_id in out:
+                continue
+            ok = set(usable_types(job.estimator, cluster.type_names, job.requested_gpus))
+            nodes = [n.name for n in cluster.nodes if node_type[n.name] in ok]
+            placement = take_gpus(free, nodes, job.requested_gpus)
+            if placement is None:
+                if self.backfill:
+                    continue
+                break
+            out[job.job_id] = make_allocation(placement, cluster)
+        return out
