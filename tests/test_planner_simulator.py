@@ -138,3 +138,14 @@ def test_unprofiled_choice_is_a_clear_error():
     plan = _plan([Stage(0, 26, (ReplicaGroup("H100", "us-central1-a", 1, 1),))])
     with pytest.raises(InputError, match="gpu_type"):
         simulate(plan)
+
+
+@pytest.mark.parametrize("path", RUNS, ids=lambda p: p.stem)
+def test_every_sailor_plan_reads_consistently(path):
+    raw = json.loads(path.read_text())
+    plan = Plan.from_json(path)
+    pipe = raw["pipeline_list"][0]
+    assert plan.num_gpus == 4 * raw["N"]  # N GH200 nodes of 4 GPUs
+    assert plan.pp == pipe["num_stages"] and plan.dp == pipe["dp"][0]
+    assert [list(range(s.first_layer, s.last_layer)) for s in plan.stages] == pipe["layers_per_stage"]
+    assert sum(plan.microbatches()) * plan.microbatch_size == raw["gbs"]
