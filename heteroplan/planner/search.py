@@ -146,7 +146,7 @@ class Searcher:
         M = self.gbs // (mbs * dp)
         full = [float(self.table(b.pool[0], b.tp, mbs).fb[0, self.L]) for b in blocks]
         # stage k covers a fraction x_k of the model's compute, x_k * F_k <= max sigma, sum x = 1
-        bottleneck = 1.0 / sum(b.stages / f for b, f in zip(blocks, full, strict=True))
+        bottleneck = 1.0 / sum(b.stages / max(f, 1e-12) for b, f in zip(blocks, full, strict=True))
         t_lb = (M - 1) * bottleneck + min(full)
         return t_lb, self.rate(blocks, dp) * t_lb
 
@@ -174,7 +174,7 @@ class Searcher:
                     self._comm[ckey] = send_time(self.network, blk.pool, nxt.pool, blk.tp, tab.out_bytes)
                 c_out = self._comm[ckey]
                 egress = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
-                egress_t = 2 * tab.out_bytes * blk.tp * M * dp / 1e9 * egress / rate if egress else 0.0
+                egress_t = 2 * tab.out_bytes * blk.tp * M * dp / 1e9 * egress / rate if egress and rate > 0 else 0.0
             else:
                 c_out, egress_t = np.zeros(n), 0.0
             mem = tab.memory(min(pp - s, M))
@@ -201,7 +201,7 @@ class Searcher:
                 out = self.table(blk.pool[0], blk.tp, mbs).out_bytes[b[s + 1]]
                 price = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
                 egress_cost += 2 * out * blk.tp * M * dp / 1e9 * price
-        t_iter = res.objective - egress_cost / rate
+        t_iter = res.objective - (egress_cost / rate if rate > 0 else 0.0)
         cost = rate * t_iter + egress_cost
         mems = tuple(
             float(self.table(blk.pool[0], blk.tp, mbs).memory(min(pp - s, M))[b[s], b[s + 1]])
