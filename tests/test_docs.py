@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -11,8 +12,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_docs_build_strict(tmp_path: Path) -> None:
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert (tmp_path / "site" / "api" / "index.html").exists()
 

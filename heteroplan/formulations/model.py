@@ -429,7 +429,8 @@ class Model:
         Args:
             name: unique block name.
             shape: block shape (``()`` for a single variable).
-            lb, ub: bounds, scalars or arrays broadcastable to ``shape`` (``-inf``/``inf`` allowed).
+            lb: lower bounds, a scalar or an array broadcastable to ``shape`` (``-inf`` allowed).
+            ub: upper bounds, likewise (``inf`` allowed).
             integer: integrality of the whole block.
         """
         if not isinstance(name, str) or not name:
