@@ -594,21 +594,16 @@ class Model:
 
     def variable_names(self) -> list[str]:
         """Readable names ``block[i,j]`` for every variable (used by exports)."""
-        names: list[str] = []
-        for v in self.variables.values():
-            if not v.shape:
-                names.append(v.name)
-                continue
-            idx = np.indices(v.shape).reshape(len(v.shape), -1).T
-            names += [f"{v.name}[{','.join(map(str, i))}]" for i in idx]
-        return names
+        return [n for v in self.variables.values() for n in _element_names(v.name, v.shape)]
 
     def row_names(self) -> list[str]:
-        names: list[str] = []
-        for b in self.constraints.values():
-            if not b.shape:
-                names.append(b.name)
-                continue
-            idx = np.indices(b.shape).reshape(len(b.shape), -1).T
-            names += [f"{b.name}[{','.join(map(str, i))}]" for i in idx]
-        return names
+        """Readable names ``block[i]`` for every constraint row (used by exports)."""
+        return [n for b in self.constraints.values() for n in _element_names(b.name, b.shape)]
+
+
+def _element_names(name: str, shape: Shape) -> list[str]:
+    """``name[i,j,...]`` for every element of an array of ``shape`` (just ``name`` for a scalar)."""
+    if not shape:
+        return [name]
+    idx = np.indices(shape).reshape(len(shape), -1).T
+    return [f"{name}[{','.join(map(str, i))}]" for i in idx]
