@@ -166,3 +166,18 @@ def test_mixed_type_allocation_runs_at_the_slowest_types_pace() -> None:
     assert app.restart_delay + app.total_work / max(slow) - 60 <= jct <= app.restart_delay + app.total_work / min(slow) + 60
     assert jct > app.restart_delay + app.total_work / min(fast) + 60  # not at the fast type's pace
     assert all(u["aws"] == 1 and u["dgx-ext"] == 1 for _, u, _ in res.timeline)
+
+
+def test_sia_gives_rigid_jobs_exactly_their_gpus_and_scales_elastic_ones_gradually() -> None:
+    from heteroplan.perf.sia_data import bootstrap_model
+    from heteroplan.policies.base import JobState
+
+    jobs = [
+        JobState("rigid", "cifar10", 0.0, requested_gpus=4, elastic=False, estimator=bootstrap_model("cifar10")),
+        JobState("new", "cifar10", 0.0, estimator=bootstrap_model("cifar10")),
+        JobState("grown", "bert", 0.0, estimator=bootstrap_model("bert"), extra={"last_gpus": 2}),
+    ]
+    alloc = SiaPolicy().allocate(SMALL, jobs, now=3600.0)
+    assert alloc["rigid"].num_gpus == 4
+    assert alloc["new"].num_gpus == 1  # new jobs start at one GPU
+    assert alloc["grown"].num_gpus <= 4  # at most double the last allocation
