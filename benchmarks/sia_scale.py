@@ -50,7 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--factors", nargs="+", type=int, default=[1, 4, 8, 16, 32])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--modes", nargs="+", default=["milp", "lp-round"])
+    parser.add_argument("--modes", nargs="+", default=["milp", "lp-round", "auto"])
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     rows = []

@@ -31,7 +31,8 @@ class SiaPolicy:
         lam: penalty per unallocated job.
         restart_penalty: apply the restart factor to non-current configurations.
         scale_up: at most this factor more GPUs than the current allocation per round.
-        mode: ``"milp"`` or ``"lp-round"``.
+        mode: ``"milp"``, ``"lp-round"``, or ``"auto"`` (default: the exact MILP while the
+            model has at most ``auto_limit`` variables, LP + rounding above).
         time_limit: seconds per solve; mip_gap: relative MIP gap.
     """
 
@@ -39,7 +40,8 @@ class SiaPolicy:
     lam: float = 1.1
     restart_penalty: bool = True
     scale_up: float = 2.0
-    mode: str = "milp"
+    mode: str = "auto"
+    auto_limit: int = 20_000
     time_limit: float = 10.0
     mip_gap: float = 1e-3
     name: str = "sia"
@@ -69,7 +71,10 @@ class SiaPolicy:
         pinned = np.array([j.restoring for j in jobs])
         capacity = np.array([cluster.capacity()[t] for t in configs.gpu_types], dtype=float)
         problem = build_sia_model(G, configs, capacity, current, restart, pinned, self.p, self.lam)
-        result = solve_sia(problem, configs, capacity, self.mode, self.time_limit, self.mip_gap, self.lam)
+        mode = self.mode
+        if mode == "auto":
+            mode = "milp" if problem.model.num_vars <= self.auto_limit else "lp-round"
+        result = solve_sia(problem, configs, capacity, mode, self.time_limit, self.mip_gap, self.lam)
         self.last_result = result
         wanted = {
             job.job_id: (configs.gpu_types[configs.type_index[c]], int(configs.num_gpus[c]))
