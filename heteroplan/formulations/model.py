@@ -210,15 +210,21 @@ class LinExpr:
         A = matrix if sp.issparse(matrix) else np.atleast_2d(np.asarray(matrix, dtype=float))
         if A.ndim != 2 or A.shape[1] != self.shape[0]:
             raise ModelError("matrix.shape", A.shape, f"needs {self.shape[0]} columns")
-        if isinstance(A, np.ndarray) and A.shape[0] * self.nnz <= 4_000_000:
-            # Small dense A: new term (i, t) = A[i, row_t] * val_t, zeros dropped; no scipy round trip.
-            weights = A[:, self.rows] * self.vals  # (m, nnz)
-            i, t = np.nonzero(weights)
-            return self._new(i, self.cols[t], weights[i, t], A @ self.const, (A.shape[0],), 1 if self.unique == 2 else 0)
-        A = sp.csr_matrix(A)
-        E = sp.csr_matrix((self.vals, (self.rows, self.cols)), shape=(self.size, self.model.num_vars))
-        P = (A @ E).tocoo()
-        return self._new(P.row.astype(np.int64), P.col.astype(np.int64), P.data, A @ self.const, (A.shape[0],), 1)
+        # Term t (element r_t) becomes one term per non-zero A[i, r_t]: walk A's columns.
+        A = sp.csc_matrix(A)
+        A.eliminate_zeros()
+        rep = np.diff(A.indptr)[self.rows]
+        term = np.repeat(np.arange(self.nnz), rep)
+        within = np.arange(term.size) - np.repeat(np.cumsum(rep) - rep, rep)
+        pos = A.indptr[self.rows[term]] + within
+        return self._new(
+            A.indices[pos].astype(np.int64),
+            self.cols[term],
+            self.vals[term] * A.data[pos],
+            A @ self.const,
+            (A.shape[0],),
+            1 if self.unique == 2 else 0,
+        )
 
     def __matmul__(self, vector: Any) -> LinExpr:
         """``expr @ v``: contract the last axis with a 1-D constant vector."""
