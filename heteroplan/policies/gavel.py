@@ -20,7 +20,13 @@ from heteroplan.cluster import Cluster
 from heteroplan.errors import SolverError
 from heteroplan.formulations.gavel import max_min_fairness_model
 from heteroplan.policies.base import Allocation, JobState
-from heteroplan.policies.packing import free_gpus, make_allocation, nodes_by_type, rate_of, take_gpus
+from heteroplan.policies.packing import (
+    free_gpus,
+    make_allocation,
+    nodes_by_type,
+    rate_of,
+    take_gpus,
+)
 from heteroplan.solvers import solve
 
 __all__ = ["GavelPolicy", "solve_max_min_fairness"]

@@ -91,6 +91,16 @@ class _Segments:
         self.starts[0] = max(self.starts[0], t)
         return passed
 
+    def compact(self) -> None:
+        """Merge neighbouring segments with equal usage."""
+        starts, usage = [self.starts[0]], [self.usage[0]]
+        for st, u in zip(self.starts[1:], self.usage[1:], strict=True):
+            if np.array_equal(u, usage[-1]):
+                continue
+            starts.append(st)
+            usage.append(u)
+        self.starts, self.usage = starts, usage
+
     def add(self, start: int, end: int, counts: np.ndarray, sign: int = 1) -> None:
         a = self.split(start)
         b = self.split(end)
@@ -109,6 +119,9 @@ class HadarPolicy:
         lookahead: latest start considered, in slots after the decision slot.
         max_slot: schedules must end before this absolute slot (None: no limit).
         forking: HadarE — give idle GPUs to extra copies of active jobs each round.
+        replan: each round, drop every commitment from this slot on and re-run the dual
+            subroutine for all active jobs, shortest ideal remaining time first (a preemptive
+            variant; ``retry`` is implied).
     """
 
     def __init__(
@@ -120,6 +133,7 @@ class HadarPolicy:
         lookahead: int = 48,
         max_slot: int | None = None,
         forking: bool = False,
+        replan: bool = False,
     ) -> None:
         if not slot > 0:
             raise InputError("slot", slot, "must be > 0 s")
@@ -137,6 +151,7 @@ class HadarPolicy:
         self.lookahead = int(lookahead)
         self.max_slot = max_slot
         self.forking = forking
+        self.replan = replan
         self.name = "hadare" if forking else "hadar"
         self.admissions: dict[str, Admission] = {}
         self.rejected: set[str] = set()
@@ -186,6 +201,11 @@ class HadarPolicy:
         if "total_steps" in job.extra:
             return float(job.extra["total_steps"]) - float(job.progress)
         raise InputError(f"job[{job.job_id}].extra", sorted(job.extra), "needs 'remaining_steps' or 'total_steps'")
+
+    def _ideal_slots(self, job: JobState) -> float:
+        """Remaining time on the job's fastest type, in slots."""
+        best = float(self._job_rates(job, self._cluster).max())  # type: ignore[arg-type]
+        return self._remaining(job) / (self.slot * best) if best > 0 else math.inf
 
     def _unit_prices(self, usage: np.ndarray, w: int) -> np.ndarray:
         """(S, H, w) prices of the next w units on each node in each segment (inf when full)."""
@@ -300,18 +320,25 @@ class HadarPolicy:
         active = {j.job_id: j for j in jobs}
         for jid in [j for j in self._plans if j not in active]:
             self._release(jid, t)
+        seg.compact()
         if seg.drop_before(t):
             self._version += 1
-        for job in sorted(jobs, key=lambda j: (j.arrival_time, j.job_id)):
+        order = sorted(jobs, key=lambda j: (j.arrival_time, j.job_id))
+        if self.replan:
+            for jid in list(self._plans):
+                self._release(jid, t)
+            seg.compact()
+            order = sorted(jobs, key=lambda j: (self._ideal_slots(j), j.arrival_time, j.job_id))
+        for job in order:
             jid = job.job_id
             if jid in self._plans or jid in self.rejected:
                 continue
-            if self._tried.get(jid) == self._version:
+            if not self.replan and self._tried.get(jid) == self._version:
                 continue
             found = self.best_schedule(job, t)
             if found is not None and found[0] > 0:
                 self._commit(job, found[1], t)
-            elif not self.retry:
+            elif not self.retry and not self.replan:
                 self.rejected.add(jid)
             else:
                 self._tried[jid] = self._version
