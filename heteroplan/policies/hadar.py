@@ -39,7 +39,7 @@ from heteroplan.errors import InputError
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.packing import free_gpus, make_allocation, rate_of, take_gpus
 
-__all__ = ["HadarPolicy", "Admission", "price"]
+__all__ = ["HadarPolicy", "Admission", "price", "evaluate_online"]
 
 
 def price(committed: np.ndarray, capacity: np.ndarray, lower: float, upper: np.ndarray) -> np.ndarray:
@@ -390,3 +390,48 @@ class HadarPolicy:
                     merged[n] = merged.get(n, 0) + c
                 out[jid] = make_allocation(tuple(merged.items()), cluster)
                 planned[jid] += rates[jid][k] * self.slot
+
+
+def evaluate_online(instance: object, **policy_options: object) -> tuple[float, dict[str, int]]:
+    """Run the pure online algorithm on a :class:`~heteroplan.formulations.hadar.HadarInstance`.
+
+    Builds the instance's cluster (node h of type ``t<k>``) and jobs, simulates
+    :class:`HadarPolicy` (``retry=False``, schedules inside the horizon unless overridden) in
+    the slotted simulator and returns (objective, completion slot per finished job), the
+    objective being ``sum f[j, c_j]`` with the instance's :func:`hadar_utility` — directly
+    comparable with the offline MILP optimum.
+    """
+    from heteroplan.cluster import Cluster, GPUType, Node
+    from heteroplan.formulations.hadar import HadarInstance, hadar_utility
+    from heteroplan.sim.slotted import RigidJob, simulate
+
+    assert isinstance(instance, HadarInstance)
+    num_types = np.shape(instance.rates)[1]
+    cap = np.asarray(instance.capacity)
+    per_node = max(int(cap.max()), 1)
+    types = [GPUType(f"t{k}", 16, per_node) for k in range(num_types)]
+    nodes = [Node(f"n{h}", f"t{int(k)}", int(c)) for h, (k, c) in enumerate(zip(instance.node_type, cap, strict=True))]
+    cluster = Cluster(tuple(types), tuple(nodes), name="hadar-instance")
+    jobs = [
+        RigidJob(
+            f"j{j}",
+            int(instance.tasks[j]),
+            float(instance.steps[j]),
+            float(instance.arrival[j]) * instance.slot,
+            {f"t{k}": float(instance.rates[j][k]) for k in range(num_types)},
+        )
+        for j in range(len(instance.tasks))
+    ]
+    options: dict = {"retry": False, "max_slot": int(instance.slots), "slot": instance.slot}
+    options.update(policy_options)
+    policy = HadarPolicy(**options)
+    result = simulate(policy, cluster, jobs, round_length=instance.slot, max_rounds=int(instance.slots))
+    f = hadar_utility(instance)
+    slots: dict[str, int] = {}
+    total = 0.0
+    for jid, end in result.completion.items():
+        c = int(math.ceil(end / instance.slot - 1e-9)) - 1
+        slots[jid] = c
+        if c < instance.slots:
+            total += float(f[int(jid[1:]), c])
+    return total, slots
