@@ -39,7 +39,7 @@ from heteroplan.errors import InputError
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.packing import free_gpus, make_allocation, rate_of, take_gpus
 
-__all__ = ["HadarPolicy", "Admission", "price", "evaluate_online"]
+__all__ = ["HadarPolicy", "Admission", "price", "evaluate_online", "density_lower_bound"]
 
 
 def price(committed: np.ndarray, capacity: np.ndarray, lower: float, upper: np.ndarray) -> np.ndarray:
@@ -392,14 +392,34 @@ class HadarPolicy:
                 planned[jid] += rates[jid][k] * self.slot
 
 
-def evaluate_online(instance: object, **policy_options: object) -> tuple[float, dict[str, int]]:
+def density_lower_bound(instance: object) -> float:
+    """Smallest over jobs of the best utility per GPU-slot a job can earn (idle cluster).
+
+    Job j started at arrival at pace m finishes after ``n_m`` slots and earns
+    ``W_j n0**2 / n_m`` for ``W_j n_m`` GPU-slots; its best density is ``max_m (n0 / n_m)**2``.
+    ``L`` at or below this value lets the first job always be admitted (the OASiS condition).
+    """
+    rates = np.asarray(instance.rates, dtype=float)  # type: ignore[attr-defined]
+    steps = np.asarray(instance.steps, dtype=float)[:, None]  # type: ignore[attr-defined]
+    with np.errstate(divide="ignore"):
+        n = np.where(rates > 0, np.ceil(steps / (instance.slot * rates) - 1e-9), np.inf)  # type: ignore[attr-defined]
+    n0 = n.min(axis=1)
+    cap_type = np.bincount(instance.node_type, weights=instance.capacity, minlength=rates.shape[1])  # type: ignore[attr-defined]
+    eligible_cap = ((rates[:, None, :] >= rates[:, :, None]) * cap_type[None, None, :]).sum(axis=2)  # (J, pace)
+    fits = eligible_cap >= np.asarray(instance.tasks)[:, None]  # type: ignore[attr-defined]
+    n_fit = np.where(fits, n, np.inf).min(axis=1)
+    return float(((n0 / n_fit) ** 2).min())
+
+
+def evaluate_online(instance: object, **policy_options: object) -> tuple[float, dict[str, int], float]:
     """Run the pure online algorithm on a :class:`~heteroplan.formulations.hadar.HadarInstance`.
 
     Builds the instance's cluster (node h of type ``t<k>``) and jobs, simulates
     :class:`HadarPolicy` (``retry=False``, schedules inside the horizon unless overridden) in
     the slotted simulator and returns (objective, completion slot per finished job), the
     objective being ``sum f[j, c_j]`` with the instance's :func:`hadar_utility` — directly
-    comparable with the offline MILP optimum.
+    comparable with the offline MILP optimum — and the policy's ``alpha``. Unless ``lower``
+    is given, ``L`` is half the instance's :func:`density_lower_bound`.
     """
     from heteroplan.cluster import Cluster, GPUType, Node
     from heteroplan.formulations.hadar import HadarInstance, hadar_utility
@@ -422,7 +442,12 @@ def evaluate_online(instance: object, **policy_options: object) -> tuple[float, 
         )
         for j in range(len(instance.tasks))
     ]
-    options: dict = {"retry": False, "max_slot": int(instance.slots), "slot": instance.slot}
+    options: dict = {
+        "retry": False,
+        "max_slot": int(instance.slots),
+        "slot": instance.slot,
+        "lower": 0.5 * density_lower_bound(instance),
+    }
     options.update(policy_options)
     policy = HadarPolicy(**options)
     result = simulate(policy, cluster, jobs, round_length=instance.slot, max_rounds=int(instance.slots))
@@ -434,4 +459,4 @@ def evaluate_online(instance: object, **policy_options: object) -> tuple[float, 
         slots[jid] = c
         if c < instance.slots:
             total += float(f[int(jid[1:]), c])
-    return total, slots
+    return total, slots, policy.alpha
