@@ -372,10 +372,10 @@ class HadarPolicy:
                 best_job, best_key = None, math.inf
                 for j in jobs:
                     r = rates[j.job_id][k]
-                    need = self._remaining(j) - planned[j.job_id]
-                    if r <= 0 or j.requested_gpus > idle or need <= 0:
+                    if r <= 0 or j.requested_gpus > idle:
                         continue
-                    key = need / r  # shortest remaining time on this type first
+                    # finishing time with this copy (s); shortest first
+                    key = self._remaining(j) / (planned[j.job_id] / self.slot + r)
                     if key < best_key:
                         best_job, best_key = j, key
                 if best_job is None:
