@@ -208,10 +208,14 @@ class HadarPolicy:
         return self._remaining(job) / (self.slot * best) if best > 0 else math.inf
 
     def _unit_prices(self, usage: np.ndarray, w: int) -> np.ndarray:
-        """(S, H, w) prices of the next w units on each node in each segment (inf when full)."""
-        g = usage[:, :, None] + np.arange(w)[None, None, :]
+        """(S, H, w) prices of up to w units on each node in each segment (inf beyond idle GPUs).
+
+        As in OASiS, a decision pays the price at the utilization before it, per unit.
+        """
+        g = usage[:, :, None] + np.zeros(w)[None, None, :]
         p = self.lower * (self._u_node[None, :, None] / self.lower) ** (g / self._cap[None, :, None])
-        return np.where(g < self._cap[None, :, None], p, np.inf)
+        room = (usage[:, :, None] + np.arange(w)[None, None, :]) < self._cap[None, :, None]
+        return np.where(room, p, np.inf)
 
     # ------------------------------------------------------ dual subroutine
     def best_schedule(self, job: JobState, t0: int) -> tuple[float, dict] | None:
