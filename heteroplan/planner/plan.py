@@ -189,7 +189,42 @@ class Plan:
 
     @classmethod
     def from_json(cls, path: str | Path) -> Plan:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """Read a plan written by :meth:`to_json`, or a Sailor ``plan_config_*.json`` file."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InputError("path", str(path), f"cannot read plan JSON: {exc}") from None
+        if isinstance(data, Mapping) and "pipeline_list" in data:
+            return cls.from_sailor(data)
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_sailor(cls, data: Mapping[str, Any], model: str = "OPT-350") -> Plan:
+        """Build a plan from Sailor's ``plan_config`` format.
+
+        ``pipeline_list[0]`` holds ``layers_per_stage`` (layer indices per stage),
+        ``tmp_per_stage`` (per stage, per replica ``[[[gpu_type, gpus, zone], ...], tp]``) and
+        ``dp``; ``mbs`` and ``gbs`` are top-level. Only the first pipeline entry is read
+        (Sailor writes one per distinct pipeline shape; the validation runs have one).
+        """
+        try:
+            pipe = data["pipeline_list"][0]
+            stages = []
+            for layers, replicas in zip(pipe["layers_per_stage"], pipe["tmp_per_stage"], strict=True):
+                groups: list[ReplicaGroup] = []
+                for devices, tp in replicas:
+                    gpu_type, _, zone = devices[0]
+                    if groups and (groups[-1].gpu_type, groups[-1].zone, groups[-1].tp) == (gpu_type, zone, int(tp)):
+                        last = groups.pop()
+                        groups.append(ReplicaGroup(gpu_type, zone, int(tp), last.count + 1))
+                    else:
+                        groups.append(ReplicaGroup(gpu_type, zone, int(tp), 1))
+                stages.append(Stage(int(min(layers)), int(max(layers)) + 1, tuple(groups)))
+            return cls(str(data.get("model", model)), int(data["gbs"]), int(data["mbs"]), tuple(stages))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            if isinstance(exc, InputError):
+                raise
+            raise InputError("plan", "sailor plan_config", f"malformed Sailor plan: {exc!r}") from None
 
     def describe(self) -> str:
         """Multi-line human-readable summary."""

@@ -1,0 +1,76 @@
+"""Reproduce Sia's evaluation: Philly and Saturn (Helios) workloads on the 64-GPU cluster.
+
+Prints avg / p99 JCT, makespan and GPU-hours per job for each policy beside the published
+numbers (Sia paper, SOSP'23; see ../shared/data/README.md), and writes
+``benchmarks/results/sia_reproduce.json``.
+
+Usage: ``python benchmarks/sia_reproduce.py [--workloads philly/workload-1 saturn/workload-1]
+[--policies sia pollux gavel fifo tiresias] [--jobs N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import print_table, write_json  # noqa: E402
+
+from heteroplan.cluster import preset  # noqa: E402
+from heteroplan.sim.compare import POLICY_FACTORIES, make_policy  # noqa: E402
+from heteroplan.sim.simulator import simulate  # noqa: E402
+from heteroplan.workload.sia import bundled_workload  # noqa: E402
+
+# avg JCT h, p99 JCT h, makespan h, GPU-hours per job (Sia paper, 64-GPU heterogeneous cluster).
+PUBLISHED = {
+    "philly": {"sia": (0.6, 9.5, 14.2, 4.0), "pollux": (1.0, 14.9, 24.5, 5.6), "gavel": (1.9, 30.0, 33.8, 9.0)},
+    "saturn": {"sia": (0.7, 10.9, 14.9, 4.8), "pollux": (1.0, 15.0, 25.5, 5.9), "gavel": (2.5, 38.7, 43.0, 12.1)},
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", nargs="+", default=["philly/workload-1", "saturn/workload-1"])
+    parser.add_argument("--policies", nargs="+", default=[p for p in ("sia", "pollux", "gavel", "fifo", "tiresias")
+                                                         if p in POLICY_FACTORIES])
+    parser.add_argument("--jobs", type=int, default=None, help="only the first N jobs")
+    parser.add_argument("--max-hours", type=float, default=200.0)
+    args = parser.parse_args()
+    rows = []
+    for workload in args.workloads:
+        jobs = bundled_workload(workload)[: args.jobs]
+        trace = workload.split("/")[0]
+        for name in args.policies:
+            t0 = time.perf_counter()
+            res = simulate(jobs, preset("sia-64"), make_policy(name), max_time=args.max_hours * 3600)
+            s = res.summary()
+            pub = PUBLISHED.get(trace, {}).get(name)
+            rows.append({
+                "workload": workload, "policy": name, "finished": f"{s['finished']}/{s['jobs']}",
+                "avg_jct_h": s["avg_jct_h"], "pub_avg": pub[0] if pub else "",
+                "p99_jct_h": s["p99_jct_h"], "pub_p99": pub[1] if pub else "",
+                "makespan_h": s["makespan_h"], "pub_makespan": pub[2] if pub else "",
+                "gpu_h_per_job": s["gpu_hours_per_job"], "pub_gpu_h": pub[3] if pub else "",
+                "restarts": s["restarts_per_job"], "worst_ftf": s["worst_ftf"],
+                "policy_ms_med": s["policy_ms_median"], "policy_ms_p95": s["policy_ms_p95"],
+                "wall_s": time.perf_counter() - t0, "error": s["error"] or "",
+            })
+            print(f"{workload} {name}: done in {rows[-1]['wall_s']:.0f} s", flush=True)
+    print()
+    print_table(rows, ["workload", "policy", "finished", "avg_jct_h", "pub_avg", "p99_jct_h", "pub_p99", "makespan_h",
+                       "pub_makespan", "gpu_h_per_job", "pub_gpu_h", "restarts", "worst_ftf", "policy_ms_med",
+                       "policy_ms_p95"])
+    for workload in args.workloads:
+        by = {r["policy"]: r for r in rows if r["workload"] == workload}
+        for metric in ("avg_jct_h", "p99_jct_h", "makespan_h"):
+            order = [p for p in ("sia", "pollux", "gavel") if p in by]
+            vals = [by[p][metric] for p in order]
+            ok = all(a < b for a, b in zip(vals, vals[1:], strict=False))
+            print(f"{workload} {metric}: {' < '.join(order)} ? {'yes' if ok else 'NO'} ({', '.join(f'{v:.3g}' for v in vals)})")
+    print("wrote", write_json("sia_reproduce", rows))
+
+
+if __name__ == "__main__":
+    main()

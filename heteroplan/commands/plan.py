@@ -1,0 +1,56 @@
+"""``heteroplan plan``: find the best training plan of one job (Sailor planner)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from heteroplan.cluster import PRESETS, Cluster, preset
+from heteroplan.errors import InputError
+from heteroplan.planner.api import OBJECTIVES, plan_job
+from heteroplan.planner.search import SearchOptions
+
+
+def parse_gpus(text: str) -> dict[tuple[str, str], int]:
+    """``"A100-40@us-central1-a=64,V100-16@us-central1-a=64"`` -> ``{(type, zone): count}``."""
+    pool: dict[tuple[str, str], int] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            left, count = item.split("=")
+            gpu, zone = left.split("@") if "@" in left else (left, "us-central1-a")
+            pool[(gpu.strip(), zone.strip())] = pool.get((gpu.strip(), zone.strip()), 0) + int(count)
+        except ValueError:
+            raise InputError("--gpus", item, "expected TYPE@ZONE=COUNT, e.g. A100-40@us-central1-a=64") from None
+    if not pool:
+        raise InputError("--gpus", text, "no GPUs given")
+    return pool
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="plan one training job over heterogeneous, multi-zone GPUs (Sailor)")
+    p.add_argument("--model", required=True, help="model name (OPT-350, GPT-Neo-2.7, LLAMA-3-8, OPT-30)")
+    p.add_argument("--gbs", type=int, required=True, help="global batch size (samples per iteration)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--gpus", help="available GPUs: TYPE@ZONE=COUNT,... (e.g. A100-40@us-central1-a=64)")
+    src.add_argument("--cluster", help=f"preset ({', '.join(PRESETS)}) or cluster JSON file")
+    p.add_argument("--objective", choices=OBJECTIVES, default="throughput")
+    p.add_argument("--budget", type=float, help="max $ per iteration (throughput objective)")
+    p.add_argument("--min-throughput", type=float, help="min iterations/s (cost objective)")
+    p.add_argument("--max-pp", type=int, help="deepest pipeline to try")
+    p.add_argument("--homogeneous", action="store_true", help="one (type, zone) block per plan")
+    p.add_argument("--no-prune", action="store_true", help="scan the whole plan space (slow)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.gpus:
+        pool: object = parse_gpus(args.gpus)
+    else:
+        pool = preset(args.cluster) if args.cluster in PRESETS else Cluster.from_json(args.cluster)
+    options = SearchOptions(max_pp=args.max_pp, max_blocks=1 if args.homogeneous else 2, prune=not args.no_prune)
+    result = plan_job(
+        args.model, args.gbs, pool, args.objective, args.budget, args.min_throughput, options=options  # type: ignore[arg-type]
+    )
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.describe())
+    return 0

@@ -1,0 +1,32 @@
+"""Regenerate ``heteroplan/data/sia/goodput_reference.json`` from a Sia traces directory.
+
+    python -m heteroplan.perf.build_reference /path/to/sia/traces [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from heteroplan.perf.sia_data import REFERENCE_FILE, build_reference
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Fit every application and type, write the reference JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("traces_dir", help="directory with <app>/placements-<type>.csv etc.")
+    parser.add_argument("--out", default=None, help="output path (default: the package's)")
+    args = parser.parse_args(argv)
+    default = Path(__file__).parent.parent / "data" / "sia" / REFERENCE_FILE
+    out = Path(args.out) if args.out else default
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(build_reference(args.traces_dir), indent=1) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+"""Fit :class:`ThroughputParams` to observed steps.
+
+Least squares on the log error of the step time (and, if weighted, of the sync time) plus a
+mild ridge prior that pulls each free parameter towards a data-derived guess (or a given
+``prior``, e.g. a projection from another GPU type); the prior matters only where the data
+cannot tell parameters apart (e.g. one local batch size). The bounds of the model (times
+>= 0, gamma >= 1) are built into the parameterization -- alpha, beta as logs and
+``gamma = 1 + softplus(z)`` -- so the unconstrained Levenberg-Marquardt solver of
+``scipy.optimize.least_squares(method="lm")`` (MINPACK) applies, with an analytic Jacobian.
+It matches the bounded trust-region solver's hold-out accuracy at about twice its speed.
+
+Parameters without supporting data are held, not fitted:
+
+* no multi-GPU data: sync parameters and gamma come from ``fallback`` (default: no sync);
+* multi-GPU data on one node only: inter-node = intra-node parameters;
+* multi-node data only: intra-node = inter-node parameters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import least_squares
+from scipy.special import expit
+
+from heteroplan.errors import InputError
+from heteroplan.perf.measurements import Measurements
+from heteroplan.perf.throughput import ThroughputParams
+
+__all__ = ["fit_throughput_params", "fit_compute"]
+
+
+def _gamma_to_z(gamma: np.ndarray) -> np.ndarray:
+    """Inverse of ``gamma = 1 + softplus(z)`` (gamma > 1)."""
+    return np.log(np.expm1(np.maximum(np.asarray(gamma, dtype=float) - 1.0, 1e-6)))
+
+
+def fit_compute(local_bsz: np.ndarray, step_time: np.ndarray) -> tuple[float, float]:
+    """``(alpha_c, beta_c)`` of ``step = alpha_c + beta_c * m``: least squares kept positive.
+
+    Used for 1-GPU profiles and as the starting point of the full fit.
+    """
+    m = np.asarray(local_bsz, dtype=float)
+    t = np.asarray(step_time, dtype=float)
+    if len(np.unique(m)) < 2:
+        # One batch size cannot separate the fixed from the per-sample cost: split evenly.
+        mean_t = float(np.mean(t))
+        return mean_t / 2, mean_t / (2 * float(np.mean(m)))
+    b, a = np.polyfit(m, t, 1)
+    if a <= 0 or b <= 0:
+        # Clip to the feasible region and re-solve the remaining one-parameter problem.
+        if b <= 0:
+            return float(max(np.mean(t), 1e-9)), 1e-9
+        b = float(np.sum(m * t) / np.sum(m * m))
+        return 1e-9, max(b, 1e-9)
+    return float(a), float(b)
+
+
+def _initial_guess(meas: Measurements) -> np.ndarray:
+    one = meas.num_gpus == 1
+    sel = one if np.count_nonzero(one) >= 2 else np.ones(len(meas), bool)
+    t_comp = meas.step_time[sel] - np.where(meas.num_gpus[sel] > 1, meas.sync_time[sel], 0.0)
+    a, b = fit_compute(meas.local_bsz[sel], np.maximum(t_comp, 1e-6))
+    multi = meas.num_gpus > 1
+    intra = multi & (meas.num_nodes == 1)
+    inter = multi & (meas.num_nodes > 1)
+    guess = [a, b]
+    for mask in (intra, inter):
+        src = mask if mask.any() else multi
+        if src.any():
+            sync = np.maximum(meas.sync_time[src], 1e-6)
+            ar = float(np.median(sync[meas.num_gpus[src] <= 2])) if np.any(
+                meas.num_gpus[src] <= 2) else float(np.min(sync))
+            br = max(float(np.median(sync)) - ar, 0.0) / max(
+                float(np.median(np.maximum(meas.num_gpus[src] - 2, 1))), 1.0)
+            guess += [max(ar, 1e-6), max(br, 1e-6)]
+        else:
+            guess += [0.0, 0.0]
+    guess.append(1.5)
+    return np.array(guess)
+
+
+def fit_throughput_params(
+    meas: Measurements,
+    init: ThroughputParams | None = None,
+    fallback: ThroughputParams | None = None,
+    prior_weight: float = 0.05,
+    sync_weight: float = 0.0,
+    prior: ThroughputParams | None = None,
+    missing: str = "tie",
+) -> ThroughputParams:
+    """Fit the throughput model to ``meas``.
+
+    Args:
+        meas: observed steps (at least one).
+        init: warm start (e.g. the previous fit when new observations arrive).
+        fallback: values of parameters the data cannot support (see module doc);
+            defaults to zero sync cost and gamma = 1.
+        prior_weight: weight of the ridge prior on log-parameters (relative to one residual).
+        sync_weight: weight of the measured sync times' log error (0: used only for the
+            starting guess; see ``docs/goodput.md`` for why).
+        prior: centre of the ridge prior (default: a guess derived from the data); e.g. a
+            projection from another GPU type.
+        missing: with multi-GPU data on one side of the node boundary only, ``"tie"`` the
+            other side's sync parameters to the fitted ones or hold them at ``fallback``
+            (``"fallback"``, when a fallback is given).
+
+    Returns:
+        The fitted parameters.
+    """
+    if not isinstance(meas, Measurements):
+        raise InputError("meas", type(meas).__name__, "must be a Measurements")
+    if len(meas) == 0:
+        raise InputError("meas", 0, "need at least one observation to fit")
+    if not prior_weight >= 0:
+        raise InputError("prior_weight", prior_weight, "must be >= 0")
+    n_nodes, k, m = meas.num_nodes, meas.num_gpus, meas.local_bsz
+    multi = k > 1
+    intra = multi & (n_nodes == 1)
+    inter = multi & (n_nodes > 1)
+    guess = _initial_guess(meas)
+    fb = (fallback or ThroughputParams(guess[0], guess[1])).as_array()
+
+    # Which of the 7 parameters are free; others are fixed or tied to another index.
+    free = [0, 1]
+    tie: dict[int, int] = {}
+    fixed: dict[int, float] = {}
+    if intra.any():
+        free += [2, 3]
+    if inter.any():
+        free += [4, 5]
+    if missing not in ("tie", "fallback"):
+        raise InputError("missing", missing, "choose 'tie' or 'fallback'")
+    one_side = multi.any() and not (intra.any() and inter.any())
+    if one_side and missing == "fallback" and fallback is not None:
+        fixed.update({i: fb[i] for i in ((4, 5) if intra.any() else (2, 3))})
+    elif intra.any() and not inter.any():
+        tie.update({4: 2, 5: 3})
+    elif inter.any() and not intra.any():
+        tie.update({2: 4, 3: 5})
+    if multi.any():
+        free.append(6)
+    else:
+        fixed.update({i: fb[i] for i in (2, 3, 4, 5, 6)})
+
+    start = guess.copy()
+    if init is not None:
+        start = np.where(init.as_array() > 0, init.as_array(), guess)
+        start[:6] = np.maximum(start[:6], 1e-9)
+    is_gamma = np.array([i == 6 for i in free])
+    x0 = np.where(is_gamma, _gamma_to_z(start[free]), np.log(np.maximum(start[free], 1e-9)))
+    if prior is not None:
+        guess_c = np.where(prior.as_array() > 0, prior.as_array(), guess)
+    else:
+        guess_c = guess.copy()
+        guess_c[6] = 1.0
+    # Prior centre: log-parameters, and gamma itself (not z) so its pull is uniform.
+    center = np.where(is_gamma, guess_c[free], np.log(np.maximum(guess_c[free], 1e-9)))
+    # Rows with equal (nodes, GPUs, local batch) collapse into one residual weighted by
+    # sqrt(count) on their mean log time: the same objective, fewer rows.
+    keys = np.stack([n_nodes, k, m], axis=1)
+    uniq, inverse, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+    inverse = inverse.ravel()
+    u_nodes, u_k, u_m = uniq[:, 0], uniq[:, 1], uniq[:, 2]
+    weight = np.sqrt(counts)
+    log_step = np.bincount(inverse, np.log(meas.step_time)) / counts
+    has_sync = multi & (meas.sync_time > 0)
+    sync_counts = np.bincount(inverse, has_sync.astype(float), minlength=len(uniq))
+    sync_rows = sync_counts > 0
+    log_sync = (np.bincount(inverse, np.where(has_sync, np.log(np.maximum(meas.sync_time, 1e-12)),
+                                               0.0), minlength=len(uniq))[sync_rows]
+                / sync_counts[sync_rows])
+    sync_w = sync_weight * np.sqrt(sync_counts[sync_rows])
+    u_multi = u_k > 1
+    extra = np.maximum(u_k - 2.0, 0.0)
+    intra_u = (u_multi & (u_nodes <= 1)).astype(float)
+    inter_u = (u_multi & (u_nodes > 1)).astype(float)
+    # Basis: t_grad = [1, m] . p[0:2] and t_sync = basis[:, 2:6] . p[2:6] for every row.
+    basis = np.stack([np.ones_like(u_m), u_m, intra_u, intra_u * extra, inter_u,
+                      inter_u * extra], axis=1)
+    sync_basis = basis[sync_rows, 2:6]
+    free_idx = np.array(free)
+    # cmap[i, j] = 1 when full parameter i takes its value (and gradient) from free column j.
+    cmap = np.zeros((7, len(free)))
+    cmap[free_idx, np.arange(len(free))] = 1.0
+    for i, j in tie.items():
+        cmap[i] = cmap[j]
+    prior_rows = prior_weight * np.eye(len(free))
+
+    def unpack(x: np.ndarray) -> np.ndarray:
+        p = np.empty(7)
+        p[free_idx] = np.where(is_gamma, 1.0 + np.logaddexp(0.0, x), np.exp(np.minimum(x, 30.0)))
+        for i, v in fixed.items():
+            p[i] = v
+        for i, j in tie.items():
+            p[i] = p[j]
+        return p
+
+    def model(x: np.ndarray):
+        p = unpack(x)
+        t_grad = p[0] + p[1] * u_m
+        t_sync = basis[:, 2:6] @ p[2:6]
+        g = p[6]
+        top = np.maximum(t_grad, t_sync)
+        u = t_grad / top
+        v = t_sync / top
+        ug, vg = u**g, v**g
+        s = ug + vg
+        log_t = np.log(top) + np.log(s) / g
+        return p, t_grad, t_sync, u, v, ug, vg, s, log_t
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        p, t_grad, t_sync, *_, log_t = model(x)
+        return np.concatenate([
+            weight * (log_t - log_step),
+            sync_w * (np.log(t_sync[sync_rows]) - log_sync),
+            prior_weight * (np.where(is_gamma, 1.0 + np.logaddexp(0.0, x), x) - center),
+        ])
+
+    def jacobian(x: np.ndarray) -> np.ndarray:
+        p, t_grad, t_sync, u, v, ug, vg, s, log_t = model(x)
+        g = p[6]
+        inv_t = np.exp(-log_t)
+        # d log T / d log p_i = p_i * basis_i * (dT/dt_part) / T, dT/dt = (t / T)**(g - 1).
+        d_grad = (t_grad * inv_t) ** (g - 1) * inv_t * weight
+        d_sync = (t_sync * inv_t) ** (g - 1) * inv_t * weight
+        full = np.empty((len(u_m), 7))
+        full[:, :2] = d_grad[:, None] * (basis[:, :2] * p[:2])
+        full[:, 2:6] = d_sync[:, None] * (basis[:, 2:6] * p[2:6])
+        log_u = np.log(u)
+        log_v = np.log(np.maximum(v, 1e-300))
+        full[:, 6] = weight * (-np.log(s) / g**2 + (ug * log_u + vg * log_v) / (g * s))
+        sync_full = np.zeros((len(sync_basis), 7))
+        sync_full[:, 2:6] = (sync_w / t_sync[sync_rows])[:, None] * (sync_basis * p[2:6])
+        return np.concatenate([full @ cmap, sync_full @ cmap, prior_rows])
+
+    gamma_col = np.flatnonzero(is_gamma)
+
+    def jacobian_z(x: np.ndarray) -> np.ndarray:
+        jac = jacobian(x)
+        # gamma = 1 + softplus(z): d gamma / d z = sigmoid(z), prior row included.
+        jac[:, gamma_col] *= expit(x[gamma_col])
+        return jac
+
+    result = least_squares(residuals, x0, jac=jacobian_z, method="lm", xtol=1e-6, ftol=1e-6,
+                           max_nfev=200)
+    p = unpack(result.x)
+    return ThroughputParams(*(float(v) for v in p))

@@ -1,0 +1,338 @@
+"""Goodput of one job: throughput x statistical efficiency, optimized over the batch size.
+
+``goodput = throughput(K, N, m, s) * E(M)`` with total batch ``M = K * m * (s + 1)``
+(samples/s at M0-equivalent statistical progress). For each configuration (GPU type,
+nodes N, GPUs K) :meth:`GoodputModel.optimize` picks the total batch M in
+``[max(M0, K), max_batch]`` (a geometric grid plus the largest batch reachable with 0-3
+accumulation steps) and, for each M, the fewest accumulation
+steps s that keep the local batch m within the type's memory limit -- fewer steps are
+always at least as fast for a given M, because accumulation repeats the fixed cost and
+overlaps only the last micro-step with synchronization.
+
+Evaluation is vectorized over configurations; the per-configuration throughput grid does not
+depend on training progress and is cached, so a policy re-evaluating the same candidate
+configurations every round pays only for the efficiency term.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from heteroplan.errors import InputError
+from heteroplan.perf.applications import AppSpec
+from heteroplan.perf.efficiency import PhiTable, efficiency
+from heteroplan.perf.fit import fit_throughput_params
+from heteroplan.perf.measurements import Measurements
+from heteroplan.perf.throughput import ThroughputParams, step_time, throughput
+
+__all__ = ["GoodputModel", "ThroughputParams", "ThroughputTable"]
+
+_CACHE_LIMIT = 256
+_EDGE_STEPS = np.array([1.0, 2.0, 3.0, 4.0])
+
+
+def _as_counts(name: str, value: Any) -> np.ndarray:
+    """Integer-valued, non-negative float array, or a clear error."""
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise InputError(name, value, "must be numeric") from None
+    if not np.all(np.isfinite(arr)):
+        raise InputError(name, value, "must be finite")
+    if np.any(arr < 0):
+        raise InputError(name, arr[arr < 0].flat[0] if arr.ndim else float(arr), "must be >= 0")
+    if np.any(arr != np.round(arr)):
+        raise InputError(name, value, "must be whole numbers")
+    return arr
+
+
+def _check_progress(progress: Any) -> float:
+    try:
+        p = float(progress)
+    except (TypeError, ValueError):
+        raise InputError("progress", progress, "must be a number in [0, 1]") from None
+    if not p >= 0 or not np.isfinite(p):
+        raise InputError("progress", progress, "must be a number in [0, 1]")
+    return min(p, 1.0)
+
+
+class GoodputModel:
+    """Goodput of one job on each GPU type it has a throughput model for.
+
+    Args:
+        app: the application (M0, max batch, per-type max local batch).
+        params: per GPU type, the throughput parameters.
+        phi: gradient noise scale table (or a constant noise scale in samples).
+        batch_grid: candidate total batch sizes per configuration.
+    """
+
+    def __init__(
+        self,
+        app: AppSpec,
+        params: Mapping[str, ThroughputParams],
+        phi: PhiTable | float,
+        batch_grid: int = 32,
+    ) -> None:
+        if not isinstance(app, AppSpec):
+            raise InputError("app", app, "must be an AppSpec")
+        for gpu_type, p in params.items():
+            if not isinstance(p, ThroughputParams):
+                raise InputError(f"params[{gpu_type}]", p, "must be a ThroughputParams")
+        if not isinstance(phi, PhiTable):
+            if not (isinstance(phi, int | float) and phi > 0):
+                raise InputError("phi", phi, "must be a PhiTable or a number > 0")
+            phi = PhiTable.constant(float(phi))
+        if not isinstance(batch_grid, int) or batch_grid < 2:
+            raise InputError("batch_grid", batch_grid, "must be an integer >= 2")
+        self.app = app
+        self.phi = phi
+        self.batch_grid = batch_grid
+        self._params: dict[str, ThroughputParams] = dict(params)
+        self._cache: dict[tuple, tuple[np.ndarray, ...]] = {}
+        self._frac = np.linspace(0.0, 1.0, batch_grid)[None, :]
+
+    @classmethod
+    def fit(
+        cls,
+        app: AppSpec,
+        measurements: Mapping[str, Measurements],
+        phi: PhiTable | float,
+        batch_grid: int = 32,
+    ) -> GoodputModel:
+        """A model whose per-type parameters are fitted to ``measurements`` (one per type)."""
+        params = {t: fit_throughput_params(m) for t, m in measurements.items()}
+        return cls(app, params, phi, batch_grid=batch_grid)
+
+    # -- parameters --------------------------------------------------------------------
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        """GPU types this model can evaluate."""
+        return tuple(self._params)
+
+    @property
+    def params(self) -> Mapping[str, ThroughputParams]:
+        """Per-type throughput parameters (read-only view)."""
+        return dict(self._params)
+
+    def set_params(self, gpu_type: str, params: ThroughputParams) -> None:
+        """Replace one type's parameters (drops cached evaluations)."""
+        if not isinstance(params, ThroughputParams):
+            raise InputError(f"params[{gpu_type}]", params, "must be a ThroughputParams")
+        self._params[gpu_type] = params
+        self._cache.clear()
+
+    def max_local_bsz(self, gpu_type: str) -> int:
+        """Largest local batch on one GPU of ``gpu_type`` (samples; max batch if unlisted)."""
+        return int(self.app.max_local_bsz.get(gpu_type, self.app.max_batch_size))
+
+    def _get_params(self, gpu_type: str) -> ThroughputParams:
+        try:
+            return self._params[gpu_type]
+        except KeyError:
+            raise InputError(
+                "gpu_type", gpu_type, f"no throughput model; known: {list(self._params)}"
+            ) from None
+
+    # -- direct evaluation -------------------------------------------------------------
+    def _check_run(self, num_nodes: Any, num_gpus: Any, local_bsz: Any, accum_steps: Any):
+        n = _as_counts("num_nodes", num_nodes)
+        k = _as_counts("num_gpus", num_gpus)
+        if np.any(k < 1):
+            raise InputError("num_gpus", num_gpus, "must be >= 1")
+        if np.any(n < 1):
+            raise InputError("num_nodes", num_nodes, "must be >= 1")
+        if np.any(np.broadcast_to(k, np.broadcast_shapes(k.shape, n.shape)) < n):
+            raise InputError("num_gpus", num_gpus, "must be >= num_nodes")
+        m = np.asarray(local_bsz, dtype=float)
+        if not np.all(np.isfinite(m)) or np.any(m <= 0):
+            raise InputError("local_bsz", local_bsz, "must be > 0")
+        s = _as_counts("accum_steps", accum_steps)
+        return n, k, m, s
+
+    def step_time(self, gpu_type: str, num_nodes: Any, num_gpus: Any, local_bsz: Any,
+                  accum_steps: Any = 0) -> np.ndarray:
+        """Seconds per optimizer step."""
+        p = self._get_params(gpu_type)
+        n, k, m, s = self._check_run(num_nodes, num_gpus, local_bsz, accum_steps)
+        return step_time(p, n, k, m, s)
+
+    def throughput(self, gpu_type: str, num_nodes: Any, num_gpus: Any, local_bsz: Any,
+                   accum_steps: Any = 0) -> np.ndarray:
+        """Samples per second with the given local batch and accumulation steps."""
+        p = self._get_params(gpu_type)
+        n, k, m, s = self._check_run(num_nodes, num_gpus, local_bsz, accum_steps)
+        return throughput(p, n, k, m, s)
+
+    def efficiency(self, batch_size: Any, progress: float = 0.0) -> np.ndarray:
+        """Statistical efficiency of total batch ``batch_size`` at ``progress`` (0..1)."""
+        m = np.asarray(batch_size, dtype=float)
+        if not np.all(np.isfinite(m)) or np.any(m <= 0):
+            raise InputError("batch_size", batch_size, "must be > 0")
+        phi = self.phi(_check_progress(progress))
+        return efficiency(phi, self.app.init_batch_size, m)
+
+    # -- optimized goodput -------------------------------------------------------------
+    def _rows_grid(self, par: np.ndarray, max_local: np.ndarray, n: np.ndarray,
+                   k: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Flat configurations x batch grid: total batch, throughput, local batch m, accum s.
+
+        ``par`` holds each row's 7 throughput parameters (NaN for an unknown type) and
+        ``max_local`` its memory limit.
+        """
+        m0 = float(self.app.init_batch_size)
+        hi = float(self.app.max_batch_size)
+        grid = self.batch_grid
+        n_col, k_col, ml = n[:, None], k[:, None], max_local[:, None]
+        lo = np.maximum(m0, k_col)
+        known = ~np.isnan(par[:, :1])
+        valid = known & (k_col >= 1) & (n_col >= 1) & (k_col >= n_col) & (lo <= hi)
+        lo_safe = np.where(valid, lo, 1.0)
+        k_safe = np.where(valid, k_col, 1.0)
+        cap = k_safe * ml  # largest batch without accumulation
+        # Geometric grid on [lo, hi] plus the largest batches with 0..3 accumulation steps
+        # (goodput often peaks just before one more accumulation step is needed).
+        total = np.empty((len(n), grid + len(_EDGE_STEPS)))
+        frac = self._frac
+        np.multiply(lo_safe, np.exp(np.log(hi / lo_safe) * frac), out=total[:, :grid])
+        np.clip(cap * _EDGE_STEPS[None, :], lo_safe, hi, out=total[:, grid:])
+        # Fewest accumulation steps that fit memory; nearest local batch with M0 <= M <= hi.
+        s1 = np.ceil(total / cap - 1e-9)
+        ks = k_safe * s1
+        m = np.rint(total / ks)
+        np.maximum(m, np.ceil(m0 / ks - 1e-9), out=m)
+        np.minimum(m, np.minimum(np.floor(hi / ks + 1e-9), ml), out=m)
+        np.maximum(m, 1.0, out=m)
+        batch = ks * m
+        ok = valid & (batch <= hi) & (batch >= m0)
+        p = np.where(known, par, 1.0)
+        extra = np.maximum(k_safe - 2.0, 0.0)
+        t_sync = np.where(n_col <= 1, p[:, 2:3] + p[:, 3:4] * extra, p[:, 4:5] + p[:, 5:6] * extra)
+        t_sync = np.where(k_safe <= 1, 0.0, t_sync)
+        t_grad = p[:, 0:1] + p[:, 1:2] * m
+        # (t_grad^g + t_sync^g)^(1/g) = top * (1 + w^g)^(1/g), w = smaller / larger <= 1.
+        g = p[:, 6:7]
+        top = np.maximum(t_grad, t_sync)
+        w = np.minimum(t_grad, t_sync) / top
+        overlap = top * np.exp(np.log1p(np.exp(g * np.log(np.maximum(w, 1e-300)))) / g)
+        thr = np.where(ok, batch / ((s1 - 1.0) * t_grad + overlap), 0.0)
+        return batch, thr, m, s1 - 1.0
+
+    def _evaluate(self, gpu_type: Any, num_nodes: Any, num_gpus: Any, progress: float):
+        """Cached ``(shape, batch, throughput, m, s)`` grids and phi at ``progress``."""
+        try:
+            n = np.asarray(num_nodes, dtype=float)
+            k = np.asarray(num_gpus, dtype=float)
+        except (TypeError, ValueError):
+            raise InputError("num_nodes/num_gpus", (num_nodes, num_gpus), "must be numeric") from None
+        if isinstance(gpu_type, str):
+            type_key: Any = gpu_type
+        else:
+            arr = gpu_type if isinstance(gpu_type, np.ndarray) else np.asarray(gpu_type, object)
+            type_key = (arr.shape, tuple(arr.ravel().tolist()))  # cheap for object arrays too
+        key = (type_key, n.shape, k.shape, n.tobytes(), k.tobytes())
+        entry = self._cache.get(key)
+        if entry is None:
+            types = gpu_type if isinstance(gpu_type, str) else np.asarray(arr, dtype=str)
+            entry = self._build_grid(types, n, k)
+            if len(self._cache) >= _CACHE_LIMIT:
+                self._cache.clear()
+            self._cache[key] = entry
+        phi = self.phi.at(_check_progress(progress))
+        return entry, phi
+
+    def _build_grid(self, types: str | np.ndarray, n: np.ndarray, k: np.ndarray):
+        n = _as_counts("num_nodes", n)
+        k = _as_counts("num_gpus", k)
+        if isinstance(types, str):
+            shape = np.broadcast_shapes(n.shape, k.shape)
+        else:
+            shape = np.broadcast_shapes(n.shape, k.shape, types.shape)
+        n_flat = np.broadcast_to(n, shape).ravel()
+        k_flat = np.broadcast_to(k, shape).ravel()
+        if isinstance(types, str):
+            p = self._params.get(types)
+            row = p.as_array() if p is not None else np.full(7, np.nan)
+            par = np.broadcast_to(row, (len(n_flat), 7))
+            max_local = np.full(len(n_flat), float(self.max_local_bsz(types)))
+        else:
+            t_flat = np.broadcast_to(types, shape).ravel()
+            par = np.full((len(t_flat), 7), np.nan)
+            max_local = np.ones(len(t_flat))
+            for name, params in self._params.items():  # a handful of types
+                rows = t_flat == name
+                par[rows] = params.as_array()
+                max_local[rows] = self.max_local_bsz(name)
+        batch, thr, m, s = self._rows_grid(par, max_local, n_flat, k_flat)
+        for arr in (batch, thr, m, s):
+            arr.setflags(write=False)
+        return shape, batch, thr, m, s
+
+    def goodput(self, gpu_type: str | Any, num_nodes: Any, num_gpus: Any,
+                progress: float = 0.0) -> np.ndarray:
+        """Best goodput (samples/s, M0-equivalent) per configuration; 0 where impossible.
+
+        Impossible: unknown GPU type, zero GPUs or nodes, fewer GPUs than nodes, or more
+        GPUs than the maximum batch size. ``num_nodes`` and ``num_gpus`` broadcast;
+        ``gpu_type`` may also be an array of type names broadcast with them, so one call
+        covers every candidate configuration of a job. ``progress`` is the fraction of
+        ``app.total_work`` done (values above 1 count as 1); it selects phi.
+        """
+        (shape, batch, thr, _, _), phi = self._evaluate(gpu_type, num_nodes, num_gpus, progress)
+        # max_i thr_i * (phi + M0) / (phi + M_i): the positive factor (phi + M0) comes out.
+        best = (thr / (phi + batch)).max(axis=1, initial=0.0)
+        return (best * (phi + self.app.init_batch_size)).reshape(shape)
+
+    def optimize(self, gpu_type: str | Any, num_nodes: Any, num_gpus: Any,
+                 progress: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(goodput, local_bsz, accum_steps)`` of the best batch per configuration.
+
+        Impossible configurations get goodput 0, local batch 0 and 0 accumulation steps.
+        """
+        (shape, batch, thr, m, s), phi = self._evaluate(gpu_type, num_nodes, num_gpus, progress)
+        gp = thr * ((phi + self.app.init_batch_size) / (phi + batch))
+        best = np.argmax(gp, axis=1) if gp.shape[1] else np.zeros(len(gp), int)
+        rows = np.arange(len(gp))
+        good = gp[rows, best]
+        feasible = good > 0
+        local = np.where(feasible, m[rows, best], 0.0).astype(int)
+        accum = np.where(feasible, s[rows, best], 0.0).astype(int)
+        return good.reshape(shape), local.reshape(shape), accum.reshape(shape)
+
+
+class ThroughputTable:
+    """Rigid jobs with a known per-GPU throughput per type (the Gavel setting).
+
+    ``goodput = num_gpus * rate[gpu_type]`` (units of ``rate``, e.g. samples/s or steps/s);
+    0 for a type without a rate.
+    """
+
+    def __init__(self, rates: Mapping[str, float]) -> None:
+        clean: dict[str, float] = {}
+        for gpu_type, rate in rates.items():
+            if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate >= 0:
+                raise InputError(f"rates[{gpu_type}]", rate, "must be a number >= 0")
+            if not np.isfinite(rate):
+                raise InputError(f"rates[{gpu_type}]", rate, "must be finite")
+            clean[gpu_type] = float(rate)
+        self.rates = clean
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        """GPU types with a known rate."""
+        return tuple(self.rates)
+
+    def goodput(self, gpu_type: str, num_nodes: Any, num_gpus: Any,
+                progress: float = 0.0) -> np.ndarray:
+        """``num_gpus * rate[gpu_type]`` broadcast with ``num_nodes``; 0 if the type is unknown."""
+        n = _as_counts("num_nodes", num_nodes)
+        k = _as_counts("num_gpus", num_gpus)
+        rate = self.rates.get(gpu_type, 0.0)
+        k, n = np.broadcast_arrays(k, n)
+        return np.where((n >= 1) & (k >= n), k * rate, 0.0)
+
+    def throughput(self, gpu_type: str, num_nodes: Any, num_gpus: Any, *_: Any) -> np.ndarray:
+        """Same as :meth:`goodput` (rigid jobs have no statistical-efficiency term)."""
+        return self.goodput(gpu_type, num_nodes, num_gpus)

@@ -1,0 +1,156 @@
+"""Layer profiles and model sizes for the Sailor planner.
+
+Data (from Sailor's artifact, shipped under ``heteroplan/data/sailor``):
+
+- ``profiles/<model>/<gpu>.json``: ``{mbs: {tp: {layer: [fwd_s, bwd_s, update_s]}}}`` — measured
+  seconds per microbatch for one layer on one GPU of a tensor-parallel group of size ``tp``.
+- ``llm_info.json``: per model, tp and layer: parameters and activation sizes (floats, mbs 1).
+
+Everything is turned into numpy arrays with prefix sums, so the cost of a stage covering
+layers ``[a, b)`` is ``prefix[b] - prefix[a]`` — O(1) and vectorizable over many ranges.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from heteroplan.errors import InputError
+
+__all__ = ["DATA_DIR", "ModelProfile", "available_models", "load_model_profile"]
+
+DATA_DIR = Path(str(resources.files("heteroplan") / "data" / "sailor"))
+
+
+def _prefix(values: np.ndarray) -> np.ndarray:
+    """Prefix sums along the last axis with a leading 0: ``out[..., b] - out[..., a] = sum values[..., a:b]``."""
+    pad = np.zeros(values.shape[:-1] + (1,))
+    return np.concatenate([pad, np.cumsum(values, axis=-1)], axis=-1)
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """Per-layer sizes and compute times of one model.
+
+    Attributes:
+        name: model name (``"OPT-350"``).
+        num_layers: layers, including embedding and head.
+        params: ``{tp: floats per GPU per layer}`` (shape ``(L,)``).
+        act_out: ``{tp: floats of a layer's output activation at microbatch 1}``.
+        act_mem: ``{tp: floats of activation memory kept for backward at microbatch 1}``.
+        compute: ``{(gpu, mbs, tp): array (3, L)}`` fwd, bwd, optimizer-update seconds.
+    """
+
+    name: str
+    num_layers: int
+    params: dict[int, np.ndarray]
+    act_out: dict[int, np.ndarray]
+    act_mem: dict[int, np.ndarray]
+    compute: dict[tuple[str, int, int], np.ndarray]
+    _prefix: dict[object, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+
+    # ---------------------------------------------------------------- queries
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(sorted({k[0] for k in self.compute}))
+
+    def microbatch_sizes(self, gpu: str) -> tuple[int, ...]:
+        return tuple(sorted({k[1] for k in self.compute if k[0] == gpu}))
+
+    def tp_degrees(self, gpu: str, mbs: int) -> tuple[int, ...]:
+        return tuple(sorted(k[2] for k in self.compute if k[0] == gpu and k[1] == mbs and k[2] in self.params))
+
+    def has(self, gpu: str, mbs: int, tp: int) -> bool:
+        return (gpu, mbs, tp) in self.compute and tp in self.params
+
+    def compute_prefix(self, gpu: str, mbs: int, tp: int) -> np.ndarray:
+        """Prefix sums ``(3, L+1)`` of fwd, bwd, update seconds per microbatch."""
+        key = ("c", gpu, mbs, tp)
+        if key not in self._prefix:
+            if not self.has(gpu, mbs, tp):
+                raise InputError("profile", (self.name, gpu, mbs, tp), "no profile for this GPU type, microbatch size and TP")
+            self._prefix[key] = _prefix(self.compute[(gpu, mbs, tp)])
+        return self._prefix[key]
+
+    def size_prefix(self, tp: int) -> np.ndarray:
+        """Prefix sums ``(2, L+1)`` of parameter floats and activation-memory floats (mbs 1) per GPU."""
+        key = ("s", tp)
+        if key not in self._prefix:
+            if tp not in self.params:
+                raise InputError("tp", tp, f"{self.name} has sizes for tp in {sorted(self.params)}")
+            self._prefix[key] = _prefix(np.stack([self.params[tp], self.act_mem[tp]]))
+        return self._prefix[key]
+
+    def stage_compute(self, gpu: str, mbs: int, tp: int, first: int, last: int) -> tuple[float, float, float]:
+        """(fwd, bwd, update) seconds per microbatch of layers ``[first, last)``."""
+        p = self.compute_prefix(gpu, mbs, tp)
+        f, b, u = p[:, last] - p[:, first]
+        return float(f), float(b), float(u)
+
+    def stage_sizes(self, tp: int, first: int, last: int) -> tuple[float, float]:
+        """(parameter floats, activation-memory floats at mbs 1) per GPU of layers ``[first, last)``."""
+        p = self.size_prefix(tp)
+        return float(p[0, last] - p[0, first]), float(p[1, last] - p[1, first])
+
+
+def available_models() -> tuple[str, ...]:
+    """Models with shipped profiles."""
+    return tuple(sorted(p.name for p in (DATA_DIR / "profiles").iterdir() if p.is_dir()))
+
+
+@lru_cache(maxsize=1)
+def _llm_info() -> dict:
+    return json.loads((DATA_DIR / "llm_info.json").read_text())
+
+
+@lru_cache(maxsize=16)
+def load_model_profile(model: str) -> ModelProfile:
+    """Load the shipped profile of ``model``; :class:`InputError` if unknown.
+
+    A GPU type whose profile has a different number of layers than the model is skipped
+    (Sailor's GPT-Neo-2.7 GH-96 file is a copy of OPT-350's).
+    """
+    info = _llm_info()
+    if model not in info or not (DATA_DIR / "profiles" / model).is_dir():
+        raise InputError("model", model, f"unknown model; known: {list(available_models())}")
+    sizes = info[model]
+    tps = sorted(int(t) for t in sizes)
+    num_layers = len(sizes[str(tps[0])])
+
+    def layer_array(tp: int, key: str) -> np.ndarray:
+        layers = sizes[str(tp)]
+        return np.array([layers[str(i)][key] for i in range(num_layers)], dtype=float)
+
+    params = {tp: layer_array(tp, "params_floats") for tp in tps}
+    act_out = {tp: layer_array(tp, "act_output_floats") for tp in tps}
+    act_mem = {tp: layer_array(tp, "act_mem_floats") for tp in tps}
+    compute: dict[tuple[str, int, int], np.ndarray] = {}
+    for path in sorted((DATA_DIR / "profiles" / model).glob("*.json")):
+        data = json.loads(path.read_text())
+        for mbs, by_tp in data.items():
+            for tp, layers in by_tp.items():
+                if len(layers) != num_layers:
+                    continue
+                arr = np.array([layers[str(i)] for i in range(num_layers)], dtype=float).T
+                compute[(path.stem, int(mbs), int(tp))] = arr
+    return ModelProfile(model, num_layers, params, act_out, act_mem, _monotone_in_mbs(compute))
+
+
+def _monotone_in_mbs(compute: dict[tuple[str, int, int], np.ndarray]) -> dict[tuple[str, int, int], np.ndarray]:
+    """Clip each layer's time at a microbatch size to its time at the next larger size.
+
+    A microbatch of ``m`` samples cannot take longer than one of ``2m``; profiles at tiny
+    microbatches are launch-bound and noisy (OPT-350 on GH-96 with TP4 measures mbs 1 slower
+    than mbs 2), so the larger size's time is the better estimate.
+    """
+    out = dict(compute)
+    for gpu, _, tp in {(g, 0, t) for g, _, t in compute}:
+        sizes = sorted(m for g, m, t in compute if g == gpu and t == tp)
+        for small, large in zip(sizes[-2::-1], sizes[:0:-1], strict=True):
+            out[(gpu, small, tp)] = np.minimum(out[(gpu, small, tp)], out[(gpu, large, tp)])
+    return out

@@ -1,0 +1,158 @@
+"""Baseline planners to compare the Sailor search against.
+
+- :func:`homogeneous_plan`: the best plan on a single GPU type (the search restricted to
+  one-block layouts over the pools of one type, best type kept).
+- :func:`uniform_split_plan`: a heterogeneous planner in the style of AMP / Metis — the same
+  layouts (up to two (type, zone) blocks), but every stage gets the same number of layers and
+  plans are ranked by a heterogeneity-unaware estimate in which every stage runs at the pace of
+  the slowest GPU type of the plan; the chosen plan is then scored by the full simulator.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+
+import numpy as np
+
+from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
+from heteroplan.errors import InfeasibleError, InputError
+from heteroplan.perf.sailor_network import load_network
+from heteroplan.perf.sailor_profiles import load_model_profile
+from heteroplan.planner.api import PlanResult, normalize_pool, plan_job
+from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
+from heteroplan.planner.search import Searcher, SearchOptions
+from heteroplan.planner.simulator import simulate
+
+__all__ = ["homogeneous_plan", "uniform_split_plan"]
+
+
+def homogeneous_plan(
+    model: str,
+    gbs: int,
+    pool: Cluster | Mapping[tuple[str, str], int],
+    objective: str = "throughput",
+    budget: float | None = None,
+    min_throughput: float | None = None,
+    *,
+    gpu_types: tuple[GPUType, ...] = SAILOR_GPU_TYPES,
+    options: SearchOptions | None = None,
+) -> PlanResult:
+    """Best plan using one GPU type only (each type tried, the best kept)."""
+    counts, _ = normalize_pool(pool, {t.name: t for t in gpu_types})
+    options = replace(options or SearchOptions(), max_blocks=1)
+    t0 = time.perf_counter()
+    results: list[PlanResult] = []
+    reasons: list[str] = []
+    for gpu in sorted({t for t, _ in counts}):
+        sub = {k: v for k, v in counts.items() if k[0] == gpu}
+        try:
+            results.append(plan_job(model, gbs, sub, objective, budget, min_throughput, gpu_types=gpu_types, options=options))
+        except (InfeasibleError, InputError) as exc:
+            reasons.append(f"{gpu}: {exc}")
+    if not results:
+        raise InfeasibleError("no feasible plan on any single GPU type — " + "; ".join(reasons))
+    key = (lambda r: (r.iteration_time, r.cost_per_iteration)) if objective == "throughput" else (
+        lambda r: (r.cost_per_iteration, r.iteration_time)
+    )
+    best = min(results, key=key)
+    return replace(best, search_time=time.perf_counter() - t0)
+
+
+def _uniform_bounds(L: int, pp: int) -> list[int]:
+    return [int(round(x)) for x in np.linspace(0, L, pp + 1)]
+
+
+def uniform_split_plan(
+    model: str,
+    gbs: int,
+    pool: Cluster | Mapping[tuple[str, str], int],
+    objective: str = "throughput",
+    budget: float | None = None,
+    min_throughput: float | None = None,
+    *,
+    gpu_types: tuple[GPUType, ...] = SAILOR_GPU_TYPES,
+    max_pp: int = 8,
+) -> PlanResult:
+    """AMP/Metis-style baseline: uniform layer split, slowest-GPU estimate, full-simulator score."""
+    profile = load_model_profile(model)
+    counts, types = normalize_pool(pool, {t.name: t for t in gpu_types})
+    usable = {k: v for k, v in counts.items() if k[0] in profile.gpu_types and v > 0}
+    network = load_network()
+    searcher = Searcher(profile, network, types, usable, gbs, objective, budget, min_throughput, SearchOptions(prune=False))
+    speed = {}
+    for t in {k[0] for k in usable}:
+        m = min(profile.microbatch_sizes(t))
+        speed[t] = float(searcher.table(t, 1, m).fb[0, profile.num_layers]) if profile.has(t, m, 1) else np.inf
+    L = profile.num_layers
+    t0 = time.perf_counter()
+    best: tuple[tuple[float, float], Plan] | None = None
+    total = sum(usable.values())
+    mbs_all = sorted({m for t, _ in usable for m in profile.microbatch_sizes(t)})
+    for mbs in (m for m in mbs_all if gbs % m == 0):
+        per = gbs // mbs
+        for dp in (d for d in range(1, min(per, total) + 1) if per % d == 0):
+            for pp in range(1, min(max_pp, L) + 1):
+                if pp * dp > total:
+                    break
+                bounds = _uniform_bounds(L, pp)
+                for max_blocks in (1, 2):
+                    for rows in searcher._layouts(pp, mbs, dp, max_blocks):
+                        for row in rows:
+                            for blocks in row:
+                                hw = [b for b in blocks for _ in range(b.stages)]
+                                slow = max((b.pool[0] for b in blocks), key=lambda t: speed[t])
+                                real = Plan(
+                                    model,
+                                    gbs,
+                                    mbs,
+                                    tuple(
+                                        Stage(bounds[s], bounds[s + 1], (ReplicaGroup(h.pool[0], h.pool[1], h.tp, dp),))
+                                        for s, h in enumerate(hw)
+                                    ),
+                                )
+                                pess = Plan(
+                                    model,
+                                    gbs,
+                                    mbs,
+                                    tuple(
+                                        Stage(bounds[s], bounds[s + 1], (ReplicaGroup(slow, h.pool[1], h.tp, dp),))
+                                        for s, h in enumerate(hw)
+                                    ),
+                                )
+                                try:
+                                    est = simulate(pess, profile=profile, network=network, gpu_types=types)
+                                except InputError:
+                                    continue
+                                rate = sum(n * types[t].price_per_hour for (t, _), n in real.gpus_by_type_zone().items()) / 3600
+                                cost_est = rate * est.iteration_time + est.cost_per_iteration - est.iteration_time * sum(
+                                    n * types[t].price_per_hour for (t, _), n in pess.gpus_by_type_zone().items()
+                                ) / 3600
+                                if objective == "throughput":
+                                    if budget is not None and cost_est > budget:
+                                        continue
+                                    key = (est.iteration_time, cost_est)
+                                else:
+                                    if min_throughput is not None and est.throughput < min_throughput:
+                                        continue
+                                    key = (cost_est, est.iteration_time)
+                                if best is not None and key >= best[0]:
+                                    continue
+                                try:
+                                    sim = simulate(real, profile=profile, network=network, gpu_types=types)
+                                except InputError:
+                                    continue
+                                if any(
+                                    m > types[s.replicas[0].gpu_type].memory_gb
+                                    for m, s in zip(sim.memory_per_stage, real.stages, strict=True)
+                                ):
+                                    continue
+                                if best is None or key < best[0]:
+                                    best = (key, real)
+    if best is None:
+        raise InfeasibleError("no feasible plan for the uniform-split baseline")
+    sim = simulate(best[1], profile=profile, network=network, gpu_types=types)
+    return PlanResult(
+        best[1], sim.iteration_time, sim.throughput, sim.cost_per_iteration, sim.memory_per_stage, time.perf_counter() - t0
+    )

@@ -1,0 +1,401 @@
+"""Sailor-style plan search: DP over pipeline stages with pruning.
+
+Plan space searched (see docs/sailor.md):
+
+- microbatch size ``mbs`` among the profiled ones; data-parallel degree ``dp`` with
+  ``gbs % (mbs * dp) == 0`` (each ``dp`` gives a different number of microbatches ``M``);
+  pipeline depth ``pp``;
+- the stages form at most two *blocks*; a block is a run of consecutive stages on one
+  (GPU type, zone) pool with one TP degree (TP within a node); all ``dp`` replicas of a stage
+  live in the block's zone (replicas of a stage in one region);
+- any contiguous, non-uniform split of the layers into stages, chosen exactly by
+  :func:`heteroplan.planner.split_dp.best_split`;
+- block ``k`` uses ``n_k * dp * tp_k`` GPUs of its pool, at most the pool's count.
+
+Pruning (``SearchOptions.prune``): one pool per GPU type for single-block plans and one zone
+pair per type pair for two-block plans; two zones of one type only when one zone cannot hold
+the pipeline; TP from the smallest that fits memory, raised only
+while the objective improves; ``dp`` and ``pp`` scanned in increasing order, stopping after
+``patience`` values without improvement.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from heteroplan.cluster import GPUType
+from heteroplan.errors import InfeasibleError
+from heteroplan.perf.sailor_network import NetworkModel
+from heteroplan.perf.sailor_profiles import ModelProfile
+from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
+from heteroplan.planner.simulator import DEFAULT_CONFIG, SimConfig
+from heteroplan.planner.split_dp import best_split
+from heteroplan.planner.stage_tables import StageTable, build_stage_table, send_time
+
+__all__ = ["SearchOptions", "Candidate", "Searcher"]
+
+Pool = tuple[str, str]  # (gpu_type, zone)
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Knobs of the search.
+
+    Attributes:
+        max_pp: deepest pipeline tried (default: min(layers, 16)).
+        max_blocks: 1 = homogeneous pipelines only, 2 = two (type, zone) blocks.
+        microbatch_sizes: restrict the microbatch sizes (default: all profiled).
+        prune: apply Sailor's pruning (False scans the whole space; slower).
+        patience: dp / pp values without improvement before the scan stops.
+        max_split_dp_calls: cap on threshold DP calls per layout (None = exact).
+        narrow_with_milp: first choose GPUs per (type, zone) with the resource MILP
+            (:mod:`heteroplan.formulations.sailor`) and search only that part of the pool
+            (falls back to the whole pool if nothing fits there).
+        config: simulator constants.
+    """
+
+    max_pp: int | None = None
+    max_blocks: int = 2
+    microbatch_sizes: tuple[int, ...] | None = None
+    prune: bool = True
+    patience: int = 2
+    max_split_dp_calls: int | None = 4096
+    narrow_with_milp: bool = False
+    config: SimConfig = DEFAULT_CONFIG
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    """One evaluated plan; ``key`` orders candidates (smaller is better)."""
+
+    key: tuple[float, float]
+    iteration_time: float = field(compare=False)
+    cost_per_iteration: float = field(compare=False)
+    memory_per_stage: tuple[float, ...] = field(compare=False)
+    plan: Plan = field(compare=False)
+
+
+@dataclass(frozen=True)
+class _Block:
+    pool: Pool
+    tp: int
+    stages: int
+
+
+class Searcher:
+    """Search the best plan of one job over a pool of GPUs."""
+
+    def __init__(
+        self,
+        profile: ModelProfile,
+        network: NetworkModel,
+        gpu_types: dict[str, GPUType],
+        pool: dict[Pool, int],
+        gbs: int,
+        objective: str,
+        budget: float | None,
+        min_throughput: float | None,
+        options: SearchOptions,
+    ) -> None:
+        self.profile, self.network, self.gpu_types = profile, network, gpu_types
+        self.pool = {k: v for k, v in pool.items() if v > 0}
+        self.gbs, self.objective = gbs, objective
+        self.budget, self.min_throughput = budget, min_throughput
+        self.options = options
+        self.cfg = options.config
+        self.L = profile.num_layers
+        self._tables: dict[tuple[str, int, int], StageTable] = {}
+        self._sync: dict[tuple[str, int, int, int], np.ndarray] = {}
+        self.evaluated = 0
+        self.skipped = 0
+        self._comm: dict[tuple, np.ndarray] = {}
+        self.why: dict[str, float] = {}
+
+    # ------------------------------------------------------------- tables
+    def table(self, gpu: str, tp: int, mbs: int) -> StageTable:
+        key = (gpu, tp, mbs)
+        if key not in self._tables:
+            self._tables[key] = build_stage_table(self.profile, self.network, gpu, "", tp, mbs, self.cfg)
+        return self._tables[key]
+
+    def sync_matrix(self, pool: Pool, tp: int, mbs: int, dp: int) -> np.ndarray:
+        """All-reduce + update seconds of a stage over ``dp`` replicas inside ``pool``'s zone."""
+        key = (pool[0], tp, mbs, dp)
+        if key not in self._sync:
+            tab = self.table(pool[0], tp, mbs)
+            y = tab.update.copy()
+            if dp > 1:
+                g = np.where(np.isfinite(tab.grad_bytes), tab.grad_bytes, 1.0)
+                ar = 2 * (dp - 1) / dp * send_time(self.network, pool, pool, tp, g)
+                y = y + np.where(np.isfinite(tab.grad_bytes), ar, np.inf)
+            self._sync[key] = y
+        return self._sync[key]
+
+    # ---------------------------------------------------------- evaluate
+    def lower_bound(self, blocks: list[_Block], mbs: int, dp: int) -> tuple[float, float]:
+        """Lower bounds (iteration time s, $/iteration) of any split of this layout.
+
+        ``T >= (M-1) max_s fb_s + sum_s fb_s``; the bottleneck is at least ``1 / sum_k n_k / F_k``
+        and the sum at least ``min_k F_k``, ``F_k`` the whole model's compute on block ``k``'s hardware.
+        """
+        M = self.gbs // (mbs * dp)
+        full = [float(self.table(b.pool[0], b.tp, mbs).fb[0, self.L]) for b in blocks]
+        # stage k covers a fraction x_k of the model's compute, x_k * F_k <= max sigma, sum x = 1
+        bottleneck = 1.0 / sum(b.stages / max(f, 1e-12) for b, f in zip(blocks, full, strict=True))
+        t_lb = (M - 1) * bottleneck + min(full)
+        return t_lb, self.rate(blocks, dp) * t_lb
+
+    def rate(self, blocks: list[_Block], dp: int) -> float:
+        """$/s of the GPUs of a layout."""
+        return dp * sum(b.stages * b.tp * self.gpu_types[b.pool[0]].price_per_hour for b in blocks) / 3600.0
+
+    def evaluate(self, blocks: list[_Block], mbs: int, dp: int) -> Candidate | None:
+        """Best layer split for a block layout; None if nothing fits memory."""
+        stages = [b for b in blocks for _ in range(b.stages)]
+        pp, L = len(stages), self.L
+        M = self.gbs // (mbs * dp)
+        n = L + 1
+        rate = self.rate(blocks, dp)
+        sigma = np.empty((pp, n, n))
+        w = np.empty((pp, n, n))
+        y = np.empty((pp, n, n))
+        c_in = np.zeros(n)
+        for s, blk in enumerate(stages):
+            tab = self.table(blk.pool[0], blk.tp, mbs)
+            if s + 1 < pp:
+                nxt = stages[s + 1]
+                ckey = (blk.pool, nxt.pool, blk.tp, mbs)
+                if ckey not in self._comm:
+                    self._comm[ckey] = send_time(self.network, blk.pool, nxt.pool, blk.tp, tab.out_bytes)
+                c_out = self._comm[ckey]
+                egress = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
+                egress_t = 2 * tab.out_bytes * blk.tp * M * dp / 1e9 * egress / rate if egress and rate > 0 else 0.0
+            else:
+                c_out, egress_t = np.zeros(n), 0.0
+            mem = tab.memory(min(pp - s, M))
+            ok = mem <= self.gpu_types[blk.pool[0]].memory_gb
+            if s == 0:
+                ok[1:, :] = False
+            if s == pp - 1:
+                ok[:, :L] = False
+            sigma[s] = tab.fb + 2 * (c_in[:, None] + c_out[None, :])
+            w[s] = np.where(ok, tab.fb + 2 * c_out[None, :] + egress_t, np.inf)
+            y[s] = self.sync_matrix(blk.pool, blk.tp, mbs, dp)
+            c_in = c_out
+        self.evaluated += 1
+        res = best_split(sigma, w, y, M, self.options.max_split_dp_calls)
+        if res is None:
+            self.why["memory"] = self.why.get("memory", 0) + 1
+            return None
+        b = np.asarray(res.bounds)
+        # w carries egress as its time-equivalent ($ / rate); take it out of the iteration time
+        egress_cost = 0.0
+        for s in range(pp - 1):
+            blk, nxt = stages[s], stages[s + 1]
+            if blk.pool[1] != nxt.pool[1]:
+                out = self.table(blk.pool[0], blk.tp, mbs).out_bytes[b[s + 1]]
+                price = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
+                egress_cost += 2 * out * blk.tp * M * dp / 1e9 * price
+        t_iter = res.objective - (egress_cost / rate if rate > 0 else 0.0)
+        cost = rate * t_iter + egress_cost
+        mems = tuple(
+            float(self.table(blk.pool[0], blk.tp, mbs).memory(min(pp - s, M))[b[s], b[s + 1]])
+            for s, blk in enumerate(stages)
+        )
+        plan = Plan(
+            self.profile.name,
+            self.gbs,
+            mbs,
+            tuple(
+                Stage(int(b[s]), int(b[s + 1]), (ReplicaGroup(blk.pool[0], blk.pool[1], blk.tp, dp),))
+                for s, blk in enumerate(stages)
+            ),
+        )
+        if self.objective == "throughput":
+            if self.budget is not None and cost > self.budget * (1 + 1e-12):
+                self.why["budget"] = min(self.why.get("budget", np.inf), cost)
+                return None
+            key = (t_iter, cost)
+        else:
+            if self.min_throughput is not None and 1.0 / t_iter < self.min_throughput * (1 - 1e-12):
+                self.why["throughput"] = max(self.why.get("throughput", 0.0), 1.0 / t_iter)
+                return None
+            key = (cost, t_iter)
+        return Candidate(key, t_iter, cost, mems, plan)
+
+    # ------------------------------------------------------------- layouts
+    def _tps(self, gpu: str, mbs: int) -> list[int]:
+        per_node = self.gpu_types[gpu].gpus_per_node
+        return [t for t in self.profile.tp_degrees(gpu, mbs) if t <= per_node]
+
+    def _single_pools(self) -> list[Pool]:
+        pools = sorted(self.pool, key=lambda p: (p[0], -self.pool[p], p[1]))
+        if not self.options.prune:
+            return pools
+        seen: dict[str, Pool] = {}
+        for p in pools:
+            seen.setdefault(p[0], p)
+        return list(seen.values())
+
+    def _pairs(self) -> list[tuple[Pool, Pool]]:
+        pools = sorted(self.pool, key=lambda p: (p[0], -self.pool[p], p[1]))
+        pairs = [(a, b) for a in pools for b in pools if a != b]
+        if not self.options.prune:
+            return pairs
+        chosen: dict[tuple[str, str], tuple[Pool, Pool]] = {}
+        for a, b in sorted(
+            pairs,
+            key=lambda ab: (
+                -self.pool[ab[0]],
+                -self.pool[ab[1]],
+                self.network.egress_per_gb(ab[0][1], ab[1][1]),
+                ab,
+            ),
+        ):
+            chosen.setdefault((a[0], b[0]), (a, b))
+        return list(chosen.values())
+
+    def _layouts(self, pp: int, mbs: int, dp: int, max_blocks: int) -> Iterator[list[list[list[_Block]]]]:
+        """Groups of layouts as rows (first block's TP) of columns (second block's TP), TP rising."""
+        for pool in self._single_pools() if max_blocks == 1 else ():
+            rows = [[[_Block(pool, tp, pp)]] for tp in self._tps(pool[0], mbs) if pp * dp * tp <= self.pool[pool]]
+            if rows:
+                yield rows
+        if max_blocks < 2 or pp < 2:
+            return
+        for a, b in self._pairs():
+            for n1 in range(1, pp):
+                rows = []
+                for ta in self._tps(a[0], mbs):
+                    if n1 * dp * ta > self.pool[a]:
+                        continue
+                    row = [
+                        [_Block(a, ta, n1), _Block(b, tb, pp - n1)]
+                        for tb in self._tps(b[0], mbs)
+                        if (pp - n1) * dp * tb <= self.pool[b]
+                        # same type in two zones only when one zone cannot hold the pipeline
+                        and not (self.options.prune and a[0] == b[0] and (n1 * ta + (pp - n1) * tb) * dp <= self.pool[a])
+                    ]
+                    if row:
+                        rows.append(row)
+                if rows:
+                    yield rows
+
+    def _scan_group(self, rows: list[list[list[_Block]]], mbs: int, dp: int, incumbent: Candidate | None) -> Candidate | None:
+        """Best candidate of a group; with pruning, TP is raised only while it pays (per block)."""
+        prune = self.options.prune
+        best_group: Candidate | None = None
+        prev_row: Candidate | None = None
+        for row in rows:
+            best_row: Candidate | None = None
+            prev: Candidate | None = None
+            for blocks in row:
+                t_lb, c_lb = self.lower_bound(blocks, mbs, dp)
+                if self.objective == "throughput" and self.budget is not None and c_lb > self.budget:
+                    self.why["budget_lb"] = min(self.why.get("budget_lb", np.inf), c_lb)
+                    self.skipped += 1
+                    continue
+                if self.objective == "cost" and self.min_throughput is not None and t_lb * self.min_throughput > 1:
+                    self.why["throughput_ub"] = max(self.why.get("throughput_ub", 0.0), 1.0 / t_lb)
+                    self.skipped += 1
+                    continue
+                inc = min((c for c in (incumbent, best_group, best_row) if c is not None), default=None)
+                if inc is not None and (t_lb if self.objective == "throughput" else c_lb) >= inc.key[0]:
+                    self.skipped += 1
+                    continue
+                cand = self.evaluate(blocks, mbs, dp)
+                if cand is None:
+                    continue
+                if best_row is None or cand < best_row:
+                    best_row = cand
+                if prune and prev is not None and not cand < prev:
+                    break  # raising the second block's TP stopped paying
+                prev = cand
+            if best_row is not None and (best_group is None or best_row < best_group):
+                best_group = best_row
+            if prune and prev_row is not None and best_row is not None and not best_row < prev_row:
+                break  # raising the first block's TP stopped paying
+            if best_row is not None:
+                prev_row = best_row
+        return best_group
+
+    # --------------------------------------------------------------- search
+    def run(self) -> tuple[Candidate, dict]:
+        """Scan (mbs, dp, pp, layout); a homogeneous pass first gives the incumbent that the
+        lower bounds of the heterogeneous pass prune against."""
+        t0 = time.perf_counter()
+        self._incumbent: Candidate | None = None
+        passes = (1, 2) if self.options.max_blocks >= 2 else (1,)
+        for blocks in passes:
+            self._scan(blocks)
+        stats = {"search_time": time.perf_counter() - t0, "evaluated": self.evaluated, "skipped": self.skipped}
+        if self._incumbent is None:
+            raise InfeasibleError(self._reason())
+        return self._incumbent, stats
+
+    def _offer(self, cand: Candidate | None) -> None:
+        if cand is not None and (self._incumbent is None or cand < self._incumbent):
+            self._incumbent = cand
+
+    def _scan(self, max_blocks: int) -> None:
+        total = sum(self.pool.values())
+        max_pp = self.options.max_pp or min(self.L, 16)
+        types = {p[0] for p in self.pool}
+        mbs_all = sorted({m for t in types for m in self.profile.microbatch_sizes(t)})
+        if self.options.microbatch_sizes:
+            mbs_all = [m for m in mbs_all if m in self.options.microbatch_sizes]
+        patience = self.options.patience if self.options.prune else math.inf
+        for mbs in mbs_all:
+            if self.gbs % mbs:
+                continue
+            per = self.gbs // mbs
+            dps = [d for d in range(1, min(per, total) + 1) if per % d == 0]
+            best: Candidate | None = None  # best of this mbs: drives the patience counters
+            stale_dp = 0
+            for dp in dps:
+                best_dp: Candidate | None = None
+                stale_pp = 0
+                for pp in range(1, max_pp + 1):
+                    if pp * dp > total or pp > self.L:
+                        break
+                    best_pp: Candidate | None = None
+                    for rows in self._layouts(pp, mbs, dp, max_blocks):
+                        cand = self._scan_group(rows, mbs, dp, self._incumbent)
+                        self._offer(cand)
+                        if cand is not None and (best_pp is None or cand < best_pp):
+                            best_pp = cand
+                    if best_pp is not None and (best_dp is None or best_pp < best_dp):
+                        best_dp, stale_pp = best_pp, 0
+                    elif best_dp is not None or self._incumbent is not None:
+                        stale_pp += 1
+                        if stale_pp >= patience:
+                            break
+                if best_dp is not None and (best is None or best_dp < best):
+                    best, stale_dp = best_dp, 0
+                elif best is not None:
+                    stale_dp += 1
+                    if stale_dp >= patience:
+                        break
+
+    def _reason(self) -> str:
+        if "budget" in self.why or "budget_lb" in self.why:
+            cheapest = min(self.why.get("budget", np.inf), self.why.get("budget_lb", np.inf))
+            return (
+                f"no feasible plan: budget too small — every plan that fits costs at least "
+                f"${cheapest:.4g}/iteration > budget ${self.budget:.4g}"
+            )
+        if "throughput" in self.why or "throughput_ub" in self.why:
+            fastest = max(self.why.get("throughput", 0.0), self.why.get("throughput_ub", 0.0))
+            return (
+                f"no feasible plan: throughput floor too high — no plan reaches more than "
+                f"{fastest:.4g} iter/s < {self.min_throughput:.4g}"
+            )
+        return (
+            f"no feasible plan: {self.profile.name} does not fit in the memory of the available GPUs "
+            f"({', '.join(f'{n} x {t}@{z}' for (t, z), n in sorted(self.pool.items()))}) with any TP/PP split"
+        )

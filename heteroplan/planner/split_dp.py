@@ -1,0 +1,167 @@
+"""Optimal contiguous layer split for a fixed stage-to-hardware mapping.
+
+Given, per stage ``s`` and layer range ``[a, b)``, the steady-state step ``sigma[s, a, b]``,
+the additive time ``w[s, a, b]`` and the gradient-sync time ``y[s, a, b]`` (``inf`` where
+the range is not allowed), find the split minimizing
+
+    J = (M - 1) * max_s sigma_s + sum_s w_s + max_s y_s.
+
+The max terms are not separable, so the DP minimizes ``sum w`` under thresholds
+``sigma <= B`` and ``y <= Y`` and enumerates ``B`` and ``Y`` over the values that occur, in
+increasing order, stopping when the lower bound ``(M-1) B + W_min + Y`` cannot beat the best
+found: exact when the number of DP calls is not capped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["SplitResult", "best_split"]
+
+
+@dataclass(frozen=True)
+class SplitResult:
+    """Best split: stage boundaries ``bounds`` (pp+1 layer indices) and its objective parts."""
+
+    bounds: tuple[int, ...]
+    objective: float
+    bottleneck: float
+    additive: float
+    sync: float
+    exact: bool
+
+
+def _min_sum(w: np.ndarray) -> tuple[float, np.ndarray | None]:
+    """min over splits of sum_s w[s, a_s, a_{s+1}]; w is (S, n, n) with inf = forbidden."""
+    S, n, _ = w.shape
+    prev = np.full(n, np.inf)
+    prev[0] = 0.0
+    args = np.empty((S, n), dtype=np.int64)
+    for s in range(S):
+        cand = prev[:, None] + w[s]
+        args[s] = np.argmin(cand, axis=0)
+        prev = cand[args[s], np.arange(n)]
+    if not np.isfinite(prev[-1]):
+        return np.inf, None
+    bounds = np.empty(S + 1, dtype=np.int64)
+    bounds[S] = n - 1
+    for s in range(S - 1, -1, -1):
+        bounds[s] = args[s][bounds[s + 1]]
+    return float(prev[-1]), bounds
+
+
+def _min_max(v: np.ndarray) -> float:
+    """min over splits of max_s v[s, a_s, a_{s+1}]."""
+    S, n, _ = v.shape
+    prev = np.full(n, np.inf)
+    prev[0] = -np.inf
+    for s in range(S):
+        prev = np.min(np.maximum(prev[:, None], v[s]), axis=0)
+    return float(prev[-1])
+
+
+def _min_sum_batch(w: np.ndarray, b_thr: np.ndarray, y_thr: np.ndarray, sig: np.ndarray, yy: np.ndarray):
+    """Batched :func:`_min_sum` under thresholds ``sig <= b_thr[k]`` and ``yy <= y_thr[k]``.
+
+    Returns (values (K,), bounds (K, S+1)); rows with value inf have meaningless bounds.
+    """
+    S, n, _ = w.shape
+    K = len(b_thr)
+    prev = np.full((K, n), np.inf)
+    prev[:, 0] = 0.0
+    args = np.empty((S, K, n), dtype=np.int64)
+    cols = np.arange(n)[None, :]
+    krows = np.arange(K)[:, None]
+    for s in range(S):
+        ok = (sig[s][None] <= b_thr[:, None, None]) & (yy[s][None] <= y_thr[:, None, None])
+        cand = np.where(ok, prev[:, :, None] + w[s][None], np.inf)
+        args[s] = cand.argmin(axis=1)
+        prev = cand[krows, args[s], cols]
+    bounds = np.empty((K, S + 1), dtype=np.int64)
+    bounds[:, S] = n - 1
+    rows = np.arange(K)
+    for s in range(S - 1, -1, -1):
+        bounds[:, s] = args[s][rows, bounds[:, s + 1]]
+    return prev[:, -1], bounds
+
+
+def best_split(
+    sigma: np.ndarray, w: np.ndarray, y: np.ndarray, microbatches: int, max_dp_calls: int | None = 4096, chunk: int = 32
+) -> SplitResult | None:
+    """Minimize ``(M-1) max sigma + sum w + max y`` over contiguous splits (None if none is allowed).
+
+    Arrays are ``(S, L+1, L+1)``; entries that are ``inf`` in ``w`` are forbidden.
+    Threshold DPs run batched (``chunk`` at a time); ``max_dp_calls`` caps how many
+    threshold pairs are tried (``None``: no cap, exact).
+    """
+    allowed = np.isfinite(w)
+    w_min, bounds = _min_sum(w)
+    if bounds is None:
+        return None
+    sig = np.where(allowed, sigma, np.inf)
+    yy = np.where(allowed, y, np.inf)
+    weight = microbatches - 1
+    S = w.shape[0]
+    idx = np.arange(S)
+
+    def evaluate(bnd: np.ndarray) -> np.ndarray:
+        """(K, 4): objective, max sigma, sum w, max y of each split row."""
+        a, b = bnd[:, :-1], bnd[:, 1:]
+        s_max = sig[idx, a, b].max(axis=1)
+        w_sum = w[idx, a, b].sum(axis=1)
+        y_max = yy[idx, a, b].max(axis=1)
+        return np.stack([weight * s_max + w_sum + y_max, s_max, w_sum, y_max], axis=1)
+
+    best = evaluate(bounds[None])[0]
+    best_bounds = bounds
+    b_star, y_star = _min_max(sig), _min_max(yy)
+    calls, exact = 1, True
+
+    def run(b_thr: np.ndarray, y_thr: np.ndarray, lower: np.ndarray | None = None) -> np.ndarray:
+        """Threshold DPs in chunks, in the given order; stops once ``lower`` cannot beat the incumbent."""
+        nonlocal best, best_bounds, calls
+        vals = np.full(len(b_thr), np.inf)
+        lo, size = 0, 2
+        while lo < len(b_thr):
+            if lower is not None and lower[lo] >= best[0]:
+                break
+            hi = lo + size
+            if lower is not None:  # only thresholds whose bound can still win
+                hi = lo + max(1, int(np.searchsorted(lower[lo:hi], best[0])))
+            v, bnd = _min_sum_batch(w, b_thr[lo:hi], y_thr[lo:hi], sig, yy)
+            vals[lo:hi] = v
+            good = np.isfinite(v)
+            if good.any():
+                ev = evaluate(bnd[good])
+                k = int(np.argmin(ev[:, 0]))
+                if ev[k, 0] < best[0]:
+                    best, best_bounds = ev[k], bnd[good][k]
+            lo, size = hi, min(2 * size, chunk)
+        calls += len(b_thr)
+        return vals
+
+    # 1) bottleneck thresholds, y unbounded
+    if weight > 0:
+        b_cands = np.unique(sig[np.isfinite(sig) & (sig >= b_star)])
+        b_cands = b_cands[weight * b_cands + w_min + y_star < best[0]]
+        if max_dp_calls is not None and len(b_cands) > max_dp_calls // 2:
+            b_cands, exact = b_cands[: max_dp_calls // 2], False
+        w_b = run(b_cands, np.full(len(b_cands), np.inf), weight * b_cands + w_min + y_star)
+        lb_b = weight * b_cands
+    else:
+        b_cands, w_b, lb_b = np.array([np.inf]), np.array([w_min]), np.array([0.0])
+    # 2) (bottleneck, sync) pairs whose lower bound can still beat the incumbent
+    y_cands = np.unique(yy[np.isfinite(yy) & (yy >= y_star)])
+    if len(b_cands) and len(y_cands):
+        base = lb_b + w_b
+        bb, yv = np.meshgrid(np.arange(len(b_cands)), y_cands, indexing="ij")
+        keep = (base[bb] + yv < best[0]) & np.isfinite(base[bb])
+        bb, yv = bb[keep], yv[keep]
+        order = np.argsort(base[bb] + yv, kind="stable")
+        bb, yv = bb[order], yv[order]
+        if max_dp_calls is not None and len(bb) > max_dp_calls - calls:
+            bb, yv, exact = bb[: max(max_dp_calls - calls, 0)], yv[: max(max_dp_calls - calls, 0)], False
+        run(b_cands[bb], yv, base[bb] + yv)
+    return SplitResult(tuple(int(b) for b in best_bounds), float(best[0]), float(best[1]), float(best[2]), float(best[3]), exact)

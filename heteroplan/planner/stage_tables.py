@@ -1,0 +1,92 @@
+"""Per-(GPU type, zone, TP, microbatch) tables of stage costs over all layer ranges.
+
+For a model with ``L`` layers every quantity of a stage covering layers ``[a, b)`` is an
+``(L+1, L+1)`` matrix indexed ``[a, b]`` (``inf`` where ``a >= b``), built once from prefix sums
+and reused by every DP call of the search. Formulas match :mod:`heteroplan.planner.simulator`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from heteroplan.perf.sailor_network import NetworkModel
+from heteroplan.perf.sailor_profiles import ModelProfile
+from heteroplan.planner.simulator import SimConfig
+
+__all__ = ["StageTable", "build_stage_table", "send_time"]
+
+
+@dataclass(frozen=True)
+class StageTable:
+    """Stage matrices for one (gpu_type, zone, tp, mbs).
+
+    Attributes:
+        fb: fwd+bwd seconds per microbatch (calibrated).
+        update: optimizer-update seconds.
+        grad_bytes: gradient bytes per GPU all-reduced.
+        mem_static: GB per GPU not depending on in-flight microbatches.
+        mem_per_inflight: GB per GPU per in-flight microbatch.
+        out_bytes: ``(L+1,)`` bytes one GPU sends when a stage ends at layer ``b``.
+    """
+
+    gpu_type: str
+    zone: str
+    tp: int
+    mbs: int
+    fb: np.ndarray
+    update: np.ndarray
+    grad_bytes: np.ndarray
+    mem_static: np.ndarray
+    mem_per_inflight: np.ndarray
+    out_bytes: np.ndarray
+
+    def memory(self, inflight: int | np.ndarray) -> np.ndarray:
+        """GB per GPU of every layer range holding ``inflight`` microbatches."""
+        return self.mem_static + self.mem_per_inflight * inflight
+
+
+def send_time(network: NetworkModel, src: tuple[str, str], dst: tuple[str, str], k: int, nbytes: np.ndarray) -> np.ndarray:
+    """Seconds for each of ``k`` GPUs per node to send ``nbytes`` over the link ``src -> dst``."""
+    curve = network.curve(src, dst, k)
+    return np.asarray(nbytes, dtype=float) / 1e9 / (curve.bandwidth(nbytes) / k)
+
+
+def _range(prefix: np.ndarray) -> np.ndarray:
+    """``out[a, b] = prefix[b] - prefix[a]`` for a < b, ``inf`` elsewhere."""
+    out = prefix[None, :] - prefix[:, None]
+    n = prefix.shape[0]
+    out[np.tril_indices(n)] = np.inf
+    return out
+
+
+def _range_max(values: np.ndarray) -> np.ndarray:
+    """``out[a, b] = max(values[a:b])`` for a < b, 0 elsewhere."""
+    n = values.shape[0]
+    out = np.zeros((n + 1, n + 1))
+    for a in range(n):
+        out[a, a + 1 :] = np.maximum.accumulate(values[a:])
+    return out
+
+
+def build_stage_table(
+    profile: ModelProfile, network: NetworkModel, gpu_type: str, zone: str, tp: int, mbs: int, config: SimConfig
+) -> StageTable:
+    """Build the matrices for one stage hardware choice (profile must exist)."""
+    comp = profile.compute_prefix(gpu_type, mbs, tp)
+    sizes = profile.size_prefix(tp)
+    L = profile.num_layers
+    fb = np.maximum(config.compute_scale * _range(comp[0] + comp[1]) + config.microbatch_overhead_s, 0.0)
+    update = _range(comp[2])
+    params = _range(sizes[0])
+    act = _range(sizes[1])
+    working = config.working_layers * _range_max(profile.act_mem[tp])
+    working[:, L] += config.logits_factor * profile.act_out[tp][L - 1]
+    mem_static = config.overhead_gb + (config.bytes_per_param * params + config.act_bytes_per_float * working * mbs) / 1e9
+    mem_per_inflight = config.act_bytes_per_float * act * mbs / 1e9
+    out_bytes = np.zeros(L + 1)
+    out_bytes[1:] = config.act_comm_bytes_per_float * profile.act_out[tp] * mbs
+    return StageTable(
+        gpu_type, zone, tp, mbs, fb, update, config.grad_bytes_per_param * params, mem_static, mem_per_inflight, out_bytes
+    )

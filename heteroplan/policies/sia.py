@@ -1,0 +1,86 @@
+"""Sia: heterogeneity- and adaptivity-aware round-based scheduling by an ILP over goodput."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from heteroplan.cluster import Cluster
+from heteroplan.formulations.sia import (
+    ConfigSet,
+    SiaResult,
+    build_sia_model,
+    restart_factor,
+    solve_sia,
+)
+from heteroplan.policies.base import Allocation, JobState
+from heteroplan.policies.common import current_config, goodput_matrix
+from heteroplan.policies.placement import place
+
+__all__ = ["SiaPolicy"]
+
+
+@dataclass
+class SiaPolicy:
+    """Sia's policy (see :mod:`heteroplan.formulations.sia` for the model).
+
+    Attributes:
+        p: utility exponent (default -0.5, minimized).
+        lam: penalty per unallocated job.
+        restart_penalty: apply the restart factor to non-current configurations.
+        scale_up: at most this factor more GPUs than the current allocation per round.
+        mode: ``"milp"``, ``"lp-round"``, or ``"auto"`` (default: the exact MILP while the
+            model has at most ``auto_limit`` variables, LP + rounding above).
+        time_limit: seconds per solve; mip_gap: relative MIP gap.
+    """
+
+    p: float = -0.5
+    lam: float = 1.1
+    restart_penalty: bool = True
+    scale_up: float = 2.0
+    mode: str = "auto"
+    auto_limit: int = 20_000
+    time_limit: float = 10.0
+    mip_gap: float = 1e-3
+    name: str = "sia"
+    adaptive: bool = True
+    last_result: SiaResult | None = field(default=None, repr=False)
+    _configs: dict[int, ConfigSet] = field(default_factory=dict, repr=False)
+
+    def configs(self, cluster: Cluster) -> ConfigSet:
+        key = id(cluster)
+        if key not in self._configs:
+            self._configs = {key: ConfigSet.from_cluster(cluster)}
+        return self._configs[key]
+
+    def allocate(self, cluster: Cluster, jobs: Sequence[JobState], now: float) -> dict[str, Allocation]:
+        if not jobs:
+            return {}
+        configs = self.configs(cluster)
+        G = goodput_matrix(jobs, configs, self.scale_up)
+        current = current_config(jobs, configs)
+        restart = None
+        if self.restart_penalty:
+            restart = restart_factor(
+                np.array([now - j.arrival_time for j in jobs]),
+                np.array([j.num_restarts for j in jobs]),
+                np.array([j.restart_delay for j in jobs]),
+            )
+        pinned = np.array([j.restoring for j in jobs])
+        capacity = np.array([cluster.capacity()[t] for t in configs.gpu_types], dtype=float)
+        problem = build_sia_model(G, configs, capacity, current, restart, pinned, self.p, self.lam)
+        mode = self.mode
+        if mode == "auto":
+            mode = "milp" if problem.model.num_vars <= self.auto_limit else "lp-round"
+        result = solve_sia(problem, configs, capacity, mode, self.time_limit, self.mip_gap, self.lam)
+        self.last_result = result
+        wanted = {
+            job.job_id: (configs.gpu_types[configs.type_index[c]], int(configs.num_gpus[c]))
+            for job, c in zip(jobs, result.choice, strict=True)
+            if c >= 0
+        }
+        previous = {j.job_id: j.allocation for j in jobs if j.allocation is not None}
+        placed, _ = place(cluster, wanted, previous)
+        return placed

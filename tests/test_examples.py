@@ -1,0 +1,64 @@
+"""Every example script and notebook runs and shows what it promises (small inputs)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def run_example(name: str, *args: str, cwd: Path) -> str:
+    env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, str(EXAMPLES / name), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def finished_column(table: str, policy: str) -> int:
+    for line in table.splitlines():
+        cells = line.split()
+        if cells and cells[0] == policy:
+            return int(cells[1])
+    raise AssertionError(f"no row for {policy} in\n{table}")
+
+
+def test_compare_policies_example(tmp_path: Path) -> None:
+    out = run_example("compare_policies.py", "--jobs", "8", "--out", str(tmp_path / "plots"), cwd=tmp_path)
+    for policy in ("sia", "pollux", "fifo"):
+        assert finished_column(out, policy) == 8
+    assert (tmp_path / "plots" / "jct_cdf.png").stat().st_size > 1000
+    assert (tmp_path / "plots" / "gpus_sia.png").stat().st_size > 1000
+
+
+def test_custom_policy_example(tmp_path: Path) -> None:
+    out = run_example("custom_policy.py", "--jobs", "6", cwd=tmp_path)
+    assert finished_column(out, "maxmin") == 6 and finished_column(out, "sia") == 6
+
+
+@pytest.mark.parametrize("notebook", sorted(p.name for p in (EXAMPLES / "notebooks").glob("*.ipynb")))
+def test_notebooks_execute(notebook: str, tmp_path: Path) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(EXAMPLES / "notebooks" / notebook, as_version=4)
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors
+    # Every notebook ends by printing a check line of the form "OK: ..." from its own assertions.
+    last = [o.get("text", "") for o in nb.cells[-1].get("outputs", []) if o.output_type == "stream"]
+    assert any("OK:" in t for t in last), last
+
+
+def test_fit_goodput_example(tmp_path: Path) -> None:
+    out = run_example("fit_goodput.py", cwd=tmp_path)
+    median = float(out.strip().splitlines()[-1].rsplit(" ", 1)[1])
+    assert median < 0.10  # held-out configurations predicted within 10% (median)
+    assert "GPUs" in out and "goodput" in out

@@ -1,0 +1,128 @@
+"""The Model's expression algebra against dense numpy evaluation, and its input errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from heteroplan.errors import ModelError
+from heteroplan.formulations.model import Model
+
+
+def _point(m: Model, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=m.num_vars)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.integers(1, 6),
+    cols=st.integers(1, 6),
+    seed=st.integers(0, 10_000),
+)
+def test_expression_algebra_matches_numpy(rows: int, cols: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    m = Model()
+    x = m.add_variables("x", (rows, cols))
+    y = m.add_variables("y", (cols,))
+    w = rng.normal(size=(rows, cols))
+    v = rng.normal(size=cols)
+    A = rng.normal(size=(3, cols))
+    p = _point(m, seed)
+    X, Y = p[: rows * cols].reshape(rows, cols), p[rows * cols :]
+
+    np.testing.assert_allclose((x * w).sum().value(p), (X * w).sum())
+    np.testing.assert_allclose(x.sum(axis=0).value(p), X.sum(axis=0))
+    np.testing.assert_allclose(x.sum(axis=1).value(p), X.sum(axis=1))
+    np.testing.assert_allclose((A @ y).value(p), A @ Y)
+    np.testing.assert_allclose((sp.csr_matrix(A) @ x.sum(axis=0)).value(p), A @ X.sum(axis=0))
+    np.testing.assert_allclose((x @ v).value(p), X @ v)
+    np.testing.assert_allclose((x + y).value(p), X + Y)  # broadcast y over rows
+    np.testing.assert_allclose((2 - 3 * x[0] + y / 2).value(p), 2 - 3 * X[0] + Y / 2)
+    np.testing.assert_allclose((x[:, ::2] - 1).value(p), X[:, ::2] - 1)
+    np.testing.assert_allclose(x[np.array([0] * 3)].value(p), X[[0] * 3])
+    np.testing.assert_allclose((w * x).reshape(-1).value(p), (w * X).ravel())
+
+
+def test_constraint_bounds_move_constants_to_rhs() -> None:
+    m = Model()
+    x = m.add_variables("x", 3)
+    c = (x + 2 <= np.array([5.0, 6.0, 7.0]))
+    np.testing.assert_allclose(c.ub, [3, 4, 5])
+    assert np.all(np.isneginf(c.lb))
+    c2 = (x >= x[0] * 2)
+    assert np.all(c2.lb == 0) and np.all(np.isposinf(c2.ub))
+    c3 = (x.sum() == 4)
+    assert c3.lb[0] == c3.ub[0] == 4
+    # numpy on the left defers to the expression.
+    c4 = np.ones(3) <= x
+    np.testing.assert_allclose(c4.lb, 1.0)
+
+
+def test_standard_form_stacks_blocks() -> None:
+    m = Model()
+    x = m.binary("x", (2, 3))
+    y = m.continuous("y", 2, lb=-1, ub=4)
+    m.add_constraints(x.sum(axis=1) <= 1, "one")
+    m.add_constraints(y - x[:, 0] >= 0, "link")
+    m.maximize((x * np.arange(6).reshape(2, 3)).sum() + y.sum() + 5)
+    sf = m.to_standard_form()
+    assert sf.A.shape == (4, 8)
+    np.testing.assert_array_equal(sf.integrality, [True] * 6 + [False] * 2)
+    np.testing.assert_allclose(sf.c, [0, 1, 2, 3, 4, 5, 1, 1])
+    assert sf.offset == 5 and sf.maximize
+    np.testing.assert_allclose(sf.col_lb[6:], -1)
+    assert m.constraints["link"].slice == slice(2, 4)
+    assert m.variable_names()[:2] == ["x[0,0]", "x[0,1]"]
+
+
+def test_build_is_vectorized_for_100k_variables() -> None:
+    # Not a timing assertion: checks the structure is right at scale (one nnz per entry).
+    m = Model()
+    x = m.binary("x", (2000, 50))
+    m.add_constraints(x.sum(axis=1) <= 1, "one")
+    m.add_constraints(np.ones((4, 50)) @ x.sum(axis=0) <= 10, "cap")
+    sf = m.to_standard_form()
+    assert sf.A.nnz == 100_000 + 4 * 100_000
+
+
+@pytest.mark.parametrize(
+    "build, field",
+    [
+        (lambda m: m.add_variables("x", 3, lb=2, ub=1), "variables[x][0]"),
+        (lambda m: m.add_variables("x", (2, -1)), "variables[x].shape"),
+        (lambda m: m.add_variables("x", 2, ub=[1, 2, 3]), "variables[x].ub"),
+        (lambda m: m.add_variables("x", 2, lb=np.nan), "variables[x].lb"),
+        (lambda m: m.add_variables("", 2), "variables.name"),
+    ],
+)
+def test_bad_variables_name_field(build, field: str) -> None:
+    with pytest.raises(ModelError) as info:
+        build(Model())
+    assert info.value.field == field
+    assert isinstance(info.value, ValueError)
+
+
+def test_bad_expressions_and_constraints() -> None:
+    m = Model()
+    x = m.add_variables("x", (2, 3))
+    with pytest.raises(ModelError, match="name exists"):
+        m.add_variables("x", 1)
+    with pytest.raises(ModelError, match="not linear"):
+        _ = x * x
+    with pytest.raises(ModelError, match="does not broadcast"):
+        _ = x + np.ones(4)
+    with pytest.raises(ModelError, match="scalar"):
+        m.maximize(x.sum(axis=0))
+    with pytest.raises(ModelError, match="expected"):
+        m.add_constraints(x.sum(), "bad")  # type: ignore[arg-type]
+    with pytest.raises(ModelError, match="finite"):
+        _ = x <= np.nan
+    with pytest.raises(ModelError, match="another Model"):
+        Model().add_constraints(x.sum() <= 1)
+    with pytest.raises(ModelError, match="columns"):
+        _ = np.ones((2, 4)) @ x.sum(axis=0)
+    with pytest.raises(TypeError, match="truth value"):
+        bool(x.sum() <= 1)

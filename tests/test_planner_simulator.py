@@ -1,0 +1,151 @@
+"""Simulator: accuracy against real runs, Sailor plan reading, cost and memory accounting."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from heteroplan.errors import InputError
+from heteroplan.perf.sailor_network import load_network
+from heteroplan.perf.sailor_profiles import load_model_profile
+from heteroplan.planner import Plan, ReplicaGroup, Stage, simulate
+from heteroplan.planner.simulator import DEFAULT_CONFIG
+
+DATA = Path(__file__).parent / "data" / "sailor"
+RUNS = sorted(DATA.glob("plan_config_*.json"))
+
+
+def _errors() -> np.ndarray:
+    rows = []
+    for path in RUNS:
+        real = json.loads(path.read_text())
+        sim = simulate(Plan.from_json(path))
+        rows.append((sim.iteration_time / real["real"] - 1, sim.peak_memory_gb / (real["max_mem"] / 1e9) - 1))
+    return np.array(rows)
+
+
+def test_validation_runs_are_all_there():
+    assert len(RUNS) == 15
+
+
+def test_mean_error_against_real_runs_within_target():
+    err = np.abs(_errors())
+    mean_time, mean_mem = err.mean(axis=0)
+    # Sailor reports 4.5-6% (time) and 5.6% (memory); we reach 5.8% and 0.9% on these runs.
+    assert mean_time <= 0.06, mean_time
+    assert mean_mem <= 0.02, mean_mem
+    # no run is wildly off on memory; time outliers are the mbs=1 runs (profile noise)
+    assert err[:, 1].max() < 0.05
+
+
+def test_uncalibrated_simulator_is_worse_on_memory():
+    """The memory constants matter: without framework overhead the error is large."""
+    raw = replace(DEFAULT_CONFIG, overhead_gb=0.0, working_layers=0.0)
+    real = json.loads(RUNS[0].read_text())
+    sim = simulate(Plan.from_json(RUNS[0]), config=raw)
+    assert sim.peak_memory_gb < 0.85 * real["max_mem"] / 1e9
+
+
+def test_reads_sailor_plan_config():
+    plan = Plan.from_json(DATA / "plan_config_N16_D4.json")
+    assert plan.pp == 4 and plan.dp == 4 and plan.microbatch_size == 8 and plan.global_batch_size == 1024
+    assert [(s.first_layer, s.last_layer) for s in plan.stages] == [(0, 5), (5, 12), (12, 19), (19, 26)]
+    assert plan.stages[0].replicas == (ReplicaGroup("GH-96", "us-central1-a", 4, 4),)
+    assert plan.num_gpus == 64
+    # round trip through our own JSON
+    assert Plan.from_dict(json.loads(plan.to_json())) == plan
+
+
+def test_malformed_sailor_plan_is_a_clear_error(tmp_path):
+    bad = tmp_path / "p.json"
+    bad.write_text(json.dumps({"pipeline_list": [{"layers_per_stage": [[0, 1]]}], "mbs": 1}))
+    with pytest.raises(InputError, match="plan"):
+        Plan.from_json(bad)
+
+
+def _plan(stages, mbs=4, gbs=64):
+    return Plan("OPT-350", gbs, mbs, tuple(stages))
+
+
+def test_single_gpu_time_is_sum_of_profiled_layers():
+    prof = load_model_profile("OPT-350")
+    plan = _plan([Stage(0, 26, (ReplicaGroup("A100-40", "us-central1-a", 1, 1),))], mbs=4, gbs=16)
+    sim = simulate(plan)
+    f, b, u = prof.stage_compute("A100-40", 4, 1, 0, 26)
+    expected = 4 * (DEFAULT_CONFIG.compute_scale * (f + b) + DEFAULT_CONFIG.microbatch_overhead_s) + u  # 4 microbatches, no sync, no comm
+    assert sim.iteration_time == pytest.approx(expected, rel=1e-12)
+    assert sim.cost_per_iteration == pytest.approx(3.673 / 3600 * expected, rel=1e-12)
+
+
+def test_pipeline_time_follows_1f1b_formula():
+    prof = load_model_profile("OPT-350")
+    net = load_network()
+    z = "us-central1-a"
+    plan = _plan([Stage(0, 10, (ReplicaGroup("A100-40", z, 1, 1),)), Stage(10, 26, (ReplicaGroup("A100-40", z, 1, 1),))])
+    sim = simulate(plan)
+    M = 16
+    cfg = DEFAULT_CONFIG
+    fb = [
+        cfg.compute_scale * sum(prof.stage_compute("A100-40", 4, 1, a, b)[:2]) + cfg.microbatch_overhead_s
+        for a, b in ((0, 10), (10, 26))
+    ]
+    nbytes = 4 * prof.act_out[1][9] * 4
+    c = nbytes / 1e9 / net.per_gpu_bandwidth(("A100-40", z), ("A100-40", z), 1, nbytes)
+    upd = max(prof.stage_compute("A100-40", 4, 1, a, b)[2] for a, b in ((0, 10), (10, 26)))
+    expected = (M - 1) * (max(fb) + 2 * c) + sum(fb) + 2 * c + upd
+    assert sim.iteration_time == pytest.approx(expected, rel=1e-12)
+
+
+def test_more_stages_hold_more_inflight_activations_on_first_stage():
+    z = "us-central1-a"
+    one = _plan([Stage(0, 26, (ReplicaGroup("A100-40", z, 1, 1),))])
+    two = _plan([Stage(0, 13, (ReplicaGroup("A100-40", z, 1, 1),)), Stage(13, 26, (ReplicaGroup("A100-40", z, 1, 1),))])
+    m1, m2 = simulate(one).memory_per_stage, simulate(two).memory_per_stage
+    assert m2[0] < m1[0]  # half the layers...
+    assert m2[0] > m2[1] - 1.0  # ...but two microbatches in flight on stage 0
+
+
+def test_cross_zone_pipeline_pays_egress_and_is_slower():
+    same = _plan([Stage(0, 13, (ReplicaGroup("A100-40", "us-central1-a", 1, 2),)), Stage(13, 26, (ReplicaGroup("A100-40", "us-central1-a", 1, 2),))])
+    cross = _plan([Stage(0, 13, (ReplicaGroup("A100-40", "us-central1-a", 1, 2),)), Stage(13, 26, (ReplicaGroup("A100-40", "us-west1-b", 1, 2),))])
+    s, c = simulate(same), simulate(cross)
+    assert s.egress_gb == 0.0 and c.egress_gb > 0
+    prof = load_model_profile("OPT-350")
+    # 2 directions x 8 microbatches x 2 pipelines x activation bytes
+    assert c.egress_gb == pytest.approx(2 * 8 * 2 * 4 * prof.act_out[1][12] * 4 / 1e9)
+    gpu_cost = 4 * 3.673 / 3600 * c.iteration_time
+    assert c.cost_per_iteration == pytest.approx(gpu_cost + c.egress_gb * 0.02)
+    assert c.iteration_time > s.iteration_time
+
+
+def test_straggler_replica_sets_the_pace():
+    z = "us-central1-a"
+    fast = _plan([Stage(0, 26, (ReplicaGroup("A100-40", z, 4, 2),))])
+    mixed = _plan([Stage(0, 26, (ReplicaGroup("A100-40", z, 4, 1), ReplicaGroup("V100-16", z, 4, 1)))])
+    slow = _plan([Stage(0, 26, (ReplicaGroup("V100-16", z, 4, 2),))])
+    tf, tm, ts = (simulate(p).iteration_time for p in (fast, mixed, slow))
+    assert tf < tm <= ts * 1.001
+
+
+def test_unprofiled_choice_is_a_clear_error():
+    plan = _plan([Stage(0, 26, (ReplicaGroup("A100-40", "us-central1-a", 8, 1),))])
+    with pytest.raises(InputError, match="profile"):
+        simulate(plan)
+    plan = _plan([Stage(0, 26, (ReplicaGroup("H100", "us-central1-a", 1, 1),))])
+    with pytest.raises(InputError, match="gpu_type"):
+        simulate(plan)
+
+
+@pytest.mark.parametrize("path", RUNS, ids=lambda p: p.stem)
+def test_every_sailor_plan_reads_consistently(path):
+    raw = json.loads(path.read_text())
+    plan = Plan.from_json(path)
+    pipe = raw["pipeline_list"][0]
+    assert plan.num_gpus == 4 * raw["N"]  # N GH200 nodes of 4 GPUs
+    assert plan.pp == pipe["num_stages"] and plan.dp == pipe["dp"][0]
+    assert [list(range(s.first_layer, s.last_layer)) for s in plan.stages] == pipe["layers_per_stage"]
+    assert sum(plan.microbatches()) * plan.microbatch_size == raw["gbs"]

@@ -1,0 +1,117 @@
+"""Sia's ILP against brute-force enumeration, and the LP-rounding mode against its bound."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from heteroplan.cluster import Cluster, GPUType, preset
+from heteroplan.errors import InputError
+from heteroplan.formulations.sia import ConfigSet, build_sia_model, restart_factor, solve_sia
+
+TINY = Cluster.from_counts((GPUType("a", 16, 2), GPUType("b", 16, 4)), {"a": 4, "b": 4})
+
+
+def brute_force(G, configs, cap, current, restart, pinned, p, lam):
+    J, C = G.shape
+    valid = G > 0
+    base = np.where(valid, G, np.inf).min(axis=1)
+    best = np.inf
+    for choice in itertools.product(range(-1, C), repeat=J):
+        used = np.zeros(len(cap))
+        total = 0.0
+        ok = True
+        for j, c in enumerate(choice):
+            if pinned[j] and c != current[j]:
+                ok = False
+                break
+            if c < 0:
+                total += lam
+                continue
+            if not valid[j, c]:
+                ok = False
+                break
+            n = G[j, c] / base[j]
+            if current[j] >= 0 and c != current[j]:
+                n *= restart[j]
+            if n <= 0:
+                ok = False
+                break
+            used[configs.type_index[c]] += configs.num_gpus[c]
+            total += n**p
+        if ok and np.all(used <= cap):
+            best = min(best, total)
+    return best
+
+
+def test_configs_follow_sia_rules() -> None:
+    cs = ConfigSet.from_cluster(preset("sia-64"))
+    aws = cs.num_gpus[cs.type_names == "aws"].tolist()
+    assert aws == [1, 2, 4, 8, 12, 16, 20, 24]  # 1,2,4 in a 4-GPU node, then whole nodes
+    rtx = cs.num_gpus[cs.type_names == "rtx"].tolist()
+    assert rtx == [1, 2, 4, 8, 16, 24]
+    assert cs.num_nodes[cs.type_names == "rtx"].tolist() == [1, 1, 1, 1, 2, 3]
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), J=st.integers(1, 3), p=st.sampled_from([-0.5, -1.0]))
+def test_milp_equals_brute_force(seed: int, J: int, p: float) -> None:
+    rng = np.random.default_rng(seed)
+    configs = ConfigSet.from_cluster(TINY)
+    C = len(configs)
+    G = rng.uniform(1, 10, (J, C)) * configs.num_gpus ** rng.uniform(0.3, 1.0, (J, 1))
+    G[rng.random((J, C)) < 0.2] = 0.0
+    cap = np.array([4.0, 4.0])
+    current = np.where(rng.random(J) < 0.5, rng.integers(0, C, J), -1)
+    current[(current >= 0) & (G[np.arange(J), np.maximum(current, 0)] <= 0)] = -1
+    restart = rng.uniform(0, 1, J)
+    pinned = np.zeros(J, dtype=bool)
+    problem = build_sia_model(G, configs, cap, current, restart, pinned, p, 1.1)
+    res = solve_sia(problem, configs, cap, "milp", mip_gap=0)
+    expect = brute_force(G, configs, cap, current, restart, pinned, p, 1.1)
+    assert res.objective == pytest.approx(expect, rel=1e-7)
+    used = np.bincount(configs.type_index[res.choice[res.choice >= 0]],
+                       weights=configs.num_gpus[res.choice[res.choice >= 0]], minlength=2)
+    assert np.all(used <= cap)
+    rounded = solve_sia(problem, configs, cap, "lp-round")
+    assert rounded.bound <= expect + 1e-7 <= rounded.objective + 2e-7  # LP bound <= optimum <= rounded
+
+
+def test_lp_round_is_near_optimal_at_scale() -> None:
+    rng = np.random.default_rng(0)
+    cluster = preset("sia-64")
+    configs = ConfigSet.from_cluster(cluster)
+    J = 120
+    G = rng.uniform(1, 5, (J, 1)) * configs.num_gpus ** rng.uniform(0.2, 0.9, (J, 1)) * rng.uniform(0.5, 2, (1, 3))[:, configs.type_index]
+    cap = np.array([cluster.capacity()[t] for t in configs.gpu_types], dtype=float)
+    problem = build_sia_model(G, configs, cap, p=-0.5)
+    exact = solve_sia(problem, configs, cap, "milp", mip_gap=0)
+    rounded = solve_sia(problem, configs, cap, "lp-round")
+    assert rounded.objective >= exact.objective - 1e-6
+    assert (rounded.objective - exact.objective) / exact.objective < 0.01
+    assert rounded.bound <= exact.objective + 1e-6
+
+
+def test_pinned_job_keeps_its_config_and_restart_factor() -> None:
+    configs = ConfigSet.from_cluster(TINY)
+    G = np.tile(configs.num_gpus.astype(float), (2, 1))
+    problem = build_sia_model(G, configs, [4, 4], current=np.array([0, -1]), pinned=np.array([True, False]))
+    res = solve_sia(problem, configs, [4, 4], mip_gap=0)
+    assert res.choice[0] == 0
+    np.testing.assert_allclose(restart_factor([100, 10], [1, 0], [50, 50]), [50 / 150, 10 / 60])
+
+
+def test_bad_inputs() -> None:
+    configs = ConfigSet.from_cluster(TINY)
+    with pytest.raises(InputError, match="goodput.shape"):
+        build_sia_model(np.ones((2, 3)), configs, [4, 4])
+    with pytest.raises(InputError, match="capacity"):
+        build_sia_model(np.ones((2, len(configs))), configs, [4])
+    with pytest.raises(InputError, match="p="):
+        build_sia_model(np.ones((2, len(configs))), configs, [4, 4], p=0)
+    with pytest.raises(InputError, match="mode"):
+        solve_sia(build_sia_model(np.ones((1, len(configs))), configs, [4, 4]), configs, [4, 4], mode="ga")

@@ -1,0 +1,163 @@
+"""HiGHS against independent oracles (scipy's milp, CBC via pulp, brute force, cvxpy) and statuses."""
+
+from __future__ import annotations
+
+import itertools
+
+import highspy
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from heteroplan.errors import ModelError
+from heteroplan.formulations.model import Model
+from heteroplan.solvers import SolveStatus, solve, to_cvxpy, to_pulp, write_lp, write_mps
+
+
+def random_milp(seed: int, n: int, m: int, integer_share: float = 0.7) -> Model:
+    """Bounded random MILP with mixed integer/continuous variables and mixed row senses."""
+    rng = np.random.default_rng(seed)
+    model = Model(f"rand{seed}")
+    n_int = max(1, int(n * integer_share))
+    x = model.add_variables("x", n_int, lb=0, ub=rng.integers(1, 4, n_int), integer=True)
+    y = model.add_variables("y", n - n_int, lb=-2.0, ub=3.0) if n > n_int else None
+    A = rng.integers(-3, 6, (m, n_int)).astype(float)
+    expr = A @ x
+    if y is not None:
+        expr = expr + rng.normal(size=(m, n - n_int)) @ y
+    model.add_constraints(expr <= rng.integers(2, 12, m).astype(float), "le")
+    model.add_constraints(x.sum() >= 1, "atleast")
+    obj = (x * rng.normal(size=n_int)).sum()
+    if y is not None:
+        obj = obj + (y * rng.normal(size=n - n_int)).sum()
+    (model.maximize if seed % 2 else model.minimize)(obj)
+    return model
+
+
+def _close(a: float, b: float, rel: float = 1e-6) -> bool:
+    return abs(a - b) <= rel * max(1.0, abs(a), abs(b))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 100_000), n=st.integers(2, 12), m=st.integers(1, 6))
+def test_highs_agrees_with_scipy_and_cbc(seed: int, n: int, m: int) -> None:
+    model = random_milp(seed, n, m)
+    ref = solve(model, mip_gap=0)
+    for backend in ("scipy", "cbc"):
+        other = solve(model, backend=backend, mip_gap=0)
+        assert (ref.status is SolveStatus.OPTIMAL) == (other.status is SolveStatus.OPTIMAL), backend
+        if ref.status is SolveStatus.OPTIMAL:
+            assert _close(ref.objective, other.objective), (backend, ref.objective, other.objective)
+    if ref.has_solution:
+        assert model.violation(model.pack(ref.values)) < 1e-6
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 100_000), n=st.integers(1, 10), m=st.integers(1, 4))
+def test_highs_equals_brute_force_on_tiny_binary_problems(seed: int, n: int, m: int) -> None:
+    rng = np.random.default_rng(seed)
+    W = rng.integers(0, 10, (m, n)).astype(float)
+    cap = rng.integers(0, 20, m).astype(float)
+    v = rng.normal(size=n)
+    model = Model()
+    x = model.binary("x", n)
+    model.add_constraints(W @ x <= cap, "cap")
+    model.maximize(x @ v)
+    best = max(
+        float(np.dot(v, z))
+        for z in (np.array(bits) for bits in itertools.product((0, 1), repeat=n))
+        if np.all(W @ z <= cap)
+    )
+    sol = solve(model, mip_gap=0)
+    assert sol.status is SolveStatus.OPTIMAL
+    assert _close(sol.objective, best, 1e-9)
+    assert np.all(W @ sol["x"] <= cap + 1e-9)
+
+
+def test_lp_matches_cvxpy_clarabel() -> None:
+    rng = np.random.default_rng(3)
+    model = Model()
+    x = model.continuous("x", 8, lb=0, ub=5)
+    model.add_constraints(rng.random((4, 8)) @ x <= 3, "le")
+    model.add_constraints(x[:2].sum() == 1, "eq")
+    model.maximize(x @ rng.random(8))
+    ref = solve(model)
+    prob, _ = to_cvxpy(model)
+    prob.solve(solver="CLARABEL")
+    assert ref.optimal and ref.gap == 0
+    assert _close(ref.objective, prob.value, 1e-6)
+
+
+def test_infeasible_and_unbounded_statuses_carry_no_values() -> None:
+    m = Model()
+    y = m.continuous("y", 2)
+    m.add_constraints(y.sum() >= 3, "lo")
+    m.add_constraints(y.sum() <= 1, "hi")
+    m.minimize(y.sum())
+    sol = solve(m)
+    assert sol.status is SolveStatus.INFEASIBLE and not sol.has_solution
+    with pytest.raises(ModelError, match="no solution"):
+        _ = sol["y"]
+    u = Model()
+    z = u.continuous("z", 2, lb=-np.inf)
+    u.minimize(z.sum())
+    assert solve(u).status in (SolveStatus.UNBOUNDED, SolveStatus.INFEASIBLE_OR_UNBOUNDED)
+
+
+def hard_knapsack(n: int = 400, k: int = 15, seed: int = 0) -> Model:
+    rng = np.random.default_rng(seed)
+    w = rng.integers(20, 100, (k, n))
+    v = w.sum(0) / k + rng.integers(-5, 5, n)
+    m = Model("hard")
+    x = m.binary("x", n)
+    m.add_constraints(w @ x <= w.sum(1) / 2, "cap")
+    m.maximize(x @ v.astype(float))
+    return m
+
+
+def test_time_limit_returns_feasible_incumbent_and_says_so() -> None:
+    m = hard_knapsack()
+    sol = solve(m, time_limit=0.3)
+    assert sol.status is SolveStatus.TIME_LIMIT
+    assert sol.has_solution and m.violation(m.pack(sol.values)) == 0
+    assert sol.bound >= sol.objective  # maximization: bound above incumbent
+    assert sol.gap > 0 and "time limit" in sol.summary()
+
+
+def test_warm_start_and_relaxation_bound() -> None:
+    m = random_milp(11, 10, 4)
+    full = solve(m, mip_gap=0)
+    relaxed = solve(m, relax=True)
+    assert relaxed.optimal
+    # The relaxation bounds the MILP optimum in the objective's direction.
+    if m.maximize_objective:
+        assert relaxed.objective >= full.objective - 1e-9
+    else:
+        assert relaxed.objective <= full.objective + 1e-9
+    warm = solve(m, warm_start=full.values, mip_gap=0)
+    assert _close(warm.objective, full.objective)
+
+
+def test_exports_round_trip(tmp_path) -> None:
+    m = random_milp(5, 8, 3)
+    ref = solve(m, mip_gap=0)
+    for path in (write_lp(m, tmp_path / "m"), write_mps(m, tmp_path / "m")):
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.readModel(str(path))
+        h.setOptionValue("mip_rel_gap", 0.0)
+        h.run()
+        assert _close(h.getInfo().objective_function_value, ref.objective), path.suffix
+    prob, xs = to_pulp(m)
+    assert len(xs) == m.num_vars and len(prob.constraints) >= m.num_rows
+
+
+def test_bad_solve_arguments() -> None:
+    m = random_milp(1, 3, 1)
+    with pytest.raises(ModelError, match="backend"):
+        solve(m, backend="gurobi-please")
+    with pytest.raises(ModelError, match="time_limit"):
+        solve(m, time_limit=0)
+    with pytest.raises(ModelError, match="mip_gap"):
+        solve(m, mip_gap=-1)
