@@ -63,6 +63,7 @@ class GavelPolicy:
     """Gavel max-min fairness (LP over time fractions) + priority-based round allocation."""
 
     name = "gavel"
+    round_length = 360.0  # s, Gavel's default round (read by the simulators)
 
     def __init__(self, two_stage: bool = True, resolve_every_round: bool = False, time_limit: float = 30.0) -> None:
         self.two_stage = two_stage

@@ -39,7 +39,7 @@ from heteroplan.errors import InputError
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.packing import free_gpus, make_allocation, rate_of, take_gpus
 
-__all__ = ["HadarPolicy", "Admission", "price"]
+__all__ = ["HadarPolicy", "Admission", "price", "evaluate_online", "density_lower_bound"]
 
 
 def price(committed: np.ndarray, capacity: np.ndarray, lower: float, upper: np.ndarray) -> np.ndarray:
@@ -91,6 +91,16 @@ class _Segments:
         self.starts[0] = max(self.starts[0], t)
         return passed
 
+    def compact(self) -> None:
+        """Merge neighbouring segments with equal usage."""
+        starts, usage = [self.starts[0]], [self.usage[0]]
+        for st, u in zip(self.starts[1:], self.usage[1:], strict=True):
+            if np.array_equal(u, usage[-1]):
+                continue
+            starts.append(st)
+            usage.append(u)
+        self.starts, self.usage = starts, usage
+
     def add(self, start: int, end: int, counts: np.ndarray, sign: int = 1) -> None:
         a = self.split(start)
         b = self.split(end)
@@ -109,6 +119,9 @@ class HadarPolicy:
         lookahead: latest start considered, in slots after the decision slot.
         max_slot: schedules must end before this absolute slot (None: no limit).
         forking: HadarE — give idle GPUs to extra copies of active jobs each round.
+        replan: each round, drop every commitment from this slot on and re-run the dual
+            subroutine for all active jobs, shortest ideal remaining time first (a preemptive
+            variant; ``retry`` is implied).
     """
 
     def __init__(
@@ -120,6 +133,7 @@ class HadarPolicy:
         lookahead: int = 48,
         max_slot: int | None = None,
         forking: bool = False,
+        replan: bool = False,
     ) -> None:
         if not slot > 0:
             raise InputError("slot", slot, "must be > 0 s")
@@ -137,6 +151,7 @@ class HadarPolicy:
         self.lookahead = int(lookahead)
         self.max_slot = max_slot
         self.forking = forking
+        self.replan = replan
         self.name = "hadare" if forking else "hadar"
         self.admissions: dict[str, Admission] = {}
         self.rejected: set[str] = set()
@@ -187,11 +202,20 @@ class HadarPolicy:
             return float(job.extra["total_steps"]) - float(job.progress)
         raise InputError(f"job[{job.job_id}].extra", sorted(job.extra), "needs 'remaining_steps' or 'total_steps'")
 
+    def _ideal_slots(self, job: JobState) -> float:
+        """Remaining time on the job's fastest type, in slots."""
+        best = float(self._job_rates(job, self._cluster).max())  # type: ignore[arg-type]
+        return self._remaining(job) / (self.slot * best) if best > 0 else math.inf
+
     def _unit_prices(self, usage: np.ndarray, w: int) -> np.ndarray:
-        """(S, H, w) prices of the next w units on each node in each segment (inf when full)."""
-        g = usage[:, :, None] + np.arange(w)[None, None, :]
+        """(S, H, w) prices of up to w units on each node in each segment (inf beyond idle GPUs).
+
+        As in OASiS, a decision pays the price at the utilization before it, per unit.
+        """
+        g = usage[:, :, None] + np.zeros(w)[None, None, :]
         p = self.lower * (self._u_node[None, :, None] / self.lower) ** (g / self._cap[None, :, None])
-        return np.where(g < self._cap[None, :, None], p, np.inf)
+        room = (usage[:, :, None] + np.arange(w)[None, None, :]) < self._cap[None, :, None]
+        return np.where(room, p, np.inf)
 
     # ------------------------------------------------------ dual subroutine
     def best_schedule(self, job: JobState, t0: int) -> tuple[float, dict] | None:
@@ -300,18 +324,25 @@ class HadarPolicy:
         active = {j.job_id: j for j in jobs}
         for jid in [j for j in self._plans if j not in active]:
             self._release(jid, t)
+        seg.compact()
         if seg.drop_before(t):
             self._version += 1
-        for job in sorted(jobs, key=lambda j: (j.arrival_time, j.job_id)):
+        order = sorted(jobs, key=lambda j: (j.arrival_time, j.job_id))
+        if self.replan:
+            for jid in list(self._plans):
+                self._release(jid, t)
+            seg.compact()
+            order = sorted(jobs, key=lambda j: (self._ideal_slots(j), j.arrival_time, j.job_id))
+        for job in order:
             jid = job.job_id
             if jid in self._plans or jid in self.rejected:
                 continue
-            if self._tried.get(jid) == self._version:
+            if not self.replan and self._tried.get(jid) == self._version:
                 continue
             found = self.best_schedule(job, t)
             if found is not None and found[0] > 0:
                 self._commit(job, found[1], t)
-            elif not self.retry:
+            elif not self.retry and not self.replan:
                 self.rejected.add(jid)
             else:
                 self._tried[jid] = self._version
@@ -345,10 +376,10 @@ class HadarPolicy:
                 best_job, best_key = None, math.inf
                 for j in jobs:
                     r = rates[j.job_id][k]
-                    need = self._remaining(j) - planned[j.job_id]
-                    if r <= 0 or j.requested_gpus > idle or need <= 0:
+                    if r <= 0 or j.requested_gpus > idle:
                         continue
-                    key = need / r  # shortest remaining time on this type first
+                    # finishing time with this copy (s); shortest first
+                    key = self._remaining(j) / (planned[j.job_id] / self.slot + r)
                     if key < best_key:
                         best_job, best_key = j, key
                 if best_job is None:
@@ -363,3 +394,73 @@ class HadarPolicy:
                     merged[n] = merged.get(n, 0) + c
                 out[jid] = make_allocation(tuple(merged.items()), cluster)
                 planned[jid] += rates[jid][k] * self.slot
+
+
+def density_lower_bound(instance: object) -> float:
+    """Smallest over jobs of the best utility per GPU-slot a job can earn (idle cluster).
+
+    Job j started at arrival at pace m finishes after ``n_m`` slots and earns
+    ``W_j n0**2 / n_m`` for ``W_j n_m`` GPU-slots; its best density is ``max_m (n0 / n_m)**2``.
+    ``L`` at or below this value lets the first job always be admitted (the OASiS condition).
+    """
+    rates = np.asarray(instance.rates, dtype=float)  # type: ignore[attr-defined]
+    steps = np.asarray(instance.steps, dtype=float)[:, None]  # type: ignore[attr-defined]
+    with np.errstate(divide="ignore"):
+        n = np.where(rates > 0, np.ceil(steps / (instance.slot * rates) - 1e-9), np.inf)  # type: ignore[attr-defined]
+    n0 = n.min(axis=1)
+    cap_type = np.bincount(instance.node_type, weights=instance.capacity, minlength=rates.shape[1])  # type: ignore[attr-defined]
+    eligible_cap = ((rates[:, None, :] >= rates[:, :, None]) * cap_type[None, None, :]).sum(axis=2)  # (J, pace)
+    fits = eligible_cap >= np.asarray(instance.tasks)[:, None]  # type: ignore[attr-defined]
+    n_fit = np.where(fits, n, np.inf).min(axis=1)
+    return float(((n0 / n_fit) ** 2).min())
+
+
+def evaluate_online(instance: object, **policy_options: object) -> tuple[float, dict[str, int], float]:
+    """Run the pure online algorithm on a :class:`~heteroplan.formulations.hadar.HadarInstance`.
+
+    Builds the instance's cluster (node h of type ``t<k>``) and jobs, simulates
+    :class:`HadarPolicy` (``retry=False``, schedules inside the horizon unless overridden) in
+    the slotted simulator and returns (objective, completion slot per finished job), the
+    objective being ``sum f[j, c_j]`` with the instance's :func:`hadar_utility` — directly
+    comparable with the offline MILP optimum — and the policy's ``alpha``. Unless ``lower``
+    is given, ``L`` is half the instance's :func:`density_lower_bound`.
+    """
+    from heteroplan.cluster import Cluster, GPUType, Node
+    from heteroplan.formulations.hadar import HadarInstance, hadar_utility
+    from heteroplan.sim.slotted import RigidJob, simulate
+
+    assert isinstance(instance, HadarInstance)
+    num_types = np.shape(instance.rates)[1]
+    cap = np.asarray(instance.capacity)
+    per_node = max(int(cap.max()), 1)
+    types = [GPUType(f"t{k}", 16, per_node) for k in range(num_types)]
+    nodes = [Node(f"n{h}", f"t{int(k)}", int(c)) for h, (k, c) in enumerate(zip(instance.node_type, cap, strict=True))]
+    cluster = Cluster(tuple(types), tuple(nodes), name="hadar-instance")
+    jobs = [
+        RigidJob(
+            f"j{j}",
+            int(instance.tasks[j]),
+            float(instance.steps[j]),
+            float(instance.arrival[j]) * instance.slot,
+            {f"t{k}": float(instance.rates[j][k]) for k in range(num_types)},
+        )
+        for j in range(len(instance.tasks))
+    ]
+    options: dict = {
+        "retry": False,
+        "max_slot": int(instance.slots),
+        "slot": instance.slot,
+        "lower": 0.5 * density_lower_bound(instance),
+    }
+    options.update(policy_options)
+    policy = HadarPolicy(**options)
+    result = simulate(policy, cluster, jobs, round_length=instance.slot, max_rounds=int(instance.slots))
+    f = hadar_utility(instance)
+    slots: dict[str, int] = {}
+    total = 0.0
+    for jid, end in result.completion.items():
+        c = int(math.ceil(end / instance.slot - 1e-9)) - 1
+        slots[jid] = c
+        if c < instance.slots:
+            total += float(f[int(jid[1:]), c])
+    return total, slots, policy.alpha

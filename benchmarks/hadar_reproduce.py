@@ -1,0 +1,151 @@
+"""Hadar / HadarE vs Gavel, YARN-CS and Tiresias on Gavel's simulated cluster.
+
+Gavel-108 (36 each of K80, P100, V100), a Gavel-style generated workload (Poisson arrivals,
+Gavel's job types, scale factors and durations, Gavel's measured throughputs), rounds of
+360 s, the rigid-job slotted simulator. Prints avg JCT, makespan (total time duration),
+queuing delay, finish-time fairness and utilization beside the papers' reported ratios, and
+the online/offline ratio of the pure online algorithm on small instances.
+Writes benchmarks/results/hadar_reproduce.json.
+
+    python benchmarks/hadar_reproduce.py            # default: 200 jobs, 6 jobs/h, seed 0 (~1.5 min)
+    python benchmarks/hadar_reproduce.py --jobs 100 --seeds 0 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+from heteroplan.cluster import preset
+from heteroplan.formulations.hadar import HadarInstance, hadar_milp
+from heteroplan.policies.gavel import GavelPolicy
+from heteroplan.policies.hadar import HadarPolicy, evaluate_online
+from heteroplan.policies.tiresias import TiresiasPolicy
+from heteroplan.policies.yarn import YarnCSPolicy
+from heteroplan.sim.slotted import rigid_jobs_from_gavel, simulate
+from heteroplan.solvers import solve
+from heteroplan.workload.gavel import generate_workload, load_throughputs
+
+PAPER = {  # ratios reported by Hadar (IPDPS'24) / HadarE (arXiv 2503.10918)
+    "avg_jct: yarn-cs / hadar": 3.0,
+    "avg_jct: gavel / hadar": 2.5,
+    "makespan: gavel / hadar": 1.20,
+    "queuing: hadar / gavel": 0.87,
+    "utilization: hadare / hadar": 1.45,
+}
+METRICS = ("avg_jct_h", "makespan_h", "avg_queuing_delay_h", "ftf_rho_mean", "utilization", "policy_time_s")
+
+
+def policies(slot: float) -> dict:
+    return {
+        "yarn-cs": lambda: YarnCSPolicy(),
+        "tiresias": lambda: TiresiasPolicy(),
+        "gavel": lambda: GavelPolicy(),
+        "hadar": lambda: HadarPolicy(slot=slot),
+        "hadar-replan": lambda: HadarPolicy(slot=slot, replan=True),
+        "hadare": lambda: HadarPolicy(slot=slot, forking=True),
+    }
+
+
+def small_instances(count: int, seed: int) -> list[dict]:
+    """Pure online objective / MILP optimum on random small instances (gangs <= half a node)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(count):
+        jobs = 6
+        rates = rng.choice([0.0, 1.0, 2.0, 3.0], size=(jobs, 2), p=[0.1, 0.3, 0.3, 0.3])
+        rates[rates.max(axis=1) == 0, 0] = 1.0
+        inst = HadarInstance(
+            rng.integers(0, 2, jobs), rng.integers(1, 3, jobs), rng.integers(1, 6, jobs) * 100.0, rates,
+            np.array([4, 4]), np.array([0, 1]), slots=6, slot=100.0,
+        )
+        sol = solve(hadar_milp(inst), mip_gap=0.0, time_limit=30.0)
+        online, _, alpha = evaluate_online(inst)
+        rows.append({"instance": i, "opt": sol.objective, "online": online, "alpha": alpha,
+                     "ratio": online / sol.objective if sol.objective > 0 else 1.0})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=200)
+    ap.add_argument("--rate", type=float, default=6.0, help="arrivals, jobs/hour")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--round", type=float, default=360.0, help="round (slot) length, s")
+    ap.add_argument("--small", type=int, default=20, help="small instances for online/offline")
+    ap.add_argument("--skip", nargs="*", default=[], help="policies to leave out")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "hadar_reproduce.json"))
+    args = ap.parse_args()
+
+    cluster = preset("gavel-108")
+    tp = load_throughputs()
+    per_seed: dict[str, list[dict]] = {}
+    t_all = time.perf_counter()
+    for seed in args.seeds:
+        jobs = rigid_jobs_from_gavel(generate_workload(args.jobs, args.rate, seed=seed), tp)
+        for name, make in policies(args.round).items():
+            if name in args.skip:
+                continue
+            t0 = time.perf_counter()
+            res = simulate(make(), cluster, jobs, round_length=args.round)
+            m = res.metrics()
+            m["wall_s"] = time.perf_counter() - t0
+            m["unfinished"] = len(res.unfinished)
+            per_seed.setdefault(name, []).append(m)
+    summary = {n: {k: float(np.mean([r[k] for r in rows])) for k in (*METRICS, "wall_s")} for n, rows in per_seed.items()}
+
+    print(f"Gavel-108, {args.jobs} jobs at {args.rate} jobs/h, seeds {args.seeds}, rounds {args.round:g} s")
+    print(f"{'policy':<14}{'avg JCT h':>10}{'makespan h':>11}{'queue h':>9}{'FTF rho':>9}{'util':>7}{'policy s':>9}")
+    for n, s in summary.items():
+        print(f"{n:<14}{s['avg_jct_h']:>10.2f}{s['makespan_h']:>11.1f}{s['avg_queuing_delay_h']:>9.2f}"
+              f"{s['ftf_rho_mean']:>9.2f}{s['utilization']:>7.3f}{s['policy_time_s']:>9.1f}")
+
+    def ratio(a: str, b: str, key: str) -> float | None:
+        return summary[a][key] / summary[b][key] if a in summary and b in summary and summary[b][key] else None
+
+    ours = {}
+    for variant in ("hadar", "hadar-replan"):
+        ours[variant] = {
+            "avg_jct: yarn-cs / hadar": ratio("yarn-cs", variant, "avg_jct_h"),
+            "avg_jct: gavel / hadar": ratio("gavel", variant, "avg_jct_h"),
+            "makespan: gavel / hadar": ratio("gavel", variant, "makespan_h"),
+            "queuing: hadar / gavel": ratio(variant, "gavel", "avg_queuing_delay_h"),
+            "utilization: hadare / hadar": ratio("hadare", variant, "utilization"),
+        }
+    print(f"\n{'ratio':<30}{'paper':>7}{'ours (hadar)':>14}{'ours (replan)':>15}")
+    for key, paper in PAPER.items():
+        cells = [ours[v][key] for v in ("hadar", "hadar-replan")]
+        print(f"{key:<30}{paper:>7.2f}" + "".join(f"{c:>14.2f} " if c is not None else f"{'-':>14} " for c in cells))
+
+    rows = small_instances(args.small, seed=12345) if args.small else []
+    if rows:
+        r = np.array([x["ratio"] for x in rows])
+        alphas = np.array([x["alpha"] for x in rows])
+        worst = min(rows, key=lambda x: x["ratio"] * 2 * x["alpha"])
+        print(f"\nPure online / offline MILP optimum on {len(rows)} small instances (6 jobs, 2x4 GPUs, 6 slots):"
+              f" min {r.min():.3f}, median {np.median(r):.3f}, mean {r.mean():.3f};"
+              f" alpha in [{alphas.min():.2f}, {alphas.max():.2f}];"
+              f" min ratio * 2 alpha = {worst['ratio'] * 2 * worst['alpha']:.3f} (>= 1 means within the bound)")
+    out = {
+        "setting": {"cluster": "gavel-108", "jobs": args.jobs, "rate_per_h": args.rate, "seeds": args.seeds,
+                    "round_s": args.round, "machine": platform.machine(), "python": platform.python_version()},
+        "summary": summary,
+        "per_seed": per_seed,
+        "ratios": {"paper": PAPER, "ours": ours},
+        "online_vs_offline": rows,
+        "total_wall_s": time.perf_counter() - t_all,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    print(f"\nwrote {args.out} ({out['total_wall_s']:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Hadar / HadarE online policy in the slotted simulator: invariants and exact small cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from heteroplan.cluster import Cluster, GPUType, Node, preset
+from heteroplan.errors import InputError
+from heteroplan.policies.base import Allocation, Policy, counts_by_type
+from heteroplan.policies.hadar import HadarPolicy, price
+from heteroplan.sim.slotted import RigidJob, rigid_jobs_from_gavel, simulate
+from heteroplan.workload.gavel import generate_workload, load_throughputs
+
+
+def two_type_cluster(per_node: int = 1) -> Cluster:
+    types = (GPUType("slow", 16, per_node), GPUType("fast", 16, per_node))
+    return Cluster(types, (Node("s0", "slow", per_node), Node("f0", "fast", per_node)))
+
+
+@given(
+    st.lists(st.integers(0, 8), min_size=2, max_size=6),
+    st.floats(0.01, 0.9),
+    st.floats(1.0, 50.0),
+)
+def test_price_non_decreasing_in_utilization(committed, lower, upper):
+    g = np.sort(np.array(committed))
+    p = price(g, 8.0, lower, np.float64(max(upper, lower)))
+    assert np.all(np.diff(p) >= -1e-12)
+    assert p[0] >= lower - 1e-12 and price(8, 8.0, lower, upper) == pytest.approx(upper)
+
+
+def test_is_a_policy():
+    assert isinstance(HadarPolicy(), Policy)
+
+
+def test_hadare_copies_add_progress_exactly():
+    # One 1-task job, 1 slow GPU (1 step/s) + 1 fast GPU (3 steps/s), 3000 steps.
+    cluster = two_type_cluster()
+    job = RigidJob("a", 1, 3000.0, 0.0, {"slow": 1.0, "fast": 3.0})
+    hadar = simulate(HadarPolicy(slot=100.0), cluster, [job], round_length=100.0)
+    hadare = simulate(HadarPolicy(slot=100.0, forking=True), cluster, [job], round_length=100.0)
+    assert hadar.completion["a"] == pytest.approx(1000.0)  # fast type alone
+    assert hadare.completion["a"] == pytest.approx(750.0)  # fast + slow copy: 4 steps/s
+
+
+def test_task_level_heterogeneous_allocation_spans_types():
+    cluster = two_type_cluster()
+    job = RigidJob("a", 2, 600.0, 0.0, {"slow": 1.0, "fast": 3.0})
+    res = simulate(HadarPolicy(slot=100.0, lower=0.01), cluster, [job], round_length=100.0, record=True)
+    alloc = res.schedule[0][1]["a"]
+    assert alloc.gpu_type == "slow+fast"
+    assert counts_by_type(alloc, cluster) == {"slow": 1, "fast": 1}
+    assert res.completion["a"] == pytest.approx(600.0)  # paced by the slow task: 1 step/s
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 1000), st.booleans())
+def test_invariants_on_gavel_workloads(seed, forking):
+    cluster = preset("gavel-108")
+    tp = load_throughputs()
+    jobs = rigid_jobs_from_gavel(generate_workload(25, 20.0, seed=seed, duration_scale=0.05), tp)
+    policy = HadarPolicy(forking=forking)
+    res = simulate(policy, cluster, jobs, record=True)  # the simulator raises on over-capacity
+    arrival = {j.job_id: j.arrival_time for j in jobs}
+    caps = {n.name: n.num_gpus for n in cluster.nodes}
+    for now, allocs in res.schedule:
+        used: dict[str, int] = {}
+        for jid, a in allocs.items():
+            assert now >= arrival[jid]  # never before arrival
+            for n, c in a.placement:
+                used[n] = used.get(n, 0) + c
+        assert all(used[n] <= caps[n] for n in used)
+    # admitted jobs complete, no later than the end of their committed schedule
+    assert not res.unfinished
+    for jid, adm in policy.admissions.items():
+        assert res.completion[jid] <= (adm.end + 1) * policy.slot + 1e-6
+
+
+def test_pure_online_drops_rejected_jobs_and_admitted_ones_finish():
+    cluster = two_type_cluster()
+    jobs = [RigidJob(f"j{i}", 1, 300.0 * (i + 1), 0.0, {"slow": 1.0, "fast": 3.0}) for i in range(4)]
+    policy = HadarPolicy(slot=100.0, retry=False, lower=0.9)
+    res = simulate(policy, cluster, jobs, round_length=100.0, max_rounds=50)
+    assert set(res.completion) == set(policy.admissions)
+    assert set(res.unfinished) == policy.rejected and policy.rejected
+
+
+def test_bad_input_is_rejected_cleanly():
+    cluster = two_type_cluster()
+    big = RigidJob("big", 3, 100.0, 0.0, {"slow": 1.0, "fast": 1.0})
+    ok = RigidJob("ok", 1, 100.0, 0.0, {"slow": 1.0, "fast": 1.0})
+    res = simulate(HadarPolicy(slot=100.0), cluster, [big, ok], round_length=100.0)
+    assert "big" in res.rejected and "ok" in res.completion
+    with pytest.raises(InputError, match="big"):
+        simulate(HadarPolicy(slot=100.0), cluster, [big], round_length=100.0, on_infeasible="raise")
+    missing = RigidJob("m", 1, 100.0, 0.0, {"slow": 1.0})
+    with pytest.raises(InputError, match="fast"):
+        simulate(HadarPolicy(slot=100.0), cluster, [missing], round_length=100.0)
+    with pytest.raises(InputError, match="no GPU type"):
+        RigidJob("z", 1, 100.0, 0.0, {"slow": 0.0, "fast": 0.0})
+    with pytest.raises(InputError, match="lower"):
+        HadarPolicy(lower=0.0)
+
+
+def test_counts_by_type_needs_placement_for_mixed_label():
+    with pytest.raises(InputError):
+        counts_by_type(Allocation("slow+fast", 2), two_type_cluster())
