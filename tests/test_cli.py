@@ -49,3 +49,12 @@ def test_unknown_policy_is_rejected(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["simulate", "--policy", "nope"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_hadar_command_compares_policies(capsys) -> None:
+    assert main(["hadar", "--jobs", "8", "--seed", "1"]) == 0
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[2:]}
+    assert set(rows) == {"hadar", "hadare", "gavel", "yarn-cs"}
+    assert all(r[-1] == "0" for r in rows.values())  # every job finished
+    # On a lightly loaded cluster, forking onto idle GPUs can only shorten jobs.
+    assert float(rows["hadare"][0]) <= float(rows["hadar"][0])
