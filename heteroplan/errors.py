@@ -39,3 +39,22 @@ class InfeasibleError(HeteroplanError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class RankFailure(HeteroplanError, RuntimeError):
+    """A rank of a training run died, failed or stopped making progress.
+
+    Attributes:
+        rank: the rank that failed first (``None`` when the run as a whole stalled).
+        reason: what happened (exit code, traceback tail, or the stall).
+        checkpoint: the newest complete checkpoint to resume from, or ``None``.
+    """
+
+    def __init__(self, rank: int | None, reason: str, checkpoint: object = None) -> None:
+        self.rank = rank
+        self.reason = reason
+        self.checkpoint = checkpoint
+        where = f"rank {rank}" if rank is not None else "the run"
+        resume = (f"; resume from the checkpoint at iteration {checkpoint.step} ({checkpoint.path})"
+                  if checkpoint is not None else "; no checkpoint to resume from")
+        super().__init__(f"{where} failed: {reason}{resume}")

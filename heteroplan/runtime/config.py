@@ -1,0 +1,120 @@
+"""Settings of a training run and what a run reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from heteroplan.errors import InputError
+
+__all__ = ["RunConfig", "StepMetrics", "OPTIMIZERS", "make_optimizer"]
+
+OPTIMIZERS = ("sgd", "adam")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How to train.
+
+    Attributes:
+        steps: train until this many iterations are done in total (a resumed run continues
+            from its checkpoint's iteration).
+        optimizer: ``"sgd"`` or ``"adam"``; ``lr`` its learning rate, ``momentum`` SGD's momentum.
+        schedule: pipeline schedule, ``"1f1b"`` or ``"gpipe"``.
+        checkpoint_dir: where checkpoints go (``None``: none are written).
+        checkpoint_every: iterations between checkpoints (0: only when the run stops).
+        keep_checkpoints: newest complete checkpoints kept.
+        resume: continue from the newest complete checkpoint in ``checkpoint_dir`` if any.
+        timeout_s: seconds any rank may wait on a peer (collectives, point-to-point) before
+            the run fails; also how long the launcher waits for progress.
+        max_seconds: stop (with a checkpoint) after this much wall time; ``None``: no limit.
+        device: ``"cpu"`` or ``"cuda"``; ``backend`` defaults to gloo on CPU and NCCL on CUDA.
+        threads_per_rank: torch intra-op threads per process (CPU).
+        startup_timeout_s: seconds allowed for start-up (spawn, ``import torch``, rendezvous)
+            before the first iteration must finish.
+        fault: fault injection for tests: ``("exit" | "hang", rank, iteration)`` makes that
+            rank die (exit code 17) or hang at the start of that iteration.
+    """
+
+    steps: int = 10
+    optimizer: str = "sgd"
+    lr: float = 0.05
+    momentum: float = 0.0
+    schedule: str = "1f1b"
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 2
+    resume: bool = True
+    timeout_s: float = 60.0
+    max_seconds: float | None = None
+    device: str = "cpu"
+    backend: str | None = None
+    threads_per_rank: int = 1
+    startup_timeout_s: float = 120.0
+    fault: tuple[str, int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.checkpoint_dir, Path):
+            object.__setattr__(self, "checkpoint_dir", str(self.checkpoint_dir))
+        for name in ("steps", "threads_per_rank"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"config.{name}", value, "must be an integer >= 1")
+        for name in ("checkpoint_every", "keep_checkpoints"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InputError(f"config.{name}", value, "must be an integer >= 0")
+        if self.optimizer not in OPTIMIZERS:
+            raise InputError("config.optimizer", self.optimizer, f"choose one of {OPTIMIZERS}")
+        if self.schedule not in ("1f1b", "gpipe"):
+            raise InputError("config.schedule", self.schedule, "choose '1f1b' or 'gpipe'")
+        if not (isinstance(self.lr, int | float) and self.lr > 0):
+            raise InputError("config.lr", self.lr, "must be a number > 0")
+        if not (isinstance(self.momentum, int | float) and 0 <= self.momentum < 1):
+            raise InputError("config.momentum", self.momentum, "must be in [0, 1)")
+        if not (isinstance(self.timeout_s, int | float) and self.timeout_s > 0):
+            raise InputError("config.timeout_s", self.timeout_s, "must be a number of seconds > 0")
+        if not (isinstance(self.startup_timeout_s, int | float) and self.startup_timeout_s > 0):
+            raise InputError("config.startup_timeout_s", self.startup_timeout_s, "must be a number of seconds > 0")
+        if self.fault is not None and (len(self.fault) != 3 or self.fault[0] not in ("exit", "hang")):
+            raise InputError("config.fault", self.fault, "must be ('exit' | 'hang', rank, iteration)")
+        if self.max_seconds is not None and not (isinstance(self.max_seconds, int | float) and self.max_seconds > 0):
+            raise InputError("config.max_seconds", self.max_seconds, "must be a number of seconds > 0 or None")
+        if self.device not in ("cpu", "cuda"):
+            raise InputError("config.device", self.device, "choose 'cpu' or 'cuda'")
+        if self.backend is not None and self.backend not in ("gloo", "nccl"):
+            raise InputError("config.backend", self.backend, "choose 'gloo', 'nccl' or None")
+        if self.backend == "nccl" and self.device != "cuda":
+            raise InputError("config.backend", self.backend, "NCCL needs device='cuda'")
+
+    @property
+    def resolved_backend(self) -> str:
+        return self.backend or ("nccl" if self.device == "cuda" else "gloo")
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    """One finished iteration as rank 0 saw it.
+
+    Attributes:
+        step: iterations done after this one (1-based).
+        loss: mean training loss over the global batch.
+        iteration_time: seconds from the start of the iteration to the end of the update.
+        sync_time: seconds rank 0 spent in the gradient all-reduce.
+    """
+
+    step: int
+    loss: float
+    iteration_time: float
+    sync_time: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def make_optimizer(params: list, config: RunConfig):
+    """The torch optimizer ``config`` asks for, over ``params``."""
+    import torch
+
+    if config.optimizer == "adam":
+        return torch.optim.Adam(params, lr=config.lr)
+    return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum)

@@ -1,0 +1,208 @@
+"""Start the ranks of a plan as local processes, watch them, collect what they report.
+
+One process per rank (``torch.multiprocessing``, spawn), rendezvous over TCP on a free local
+port. The launcher never waits forever: a rank that exits with an error, dies, or a run that
+makes no progress for ``timeout_s`` seconds stops every rank and raises :class:`RankFailure`
+naming the rank and the newest checkpoint to resume from.
+"""
+
+from __future__ import annotations
+
+import queue as queue_mod
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch.multiprocessing as mp
+
+from heteroplan.errors import InputError, RankFailure
+from heteroplan.planner.plan import Plan
+from heteroplan.runtime.checkpoint import Checkpoint, latest_checkpoint
+from heteroplan.runtime.config import RunConfig, StepMetrics
+from heteroplan.runtime.layout import rank_layout
+from heteroplan.runtime.models import TrainTask
+from heteroplan.runtime.worker import rank_entry
+
+__all__ = ["RunHandle", "RunResult", "launch", "run_plan"]
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RunResult:
+    """What a finished run reports.
+
+    Attributes:
+        steps: one entry per iteration run by this launch (resumed iterations excluded).
+        final_step: iterations done in total (including those before a resume).
+        start_step: iteration the run started from (0, or the checkpoint's).
+        checkpoint: newest complete checkpoint, if checkpoints were written.
+        wall_time: seconds from launch to the last rank's exit (includes start-up).
+        world_size: processes (one per GPU of the plan).
+    """
+
+    steps: list[StepMetrics]
+    final_step: int
+    start_step: int
+    checkpoint: Checkpoint | None
+    wall_time: float
+    world_size: int
+    stopped_early: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def losses(self) -> list[float]:
+        return [m.loss for m in self.steps]
+
+    @property
+    def iteration_times(self) -> list[float]:
+        """Seconds per iteration as rank 0 measured them."""
+        return [m.iteration_time for m in self.steps]
+
+    def median_iteration_time(self, skip: int = 1) -> float:
+        """Median seconds per iteration, skipping the first ``skip`` (warm-up) iterations."""
+        times = sorted(self.iteration_times[skip:] or self.iteration_times)
+        if not times:
+            raise InputError("steps", 0, "the run finished no iteration")
+        n = len(times)
+        return times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])
+
+
+class RunHandle:
+    """A run in progress: poll its metrics, ask it to stop, wait for its result."""
+
+    def __init__(self, plan: Plan, task: TrainTask, config: RunConfig) -> None:
+        if not isinstance(config, RunConfig):
+            raise InputError("config", type(config).__name__, "must be a heteroplan.runtime.RunConfig")
+        for attr in ("build_model", "batch", "loss"):
+            if not callable(getattr(task, attr, None)):
+                raise InputError("task", type(task).__name__, f"has no {attr}() (see heteroplan.runtime.TrainTask)")
+        self.plan = plan
+        self.config = config
+        self.world_size = len(rank_layout(plan))
+        num_layers = getattr(task, "num_layers", None)
+        if isinstance(num_layers, int) and num_layers != plan.num_layers:
+            raise InputError("plan.stages", plan.num_layers, f"the task's model has {num_layers} layers; the plan must cover them")
+        resume = latest_checkpoint(config.checkpoint_dir) if config.resume else None
+        self.start_step = resume.step if resume else 0
+        ctx = mp.get_context("spawn")
+        self._queue = ctx.Queue()
+        self._stop = ctx.Event()
+        init = f"tcp://127.0.0.1:{free_port()}"
+        self._procs = [
+            ctx.Process(target=rank_entry, args=(r, self.world_size, init, plan.to_dict(), task, config,
+                                                 self._stop, self._queue), daemon=True)
+            for r in range(self.world_size)
+        ]
+        self._t0 = time.perf_counter()
+        self._last_progress = time.monotonic() + config.startup_timeout_s
+        self._steps: list[StepMetrics] = []
+        self._done: dict[int, int] = {}
+        self._errors: dict[int, str] = {}
+        for p in self._procs:
+            p.start()
+
+    # ------------------------------------------------------------------ control
+    def stop(self) -> None:
+        """Ask the run to stop after the current iteration (it checkpoints first)."""
+        self._stop.set()
+
+    @property
+    def steps(self) -> list[StepMetrics]:
+        """Iterations reported so far (call :meth:`poll` to refresh)."""
+        return list(self._steps)
+
+    def poll(self) -> bool:
+        """Collect reports; True while the run is still going. Raises :class:`RankFailure`."""
+        while True:
+            try:
+                kind, rank, payload = self._queue.get_nowait()
+            except queue_mod.Empty:
+                break
+            if kind == "step":
+                self._steps.append(payload)
+                self._last_progress = time.monotonic()
+            elif kind == "done":
+                self._done[rank] = payload
+            else:
+                self._errors.setdefault(rank, payload)
+        if self._errors:
+            rank = min(self._errors)
+            self._fail(rank, self._errors[rank].strip().splitlines()[-1] + "\n" + self._errors[rank][-1500:])
+        for r, p in enumerate(self._procs):
+            if p.exitcode not in (None, 0) and r not in self._done:
+                time.sleep(0.2)  # let its error report (if any) arrive first
+                self._drain_errors()
+                if self._errors:
+                    rank = min(self._errors)
+                    self._fail(rank, self._errors[rank].strip().splitlines()[-1])
+                self._fail(r, f"process exited with code {p.exitcode}")
+        if time.monotonic() - self._last_progress > self.config.timeout_s:
+            self._fail(None, f"no iteration finished for {self.config.timeout_s:.0f} s")
+        return not all(p.exitcode is not None for p in self._procs)
+
+    def wait(self, timeout: float | None = None, progress: Callable[[StepMetrics], None] | None = None) -> RunResult:
+        """Block until every rank is done; ``progress`` is called for each new iteration."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        shown = len(self._steps)
+        while self.poll():
+            if progress is not None:
+                for m in self._steps[shown:]:
+                    progress(m)
+                shown = len(self._steps)
+            if deadline is not None and time.monotonic() > deadline:
+                self._fail(None, f"did not finish within {timeout:.0f} s")
+            time.sleep(0.02)
+        self.poll()
+        if progress is not None:
+            for m in self._steps[shown:]:
+                progress(m)
+        for p in self._procs:
+            p.join()
+        final = max(self._done.values()) if self._done else self.start_step
+        return RunResult(self._steps, final, self.start_step, latest_checkpoint(self.config.checkpoint_dir),
+                         time.perf_counter() - self._t0, self.world_size, final < self.config.steps)
+
+    def _drain_errors(self) -> None:
+        while True:
+            try:
+                kind, rank, payload = self._queue.get_nowait()
+            except queue_mod.Empty:
+                return
+            if kind == "error":
+                self._errors.setdefault(rank, payload)
+            elif kind == "step":
+                self._steps.append(payload)
+            elif kind == "done":
+                self._done[rank] = payload
+
+    def _fail(self, rank: int | None, reason: str) -> None:
+        self.terminate()
+        raise RankFailure(rank, reason, latest_checkpoint(self.config.checkpoint_dir))
+
+    def terminate(self) -> None:
+        """Kill every rank now (no checkpoint)."""
+        for p in self._procs:
+            if p.is_alive():
+                p.terminate()
+        for p in self._procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+
+
+def launch(plan: Plan, task: TrainTask, config: RunConfig | None = None) -> RunHandle:
+    """Start ``plan``'s ranks as local processes and return at once."""
+    return RunHandle(plan, task, config or RunConfig())
+
+
+def run_plan(plan: Plan, task: TrainTask, config: RunConfig | None = None,
+             progress: Callable[[StepMetrics], None] | None = None) -> RunResult:
+    """Train ``task`` under ``plan`` on local processes until ``config.steps``; see :class:`RunConfig`."""
+    return launch(plan, task, config).wait(progress=progress)
+

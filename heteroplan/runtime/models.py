@@ -1,0 +1,173 @@
+"""A small GPT and a synthetic token dataset (no downloads), plus the task protocol.
+
+A *task* bundles what every rank needs to train: how to build the model (a
+``torch.nn.Sequential`` whose layer ``i`` is plan layer ``i``), how to produce samples
+``[start, start + count)`` of iteration ``step`` (deterministically, so each rank makes its own
+slice without any data loader), and the loss (mean over the samples it is given).
+Tasks must be picklable: ranks are separate processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from heteroplan.errors import InputError
+
+__all__ = ["TrainTask", "TinyGPTTask", "SequentialTask", "tiny_gpt", "Embedding", "Block", "Head"]
+
+
+@runtime_checkable
+class TrainTask(Protocol):
+    """What the runtime needs to train a model (see module doc)."""
+
+    def build_model(self) -> nn.Sequential:
+        """The full model; layer ``i`` is plan layer ``i``. Must be deterministic."""
+        ...
+
+    def batch(self, step: int, start: int, count: int) -> tuple[Tensor, Tensor]:
+        """Inputs of layer 0 and targets of samples ``[start, start + count)`` of iteration ``step``."""
+        ...
+
+    def loss(self, output: Tensor, target: Tensor) -> Tensor:
+        """Mean loss over the samples of ``output``."""
+        ...
+
+
+class Embedding(nn.Module):
+    """Token plus learned position embedding: ``(batch, seq)`` ids -> ``(batch, seq, d_model)``."""
+
+    def __init__(self, vocab: int, seq_len: int, d_model: int) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, d_model)
+        self.positions = nn.Parameter(torch.zeros(seq_len, d_model))
+        nn.init.normal_(self.positions, std=0.02)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return self.tokens(ids) + self.positions[: ids.shape[1]]
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: causal self-attention and a 4x MLP."""
+
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.ln1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q, k, v = (y.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2) for y in (q, k, v))
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(att.transpose(1, 2).reshape(b, t, c))
+        return x + self.mlp(self.ln2(x))
+
+
+class Head(nn.Module):
+    """Final layer norm and the projection to vocabulary logits."""
+
+    def __init__(self, d_model: int, vocab: int) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(d_model)
+        self.out = nn.Linear(d_model, vocab)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.out(self.ln(x))
+
+
+def tiny_gpt(vocab: int = 64, seq_len: int = 16, d_model: int = 32, n_layers: int = 4, n_heads: int = 2,
+             seed: int = 0, dtype: torch.dtype = torch.float32) -> nn.Sequential:
+    """A GPT of ``n_layers + 2`` plan layers: embedding, ``n_layers`` blocks, head."""
+    for name, value in (("vocab", vocab), ("seq_len", seq_len), ("d_model", d_model), ("n_layers", n_layers),
+                        ("n_heads", n_heads)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(name, value, "must be an integer >= 1")
+    if d_model % n_heads:
+        raise InputError("d_model", d_model, f"must be divisible by n_heads={n_heads}")
+    gen_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        layers = [Embedding(vocab, seq_len, d_model)] + [Block(d_model, n_heads) for _ in range(n_layers)]
+        model = nn.Sequential(*layers, Head(d_model, vocab))
+    finally:
+        torch.random.set_rng_state(gen_state)
+    return model.to(dtype)
+
+
+@dataclass(frozen=True)
+class TinyGPTTask:
+    """Next-token prediction on synthetic sequences with a learnable pattern.
+
+    Sample ``i`` of iteration ``step`` is a sequence ``x_j = (a + b j) mod vocab`` with ``a, b``
+    drawn from a generator seeded by ``(seed, step, i)`` — the same on every rank — so the
+    loss falls as the model learns the arithmetic progression.
+    """
+
+    vocab: int = 64
+    seq_len: int = 16
+    d_model: int = 32
+    n_layers: int = 4
+    n_heads: int = 2
+    seed: int = 0
+    dtype: str = "float32"
+
+    @property
+    def num_layers(self) -> int:
+        """Plan layers: embedding + blocks + head."""
+        return self.n_layers + 2
+
+    def build_model(self) -> nn.Sequential:
+        if self.dtype not in ("float32", "float64"):
+            raise InputError("dtype", self.dtype, "choose 'float32' or 'float64'")
+        return tiny_gpt(self.vocab, self.seq_len, self.d_model, self.n_layers, self.n_heads, self.seed,
+                        getattr(torch, self.dtype))
+
+    def batch(self, step: int, start: int, count: int) -> tuple[Tensor, Tensor]:
+        idx = torch.arange(start, start + count, dtype=torch.int64)
+        # a per-sample hash of (seed, step, index): cheap, deterministic, identical on every rank
+        h = (idx * 1_000_003 + step * 7_919 + self.seed * 104_729) % 2_147_483_647
+        a = (h * 48_271) % self.vocab
+        b = 1 + (h // self.vocab) % max(self.vocab // 4, 1)
+        pos = torch.arange(self.seq_len + 1, dtype=torch.int64)
+        seq = (a[:, None] + b[:, None] * pos[None, :]) % self.vocab
+        return seq[:, :-1], seq[:, 1:]
+
+    def loss(self, output: Tensor, target: Tensor) -> Tensor:
+        return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
+
+
+@dataclass(frozen=True)
+class SequentialTask:
+    """A user model: three picklable (module-level) callables.
+
+    Attributes:
+        model_fn: ``() -> nn.Sequential`` (deterministic: seed inside).
+        batch_fn: ``(step, start, count) -> (inputs, targets)``.
+        loss_fn: ``(output, target) -> mean loss``.
+    """
+
+    model_fn: Callable[[], nn.Sequential]
+    batch_fn: Callable[[int, int, int], tuple[Tensor, Tensor]]
+    loss_fn: Callable[[Tensor, Tensor], Tensor]
+
+    def build_model(self) -> nn.Sequential:
+        model = self.model_fn()
+        if not isinstance(model, nn.Sequential):
+            raise InputError("model_fn", type(model).__name__, "must return a torch.nn.Sequential")
+        return model
+
+    def batch(self, step: int, start: int, count: int) -> tuple[Tensor, Tensor]:
+        return self.batch_fn(step, start, count)
+
+    def loss(self, output: Tensor, target: Tensor) -> Tensor:
+        return self.loss_fn(output, target)
