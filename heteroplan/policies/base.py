@@ -8,14 +8,18 @@ the runtime builds the same :class:`JobState` objects from real jobs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import ClusterError, InputError
 
-__all__ = ["Allocation", "JobState", "Policy", "GoodputEstimator", "counts_by_type"]
+__all__ = ["Allocation", "AllocationError", "JobState", "Policy", "GoodputEstimator", "check_allocations", "counts_by_type"]
+
+
+class AllocationError(InputError):
+    """A policy returned an allocation that breaks the cluster's rules."""
 
 
 @dataclass(frozen=True)
@@ -105,3 +109,32 @@ def counts_by_type(allocation: Allocation, cluster: Cluster) -> dict[str, int]:
             raise ClusterError("allocation.placement.node", node, "unknown node")
         out[types[node]] = out.get(types[node], 0) + count
     return out
+
+
+def check_allocations(cluster: Cluster, allocations: Any, active: Iterable[str]) -> dict[str, Allocation]:
+    """Validate a policy's answer: active jobs only, placements that hold the GPUs, nodes of the
+    allocation's type, no node over-committed. Raises :class:`AllocationError`."""
+    if not isinstance(allocations, dict):
+        allocations = dict(allocations)
+    active = set(active)
+    node_type = {n.name: n.gpu_type for n in cluster.nodes}
+    used = {n.name: 0 for n in cluster.nodes}
+    for jid, alloc in allocations.items():
+        if jid not in active:
+            raise AllocationError("allocation.job", jid, "not an active job")
+        if not isinstance(alloc, Allocation) or alloc.num_gpus <= 0:
+            raise AllocationError(f"allocation[{jid}]", alloc, "must be an Allocation with num_gpus > 0")
+        if sum(c for _, c in alloc.placement) != alloc.num_gpus:
+            raise AllocationError(f"allocation[{jid}].placement", alloc.placement, f"must hold {alloc.num_gpus} GPUs")
+        allowed = set(alloc.gpu_type.split("+"))
+        for node, count in alloc.placement:
+            if node not in node_type:
+                raise AllocationError(f"allocation[{jid}].node", node, "unknown node")
+            if node_type[node] not in allowed:
+                raise AllocationError(f"allocation[{jid}].node", node, f"holds {node_type[node]}, not {alloc.gpu_type}")
+            used[node] += count
+    capacity = {n.name: n.num_gpus for n in cluster.nodes}
+    over = [n for n, u in used.items() if u > capacity[n]]
+    if over:
+        raise AllocationError("allocation.node", over[0], f"over-committed: {used[over[0]]} > {capacity[over[0]]} GPUs")
+    return allocations

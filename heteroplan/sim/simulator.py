@@ -25,16 +25,18 @@ from heteroplan.perf.applications import AppSpec, get_app
 from heteroplan.perf.goodput import GoodputModel
 from heteroplan.perf.sia_data import bootstrap_model, true_model
 from heteroplan.perf.throughput import sync_time
-from heteroplan.policies.base import Allocation, JobState, Policy
+from heteroplan.policies.base import (
+    Allocation,
+    AllocationError,
+    JobState,
+    Policy,
+    check_allocations,
+)
 from heteroplan.sim.metrics import JobRecord, SimResult
 from heteroplan.sim.progress import ProgressBar
 from heteroplan.workload.sia import JobSpec
 
 __all__ = ["Simulator", "simulate", "SimJob", "AllocationError"]
-
-
-class AllocationError(InputError):
-    """A policy returned an allocation that breaks the cluster's rules."""
 
 
 @dataclass
@@ -191,29 +193,6 @@ class Simulator:
         observe(alloc.gpu_type, digits, local, step, sync)
 
     # ------------------------------------------------------------- checking
-    def _check(self, allocations: Any, active: dict[str, SimJob]) -> dict[str, Allocation]:
-        if not isinstance(allocations, dict):
-            allocations = dict(allocations)
-        used = dict.fromkeys(self.node_gpus, 0)
-        for jid, alloc in allocations.items():
-            if jid not in active:
-                raise AllocationError("allocation.job", jid, "not an active job")
-            if not isinstance(alloc, Allocation) or alloc.num_gpus <= 0:
-                raise AllocationError(f"allocation[{jid}]", alloc, "must be an Allocation with num_gpus > 0")
-            if sum(c for _, c in alloc.placement) != alloc.num_gpus:
-                raise AllocationError(f"allocation[{jid}].placement", alloc.placement, f"must hold {alloc.num_gpus} GPUs")
-            allowed = set(alloc.gpu_type.split("+"))
-            for node, count in alloc.placement:
-                if node not in self.node_type:
-                    raise AllocationError(f"allocation[{jid}].node", node, "unknown node")
-                if self.node_type[node] not in allowed:
-                    raise AllocationError(f"allocation[{jid}].node", node, f"holds {self.node_type[node]}, not {alloc.gpu_type}")
-                used[node] += count
-        over = [n for n, u in used.items() if u > self.node_gpus[n]]
-        if over:
-            raise AllocationError("allocation.node", over[0], f"over-committed: {used[over[0]]} > {self.node_gpus[over[0]]} GPUs")
-        return allocations
-
     # ------------------------------------------------------------------ run
     def run(self, progress: bool | None = None) -> SimResult:
         """Simulate until every job finishes (or ``max_time``); never loses results on errors.
@@ -273,7 +252,7 @@ class Simulator:
         t0 = time.perf_counter()
         allocations = self.policy.allocate(self.cluster, views, t)
         result.policy_times.append(time.perf_counter() - t0)
-        allocations = self._check(allocations, active)
+        allocations = check_allocations(self.cluster, allocations, active)
         in_use = dict.fromkeys(self.cluster.type_names, 0)
         for job in order:
             new = allocations.get(job.spec.name)
