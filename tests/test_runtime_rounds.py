@@ -1,0 +1,142 @@
+"""The round executor applies a policy's allocations to real jobs (start, stop, rescale)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from heteroplan.cluster import Cluster, GPUType
+from heteroplan.errors import InputError
+from heteroplan.perf.applications import AppSpec
+from heteroplan.perf.bootstrap import BootstrappedModel
+from heteroplan.policies.base import Allocation, AllocationError, JobState
+from heteroplan.policies.sia import SiaPolicy
+from heteroplan.runtime import RunConfig, TinyGPTTask, train_reference
+from heteroplan.runtime.rounds import (
+    RoundExecutor,
+    RuntimeJob,
+    data_parallel_plan,
+    measure_single_gpu,
+)
+
+CLUSTER = Cluster.from_counts((GPUType("cpu-a", 16, 2, 1.0), GPUType("cpu-b", 16, 2, 2.0)),
+                              {"cpu-a": 2, "cpu-b": 2}, name="local")
+TASK = TinyGPTTask(n_layers=1, dtype="float64")
+
+
+class ScriptedPolicy:
+    """Round r gives each job the (type, count) in its script (no entry: no GPUs)."""
+
+    name = "scripted"
+
+    def __init__(self, script: dict[str, list[tuple[str, int] | None]]) -> None:
+        self.script, self.round, self.seen = script, 0, []
+
+    def allocate(self, cluster: Cluster, jobs: Sequence[JobState], now: float) -> dict[str, Allocation]:
+        self.seen.append({j.job_id: (j.progress, j.num_restarts) for j in jobs})
+        free = {n.name: n.num_gpus for n in cluster.nodes}
+        out = {}
+        for job in jobs:
+            plan = self.script[job.job_id]
+            want = plan[min(self.round, len(plan) - 1)]
+            if want is None:
+                continue
+            gpu_type, count = want
+            placement = []
+            for node in cluster.nodes:
+                take = min(free[node.name], count - sum(c for _, c in placement)) if node.gpu_type == gpu_type else 0
+                if take > 0:
+                    placement.append((node.name, take))
+                    free[node.name] -= take
+            out[job.job_id] = Allocation(gpu_type, count, tuple(placement))
+        self.round += 1
+        return out
+
+
+class Recorder:
+    """An estimator that records what it is told (and answers a flat goodput)."""
+
+    def __init__(self) -> None:
+        self.calls = []
+
+    def observe(self, gpu_type, placement, local_bsz, step_time, sync_time) -> None:
+        self.calls.append((gpu_type, sum(placement), local_bsz, step_time, sync_time))
+
+    def goodput(self, gpu_type, num_nodes, num_gpus, **_):
+        return np.asarray(num_gpus, dtype=float)
+
+
+def final_params(tmp_path: Path, job_id: str) -> dict[str, torch.Tensor]:
+    from heteroplan.runtime import latest_checkpoint
+
+    return latest_checkpoint(tmp_path / job_id).model_state()
+
+
+def test_start_stop_rescale_keeps_training_exact(tmp_path: Path) -> None:
+    """Whatever the policy does to a job, it ends with the parameters of uninterrupted training."""
+    config = RunConfig(lr=0.05, momentum=0.9)
+    rec = Recorder()
+    jobs = [RuntimeJob("a", TASK, steps=200, global_batch_size=6, estimator=rec, config=config),
+            RuntimeJob("b", TASK, steps=40, global_batch_size=6, config=config, arrival_time=0.0)]
+    policy = ScriptedPolicy({"a": [("cpu-a", 1), ("cpu-a", 2), None, ("cpu-b", 2), ("cpu-b", 2), ("cpu-a", 1)],
+                             "b": [("cpu-b", 2), None, ("cpu-a", 2), ("cpu-a", 1), ("cpu-a", 2), ("cpu-b", 2)]})
+    executor = RoundExecutor(CLUSTER, policy, jobs, tmp_path, round_length=1.0, max_rounds=60)
+    outcomes = executor.run()
+    for jid, steps in (("a", 200), ("b", 40)):
+        assert outcomes[jid].finish_time is not None and outcomes[jid].steps_done == steps
+        model, _ = train_reference(TASK, 6, RunConfig(steps=steps, lr=0.05, momentum=0.9))
+        state = final_params(tmp_path, jid)
+        assert max(float((state[k] - v).abs().max()) for k, v in model.state_dict().items()) < 1e-9
+    first = executor.log[0]
+    assert first.allocations == {"a": ("cpu-a", 1), "b": ("cpu-b", 2)}
+    assert "rescale a" in executor.log[1].events and outcomes["a"].restarts >= 2
+    # what the estimator heard matches what ran: GPUs, local batch = 6 / GPUs, positive times
+    for gpu_type, gpus, local, step, sync in rec.calls:
+        assert (gpu_type, gpus) in {("cpu-a", 1), ("cpu-a", 2), ("cpu-b", 2)}
+        assert local == pytest.approx(6 / gpus) and step > 0 and sync >= 0
+    # the policy saw progress grow and never more GPUs than the cluster has (checked each round)
+    progress_a = [s["a"][0] for s in policy.seen if "a" in s]
+    assert progress_a == sorted(progress_a)
+
+
+def test_over_committing_policy_is_refused(tmp_path: Path) -> None:
+    jobs = [RuntimeJob("a", TASK, steps=2, global_batch_size=4)]
+    policy = ScriptedPolicy({"a": [("cpu-a", 3)]})
+    policy.allocate = lambda cluster, js, now: {"a": Allocation("cpu-a", 3, (("cpu-a@default/0", 3),))}
+    with pytest.raises(AllocationError, match="over-committed"):
+        RoundExecutor(CLUSTER, policy, jobs, tmp_path, round_length=1.0).run()
+
+
+def test_sia_refits_from_measured_steps(tmp_path: Path) -> None:
+    """Sia's policy drives two real jobs; its bootstrapped models learn from the measured steps."""
+    app = AppSpec("tiny-gpt", max_batch_size=8, init_batch_size=8, epochs=1, dataset_size=8 * 30, restart_delay=2.0)
+    profile = measure_single_gpu(TASK, [1, 2, 4, 8])
+    assert np.all(np.diff(profile.step_time) > -0.5 * profile.step_time[:-1])  # roughly increasing, sane
+    models = {jid: BootstrappedModel(app, {"cpu-a": profile, "cpu-b": profile}, phi=100.0) for jid in "xy"}
+    jobs = [RuntimeJob(jid, TASK, steps=30, global_batch_size=8, application="tiny-gpt", estimator=models[jid],
+                       config=RunConfig(lr=0.05)) for jid in "xy"]
+    executor = RoundExecutor(CLUSTER, SiaPolicy(), jobs, tmp_path, round_length=3.0, max_rounds=30)
+    outcomes = executor.run()
+    assert all(o.finish_time is not None for o in outcomes.values())
+    for jid, model in models.items():
+        assert outcomes[jid].observations >= 1
+        ran = {(t, n) for r in executor.log for j, (t, n) in r.allocations.items() if j == jid}
+        for t in {t for t, _ in ran}:
+            assert len(model.observations(t)) >= len(profile)
+        observed = sum(len(model.observations(t)) for t in ("cpu-a", "cpu-b")) - 2 * len(profile)
+        assert observed == outcomes[jid].observations
+
+
+def test_bad_jobs_and_plans() -> None:
+    with pytest.raises(InputError, match="steps"):
+        RuntimeJob("a", TASK, steps=0, global_batch_size=4)
+    with pytest.raises(InputError, match="job_id"):
+        RoundExecutor(CLUSTER, SiaPolicy(), [RuntimeJob("a", TASK, 1, 4)] * 2, "/tmp")
+    with pytest.raises(InputError, match="num_gpus"):
+        data_parallel_plan("m", 2, 3, 3, "cpu-a")
+    plan = data_parallel_plan("m", 7, 3, 3, "cpu-a")
+    assert plan.microbatches() == (3, 2, 2) and plan.microbatch_size == 1
