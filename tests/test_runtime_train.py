@@ -111,3 +111,17 @@ def test_torchrun_entry_point_trains(tmp_path: Path) -> None:
     assert printed == pytest.approx(losses, abs=2e-4)
     manifest = json.loads((tmp_path / "ck" / "step-00000003" / "manifest.json").read_text())
     assert manifest["step"] == 3 and manifest["num_layers"] == 4
+
+
+def test_cli_run_prints_the_losses_of_single_process_training(tmp_path: Path, capsys) -> None:
+    from heteroplan.cli import main
+
+    assert main(["run", "--pp", "2", "--dp", "1", "--microbatches", "2", "--mbs", "2", "--layers", "2",
+                 "--steps", "3", "--optimizer", "sgd", "--lr", "0.05", "--checkpoint-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    printed = [float(line.split()[1]) for line in out.splitlines() if line.strip()[:1].isdigit() and "ms" not in line]
+    _, losses = train_reference(TinyGPTTask(n_layers=2), 4, RunConfig(steps=3, lr=0.05))
+    assert printed == pytest.approx(losses, abs=2e-4)
+    assert "checkpoint: iteration 3" in out
+    assert main(["run", "--pp", "9", "--layers", "2"]) != 0
+    assert "--pp=9" in capsys.readouterr().err

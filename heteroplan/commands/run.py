@@ -1,0 +1,78 @@
+"""``heteroplan run``: train the built-in tiny GPT under a plan on local processes."""
+
+from __future__ import annotations
+
+import argparse
+
+from heteroplan.errors import InputError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="execute a plan for real: train a tiny GPT on local processes (needs [runtime])")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--plan", help="plan JSON (from `heteroplan plan --out` or Plan.to_json)")
+    src.add_argument("--pp", type=int, default=2, help="pipeline stages of a generated plan (default 2)")
+    p.add_argument("--dp", type=int, default=2, help="data-parallel replicas of a generated plan (default 2)")
+    p.add_argument("--microbatches", default=None,
+                   help="microbatches per replica of a generated plan, e.g. 3,1 (heterogeneous DP)")
+    p.add_argument("--mbs", type=int, default=4, help="microbatch size of a generated plan (samples)")
+    p.add_argument("--layers", type=int, default=None, help="tiny GPT blocks (default: plan layers - 2, or 4)")
+    p.add_argument("--steps", type=int, default=20, help="iterations to train")
+    p.add_argument("--optimizer", default="adam", choices=("sgd", "adam"))
+    p.add_argument("--lr", type=float, default=0.003)
+    p.add_argument("--schedule", default="1f1b", choices=("1f1b", "gpipe"))
+    p.add_argument("--checkpoint-dir", default=None, help="write (and resume from) checkpoints here")
+    p.add_argument("--checkpoint-every", type=int, default=0)
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds a rank may wait on a peer")
+    p.set_defaults(func=run)
+
+
+def generated_plan(args: argparse.Namespace, num_layers: int):
+    from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
+
+    if args.pp < 1 or args.pp > num_layers:
+        raise InputError("--pp", args.pp, f"must be between 1 and the model's {num_layers} layers")
+    if args.dp < 1:
+        raise InputError("--dp", args.dp, "must be >= 1")
+    micro = None
+    if args.microbatches:
+        try:
+            micro = tuple(int(m) for m in args.microbatches.split(","))
+        except ValueError:
+            raise InputError("--microbatches", args.microbatches, "expected integers like 3,1") from None
+    per = micro or (2,) * args.dp
+    bounds = [round(i * num_layers / args.pp) for i in range(args.pp + 1)]
+    stages = tuple(Stage(a, b, (ReplicaGroup("cpu", "local", 1, args.dp),)) for a, b in zip(bounds, bounds[1:], strict=False))
+    return Plan("tiny-gpt", sum(per) * args.mbs, args.mbs, stages, micro)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from heteroplan.runtime import RunConfig, TinyGPTTask, run_plan
+    except ImportError as exc:
+        raise InputError("runtime", "torch", str(exc)) from None
+    from heteroplan.planner.plan import Plan
+
+    if args.plan:
+        plan = Plan.from_json(args.plan)
+        blocks = args.layers or plan.num_layers - 2
+    else:
+        blocks = args.layers or 4
+        plan = generated_plan(args, blocks + 2)
+    if blocks < 1:
+        raise InputError("--layers", blocks, "the tiny GPT needs at least 1 block (plans of >= 3 layers)")
+    task = TinyGPTTask(n_layers=blocks)
+    config = RunConfig(steps=args.steps, optimizer=args.optimizer, lr=args.lr, schedule=args.schedule,
+                       checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
+                       device=args.device, timeout_s=args.timeout)
+    print(plan.describe())
+    print(f"{'step':>6} {'loss':>8} {'ms/iter':>9} {'sync ms':>8}")
+    result = run_plan(plan, task, config, progress=lambda m: print(
+        f"{m.step:6d} {m.loss:8.4f} {m.iteration_time * 1e3:9.1f} {m.sync_time * 1e3:8.2f}", flush=True))
+    if result.steps:
+        print(f"{plan.num_gpus} processes, median {result.median_iteration_time() * 1e3:.1f} ms/iteration, "
+              f"loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}, wall {result.wall_time:.1f} s")
+    if result.checkpoint is not None:
+        print(f"checkpoint: iteration {result.checkpoint.step} in {result.checkpoint.path}")
+    return 0
