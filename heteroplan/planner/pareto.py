@@ -128,7 +128,9 @@ def pareto_front(
     """Sweep the planner between the cheapest and the fastest plan; return the Pareto front.
 
     Args:
-        model, gbs, pool: as for :func:`~heteroplan.planner.api.plan_job`.
+        model: a profiled model, as for :func:`~heteroplan.planner.api.plan_job`.
+        gbs: global batch size (samples per iteration).
+        pool: GPUs that can be rented, a Cluster or ``{(gpu_type, zone): count}``.
         budgets: $/iteration caps to plan under (``objective="throughput"``); default ``n``
             values spaced geometrically between the cheapest and the fastest plan's cost.
         n: sweep points per default sweep (>= 2, ends included).

@@ -37,7 +37,8 @@ class PipelineSchedule:
     """Start and end times (s) of every forward and backward, arrays ``(S stages, M microbatches)``.
 
     Attributes:
-        forward, backward: seconds per microbatch of each stage, shape ``(S,)``.
+        forward: forward seconds per microbatch of each stage, shape ``(S,)``.
+        backward: backward seconds per microbatch of each stage, shape ``(S,)``.
         comm: transfer seconds, shape ``(S + 1,)``; ``comm[s]`` between stages ``s - 1`` and ``s``.
         replica: the pipeline replica scheduled (``-1`` when built from raw numbers).
         simulated_time: the simulator's ``T_pipe`` of that replica (s), ``nan`` if unknown.
