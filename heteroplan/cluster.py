@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from heteroplan._html import table, title
 from heteroplan.errors import ClusterError
 
 __all__ = ["GPUType", "Zone", "Node", "Cluster", "preset", "PRESETS"]
@@ -207,17 +208,14 @@ class Cluster:
 
     def _repr_html_(self) -> str:
         cap = self.capacity()
-        rows = "".join(
-            f"<tr><td>{t.name}</td><td>{t.model}</td><td>{cap[t.name]}</td>"
-            f"<td>{len(self.nodes_of_type(t.name))}</td><td>{t.gpus_per_node}</td>"
-            f"<td>{t.memory_gb:g}</td><td>{t.price_per_hour:.3f}</td></tr>"
+        rows = [
+            (t.name, t.model, cap[t.name], len(self.nodes_of_type(t.name)), t.gpus_per_node, f"{t.memory_gb:g}",
+             f"{t.price_per_hour:.3f}")
             for t in self.gpu_types
-        )
-        return (
-            f"<b>Cluster {self.name}</b>: {self.num_gpus} GPUs, {len(self.nodes)} nodes, "
-            f"{len(self.zones)} zones<table><tr><th>type</th><th>model</th><th>GPUs</th><th>nodes</th>"
-            f"<th>GPUs/node</th><th>memory (GB)</th><th>$/h per GPU</th></tr>{rows}</table>"
-        )
+        ]
+        headers = ("type", "model", "GPUs", "nodes", "GPUs/node", "memory (GB)", "$/h per GPU")
+        detail = f"{self.num_gpus} GPUs, {len(self.nodes)} nodes, {len(self.zones)} zones"
+        return title(f"Cluster {self.name}", detail) + table(headers, rows)
 
     # ------------------------------------------------------------ construction
     @classmethod

@@ -1,4 +1,5 @@
-"""Plotting helpers (matplotlib): JCT CDFs, GPUs per type over time, and friends.
+"""Plotting helpers (matplotlib): JCT CDFs, GPUs per type over time, 1F1B pipeline timelines,
+cost/throughput Pareto fronts.
 
 Each function draws on a given ``ax`` (or a new figure) and returns the figure, so they work
 in notebooks and scripts alike; pass ``path`` to save a PNG.
@@ -12,7 +13,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["jct_cdf", "gpus_over_time", "save"]
+from heteroplan.errors import InputError
+
+__all__ = ["jct_cdf", "gpus_over_time", "pipeline_timeline", "cost_throughput_front", "save"]
 
 
 def _axes(ax: Any = None):
@@ -74,3 +77,142 @@ def gpus_over_time(result: Any, ax: Any = None, path: str | Path | None = None) 
     ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     return save(fig, path)
+
+
+def pipeline_timeline(
+    plan_or_result: Any,
+    replica: int | None = None,
+    ax: Any = None,
+    path: str | Path | None = None,
+    *,
+    max_microbatches: int | None = None,
+    **schedule_kwargs: Any,
+) -> Any:
+    """Gantt chart of the 1F1B schedule of one pipeline replica (seconds).
+
+    One row per stage (stage 0 on top): forward blocks, backward blocks and, in grey, blocking
+    point-to-point transfers; times from the planner simulator's per-stage compute and comm
+    (:func:`heteroplan.planner.schedule.pipeline_schedule`).
+
+    Args:
+        plan_or_result: a ``Plan``, a ``PlanResult`` or a ``PipelineSchedule``.
+        replica: pipeline replica; default the slowest.
+        max_microbatches: draw only the first microbatches' forwards and backwards (long
+            pipelines); the schedule itself is not truncated.
+        schedule_kwargs: passed to ``pipeline_schedule`` (``config``, ``profile``, ...).
+
+    The bars are ``ax.containers`` labelled ``"forward"``, ``"backward"``, ``"comm"``.
+    """
+    from heteroplan.planner.schedule import PipelineSchedule, pipeline_schedule
+
+    sched = (
+        plan_or_result
+        if isinstance(plan_or_result, PipelineSchedule)
+        else pipeline_schedule(plan_or_result, replica, **schedule_kwargs)
+    )
+    S, M = sched.num_stages, sched.num_microbatches
+    if max_microbatches is not None:
+        if isinstance(max_microbatches, bool) or not isinstance(max_microbatches, int) or max_microbatches < 1:
+            raise InputError("max_microbatches", max_microbatches, "must be an integer >= 1")
+        M = min(M, max_microbatches)
+    new_figure = ax is None
+    fig, ax = _axes(ax)
+    if new_figure:
+        fig.set_size_inches(8.0, 1.5 + 0.5 * S)
+    rows = np.repeat(np.arange(S), M)
+    c = sched.comm
+    fs, fe = sched.forward_start[:, :M], sched.forward_end[:, :M]
+    bs, be = sched.backward_start[:, :M], sched.backward_end[:, :M]
+    # transfers: receive before each op, send after it (zero-length ones are dropped)
+    recv_f, send_f = np.broadcast_to(c[:S, None], fs.shape), np.broadcast_to(c[1:, None], fs.shape)
+    recv_b, send_b = send_f, recv_f
+    comm_left = np.concatenate([fs - recv_f, fe, bs - recv_b, be], axis=None)
+    comm_width = np.concatenate([recv_f, send_f, recv_b, send_b], axis=None)
+    comm_rows = np.tile(rows, 4)
+    keep = comm_width > 0
+    h = 0.8
+    ax.barh(comm_rows[keep], comm_width[keep], left=comm_left[keep], height=h * 0.4, color="0.7", label="comm")
+    ax.barh(rows, (fe - fs).ravel(), left=fs.ravel(), height=h, color="tab:blue", edgecolor="white", lw=0.5,
+            label="forward")
+    ax.barh(rows, (be - bs).ravel(), left=bs.ravel(), height=h, color="tab:orange", edgecolor="white", lw=0.5,
+            label="backward")
+    if M <= 16 and S <= 16:
+        for start, end in ((fs, fe), (bs, be)):
+            for s in range(S):
+                for m in range(M):
+                    ax.text((start[s, m] + end[s, m]) / 2, s, str(m), ha="center", va="center", fontsize=6,
+                            color="white")
+    ax.set_yticks(range(S))
+    ax.set_yticklabels([f"stage {s}" + (f"\n{sched.labels[s]}" if sched.labels else "") for s in range(S)],
+                       fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("time (s)")
+    text = f"1F1B schedule, {sched.num_microbatches} microbatches: {sched.makespan:.3g} s"
+    if sched.replica >= 0:
+        text = f"replica {sched.replica}, " + text
+    if np.isfinite(sched.simulated_time):
+        text += f" (simulator: {sched.simulated_time:.3g} s)"
+    ax.set_title(text, fontsize=9)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+    fig.tight_layout()
+    return save(fig, path)
+
+
+def cost_throughput_front(
+    points: Any,
+    ax: Any = None,
+    path: str | Path | None = None,
+    *,
+    show_evaluated: bool = True,
+    annotate: bool = True,
+) -> Any:
+    """Pareto front of $/iteration (y) against iterations/s (x).
+
+    Args:
+        points: a :class:`~heteroplan.planner.pareto.ParetoFront` (its other evaluated plans are
+            drawn in grey when ``show_evaluated``), or a sequence of ``PlanResult`` s,
+            ``ParetoPoint`` s or ``(cost, throughput)`` pairs (drawn as given, sorted by cost).
+        annotate: label each front point with its GPU count (``PlanResult`` inputs only).
+
+    The front is the line labelled ``"Pareto front"`` in ``ax.lines``.
+    """
+    evaluated: list[tuple[float, float]] = []
+    if hasattr(points, "evaluated") and hasattr(points, "points"):
+        evaluated = [(p.cost, p.throughput) for p in points.evaluated]
+        points = points.points
+    pts = [_cost_throughput(p) for p in points]
+    if not pts:
+        raise InputError("points", points, "need at least one point")
+    pts.sort(key=lambda p: (p[0], p[1]))
+    fig, ax = _axes(ax)
+    if show_evaluated and evaluated:
+        cost, thr = np.array(evaluated).T
+        ax.scatter(thr, cost, s=14, color="0.6", label="other plans found", zorder=1)
+    cost = np.array([p[0] for p in pts])
+    thr = np.array([p[1] for p in pts])
+    ax.plot(thr, cost, "o-", color="tab:red", label="Pareto front", zorder=2, drawstyle="default")
+    if annotate:
+        for (c, t, gpus) in pts:
+            if gpus is not None:
+                ax.annotate(f"{gpus} GPUs", (t, c), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    ax.set_xlabel("throughput (iterations/s)")
+    ax.set_ylabel("cost ($/iteration)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save(fig, path)
+
+
+def _cost_throughput(p: Any) -> tuple[float, float, int | None]:
+    """(cost $/iteration, throughput iter/s, GPUs or None) of a PlanResult, ParetoPoint or pair."""
+    result = getattr(p, "result", p)
+    if hasattr(result, "cost_per_iteration") and hasattr(result, "throughput"):
+        plan = getattr(result, "plan", None)
+        return float(result.cost_per_iteration), float(result.throughput), getattr(plan, "num_gpus", None)
+    try:
+        cost, thr = (float(x) for x in p[:2])
+    except (TypeError, ValueError, IndexError):
+        raise InputError("points", p, "each point: a PlanResult, a ParetoPoint or a (cost, throughput) pair") from None
+    if not (np.isfinite(cost) and np.isfinite(thr)):
+        raise InputError("points", p, "cost and throughput must be finite")
+    return cost, thr, None

@@ -26,3 +26,22 @@ def test_quickstart_code_blocks_run() -> None:
     for code in blocks:
         namespace: dict[str, object] = {}
         exec(compile(code, "quickstart.md", "exec"), namespace)  # noqa: S102 - our own docs
+
+
+def test_jupyter_page_code_blocks_run(tmp_path: Path, monkeypatch) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    monkeypatch.chdir(tmp_path)
+    text = (ROOT / "docs" / "jupyter.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) == 2
+    namespace: dict[str, object] = {}
+    for code in blocks:  # the second block uses the first one's pool
+        exec(compile(code, "jupyter.md", "exec"), namespace)  # noqa: S102 - our own docs
+    front, result = namespace["front"], namespace["result"]
+    assert result.cost_per_iteration <= 0.07
+    # the page's claims: the budget plan is on the front and pipelines over both A100 zones
+    assert any(abs(p.throughput - result.throughput) < 1e-9 for p in front)
+    assert {z for _, z in result.plan.gpus_by_type_zone()} == {"us-central1-a", "us-central1-b"}
+    assert list(tmp_path.iterdir()) == []  # the docs' code writes no files

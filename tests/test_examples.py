@@ -62,3 +62,32 @@ def test_fit_goodput_example(tmp_path: Path) -> None:
     median = float(out.strip().splitlines()[-1].rsplit(" ", 1)[1])
     assert median < 0.10  # held-out configurations predicted within 10% (median)
     assert "GPUs" in out and "goodput" in out
+
+
+def front_rows(out: str) -> list[tuple[float, float, int]]:
+    """($/iter, iter/s, GPUs) of the Pareto table that ``ParetoFront.describe`` prints."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Pareto front")) + 2
+    rows = []
+    for line in lines[start:]:
+        cells = line.split()
+        if len(cells) < 5 or not cells[0][0].isdigit():
+            break
+        rows.append((float(cells[0]), float(cells[1]), int(cells[2])))
+    return rows
+
+
+def test_plan_geo_budget_example(tmp_path: Path) -> None:
+    out = run_example("plan_geo_budget.py", "--budget", "0.07", "--out", str(tmp_path / "plots"), cwd=tmp_path)
+    assert "zones used: 2 (us-central1-a, us-central1-b)" in out
+    cost = float(out.split("cost: $", 1)[1].split("/", 1)[0])
+    assert cost <= 0.07
+    thr = float(out.split(" iter/s, $", 1)[0].rsplit("= ", 1)[1])
+    rows = front_rows(out)
+    assert len(rows) >= 4
+    costs, speeds = [r[0] for r in rows], [r[1] for r in rows]
+    assert costs == sorted(costs) and speeds == sorted(speeds)  # the front is monotone
+    # the budget plan is the front's fastest point within the budget (4 significant digits printed)
+    assert max(s for c, s in zip(costs, speeds, strict=True) if c <= 0.07) == pytest.approx(thr, rel=1e-3)
+    for name in ("pareto_front.png", "pipeline_timeline.png"):
+        assert (tmp_path / "plots" / name).stat().st_size > 10_000

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from heteroplan._html import table
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InfeasibleError, InputError
 from heteroplan.perf.sailor_network import NetworkModel, load_network
@@ -69,6 +70,14 @@ class PlanResult:
         )
         lines.append(f"  search: {self.search_time:.3g} s, {self.evaluated} layouts")
         return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        metrics = table(
+            ("iteration time (s)", "throughput (iter/s)", "$/iteration", "peak memory (GB/GPU)", "search (s)"),
+            [(self.iteration_time, self.throughput, self.cost_per_iteration, f"{self.peak_memory_gb:.3g}",
+              f"{self.search_time:.3g}")],
+        )
+        return self.plan.html_title() + metrics + self.plan.html_table(self.memory_per_gpu)
 
 
 def normalize_pool(

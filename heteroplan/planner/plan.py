@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from heteroplan._html import table, title
 from heteroplan.errors import InputError
 
 __all__ = ["ReplicaGroup", "Stage", "Plan"]
@@ -236,3 +237,42 @@ class Plan:
             groups = ", ".join(f"{g.count}x {g.gpu_type}@{g.zone} TP{g.tp}" for g in s.replicas)
             lines.append(f"  stage {i}: layers {s.first_layer}-{s.last_layer - 1}: {groups}")
         return "\n".join(lines)
+
+    def html_table(self, memory_per_stage: tuple[float, ...] | None = None) -> str:
+        """HTML table, one row per (stage, replica group); optional peak GB/GPU column per stage."""
+        headers = ["stage", "layers", "replicas", "GPU type", "zone", "TP", "GPUs"]
+        if memory_per_stage is not None:
+            headers.append("memory (GB/GPU)")
+        rows = []
+        for i, s in enumerate(self.stages):
+            for g in s.replicas:
+                row: list[object] = [i, f"{s.first_layer}-{s.last_layer - 1}", g.count, g.gpu_type, g.zone, g.tp,
+                                     g.num_gpus]
+                if memory_per_stage is not None:
+                    row.append(f"{memory_per_stage[i]:.3g}")
+                rows.append(row)
+        return table(headers, rows)
+
+    def html_title(self) -> str:
+        """One-line HTML summary: model, batch sizes, PP x DP, GPUs, microbatches per replica."""
+        detail = (
+            f"GBS {self.global_batch_size}, microbatch {self.microbatch_size}, PP {self.pp} x DP {self.dp}, "
+            f"{self.num_gpus} GPUs; microbatches per replica: {_runs(self.microbatches())}"
+        )
+        return title(f"Plan for {self.model}", detail)
+
+    def _repr_html_(self) -> str:
+        return self.html_title() + self.html_table()
+
+
+def _runs(values: tuple[int, ...]) -> str:
+    """Run-length text of a sequence: ``(8, 8, 8, 6) -> "8 (x3), 6"``."""
+    parts: list[str] = []
+    i = 0
+    while i < len(values):
+        j = i
+        while j < len(values) and values[j] == values[i]:
+            j += 1
+        parts.append(f"{values[i]} (x{j - i})" if j - i > 1 else str(values[i]))
+        i = j
+    return ", ".join(parts)

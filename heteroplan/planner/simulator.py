@@ -87,6 +87,11 @@ class SimResult:
         egress_gb: GB per iteration that cross zones.
         pipeline_time: seconds of the slowest pipeline replica.
         sync_time: seconds of all-reduce + optimizer update (slowest stage).
+        details: arrays behind the totals, ``S`` stages x ``D`` pipeline replicas:
+            ``stage_compute`` (S, D) forward + backward seconds per microbatch,
+            ``forward_share`` (S, D) the forward's profiled fraction of it,
+            ``comm`` (S + 1, D) activation send seconds, ``comm[s]`` between stages ``s-1`` and ``s``,
+            ``sync`` (S,) all-reduce + update seconds, ``pipeline_times`` (D,) seconds per replica.
     """
 
     iteration_time: float
@@ -149,6 +154,7 @@ def simulate(
 
     # compute and activation transfer per (stage, pipeline replica)
     fb = np.zeros((S, D))
+    fwd_share = np.zeros((S, D))  # forward's share of f + b (for schedules and plots only)
     upd = np.zeros((S, D))
     comm = np.zeros((S + 1, D))  # comm[s+1] is the link between stage s and s+1
     egress_bytes = 0.0
@@ -157,6 +163,7 @@ def simulate(
         for d, r in enumerate(reps[s]):
             f, b, u = profile.stage_compute(r.gpu_type, mbs, r.tp, stage.first_layer, stage.last_layer)
             fb[s, d] = max(config.compute_scale * (f + b) + config.microbatch_overhead_s, 0.0)
+            fwd_share[s, d] = f / (f + b) if f + b > 0 else 0.5
             upd[s, d] = u
             if s + 1 < S:
                 nxt = reps[s + 1][d]
@@ -213,5 +220,5 @@ def simulate(
         egress_bytes / 1e9,
         float(t_pipe.max()),
         float(sync.max()),
-        {"stage_compute": fb, "comm": comm, "sync": sync},
+        {"stage_compute": fb, "forward_share": fwd_share, "comm": comm, "sync": sync, "pipeline_times": t_pipe},
     )

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from heteroplan._html import table, title
 from heteroplan.cluster import Cluster
 from heteroplan.errors import ClusterError, InputError
 
@@ -46,6 +47,12 @@ class Allocation:
     def same_resources(self, other: Allocation | None) -> bool:
         """True when ``other`` has the same type and count (a change forces a restart)."""
         return other is not None and other.gpu_type == self.gpu_type and other.num_gpus == self.num_gpus
+
+    def _repr_html_(self) -> str:
+        head = title("Allocation", f"{self.num_gpus} x {self.gpu_type} on {self.num_nodes} node(s)")
+        if not self.placement:
+            return head + " (not placed)"
+        return head + table(("node", "GPUs"), self.placement)
 
 
 @runtime_checkable

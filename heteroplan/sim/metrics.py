@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from heteroplan._html import table, title
+
 __all__ = ["JobRecord", "SimResult", "compare_table"]
 
 
@@ -124,10 +126,7 @@ class SimResult:
         return path
 
     def _repr_html_(self) -> str:
-        s = self.summary()
-        rows = "".join(f"<tr><td>{k}</td><td>{v:.4g}</td></tr>" if isinstance(v, float) else
-                       f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in s.items())
-        return f"<b>Simulation: {self.policy} on {self.cluster}</b><table>{rows}</table>"
+        return title(f"Simulation: {self.policy} on {self.cluster}") + table(("metric", "value"), self.summary().items())
 
 
 COLUMNS = ("policy", "finished", "avg_jct_h", "p99_jct_h", "makespan_h", "gpu_hours_per_job", "restarts_per_job",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import html
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,7 +77,7 @@ class Solution:
         return text
 
     def _repr_html_(self) -> str:
-        return f"<code>{self.summary()}</code>"
+        return f"<code>{html.escape(self.summary())}</code>"
 
 
 def relative_gap(objective: float, bound: float) -> float:
