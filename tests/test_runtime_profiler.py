@@ -113,10 +113,16 @@ def test_profiling_restores_weights_and_times_the_loss() -> None:
 
 
 def test_times_are_positive_and_a_larger_layer_is_slower() -> None:
-    prof = profile_layers(small_model(d=128, big=8), tokens, (4,), warmup=2, repeats=5)
-    times = np.array(prof.compute[4])
+    # one intra-op thread and the fastest of 3 profiles: robust to other processes on the machine
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        profs = [profile_layers(small_model(d=128, big=8), tokens, (4,), warmup=1, repeats=3) for _ in range(3)]
+    finally:
+        torch.set_num_threads(threads)
+    times = np.min([np.array(p.compute[4]) for p in profs], axis=0)
     assert np.all(times[:, :2] > 0)
-    assert prof.params_floats[2] > 7.5 * prof.params_floats[1]
+    assert profs[0].params_floats[2] > 7.5 * profs[0].params_floats[1]
     assert times[2, 0] > 2 * times[1, 0], times  # forward
     assert times[2, 1] > 2 * times[1, 1], times  # backward
 
