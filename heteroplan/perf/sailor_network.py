@@ -9,7 +9,9 @@ gets ``bw / k``.
 
 Sources: ``network_coeffs_all_homo.json`` (between nodes of one type in one zone),
 ``multizone_bandwidths_het.json`` (any pair of (zone, type, k)), ``communication_cost.json``
-(egress $/GB between zones).
+(egress $/GB between zones). ``load_network(data_dir)`` reads these files from a user
+directory (e.g. written by :func:`heteroplan.runtime.netbench.measure_network`), falling back
+to the shipped file for any file the directory lacks.
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
 from heteroplan.errors import InputError
-from heteroplan.perf.sailor_profiles import DATA_DIR
+from heteroplan.perf.sailor_profiles import DATA_DIR, resolve_data_dir
 
-__all__ = ["BandwidthCurve", "NetworkModel", "load_network"]
+__all__ = ["BandwidthCurve", "NetworkModel", "load_network", "NETWORK_FILES"]
+
+NETWORK_FILES = ("network_coeffs_all_homo.json", "multizone_bandwidths_het.json", "communication_cost.json")
 
 
 @dataclass(frozen=True)
@@ -111,10 +116,19 @@ class NetworkModel:
             raise InputError("zone", (z1, z2), f"no egress price; known zones: {list(self._egress)}") from None
 
 
-@lru_cache(maxsize=1)
-def load_network() -> NetworkModel:
-    """The shipped GCP network model (5 zones in us-central1 / us-west1)."""
-    read = lambda name: json.loads((DATA_DIR / name).read_text())  # noqa: E731
-    return NetworkModel(
-        read("network_coeffs_all_homo.json"), read("multizone_bandwidths_het.json"), read("communication_cost.json")
-    )
+def load_network(data_dir: str | Path | None = None) -> NetworkModel:
+    """The network model of ``data_dir``; default: the shipped GCP model (5 zones in us-central1 / us-west1).
+
+    Each of :data:`NETWORK_FILES` is read from ``data_dir`` when there, else from the shipped data.
+    Cached per directory; reloaded when one of its files changes.
+    """
+    root = resolve_data_dir(data_dir)
+    paths = tuple(root / n if (root / n).is_file() else DATA_DIR / n for n in NETWORK_FILES)
+    stamp = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in paths)
+    return _load_network(stamp)
+
+
+@lru_cache(maxsize=8)
+def _load_network(stamp: tuple) -> NetworkModel:
+    homo, multi, egress = (json.loads(Path(path).read_text()) for path, _, _ in stamp)
+    return NetworkModel(homo, multi, egress)

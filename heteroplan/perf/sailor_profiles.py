@@ -6,6 +6,9 @@ Data (from Sailor's artifact, shipped under ``heteroplan/data/sailor``):
   seconds per microbatch for one layer on one GPU of a tensor-parallel group of size ``tp``.
 - ``llm_info.json``: per model, tp and layer: parameters and activation sizes (floats, mbs 1).
 
+A user directory with the same layout (written by :mod:`heteroplan.runtime.profiler`) is read
+instead of the shipped data when ``data_dir`` is given.
+
 Everything is turned into numpy arrays with prefix sums, so the cost of a stage covering
 layers ``[a, b)`` is ``prefix[b] - prefix[a]`` — O(1) and vectorizable over many ranges.
 """
@@ -22,7 +25,7 @@ import numpy as np
 
 from heteroplan.errors import InputError
 
-__all__ = ["DATA_DIR", "ModelProfile", "available_models", "load_model_profile"]
+__all__ = ["DATA_DIR", "ModelProfile", "available_models", "load_model_profile", "resolve_data_dir"]
 
 DATA_DIR = Path(str(resources.files("heteroplan") / "data" / "sailor"))
 
@@ -98,26 +101,69 @@ class ModelProfile:
         return float(p[0, last] - p[0, first]), float(p[1, last] - p[1, first])
 
 
-def available_models() -> tuple[str, ...]:
-    """Models with shipped profiles."""
-    return tuple(sorted(p.name for p in (DATA_DIR / "profiles").iterdir() if p.is_dir()))
+def resolve_data_dir(data_dir: str | Path | None) -> Path:
+    """The shipped data directory when ``data_dir`` is None, else ``data_dir`` (must exist)."""
+    if data_dir is None:
+        return DATA_DIR
+    if not isinstance(data_dir, str | Path):
+        raise InputError("data_dir", data_dir, "must be a path (str or pathlib.Path) or None")
+    root = Path(data_dir).expanduser().resolve()
+    if not root.is_dir():
+        raise InputError("data_dir", str(data_dir), "not an existing directory")
+    return root
 
 
-@lru_cache(maxsize=1)
-def _llm_info() -> dict:
-    return json.loads((DATA_DIR / "llm_info.json").read_text())
+def _stamp(paths: list[Path]) -> tuple:
+    """(name, mtime_ns, size) of each existing file: changes when a file is rewritten."""
+    out = []
+    for path in paths:
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        out.append((path.name, st.st_mtime_ns, st.st_size))
+    return tuple(out)
 
 
-@lru_cache(maxsize=16)
-def load_model_profile(model: str) -> ModelProfile:
-    """Load the shipped profile of ``model``; :class:`InputError` if unknown.
+def available_models(data_dir: str | Path | None = None) -> tuple[str, ...]:
+    """Models with profiles in ``data_dir`` (default: the shipped data)."""
+    profiles = resolve_data_dir(data_dir) / "profiles"
+    if not profiles.is_dir():
+        return ()
+    return tuple(sorted(p.name for p in profiles.iterdir() if p.is_dir()))
 
+
+@lru_cache(maxsize=8)
+def _llm_info_at(root: str, stamp: tuple) -> dict:
+    path = Path(root) / "llm_info.json"
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text())
+
+
+def _llm_info(data_dir: str | Path | None = None) -> dict:
+    root = resolve_data_dir(data_dir)
+    return _llm_info_at(str(root), _stamp([root / "llm_info.json"]))
+
+
+def load_model_profile(model: str, data_dir: str | Path | None = None) -> ModelProfile:
+    """Load the profile of ``model`` from ``data_dir`` (default: shipped data); :class:`InputError` if unknown.
+
+    Results are cached per (model, directory) and reloaded when a file of the directory changes.
     A GPU type whose profile has a different number of layers than the model is skipped
     (Sailor's GPT-Neo-2.7 GH-96 file is a copy of OPT-350's).
     """
-    info = _llm_info()
-    if model not in info or not (DATA_DIR / "profiles" / model).is_dir():
-        raise InputError("model", model, f"unknown model; known: {list(available_models())}")
+    root = resolve_data_dir(data_dir)
+    files = [root / "llm_info.json", *sorted((root / "profiles" / str(model)).glob("*.json"))]
+    return _load_model_profile(model, str(root), _stamp(files))
+
+
+@lru_cache(maxsize=16)
+def _load_model_profile(model: str, root_str: str, stamp: tuple) -> ModelProfile:
+    root = Path(root_str)
+    info = _llm_info_at(root_str, _stamp([root / "llm_info.json"]))
+    if model not in info or not (root / "profiles" / model).is_dir():
+        raise InputError("model", model, f"unknown model; known: {list(available_models(root))}")
     sizes = info[model]
     tps = sorted(int(t) for t in sizes)
     num_layers = len(sizes[str(tps[0])])
@@ -130,7 +176,7 @@ def load_model_profile(model: str) -> ModelProfile:
     act_out = {tp: layer_array(tp, "act_output_floats") for tp in tps}
     act_mem = {tp: layer_array(tp, "act_mem_floats") for tp in tps}
     compute: dict[tuple[str, int, int], np.ndarray] = {}
-    for path in sorted((DATA_DIR / "profiles" / model).glob("*.json")):
+    for path in sorted((root / "profiles" / model).glob("*.json")):
         data = json.loads(path.read_text())
         for mbs, by_tp in data.items():
             for tp, layers in by_tp.items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from heteroplan._html import table
@@ -14,7 +15,7 @@ from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import load_model_profile
 from heteroplan.planner.plan import Plan
 from heteroplan.planner.search import Searcher, SearchOptions
-from heteroplan.planner.simulator import simulate
+from heteroplan.planner.simulator import PROFILED_CONFIG, simulate
 
 __all__ = ["PlanResult", "plan_job", "normalize_pool", "OBJECTIVES"]
 
@@ -117,16 +118,24 @@ def plan_job(
     gpu_types: tuple[GPUType, ...] = SAILOR_GPU_TYPES,
     options: SearchOptions | None = None,
     network: NetworkModel | None = None,
+    data_dir: str | Path | None = None,
 ) -> PlanResult:
     """Find the best training plan of ``model`` with global batch ``gbs`` over ``pool``.
 
     Args:
-        model: a model with shipped profiles (``heteroplan.perf.sailor_profiles.available_models()``).
+        model: a model with profiles in ``data_dir``
+            (``heteroplan.perf.sailor_profiles.available_models(data_dir)``).
         gbs: global batch size (samples per iteration).
         pool: GPUs that can be rented, as a Cluster or ``{(gpu_type, zone): count}``.
         objective: ``"throughput"`` (max iter/s, optionally under ``budget`` $/iteration) or
             ``"cost"`` (min $/iteration, optionally under a floor ``min_throughput`` iter/s).
         gpu_types: GPU catalog (memory, GPUs per node, $/h).
+        options: search knobs; default ``SearchOptions()``, whose simulator constants are the
+            calibrated ``DEFAULT_CONFIG`` for shipped data and ``PROFILED_CONFIG`` (no
+            calibration) when ``data_dir`` is given.
+        network: network model (default: that of ``data_dir``).
+        data_dir: directory of profiles and network files written by
+            :mod:`heteroplan.runtime.profiler` (default: the shipped Sailor data).
 
     Raises:
         InputError: bad arguments (names the field).
@@ -139,18 +148,19 @@ def plan_job(
     for name, value in (("budget", budget), ("min_throughput", min_throughput)):
         if value is not None and (not isinstance(value, int | float) or not value > 0):
             raise InputError(name, value, "must be a number > 0")
-    profile = load_model_profile(model)
+    profile = load_model_profile(model, data_dir)
     counts, types = normalize_pool(pool, {t.name: t for t in gpu_types})
     usable = {k: v for k, v in counts.items() if k[0] in profile.gpu_types}
     if not usable:
         raise InputError(
             "pool", sorted({t for t, _ in counts}), f"no GPU type of the pool is profiled for {model}: {profile.gpu_types}"
         )
-    network = network or load_network()
+    network = network or load_network(data_dir)
     for _, z in usable:
         if z not in network.zones:
             raise InputError("pool.zone", z, f"no network measurements; known zones: {list(network.zones)}")
-    options = options or SearchOptions()
+    if options is None:
+        options = SearchOptions() if data_dir is None else SearchOptions(config=PROFILED_CONFIG)
     t0 = time.perf_counter()
     extra: dict[str, Any] = {}
     search_pool = usable

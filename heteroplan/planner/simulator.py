@@ -23,6 +23,7 @@ Model (units: seconds, bytes, GB, $):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -32,7 +33,7 @@ from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile, load_model_profile
 from heteroplan.planner.plan import Plan
 
-__all__ = ["SimConfig", "SimResult", "simulate", "DEFAULT_CONFIG", "gpu_catalog"]
+__all__ = ["SimConfig", "SimResult", "simulate", "DEFAULT_CONFIG", "PROFILED_CONFIG", "gpu_catalog"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,10 @@ class SimConfig:
 # The small negative per-microbatch term removes the profiler's own synchronization cost per
 # measured stage (the training loop overlaps it); compute times are clipped at 0.
 DEFAULT_CONFIG = SimConfig(overhead_gb=4.5, working_layers=2.33, compute_scale=1.02, microbatch_overhead_s=-0.0008)
+
+# Profiles written by heteroplan.runtime.profiler (a user data directory): the calibration
+# above belongs to Sailor's GH200 profiler and training loop, so none is applied.
+PROFILED_CONFIG = SimConfig()
 
 
 def gpu_catalog(gpu_types: tuple[GPUType, ...] = SAILOR_GPU_TYPES) -> dict[str, GPUType]:
@@ -131,11 +136,19 @@ def simulate(
     profile: ModelProfile | None = None,
     network: NetworkModel | None = None,
     gpu_types: dict[str, GPUType] | None = None,
-    config: SimConfig = DEFAULT_CONFIG,
+    config: SimConfig | None = None,
+    data_dir: str | Path | None = None,
 ) -> SimResult:
-    """Predict iteration time (s), peak memory per GPU (GB) and $/iteration of ``plan``."""
-    profile = profile or load_model_profile(plan.model)
-    network = network or load_network()
+    """Predict iteration time (s), peak memory per GPU (GB) and $/iteration of ``plan``.
+
+    ``profile`` and ``network`` default to those of ``data_dir`` (a directory written by
+    :mod:`heteroplan.runtime.profiler`; default: the shipped Sailor data). ``config`` defaults to
+    :data:`DEFAULT_CONFIG` for shipped data and :data:`PROFILED_CONFIG` for a ``data_dir``.
+    """
+    profile = profile or load_model_profile(plan.model, data_dir)
+    network = network or load_network(data_dir)
+    if config is None:
+        config = DEFAULT_CONFIG if data_dir is None else PROFILED_CONFIG
     gpu_types = gpu_types or gpu_catalog()
     if plan.num_layers != profile.num_layers:
         raise InputError("plan.stages", plan.num_layers, f"{profile.name} has {profile.num_layers} layers")

@@ -1,0 +1,123 @@
+"""``heteroplan profile``: profile a model's layers and this machine's network for the planner."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from heteroplan.errors import InputError
+
+DEMO_NAME = "demo-mlp"
+TINY_GPT_NAME = "tiny-gpt"
+
+
+def demo_model(vocab: int = 256, width: int = 128, blocks: int = 4, seq: int = 64) -> tuple[Any, Callable[[int], Any]]:
+    """A small language-model-shaped Sequential (embedding, ``blocks`` MLP blocks, head) and its input maker.
+
+    Input: token ids of shape ``(mbs, seq)``; output: logits ``(mbs, seq, vocab)``.
+    """
+    import torch
+    from torch import nn
+
+    def block() -> nn.Module:
+        return nn.Sequential(nn.LayerNorm(width), nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+    model = nn.Sequential(nn.Embedding(vocab, width), *(block() for _ in range(blocks)), nn.Linear(width, vocab))
+    return model, lambda mbs: torch.randint(0, vocab, (mbs, seq))
+
+
+def builtin_model(seq: int = 64) -> tuple[str, Any, Callable[[int], Any]]:
+    """``(name, model, make_input)``: the runtime's tiny GPT when available, else :func:`demo_model`."""
+    try:
+        import torch
+
+        from heteroplan.runtime.models import tiny_gpt  # type: ignore[import-not-found]
+
+        model = tiny_gpt()
+        emb = next(m for m in model.modules() if isinstance(m, torch.nn.Embedding))
+        length = next((int(getattr(model, a)) for a in ("seq_len", "block_size", "max_seq_len") if hasattr(model, a)), seq)
+
+        def make_input(mbs: int) -> Any:
+            return torch.randint(0, emb.num_embeddings, (mbs, min(seq, length)))
+
+        with torch.no_grad():
+            model(make_input(1))
+        return TINY_GPT_NAME, model, make_input
+    except Exception:  # a missing or changed tiny GPT falls back to the demo model
+        model, make_input = demo_model(seq=seq)
+        return DEMO_NAME, model, make_input
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise InputError("--mbs", text, "expected comma-separated integers, e.g. 1,2,4") from None
+    if not out:
+        raise InputError("--mbs", text, "no microbatch size given")
+    return out
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("profile", help="profile a model's layers and the local network into a planner data directory")
+    p.add_argument("--out", required=True, help="data directory to write (llm_info.json, profiles/, network files)")
+    p.add_argument("--gpu-type", default="cpu", help="name of this device type in the plans (default: cpu)")
+    p.add_argument("--zone", default="local", help="zone name of this machine (default: local)")
+    p.add_argument("--model-name", help=f"name of the profiled model (default: {TINY_GPT_NAME} or {DEMO_NAME})")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:<i>")
+    p.add_argument("--mbs", default="1,2,4", help="microbatch sizes, comma-separated (default: 1,2,4)")
+    p.add_argument("--seq", type=int, default=64, help="sequence length of the built-in model's input (tokens)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed runs per measurement")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per measurement (median kept)")
+    p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd", help="optimizer whose step is timed")
+    p.add_argument("--no-network", action="store_true", help="skip the network measurement")
+    p.add_argument("--world-size", type=int, default=2, help="processes for the network measurement")
+    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="torch.distributed backend")
+    p.add_argument("--json", action="store_true", help="print a JSON summary instead of tables")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from heteroplan.runtime.profiler import profile_layers
+
+    if args.seq < 1:
+        raise InputError("--seq", args.seq, "must be >= 1")
+    name, model, make_input = builtin_model(args.seq)
+    name = args.model_name or name
+    prof = profile_layers(
+        model, make_input, _sizes(args.mbs), device=args.device, warmup=args.warmup, repeats=args.repeats,
+        optimizer=args.optimizer,
+    )
+    path = prof.write(args.out, name, args.gpu_type)
+    summary: dict[str, Any] = {
+        "model": name,
+        "gpu_type": args.gpu_type,
+        "layers": prof.num_layers,
+        "microbatch_sizes": list(prof.microbatch_sizes),
+        "profile": str(path),
+    }
+    net = None
+    if not args.no_network:
+        from heteroplan.runtime.netbench import measure_network
+
+        net = measure_network(args.world_size, backend=args.backend)
+        net.write(args.out, args.gpu_type, args.zone)
+        summary["zone"] = args.zone
+        summary["network"] = {"coeffs": list(net.coeffs), "cap_bytes_per_s": net.cap_bytes_per_s}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"{name} on {args.gpu_type} ({prof.device}), seconds per microbatch, sizes per sample:")
+    print(prof.table())
+    if net is not None:
+        print(f"\nnetwork ({args.backend}, {args.world_size} processes), zone {args.zone}:")
+        print(net.table())
+    print(f"\nwrote {Path(args.out)}; plan with:")
+    print(
+        f"  plan_job({name!r}, gbs, {{({args.gpu_type!r}, {args.zone!r}): N}}, "
+        f"gpu_types=(GPUType({args.gpu_type!r}, MEMORY_GB, PER_NODE),), data_dir={str(args.out)!r})"
+    )
+    return 0

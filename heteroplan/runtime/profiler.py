@@ -1,0 +1,381 @@
+"""Per-layer profiler of a ``torch.nn.Sequential``: planner profiles for your own hardware.
+
+For every layer ``i`` of the Sequential (= plan layer ``i``) and every microbatch size it measures,
+as the median of ``repeats`` runs after ``warmup`` runs:
+
+- forward seconds of the layer on its input (the previous layer's output);
+- backward seconds of the layer given a gradient of its output (the loss's backward on the last
+  layer when a ``loss_fn`` is given; the loss is then part of the last layer's times);
+- optimizer update seconds of ``optimizer.step()`` over the layer's parameters (the same for
+  every microbatch size);
+
+and once, per sample: parameter floats, output activation floats, input floats and the bytes of
+tensors saved for backward (:func:`torch.autograd.graph.saved_tensors_hooks`, parameters
+excluded, each storage counted once). ``LayerProfile.write`` stores them in Sailor's format
+(:mod:`heteroplan.perf.sailor_profiles`), so ``plan_job(..., data_dir=...)`` can plan with them.
+
+On CUDA, times come from CUDA events between ``torch.cuda.synchronize`` calls; on CPU from
+``time.perf_counter``. torch is imported only when profiling (extra ``heteroplan[runtime]``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from heteroplan.errors import InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from torch import nn
+
+__all__ = ["LayerProfile", "OPTIMIZERS", "profile_layers", "check_device", "write_json_atomic"]
+
+OPTIMIZERS = ("sgd", "adam")
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is installed with the runtime extra
+        raise InputError("torch", None, "the profiler needs PyTorch: pip install 'heteroplan[runtime]'") from None
+    return torch
+
+
+def write_json_atomic(path: Path, data: object) -> None:
+    """Write ``data`` as JSON to ``path`` via a temporary file (readers never see half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=False))
+    os.replace(tmp, path)
+
+
+def _check_name(field: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip() or value in (".", "..") or any(c in value for c in "/\\"):
+        raise InputError(field, value, "must be a non-empty name without '/' or '\\'")
+    return value
+
+
+@dataclass(frozen=True)
+class LayerProfile:
+    """What :func:`profile_layers` measured for each layer of a model.
+
+    Attributes:
+        compute: ``{mbs: ((fwd_s, bwd_s, update_s) per layer)}``, seconds per microbatch.
+        params_floats: parameters per layer (numbers, exact).
+        params_bytes: bytes of those parameters.
+        act_output_floats: elements of the layer's output per sample.
+        act_output_bytes: bytes of the layer's output per sample.
+        act_input_floats: elements of the layer's input per sample.
+        act_input_bytes: bytes of the layer's input per sample.
+        act_mem_bytes: bytes of tensors saved for backward per sample (parameters excluded).
+        device: where it was measured (``"cpu"``, ``"cuda:0"``).
+        optimizer: optimizer whose update was timed (``"sgd"`` or ``"adam"``).
+    """
+
+    compute: dict[int, tuple[tuple[float, float, float], ...]]
+    params_floats: tuple[int, ...]
+    params_bytes: tuple[int, ...]
+    act_output_floats: tuple[int, ...]
+    act_output_bytes: tuple[int, ...]
+    act_input_floats: tuple[int, ...]
+    act_input_bytes: tuple[int, ...]
+    act_mem_bytes: tuple[int, ...]
+    device: str = "cpu"
+    optimizer: str = "sgd"
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.params_floats)
+
+    @property
+    def microbatch_sizes(self) -> tuple[int, ...]:
+        return tuple(sorted(self.compute))
+
+    @property
+    def act_mem_floats(self) -> tuple[int, ...]:
+        """Activation memory per sample in 4-byte float equivalents (what the simulator multiplies by 4 bytes)."""
+        return tuple(-(-b // 4) for b in self.act_mem_bytes)
+
+    def llm_info(self) -> dict[str, dict[str, int]]:
+        """Per-layer sizes as one tp entry of ``llm_info.json``: ``{layer: {params_floats: ..., ...}}``."""
+        keys = ("params_floats", "act_output_floats", "act_input_floats", "act_mem_floats")
+        keys += tuple(k.replace("floats", "bytes") for k in keys)
+        return {str(i): {k: int(getattr(self, k)[i]) for k in keys} for i in range(self.num_layers)}
+
+    def profile_json(self) -> dict[str, dict[str, dict[str, list[float]]]]:
+        """``{mbs: {"1": {layer: [fwd_s, bwd_s, update_s]}}}``, the format of ``profiles/<model>/<gpu>.json``."""
+        return {
+            str(m): {"1": {str(i): [float(x) for x in t] for i, t in enumerate(self.compute[m])}}
+            for m in self.microbatch_sizes
+        }
+
+    def write(self, data_dir: str | Path, model_name: str, gpu_type: str) -> Path:
+        """Write ``<data_dir>/llm_info.json`` (other models kept; this model's entry replaced, tp 1 only)
+        and ``<data_dir>/profiles/<model_name>/<gpu_type>.json``; returns the profile file's path."""
+        _check_name("model_name", model_name)
+        _check_name("gpu_type", gpu_type)
+        if not isinstance(data_dir, str | Path):
+            raise InputError("data_dir", data_dir, "must be a path")
+        root = Path(data_dir).expanduser()
+        if root.exists() and not root.is_dir():
+            raise InputError("data_dir", str(data_dir), "exists and is not a directory")
+        info_path = root / "llm_info.json"
+        info: dict = {}
+        if info_path.is_file():
+            try:
+                info = json.loads(info_path.read_text())
+            except json.JSONDecodeError as exc:
+                raise InputError("data_dir", str(info_path), f"existing llm_info.json is not JSON: {exc}") from None
+        info[model_name] = {"1": self.llm_info()}
+        write_json_atomic(info_path, info)
+        out = root / "profiles" / model_name / f"{gpu_type}.json"
+        write_json_atomic(out, self.profile_json())
+        return out
+
+    def table(self) -> str:
+        """Text table: per layer, fwd/bwd/update milliseconds at each microbatch size and sizes."""
+        mbs = self.microbatch_sizes
+        head = ["layer", *(f"mbs{m} f/b/u ms" for m in mbs), "params", "out/sample", "saved B/sample"]
+        rows = []
+        for i in range(self.num_layers):
+            cells = [str(i)]
+            cells += ["/".join(f"{1e3 * x:.3g}" for x in self.compute[m][i]) for m in mbs]
+            cells += [str(self.params_floats[i]), str(self.act_output_floats[i]), str(self.act_mem_bytes[i])]
+            rows.append(cells)
+        widths = [max(len(r[k]) for r in [head, *rows]) for k in range(len(head))]
+        return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [head, *rows])
+
+
+def check_device(device: object) -> torch.device:
+    """``device`` as a ``torch.device`` (cpu or an available cuda device); InputError otherwise."""
+    torch = _torch()
+    try:
+        dev = torch.device(device)  # type: ignore[arg-type]
+    except (RuntimeError, TypeError, ValueError):
+        raise InputError("device", device, "unknown device; use 'cpu', 'cuda' or 'cuda:<index>'") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise InputError("device", device, "only 'cpu' and 'cuda' devices are supported")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError("device", device, "CUDA is not available on this machine")
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        if index >= torch.cuda.device_count():
+            raise InputError("device", device, f"only {torch.cuda.device_count()} CUDA device(s)")
+        dev = torch.device("cuda", index)
+    return dev
+
+
+def _check_args(model: object, microbatch_sizes: object, warmup: object, repeats: object, optimizer: object) -> tuple[int, ...]:
+    nn = _torch().nn
+    if not isinstance(model, nn.Sequential):
+        raise InputError("model", type(model).__name__, "must be a torch.nn.Sequential (layer i = plan layer i)")
+    if len(model) == 0:
+        raise InputError("model", "Sequential()", "has no layers")
+    if isinstance(microbatch_sizes, int) or not isinstance(microbatch_sizes, Sequence) or not microbatch_sizes:
+        raise InputError("microbatch_sizes", microbatch_sizes, "must be a non-empty sequence of integers >= 1")
+    for m in microbatch_sizes:
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise InputError("microbatch_sizes", microbatch_sizes, f"{m!r} is not an integer >= 1")
+    for name, value, low in (("warmup", warmup, 0), ("repeats", repeats, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise InputError(name, value, f"must be an integer >= {low}")
+    if optimizer not in OPTIMIZERS:
+        raise InputError("optimizer", optimizer, f"must be one of {OPTIMIZERS}")
+    return tuple(sorted(set(microbatch_sizes)))
+
+
+class _Timer:
+    """Seconds taken by a call: CUDA events on a GPU, ``perf_counter`` on CPU."""
+
+    def __init__(self, torch: Any, dev: torch.device) -> None:
+        self.torch = torch
+        self.cuda = dev.type == "cuda"
+        self.dev = dev
+
+    def __call__(self, fn: Callable[[], Any]) -> tuple[float, Any]:
+        if self.cuda:
+            cuda = self.torch.cuda
+            start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+            cuda.synchronize(self.dev)
+            start.record()
+            out = fn()
+            end.record()
+            cuda.synchronize(self.dev)
+            return start.elapsed_time(end) / 1e3, out
+        t0 = time.perf_counter()
+        out = fn()
+        return time.perf_counter() - t0, out
+
+
+def _storage_key(t: torch.Tensor) -> tuple[str, int, int]:
+    s = t.untyped_storage()
+    return (str(t.device), s.data_ptr(), s.nbytes())
+
+
+def _saved_bytes(torch: Any, layer: nn.Module, inp: torch.Tensor, index: int) -> int:
+    """Bytes of the distinct storages the layer saves for backward on ``inp`` (parameters excluded)."""
+    params = {_storage_key(p) for p in layer.parameters()}
+    seen: dict[tuple[str, int, int], int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        try:
+            key = _storage_key(t)
+        except (RuntimeError, NotImplementedError):  # tensors without a plain storage
+            return t
+        if key not in params:
+            seen[key] = key[2]
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        _forward(layer, inp, index)
+    return sum(seen.values())
+
+
+def _forward(layer: nn.Module, inp: torch.Tensor, index: int) -> torch.Tensor:
+    torch = _torch()
+    try:
+        out = layer(inp)
+    except (RuntimeError, TypeError, ValueError, IndexError) as exc:
+        raise InputError(
+            f"model[{index}]", type(layer).__name__, f"forward failed on an input of shape {tuple(inp.shape)}: {exc}"
+        ) from None
+    if not isinstance(out, torch.Tensor):
+        raise InputError(f"model[{index}]", type(layer).__name__, f"must return a Tensor, got {type(out).__name__}")
+    return out
+
+
+def _make_input(make_input: Callable[[int], Any], mbs: int, dev: torch.device) -> torch.Tensor:
+    torch = _torch()
+    x = make_input(mbs)
+    if not isinstance(x, torch.Tensor):
+        raise InputError("make_input", type(x).__name__, "must return a torch.Tensor (the input of layer 0)")
+    if x.dim() == 0 or x.shape[0] != mbs:
+        raise InputError("make_input", tuple(x.shape), f"the first dimension must be the microbatch size {mbs}")
+    return x.to(dev)
+
+
+def _leaf_input(torch: Any, x: torch.Tensor) -> torch.Tensor:
+    inp = x.detach()
+    if inp.is_floating_point() or inp.is_complex():
+        inp.requires_grad_(True)
+    return inp
+
+
+def _time_update(torch: Any, timer: _Timer, layer: nn.Module, optimizer: str, warmup: int, repeats: int) -> float:
+    """Median seconds of ``optimizer.step()`` over the layer's parameters; weights restored after."""
+    params = [p for p in layer.parameters() if p.requires_grad]
+    if not params:
+        return 0.0
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.randn_like(p)
+    saved = [p.detach().clone() for p in params]
+    opt = torch.optim.SGD(params, lr=1e-3) if optimizer == "sgd" else torch.optim.Adam(params, lr=1e-3)
+    times = []
+    for r in range(warmup + repeats):
+        dt, _ = timer(opt.step)
+        if r >= warmup:
+            times.append(dt)
+    with torch.no_grad():
+        for p, s in zip(params, saved, strict=True):
+            p.copy_(s)
+            p.grad = None
+    return statistics.median(times)
+
+
+def profile_layers(
+    model: nn.Sequential,
+    make_input: Callable[[int], torch.Tensor],
+    microbatch_sizes: Sequence[int] = (1, 2, 4),
+    loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    device: str | torch.device = "cpu",
+    warmup: int = 2,
+    repeats: int = 5,
+    optimizer: str = "sgd",
+) -> LayerProfile:
+    """Measure every layer of ``model`` (moved to ``device``) at each microbatch size.
+
+    Args:
+        model: the model; layer ``i`` of the Sequential is plan layer ``i``.
+        make_input: microbatch size -> input of layer 0 (first dimension = microbatch size;
+            integer token ids are fine).
+        microbatch_sizes: microbatch sizes to profile (samples).
+        loss_fn: output of the last layer -> scalar loss, timed with the last layer; default:
+            the last layer's backward gets a random output gradient like every other layer.
+        device: ``"cpu"``, ``"cuda"`` or ``"cuda:<i>"``.
+        warmup: untimed runs per measurement.
+        repeats: timed runs per measurement; the median is kept.
+        optimizer: ``"sgd"`` or ``"adam"``, whose ``step()`` is timed per layer (the model's
+            weights are restored afterwards).
+
+    Sizes (params, activations) are per sample, measured at the smallest microbatch size.
+    """
+    torch = _torch()
+    sizes = _check_args(model, microbatch_sizes, warmup, repeats, optimizer)
+    if not callable(make_input):
+        raise InputError("make_input", make_input, "must be a function: microbatch size -> input tensor")
+    if loss_fn is not None and not callable(loss_fn):
+        raise InputError("loss_fn", loss_fn, "must be a function: output -> scalar loss, or None")
+    dev = check_device(device)
+    timer = _Timer(torch, dev)
+    model.to(dev)
+    layers = list(model)
+    L = len(layers)
+    params = tuple(sum(p.numel() for p in layer.parameters()) for layer in layers)
+    params_bytes = tuple(sum(p.numel() * p.element_size() for p in layer.parameters()) for layer in layers)
+    out_f, out_b, in_f, in_b, mem_b = ([0] * L for _ in range(5))
+    update = [0.0] * L
+    compute: dict[int, tuple[tuple[float, float, float], ...]] = {}
+    with torch.enable_grad():
+        for k, mbs in enumerate(sizes):
+            x = _make_input(make_input, mbs, dev)
+            rows = []
+            for i, layer in enumerate(layers):
+                inp = _leaf_input(torch, x)
+                last = loss_fn is not None and i == L - 1
+                fwd, bwd = [], []
+                out = grad = None
+                for r in range(warmup + repeats):
+                    for p in layer.parameters():
+                        p.grad = None
+
+                    def run_forward(layer=layer, inp=inp, i=i, last=last) -> tuple[torch.Tensor, torch.Tensor]:
+                        o = _forward(layer, inp, i)
+                        return o, (loss_fn(o) if last else o)  # type: ignore[misc]
+
+                    t_f, (out, target) = timer(run_forward)
+                    t_b = 0.0
+                    if target.requires_grad:
+                        if last:
+                            if target.numel() != 1:
+                                raise InputError("loss_fn", tuple(target.shape), "must return a scalar")
+                            t_b, _ = timer(target.backward)
+                        else:
+                            if grad is None:
+                                grad = torch.randn_like(target)
+                            t_b, _ = timer(lambda target=target, grad=grad: target.backward(grad))
+                    if r >= warmup:
+                        fwd.append(t_f)
+                        bwd.append(t_b)
+                if k == 0:
+                    out_f[i], out_b[i] = out.numel() // mbs, out.numel() * out.element_size() // mbs
+                    in_f[i], in_b[i] = inp.numel() // mbs, inp.numel() * inp.element_size() // mbs
+                    mem_b[i] = _saved_bytes(torch, layer, inp, i) // mbs
+                    update[i] = _time_update(torch, timer, layer, optimizer, warmup, repeats)
+                for p in layer.parameters():
+                    p.grad = None
+                rows.append((statistics.median(fwd), statistics.median(bwd), update[i]))
+                x = out.detach()
+                del out, grad
+            compute[mbs] = tuple(rows)
+    return LayerProfile(
+        compute, params, params_bytes, tuple(out_f), tuple(out_b), tuple(in_f), tuple(in_b), tuple(mem_b),
+        str(dev), optimizer,
+    )
