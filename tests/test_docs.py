@@ -45,3 +45,20 @@ def test_jupyter_page_code_blocks_run(tmp_path: Path, monkeypatch) -> None:
     assert any(abs(p.throughput - result.throughput) < 1e-9 for p in front)
     assert {z for _, z in result.plan.gpus_by_type_zone()} == {"us-central1-a", "us-central1-b"}
     assert list(tmp_path.iterdir()) == []  # the docs' code writes no files
+
+
+def test_runtime_page_code_blocks_run(tmp_path: Path, monkeypatch) -> None:
+    """The runtime guide's examples train for real and end where the page says."""
+    monkeypatch.chdir(tmp_path)
+    text = (ROOT / "docs" / "runtime.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "__main__" in b]
+    assert len(blocks) == 3  # plan executor, round executor, profiler + planner
+    plan_ns: dict[str, object] = {"__name__": "__main__"}
+    exec(compile(blocks[0], "runtime.md", "exec"), plan_ns)  # noqa: S102 - our own docs
+    result = plan_ns["result"]
+    assert result.final_step == 20 and result.checkpoint.step == 20 and result.losses[-1] < result.losses[0]
+    rounds_ns: dict[str, object] = {"__name__": "__main__"}
+    exec(compile(blocks[1], "runtime.md", "exec"), rounds_ns)  # noqa: S102 - our own docs
+    assert all(o.finish_time is not None and o.steps_done == 200 for o in rounds_ns["outcomes"].values())
+    exec(compile(blocks[2], "runtime.md", "exec"), {"__name__": "__main__"})  # noqa: S102 - asserts inside
+    assert (tmp_path / "my-profile" / "profiles" / "my-lm" / "cpu.json").is_file()

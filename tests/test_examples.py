@@ -91,3 +91,12 @@ def test_plan_geo_budget_example(tmp_path: Path) -> None:
     assert max(s for c, s in zip(costs, speeds, strict=True) if c <= 0.07) == pytest.approx(thr, rel=1e-3)
     for name in ("pareto_front.png", "pipeline_timeline.png"):
         assert (tmp_path / "plots" / name).stat().st_size > 10_000
+
+
+def test_train_plan_example_matches_single_process(tmp_path: Path) -> None:
+    out = run_example("train_plan.py", "--steps", "4", cwd=tmp_path)
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit() and len(line.split()) == 4]
+    assert [int(r[0]) for r in rows] == [1, 2, 3, 4] and [int(r[1]) for r in rows] == [4, 4, 2, 2]
+    assert all(abs(float(r[2]) - float(r[3])) < 1e-6 for r in rows)
+    assert "resumed at iteration 2" in out
+    assert float(out.rsplit("single process:", 1)[1]) < 1e-9
