@@ -9,7 +9,6 @@ naming the rank and the newest checkpoint to resume from.
 from __future__ import annotations
 
 import queue as queue_mod
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,15 +21,10 @@ from heteroplan.runtime.checkpoint import Checkpoint, latest_checkpoint
 from heteroplan.runtime.config import RunConfig, StepMetrics
 from heteroplan.runtime.layout import rank_layout
 from heteroplan.runtime.models import TrainTask
+from heteroplan.runtime.netbench import free_port
 from heteroplan.runtime.worker import rank_entry
 
 __all__ = ["RunHandle", "RunResult", "launch", "run_plan"]
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @dataclass
 class RunResult:
@@ -118,25 +112,14 @@ class RunHandle:
 
     def poll(self) -> bool:
         """Collect reports; True while the run is still going. Raises :class:`RankFailure`."""
-        while True:
-            try:
-                kind, rank, payload = self._queue.get_nowait()
-            except queue_mod.Empty:
-                break
-            if kind == "step":
-                self._steps.append(payload)
-                self._last_progress = time.monotonic()
-            elif kind == "done":
-                self._done[rank] = payload
-            else:
-                self._errors.setdefault(rank, payload)
+        self._drain()
         if self._errors:
             rank = min(self._errors)
             self._fail(rank, self._errors[rank].strip().splitlines()[-1] + "\n" + self._errors[rank][-1500:])
         for r, p in enumerate(self._procs):
             if p.exitcode not in (None, 0) and r not in self._done:
                 time.sleep(0.2)  # let its error report (if any) arrive first
-                self._drain_errors()
+                self._drain()
                 if self._errors:
                     rank = min(self._errors)
                     self._fail(rank, self._errors[rank].strip().splitlines()[-1])
@@ -167,18 +150,20 @@ class RunHandle:
         return RunResult(self._steps, final, self.start_step, latest_checkpoint(self.config.checkpoint_dir),
                          time.perf_counter() - self._t0, self.world_size, final < self.config.steps)
 
-    def _drain_errors(self) -> None:
+    def _drain(self) -> None:
+        """Take every pending report from the ranks (iterations, completions, errors)."""
         while True:
             try:
                 kind, rank, payload = self._queue.get_nowait()
             except queue_mod.Empty:
                 return
-            if kind == "error":
-                self._errors.setdefault(rank, payload)
-            elif kind == "step":
+            if kind == "step":
                 self._steps.append(payload)
+                self._last_progress = time.monotonic()
             elif kind == "done":
                 self._done[rank] = payload
+            else:
+                self._errors.setdefault(rank, payload)
 
     def _fail(self, rank: int | None, reason: str) -> None:
         self.terminate()

@@ -126,7 +126,8 @@ class NetworkMeasurement:
         return "\n".join(lines)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now (for a rendezvous)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -168,7 +169,7 @@ def measure_network(
         raise InputError("backend", backend, f"nccl needs {world_size} CUDA devices, found {torch.cuda.device_count()}")
     with tempfile.TemporaryDirectory(prefix="heteroplan-net-") as tmp:
         out = Path(tmp) / "result.json"
-        args = (world_size, _free_port(), backend, sizes_t, warmup, repeats, str(out), float(timeout_s))
+        args = (world_size, free_port(), backend, sizes_t, warmup, repeats, str(out), float(timeout_s))
         ctx = mp.start_processes(ping_pong, args=args, nprocs=world_size, join=False, start_method="spawn")
         deadline = time.monotonic() + timeout_s
         try:
