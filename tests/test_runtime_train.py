@@ -17,6 +17,8 @@ from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.runtime import RunConfig, TinyGPTTask, latest_checkpoint, run_plan, train_reference
 
 ROOT = Path(__file__).resolve().parent.parent
+# HETEROPLAN_TEST_DEVICE=cuda runs the same tests with NCCL on GPUs (one GPU per rank; not in CI)
+DEVICE = os.environ.get("HETEROPLAN_TEST_DEVICE", "cpu")
 TASK = TinyGPTTask(n_layers=2, dtype="float64")  # 4 plan layers: embedding, 2 blocks, head
 GBS = 8
 
@@ -34,7 +36,7 @@ def max_param_diff(state: dict[str, torch.Tensor], model: torch.nn.Module) -> fl
 
 def test_heterogeneous_pipeline_matches_single_process(tmp_path: Path) -> None:
     """2 stages x 2 replicas, replicas taking 3 and 1 microbatches: same parameters as one process."""
-    config = RunConfig(steps=3, lr=0.05, momentum=0.9, checkpoint_dir=str(tmp_path))
+    config = RunConfig(device=DEVICE, steps=3, lr=0.05, momentum=0.9, checkpoint_dir=str(tmp_path))
     plan = plan_of([(0, 2), (2, 4)], dp=2, micro=(3, 1))
     result = run_plan(plan, TASK, config)
     model, losses = train_reference(TASK, GBS, config)
@@ -42,13 +44,13 @@ def test_heterogeneous_pipeline_matches_single_process(tmp_path: Path) -> None:
     assert result.losses == pytest.approx(losses, rel=1e-9)
     assert max_param_diff(result.checkpoint.model_state(), model) < 1e-9
     # an even split gives different per-replica gradients but the same update
-    even = run_plan(plan_of([(0, 1), (1, 4)], dp=2), TASK, RunConfig(steps=3, lr=0.05, momentum=0.9, schedule="gpipe",
+    even = run_plan(plan_of([(0, 1), (1, 4)], dp=2), TASK, RunConfig(device=DEVICE, steps=3, lr=0.05, momentum=0.9, schedule="gpipe",
                                                                       checkpoint_dir=str(tmp_path / "even")))
     assert max_param_diff(even.checkpoint.model_state(), model) < 1e-9
 
 
 def test_rescale_from_2_to_4_workers_continues_same_step_and_loss(tmp_path: Path) -> None:
-    config = RunConfig(steps=6, optimizer="adam", lr=0.01, checkpoint_dir=str(tmp_path))
+    config = RunConfig(device=DEVICE, steps=6, optimizer="adam", lr=0.01, checkpoint_dir=str(tmp_path))
     reference, losses = train_reference(TASK, GBS, config)
     first = run_plan(plan_of([(0, 4)], dp=2), TASK, RunConfig(**{**config.__dict__, "steps": 3}))
     assert first.final_step == 3 and first.checkpoint.step == 3
@@ -60,7 +62,7 @@ def test_rescale_from_2_to_4_workers_continues_same_step_and_loss(tmp_path: Path
 
 
 def test_dead_rank_stops_the_run_with_a_resumable_checkpoint(tmp_path: Path) -> None:
-    config = RunConfig(steps=5, lr=0.05, checkpoint_dir=str(tmp_path), checkpoint_every=1, fault=("exit", 3, 2))
+    config = RunConfig(device=DEVICE, steps=5, lr=0.05, checkpoint_dir=str(tmp_path), checkpoint_every=1, fault=("exit", 3, 2))
     plan = plan_of([(0, 2), (2, 4)], dp=2)
     t0 = time.monotonic()
     with pytest.raises(RankFailure) as info:
@@ -76,7 +78,7 @@ def test_dead_rank_stops_the_run_with_a_resumable_checkpoint(tmp_path: Path) -> 
 
 
 def test_hung_rank_times_out_instead_of_hanging(tmp_path: Path) -> None:
-    config = RunConfig(steps=4, timeout_s=3, fault=("hang", 1, 1), checkpoint_dir=str(tmp_path), checkpoint_every=1)
+    config = RunConfig(device=DEVICE, steps=4, timeout_s=3, fault=("hang", 1, 1), checkpoint_dir=str(tmp_path), checkpoint_every=1)
     t0 = time.monotonic()
     with pytest.raises(RankFailure) as info:
         run_plan(plan_of([(0, 4)], dp=2), TASK, config)
@@ -107,7 +109,7 @@ def test_torchrun_entry_point_trains(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     printed = [float(line.split()[3]) for line in proc.stdout.splitlines() if line.startswith("step")]
-    _, losses = train_reference(TinyGPTTask(n_layers=2), GBS, RunConfig(steps=3))
+    _, losses = train_reference(TinyGPTTask(n_layers=2), GBS, RunConfig(device=DEVICE, steps=3))
     assert printed == pytest.approx(losses, abs=2e-4)
     manifest = json.loads((tmp_path / "ck" / "step-00000003" / "manifest.json").read_text())
     assert manifest["step"] == 3 and manifest["num_layers"] == 4
@@ -120,7 +122,7 @@ def test_cli_run_prints_the_losses_of_single_process_training(tmp_path: Path, ca
                  "--steps", "3", "--optimizer", "sgd", "--lr", "0.05", "--checkpoint-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     printed = [float(line.split()[1]) for line in out.splitlines() if line.strip()[:1].isdigit() and "ms" not in line]
-    _, losses = train_reference(TinyGPTTask(n_layers=2), 4, RunConfig(steps=3, lr=0.05))
+    _, losses = train_reference(TinyGPTTask(n_layers=2), 4, RunConfig(device=DEVICE, steps=3, lr=0.05))
     assert printed == pytest.approx(losses, abs=2e-4)
     assert "checkpoint: iteration 3" in out
     assert main(["run", "--pp", "9", "--layers", "2"]) != 0
