@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from heteroplan.errors import InputError
+from heteroplan.runtime.atomic import write_json_atomic
 
 __all__ = ["Checkpoint", "latest_checkpoint", "save_layers", "load_layers", "write_manifest", "prune"]
 
@@ -102,9 +103,7 @@ def write_manifest(root: str | Path, step: int, num_layers: int, extra: dict[str
     """Mark the checkpoint of ``step`` complete (call once every layer is saved)."""
     d = step_dir(root, step)
     data = {"step": step, "num_layers": num_layers, **extra}
-    tmp = d / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, d / MANIFEST)
+    write_json_atomic(d / MANIFEST, data)
     return Checkpoint(step, d, data)
 
 

@@ -113,17 +113,15 @@ class RunHandle:
     def poll(self) -> bool:
         """Collect reports; True while the run is still going. Raises :class:`RankFailure`."""
         self._drain()
+        dead = [r for r, p in enumerate(self._procs) if p.exitcode not in (None, 0) and r not in self._done]
+        if dead and not self._errors:
+            time.sleep(0.2)  # let a dead rank's error report (if any) arrive first
+            self._drain()
         if self._errors:
             rank = min(self._errors)
             self._fail(rank, self._errors[rank].strip().splitlines()[-1] + "\n" + self._errors[rank][-1500:])
-        for r, p in enumerate(self._procs):
-            if p.exitcode not in (None, 0) and r not in self._done:
-                time.sleep(0.2)  # let its error report (if any) arrive first
-                self._drain()
-                if self._errors:
-                    rank = min(self._errors)
-                    self._fail(rank, self._errors[rank].strip().splitlines()[-1])
-                self._fail(r, f"process exited with code {p.exitcode}")
+        if dead:
+            self._fail(dead[0], f"process exited with code {self._procs[dead[0]].exitcode}")
         if time.monotonic() - self._last_progress > self.config.timeout_s:
             self._fail(None, f"no iteration finished for {self.config.timeout_s:.0f} s")
         return not all(p.exitcode is not None for p in self._procs)

@@ -27,7 +27,7 @@ import numpy as np
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import BandwidthCurve
 from heteroplan.runtime._networker import ping_pong
-from heteroplan.runtime.profiler import write_json_atomic
+from heteroplan.runtime.atomic import write_json_atomic
 
 __all__ = ["DEFAULT_SIZES", "NetworkMeasurement", "fit_bandwidth_curve", "measure_network"]
 

@@ -21,7 +21,6 @@ On CUDA, times come from CUDA events between ``torch.cuda.synchronize`` calls; o
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from heteroplan.errors import InputError
+from heteroplan.runtime.atomic import write_json_atomic
+from heteroplan.runtime.config import OPTIMIZERS, RunConfig, make_optimizer
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -37,7 +38,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["LayerProfile", "OPTIMIZERS", "profile_layers", "check_device", "write_json_atomic"]
 
-OPTIMIZERS = ("sgd", "adam")
 
 
 def _torch() -> Any:
@@ -46,14 +46,6 @@ def _torch() -> Any:
     except ImportError:  # pragma: no cover - torch is installed with the runtime extra
         raise InputError("torch", None, "the profiler needs PyTorch: pip install 'heteroplan[runtime]'") from None
     return torch
-
-
-def write_json_atomic(path: Path, data: object) -> None:
-    """Write ``data`` as JSON to ``path`` via a temporary file (readers never see half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=False))
-    os.replace(tmp, path)
 
 
 def _check_name(field: str, value: object) -> str:
@@ -277,7 +269,7 @@ def _time_update(torch: Any, timer: _Timer, layer: nn.Module, optimizer: str, wa
         if p.grad is None:
             p.grad = torch.randn_like(p)
     saved = [p.detach().clone() for p in params]
-    opt = torch.optim.SGD(params, lr=1e-3) if optimizer == "sgd" else torch.optim.Adam(params, lr=1e-3)
+    opt = make_optimizer(params, RunConfig(optimizer=optimizer, lr=1e-3))
     times = []
     for r in range(warmup + repeats):
         dt, _ = timer(opt.step)

@@ -31,11 +31,10 @@ from heteroplan.runtime.schedule import SCHEDULES
 __all__ = ["train_rank", "rank_entry", "main"]
 
 
-def _groups(plan: Plan) -> tuple[list[Any], Any]:
-    """Create every stage's data-parallel group (all ranks must create all, in order)."""
+def _dp_groups(plan: Plan) -> list[Any]:
+    """Create every stage's data-parallel group (all ranks must create all, in order); None when dp = 1."""
     dp = plan.dp
-    groups = [dist.new_group(list(range(s * dp, (s + 1) * dp))) if dp > 1 else None for s in range(plan.pp)]
-    return groups, None
+    return [dist.new_group(list(range(s * dp, (s + 1) * dp))) if dp > 1 else None for s in range(plan.pp)]
 
 
 def _device(config: RunConfig, rank: int) -> torch.device:
@@ -72,8 +71,7 @@ def train_rank(
     del full
     params = [p for p in stage.parameters() if p.requires_grad]
     optimizer = make_optimizer(params, config)
-    dp_groups, _ = _groups(plan)
-    dp_group = dp_groups[me.stage]
+    dp_group = _dp_groups(plan)[me.stage]
     first, last = me.stage == 0, me.stage == plan.pp - 1
     prev_rank = rank - plan.dp if not first else None
     next_rank = rank + plan.dp if not last else None
