@@ -22,6 +22,19 @@ def median_time(fn: Callable[[], Any], repeats: int = 3) -> tuple[float, Any]:
     return statistics.median(times), out
 
 
+def paired_times(a: Callable[[], Any], b: Callable[[], Any], repeats: int) -> tuple[float, float, float]:
+    """Median wall times (s) of ``a`` and ``b`` run alternately, and the median of the
+    per-pair ratios a/b: pairing cancels most of the drift from other load on the machine."""
+    ta, tb = [], []
+    for _ in range(repeats):
+        for fn, times in ((a, ta), (b, tb)):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    ratio = statistics.median(x / y for x, y in zip(ta, tb, strict=True))
+    return statistics.median(ta), statistics.median(tb), ratio
+
+
 def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
     """Print ``rows`` as an aligned text table."""
     def fmt(v: Any) -> str:

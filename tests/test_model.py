@@ -46,6 +46,71 @@ def test_expression_algebra_matches_numpy(rows: int, cols: int, seed: int) -> No
     np.testing.assert_allclose((w * x).reshape(-1).value(p), (w * X).ravel())
 
 
+def _block_menu(x, y, rng):
+    """Constraint expressions that exercise every assembly path: blocks that touch each
+    variable once in order (strided CSC), once out of order or partly (scatter), and blocks
+    with repeated variables (scipy's duplicate-summing conversion)."""
+    rows, cols = x.shape
+    one_per_col = np.zeros((3, cols))
+    one_per_col[rng.integers(0, 3, cols), np.arange(cols)] = rng.normal(size=cols)
+    one_per_col[:, rng.integers(0, cols)] = 0.0  # a column with no non-zero
+    return [
+        lambda: x.sum(axis=1),
+        lambda: x.sum(axis=0),
+        lambda: one_per_col @ x.sum(axis=0),
+        lambda: sp.csr_matrix(one_per_col) @ x.sum(axis=0),
+        lambda: rng.normal(size=(2, cols)) @ x.sum(axis=0),
+        lambda: (x * rng.normal(size=(rows, cols))).reshape(-1),
+        lambda: x[:, ::-1].sum(axis=1),
+        lambda: x[0] + y,
+        lambda: x.sum(axis=1) + x[:, 0],
+        lambda: (x + y).sum(axis=0) - 2 * y,
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.integers(1, 5),
+    cols=st.integers(1, 5),
+    picks=st.lists(st.integers(0, 9), min_size=1, max_size=4),
+    with_y=st.booleans(),
+    seed=st.integers(0, 10_000),
+)
+def test_standard_form_matrix_matches_stacked_coefficients(
+    rows: int, cols: int, picks: list[int], with_y: bool, seed: int
+) -> None:
+    # The fast CSC assembly against scipy's own COO -> CSR stacking of each block's terms.
+    rng = np.random.default_rng(seed)
+    m = Model()
+    x = m.add_variables("x", (rows, cols))
+    y = m.add_variables("y", cols) if with_y else np.zeros(cols)
+    menu = _block_menu(x, y, rng)
+    for i, k in enumerate(picks):
+        m.add_constraints(menu[k]() <= 1.0, f"b{i}")
+    m.minimize((x * rng.normal(size=(rows, cols))).sum())
+    sf = m.to_standard_form()
+    expected = sp.vstack([b.expr.coef for b in m.constraints.values()]).toarray()
+    np.testing.assert_allclose(sf.A.toarray(), expected, atol=1e-12)
+    assert sf.A.indices.dtype == np.int32 and sf.A.indptr.dtype == np.int32
+    assert np.all(sf.A.data != 0)
+    np.testing.assert_allclose(sf.c, m.objective.coef.toarray().ravel(), atol=1e-12)
+    p = _point(m, seed)
+    np.testing.assert_allclose(sf.A @ p, np.concatenate([b.expr.value(p).ravel() for b in m.constraints.values()]))
+
+
+def test_bounds_are_copied_and_checked_elementwise() -> None:
+    m = Model()
+    upper = np.array([[1.0, 2.0], [3.0, 4.0]])
+    x = m.add_variables("x", (2, 2), lb=0, ub=upper)
+    upper[:] = -1  # the caller's array changing later must not change the model
+    np.testing.assert_allclose(m.to_standard_form().col_ub, [1, 2, 3, 4])
+    assert x.lb.shape == (4,)
+    with pytest.raises(ModelError) as info:
+        m.add_variables("z", (2, 2), lb=np.array([0.0, 5.0]), ub=np.array([[1.0, 9.0], [1.0, 4.0]]))
+    assert info.value.field == "variables[z][1, 1]"
+    assert "lb > ub" in str(info.value)
+
+
 def test_constraint_bounds_move_constants_to_rhs() -> None:
     m = Model()
     x = m.add_variables("x", 3)

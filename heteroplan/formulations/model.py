@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,15 @@ def _as_shape(shape: int | Sequence[int], field: str) -> Shape:
 
 
 def _size(shape: Shape) -> int:
-    return int(np.prod(shape, dtype=np.int64))
+    return math.prod(shape)
+
+
+def _constant(value: float, n: int, dtype: type = np.float64) -> np.ndarray:
+    """A read-only length-``n`` view of one ``value`` (stride 0): costs no memory per element
+    and, unlike ``np.broadcast_to``, next to nothing to make."""
+    out = np.ndarray((n,), dtype, np.array([value], dtype=dtype), 0, (0,))
+    out.flags.writeable = False
+    return out
 
 
 def _broadcast_rows(shape: Shape, out_shape: Shape) -> np.ndarray:
@@ -74,10 +83,14 @@ class LinExpr:
         const: np.ndarray,
         shape: Shape,
         unique: int = 0,
+        dense: bool = False,
     ) -> None:
         #: 2: every variable appears at most once in the whole expression; 1: at most once per
         #: element; 0: unknown. Lets assembly skip the duplicate-summing sort.
         self.unique = unique
+        #: True when ``rows`` is ``arange(size)``: one term per element, in element order
+        #: (a variable block and its scalings). Lets sums skip a gather.
+        self.dense = dense
         self.model = model
         self.rows = rows
         self.cols = cols
@@ -107,9 +120,21 @@ class LinExpr:
         return f"LinExpr(shape={self.shape}, nnz={self.nnz})"
 
     def _new(
-        self, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, const: np.ndarray, shape: Shape, unique: int = 0
+        self,
+        rows: np.ndarray,
+        cols: np.ndarray,
+        vals: np.ndarray,
+        const: np.ndarray,
+        shape: Shape,
+        unique: int = 0,
+        dense: bool = False,
     ) -> LinExpr:
-        return LinExpr(self.model, rows, cols, vals, const, shape, unique)
+        return LinExpr(self.model, rows, cols, vals, const, shape, unique, dense)
+
+    def _with_terms(self, vals: np.ndarray, const: np.ndarray, shape: Shape | None = None) -> LinExpr:
+        """Same rows and columns (and so the same flags), new coefficients and constants."""
+        shape = self.shape if shape is None else shape
+        return self._new(self.rows, self.cols, vals, const, shape, self.unique, self.dense)
 
     def _coerce(self, other: Any) -> LinExpr | np.ndarray:
         if isinstance(other, LinExpr):
@@ -125,7 +150,7 @@ class LinExpr:
         """New expression whose element ``r`` is this expression's element ``src[r]``."""
         src = np.asarray(src, dtype=np.int64).ravel()
         if src.size == self.size and np.array_equal(src, np.arange(self.size)):
-            return self._new(self.rows, self.cols, self.vals, self.const, shape, self.unique)
+            return self._with_terms(self.vals, self.const, shape)
         order = np.argsort(src, kind="stable")
         counts = np.bincount(src, minlength=self.size)
         starts = np.cumsum(counts) - counts
@@ -171,12 +196,12 @@ class LinExpr:
             )
         out = self._out_shape(other.shape)
         a = self.broadcast_to(out)
-        return self._new(a.rows, a.cols, a.vals, a.const + np.broadcast_to(other, out).ravel(), out, a.unique)
+        return a._with_terms(a.vals, a.const + np.broadcast_to(other, out).ravel())
 
     __radd__ = __add__
 
     def __neg__(self) -> LinExpr:
-        return self._new(self.rows, self.cols, -self.vals, -self.const, self.shape, self.unique)
+        return self._with_terms(-self.vals, -self.const)
 
     def __sub__(self, other: Any) -> LinExpr:
         return self + (-other if isinstance(other, LinExpr) else -self._coerce(other))
@@ -190,10 +215,12 @@ class LinExpr:
             raise ModelError("product", "expr * expr", "the product of two expressions is not linear")
         out = self._out_shape(other.shape)
         a = self.broadcast_to(out)
+        zero_const = _is_zero_view(a.const)  # stays a free view: 0 * anything finite is 0
         if other.ndim == 0:
-            return self._new(a.rows, a.cols, a.vals * float(other), a.const * float(other), out, a.unique)
+            return a._with_terms(a.vals * float(other), a.const if zero_const else a.const * float(other))
         scale = np.broadcast_to(other, out).ravel()
-        return self._new(a.rows, a.cols, a.vals * scale[a.rows], a.const * scale, out, a.unique)
+        const = a.const if zero_const else a.const * scale
+        return a._with_terms(a.vals * (scale if a.dense else scale[a.rows]), const)
 
     __rmul__ = __mul__
 
@@ -210,10 +237,22 @@ class LinExpr:
         A = matrix if sp.issparse(matrix) else np.atleast_2d(np.asarray(matrix, dtype=float))
         if A.ndim != 2 or A.shape[1] != self.shape[0]:
             raise ModelError("matrix.shape", A.shape, f"needs {self.shape[0]} columns")
+        if not sp.issparse(A):
+            nonzero = A != 0
+            per_column = nonzero.sum(axis=0)
+            if per_column.max(initial=0) <= 1:  # no scipy needed: find each column's non-zero
+                out_row = nonzero.argmax(axis=0)
+                return self._rmatmul_one_per_column(A, out_row, A[out_row, np.arange(A.shape[1])], per_column)
         # Term t (element r_t) becomes one term per non-zero A[i, r_t]: walk A's columns.
         A = sp.csc_matrix(A)
         A.eliminate_zeros()
-        rep = np.diff(A.indptr)[self.rows]
+        per_column = np.diff(A.indptr)
+        if per_column.max(initial=0) <= 1:
+            # Columns without a non-zero are never looked up; the clip keeps the gather in range.
+            first = np.minimum(A.indptr[:-1], max(A.nnz - 1, 0))
+            out_row = np.append(A.indices, 0)[first]
+            return self._rmatmul_one_per_column(A, out_row, np.append(A.data, 0.0)[first], per_column)
+        rep = per_column[self.rows]
         term = np.repeat(np.arange(self.nnz), rep)
         within = np.arange(term.size) - np.repeat(np.cumsum(rep) - rep, rep)
         pos = A.indptr[self.rows[term]] + within
@@ -224,6 +263,27 @@ class LinExpr:
             A @ self.const,
             (A.shape[0],),
             1 if self.unique == 2 else 0,
+        )
+
+    def _rmatmul_one_per_column(
+        self, A: Any, out_row: np.ndarray, coef: np.ndarray, per_column: np.ndarray
+    ) -> LinExpr:
+        """``A @ expr`` when every column of ``A`` has at most one non-zero, in row
+        ``out_row[i]`` with value ``coef[i]`` for column ``i``: each term maps to at most one
+        output term, so no repeat is needed and uniqueness is kept."""
+        rows, cols, vals = self.rows, self.cols, self.vals
+        if not per_column.all():
+            keep = per_column[rows].astype(bool)
+            rows, cols, vals = rows[keep], cols[keep], vals[keep]
+        coef = coef[rows]
+        coef *= vals
+        return self._new(
+            out_row.astype(np.int64)[rows],
+            cols,
+            coef,
+            A @ self.const,
+            (A.shape[0],),
+            2 if self.unique == 2 else 0,  # several elements may land in one row
         )
 
     def __matmul__(self, vector: Any) -> LinExpr:
@@ -243,7 +303,7 @@ class LinExpr:
 
     def reshape(self, *shape: Any) -> LinExpr:
         new = np.empty(self.shape, dtype=np.int8).reshape(*shape).shape
-        return self._new(self.rows, self.cols, self.vals, self.const, new, self.unique)
+        return self._with_terms(self.vals, self.const, new)
 
     def ravel(self) -> LinExpr:
         return self.reshape(-1)
@@ -259,14 +319,20 @@ class LinExpr:
             axes = tuple(sorted({int(a) % self.ndim for a in raw}))
         out_shape = tuple(s for i, s in enumerate(self.shape) if i not in axes)
         out_size = _size(out_shape)
-        if out_size == 1:
-            target_rows = np.zeros(self.nnz, dtype=np.int64)
-            const = np.array([self.const.sum()])
+        if _is_zero_view(self.const):
+            const = _constant(0.0, out_size)
         else:
-            target = np.arange(out_size).reshape(out_shape)
-            target = np.broadcast_to(np.expand_dims(target, axes), self.shape).ravel()
-            target_rows = target[self.rows]
-            const = np.bincount(target, weights=self.const, minlength=out_size)
+            const = self.const.reshape(self.shape).sum(axis=axes).ravel()
+        if out_size == 1:
+            target_rows = _constant(0, self.nnz, np.int64)
+        else:
+            # Output element of every input element: write the kept axes' index, broadcast
+            # over the summed ones, straight into one array.
+            target = np.empty(self.shape, dtype=np.int64)
+            keep = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
+            target[...] = np.arange(out_size).reshape(keep)
+            target = target.reshape(-1)
+            target_rows = target if self.dense else target[self.rows]
         unique = 2 if self.unique == 2 else 0
         return self._new(target_rows, self.cols, self.vals, const, out_shape, unique)
 
@@ -275,15 +341,17 @@ class LinExpr:
         other = self._coerce(other)
         if isinstance(other, LinExpr):
             diff = self - other
-            rhs = np.zeros(diff.size)
+            rhs = -diff.const
+        elif other.ndim == 0:
+            diff = self
+            rhs = float(other) - diff.const
         else:
             diff = self.broadcast_to(self._out_shape(other.shape))
-            rhs = np.broadcast_to(other, diff.shape).ravel()
-        rhs = rhs - diff.const
+            rhs = np.broadcast_to(other, diff.shape).ravel() - diff.const
         inf = np.full(diff.size, np.inf)
         lb = rhs if lower else -inf
         ub = rhs if upper else inf
-        return Constraint(diff._new(diff.rows, diff.cols, diff.vals, np.zeros(diff.size), diff.shape, diff.unique), lb, ub)
+        return Constraint(diff._with_terms(diff.vals, np.zeros(diff.size)), lb, ub)
 
     def __le__(self, other: Any) -> Constraint:
         return self._constraint(other, lower=False, upper=True)
@@ -312,7 +380,73 @@ def _csc(
     coo = sp.coo_matrix((vals, (rows, cols)), shape=shape)
     if unique:
         coo.has_canonical_format = True
-    A = coo.tocsc()
+    return coo.tocsc()
+
+
+def _is_zero_view(arr: np.ndarray) -> bool:
+    """True for a read-only broadcast view of one 0.0 (a variable block's constants)."""
+    return arr.ndim == 1 and arr.size > 0 and arr.strides == (0,) and arr[0] == 0.0
+
+
+def _covers_all(expr: LinExpr) -> bool:
+    """True when the expression's terms are exactly variables ``0..n-1`` in order.
+
+    Sums, scalings and one-non-zero products keep a variable block's column array itself,
+    so in a one-block model an identity test answers without reading the terms."""
+    model = expr.model
+    if expr.nnz != model.num_vars:
+        return False
+    if len(model.variables) == 1 and expr.cols is next(iter(model.variables.values())).cols:
+        return True
+    return bool(np.array_equal(expr.cols, np.arange(model.num_vars)))
+
+
+def _csc_from_blocks(blocks: Sequence[ConstraintBlock], shape: tuple[int, int]) -> sp.csc_matrix:
+    """Stack the blocks' terms into one CSC matrix (int32 indices, as HiGHS takes them).
+
+    When every block holds each variable at most once (``unique == 2``, as sums and
+    one-non-zero-per-column products of variable blocks do), the terms are scattered
+    straight into their column slots — block by block, in order — with no sort; when every
+    block's columns are exactly ``0..n-1`` in order (each touches every variable once, as in
+    an assignment model) the slots are strided slices. Otherwise scipy's COO -> CSC
+    conversion sums duplicates.
+    """
+    num_rows, n = shape
+    if not all(b.expr.unique == 2 for b in blocks) or n >= 2**31 or num_rows >= 2**31:
+        rows = np.concatenate([b.expr.rows + b.offset for b in blocks])
+        cols = np.concatenate([b.expr.cols for b in blocks])
+        vals = np.concatenate([b.expr.vals for b in blocks])
+        A = _csc(rows, cols, vals, shape, all(b.expr.unique for b in blocks))
+    else:
+        covers = [_covers_all(b.expr) for b in blocks]
+        if all(covers):
+            # k terms in every column, block i's in slot i: strided writes, no index arrays.
+            k = len(blocks)
+            indptr = np.arange(0, k * n + 1, k, dtype=np.int32)
+            indices = np.empty(k * n, dtype=np.int32)
+            data = np.empty(k * n)
+            for i, b in enumerate(blocks):
+                np.add(b.expr.rows, b.offset, out=indices[i::k], casting="unsafe")
+                data[i::k] = b.expr.vals
+        else:
+            counts = np.full(n, sum(covers), dtype=np.int32)
+            for b, cover in zip(blocks, covers, strict=True):
+                if not cover:
+                    counts += np.bincount(b.expr.cols, minlength=n).astype(np.int32)
+            indptr = np.zeros(n + 1, dtype=np.int32)
+            np.cumsum(counts, out=indptr[1:])
+            indices = np.empty(int(indptr[-1]), dtype=np.int32)
+            data = np.empty(int(indptr[-1]))
+            fill = indptr[:-1].copy()
+            for b, cover in zip(blocks, covers, strict=True):
+                slot = fill if cover else fill[b.expr.cols]
+                indices[slot] = b.expr.rows + b.offset
+                data[slot] = b.expr.vals
+                if cover:
+                    fill += 1
+                else:
+                    fill[b.expr.cols] += 1
+        A = sp.csc_matrix((data, indices, indptr), shape=shape)
     if A.nnz and not np.all(A.data):
         A.eliminate_zeros()
     return A
@@ -326,7 +460,11 @@ class VarBlock(LinExpr):
     ) -> None:
         size = _size(shape)
         idx = np.arange(size)
-        super().__init__(model, idx, offset + idx, np.ones(size), np.zeros(size), shape, unique=2)
+        # Coefficients 1 and constants 0 as read-only broadcast views: expressions never write
+        # their terms in place, and fresh arrays are what building a model mostly pays for.
+        ones, zeros = _constant(1.0, size), _constant(0.0, size)
+        cols = idx if offset == 0 else offset + idx  # never written in place, so shareable
+        super().__init__(model, idx, cols, ones, zeros, shape, unique=2, dense=True)
         self.name = name
         self.offset = offset
         self.lb = lb
@@ -444,20 +582,25 @@ class Model:
         if name in self.variables:
             raise ModelError("variables.name", name, "a variable block with this name exists")
         shape = _as_shape(shape, f"variables[{name}].shape")
-        bounds = []
+        given = []
         for field, value in (("lb", lb), ("ub", ub)):
-            try:
-                arr = np.broadcast_to(np.asarray(value, dtype=float), shape).ravel().copy()
-            except ValueError:
-                raise ModelError(f"variables[{name}].{field}", np.shape(value), f"does not broadcast to {shape}") from None
+            arr = np.asarray(value, dtype=float)
+            if arr.ndim and arr.shape != shape:
+                try:
+                    np.broadcast_shapes(arr.shape, shape)
+                except ValueError:
+                    raise ModelError(f"variables[{name}].{field}", arr.shape, f"does not broadcast to {shape}") from None
             if np.isnan(arr).any():
                 raise ModelError(f"variables[{name}].{field}", value, "contains NaN")
-            bounds.append(arr)
-        lb_arr, ub_arr = bounds
-        bad = np.flatnonzero(lb_arr > ub_arr)
-        if bad.size:
-            i = [int(k) for k in np.unravel_index(bad[0], shape)] if shape else []
-            raise ModelError(f"variables[{name}]{i}", (lb_arr[bad[0]], ub_arr[bad[0]]), "lb > ub")
+            given.append(arr)
+        # Checked on the arrays as given (a scalar bound costs nothing per variable).
+        if np.any(given[0] > given[1]):
+            flat = np.broadcast_to(given[0] > given[1], shape).ravel()
+            first = int(np.flatnonzero(flat)[0])
+            i = [int(k) for k in np.unravel_index(first, shape)] if shape else []
+            pair = (np.broadcast_to(given[0], shape).ravel()[first], np.broadcast_to(given[1], shape).ravel()[first])
+            raise ModelError(f"variables[{name}]{i}", pair, "lb > ub")
+        lb_arr, ub_arr = (_flat_bounds(arr, shape) for arr in given)
         block = VarBlock(self, name, self.num_vars, shape, lb_arr, ub_arr, bool(integer))
         self.variables[name] = block
         self.num_vars += block.size
@@ -544,20 +687,20 @@ class Model:
 
     # ------------------------------------------------------------ assembling
     def to_standard_form(self) -> StandardForm:
-        """Stack all blocks into arrays (one CSR matrix for all rows)."""
+        """Stack all blocks into arrays (one CSC matrix for all rows, as HiGHS takes it)."""
         n = self.num_vars
-        c = np.zeros(n)
-        offset = 0.0
-        if self._objective is not None:
-            obj = self._objective
-            c = np.bincount(obj.cols, weights=obj.vals, minlength=n)
+        obj = self._objective
+        if obj is None:
+            c, offset = np.zeros(n), 0.0
+        else:
+            if _covers_all(obj):
+                c = np.ascontiguousarray(obj.vals, dtype=float)  # one term per variable, in order
+            else:
+                c = np.bincount(obj.cols, weights=obj.vals, minlength=n)
             offset = float(obj.const[0])
         blocks = list(self.constraints.values())
         if blocks:
-            rows = np.concatenate([b.expr.rows + b.offset for b in blocks])
-            cols = np.concatenate([b.expr.cols for b in blocks])
-            vals = np.concatenate([b.expr.vals for b in blocks])
-            A = _csc(rows, cols, vals, (self.num_rows, n), all(b.expr.unique for b in blocks))
+            A = _csc_from_blocks(blocks, (self.num_rows, n))
             row_lb = np.concatenate([b.lb for b in blocks])
             row_ub = np.concatenate([b.ub for b in blocks])
         else:
@@ -605,6 +748,14 @@ class Model:
     def row_names(self) -> list[str]:
         """Readable names ``block[i]`` for every constraint row (used by exports)."""
         return [n for b in self.constraints.values() for n in _element_names(b.name, b.shape)]
+
+
+def _flat_bounds(arr: np.ndarray, shape: Shape) -> np.ndarray:
+    """Bounds as a flat array of ``size(shape)``: a read-only broadcast view for a scalar,
+    a private copy otherwise (so later changes to the caller's array do not leak in)."""
+    if arr.ndim == 0:
+        return _constant(float(arr), _size(shape))
+    return np.array(np.broadcast_to(arr, shape), dtype=float).reshape(-1)
 
 
 def _element_names(name: str, shape: Shape) -> list[str]:

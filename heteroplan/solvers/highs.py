@@ -33,7 +33,7 @@ def build_highs(sf: StandardForm, relax: bool = False) -> highspy.Highs:
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     A = sf.A  # column-wise, as HiGHS stores it
-    integrality = sf.integrality.astype(np.int32) * (0 if relax else 1)
+    integrality = np.zeros(sf.num_vars, dtype=np.int32) if relax else sf.integrality.astype(np.int32)
     sense = highspy.ObjSense.kMaximize if sf.maximize else highspy.ObjSense.kMinimize
     status = h.passModel(
         sf.num_vars,
