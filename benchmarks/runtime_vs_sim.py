@@ -7,13 +7,18 @@ core); every plan (the planner's pick and a few fixed layouts, including heterog
 microbatch counts) is simulated with ``PROFILED_CONFIG`` and executed with the runtime.
 Target (issue): simulated within 15% of measured on CPU.
 
-    python benchmarks/runtime_vs_sim.py [--steps 15] [--gbs 32]
+Timings on a small shared machine drift in bursts (another process taking a core slows every
+rank of a pipeline), so every plan runs ``--rounds`` times, the plans interleaved, and the
+median over rounds is compared; the spread and the load average are printed beside it.
+
+    python benchmarks/runtime_vs_sim.py [--steps 15] [--gbs 32] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 
 import torch
@@ -56,6 +61,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=15, help="iterations per run (the first 3 are warm-up)")
     parser.add_argument("--gbs", type=int, default=32, help="global batch (samples)")
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="processes at most")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of every plan (interleaved); the median counts")
     args = parser.parse_args()
     task = TinyGPTTask(vocab=256, seq_len=64, d_model=128, n_layers=4, n_heads=4)
     layers = task.num_layers
@@ -71,17 +77,26 @@ def main() -> None:
         plans = fixed_plans(args.gbs, layers, args.cores)
         best = plan_job(MODEL, args.gbs, {("cpu", "local"): args.cores}, gpu_types=(cpu,), data_dir=data_dir)
         plans = {f"planner: PP {best.plan.pp} x DP {best.plan.dp}, mbs {best.plan.microbatch_size}": best.plan} | plans
+        load_before = os.getloadavg()[0]
+        measured: dict[str, list[float]] = {name: [] for name in plans}
+        for _ in range(args.rounds):
+            for name, plan in plans.items():
+                result = run_plan(plan, task, RunConfig(steps=args.steps, optimizer="sgd", lr=0.01, threads_per_rank=1))
+                measured[name].append(result.median_iteration_time(skip=3))
         rows = []
         for name, plan in plans.items():
             sim = simulate(plan, data_dir=data_dir, gpu_types={"cpu": cpu})
-            result = run_plan(plan, task, RunConfig(steps=args.steps, optimizer="sgd", lr=0.01, threads_per_rank=1))
-            measured = result.median_iteration_time(skip=3)
+            runs = measured[name]
+            median = statistics.median(runs)
             rows.append({"plan": name, "processes": plan.num_gpus, "simulated_s": sim.iteration_time,
-                         "measured_s": measured, "error_pct": 100 * (sim.iteration_time - measured) / measured})
-    print_table(rows, ["plan", "processes", "simulated_s", "measured_s", "error_pct"])
+                         "measured_s": median, "spread_pct": 100 * (max(runs) - min(runs)) / median,
+                         "error_pct": 100 * (sim.iteration_time - median) / median, "runs_s": runs})
+    print_table(rows, ["plan", "processes", "simulated_s", "measured_s", "spread_pct", "error_pct"])
+    print(f"load average (1 min) before / after the runs: {load_before:.2f} / {os.getloadavg()[0]:.2f}")
     errors = sorted(abs(r["error_pct"]) for r in rows)
     print(f"median |error| {errors[len(errors) // 2]:.1f}%, max {errors[-1]:.1f}% (target: within 15%)")
-    print(f"JSON: {write_json('runtime_vs_sim', {'rows': rows, 'cores': args.cores, 'gbs': args.gbs})}")
+    payload = {"rows": rows, "cores": args.cores, "gbs": args.gbs, "rounds": args.rounds}
+    print(f"JSON: {write_json('runtime_vs_sim', payload)}")
 
 
 if __name__ == "__main__":

@@ -58,3 +58,17 @@ class RankFailure(HeteroplanError, RuntimeError):
         resume = (f"; resume from the checkpoint at iteration {checkpoint.step} ({checkpoint.path})"
                   if checkpoint is not None else "; no checkpoint to resume from")
         super().__init__(f"{where} failed: {reason}{resume}")
+
+
+def check_int(field: str, value: object, low: int) -> int:
+    """``value`` as an integer ``>= low`` (bools refused), else :class:`InputError` naming ``field``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise InputError(field, value, f"must be an integer >= {low}")
+    return value
+
+
+def check_seconds(field: str, value: object) -> float:
+    """``value`` as a number of seconds ``> 0``, else :class:`InputError` naming ``field``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise InputError(field, value, "must be a number of seconds > 0")
+    return float(value)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from heteroplan.commands.training_args import add_training_arguments, run_config_kwargs
 from heteroplan.errors import InputError
 
 
@@ -16,15 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--microbatches", default=None,
                    help="microbatches per replica of a generated plan, e.g. 3,1 (heterogeneous DP)")
     p.add_argument("--mbs", type=int, default=4, help="microbatch size of a generated plan (samples)")
-    p.add_argument("--layers", type=int, default=None, help="tiny GPT blocks (default: plan layers - 2, or 4)")
-    p.add_argument("--steps", type=int, default=20, help="iterations to train")
-    p.add_argument("--optimizer", default="adam", choices=("sgd", "adam"))
-    p.add_argument("--lr", type=float, default=0.003)
-    p.add_argument("--schedule", default="1f1b", choices=("1f1b", "gpipe"))
-    p.add_argument("--checkpoint-dir", default=None, help="write (and resume from) checkpoints here")
-    p.add_argument("--checkpoint-every", type=int, default=0)
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds a rank may wait on a peer")
+    add_training_arguments(p, steps=20, optimizer="adam", lr=0.003)
     p.set_defaults(func=run)
 
 
@@ -63,9 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if blocks < 1:
         raise InputError("--layers", blocks, "the tiny GPT needs at least 1 block (plans of >= 3 layers)")
     task = TinyGPTTask(n_layers=blocks)
-    config = RunConfig(steps=args.steps, optimizer=args.optimizer, lr=args.lr, schedule=args.schedule,
-                       checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
-                       device=args.device, timeout_s=args.timeout)
+    config = RunConfig(**run_config_kwargs(args))
     print(plan.describe())
     print(f"{'step':>6} {'loss':>8} {'ms/iter':>9} {'sync ms':>8}")
     result = run_plan(plan, task, config, progress=lambda m: print(

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from heteroplan.errors import InputError
+from heteroplan.errors import InputError, check_int, check_seconds
 
 __all__ = ["RunConfig", "StepMetrics", "OPTIMIZERS", "make_optimizer"]
 
@@ -57,14 +57,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         if isinstance(self.checkpoint_dir, Path):
             object.__setattr__(self, "checkpoint_dir", str(self.checkpoint_dir))
-        for name in ("steps", "threads_per_rank"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(f"config.{name}", value, "must be an integer >= 1")
-        for name in ("checkpoint_every", "keep_checkpoints"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InputError(f"config.{name}", value, "must be an integer >= 0")
+        for name, low in (("steps", 1), ("threads_per_rank", 1), ("checkpoint_every", 0), ("keep_checkpoints", 0)):
+            check_int(f"config.{name}", getattr(self, name), low)
         if self.optimizer not in OPTIMIZERS:
             raise InputError("config.optimizer", self.optimizer, f"choose one of {OPTIMIZERS}")
         if self.schedule not in ("1f1b", "gpipe"):
@@ -73,10 +67,8 @@ class RunConfig:
             raise InputError("config.lr", self.lr, "must be a number > 0")
         if not (isinstance(self.momentum, int | float) and 0 <= self.momentum < 1):
             raise InputError("config.momentum", self.momentum, "must be in [0, 1)")
-        if not (isinstance(self.timeout_s, int | float) and self.timeout_s > 0):
-            raise InputError("config.timeout_s", self.timeout_s, "must be a number of seconds > 0")
-        if not (isinstance(self.startup_timeout_s, int | float) and self.startup_timeout_s > 0):
-            raise InputError("config.startup_timeout_s", self.startup_timeout_s, "must be a number of seconds > 0")
+        check_seconds("config.timeout_s", self.timeout_s)
+        check_seconds("config.startup_timeout_s", self.startup_timeout_s)
         if self.fault is not None and (len(self.fault) != 3 or self.fault[0] not in ("exit", "hang")):
             raise InputError("config.fault", self.fault, "must be ('exit' | 'hang', rank, iteration)")
         if self.max_seconds is not None and not (isinstance(self.max_seconds, int | float) and self.max_seconds > 0):

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from heteroplan.errors import InputError
+from heteroplan.errors import InputError, check_int
 
 __all__ = ["TrainTask", "TinyGPTTask", "SequentialTask", "tiny_gpt", "Embedding", "Block", "Head"]
 
@@ -90,8 +90,7 @@ def tiny_gpt(vocab: int = 64, seq_len: int = 16, d_model: int = 32, n_layers: in
     """A GPT of ``n_layers + 2`` plan layers: embedding, ``n_layers`` blocks, head."""
     for name, value in (("vocab", vocab), ("seq_len", seq_len), ("d_model", d_model), ("n_layers", n_layers),
                         ("n_heads", n_heads)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(name, value, "must be an integer >= 1")
+        check_int(name, value, 1)
     if d_model % n_heads:
         raise InputError("d_model", d_model, f"must be divisible by n_heads={n_heads}")
     gen_state = torch.random.get_rng_state()

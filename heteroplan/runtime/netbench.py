@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from heteroplan.errors import InputError
+from heteroplan.errors import InputError, check_int, check_seconds
 from heteroplan.perf.sailor_network import BandwidthCurve
 from heteroplan.runtime._networker import ping_pong
 from heteroplan.runtime.atomic import write_json_atomic
@@ -146,8 +146,7 @@ def measure_network(
     Raises InputError on bad arguments and TimeoutError when the processes do not finish in
     ``timeout_s`` seconds (they are terminated).
     """
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
-        raise InputError("world_size", world_size, "must be an integer >= 2")
+    check_int("world_size", world_size, 2)
     if backend not in BACKENDS:
         raise InputError("backend", backend, f"must be one of {BACKENDS}")
     if isinstance(sizes, int) or not isinstance(sizes, Sequence) or not sizes:
@@ -155,11 +154,9 @@ def measure_network(
     for s in sizes:
         if isinstance(s, bool) or not isinstance(s, int) or s < 4:
             raise InputError("sizes", sizes, f"{s!r} is not an integer number of bytes >= 4")
-    for name, value, low in (("warmup", warmup, 0), ("repeats", repeats, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise InputError(name, value, f"must be an integer >= {low}")
-    if not isinstance(timeout_s, int | float) or not timeout_s > 0:
-        raise InputError("timeout_s", timeout_s, "must be a number of seconds > 0")
+    check_int("warmup", warmup, 0)
+    check_int("repeats", repeats, 1)
+    check_seconds("timeout_s", timeout_s)
     sizes_t = tuple(sorted(set(sizes)))
     fit_bandwidth_curve(sizes_t, [1.0] * len(sizes_t))  # enough sizes >= 1 MB? (fails early, before spawning)
     import torch

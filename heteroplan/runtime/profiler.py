@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from heteroplan.errors import InputError
+from heteroplan.errors import InputError, check_int
 from heteroplan.runtime.atomic import write_json_atomic
 from heteroplan.runtime.config import OPTIMIZERS, RunConfig, make_optimizer
 
@@ -175,9 +175,8 @@ def _check_args(model: object, microbatch_sizes: object, warmup: object, repeats
     for m in microbatch_sizes:
         if isinstance(m, bool) or not isinstance(m, int) or m < 1:
             raise InputError("microbatch_sizes", microbatch_sizes, f"{m!r} is not an integer >= 1")
-    for name, value, low in (("warmup", warmup, 0), ("repeats", repeats, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise InputError(name, value, f"must be an integer >= {low}")
+    check_int("warmup", warmup, 0)
+    check_int("repeats", repeats, 1)
     if optimizer not in OPTIMIZERS:
         raise InputError("optimizer", optimizer, f"must be one of {OPTIMIZERS}")
     return tuple(sorted(set(microbatch_sizes)))

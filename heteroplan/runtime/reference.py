@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from heteroplan.errors import InputError
+from heteroplan.errors import check_int
 from heteroplan.runtime.config import RunConfig, make_optimizer
 from heteroplan.runtime.models import TrainTask
 
@@ -16,8 +16,7 @@ def train_reference(task: TrainTask, global_batch_size: int, config: RunConfig) 
 
     Returns the model and the loss of each iteration (mean over the batch).
     """
-    if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int) or global_batch_size < 1:
-        raise InputError("global_batch_size", global_batch_size, "must be an integer >= 1")
+    check_int("global_batch_size", global_batch_size, 1)
     model = task.build_model()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = make_optimizer(params, config)

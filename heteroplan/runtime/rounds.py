@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from heteroplan.cluster import Cluster
-from heteroplan.errors import InputError
+from heteroplan.errors import InputError, check_int, check_seconds
 from heteroplan.perf.measurements import Measurements
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.policies.base import Allocation, JobState, Policy, check_allocations
@@ -64,9 +64,7 @@ class RuntimeJob:
 
     def __post_init__(self) -> None:
         for name in ("steps", "global_batch_size", "max_gpus"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(f"job[{self.job_id}].{name}", value, "must be an integer >= 1")
+            check_int(f"job[{self.job_id}].{name}", getattr(self, name), 1)
         if not (isinstance(self.arrival_time, int | float) and self.arrival_time >= 0):
             raise InputError(f"job[{self.job_id}].arrival_time", self.arrival_time, "must be seconds >= 0")
 
@@ -164,8 +162,7 @@ class RoundExecutor:
         ids = [j.job_id for j in jobs]
         if len(set(ids)) != len(ids):
             raise InputError("jobs.job_id", sorted(i for i in ids if ids.count(i) > 1)[0], "job ids must be unique")
-        if not (isinstance(round_length, int | float) and round_length > 0):
-            raise InputError("round_length", round_length, "must be seconds > 0")
+        check_seconds("round_length", round_length)
         self.cluster, self.policy, self.jobs = cluster, policy, list(jobs)
         self.workdir = Path(workdir)
         self.round_length, self.max_rounds, self.progress = float(round_length), max_rounds, progress

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
-from heteroplan.errors import InputError
+from heteroplan.errors import InputError, check_int
 
 __all__ = ["Op", "one_f_one_b", "gpipe", "SCHEDULES"]
 
@@ -20,12 +20,10 @@ class Op(NamedTuple):
 
 
 def _check(num_stages: int, stage: int, num_microbatches: int) -> None:
-    if not isinstance(num_stages, int) or num_stages < 1:
-        raise InputError("num_stages", num_stages, "must be an integer >= 1")
+    check_int("num_stages", num_stages, 1)
     if not isinstance(stage, int) or not 0 <= stage < num_stages:
         raise InputError("stage", stage, f"must be in [0, {num_stages})")
-    if not isinstance(num_microbatches, int) or num_microbatches < 1:
-        raise InputError("num_microbatches", num_microbatches, "must be an integer >= 1")
+    check_int("num_microbatches", num_microbatches, 1)
 
 
 def one_f_one_b(num_stages: int, stage: int, num_microbatches: int) -> list[Op]:

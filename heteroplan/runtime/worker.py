@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from heteroplan.commands.training_args import add_training_arguments, run_config_kwargs
 from heteroplan.planner.plan import Plan
 from heteroplan.runtime import checkpoint as ckpt
 from heteroplan.runtime.comm import TAG_ACTIVATION, TAG_GRADIENT, recv_tensor, send_tensor
@@ -184,18 +185,10 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m heteroplan.runtime.worker")
     parser.add_argument("--plan", required=True, help="plan JSON (Plan.to_json or Sailor plan_config)")
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--optimizer", default="sgd")
-    parser.add_argument("--checkpoint-dir", default=None)
-    parser.add_argument("--checkpoint-every", type=int, default=0)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--timeout", type=float, default=120.0)
-    parser.add_argument("--layers", type=int, default=None, help="tiny GPT blocks (default: plan layers - 2)")
+    add_training_arguments(parser, steps=10, optimizer="sgd", lr=0.05)
     args = parser.parse_args(argv)
     plan = Plan.from_json(args.plan)
-    config = RunConfig(steps=args.steps, lr=args.lr, optimizer=args.optimizer, checkpoint_dir=args.checkpoint_dir,
-                       checkpoint_every=args.checkpoint_every, device=args.device, timeout_s=args.timeout)
+    config = RunConfig(**run_config_kwargs(args))
     task = TinyGPTTask(n_layers=args.layers or plan.num_layers - 2)
     dist.init_process_group(config.resolved_backend, timeout=timedelta(seconds=config.timeout_s))
 
