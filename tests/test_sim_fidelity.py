@@ -196,3 +196,28 @@ def test_profiling_delays_the_first_allocation_by_one_profile_per_type() -> None
     rigid = simulate(spec, CLUSTER, FixedPolicy("rtx", 1, adaptive=False), fidelity=fid, max_time=1200,
                      progress=False)
     assert rigid.jobs[0].start_time == 60.0
+
+
+# -- scale-up rule ---------------------------------------------------------------------------
+
+def test_scale_up_limit_is_twice_the_most_gpus_ever_run() -> None:
+    from heteroplan.policies.base import JobState
+    from heteroplan.policies.common import max_gpus_this_round
+
+    shrunk = JobState("j", "cifar10", 0.0, max_gpus=64, allocation=Allocation("rtx", 2),
+                      extra={"last_gpus": 2, "max_gpus_run": 16})
+    assert max_gpus_this_round(shrunk, 2.0) == 32  # Sia/Pollux artifacts: 2 x max profiled
+    assert max_gpus_this_round(shrunk, 2.0, "current") == 4
+    assert max_gpus_this_round(JobState("n", "cifar10", 0.0), 2.0) == 1  # new jobs start at 1 GPU
+    capped = JobState("c", "bert", 0.0, max_gpus=24, extra={"max_gpus_run": 16})
+    assert max_gpus_this_round(capped, 2.0) == 24
+    with pytest.raises(InputError, match="scale_up_from"):
+        max_gpus_this_round(shrunk, 2.0, "peak")
+
+
+def test_simulator_reports_the_most_gpus_a_job_ran_on() -> None:
+    spec = [JobSpec("c", 0.0, "cifar10", 1, 128)]
+    sim = Simulator(CLUSTER, spec, FixedPolicy("dgx-ext", 8), max_time=300)
+    sim.run(progress=False)
+    view = sim.jobs[0].view()
+    assert view.extra["max_gpus_run"] == 8

@@ -61,6 +61,7 @@ class SimJob:
     start_time: float | None = None
     finish_time: float | None = None
     last_gpus: int = 0
+    max_gpus_run: int = 0
     observed: set[tuple[str, str]] = field(default_factory=set)
     grad: GradStats | None = None
     slowdown: float = 1.0
@@ -90,7 +91,8 @@ class SimJob:
             progress=self.fraction_done,
             restart_delay=self.app.restart_delay,
             estimator=self.estimator,
-            extra={"last_gpus": self.last_gpus, "batch_size": self.spec.batch_size},
+            extra={"last_gpus": self.last_gpus, "max_gpus_run": self.max_gpus_run,
+                   "batch_size": self.spec.batch_size},
         )
 
 
@@ -346,6 +348,7 @@ class Simulator:
             if run_time > 0 and rate > 0:
                 self._observe(job, new, local, accum)
                 self._measure_phi(job, job.batch_size)
+                job.max_gpus_run = max(job.max_gpus_run, new.num_gpus)
                 remaining = job.total_work - job.progress
                 if rate * run_time >= remaining:
                     used = restore + remaining / rate
