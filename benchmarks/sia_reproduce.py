@@ -91,6 +91,8 @@ def main() -> None:
         by = {r["policy"]: r for r in rows if r["workload"] == workload}
         for metric in ("avg_jct_h", "p99_jct_h", "makespan_h"):
             order = [p for p in ("sia", "pollux", "gavel") if p in by]
+            if len(order) < 2:
+                continue
             vals = [by[p][metric] for p in order]
             ok = all(a < b for a, b in zip(vals, vals[1:], strict=False))
             print(f"{workload} {metric}: {' < '.join(order)} ? {'yes' if ok else 'NO'} ({', '.join(f'{v:.3g}' for v in vals)})")
@@ -98,6 +100,14 @@ def main() -> None:
             pub = PUBLISHED[workload.split("/")[0]]["sia"][0]
             err = by["sia"]["avg_jct_h"] / pub - 1
             print(f"{workload} sia avg JCT vs published {pub} h: {err:+.0%} ({'within' if abs(err) <= 0.25 else 'outside'} 25%)")
+    traces = {w.split("/")[0] for w in args.workloads}
+    for trace in sorted(traces):
+        for _, label, _ in variants:
+            vals = [r["avg_jct_h"] for r in rows if r["policy"] == label and r["workload"].startswith(trace + "/")]
+            if len(vals) > 1:
+                pub = PUBLISHED.get(trace, {}).get(label)
+                ref = f" (paper {pub[0]} h)" if pub else ""
+                print(f"{trace} {label}: mean avg JCT over {len(vals)} workloads {sum(vals) / len(vals):.3f} h{ref}")
     print("wrote", write_json("sia_reproduce", rows))
 
 
