@@ -5,12 +5,18 @@ numbers (Sia paper, SOSP'23; see ../shared/data/README.md), and writes
 ``benchmarks/results/sia_reproduce.json``.
 
 Usage: ``python benchmarks/sia_reproduce.py [--workloads philly/workload-1 saturn/workload-1]
-[--policies sia pollux gavel fifo tiresias] [--jobs N]``
+[--policies sia pollux gavel fifo tiresias] [--jobs N] [--fidelity sia|ideal]
+[--profiling-time S] [--ablate]``
+
+``--fidelity sia`` (default) simulates with the Sia artifact's slowdowns, estimated batch sizes
+and per-batch gradient statistics; ``ideal`` without them (see ``heteroplan.sim.fidelity``).
+``--ablate`` adds Sia runs with each mechanism switched off in turn.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -20,6 +26,7 @@ from _common import print_table, write_json  # noqa: E402
 
 from heteroplan.cluster import preset  # noqa: E402
 from heteroplan.sim.compare import POLICY_FACTORIES, make_policy  # noqa: E402
+from heteroplan.sim.fidelity import SimFidelity  # noqa: E402
 from heteroplan.sim.simulator import simulate  # noqa: E402
 from heteroplan.workload.sia import bundled_workload  # noqa: E402
 
@@ -37,18 +44,36 @@ def main() -> None:
                                                          if p in POLICY_FACTORIES])
     parser.add_argument("--jobs", type=int, default=None, help="only the first N jobs")
     parser.add_argument("--max-hours", type=float, default=200.0)
+    parser.add_argument("--fidelity", choices=["sia", "ideal"], default="sia",
+                        help="simulator mechanisms: the Sia artifact's (default) or none")
+    parser.add_argument("--profiling-time", type=float, default=0.0,
+                        help="seconds of profiling per GPU type for new jobs of adaptive policies")
+    parser.add_argument("--ablate", action="store_true",
+                        help="also run Sia with each fidelity mechanism switched off in turn")
     args = parser.parse_args()
+    base = SimFidelity() if args.fidelity == "sia" else SimFidelity.ideal()
+    base = dataclasses.replace(base, profiling_time=args.profiling_time)
+    variants = [(name, name, base) for name in args.policies]
+    if args.ablate:
+        variants += [
+            ("sia", "sia -slowdown", dataclasses.replace(base, slowdown={})),
+            ("sia", "sia -est.batch", dataclasses.replace(base, batch_size="truth")),
+            ("sia", "sia -batch phi", dataclasses.replace(base, grad_stats="median")),
+            ("sia", "sia ideal", SimFidelity.ideal()),
+        ]
+    print(f"fidelity: {base}")
     rows = []
     for workload in args.workloads:
         jobs = bundled_workload(workload)[: args.jobs]
         trace = workload.split("/")[0]
-        for name in args.policies:
+        for name, label, fidelity in variants:
             t0 = time.perf_counter()
-            res = simulate(jobs, preset("sia-64"), make_policy(name), max_time=args.max_hours * 3600)
+            res = simulate(jobs, preset("sia-64"), make_policy(name), max_time=args.max_hours * 3600,
+                           fidelity=fidelity)
             s = res.summary()
-            pub = PUBLISHED.get(trace, {}).get(name)
+            pub = PUBLISHED.get(trace, {}).get(name) if label == name else None
             rows.append({
-                "workload": workload, "policy": name, "finished": f"{s['finished']}/{s['jobs']}",
+                "workload": workload, "policy": label, "finished": f"{s['finished']}/{s['jobs']}",
                 "avg_jct_h": s["avg_jct_h"], "pub_avg": pub[0] if pub else "",
                 "p99_jct_h": s["p99_jct_h"], "pub_p99": pub[1] if pub else "",
                 "makespan_h": s["makespan_h"], "pub_makespan": pub[2] if pub else "",
@@ -57,7 +82,7 @@ def main() -> None:
                 "policy_ms_med": s["policy_ms_median"], "policy_ms_p95": s["policy_ms_p95"],
                 "wall_s": time.perf_counter() - t0, "error": s["error"] or "",
             })
-            print(f"{workload} {name}: done in {rows[-1]['wall_s']:.0f} s", flush=True)
+            print(f"{workload} {label}: done in {rows[-1]['wall_s']:.0f} s", flush=True)
     print()
     print_table(rows, ["workload", "policy", "finished", "avg_jct_h", "pub_avg", "p99_jct_h", "pub_p99", "makespan_h",
                        "pub_makespan", "gpu_h_per_job", "pub_gpu_h", "restarts", "worst_ftf", "policy_ms_med",
@@ -66,9 +91,23 @@ def main() -> None:
         by = {r["policy"]: r for r in rows if r["workload"] == workload}
         for metric in ("avg_jct_h", "p99_jct_h", "makespan_h"):
             order = [p for p in ("sia", "pollux", "gavel") if p in by]
+            if len(order) < 2:
+                continue
             vals = [by[p][metric] for p in order]
             ok = all(a < b for a, b in zip(vals, vals[1:], strict=False))
             print(f"{workload} {metric}: {' < '.join(order)} ? {'yes' if ok else 'NO'} ({', '.join(f'{v:.3g}' for v in vals)})")
+        if "sia" in by and PUBLISHED.get(workload.split("/")[0], {}).get("sia"):
+            pub = PUBLISHED[workload.split("/")[0]]["sia"][0]
+            err = by["sia"]["avg_jct_h"] / pub - 1
+            print(f"{workload} sia avg JCT vs published {pub} h: {err:+.0%} ({'within' if abs(err) <= 0.25 else 'outside'} 25%)")
+    traces = {w.split("/")[0] for w in args.workloads}
+    for trace in sorted(traces):
+        for _, label, _ in variants:
+            vals = [r["avg_jct_h"] for r in rows if r["policy"] == label and r["workload"].startswith(trace + "/")]
+            if len(vals) > 1:
+                pub = PUBLISHED.get(trace, {}).get(label)
+                ref = f" (paper {pub[0]} h)" if pub else ""
+                print(f"{trace} {label}: mean avg JCT over {len(vals)} workloads {sum(vals) / len(vals):.3f} h{ref}")
     print("wrote", write_json("sia_reproduce", rows))
 
 

@@ -39,6 +39,16 @@ def test_simulate_writes_results_and_plots(tmp_path, capsys) -> None:
     assert "avg_jct_h" in capsys.readouterr().out
 
 
+def test_simulate_fidelity_ideal_drops_the_artifacts_slowdowns(tmp_path) -> None:
+    avg = {}
+    for fidelity in ("sia", "ideal"):
+        out = tmp_path / fidelity
+        assert main(["simulate", "--workload", "philly/workload-1", "--jobs", "3", "--policy", "fifo",
+                     "--fidelity", fidelity, "--out", str(out), "--quiet"]) == 0
+        avg[fidelity] = json.loads((out / "results.json").read_text())["fifo"]["summary"]["avg_jct_h"]
+    assert avg["ideal"] < avg["sia"]
+
+
 def test_demo_runs_on_bundled_data(capsys) -> None:
     assert main(["demo", "--jobs", "4", "--policy", "sia", "--quiet"]) == 0
     out = capsys.readouterr().out

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.sim.compare import POLICY_FACTORIES, compare_policies
+from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.sim.metrics import SimResult, compare_table
 from heteroplan.workload.sia import BUNDLED_WORKLOADS, bundled_workload, read_sia_workload
 
@@ -28,6 +29,9 @@ def add_arguments(p: argparse.ArgumentParser, default_policies: tuple[str, ...] 
     p.add_argument("--round", type=float, default=None,
                    help="round length in seconds (default: the policy's own, 60 s for Sia, 360 s for Gavel)")
     p.add_argument("--max-hours", type=float, default=None, help="stop after this many simulated hours")
+    p.add_argument("--fidelity", choices=["sia", "ideal"], default="sia",
+                   help="simulator mechanisms: the Sia artifact's slowdowns, estimated batch sizes and "
+                   "per-batch gradient statistics (default), or none of them")
     p.add_argument("--out", default=None, help="directory for results.json and PNG plots")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(default_policies=default_policies)
@@ -47,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{len(jobs)} jobs of {args.workload} on {cluster.name} ({cluster.num_gpus} GPUs)")
     results = compare_policies(jobs, cluster, policies, progress=None if not args.quiet else False,
                                round_length=args.round,
-                               max_time=args.max_hours * 3600 if args.max_hours else None)
+                               max_time=args.max_hours * 3600 if args.max_hours else None,
+                               fidelity=SimFidelity.ideal() if args.fidelity == "ideal" else SimFidelity())
     print(compare_table(results))
     if args.out:
         write_outputs(results, Path(args.out))

@@ -93,6 +93,7 @@ class GoodputModel:
         self._params: dict[str, ThroughputParams] = dict(params)
         self._cache: dict[tuple, tuple[np.ndarray, ...]] = {}
         self._frac = np.linspace(0.0, 1.0, batch_grid)[None, :]
+        self._measured_phi: float | None = None
 
     @classmethod
     def fit(
@@ -123,6 +124,35 @@ class GoodputModel:
             raise InputError(f"params[{gpu_type}]", params, "must be a ThroughputParams")
         self._params[gpu_type] = params
         self._cache.clear()
+
+    @property
+    def measured_phi(self) -> float | None:
+        """The measured noise scale in use (samples), or None when ``phi`` is looked up by progress."""
+        return self._measured_phi
+
+    def set_measured_phi(self, phi: float | None) -> None:
+        """Use a measured gradient noise scale (samples) instead of the ``phi`` table.
+
+        Pollux and Sia estimate phi from the gradient statistics of the job's latest steps;
+        the simulator feeds that value here. ``inf`` (no gradient signal) counts as 1e15;
+        None goes back to the table.
+        """
+        if phi is None:
+            self._measured_phi = None
+            return
+        try:
+            value = float(phi)
+        except (TypeError, ValueError):
+            raise InputError("phi", phi, "must be a number > 0 or None") from None
+        if not value > 0:
+            raise InputError("phi", phi, "must be a number > 0 or None")
+        self._measured_phi = min(value, 1e15)
+
+    def _phi_at(self, progress: Any) -> float:
+        p = _check_progress(progress)
+        if self._measured_phi is not None:
+            return self._measured_phi
+        return self.phi.at(p)
 
     def max_local_bsz(self, gpu_type: str) -> int:
         """Largest local batch on one GPU of ``gpu_type`` (samples; max batch if unlisted)."""
@@ -171,8 +201,7 @@ class GoodputModel:
         m = np.asarray(batch_size, dtype=float)
         if not np.all(np.isfinite(m)) or np.any(m <= 0):
             raise InputError("batch_size", batch_size, "must be > 0")
-        phi = self.phi(_check_progress(progress))
-        return efficiency(phi, self.app.init_batch_size, m)
+        return efficiency(self._phi_at(progress), self.app.init_batch_size, m)
 
     # -- optimized goodput -------------------------------------------------------------
     def _rows_grid(self, par: np.ndarray, max_local: np.ndarray, n: np.ndarray,
@@ -240,8 +269,7 @@ class GoodputModel:
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()
             self._cache[key] = entry
-        phi = self.phi.at(_check_progress(progress))
-        return entry, phi
+        return entry, self._phi_at(progress)
 
     def _build_grid(self, types: str | np.ndarray, n: np.ndarray, k: np.ndarray):
         n = _as_counts("num_nodes", n)

@@ -8,13 +8,15 @@ three Sia GPU types, and the 1-GPU profile rows per type. Regenerate it from the
 
 * :func:`true_model` -- the simulator's ground truth (a :class:`GoodputModel`).
 * :func:`bootstrap_model` -- what the Sia policy starts from (a :class:`BootstrappedModel`).
+* :func:`grad_stats` -- per-epoch gradient statistics of every validation run
+  (``heteroplan/data/sia/grad_stats.json``; the Sia simulator's statistical efficiency).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from heteroplan.perf.bootstrap import BootstrappedModel
 from heteroplan.perf.efficiency import PhiTable
 from heteroplan.perf.fit import fit_throughput_params
 from heteroplan.perf.goodput import GoodputModel
+from heteroplan.perf.gradstats import GradStats
 from heteroplan.perf.measurements import (
     Measurements,
     load_placements,
@@ -43,9 +46,12 @@ __all__ = [
     "load_app_measurements",
     "load_app_phi",
     "profile_of",
+    "build_grad_stats",
+    "grad_stats",
 ]
 
 REFERENCE_FILE = "goodput_reference.json"
+GRAD_STATS_FILE = "grad_stats.json"
 
 
 def load_app_measurements(
@@ -78,6 +84,22 @@ def load_app_phi(traces_dir: str | Path, app: str) -> PhiTable:
         raise InputError("traces_dir", str(traces_dir), f"no validation files for {app}")
     runs = [load_validation(f) for f in files]
     return PhiTable.from_runs(runs, get_app(app).init_batch_size)
+
+
+def build_grad_stats(traces_dir: str | Path) -> dict[str, Any]:
+    """Per application, the :class:`GradStats` of its validation runs (as JSON-ready dicts)."""
+    apps: dict[str, Any] = {}
+    for app, spec in APPLICATIONS.items():
+        files = sorted((Path(traces_dir) / app).glob("validation-*.csv*"))
+        if not files:
+            raise InputError("traces_dir", str(traces_dir), f"no validation files for {app}")
+        runs = [load_validation(f) for f in files]
+        apps[app] = GradStats.from_runs(runs, spec.init_batch_size, spec.epochs).to_dict()
+    return {
+        "source": "Sia artifact traces (siasosp23/artifacts, sia-simulator/traces), "
+        "validation-<bsz>.csv: grad_sqr and grad_var of the first <epochs> rows",
+        "apps": apps,
+    }
 
 
 def profile_of(meas: Measurements) -> Measurements:
@@ -119,6 +141,22 @@ def load_reference() -> dict[str, Any]:
     """The shipped reference data (parsed once)."""
     text = resources.files("heteroplan").joinpath("data", "sia", REFERENCE_FILE).read_text()
     return json.loads(text)
+
+
+@lru_cache(maxsize=1)
+def _load_grad_stats() -> dict[str, Any]:
+    text = resources.files("heteroplan").joinpath("data", "sia", GRAD_STATS_FILE).read_text()
+    return json.loads(text)
+
+
+@cache
+def grad_stats(app: str) -> GradStats:
+    """Per-epoch gradient statistics of ``app``'s validation runs (shipped data)."""
+    get_app(app)
+    try:
+        return GradStats.from_dict(_load_grad_stats()["apps"][app])
+    except KeyError:
+        raise InputError("application", app, "no gradient statistics in the shipped data") from None
 
 
 def _app_entry(app: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from heteroplan.cluster import Cluster
+from heteroplan.errors import InputError
 from heteroplan.formulations.sia import ConfigSet
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.placement import place
@@ -14,20 +15,34 @@ from heteroplan.policies.placement import place
 __all__ = ["goodput_matrix", "max_gpus_this_round", "current_config", "place_blind"]
 
 
-def max_gpus_this_round(job: JobState, scale_up: float) -> int:
-    """Sia/Pollux scale-up rule: start at 1 GPU, at most ``scale_up`` x the current count."""
+SCALE_UP_FROM = ("max", "current")
+
+
+def max_gpus_this_round(job: JobState, scale_up: float, scale_from: str = "max") -> int:
+    """Sia/Pollux scale-up rule: start at 1 GPU, at most ``scale_up`` x a reference count.
+
+    ``scale_from="max"``: the most GPUs the job has ever run on (``extra["max_gpus_run"]``;
+    the Sia and Pollux artifacts allow ``2 x`` the largest profiled replica count, shared
+    across GPU types), so a job shrunk by contention may grow straight back;
+    ``"current"``: its current allocation (else its last one, ``extra["last_gpus"]``).
+    """
+    if scale_from not in SCALE_UP_FROM:
+        raise InputError("scale_up_from", scale_from, f"choose one of {list(SCALE_UP_FROM)}")
     current = job.allocation.num_gpus if job.allocation else int(job.extra.get("last_gpus", 0))
-    return int(min(job.max_gpus, max(1, np.floor(scale_up * current))))
+    ref = max(current, int(job.extra.get("max_gpus_run", 0))) if scale_from == "max" else current
+    return int(min(job.max_gpus, max(1, np.floor(scale_up * ref))))
 
 
 def goodput_matrix(
-    jobs: Sequence[JobState], configs: ConfigSet, scale_up: float | None = 2.0, types: np.ndarray | None = None
+    jobs: Sequence[JobState], configs: ConfigSet, scale_up: float | None = 2.0, types: np.ndarray | None = None,
+    scale_from: str = "max",
 ) -> np.ndarray:
     """(jobs, configs) goodput in samples/s from each job's estimator; 0 where not allowed.
 
     Rigid jobs only get configurations with exactly their requested GPU count. ``types``
     overrides the GPU type asked of the estimator per configuration (heterogeneity-unaware
-    policies ask every configuration as if it were one reference type).
+    policies ask every configuration as if it were one reference type). ``scale_up`` and
+    ``scale_from`` limit elastic jobs' GPUs (see :func:`max_gpus_this_round`).
     """
     G = np.zeros((len(jobs), len(configs)))
     names = configs.type_names if types is None else types
@@ -38,7 +53,7 @@ def goodput_matrix(
             job.estimator.goodput(names, configs.num_nodes, configs.num_gpus, progress=job.progress), dtype=float
         )
         if job.elastic:
-            limit = max_gpus_this_round(job, scale_up) if scale_up else job.max_gpus
+            limit = max_gpus_this_round(job, scale_up, scale_from) if scale_up else job.max_gpus
             row = np.where(configs.num_gpus <= limit, row, 0.0)
         else:
             row = np.where(configs.num_gpus == job.requested_gpus, row, 0.0)

@@ -26,11 +26,17 @@ __all__ = ["PolluxPolicy"]
 
 @dataclass
 class PolluxPolicy:
-    """Heterogeneity-unaware goodput optimization (Pollux fitness, p = -1)."""
+    """Heterogeneity-unaware goodput optimization (Pollux fitness, p = -1).
+
+    ``scale_up`` / ``scale_up_from``: at most ``scale_up`` x the most GPUs the job has run on
+    (``"max"``, Pollux's simulator: 2 x the largest profiled replica count) or x its current
+    allocation (``"current"``).
+    """
 
     p: float = -1.0
     lam: float = 1.1
     scale_up: float = 2.0
+    scale_up_from: str = "max"
     time_limit: float = 10.0
     mip_gap: float = 1e-3
     name: str = "pollux"
@@ -54,7 +60,8 @@ class PolluxPolicy:
         G = np.zeros((len(jobs), len(configs)))
         for i, job in enumerate(jobs):
             ref = job.allocation.gpu_type if job.allocation else _first_type(job, cluster)
-            G[i] = goodput_matrix([job], configs, self.scale_up, np.full(len(configs), ref, dtype=object))[0]
+            G[i] = goodput_matrix([job], configs, self.scale_up, np.full(len(configs), ref, dtype=object),
+                                  scale_from=self.scale_up_from)[0]
         current = np.array([configs.index_of("any", j.allocation.num_gpus) if j.allocation else -1 for j in jobs])
         restart = restart_factor(
             np.array([now - j.arrival_time for j in jobs]),

@@ -30,7 +30,9 @@ class SiaPolicy:
         p: utility exponent (default -0.5, minimized).
         lam: penalty per unallocated job.
         restart_penalty: apply the restart factor to non-current configurations.
-        scale_up: at most this factor more GPUs than the current allocation per round.
+        scale_up: at most this factor more GPUs per round than ``scale_up_from``:
+            ``"max"`` (default, the Sia artifact: the most GPUs the job has run on) or
+            ``"current"`` (its current or last allocation).
         mode: ``"milp"``, ``"lp-round"``, or ``"auto"`` (default: the exact MILP while the
             model has at most ``auto_limit`` variables, LP + rounding above).
         time_limit: seconds per solve; mip_gap: relative MIP gap.
@@ -40,6 +42,7 @@ class SiaPolicy:
     lam: float = 1.1
     restart_penalty: bool = True
     scale_up: float = 2.0
+    scale_up_from: str = "max"
     mode: str = "auto"
     auto_limit: int = 20_000
     time_limit: float = 10.0
@@ -59,7 +62,7 @@ class SiaPolicy:
         if not jobs:
             return {}
         configs = self.configs(cluster)
-        G = goodput_matrix(jobs, configs, self.scale_up)
+        G = goodput_matrix(jobs, configs, self.scale_up, scale_from=self.scale_up_from)
         current = current_config(jobs, configs)
         restart = None
         if self.restart_penalty:

@@ -8,7 +8,9 @@ M0-equivalent progress reaches its application's ``epochs x dataset_size`` sampl
 
 What a policy sees is each job's *estimator* (Sia: the bootstrapped model refined by the
 steps it observed; rigid baselines: the ground truth, i.e. oracle profiling); what the
-simulator applies is the ground-truth model fitted on all measurements.
+simulator applies is the ground-truth model fitted on all measurements, with the Sia
+artifact's calibration slowdowns, batch-size choice and gradient statistics
+(:class:`~heteroplan.sim.fidelity.SimFidelity`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError
 from heteroplan.perf.applications import AppSpec, get_app
 from heteroplan.perf.goodput import GoodputModel
-from heteroplan.perf.sia_data import bootstrap_model, true_model
+from heteroplan.perf.gradstats import GradStats
+from heteroplan.perf.sia_data import bootstrap_model, grad_stats, true_model
 from heteroplan.perf.throughput import sync_time
 from heteroplan.policies.base import (
     Allocation,
@@ -32,11 +35,12 @@ from heteroplan.policies.base import (
     Policy,
     check_allocations,
 )
+from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.sim.metrics import JobRecord, SimResult
 from heteroplan.sim.progress import ProgressBar
 from heteroplan.workload.sia import JobSpec
 
-__all__ = ["Simulator", "simulate", "SimJob", "AllocationError"]
+__all__ = ["Simulator", "simulate", "SimJob", "SimFidelity", "AllocationError"]
 
 
 @dataclass
@@ -57,7 +61,12 @@ class SimJob:
     start_time: float | None = None
     finish_time: float | None = None
     last_gpus: int = 0
+    max_gpus_run: int = 0
     observed: set[tuple[str, str]] = field(default_factory=set)
+    grad: GradStats | None = None
+    slowdown: float = 1.0
+    ready_time: float = 0.0
+    batch_size: int = 0
 
     @property
     def total_work(self) -> float:
@@ -82,7 +91,8 @@ class SimJob:
             progress=self.fraction_done,
             restart_delay=self.app.restart_delay,
             estimator=self.estimator,
-            extra={"last_gpus": self.last_gpus, "batch_size": self.spec.batch_size},
+            extra={"last_gpus": self.last_gpus, "max_gpus_run": self.max_gpus_run,
+                   "batch_size": self.spec.batch_size},
         )
 
 
@@ -109,6 +119,9 @@ class Simulator:
         seed: seed for any randomness (the simulator itself is deterministic).
         stall_limit: stop with an error after this many seconds in which no job progressed
             and no arrival remains (e.g. a job larger than the cluster).
+        fidelity: calibration slowdowns, batch-size choice, gradient statistics and
+            profiling time; default: the Sia artifact's (:class:`SimFidelity`);
+            ``SimFidelity.ideal()`` for none of them.
     """
 
     def __init__(
@@ -121,6 +134,7 @@ class Simulator:
         estimator: str | None = None,
         seed: int = 0,
         stall_limit: float = 24 * 3600.0,
+        fidelity: SimFidelity | None = None,
     ) -> None:
         if round_length is None:
             round_length = float(getattr(policy, "round_length", 60.0))
@@ -134,6 +148,12 @@ class Simulator:
         self.max_time = max_time
         self.seed = seed
         self.stall_limit = stall_limit
+        if fidelity is None:
+            fidelity = SimFidelity()
+        if not isinstance(fidelity, SimFidelity):
+            raise InputError("fidelity", fidelity, "must be a SimFidelity")
+        self.fidelity = fidelity
+        profiling = fidelity.profiling_time * len(cluster.type_names)
         adaptive = bool(getattr(policy, "adaptive", False))
         estimator = estimator or ("bootstrap" if adaptive else "oracle")
         if estimator not in ("bootstrap", "oracle"):
@@ -146,7 +166,12 @@ class Simulator:
                 truths[spec.application] = true_model(spec.application)
             truth = truths[spec.application]
             est = bootstrap_model(spec.application) if estimator == "bootstrap" else truth
-            self.jobs.append(SimJob(spec, app, truth, est, elastic=adaptive and spec.elastic))
+            job = SimJob(spec, app, truth, est, elastic=adaptive and spec.elastic)
+            if fidelity.grad_stats == "batch":
+                job.grad = grad_stats(spec.application)
+            job.slowdown = fidelity.slowdown_of(spec.application)
+            job.ready_time = spec.arrival_time + (profiling if estimator == "bootstrap" else 0.0)
+            self.jobs.append(job)
         self.node_type = {n.name: n.gpu_type for n in cluster.nodes}
         self.node_gpus = {n.name: n.num_gpus for n in cluster.nodes}
 
@@ -166,17 +191,55 @@ class Simulator:
         assert best is not None
         return best
 
-    def _rate_on(self, job: SimJob, gpu_type: str, n: int, k: int) -> tuple[float, int, int]:
+    def _rate_on(self, job: SimJob, gpu_type: str, n: int, k: int, oracle: bool = False) -> tuple[float, int, int]:
+        """(real progress rate in M0-equivalent samples/s, local batch, accumulation steps).
+
+        Elastic jobs pick their batch from their estimator (``fidelity.batch_size ==
+        "estimated"``, unless ``oracle``) or from the ground truth; rigid jobs use their
+        requested batch. The rate is the ground truth's throughput at that batch times the
+        statistical efficiency, divided by the application's slowdown.
+        """
         if job.elastic:
-            good, local, accum = job.truth.optimize(gpu_type, n, k, progress=job.fraction_done)
-            return float(good), int(local), int(accum)
-        batch = job.spec.batch_size
+            local = accum = 0
+            est = job.estimator
+            if not oracle and self.fidelity.batch_size == "estimated" and est is not job.truth \
+                    and hasattr(est, "optimize"):
+                _, loc, acc = est.optimize(gpu_type, n, k, progress=job.fraction_done)
+                local, accum = int(loc), int(acc)
+                if local <= 0:  # no model for this type yet: the initial batch size (Sia artifact)
+                    local, accum = self._fixed_batch(job, gpu_type, k, max(job.app.init_batch_size, k))
+            else:
+                good, loc, acc = job.truth.optimize(gpu_type, n, k, progress=job.fraction_done)
+                local, accum = int(loc), int(acc)
+                if job.grad is None:
+                    return float(good) / job.slowdown, local, accum
+            if local <= 0:
+                return 0.0, 0, 0
+        else:
+            local, accum = self._fixed_batch(job, gpu_type, k, job.spec.batch_size)
+        thr = float(job.truth.throughput(gpu_type, n, k, local, accum))
+        return thr * self._efficiency(job, k * local * (accum + 1)) / job.slowdown, local, accum
+
+    @staticmethod
+    def _fixed_batch(job: SimJob, gpu_type: str, k: int, batch: int) -> tuple[int, int]:
+        """(local batch, accumulation steps) for total batch ``batch`` on ``k`` GPUs of ``gpu_type``."""
         max_local = job.truth.max_local_bsz(gpu_type)
         steps = max(1, math.ceil(batch / (k * max_local)))
         local = max(1, math.ceil(batch / (k * steps)))
-        thr = float(job.truth.throughput(gpu_type, n, k, local, steps - 1))
-        eff = float(job.truth.efficiency(k * local * steps, job.fraction_done))
-        return thr * eff, local, steps - 1
+        return local, steps - 1
+
+    def _efficiency(self, job: SimJob, batch: int) -> float:
+        """Statistical efficiency of total batch ``batch`` at the job's current progress."""
+        if job.grad is not None:
+            return job.grad.efficiency(batch, job.fraction_done)
+        return float(job.truth.efficiency(batch, job.fraction_done))
+
+    def _measure_phi(self, job: SimJob, batch: int) -> None:
+        """Give the job's estimator the noise scale measured at its batch (Pollux/Sia)."""
+        setter = getattr(job.estimator, "set_measured_phi", None)
+        if job.grad is None or setter is None or job.estimator is job.truth:
+            return
+        setter(job.grad.phi(batch, job.fraction_done))
 
     def _observe(self, job: SimJob, alloc: Allocation, local: int, accum: int) -> None:
         observe: Callable[..., None] | None = getattr(job.estimator, "observe", None)
@@ -201,8 +264,8 @@ class Simulator:
         result carries ``error`` with what happened, plus every metric gathered so far.
         """
         L = self.round_length
-        pending = sorted(self.jobs, key=lambda j: j.spec.arrival_time)
-        first = pending[0].spec.arrival_time
+        pending = sorted(self.jobs, key=lambda j: (j.ready_time, j.spec.arrival_time))
+        first = pending[0].ready_time
         t = math.floor(first / L) * L
         bar = ProgressBar(f"{getattr(self.policy, 'name', 'policy'):>8}", progress)
         result = SimResult(policy=getattr(self.policy, "name", type(self.policy).__name__), cluster=self.cluster.name,
@@ -215,12 +278,12 @@ class Simulator:
             while unfinished:
                 if self.max_time is not None and t >= self.max_time:
                     break
-                while next_arrival < len(pending) and pending[next_arrival].spec.arrival_time <= t:
+                while next_arrival < len(pending) and pending[next_arrival].ready_time <= t:
                     job = pending[next_arrival]
                     active[job.spec.name] = job
                     next_arrival += 1
                 if not active:
-                    t = math.floor(pending[next_arrival].spec.arrival_time / L) * L + L
+                    t = math.floor(pending[next_arrival].ready_time / L) * L + L
                     continue
                 before = sum(j.progress for j in active.values())
                 self._round(t, active, result)
@@ -281,8 +344,11 @@ class Simulator:
             restore = min(job.restore_left, L)
             job.restore_left -= restore
             rate, local, accum = self._run_config(job, new)
+            job.batch_size = new.num_gpus * local * (accum + 1)
             if run_time > 0 and rate > 0:
                 self._observe(job, new, local, accum)
+                self._measure_phi(job, job.batch_size)
+                job.max_gpus_run = max(job.max_gpus_run, new.num_gpus)
                 remaining = job.total_work - job.progress
                 if rate * run_time >= remaining:
                     used = restore + remaining / rate
@@ -317,7 +383,7 @@ class Simulator:
             if k <= 0:
                 continue
             n = max(1, math.ceil(k / t.gpus_per_node))
-            best = max(best, self._rate_on(job, t.name, n, k)[0])
+            best = max(best, self._rate_on(job, t.name, n, k, oracle=True)[0])
         return job.total_work / best if best > 0 else float("inf")
 
 
