@@ -23,7 +23,7 @@ from torch import nn
 from heteroplan.commands.training_args import add_training_arguments, run_config_kwargs
 from heteroplan.planner.plan import Plan
 from heteroplan.runtime import checkpoint as ckpt
-from heteroplan.runtime.comm import TAG_ACTIVATION, TAG_GRADIENT, recv_tensor, send_tensor
+from heteroplan.runtime.comm import TAG_ACTIVATION, TAG_GRADIENT, Links, PendingSend
 from heteroplan.runtime.config import RunConfig, StepMetrics, make_optimizer
 from heteroplan.runtime.layout import RankInfo, check_runnable, rank_layout
 from heteroplan.runtime.models import TrainTask
@@ -78,6 +78,7 @@ def train_rank(
     next_rank = rank + plan.dp if not last else None
     mbs, gbs = plan.microbatch_size, plan.global_batch_size
     ops = SCHEDULES[config.schedule](plan.pp, me.stage, me.num_microbatches)
+    links = Links()
 
     start = 0
     resume = ckpt.latest_checkpoint(config.checkpoint_dir) if config.resume else None
@@ -93,7 +94,7 @@ def train_rank(
                 os._exit(17)  # die without a word, as a crashed node would
             time.sleep(10 * config.timeout_s)  # hang, as a wedged GPU would
         t0 = time.perf_counter()
-        pending: list = []
+        pending: list[PendingSend] = []
         saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         loss_sum = 0.0
         for op in ops:
@@ -102,7 +103,7 @@ def train_rank(
                 if first:
                     x = task.batch(step, offset, mbs)[0].to(device)
                 else:
-                    x = recv_tensor(prev_rank, TAG_ACTIVATION, device)
+                    x = links.recv(prev_rank, TAG_ACTIVATION, device)
                     if not x.is_floating_point():
                         raise RuntimeError(f"stage {me.stage} receives {x.dtype} activations: cannot backpropagate")
                     x.requires_grad_(True)
@@ -112,18 +113,18 @@ def train_rank(
                     y = task.loss(y, target) * (mbs / gbs)
                     loss_sum += float(y.detach())
                 else:
-                    pending += send_tensor(y, next_rank, TAG_ACTIVATION)
+                    pending.append(links.send(y, next_rank, TAG_ACTIVATION))
                 saved[op.microbatch] = (x, y)
             else:
                 x, y = saved.pop(op.microbatch)
                 if last:
                     y.backward()
                 else:
-                    y.backward(recv_tensor(next_rank, TAG_GRADIENT, device))
+                    y.backward(links.recv(next_rank, TAG_GRADIENT, device))
                 if not first:
-                    pending += send_tensor(x.grad, prev_rank, TAG_GRADIENT)
-        for work in pending[0::4] + pending[1::4]:
-            work.wait()
+                    pending.append(links.send(x.grad, prev_rank, TAG_GRADIENT))
+        for send in pending:
+            send.wait()
         t_sync = time.perf_counter()
         if dp_group is not None:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
