@@ -6,6 +6,8 @@ whose message names the offending field and value.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class HeteroplanError(Exception):
     """Base class of all heteroplan errors."""
@@ -65,6 +67,17 @@ def check_int(field: str, value: object, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise InputError(field, value, f"must be an integer >= {low}")
     return value
+
+
+def check_int_list(field: str, values: object, low: int, what: str = "integers") -> tuple[int, ...]:
+    """A non-empty sequence of integers ``>= low`` as a sorted tuple without repeats, else
+    :class:`InputError` naming ``field`` (``what`` says what the integers are, for the message)."""
+    if isinstance(values, int) or not isinstance(values, Sequence) or not values:
+        raise InputError(field, values, f"must be a non-empty sequence of {what} >= {low}")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise InputError(field, values, f"{v!r} is not one of the {what} >= {low} expected")
+    return tuple(sorted(set(values)))
 
 
 def check_seconds(field: str, value: object) -> float:

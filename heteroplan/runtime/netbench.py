@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from heteroplan.errors import InputError, check_int, check_seconds
+from heteroplan.errors import InputError, check_int, check_int_list, check_seconds
 from heteroplan.perf.sailor_network import BandwidthCurve
 from heteroplan.runtime._networker import ping_pong
 from heteroplan.runtime.atomic import write_json_atomic
@@ -149,15 +149,10 @@ def measure_network(
     check_int("world_size", world_size, 2)
     if backend not in BACKENDS:
         raise InputError("backend", backend, f"must be one of {BACKENDS}")
-    if isinstance(sizes, int) or not isinstance(sizes, Sequence) or not sizes:
-        raise InputError("sizes", sizes, "must be a non-empty sequence of message sizes in bytes")
-    for s in sizes:
-        if isinstance(s, bool) or not isinstance(s, int) or s < 4:
-            raise InputError("sizes", sizes, f"{s!r} is not an integer number of bytes >= 4")
+    sizes_t = check_int_list("sizes", sizes, 4, "message sizes in bytes")
     check_int("warmup", warmup, 0)
     check_int("repeats", repeats, 1)
     check_seconds("timeout_s", timeout_s)
-    sizes_t = tuple(sorted(set(sizes)))
     fit_bandwidth_curve(sizes_t, [1.0] * len(sizes_t))  # enough sizes >= 1 MB? (fails early, before spawning)
     import torch
     import torch.multiprocessing as mp

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from heteroplan.errors import InputError, check_int
+from heteroplan.errors import InputError, check_int, check_int_list
 from heteroplan.runtime.atomic import write_json_atomic
 from heteroplan.runtime.config import OPTIMIZERS, RunConfig, make_optimizer
 
@@ -170,16 +170,12 @@ def _check_args(model: object, microbatch_sizes: object, warmup: object, repeats
         raise InputError("model", type(model).__name__, "must be a torch.nn.Sequential (layer i = plan layer i)")
     if len(model) == 0:
         raise InputError("model", "Sequential()", "has no layers")
-    if isinstance(microbatch_sizes, int) or not isinstance(microbatch_sizes, Sequence) or not microbatch_sizes:
-        raise InputError("microbatch_sizes", microbatch_sizes, "must be a non-empty sequence of integers >= 1")
-    for m in microbatch_sizes:
-        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-            raise InputError("microbatch_sizes", microbatch_sizes, f"{m!r} is not an integer >= 1")
+    sizes = check_int_list("microbatch_sizes", microbatch_sizes, 1, "microbatch sizes")
     check_int("warmup", warmup, 0)
     check_int("repeats", repeats, 1)
     if optimizer not in OPTIMIZERS:
         raise InputError("optimizer", optimizer, f"must be one of {OPTIMIZERS}")
-    return tuple(sorted(set(microbatch_sizes)))
+    return sizes
 
 
 class _Timer:
