@@ -594,9 +594,9 @@ class Model:
                 raise ModelError(f"variables[{name}].{field}", value, "contains NaN")
             given.append(arr)
         # Checked on the arrays as given (a scalar bound costs nothing per variable).
-        if np.any(given[0] > given[1]):
-            flat = np.broadcast_to(given[0] > given[1], shape).ravel()
-            first = int(np.flatnonzero(flat)[0])
+        crossed = given[0] > given[1]
+        if crossed.any():
+            first = int(np.flatnonzero(np.broadcast_to(crossed, shape).ravel())[0])
             i = [int(k) for k in np.unravel_index(first, shape)] if shape else []
             pair = (np.broadcast_to(given[0], shape).ravel()[first], np.broadcast_to(given[1], shape).ravel()[first])
             raise ModelError(f"variables[{name}]{i}", pair, "lb > ub")
