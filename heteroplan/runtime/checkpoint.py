@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError
-from heteroplan.runtime.atomic import write_json_atomic
 
 __all__ = ["Checkpoint", "latest_checkpoint", "save_layers", "load_layers", "write_manifest", "prune"]
 

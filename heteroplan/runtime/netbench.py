@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
+from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError, check_int, check_int_list, check_seconds
 from heteroplan.perf.sailor_network import BandwidthCurve
 from heteroplan.runtime._networker import ping_pong
-from heteroplan.runtime.atomic import write_json_atomic
 
 __all__ = ["DEFAULT_SIZES", "NetworkMeasurement", "fit_bandwidth_curve", "measure_network"]
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError, check_int, check_int_list
-from heteroplan.runtime.atomic import write_json_atomic
 from heteroplan.runtime.config import OPTIMIZERS, RunConfig, make_optimizer
 
 if TYPE_CHECKING:  # pragma: no cover
