@@ -32,6 +32,7 @@ from heteroplan.errors import InfeasibleError, InputError
 from heteroplan.formulations.model import Model
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile
+from heteroplan.planner.sim_config import SimConfig
 
 __all__ = ["ReplicaKind", "ResourceChoice", "replica_kinds", "build_resource_model", "choose_resources", "narrow_pool"]
 
@@ -73,9 +74,11 @@ def replica_kinds(
     *,
     max_pp: int = 8,
     network: NetworkModel | None = None,
+    config: SimConfig | None = None,
 ) -> list[ReplicaKind]:
     """Simulated replica kinds per (type, zone) of ``pool``: every (mbs, tp, pp) that fits memory,
-    keeping for each (type, GPUs per replica) the fastest."""
+    keeping for each (type, GPUs per replica) the fastest, with simulator constants ``config``
+    (default: ``DEFAULT_CONFIG``, the shipped data's calibration)."""
     from heteroplan.planner.search import Searcher, SearchOptions, _Block
 
     network = network or load_network()
@@ -85,7 +88,10 @@ def replica_kinds(
         zones = sorted(z for t, z in pool if t == gpu and pool[(t, z)] > 0)
         if not zones:
             continue
-        searcher = Searcher(profile, network, dict(gpu_types), {(gpu, zones[0]): 10**9}, gbs, "throughput", None, None, SearchOptions())
+        searcher = Searcher(
+            profile, network, dict(gpu_types), {(gpu, zones[0]): 10**9}, gbs, "throughput", None, None,
+            SearchOptions() if config is None else SearchOptions(config=config),
+        )
         best: dict[int, tuple[float, int, int, int]] = {}
         for mbs in profile.microbatch_sizes(gpu):
             if gbs % mbs:

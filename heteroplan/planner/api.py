@@ -15,7 +15,8 @@ from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import load_model_profile
 from heteroplan.planner.plan import Plan
 from heteroplan.planner.search import Searcher, SearchOptions
-from heteroplan.planner.simulator import PROFILED_CONFIG, simulate
+from heteroplan.planner.sim_config import load_sim_config
+from heteroplan.planner.simulator import simulate
 
 __all__ = ["PlanResult", "plan_job", "normalize_pool", "OBJECTIVES"]
 
@@ -131,8 +132,8 @@ def plan_job(
             ``"cost"`` (min $/iteration, optionally under a floor ``min_throughput`` iter/s).
         gpu_types: GPU catalog (memory, GPUs per node, $/h).
         options: search knobs; default ``SearchOptions()``, whose simulator constants are the
-            calibrated ``DEFAULT_CONFIG`` for shipped data and ``PROFILED_CONFIG`` (no
-            calibration) when ``data_dir`` is given.
+            calibrated ``DEFAULT_CONFIG`` for shipped data and, when ``data_dir`` is given,
+            its ``sim_config.json`` (``heteroplan profile --calibrate``) or ``PROFILED_CONFIG``.
         network: network model (default: that of ``data_dir``).
         data_dir: directory of profiles and network files written by
             :mod:`heteroplan.runtime.profiler` (default: the shipped Sailor data).
@@ -160,7 +161,7 @@ def plan_job(
         if z not in network.zones:
             raise InputError("pool.zone", z, f"no network measurements; known zones: {list(network.zones)}")
     if options is None:
-        options = SearchOptions() if data_dir is None else SearchOptions(config=PROFILED_CONFIG)
+        options = SearchOptions() if data_dir is None else SearchOptions(config=load_sim_config(data_dir))
     t0 = time.perf_counter()
     extra: dict[str, Any] = {}
     search_pool = usable
@@ -168,7 +169,7 @@ def plan_job(
         from heteroplan.formulations.sailor import choose_resources, narrow_pool, replica_kinds
 
         try:
-            kinds = replica_kinds(profile, usable, gbs, types, network=network)
+            kinds = replica_kinds(profile, usable, gbs, types, network=network, config=options.config)
             choice = choose_resources(kinds, usable, gbs, objective, budget, min_throughput)
             search_pool = narrow_pool(choice, usable)
             extra["milp_gpus"] = {f"{t}@{z}": n for (t, z), n in choice.gpus.items()}

@@ -171,7 +171,9 @@ class Searcher:
                 nxt = stages[s + 1]
                 ckey = (blk.pool, nxt.pool, blk.tp, mbs)
                 if ckey not in self._comm:
-                    self._comm[ckey] = send_time(self.network, blk.pool, nxt.pool, blk.tp, tab.out_bytes)
+                    self._comm[ckey] = self.cfg.transfer_latency_s + send_time(
+                        self.network, blk.pool, nxt.pool, blk.tp, tab.out_bytes
+                    )
                 c_out = self._comm[ckey]
                 egress = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
                 egress_t = 2 * tab.out_bytes * blk.tp * M * dp / 1e9 * egress / rate if egress and rate > 0 else 0.0

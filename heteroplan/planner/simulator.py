@@ -6,7 +6,8 @@ Model (units: seconds, bytes, GB, $):
   of its layers' profiled forward/backward times on that replica's GPU type and TP degree.
 - Activations: between stages ``s`` and ``s+1`` each of the ``tp`` GPUs sends the stage's
   output (``4 * act_out * mbs`` bytes) over the link between the two replicas' (type, zone),
-  at ``bw_k / k`` per GPU (``k = tp``); the gradient comes back the same way: ``c_s`` each.
+  at ``bw_k / k`` per GPU (``k = tp``), plus ``transfer_latency_s``; the gradient comes back
+  the same way: ``c_s`` each.
 - 1F1B pipeline with blocking point-to-point: a stage's steady-state step is
   ``sigma_s = f_s + b_s + 2 (c_{s-1} + c_s)``; with ``M`` microbatches
   ``T_pipe = (M - 1) max_s sigma_s + sum_s (f_s + b_s) + 2 sum_s c_s``, where ``f + b`` is
@@ -32,49 +33,14 @@ from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile, load_model_profile
 from heteroplan.planner.plan import Plan
+from heteroplan.planner.sim_config import (
+    DEFAULT_CONFIG,
+    PROFILED_CONFIG,
+    SimConfig,
+    load_sim_config,
+)
 
 __all__ = ["SimConfig", "SimResult", "simulate", "DEFAULT_CONFIG", "PROFILED_CONFIG", "gpu_catalog"]
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    """Constants of the simulator (calibration: see docs/sailor.md).
-
-    Attributes:
-        bytes_per_param: weights + gradients + Adam state per parameter (mixed precision: 16).
-        act_bytes_per_float: bytes kept per activation float of ``llm_info``.
-        grad_bytes_per_param: bytes all-reduced per parameter.
-        act_comm_bytes_per_float: bytes sent per activation float between stages.
-        overhead_gb: framework memory (CUDA context, NCCL buffers, allocator) per GPU.
-        working_layers: transient buffers during backward, in units of the stage's largest
-            layer activation memory (x mbs).
-        logits_factor: transient copies of the last layer's output (logits) on the last stage,
-            in units of its output bytes (x mbs).
-        microbatch_overhead_s: fixed framework time per microbatch and stage (scheduling,
-            launches) added to the profiled compute.
-        compute_scale: factor on profiled compute times (profiler vs training-loop speed).
-    """
-
-    bytes_per_param: float = 16.0
-    act_bytes_per_float: float = 4.0
-    grad_bytes_per_param: float = 4.0
-    act_comm_bytes_per_float: float = 4.0
-    overhead_gb: float = 0.0
-    working_layers: float = 0.0
-    logits_factor: float = 0.0
-    microbatch_overhead_s: float = 0.0
-    compute_scale: float = 1.0
-
-
-# Calibrated on the 15 real OPT-350 runs on GH200 (benchmarks/sailor_sim_accuracy.py):
-# least mean absolute relative error; leave-one-out errors are reported in docs/sailor.md.
-# The small negative per-microbatch term removes the profiler's own synchronization cost per
-# measured stage (the training loop overlaps it); compute times are clipped at 0.
-DEFAULT_CONFIG = SimConfig(overhead_gb=4.5, working_layers=2.33, compute_scale=1.02, microbatch_overhead_s=-0.0008)
-
-# Profiles written by heteroplan.runtime.profiler (a user data directory): the calibration
-# above belongs to Sailor's GH200 profiler and training loop, so none is applied.
-PROFILED_CONFIG = SimConfig()
 
 
 def gpu_catalog(gpu_types: tuple[GPUType, ...] = SAILOR_GPU_TYPES) -> dict[str, GPUType]:
@@ -143,12 +109,14 @@ def simulate(
 
     ``profile`` and ``network`` default to those of ``data_dir`` (a directory written by
     :mod:`heteroplan.runtime.profiler`; default: the shipped Sailor data). ``config`` defaults to
-    :data:`DEFAULT_CONFIG` for shipped data and :data:`PROFILED_CONFIG` for a ``data_dir``.
+    :data:`DEFAULT_CONFIG` for shipped data and, for a ``data_dir``, its calibration
+    (``sim_config.json``, written by :func:`heteroplan.planner.calibration.fit_sim_config` users
+    such as ``heteroplan profile --calibrate``) or :data:`PROFILED_CONFIG` when it has none.
     """
     profile = profile or load_model_profile(plan.model, data_dir)
     network = network or load_network(data_dir)
     if config is None:
-        config = DEFAULT_CONFIG if data_dir is None else PROFILED_CONFIG
+        config = DEFAULT_CONFIG if data_dir is None else load_sim_config(data_dir)
     gpu_types = gpu_types or gpu_catalog()
     if plan.num_layers != profile.num_layers:
         raise InputError("plan.stages", plan.num_layers, f"{profile.name} has {profile.num_layers} layers")
@@ -182,7 +150,7 @@ def simulate(
                 nxt = reps[s + 1][d]
                 nbytes = config.act_comm_bytes_per_float * profile.act_out[r.tp][stage.last_layer - 1] * mbs
                 bw = network.per_gpu_bandwidth((r.gpu_type, r.zone), (nxt.gpu_type, nxt.zone), r.tp, nbytes)
-                comm[s + 1, d] = nbytes / 1e9 / bw
+                comm[s + 1, d] = config.transfer_latency_s + nbytes / 1e9 / bw
                 if r.zone != nxt.zone:
                     sent = 2 * nbytes * r.tp * micro[d]
                     egress_bytes += sent
