@@ -13,16 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import minimize
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from _common import print_table, write_json  # noqa: E402
 
 from heteroplan.planner import Plan, simulate  # noqa: E402
+from heteroplan.planner.calibration import fit_sim_config  # noqa: E402
 from heteroplan.planner.simulator import DEFAULT_CONFIG, SimConfig  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "sailor"
@@ -41,16 +40,13 @@ def errors(runs, cfg: SimConfig) -> np.ndarray:
 
 
 def fit(runs) -> SimConfig:
-    """Refit the calibration constants (same objective as the shipped ones)."""
-    def t_obj(x):
-        return np.abs(errors(runs, replace(DEFAULT_CONFIG, compute_scale=x[0], microbatch_overhead_s=x[1]))[:, 0]).mean()
-
-    def m_obj(x):
-        return np.abs(errors(runs, replace(DEFAULT_CONFIG, overhead_gb=x[0], working_layers=x[1]))[:, 1]).mean()
-
-    xt = minimize(t_obj, [DEFAULT_CONFIG.compute_scale, DEFAULT_CONFIG.microbatch_overhead_s], method="Nelder-Mead").x
-    xm = minimize(m_obj, [DEFAULT_CONFIG.overhead_gb, DEFAULT_CONFIG.working_layers], method="Nelder-Mead").x
-    return replace(DEFAULT_CONFIG, compute_scale=xt[0], microbatch_overhead_s=xt[1], overhead_gb=xm[0], working_layers=xm[1])
+    """Refit the calibration constants (same objective as the shipped ones): time, then memory."""
+    plans = [plan for _, plan, _ in runs]
+    timed = fit_sim_config(plans, [real["real"] for _, _, real in runs], constants=("compute_scale", "microbatch_overhead_s"),
+                           base=DEFAULT_CONFIG)
+    memory = fit_sim_config(plans, [real["max_mem"] / 1e9 for _, _, real in runs],
+                            constants=("overhead_gb", "working_layers"), quantity="peak_memory_gb", base=timed.config)
+    return memory.config
 
 
 def main() -> None:

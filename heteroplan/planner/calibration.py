@@ -1,0 +1,192 @@
+"""Refit the simulator's constants to measured runs (the measure-and-refit loop of the planner).
+
+Profiles time each layer alone; a training loop adds what they miss: framework time per
+microbatch, the fixed cost of every point-to-point transfer (the send call, waking a receiver
+that idled), and the slow-down of ranks sharing a machine. :func:`fit_sim_config` fits the
+constants of :class:`SimConfig` that carry those effects (by default ``compute_scale``,
+``microbatch_overhead_s`` and ``transfer_latency_s``) to measured iteration times of a few
+plans, minimising the mean absolute relative error with bounded Nelder-Mead (the simulator is
+piecewise linear in them: a max over stages), starting from ``base`` and restarted from its
+best point until a restart no longer improves. The same function fits
+memory constants to measured peak memory (``quantity="peak_memory_gb"``).
+
+The result is a :class:`Calibration`; ``calibration.config.write(data_dir)`` stores it so that
+``simulate`` and ``plan_job`` with that ``data_dir`` use it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+from scipy.optimize import minimize
+
+from heteroplan.errors import InputError
+from heteroplan.planner.plan import Plan
+from heteroplan.planner.sim_config import PROFILED_CONFIG, SimConfig
+from heteroplan.planner.simulator import simulate
+
+__all__ = ["Calibration", "TIME_CONSTANTS", "MEMORY_CONSTANTS", "fit_sim_config", "relative_errors"]
+
+TIME_CONSTANTS = ("compute_scale", "microbatch_overhead_s", "transfer_latency_s")
+MEMORY_CONSTANTS = ("overhead_gb", "working_layers")
+QUANTITIES = ("iteration_time", "peak_memory_gb")
+_RESTARTS = 5
+
+# Search box of each constant: physical ranges, wide enough never to bind on sane data.
+_BOUNDS = {
+    "compute_scale": (1e-3, 1e3),
+    "microbatch_overhead_s": (-10.0, 10.0),
+    "transfer_latency_s": (0.0, 10.0),
+    "overhead_gb": (0.0, 1e4),
+    "working_layers": (0.0, 1e4),
+    "logits_factor": (0.0, 1e4),
+}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A fitted :class:`SimConfig` and how well it explains the measurements.
+
+    Attributes:
+        config: the fitted constants (the others as in the base config).
+        base: the config the fit started from.
+        constants: names of the fitted constants.
+        names: one label per measured plan.
+        quantity: ``"iteration_time"`` (seconds) or ``"peak_memory_gb"`` (GB).
+        measured: the measurements, one per plan.
+        predicted_before: simulated with ``base``.
+        predicted_after: simulated with ``config``.
+        converged: whether Nelder-Mead met its tolerances.
+    """
+
+    config: SimConfig
+    base: SimConfig
+    constants: tuple[str, ...]
+    names: tuple[str, ...]
+    quantity: str
+    measured: np.ndarray
+    predicted_before: np.ndarray
+    predicted_after: np.ndarray
+    converged: bool
+
+    @property
+    def errors_before(self) -> np.ndarray:
+        """Relative errors (predicted / measured - 1) with the base config."""
+        return self.predicted_before / self.measured - 1
+
+    @property
+    def errors_after(self) -> np.ndarray:
+        """Relative errors (predicted / measured - 1) with the fitted config."""
+        return self.predicted_after / self.measured - 1
+
+    def describe(self) -> str:
+        """A table of measured vs predicted values, before and after the fit, and the constants."""
+        unit = "s" if self.quantity == "iteration_time" else "GB"
+        width = max([len("plan"), *map(len, self.names)])
+        lines = [f"{'plan':<{width}}  measured {unit:>2}  before {unit:>2}  error   after {unit:>2}  error"]
+        for name, m, b, a in zip(self.names, self.measured, self.predicted_before, self.predicted_after, strict=True):
+            lines.append(f"{name:<{width}}  {m:11.4g}  {b:9.4g}  {100 * (b / m - 1):+5.1f}%  {a:8.4g}  {100 * (a / m - 1):+5.1f}%")
+        before, after = np.abs(self.errors_before).mean(), np.abs(self.errors_after).mean()
+        lines.append(f"mean |error|: {100 * before:.1f}% before, {100 * after:.1f}% after"
+                     + ("" if self.converged else " (fit stopped at its iteration limit)"))
+        lines += [f"{c} = {getattr(self.base, c):.6g} -> {getattr(self.config, c):.6g}" for c in self.constants]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "constants": {c: getattr(self.config, c) for c in self.constants},
+            "quantity": self.quantity,
+            "plans": list(self.names),
+            "measured": self.measured.tolist(),
+            "predicted_before": self.predicted_before.tolist(),
+            "predicted_after": self.predicted_after.tolist(),
+            "converged": self.converged,
+        }
+
+
+def relative_errors(
+    plans: Sequence[Plan], measured: Sequence[float], config: SimConfig,
+    quantity: str = "iteration_time", **simulate_kwargs: Any,
+) -> np.ndarray:
+    """``predicted / measured - 1`` of each plan under ``config`` (``simulate_kwargs`` go to ``simulate``)."""
+    predicted = _predict(plans, config, quantity, simulate_kwargs)
+    return predicted / np.asarray(measured, dtype=float) - 1
+
+
+def _predict(plans: Sequence[Plan], config: SimConfig, quantity: str, simulate_kwargs: Mapping[str, Any]) -> np.ndarray:
+    return np.array([getattr(simulate(p, config=config, **simulate_kwargs), quantity) for p in plans])
+
+
+def fit_sim_config(
+    plans: Sequence[Plan] | Mapping[str, Plan],
+    measured: Sequence[float],
+    *,
+    constants: Sequence[str] = TIME_CONSTANTS,
+    quantity: str = "iteration_time",
+    base: SimConfig = PROFILED_CONFIG,
+    max_iterations: int = 2000,
+    **simulate_kwargs: Any,
+) -> Calibration:
+    """Fit ``constants`` of ``base`` so that simulated ``quantity`` matches ``measured`` (one per plan).
+
+    Args:
+        plans: the measured plans, or ``{label: plan}``.
+        measured: measured seconds per iteration (or peak GB per GPU), one per plan.
+        constants: names of :class:`SimConfig` constants to fit; at most as many as plans.
+        quantity: ``"iteration_time"`` or ``"peak_memory_gb"``.
+        base: starting point; the constants not fitted keep its values.
+        max_iterations: Nelder-Mead iteration limit (``converged`` says whether it was enough).
+        simulate_kwargs: passed to :func:`simulate` (``data_dir``, ``profile``, ``gpu_types``, ...).
+
+    Raises:
+        InputError: unknown constant or quantity, a measurement that is not a positive number,
+            fewer plans than constants.
+    """
+    names = tuple(plans) if isinstance(plans, Mapping) else tuple(f"plan {i}" for i in range(len(plans)))
+    plan_list = list(plans.values()) if isinstance(plans, Mapping) else list(plans)
+    if quantity not in QUANTITIES:
+        raise InputError("quantity", quantity, f"must be one of {QUANTITIES}")
+    constants = tuple(constants)
+    for c in constants:
+        if c not in _BOUNDS:
+            raise InputError("constants", c, f"cannot be fitted; choose from {sorted(_BOUNDS)}")
+    if not constants or len(set(constants)) != len(constants):
+        raise InputError("constants", constants, "must be distinct names, at least one")
+    y = np.asarray(measured, dtype=float) if _is_number_list(measured) else None
+    if y is None or y.shape != (len(plan_list),) or not np.all(np.isfinite(y)) or not np.all(y > 0):
+        raise InputError("measured", measured, f"must be {len(plan_list)} positive numbers, one per plan")
+    if len(plan_list) < len(constants):
+        raise InputError("plans", len(plan_list), f"need at least as many measured plans as constants ({len(constants)})")
+
+    def config_at(x: np.ndarray) -> SimConfig:
+        return replace(base, **{c: float(v) for c, v in zip(constants, x, strict=True)})
+
+    def objective(x: np.ndarray) -> float:
+        return float(np.abs(_predict(plan_list, config_at(x), quantity, simulate_kwargs) / y - 1).mean())
+
+    before = _predict(plan_list, base, quantity, simulate_kwargs)
+    x0 = np.array([getattr(base, c) for c in constants], dtype=float)
+    bounds = [_BOUNDS[c] for c in constants]
+    x0 = np.clip(x0, [b[0] for b in bounds], [b[1] for b in bounds])
+    best, best_value, converged = x0, objective(x0), False
+    for _ in range(_RESTARTS):  # a fresh simplex around the best point: Nelder-Mead stalls on the L1 kinks
+        result = minimize(objective, best, method="Nelder-Mead", bounds=bounds,
+                          options={"maxiter": max_iterations, "xatol": 1e-9, "fatol": 1e-10})
+        converged = bool(result.success)
+        if result.fun >= best_value - 1e-12:
+            break
+        best, best_value = result.x, float(result.fun)
+    config = config_at(best)
+    after = _predict(plan_list, config, quantity, simulate_kwargs)
+    return Calibration(config, base, constants, names, quantity, y, before, after, converged)
+
+
+def _is_number_list(values: object) -> bool:
+    try:
+        return all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values)  # type: ignore[union-attr]
+    except TypeError:
+        return False

@@ -1,0 +1,142 @@
+"""Simulator constants: the per-transfer latency, sim_config.json, and refitting them to measurements."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from heteroplan.errors import InputError
+from heteroplan.perf.sailor_profiles import DATA_DIR
+from heteroplan.planner import plan_job, simulate
+from heteroplan.planner.calibration import fit_sim_config, relative_errors
+from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
+from heteroplan.planner.search import SearchOptions
+from heteroplan.planner.sim_config import (
+    DEFAULT_CONFIG,
+    PROFILED_CONFIG,
+    SimConfig,
+    load_sim_config,
+)
+
+MODEL, GPU, ZONE = "OPT-350", "A100-40", "us-central1-a"
+LAYERS = 26  # OPT-350's plan layers in the shipped profile
+
+
+def _plan(pp: int, dp: int, mbs: int, gbs: int = 256) -> Plan:
+    bounds = np.linspace(0, LAYERS, pp + 1).round().astype(int)
+    group = ReplicaGroup(GPU, ZONE, 1, dp)
+    return Plan(MODEL, gbs, mbs, tuple(Stage(int(a), int(b), (group,)) for a, b in zip(bounds, bounds[1:], strict=False)))
+
+
+PLANS = {f"PP{pp} DP{dp} mbs{m}": _plan(pp, dp, m) for pp, dp, m in
+         ((1, 4, 2), (1, 4, 8), (2, 2, 2), (2, 2, 4), (4, 1, 4), (4, 2, 8))}
+
+
+def test_shipped_profile_has_the_layers_the_tests_assume() -> None:
+    assert simulate(PLANS["PP1 DP4 mbs2"]).iteration_time > 0
+    with pytest.raises(InputError):
+        simulate(Plan(MODEL, 256, 2, (Stage(0, LAYERS - 1, (ReplicaGroup(GPU, ZONE),)),)))
+
+
+@pytest.mark.parametrize("pp, mbs", [(2, 2), (2, 8), (4, 4)])
+def test_transfer_latency_adds_two_per_microbatch_and_stage_boundary_on_the_critical_path(pp, mbs) -> None:
+    """Closed form: every stage step gains 2 (c_in + c_out); T_pipe = (M-1) max sigma + sum fb + 2 sum c."""
+    plan = _plan(pp, 1, mbs)
+    M = plan.global_batch_size // mbs
+    lat = 0.003
+    base = simulate(plan)
+    late = simulate(plan, config=replace(DEFAULT_CONFIG, transfer_latency_s=lat))
+    sigma = base.details["stage_compute"][:, 0] + 2 * (base.details["comm"][:-1, 0] + base.details["comm"][1:, 0])
+    late_sigma = sigma + 2 * lat * np.array([1 if s in (0, pp - 1) else 2 for s in range(pp)])
+    expected = (M - 1) * late_sigma.max() + base.details["stage_compute"][:, 0].sum() + 2 * (
+        base.details["comm"][:, 0].sum() + lat * (pp - 1))
+    assert late.pipeline_time == pytest.approx(expected, rel=1e-12)
+    if pp == 2:  # both stages gain 2 lat per step: exactly 2 lat M in all
+        assert late.pipeline_time - base.pipeline_time == pytest.approx(2 * lat * M, rel=1e-9)
+    # no pipeline, no transfer: data parallelism alone is unchanged
+    flat = _plan(1, 4, mbs)
+    assert simulate(flat, config=replace(DEFAULT_CONFIG, transfer_latency_s=lat)).iteration_time == simulate(flat).iteration_time
+
+
+def test_search_prices_the_transfer_latency_as_the_simulator_does() -> None:
+    """The DP search keeps its own stage tables: its best plan's time must equal simulate's with the same constants."""
+    pool = {(GPU, ZONE): 16}
+    fast = plan_job(MODEL, 256, pool)
+    config = replace(DEFAULT_CONFIG, transfer_latency_s=0.05)
+    slow = plan_job(MODEL, 256, pool, options=SearchOptions(config=config))
+    assert slow.extra["search_iteration_time"] == pytest.approx(slow.iteration_time, rel=1e-9)
+    assert slow.iteration_time == pytest.approx(simulate(slow.plan, config=config).iteration_time, rel=1e-12)
+    # 50 ms per transfer makes pipelines expensive: the search must not pick a deeper one
+    assert slow.plan.pp <= fast.plan.pp
+    assert slow.iteration_time >= fast.iteration_time
+
+
+def test_fit_recovers_known_constants_from_exact_measurements() -> None:
+    truth = replace(DEFAULT_CONFIG, compute_scale=1.3, microbatch_overhead_s=0.004, transfer_latency_s=0.002)
+    measured = [simulate(p, config=truth).iteration_time for p in PLANS.values()]
+    fit = fit_sim_config(PLANS, measured, base=DEFAULT_CONFIG)
+    assert fit.config.compute_scale == pytest.approx(1.3, rel=1e-3)
+    assert fit.config.microbatch_overhead_s == pytest.approx(0.004, rel=1e-2)
+    assert fit.config.transfer_latency_s == pytest.approx(0.002, rel=1e-2)
+    assert np.abs(fit.errors_after).max() < 1e-4
+    assert np.abs(fit.errors_before).mean() > 0.1
+    assert fit.config.overhead_gb == DEFAULT_CONFIG.overhead_gb  # constants not fitted are kept
+    np.testing.assert_allclose(relative_errors(list(PLANS.values()), measured, fit.config), fit.errors_after)
+    assert "transfer_latency_s" in fit.describe() and fit.names == tuple(PLANS)
+
+
+def test_fit_of_memory_constants_recovers_them() -> None:
+    truth = replace(DEFAULT_CONFIG, overhead_gb=3.0, working_layers=1.5)
+    measured = [simulate(p, config=truth).peak_memory_gb for p in PLANS.values()]
+    fit = fit_sim_config(PLANS, measured, constants=("overhead_gb", "working_layers"), quantity="peak_memory_gb",
+                         base=DEFAULT_CONFIG)
+    assert fit.config.overhead_gb == pytest.approx(3.0, rel=1e-3)
+    assert fit.config.working_layers == pytest.approx(1.5, rel=1e-3)
+
+
+def test_sim_config_file_is_used_by_simulate_and_plan_job(tmp_path) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(DATA_DIR, data)
+    plan = PLANS["PP2 DP2 mbs4"]
+    assert load_sim_config(data) == PROFILED_CONFIG
+    assert simulate(plan, data_dir=data).iteration_time == simulate(plan, config=PROFILED_CONFIG).iteration_time
+    fitted = replace(PROFILED_CONFIG, compute_scale=2.0, transfer_latency_s=0.01)
+    fitted.write(data)
+    assert load_sim_config(data) == fitted
+    assert simulate(plan, data_dir=data).iteration_time == pytest.approx(simulate(plan, config=fitted).iteration_time)
+    result = plan_job(MODEL, 256, {(GPU, ZONE): 8}, data_dir=data)
+    assert result.iteration_time == pytest.approx(simulate(result.plan, config=fitted).iteration_time, rel=1e-12)
+    # rewritten file is re-read
+    replace(fitted, compute_scale=3.0).write(data)
+    assert load_sim_config(data).compute_scale == 3.0
+
+
+@pytest.mark.parametrize(
+    "content, field",
+    [({"compute_scale": -1.0}, "compute_scale"), ({"warp_speed": 1.0}, "sim_config"),
+     ({"transfer_latency_s": "fast"}, "transfer_latency_s"), ([1, 2], "sim_config")],
+)
+def test_bad_sim_config_file_names_the_constant(tmp_path, content, field) -> None:
+    (tmp_path / "sim_config.json").write_text(json.dumps(content))
+    with pytest.raises(InputError, match=field):
+        load_sim_config(tmp_path)
+
+
+def test_bad_fit_inputs_name_the_field() -> None:
+    plans = list(PLANS.values())[:3]
+    with pytest.raises(InputError, match="measured"):
+        fit_sim_config(plans, [1.0, -2.0, 1.0])
+    with pytest.raises(InputError, match="measured"):
+        fit_sim_config(plans, [1.0, 2.0])
+    with pytest.raises(InputError, match="constants"):
+        fit_sim_config(plans, [1.0, 1.0, 1.0], constants=("bytes_per_param",))
+    with pytest.raises(InputError, match="plans"):
+        fit_sim_config(plans[:2], [1.0, 1.0])
+    with pytest.raises(InputError, match="quantity"):
+        fit_sim_config(plans, [1.0, 1.0, 1.0], quantity="joules")
+    with pytest.raises(InputError, match="transfer_latency_s"):
+        SimConfig(transfer_latency_s=-0.1)
