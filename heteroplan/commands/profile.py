@@ -38,7 +38,8 @@ def builtin_model(seq: int = 64) -> tuple[str, Any, Callable[[int], Any]]:
 
         model = tiny_gpt()
         emb = next(m for m in model.modules() if isinstance(m, torch.nn.Embedding))
-        length = next((int(getattr(model, a)) for a in ("seq_len", "block_size", "max_seq_len") if hasattr(model, a)), seq)
+        # longest input the positional embedding takes (tokens)
+        length = next((int(m.positions.shape[0]) for m in model.modules() if isinstance(getattr(m, "positions", None), torch.Tensor)), seq)
 
         def make_input(mbs: int) -> Any:
             return torch.randint(0, emb.num_embeddings, (mbs, min(seq, length)))
@@ -76,6 +77,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-network", action="store_true", help="skip the network measurement")
     p.add_argument("--world-size", type=int, default=2, help="processes for the network measurement")
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="torch.distributed backend")
+    p.add_argument("--calibrate", action="store_true",
+                   help="then run calibration plans of the built-in tiny GPT with the runtime and fit the simulator "
+                        "to them (writes sim_config.json)")
+    p.add_argument("--rounds", type=int, default=3, help="with --calibrate: runs of every calibration plan")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of tables")
     p.set_defaults(func=run)
 
@@ -86,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
     if args.seq < 1:
         raise InputError("--seq", args.seq, "must be >= 1")
     name, model, make_input = builtin_model(args.seq)
+    if args.calibrate and (name != TINY_GPT_NAME or args.device != "cpu" or args.no_network):
+        raise InputError("--calibrate", True, "calibrates the built-in tiny GPT on CPU, with the network measured")
     name = args.model_name or name
     prof = profile_layers(
         model, make_input, _sizes(args.mbs), device=args.device, warmup=args.warmup, repeats=args.repeats,
@@ -107,6 +114,16 @@ def run(args: argparse.Namespace) -> int:
         net.write(args.out, args.gpu_type, args.zone)
         summary["zone"] = args.zone
         summary["network"] = {"coeffs": list(net.coeffs), "cap_bytes_per_s": net.cap_bytes_per_s}
+    calibration = None
+    if args.calibrate:
+        from heteroplan.runtime.calibrate import calibrate
+        from heteroplan.runtime.models import TinyGPTTask
+
+        calibration = calibrate(
+            TinyGPTTask(seq_len=make_input(1).shape[1]), args.out, name, gpu_type=args.gpu_type, zone=args.zone,
+            processes=args.world_size, rounds=args.rounds, progress=None if args.json else print,
+        )
+        summary["calibration"] = calibration.to_dict()
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -115,6 +132,9 @@ def run(args: argparse.Namespace) -> int:
     if net is not None:
         print(f"\nnetwork ({args.backend}, {args.world_size} processes), zone {args.zone}:")
         print(net.table())
+    if calibration is not None:
+        print("\ncalibration (simulated vs measured seconds per iteration):")
+        print(calibration.describe())
     print(f"\nwrote {Path(args.out)}; plan with:")
     print(
         f"  plan_job({name!r}, gbs, {{({args.gpu_type!r}, {args.zone!r}): N}}, "

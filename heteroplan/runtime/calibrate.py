@@ -1,0 +1,155 @@
+"""Measure a few plans for real and refit the simulator to them (the planner's measure-and-refit loop).
+
+A profile (:mod:`heteroplan.runtime.profiler`) times each layer alone. :func:`calibrate` runs
+small *calibration plans* of the same model with the runtime — by default one process at the
+smallest and the largest profiled microbatch size, and, with two or more processes, 2
+data-parallel replicas and a 2-stage pipeline at the largest — measures their iteration time, fits
+the simulator's ``compute_scale``, ``microbatch_overhead_s`` and ``transfer_latency_s``
+(:func:`heteroplan.planner.calibration.fit_sim_config`) and writes them to the profile's
+directory (``sim_config.json``), where ``simulate`` and ``plan_job`` pick them up.
+
+Plans are run interleaved, ``rounds`` times each. A run's time is the median of its iterations
+after warm-up, and a plan's time is its fastest run (:func:`best_of`): on a shared machine other
+tenants slow whole runs down in bursts, never speed them up, so the fastest run is the closest
+to what the plan itself costs (the rule of ``timeit``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from heteroplan.cluster import GPUType
+from heteroplan.errors import InputError, check_int
+from heteroplan.perf.sailor_profiles import load_model_profile
+from heteroplan.planner.calibration import TIME_CONSTANTS, Calibration, fit_sim_config
+from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
+from heteroplan.planner.sim_config import load_sim_config
+from heteroplan.runtime.config import RunConfig
+from heteroplan.runtime.launch import run_plan
+from heteroplan.runtime.models import TrainTask
+
+__all__ = ["calibration_plans", "measure_plans", "best_of", "calibrate"]
+
+
+def best_of(runs: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """The fastest run's seconds per iteration of each plan (runs as :func:`measure_plans` returns them)."""
+    return {name: min(times) for name, times in runs.items()}
+
+
+def calibration_plans(
+    model: str, num_layers: int, microbatch_sizes: Sequence[int], global_batch_size: int, processes: int,
+    gpu_type: str = "cpu", zone: str = "local",
+) -> dict[str, Plan]:
+    """The default calibration plans, by label.
+
+    ``1 process`` at the smallest and the largest microbatch size ``m``, ``M`` (together they
+    separate the compute scale from the time per microbatch); with ``processes >= 2`` also
+    ``DP 2, mbs M`` (two ranks sharing the machine, an all-reduce) and ``PP 2, mbs M`` (stages
+    split at ``num_layers // 2``: the same work plus point-to-point transfers, which isolates
+    the time per transfer). ``global_batch_size`` must be a multiple of ``2 M``.
+    """
+    check_int("num_layers", num_layers, 2)
+    check_int("processes", processes, 1)
+    sizes = sorted(set(microbatch_sizes))
+    if not sizes:
+        raise InputError("microbatch_sizes", microbatch_sizes, "need at least one microbatch size")
+    small, large = sizes[0], sizes[-1]
+    check_int("global_batch_size", global_batch_size, 1)
+    if global_batch_size % (2 * large):
+        raise InputError("global_batch_size", global_batch_size, f"must be a multiple of 2 x the largest microbatch ({large})")
+    one = ReplicaGroup(gpu_type, zone)
+    plans = {f"1 process, mbs {m}": Plan(model, global_batch_size, m, (Stage(0, num_layers, (one,)),))
+             for m in dict.fromkeys((small, large))}
+    if processes >= 2:
+        two = ReplicaGroup(gpu_type, zone, 1, 2)
+        half = num_layers // 2
+        plans[f"DP 2, mbs {large}"] = Plan(model, global_batch_size, large, (Stage(0, num_layers, (two,)),))
+        plans[f"PP 2, mbs {large}"] = Plan(
+            model, global_batch_size, large, (Stage(0, half, (one,)), Stage(half, num_layers, (one,)))
+        )
+    return plans
+
+
+def measure_plans(
+    plans: Mapping[str, Plan], task: TrainTask, *, rounds: int = 3, steps: int = 15, warmup_steps: int = 3,
+    config: RunConfig | None = None, progress: Callable[[str], None] | None = None,
+) -> dict[str, list[float]]:
+    """Run every plan ``rounds`` times, interleaved; median seconds per iteration of each run, by label.
+
+    Each run trains ``steps`` iterations (SGD, one thread per rank unless ``config`` says
+    otherwise) and its first ``warmup_steps`` are not counted.
+    """
+    check_int("rounds", rounds, 1)
+    check_int("warmup_steps", warmup_steps, 0)
+    check_int("steps", steps, warmup_steps + 1)
+    run_config = config or RunConfig(optimizer="sgd", lr=0.01, threads_per_rank=1)
+    run_config = replace(run_config, steps=steps, checkpoint_dir=None)
+    times: dict[str, list[float]] = {name: [] for name in plans}
+    for r in range(rounds):
+        for name, plan in plans.items():
+            result = run_plan(plan, task, run_config)
+            times[name].append(result.median_iteration_time(skip=warmup_steps))
+            if progress is not None:
+                progress(f"round {r + 1}/{rounds}  {name}: {times[name][-1]:.4f} s/iteration")
+    return times
+
+
+def calibrate(
+    task: TrainTask,
+    data_dir: str | Path,
+    model: str,
+    *,
+    gpu_type: str = "cpu",
+    zone: str = "local",
+    processes: int = 2,
+    global_batch_size: int | None = None,
+    plans: Mapping[str, Plan] | None = None,
+    rounds: int = 3,
+    steps: int = 15,
+    config: RunConfig | None = None,
+    write: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> Calibration:
+    """Run calibration plans of ``model`` (profiled in ``data_dir``) and fit the simulator to them.
+
+    Args:
+        task: the task the profile was taken of (same layers).
+        data_dir: directory holding the profile of ``model`` on ``gpu_type`` (and the network
+            curve of ``zone`` for multi-process plans).
+        model: the profiled model's name.
+        processes: ranks this machine can run at once (2 or more adds the DP and PP plans).
+        global_batch_size: samples per iteration (default: 4 x the largest profiled microbatch).
+        plans: your own calibration plans instead of :func:`calibration_plans`.
+        rounds, steps, config: see :func:`measure_plans`.
+        write: store the fitted constants in ``data_dir/sim_config.json``.
+        progress: called with a line per finished run.
+
+    Returns the :class:`Calibration` (fitted config; errors before, with the directory's
+    current constants, and after), fitted to each plan's fastest run (:func:`best_of`) from the
+    directory's current constants. ``transfer_latency_s`` is fitted only when a plan has a
+    pipeline, and never more constants than plans.
+    """
+    profile = load_model_profile(model, data_dir)
+    if gpu_type not in profile.gpu_types:
+        raise InputError("gpu_type", gpu_type, f"{model} is profiled in {data_dir} on {list(profile.gpu_types)} only")
+    sizes = profile.microbatch_sizes(gpu_type)
+    if plans is None:
+        gbs = global_batch_size if global_batch_size is not None else 4 * max(sizes)
+        plans = calibration_plans(model, profile.num_layers, sizes, gbs, processes, gpu_type, zone)
+    if not plans:
+        raise InputError("plans", plans, "need at least one calibration plan")
+    measured = measure_plans(plans, task, rounds=rounds, steps=steps, config=config, progress=progress)
+    width = max(p.num_gpus for p in plans.values())
+    device = GPUType(gpu_type, memory_gb=1e6, gpus_per_node=max(width, 1))
+    multi = any(p.pp > 1 for p in plans.values())
+    constants = (TIME_CONSTANTS if multi else TIME_CONSTANTS[:2])[: len(plans)]
+    best = best_of(measured)
+    calibration = fit_sim_config(
+        plans, [best[name] for name in plans], constants=constants,
+        base=load_sim_config(data_dir), data_dir=data_dir, gpu_types={gpu_type: device},
+    )
+    if write:
+        calibration.config.write(data_dir)
+    return calibration

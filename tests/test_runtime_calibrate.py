@@ -1,0 +1,85 @@
+"""Runtime calibration: run calibration plans for real, refit the simulator, plan with the result."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from heteroplan.cluster import GPUType  # noqa: E402
+from heteroplan.errors import InputError  # noqa: E402
+from heteroplan.planner import plan_job, simulate  # noqa: E402
+from heteroplan.planner.sim_config import PROFILED_CONFIG, load_sim_config  # noqa: E402
+from heteroplan.runtime import TinyGPTTask  # noqa: E402
+from heteroplan.runtime.calibrate import best_of, calibrate, calibration_plans  # noqa: E402
+from heteroplan.runtime.netbench import NetworkMeasurement  # noqa: E402
+from heteroplan.runtime.profiler import profile_layers  # noqa: E402
+
+TASK = TinyGPTTask()
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    root = tmp_path_factory.mktemp("calib")
+    prof = profile_layers(TASK.build_model(), lambda m: TASK.batch(0, 0, m)[0], (1, 2),
+                          loss_fn=lambda out: out.float().logsumexp(-1).mean(), warmup=1, repeats=3)
+    prof.write(root, "tiny", "cpu")
+    NetworkMeasurement((1_000_000,), (1.0,), (1e-3,), (0.0, 0.0, 1.0), 1e9).write(root, "cpu", "local")
+    return root
+
+
+def test_calibration_plans_cover_compute_microbatches_and_transfers() -> None:
+    plans = calibration_plans("m", 6, (4, 1, 2), 16, processes=2)
+    assert list(plans) == ["1 process, mbs 1", "1 process, mbs 4", "DP 2, mbs 4", "PP 2, mbs 4"]
+    assert [(p.pp, p.dp, p.microbatch_size) for p in plans.values()] == [(1, 1, 1), (1, 1, 4), (1, 2, 4), (2, 1, 4)]
+    assert [(s.first_layer, s.last_layer) for s in plans["PP 2, mbs 4"].stages] == [(0, 3), (3, 6)]
+    assert list(calibration_plans("m", 6, (2,), 16, processes=1)) == ["1 process, mbs 2"]
+    with pytest.raises(InputError, match="global_batch_size"):
+        calibration_plans("m", 6, (1, 4), 12, processes=2)
+    with pytest.raises(InputError, match="microbatch_sizes"):
+        calibration_plans("m", 6, (), 16, processes=2)
+    assert best_of({"a": [0.3, 0.1, 0.2]}) == {"a": 0.1}
+
+
+def test_calibrate_runs_fits_writes_and_the_planner_uses_it(profiled) -> None:
+    lines: list[str] = []
+    cal = calibrate(TASK, profiled, "tiny", processes=2, global_batch_size=8, rounds=1, steps=4, progress=lines.append)
+    assert cal.names == ("1 process, mbs 1", "1 process, mbs 2", "DP 2, mbs 2", "PP 2, mbs 2")
+    assert len(lines) == 4 and all("s/iteration" in line for line in lines)
+    assert cal.constants == ("compute_scale", "microbatch_overhead_s", "transfer_latency_s")
+    assert cal.base == PROFILED_CONFIG
+    # the fit starts from the base and never ends worse than it
+    assert np.abs(cal.errors_after).mean() <= np.abs(cal.errors_before).mean() + 1e-12
+    # predictions are the simulator's with the fitted constants
+    cpu = GPUType("cpu", memory_gb=1e6, gpus_per_node=2)
+    plans = calibration_plans("tiny", TASK.num_layers, (1, 2), 8, 2)
+    again = [simulate(p, config=cal.config, data_dir=profiled, gpu_types={"cpu": cpu}).iteration_time for p in plans.values()]
+    np.testing.assert_allclose(again, cal.predicted_after, rtol=1e-12)
+    # written to the directory and used by simulate and plan_job from there
+    assert load_sim_config(profiled) == cal.config
+    result = plan_job("tiny", 8, {("cpu", "local"): 2}, gpu_types=(GPUType("cpu", 16, 2),), data_dir=profiled)
+    assert result.iteration_time == pytest.approx(
+        simulate(result.plan, config=cal.config, data_dir=profiled, gpu_types={"cpu": cpu}).iteration_time, rel=1e-12)
+
+
+def test_calibrate_refuses_an_unprofiled_device(profiled) -> None:
+    with pytest.raises(InputError, match="gpu_type"):
+        calibrate(TASK, profiled, "tiny", gpu_type="tpu", rounds=1, steps=2)
+
+
+def test_profile_cli_calibrates(tmp_path, capsys) -> None:
+    from heteroplan.cli import main
+
+    assert main(["profile", "--out", str(tmp_path), "--no-network", "--calibrate"]) == 2
+    assert "--calibrate" in capsys.readouterr().err
+    code = main(["profile", "--out", str(tmp_path), "--mbs", "1,2", "--warmup", "0", "--repeats", "1",
+                 "--calibrate", "--rounds", "1", "--json"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    fitted = summary["calibration"]["constants"]
+    assert set(fitted) == {"compute_scale", "microbatch_overhead_s", "transfer_latency_s"}
+    assert load_sim_config(tmp_path).to_dict() | fitted == load_sim_config(tmp_path).to_dict()
+    assert len(summary["calibration"]["measured"]) == 4
