@@ -122,7 +122,9 @@ def calibrate(
         processes: ranks this machine can run at once (2 or more adds the DP and PP plans).
         global_batch_size: samples per iteration (default: 4 x the largest profiled microbatch).
         plans: your own calibration plans instead of :func:`calibration_plans`.
-        rounds, steps, config: see :func:`measure_plans`.
+        rounds: runs of every plan (interleaved; see :func:`measure_plans`).
+        steps: iterations per run (the first 3 are warm-up).
+        config: how to train (default: SGD, one thread per rank).
         write: store the fitted constants in ``data_dir/sim_config.json``.
         progress: called with a line per finished run.
 
