@@ -3,7 +3,7 @@
 Pipeline: ``profile_layers`` (tiny GPT, 1 thread per process, as the runtime runs) and
 ``measure_network`` (gloo between local processes) write a data directory. The runtime then
 runs the default calibration plans (``heteroplan.runtime.calibrate.calibration_plans``: 1
-process at mbs 1 and 8, DP 2 and PP 2 at mbs 8) and a set of *held-out* plans (other microbatch
+process at mbs 1 and 8, DP 2 at mbs 8, PP 2 at mbs 8 and 1) and a set of *held-out* plans (other microbatch
 sizes, heterogeneous microbatch counts, another pipeline split), all interleaved, ``--rounds``
 times each. A run counts the median of its iterations after 3 warm-up ones; a plan counts its
 fastest run (``best_of``: bursts of other load only slow runs down), and the median run is
