@@ -28,11 +28,10 @@ import torch
 
 from heteroplan.cluster import GPUType
 from heteroplan.planner import plan_job, simulate
-from heteroplan.planner.calibration import fit_sim_config
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.planner.sim_config import PROFILED_CONFIG
 from heteroplan.runtime import TinyGPTTask
-from heteroplan.runtime.calibrate import best_of, calibration_plans, measure_plans
+from heteroplan.runtime.calibrate import best_of, calibration_plans, fit_runs, measure_plans
 from heteroplan.runtime.netbench import measure_network
 from heteroplan.runtime.profiler import profile_layers
 
@@ -90,10 +89,7 @@ def main() -> None:
         load_before = os.getloadavg()[0]
         measured = measure_plans(calib | held, task, rounds=args.rounds, steps=args.steps)
         sim_kwargs = {"data_dir": data_dir, "gpu_types": {"cpu": cpu}}
-        fit = fit_sim_config(calib, [min(measured[n]) for n in calib],
-                             constants=("compute_scale", "microbatch_overhead_s", "transfer_latency_s")[: len(calib)],
-                             **sim_kwargs)
-        fit.config.write(data_dir)
+        fit = fit_runs(calib, {n: measured[n] for n in calib}, data_dir)
         best = plan_job(MODEL, args.gbs, {("cpu", "local"): args.cores}, gpu_types=(cpu,), data_dir=data_dir).plan
         roles = {n: "calibration" for n in calib} | {n: "held out" for n in held}
         same = next((n for n, p in (calib | held).items() if p == best), None)

@@ -30,7 +30,7 @@ from heteroplan.runtime.config import RunConfig
 from heteroplan.runtime.launch import run_plan
 from heteroplan.runtime.models import TrainTask
 
-__all__ = ["calibration_plans", "measure_plans", "best_of", "calibrate"]
+__all__ = ["calibration_plans", "measure_plans", "best_of", "fit_runs", "calibrate"]
 
 
 def best_of(runs: Mapping[str, Sequence[float]]) -> dict[str, float]:
@@ -144,11 +144,23 @@ def calibrate(
     if not plans:
         raise InputError("plans", plans, "need at least one calibration plan")
     measured = measure_plans(plans, task, rounds=rounds, steps=steps, config=config, progress=progress)
+    return fit_runs(plans, measured, data_dir, gpu_type=gpu_type, write=write)
+
+
+def fit_runs(
+    plans: Mapping[str, Plan], runs: Mapping[str, Sequence[float]], data_dir: str | Path, *,
+    gpu_type: str = "cpu", write: bool = True,
+) -> Calibration:
+    """Fit the simulator to measured runs of ``plans`` (seconds per iteration by label, as
+    :func:`measure_plans` returns them): each plan's fastest run, from the directory's current
+    constants; ``transfer_latency_s`` only when a plan has a pipeline, never more constants than
+    plans. With ``write``, the fit goes to ``data_dir/sim_config.json``.
+    """
     width = max(p.num_gpus for p in plans.values())
     device = GPUType(gpu_type, memory_gb=1e6, gpus_per_node=max(width, 1))
     multi = any(p.pp > 1 for p in plans.values())
     constants = (TIME_CONSTANTS if multi else TIME_CONSTANTS[:2])[: len(plans)]
-    best = best_of(measured)
+    best = best_of(runs)
     calibration = fit_sim_config(
         plans, [best[name] for name in plans], constants=constants,
         base=load_sim_config(data_dir), data_dir=data_dir, gpu_types={gpu_type: device},
