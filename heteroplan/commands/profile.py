@@ -73,6 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seq", type=int, default=64, help="sequence length of the built-in model's input (tokens)")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs per measurement")
     p.add_argument("--repeats", type=int, default=5, help="timed runs per measurement (median kept)")
+    p.add_argument("--sweeps", type=int, default=None,
+                   help="interleaved passes over all sizes and layers, the fastest kept (default: 3 with --calibrate, "
+                        "else 1; more on a machine whose speed drifts)")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd", help="optimizer whose step is timed")
     p.add_argument("--no-network", action="store_true", help="skip the network measurement")
     p.add_argument("--world-size", type=int, default=2, help="processes for the network measurement")
@@ -80,7 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--calibrate", action="store_true",
                    help="then run calibration plans of the built-in tiny GPT with the runtime and fit the simulator "
                         "to them (writes sim_config.json)")
-    p.add_argument("--rounds", type=int, default=3, help="with --calibrate: runs of every calibration plan")
+    p.add_argument("--rounds", type=int, default=4, help="with --calibrate: runs of every calibration plan")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of tables")
     p.set_defaults(func=run)
 
@@ -96,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     name = args.model_name or name
     prof = profile_layers(
         model, make_input, _sizes(args.mbs), device=args.device, warmup=args.warmup, repeats=args.repeats,
-        optimizer=args.optimizer,
+        optimizer=args.optimizer, sweeps=(3 if args.calibrate else 1) if args.sweeps is None else args.sweeps,
     )
     path = prof.write(args.out, name, args.gpu_type)
     summary: dict[str, Any] = {

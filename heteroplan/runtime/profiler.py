@@ -1,7 +1,8 @@
 """Per-layer profiler of a ``torch.nn.Sequential``: planner profiles for your own hardware.
 
 For every layer ``i`` of the Sequential (= plan layer ``i``) and every microbatch size it measures,
-as the median of ``repeats`` runs after ``warmup`` runs:
+as the median of ``repeats`` runs after ``warmup`` runs (the fastest of ``sweeps`` interleaved
+passes over all sizes and layers):
 
 - forward seconds of the layer on its input (the previous layer's output);
 - backward seconds of the layer given a gradient of its output (the loss's backward on the last
@@ -21,6 +22,7 @@ On CUDA, times come from CUDA events between ``torch.cuda.synchronize`` calls; o
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -277,6 +279,41 @@ def _time_update(torch: Any, timer: _Timer, layer: nn.Module, optimizer: str, wa
     return statistics.median(times)
 
 
+def _time_layer(
+    torch: Any, timer: _Timer, layer: nn.Module, inp: torch.Tensor, index: int,
+    loss_fn: Callable[[torch.Tensor], torch.Tensor] | None, warmup: int, repeats: int,
+) -> tuple[float, float, torch.Tensor]:
+    """Median forward and backward seconds of ``layer`` on ``inp`` (``loss_fn`` timed with it when
+    given), and its output."""
+    fwd, bwd = [], []
+    out = grad = None
+    for r in range(warmup + repeats):
+        for p in layer.parameters():
+            p.grad = None
+
+        def run_forward() -> tuple[torch.Tensor, torch.Tensor]:
+            o = _forward(layer, inp, index)
+            return o, (loss_fn(o) if loss_fn is not None else o)
+
+        t_f, (out, target) = timer(run_forward)
+        t_b = 0.0
+        if target.requires_grad:
+            if loss_fn is not None:
+                if target.numel() != 1:
+                    raise InputError("loss_fn", tuple(target.shape), "must return a scalar")
+                t_b, _ = timer(target.backward)
+            else:
+                if grad is None:
+                    grad = torch.randn_like(target)
+                t_b, _ = timer(lambda target=target, grad=grad: target.backward(grad))
+        if r >= warmup:
+            fwd.append(t_f)
+            bwd.append(t_b)
+    for p in layer.parameters():
+        p.grad = None
+    return statistics.median(fwd), statistics.median(bwd), out
+
+
 def profile_layers(
     model: nn.Sequential,
     make_input: Callable[[int], torch.Tensor],
@@ -286,6 +323,7 @@ def profile_layers(
     warmup: int = 2,
     repeats: int = 5,
     optimizer: str = "sgd",
+    sweeps: int = 1,
 ) -> LayerProfile:
     """Measure every layer of ``model`` (moved to ``device``) at each microbatch size.
 
@@ -301,11 +339,15 @@ def profile_layers(
         repeats: timed runs per measurement; the median is kept.
         optimizer: ``"sgd"`` or ``"adam"``, whose ``step()`` is timed per layer (the model's
             weights are restored afterwards).
+        sweeps: passes over all microbatch sizes and layers; each time keeps its fastest pass's
+            median. On a shared machine whose speed drifts over seconds, several interleaved
+            sweeps keep one slow spell from skewing one microbatch size against the others.
 
     Sizes (params, activations) are per sample, measured at the smallest microbatch size.
     """
     torch = _torch()
     sizes = _check_args(model, microbatch_sizes, warmup, repeats, optimizer)
+    check_int("sweeps", sweeps, 1)
     if not callable(make_input):
         raise InputError("make_input", make_input, "must be a function: microbatch size -> input tensor")
     if loss_fn is not None and not callable(loss_fn):
@@ -318,50 +360,28 @@ def profile_layers(
     params = tuple(sum(p.numel() for p in layer.parameters()) for layer in layers)
     params_bytes = tuple(sum(p.numel() * p.element_size() for p in layer.parameters()) for layer in layers)
     out_f, out_b, in_f, in_b, mem_b = ([0] * L for _ in range(5))
-    update = [0.0] * L
-    compute: dict[int, tuple[tuple[float, float, float], ...]] = {}
+    update = [math.inf] * L
+    # best[k][i] = (fwd_s, bwd_s): per microbatch size and layer, the fastest sweep's medians
+    best = [[(math.inf, math.inf)] * L for _ in sizes]
     with torch.enable_grad():
-        for k, mbs in enumerate(sizes):
-            x = _make_input(make_input, mbs, dev)
-            rows = []
-            for i, layer in enumerate(layers):
-                inp = _leaf_input(torch, x)
-                last = loss_fn is not None and i == L - 1
-                fwd, bwd = [], []
-                out = grad = None
-                for r in range(warmup + repeats):
-                    for p in layer.parameters():
-                        p.grad = None
-
-                    def run_forward(layer=layer, inp=inp, i=i, last=last) -> tuple[torch.Tensor, torch.Tensor]:
-                        o = _forward(layer, inp, i)
-                        return o, (loss_fn(o) if last else o)  # type: ignore[misc]
-
-                    t_f, (out, target) = timer(run_forward)
-                    t_b = 0.0
-                    if target.requires_grad:
-                        if last:
-                            if target.numel() != 1:
-                                raise InputError("loss_fn", tuple(target.shape), "must return a scalar")
-                            t_b, _ = timer(target.backward)
-                        else:
-                            if grad is None:
-                                grad = torch.randn_like(target)
-                            t_b, _ = timer(lambda target=target, grad=grad: target.backward(grad))
-                    if r >= warmup:
-                        fwd.append(t_f)
-                        bwd.append(t_b)
-                if k == 0:
-                    out_f[i], out_b[i] = out.numel() // mbs, out.numel() * out.element_size() // mbs
-                    in_f[i], in_b[i] = inp.numel() // mbs, inp.numel() * inp.element_size() // mbs
-                    mem_b[i] = _saved_bytes(torch, layer, inp, i) // mbs
-                    update[i] = _time_update(torch, timer, layer, optimizer, warmup, repeats)
-                for p in layer.parameters():
-                    p.grad = None
-                rows.append((statistics.median(fwd), statistics.median(bwd), update[i]))
-                x = out.detach()
-                del out, grad
-            compute[mbs] = tuple(rows)
+        for sweep in range(sweeps):
+            for k, mbs in enumerate(sizes):
+                x = _make_input(make_input, mbs, dev)
+                for i, layer in enumerate(layers):
+                    inp = _leaf_input(torch, x)
+                    fwd, bwd, out = _time_layer(torch, timer, layer, inp, i, loss_fn if i == L - 1 else None,
+                                                warmup, repeats)
+                    if k == 0:
+                        if sweep == 0:
+                            out_f[i], out_b[i] = out.numel() // mbs, out.numel() * out.element_size() // mbs
+                            in_f[i], in_b[i] = inp.numel() // mbs, inp.numel() * inp.element_size() // mbs
+                            mem_b[i] = _saved_bytes(torch, layer, inp, i) // mbs
+                        update[i] = min(update[i], _time_update(torch, timer, layer, optimizer, warmup, repeats))
+                    if fwd + bwd < sum(best[k][i]):
+                        best[k][i] = (fwd, bwd)
+                    x = out.detach()
+                    del out
+    compute = {mbs: tuple((*best[k][i], update[i]) for i in range(L)) for k, mbs in enumerate(sizes)}
     return LayerProfile(
         compute, params, params_bytes, tuple(out_f), tuple(out_b), tuple(in_f), tuple(in_b), tuple(mem_b),
         str(dev), optimizer,
