@@ -69,7 +69,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=15, help="iterations per run (the first 3 are warm-up)")
     parser.add_argument("--gbs", type=int, default=32, help="global batch (samples)")
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="processes at most")
-    parser.add_argument("--rounds", type=int, default=3, help="runs of every plan (interleaved)")
+    parser.add_argument("--rounds", type=int, default=4, help="runs of every plan (interleaved)")
+    parser.add_argument("--quantile", type=float, default=0.25, help="a run counts this quantile of its iterations")
+    parser.add_argument("--sweeps", type=int, default=3, help="profiler passes (the fastest of each time is kept)")
     parser.add_argument("--data-dir", help="keep the profile, network and calibration here (default: a temporary directory)")
     args = parser.parse_args()
     task = TinyGPTTask(vocab=256, seq_len=64, d_model=128, n_layers=4, n_heads=4)
@@ -80,14 +82,15 @@ def main() -> None:
         data_dir = args.data_dir or tmp
         os.makedirs(data_dir, exist_ok=True)
         prof = profile_layers(task.build_model(), lambda m: task.batch(0, 0, m)[0], microbatch_sizes=MICROBATCH_SIZES,
-                              loss_fn=lambda out: out.float().logsumexp(-1).mean(), repeats=7)
+                              loss_fn=lambda out: out.float().logsumexp(-1).mean(), repeats=7,
+                              sweeps=args.sweeps)
         prof.write(data_dir, MODEL, "cpu")
         if args.cores >= 2:
             measure_network(world_size=2).write(data_dir, "cpu", zone="local")
         calib = calibration_plans(MODEL, layers, MICROBATCH_SIZES, args.gbs, min(args.cores, 2))
         held = held_out_plans(args.gbs, layers, args.cores)
         load_before = os.getloadavg()[0]
-        measured = measure_plans(calib | held, task, rounds=args.rounds, steps=args.steps)
+        measured = measure_plans(calib | held, task, rounds=args.rounds, steps=args.steps, quantile=args.quantile)
         sim_kwargs = {"data_dir": data_dir, "gpu_types": {"cpu": cpu}}
         fit = fit_runs(calib, {n: measured[n] for n in calib}, data_dir)
         best = plan_job(MODEL, args.gbs, {("cpu", "local"): args.cores}, gpu_types=(cpu,), data_dir=data_dir).plan
@@ -95,7 +98,8 @@ def main() -> None:
         same = next((n for n, p in (calib | held).items() if p == best), None)
         name = f"planner: PP {best.pp} x DP {best.dp}, mbs {best.microbatch_size}"
         if same is None:
-            measured[name] = measure_plans({name: best}, task, rounds=args.rounds, steps=args.steps)[name]
+            measured[name] = measure_plans({name: best}, task, rounds=args.rounds, steps=args.steps,
+                                          quantile=args.quantile)[name]
             roles[name] = "held out"
             plans = calib | held | {name: best}
         else:

@@ -45,6 +45,28 @@ def test_calibration_plans_cover_compute_microbatches_and_transfers() -> None:
     assert best_of({"a": [0.3, 0.1, 0.2]}) == {"a": 0.1}
 
 
+def test_a_run_counts_a_quantile_of_its_iterations_after_warm_up() -> None:
+    from heteroplan.runtime.config import StepMetrics
+    from heteroplan.runtime.launch import RunResult
+
+    times = [9.0, 0.5, 0.1, 0.4, 0.2, 0.3]  # first one is warm-up
+    run = RunResult([StepMetrics(i + 1, 0.0, t, 0.0) for i, t in enumerate(times)], 6, 0, None, 0.0, 1)
+    assert run.median_iteration_time(skip=1) == pytest.approx(0.3)
+    assert run.iteration_time_quantile(0.0, skip=1) == pytest.approx(0.1)
+    assert run.iteration_time_quantile(0.25, skip=1) == pytest.approx(0.2)
+    assert run.iteration_time_quantile(0.125, skip=1) == pytest.approx(0.15)  # interpolated
+    assert run.iteration_time_quantile(1.0, skip=0) == pytest.approx(9.0)
+    assert run.iteration_time_quantile(0.5, skip=10) == pytest.approx(0.35)  # nothing left: all counted
+    for bad in (-0.1, 1.5, True, "0.5"):
+        with pytest.raises(InputError) as info:
+            run.iteration_time_quantile(bad)
+        assert info.value.field == "q"
+    with pytest.raises(InputError, match="quantile"):
+        from heteroplan.runtime.calibrate import measure_plans
+
+        measure_plans({}, TASK, quantile=2.0)
+
+
 def test_calibrate_runs_fits_writes_and_the_planner_uses_it(profiled) -> None:
     lines: list[str] = []
     cal = calibrate(TASK, profiled, "tiny", processes=2, global_batch_size=8, rounds=1, steps=4, progress=lines.append)

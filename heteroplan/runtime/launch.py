@@ -59,11 +59,20 @@ class RunResult:
 
     def median_iteration_time(self, skip: int = 1) -> float:
         """Median seconds per iteration, skipping the first ``skip`` (warm-up) iterations."""
+        return self.iteration_time_quantile(0.5, skip)
+
+    def iteration_time_quantile(self, q: float, skip: int = 1) -> float:
+        """The ``q`` quantile (0 = fastest, 0.5 = median; linear interpolation) of the seconds per
+        iteration, skipping the first ``skip`` (warm-up) iterations (none skipped if that leaves none)."""
+        if isinstance(q, bool) or not isinstance(q, int | float) or not 0 <= q <= 1:
+            raise InputError("q", q, "must be a quantile between 0 and 1")
         times = sorted(self.iteration_times[skip:] or self.iteration_times)
         if not times:
             raise InputError("steps", 0, "the run finished no iteration")
-        n = len(times)
-        return times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])
+        pos = q * (len(times) - 1)
+        lo = int(pos)
+        hi = min(lo + 1, len(times) - 1)
+        return times[lo] + (pos - lo) * (times[hi] - times[lo])
 
 
 class RunHandle:
