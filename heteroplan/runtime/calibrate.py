@@ -8,10 +8,11 @@ the simulator's ``compute_scale``, ``microbatch_overhead_s`` and ``transfer_late
 (:func:`heteroplan.planner.calibration.fit_sim_config`) and writes them to the profile's
 directory (``sim_config.json``), where ``simulate`` and ``plan_job`` pick them up.
 
-Plans are run interleaved, ``rounds`` times each. A run's time is the median of its iterations
-after warm-up, and a plan's time is its fastest run (:func:`best_of`): on a shared machine other
-tenants slow whole runs down in bursts, never speed them up, so the fastest run is the closest
-to what the plan itself costs (the rule of ``timeit``).
+Plans are run interleaved, ``rounds`` times each. A run's time is the 25th percentile of its
+iterations after warm-up, and a plan's time is its fastest run (:func:`best_of`): on a shared
+machine other tenants slow the machine down in spells of seconds, never speed it up, so the fast
+end is the closest to what the plan itself costs (the rule of ``timeit``). Profile with
+``profile_layers(..., sweeps=3)`` so the profile is read the same way.
 """
 
 from __future__ import annotations
