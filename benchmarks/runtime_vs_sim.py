@@ -4,12 +4,12 @@ Pipeline: ``profile_layers`` (tiny GPT, 1 thread per process, as the runtime run
 interleaved passes keeping each time's fastest) and
 ``measure_network`` (gloo between local processes) write a data directory. The runtime then
 runs the default calibration plans (``heteroplan.runtime.calibrate.calibration_plans``: 1
-process at mbs 1 and 8, DP 2 at mbs 8, PP 2 at mbs 8 and 1) and a set of *held-out* plans (other microbatch
+process at mbs 1 and 8, DP 2 and PP 2 at mbs 8 and 1) and a set of *held-out* plans (other microbatch
 sizes, heterogeneous microbatch counts, another pipeline split), all interleaved, ``--rounds``
 times each. A run counts the ``--quantile`` (0.25) of its iterations after 3 warm-up ones; a plan
 counts its fastest run (``best_of``: spells of other load only slow runs down), and the median run
-is printed beside it. The simulator's ``compute_scale``, ``microbatch_overhead_s`` and
-``transfer_latency_s`` are fitted on the calibration plans only; the Sailor planner then plans
+is printed beside it. The simulator's ``compute_scale``, ``microbatch_overhead_s``,
+``transfer_latency_s`` and ``allreduce_latency_s`` are fitted on the calibration plans only; the Sailor planner then plans
 on the calibrated directory (``N`` = CPU cores "GPUs") and its pick is run too.
 
 Every plan is compared twice: uncalibrated (the profile as measured, ``PROFILED_CONFIG``) and

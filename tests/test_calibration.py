@@ -12,7 +12,7 @@ import pytest
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_profiles import DATA_DIR
 from heteroplan.planner import plan_job, simulate
-from heteroplan.planner.calibration import fit_sim_config, relative_errors
+from heteroplan.planner.calibration import fit_sim_config, relative_errors, time_constants_for
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.planner.search import SearchOptions
 from heteroplan.planner.sim_config import (
@@ -62,6 +62,40 @@ def test_transfer_latency_adds_two_per_microbatch_and_stage_boundary_on_the_crit
     assert simulate(flat, config=replace(DEFAULT_CONFIG, transfer_latency_s=lat)).iteration_time == simulate(flat).iteration_time
 
 
+@pytest.mark.parametrize("pp, dp", [(1, 2), (1, 4), (2, 2), (4, 2)])
+def test_allreduce_latency_adds_two_per_ring_step(pp, dp) -> None:
+    """Alpha-beta ring all-reduce: D replicas take 2 (D - 1) steps, each paying the latency once."""
+    plan = _plan(pp, dp, 4)
+    lat = 0.004
+    base = simulate(plan)
+    late = simulate(plan, config=replace(DEFAULT_CONFIG, allreduce_latency_s=lat))
+    np.testing.assert_allclose(late.details["sync"], base.details["sync"] + 2 * (dp - 1) * lat, rtol=1e-12)
+    assert late.iteration_time == pytest.approx(base.iteration_time + 2 * (dp - 1) * lat, rel=1e-12)
+    assert late.pipeline_time == base.pipeline_time
+    single = _plan(2, 1, 4)  # one replica: no all-reduce, nothing added
+    assert simulate(single, config=replace(DEFAULT_CONFIG, allreduce_latency_s=lat)).iteration_time == (
+        simulate(single).iteration_time)
+
+
+def test_search_prices_the_allreduce_latency_as_the_simulator_does() -> None:
+    pool = {(GPU, ZONE): 16}
+    fast = plan_job(MODEL, 256, pool)
+    config = replace(DEFAULT_CONFIG, allreduce_latency_s=0.05)
+    slow = plan_job(MODEL, 256, pool, options=SearchOptions(config=config))
+    assert slow.extra["search_iteration_time"] == pytest.approx(slow.iteration_time, rel=1e-9)
+    assert slow.iteration_time == pytest.approx(simulate(slow.plan, config=config).iteration_time, rel=1e-12)
+    # 50 ms per ring step makes wide data parallelism expensive: the search must not pick a wider one
+    assert slow.plan.dp <= fast.plan.dp
+    assert slow.iteration_time >= fast.iteration_time
+
+
+def test_time_constants_follow_what_the_plans_exercise() -> None:
+    assert time_constants_for([_plan(1, 1, 2)]) == ("compute_scale", "microbatch_overhead_s")
+    assert time_constants_for([_plan(1, 1, 2), _plan(2, 1, 2)])[-1] == "transfer_latency_s"
+    assert time_constants_for({"a": _plan(1, 2, 2)})[-1] == "allreduce_latency_s"
+    assert len(time_constants_for(PLANS)) == 4
+
+
 def test_search_prices_the_transfer_latency_as_the_simulator_does() -> None:
     """The DP search keeps its own stage tables: its best plan's time must equal simulate's with the same constants."""
     pool = {(GPU, ZONE): 16}
@@ -76,12 +110,15 @@ def test_search_prices_the_transfer_latency_as_the_simulator_does() -> None:
 
 
 def test_fit_recovers_known_constants_from_exact_measurements() -> None:
-    truth = replace(DEFAULT_CONFIG, compute_scale=1.3, microbatch_overhead_s=0.004, transfer_latency_s=0.002)
+    truth = replace(DEFAULT_CONFIG, compute_scale=1.3, microbatch_overhead_s=0.004, transfer_latency_s=0.002,
+                    allreduce_latency_s=0.003)
     measured = [simulate(p, config=truth).iteration_time for p in PLANS.values()]
     fit = fit_sim_config(PLANS, measured, base=DEFAULT_CONFIG)
+    assert fit.constants == ("compute_scale", "microbatch_overhead_s", "transfer_latency_s", "allreduce_latency_s")
     assert fit.config.compute_scale == pytest.approx(1.3, rel=1e-3)
     assert fit.config.microbatch_overhead_s == pytest.approx(0.004, rel=1e-2)
     assert fit.config.transfer_latency_s == pytest.approx(0.002, rel=1e-2)
+    assert fit.config.allreduce_latency_s == pytest.approx(0.003, rel=1e-2)
     assert np.abs(fit.errors_after).max() < 1e-4
     assert np.abs(fit.errors_before).mean() > 0.1
     assert fit.config.overhead_gb == DEFAULT_CONFIG.overhead_gb  # constants not fitted are kept
@@ -118,7 +155,8 @@ def test_sim_config_file_is_used_by_simulate_and_plan_job(tmp_path) -> None:
 @pytest.mark.parametrize(
     "content, field",
     [({"compute_scale": -1.0}, "compute_scale"), ({"warp_speed": 1.0}, "sim_config"),
-     ({"transfer_latency_s": "fast"}, "transfer_latency_s"), ([1, 2], "sim_config")],
+     ({"transfer_latency_s": "fast"}, "transfer_latency_s"), ({"allreduce_latency_s": -1e-3}, "allreduce_latency_s"),
+     ([1, 2], "sim_config")],
 )
 def test_bad_sim_config_file_names_the_constant(tmp_path, content, field) -> None:
     (tmp_path / "sim_config.json").write_text(json.dumps(content))

@@ -33,9 +33,10 @@ def profiled(tmp_path_factory):
 
 def test_calibration_plans_cover_compute_microbatches_and_transfers() -> None:
     plans = calibration_plans("m", 6, (4, 1, 2), 16, processes=2)
-    assert list(plans) == ["1 process, mbs 1", "1 process, mbs 4", "DP 2, mbs 4", "PP 2, mbs 4", "PP 2, mbs 1"]
+    assert list(plans) == ["1 process, mbs 1", "1 process, mbs 4", "DP 2, mbs 4", "DP 2, mbs 1", "PP 2, mbs 4",
+                           "PP 2, mbs 1"]
     assert [(p.pp, p.dp, p.microbatch_size) for p in plans.values()] == [
-        (1, 1, 1), (1, 1, 4), (1, 2, 4), (2, 1, 4), (2, 1, 1)]
+        (1, 1, 1), (1, 1, 4), (1, 2, 4), (1, 2, 1), (2, 1, 4), (2, 1, 1)]
     assert [(s.first_layer, s.last_layer) for s in plans["PP 2, mbs 4"].stages] == [(0, 3), (3, 6)]
     assert list(calibration_plans("m", 6, (2,), 16, processes=1)) == ["1 process, mbs 2"]
     with pytest.raises(InputError, match="global_batch_size"):
@@ -70,9 +71,10 @@ def test_a_run_counts_a_quantile_of_its_iterations_after_warm_up() -> None:
 def test_calibrate_runs_fits_writes_and_the_planner_uses_it(profiled) -> None:
     lines: list[str] = []
     cal = calibrate(TASK, profiled, "tiny", processes=2, global_batch_size=8, rounds=1, steps=4, progress=lines.append)
-    assert cal.names == ("1 process, mbs 1", "1 process, mbs 2", "DP 2, mbs 2", "PP 2, mbs 2", "PP 2, mbs 1")
-    assert len(lines) == 5 and all("s/iteration" in line for line in lines)
-    assert cal.constants == ("compute_scale", "microbatch_overhead_s", "transfer_latency_s")
+    assert cal.names == ("1 process, mbs 1", "1 process, mbs 2", "DP 2, mbs 2", "DP 2, mbs 1", "PP 2, mbs 2",
+                         "PP 2, mbs 1")
+    assert len(lines) == 6 and all("s/iteration" in line for line in lines)
+    assert cal.constants == ("compute_scale", "microbatch_overhead_s", "transfer_latency_s", "allreduce_latency_s")
     assert cal.base == PROFILED_CONFIG
     # the fit starts from the base and never ends worse than it
     assert np.abs(cal.errors_after).mean() <= np.abs(cal.errors_before).mean() + 1e-12
@@ -103,6 +105,6 @@ def test_profile_cli_calibrates(tmp_path, capsys) -> None:
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
     fitted = summary["calibration"]["constants"]
-    assert set(fitted) == {"compute_scale", "microbatch_overhead_s", "transfer_latency_s"}
+    assert set(fitted) == {"compute_scale", "microbatch_overhead_s", "transfer_latency_s", "allreduce_latency_s"}
     assert load_sim_config(tmp_path).to_dict() | fitted == load_sim_config(tmp_path).to_dict()
-    assert len(summary["calibration"]["measured"]) == 5
+    assert len(summary["calibration"]["measured"]) == 6

@@ -4,7 +4,8 @@ Profiles time each layer alone; a training loop adds what they miss: framework t
 microbatch, the fixed cost of every point-to-point transfer (the send call, waking a receiver
 that idled), and the slow-down of ranks sharing a machine. :func:`fit_sim_config` fits the
 constants of :class:`SimConfig` that carry those effects (by default ``compute_scale``,
-``microbatch_overhead_s`` and ``transfer_latency_s``) to measured iteration times of a few
+``microbatch_overhead_s``, and ``transfer_latency_s`` and ``allreduce_latency_s`` where the plans
+have pipelines and data parallelism) to measured iteration times of a few
 plans, minimising the mean absolute relative error with bounded Nelder-Mead (the simulator is
 piecewise linear in them: a max over stages), starting from ``base`` and restarted from its
 best point until a restart no longer improves. The same function fits
@@ -29,9 +30,11 @@ from heteroplan.planner.plan import Plan
 from heteroplan.planner.sim_config import PROFILED_CONFIG, SimConfig
 from heteroplan.planner.simulator import simulate
 
-__all__ = ["Calibration", "TIME_CONSTANTS", "MEMORY_CONSTANTS", "fit_sim_config", "relative_errors"]
+__all__ = [
+    "Calibration", "TIME_CONSTANTS", "MEMORY_CONSTANTS", "fit_sim_config", "relative_errors", "time_constants_for",
+]
 
-TIME_CONSTANTS = ("compute_scale", "microbatch_overhead_s", "transfer_latency_s")
+TIME_CONSTANTS = ("compute_scale", "microbatch_overhead_s", "transfer_latency_s", "allreduce_latency_s")
 MEMORY_CONSTANTS = ("overhead_gb", "working_layers")
 QUANTITIES = ("iteration_time", "peak_memory_gb")
 _RESTARTS = 5
@@ -41,10 +44,25 @@ _BOUNDS = {
     "compute_scale": (1e-3, 1e3),
     "microbatch_overhead_s": (-10.0, 10.0),
     "transfer_latency_s": (0.0, 10.0),
+    "allreduce_latency_s": (0.0, 10.0),
     "overhead_gb": (0.0, 1e4),
     "working_layers": (0.0, 1e4),
     "logits_factor": (0.0, 1e4),
 }
+
+
+def time_constants_for(plans: Sequence[Plan] | Mapping[str, Plan]) -> tuple[str, ...]:
+    """The time constants that ``plans`` can tell apart: ``compute_scale`` and
+    ``microbatch_overhead_s`` always, ``transfer_latency_s`` when a plan has a pipeline and
+    ``allreduce_latency_s`` when one has data parallelism (a constant no plan exercises would be
+    left to chance by the fit, then applied to every plan the planner tries)."""
+    plan_list = list(plans.values()) if isinstance(plans, Mapping) else list(plans)
+    out = ["compute_scale", "microbatch_overhead_s"]
+    if any(p.pp > 1 for p in plan_list):
+        out.append("transfer_latency_s")
+    if any(p.dp > 1 for p in plan_list):
+        out.append("allreduce_latency_s")
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -125,7 +143,7 @@ def fit_sim_config(
     plans: Sequence[Plan] | Mapping[str, Plan],
     measured: Sequence[float],
     *,
-    constants: Sequence[str] = TIME_CONSTANTS,
+    constants: Sequence[str] | None = None,
     quantity: str = "iteration_time",
     base: SimConfig = PROFILED_CONFIG,
     max_iterations: int = 2000,
@@ -136,7 +154,9 @@ def fit_sim_config(
     Args:
         plans: the measured plans, or ``{label: plan}``.
         measured: measured seconds per iteration (or peak GB per GPU), one per plan.
-        constants: names of :class:`SimConfig` constants to fit; at most as many as plans.
+        constants: names of :class:`SimConfig` constants to fit; at most as many as plans
+            (default: :func:`time_constants_for` the plans for time, :data:`MEMORY_CONSTANTS`
+            for memory).
         quantity: ``"iteration_time"`` or ``"peak_memory_gb"``.
         base: starting point; the constants not fitted keep its values.
         max_iterations: Nelder-Mead iteration limit (``converged`` says whether it was enough).
@@ -150,6 +170,8 @@ def fit_sim_config(
     plan_list = list(plans.values()) if isinstance(plans, Mapping) else list(plans)
     if quantity not in QUANTITIES:
         raise InputError("quantity", quantity, f"must be one of {QUANTITIES}")
+    if constants is None:
+        constants = time_constants_for(plan_list) if quantity == "iteration_time" else MEMORY_CONSTANTS
     constants = tuple(constants)
     for c in constants:
         if c not in _BOUNDS:

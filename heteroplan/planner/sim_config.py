@@ -47,6 +47,9 @@ class SimConfig:
         transfer_latency_s: fixed seconds per point-to-point transfer between pipeline stages
             (send call, waking the receiver), added to the bandwidth time of every activation
             and gradient transfer; 0 in Sailor's model, fitted by ``calibrate`` on real runs.
+        allreduce_latency_s: fixed seconds per step of a ring all-reduce (the latency term of the
+            alpha-beta model): a stage's gradient all-reduce over ``D`` replicas takes
+            ``2 (D - 1)`` steps; 0 in Sailor's model, fitted by ``calibrate`` on real runs.
     """
 
     bytes_per_param: float = 16.0
@@ -59,6 +62,7 @@ class SimConfig:
     microbatch_overhead_s: float = 0.0
     compute_scale: float = 1.0
     transfer_latency_s: float = 0.0
+    allreduce_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in self.constant_names():
@@ -67,8 +71,9 @@ class SimConfig:
                 raise InputError(f"SimConfig.{name}", value, "must be a finite number")
         if self.compute_scale <= 0:
             raise InputError("SimConfig.compute_scale", self.compute_scale, "must be > 0")
-        if self.transfer_latency_s < 0:
-            raise InputError("SimConfig.transfer_latency_s", self.transfer_latency_s, "must be >= 0 seconds")
+        for name in ("transfer_latency_s", "allreduce_latency_s"):
+            if getattr(self, name) < 0:
+                raise InputError(f"SimConfig.{name}", getattr(self, name), "must be >= 0 seconds")
 
     def to_dict(self) -> dict[str, float]:
         """All constants by name (the format of ``sim_config.json``)."""

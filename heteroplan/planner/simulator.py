@@ -13,8 +13,9 @@ Model (units: seconds, bytes, GB, $):
   ``T_pipe = (M - 1) max_s sigma_s + sum_s (f_s + b_s) + 2 sum_s c_s``, where ``f + b`` is
   ``compute_scale * profiled + microbatch_overhead_s`` (calibrated on real runs).
   The slowest pipeline replica (straggler) sets the pace.
-- Gradient sync: ring all-reduce per stage over its replicas, ``2 (D-1)/D * G / bw``, ``G`` the
-  fp32 gradient bytes of one GPU, ``bw`` the slowest link of the ring; then the optimizer
+- Gradient sync: ring all-reduce per stage over its replicas, ``2 (D-1) (alpha + G / (D bw))``,
+  ``G`` the fp32 gradient bytes of one GPU, ``bw`` the slowest link of the ring, ``alpha`` =
+  ``allreduce_latency_s`` per ring step (0 unless calibrated); then the optimizer
   update. ``T = max_d T_pipe(d) + max_s (AR_s + U_s)``.
 - Memory per GPU: ``overhead + bytes_per_param * params + act_bytes * act_mem * mbs * inflight``,
   ``inflight = min(S - s, M)`` microbatches held by stage ``s`` under 1F1B.
@@ -172,7 +173,7 @@ def simulate(
             ends = [(r.gpu_type, r.zone) for r in reps[s]]
             links = set(zip(ends, ends[1:] + ends[:1], strict=True))
             bw = min(network.per_gpu_bandwidth(a, b, tp, grad_bytes) for a, b in links)
-            ar = 2 * (D - 1) / D * grad_bytes / 1e9 / bw
+            ar = 2 * (D - 1) * config.allreduce_latency_s + 2 * (D - 1) / D * grad_bytes / 1e9 / bw
             for a, b in links:
                 if a[1] != b[1]:
                     sent = 2 * (D - 1) / D * grad_bytes * tp * sum(

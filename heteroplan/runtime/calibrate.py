@@ -3,9 +3,9 @@
 A profile (:mod:`heteroplan.runtime.profiler`) times each layer alone. :func:`calibrate` runs
 small *calibration plans* of the same model with the runtime — by default one process at the
 smallest and the largest profiled microbatch size, and, with two or more processes, 2
-data-parallel replicas at the largest and a 2-stage pipeline at both — measures their iteration time, fits
-the simulator's ``compute_scale``, ``microbatch_overhead_s`` and ``transfer_latency_s``
-(:func:`heteroplan.planner.calibration.fit_sim_config`) and writes them to the profile's
+data-parallel replicas and a 2-stage pipeline at both — measures their iteration time, fits
+the simulator's ``compute_scale``, ``microbatch_overhead_s``, ``transfer_latency_s`` and
+``allreduce_latency_s`` (:func:`heteroplan.planner.calibration.fit_sim_config`) and writes them to the profile's
 directory (``sim_config.json``), where ``simulate`` and ``plan_job`` pick them up.
 
 Plans are run interleaved, ``rounds`` times each. A run's time is the 25th percentile of its
@@ -24,7 +24,7 @@ from pathlib import Path
 from heteroplan.cluster import GPUType
 from heteroplan.errors import InputError, check_int
 from heteroplan.perf.sailor_profiles import load_model_profile
-from heteroplan.planner.calibration import TIME_CONSTANTS, Calibration, fit_sim_config
+from heteroplan.planner.calibration import Calibration, fit_sim_config, time_constants_for
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.planner.sim_config import load_sim_config
 from heteroplan.runtime.config import RunConfig
@@ -47,11 +47,11 @@ def calibration_plans(
 
     ``1 process`` at the smallest and the largest microbatch size ``m``, ``M`` (together they
     separate the compute scale from the time per microbatch); with ``processes >= 2`` also
-    ``DP 2, mbs M`` (two ranks sharing the machine, an all-reduce) and ``PP 2`` at ``M`` and
-    ``m`` (stages split at ``num_layers // 2``: the same work plus point-to-point transfers, few
-    and many of them). Five plans for three constants: one burst during a run cannot be fitted
+    ``DP 2`` (two ranks sharing the machine, an all-reduce per iteration) and ``PP 2`` (stages
+    split at ``num_layers // 2``: the same work plus point-to-point transfers, few and many of
+    them), each at ``M`` and ``m``. Six plans for four constants: one slow run cannot be fitted
     exactly (with exactly as many plans as constants, a refit on one run's data gave 29.5% on a
-    held-out plan, 15% with the fifth plan). ``global_batch_size`` must be a multiple of ``2 M``.
+    held-out plan, 15% with one plan more). ``global_batch_size`` must be a multiple of ``2 M``.
     """
     check_int("num_layers", num_layers, 2)
     check_int("processes", processes, 1)
@@ -68,7 +68,8 @@ def calibration_plans(
     if processes >= 2:
         two = ReplicaGroup(gpu_type, zone, 1, 2)
         half = num_layers // 2
-        plans[f"DP 2, mbs {large}"] = Plan(model, global_batch_size, large, (Stage(0, num_layers, (two,)),))
+        for m in dict.fromkeys((large, small)):
+            plans[f"DP 2, mbs {m}"] = Plan(model, global_batch_size, m, (Stage(0, num_layers, (two,)),))
         for m in dict.fromkeys((large, small)):
             plans[f"PP 2, mbs {m}"] = Plan(model, global_batch_size, m, (Stage(0, half, (one,)), Stage(half, num_layers, (one,))))
     return plans
@@ -137,8 +138,8 @@ def calibrate(
 
     Returns the :class:`Calibration` (fitted config; errors before, with the directory's
     current constants, and after), fitted to each plan's fastest run (:func:`best_of`) from the
-    directory's current constants. ``transfer_latency_s`` is fitted only when a plan has a
-    pipeline, and never more constants than plans.
+    directory's current constants. ``transfer_latency_s`` (``allreduce_latency_s``) is fitted only
+    when a plan has a pipeline (data parallelism), and never more constants than plans.
     """
     profile = load_model_profile(model, data_dir)
     if gpu_type not in profile.gpu_types:
@@ -159,13 +160,12 @@ def fit_runs(
 ) -> Calibration:
     """Fit the simulator to measured runs of ``plans`` (seconds per iteration by label, as
     :func:`measure_plans` returns them): each plan's fastest run, from the directory's current
-    constants; ``transfer_latency_s`` only when a plan has a pipeline, never more constants than
-    plans. With ``write``, the fit goes to ``data_dir/sim_config.json``.
+    constants; the constants of :func:`~heteroplan.planner.calibration.time_constants_for` the
+    plans, never more than plans. With ``write``, the fit goes to ``data_dir/sim_config.json``.
     """
     width = max(p.num_gpus for p in plans.values())
     device = GPUType(gpu_type, memory_gb=1e6, gpus_per_node=max(width, 1))
-    multi = any(p.pp > 1 for p in plans.values())
-    constants = (TIME_CONSTANTS if multi else TIME_CONSTANTS[:2])[: len(plans)]
+    constants = time_constants_for(plans)[: len(plans)]
     best = best_of(runs)
     calibration = fit_sim_config(
         plans, [best[name] for name in plans], constants=constants,
