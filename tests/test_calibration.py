@@ -77,18 +77,6 @@ def test_allreduce_latency_adds_two_per_ring_step(pp, dp) -> None:
         simulate(single).iteration_time)
 
 
-def test_search_prices_the_allreduce_latency_as_the_simulator_does() -> None:
-    pool = {(GPU, ZONE): 16}
-    fast = plan_job(MODEL, 256, pool)
-    config = replace(DEFAULT_CONFIG, allreduce_latency_s=0.05)
-    slow = plan_job(MODEL, 256, pool, options=SearchOptions(config=config))
-    assert slow.extra["search_iteration_time"] == pytest.approx(slow.iteration_time, rel=1e-9)
-    assert slow.iteration_time == pytest.approx(simulate(slow.plan, config=config).iteration_time, rel=1e-12)
-    # 50 ms per ring step makes wide data parallelism expensive: the search must not pick a wider one
-    assert slow.plan.dp <= fast.plan.dp
-    assert slow.iteration_time >= fast.iteration_time
-
-
 def test_time_constants_follow_what_the_plans_exercise() -> None:
     assert time_constants_for([_plan(1, 1, 2)]) == ("compute_scale", "microbatch_overhead_s")
     assert time_constants_for([_plan(1, 1, 2), _plan(2, 1, 2)])[-1] == "transfer_latency_s"
@@ -96,16 +84,17 @@ def test_time_constants_follow_what_the_plans_exercise() -> None:
     assert len(time_constants_for(PLANS)) == 4
 
 
-def test_search_prices_the_transfer_latency_as_the_simulator_does() -> None:
+@pytest.mark.parametrize("constant, width", [("transfer_latency_s", "pp"), ("allreduce_latency_s", "dp")])
+def test_search_prices_the_latencies_as_the_simulator_does(constant, width) -> None:
     """The DP search keeps its own stage tables: its best plan's time must equal simulate's with the same constants."""
     pool = {(GPU, ZONE): 16}
     fast = plan_job(MODEL, 256, pool)
-    config = replace(DEFAULT_CONFIG, transfer_latency_s=0.05)
+    config = replace(DEFAULT_CONFIG, **{constant: 0.05})
     slow = plan_job(MODEL, 256, pool, options=SearchOptions(config=config))
     assert slow.extra["search_iteration_time"] == pytest.approx(slow.iteration_time, rel=1e-9)
     assert slow.iteration_time == pytest.approx(simulate(slow.plan, config=config).iteration_time, rel=1e-12)
-    # 50 ms per transfer makes pipelines expensive: the search must not pick a deeper one
-    assert slow.plan.pp <= fast.plan.pp
+    # 50 ms per transfer (per ring step) makes pipelines (data parallelism) expensive: no deeper (wider) pick
+    assert getattr(slow.plan, width) <= getattr(fast.plan, width)
     assert slow.iteration_time >= fast.iteration_time
 
 
