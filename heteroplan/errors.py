@@ -80,6 +80,13 @@ def check_int_list(field: str, values: object, low: int, what: str = "integers")
     return tuple(sorted(set(values)))
 
 
+def check_fraction(field: str, value: object) -> float:
+    """``value`` as a number in ``[0, 1]`` (a quantile, a share), else :class:`InputError` naming ``field``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise InputError(field, value, "must be a number between 0 and 1")
+    return float(value)
+
+
 def check_seconds(field: str, value: object) -> float:
     """``value`` as a number of seconds ``> 0``, else :class:`InputError` naming ``field``."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:

@@ -131,9 +131,7 @@ class Searcher:
             y = tab.update.copy()
             if dp > 1:
                 g = np.where(np.isfinite(tab.grad_bytes), tab.grad_bytes, 1.0)
-                ar = 2 * (dp - 1) * self.cfg.allreduce_latency_s + 2 * (dp - 1) / dp * send_time(
-                    self.network, pool, pool, tp, g
-                )
+                ar = self.cfg.ring_allreduce_s(dp, send_time(self.network, pool, pool, tp, g))
                 y = y + np.where(np.isfinite(tab.grad_bytes), ar, np.inf)
             self._sync[key] = y
         return self._sync[key]

@@ -18,6 +18,8 @@ from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
+
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_profiles import resolve_data_dir
@@ -74,6 +76,12 @@ class SimConfig:
         for name in ("transfer_latency_s", "allreduce_latency_s"):
             if getattr(self, name) < 0:
                 raise InputError(f"SimConfig.{name}", getattr(self, name), "must be >= 0 seconds")
+
+    def ring_allreduce_s(self, replicas: int, send_s: float | np.ndarray) -> float | np.ndarray:
+        """Seconds of a ring all-reduce over ``replicas`` (>= 1) whose whole buffer takes ``send_s``
+        seconds over the ring's slowest link: ``2 (D - 1) (allreduce_latency_s + send_s / D)``
+        (0 for one replica); works elementwise on arrays."""
+        return 2 * (replicas - 1) * (self.allreduce_latency_s + send_s / replicas)
 
     def to_dict(self) -> dict[str, float]:
         """All constants by name (the format of ``sim_config.json``)."""

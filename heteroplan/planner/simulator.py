@@ -173,7 +173,7 @@ def simulate(
             ends = [(r.gpu_type, r.zone) for r in reps[s]]
             links = set(zip(ends, ends[1:] + ends[:1], strict=True))
             bw = min(network.per_gpu_bandwidth(a, b, tp, grad_bytes) for a, b in links)
-            ar = 2 * (D - 1) * config.allreduce_latency_s + 2 * (D - 1) / D * grad_bytes / 1e9 / bw
+            ar = config.ring_allreduce_s(D, grad_bytes / 1e9 / bw)
             for a, b in links:
                 if a[1] != b[1]:
                     sent = 2 * (D - 1) / D * grad_bytes * tp * sum(

@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from heteroplan.cluster import GPUType
-from heteroplan.errors import InputError, check_int
+from heteroplan.errors import InputError, check_fraction, check_int
 from heteroplan.perf.sailor_profiles import load_model_profile
 from heteroplan.planner.calibration import Calibration, fit_sim_config, time_constants_for
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
@@ -90,8 +90,7 @@ def measure_plans(
     check_int("rounds", rounds, 1)
     check_int("warmup_steps", warmup_steps, 0)
     check_int("steps", steps, warmup_steps + 1)
-    if isinstance(quantile, bool) or not isinstance(quantile, int | float) or not 0 <= quantile <= 1:
-        raise InputError("quantile", quantile, "must be between 0 (fastest iteration) and 1")
+    check_fraction("quantile", quantile)
     run_config = config or RunConfig(optimizer="sgd", lr=0.01, threads_per_rank=1)
     run_config = replace(run_config, steps=steps, checkpoint_dir=None)
     times: dict[str, list[float]] = {name: [] for name in plans}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch.multiprocessing as mp
 
-from heteroplan.errors import InputError, RankFailure
+from heteroplan.errors import InputError, RankFailure, check_fraction
 from heteroplan.planner.plan import Plan
 from heteroplan.runtime.checkpoint import Checkpoint, latest_checkpoint
 from heteroplan.runtime.config import RunConfig, StepMetrics
@@ -64,8 +64,7 @@ class RunResult:
     def iteration_time_quantile(self, q: float, skip: int = 1) -> float:
         """The ``q`` quantile (0 = fastest, 0.5 = median; linear interpolation) of the seconds per
         iteration, skipping the first ``skip`` (warm-up) iterations (none skipped if that leaves none)."""
-        if isinstance(q, bool) or not isinstance(q, int | float) or not 0 <= q <= 1:
-            raise InputError("q", q, "must be a quantile between 0 and 1")
+        check_fraction("q", q)
         times = sorted(self.iteration_times[skip:] or self.iteration_times)
         if not times:
             raise InputError("steps", 0, "the run finished no iteration")
