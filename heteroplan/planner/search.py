@@ -36,6 +36,7 @@ from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.planner.simulator import DEFAULT_CONFIG, SimConfig
 from heteroplan.planner.split_dp import best_split
 from heteroplan.planner.stage_tables import StageTable, build_stage_table, send_time
+from heteroplan.planner.straggler import clark_max, pipeline_times
 
 __all__ = ["SearchOptions", "Candidate", "Searcher"]
 
@@ -165,6 +166,7 @@ class Searcher:
         w = np.empty((pp, n, n))
         y = np.empty((pp, n, n))
         c_in = np.zeros(n)
+        links = np.zeros((pp, n))  # links[s]: transfer seconds out of stage s, by its last layer
         for s, blk in enumerate(stages):
             tab = self.table(blk.pool[0], blk.tp, mbs)
             if s + 1 < pp:
@@ -188,6 +190,7 @@ class Searcher:
             sigma[s] = tab.fb + 2 * (c_in[:, None] + c_out[None, :])
             w[s] = np.where(ok, tab.fb + 2 * c_out[None, :] + egress_t, np.inf)
             y[s] = self.sync_matrix(blk.pool, blk.tp, mbs, dp)
+            links[s] = c_out
             c_in = c_out
         self.evaluated += 1
         res = best_split(sigma, w, y, M, self.options.max_split_dp_calls)
@@ -204,6 +207,8 @@ class Searcher:
                 price = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
                 egress_cost += 2 * out * blk.tp * M * dp / 1e9 * price
         t_iter = res.objective - (egress_cost / rate if rate > 0 else 0.0)
+        if self.cfg.straggler_cv > 0:  # the split was chosen without the noise; its expected time
+            t_iter = self._expected_time(stages, b, sigma, links, y, mbs, dp)
         cost = rate * t_iter + egress_cost
         mems = tuple(
             float(self.table(blk.pool[0], blk.tp, mbs).memory(min(pp - s, M))[b[s], b[s + 1]])
@@ -229,6 +234,18 @@ class Searcher:
                 return None
             key = (cost, t_iter)
         return Candidate(key, t_iter, cost, mems, plan)
+
+    def _expected_time(self, stages: list[_Block], b: np.ndarray, sigma: np.ndarray, links: np.ndarray,
+                       y: np.ndarray, mbs: int, dp: int) -> float:
+        """Iteration seconds of the split ``b`` with the ranks' speed noise (as ``simulate`` has it)."""
+        idx = np.arange(len(stages))
+        fb = np.array([self.table(blk.pool[0], blk.tp, mbs).fb[b[s], b[s + 1]] for s, blk in enumerate(stages)])
+        step = sigma[idx, b[:-1], b[1:]]
+        fixed = fb.sum() + 2 * links[idx, b[1:]].sum()
+        M = self.gbs // (mbs * dp)
+        mean, sd = pipeline_times(np.repeat(fb[:, None], dp, axis=1), np.repeat(step[:, None], dp, axis=1),
+                                  np.full(dp, fixed), np.full(dp, M), self.cfg.straggler_cv)
+        return float(clark_max(mean, sd)[0]) + float(y[idx, b[:-1], b[1:]].max())
 
     # ------------------------------------------------------------- layouts
     def _tps(self, gpu: str, mbs: int) -> list[int]:

@@ -1,7 +1,7 @@
 """Constants of the Sailor-style simulator, and their calibration file in a data directory.
 
 :class:`SimConfig` holds the model's constants (bytes per parameter, memory overheads, the
-compute scale and fixed per-microbatch and per-transfer seconds). :data:`DEFAULT_CONFIG` is
+compute scale, fixed per-microbatch and per-transfer seconds, and the ranks' speed noise). :data:`DEFAULT_CONFIG` is
 calibrated on Sailor's real GH200 runs and used with the shipped profiles;
 :data:`PROFILED_CONFIG` (no calibration) is used with a profile directory that holds no
 ``sim_config.json``. A directory's ``sim_config.json`` (``{constant: number}``, written by
@@ -52,6 +52,10 @@ class SimConfig:
         allreduce_latency_s: fixed seconds per step of a ring all-reduce (the latency term of the
             alpha-beta model): a stage's gradient all-reduce over ``D`` replicas takes
             ``2 (D - 1)`` steps; 0 in Sailor's model, fitted by ``calibrate`` on real runs.
+        straggler_cv: coefficient of variation of one rank's compute time over an iteration
+            (a fraction: 0.2 = 20%), independent per rank; ranks in lock-step wait for the
+            slowest, so balanced stages and replicas lose time and one rank alone loses none
+            (:mod:`heteroplan.planner.straggler`); 0 in Sailor's model.
     """
 
     bytes_per_param: float = 16.0
@@ -65,6 +69,7 @@ class SimConfig:
     compute_scale: float = 1.0
     transfer_latency_s: float = 0.0
     allreduce_latency_s: float = 0.0
+    straggler_cv: float = 0.0
 
     def __post_init__(self) -> None:
         for name in self.constant_names():
@@ -76,6 +81,8 @@ class SimConfig:
         for name in ("transfer_latency_s", "allreduce_latency_s"):
             if getattr(self, name) < 0:
                 raise InputError(f"SimConfig.{name}", getattr(self, name), "must be >= 0 seconds")
+        if self.straggler_cv < 0:
+            raise InputError("SimConfig.straggler_cv", self.straggler_cv, "must be >= 0 (a fraction of compute time)")
 
     def ring_allreduce_s(self, replicas: int, send_s: float | np.ndarray) -> float | np.ndarray:
         """Seconds of a ring all-reduce over ``replicas`` (>= 1) whose whole buffer takes ``send_s``

@@ -12,7 +12,9 @@ Model (units: seconds, bytes, GB, $):
   ``sigma_s = f_s + b_s + 2 (c_{s-1} + c_s)``; with ``M`` microbatches
   ``T_pipe = (M - 1) max_s sigma_s + sum_s (f_s + b_s) + 2 sum_s c_s``, where ``f + b`` is
   ``compute_scale * profiled + microbatch_overhead_s`` (calibrated on real runs).
-  The slowest pipeline replica (straggler) sets the pace.
+  The slowest pipeline replica sets the pace. With ``straggler_cv > 0`` each rank's compute
+  varies by that fraction per iteration and the maxima over stages and replicas are expected
+  values of maxima of normals (:mod:`heteroplan.planner.straggler`; 0 unless calibrated).
 - Gradient sync: ring all-reduce per stage over its replicas, ``2 (D-1) (alpha + G / (D bw))``,
   ``G`` the fp32 gradient bytes of one GPU, ``bw`` the slowest link of the ring, ``alpha`` =
   ``allreduce_latency_s`` per ring step (0 unless calibrated); then the optimizer
@@ -40,6 +42,7 @@ from heteroplan.planner.sim_config import (
     SimConfig,
     load_sim_config,
 )
+from heteroplan.planner.straggler import clark_max, pipeline_times
 
 __all__ = ["SimConfig", "SimResult", "simulate", "DEFAULT_CONFIG", "PROFILED_CONFIG", "gpu_catalog"]
 
@@ -157,11 +160,7 @@ def simulate(
                     egress_bytes += sent
                     egress_cost += sent / 1e9 * network.egress_per_gb(r.zone, nxt.zone)
     sigma = fb + 2 * (comm[:-1] + comm[1:])
-    t_pipe = (
-        (micro - 1) * sigma.max(axis=0)
-        + fb.sum(axis=0)
-        + 2 * comm.sum(axis=0)
-    )
+    t_pipe, t_pipe_sd = pipeline_times(fb, sigma, fb.sum(axis=0) + 2 * comm.sum(axis=0), micro, config.straggler_cv)
 
     # gradient all-reduce per stage, ring over the stage's replicas in plan order
     sync = np.zeros(S)
@@ -182,7 +181,8 @@ def simulate(
                     egress_bytes += sent
                     egress_cost += sent / 1e9 * network.egress_per_gb(a[1], b[1])
         sync[s] = ar + upd[s].max()
-    t_iter = float(t_pipe.max() + sync.max())
+    pipe_time = float(clark_max(t_pipe, t_pipe_sd)[0])  # the slowest replica (expected, with stragglers)
+    t_iter = pipe_time + float(sync.max())
 
     mem = []
     for s, stage in enumerate(plan.stages):
@@ -200,7 +200,7 @@ def simulate(
         tuple(mem),
         cost,
         egress_bytes / 1e9,
-        float(t_pipe.max()),
+        pipe_time,
         float(sync.max()),
         {"stage_compute": fb, "forward_share": fwd_share, "comm": comm, "sync": sync, "pipeline_times": t_pipe},
     )
