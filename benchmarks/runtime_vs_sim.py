@@ -9,7 +9,7 @@ sizes, heterogeneous microbatch counts, another pipeline split), all interleaved
 times each. A run counts the ``--quantile`` (0.25) of its iterations after 3 warm-up ones; a plan
 counts its fastest run (``best_of``: spells of other load only slow runs down), and the median run
 is printed beside it. The simulator's ``compute_scale``, ``microbatch_overhead_s``,
-``transfer_latency_s`` and ``allreduce_latency_s`` are fitted on the calibration plans only; the Sailor planner then plans
+``transfer_latency_s`` and ``straggler_cv`` are fitted on the calibration plans only; the Sailor planner then plans
 on the calibrated directory (``N`` = CPU cores "GPUs") and its pick is run too.
 
 Every plan is compared twice: uncalibrated (the profile as measured, ``PROFILED_CONFIG``) and

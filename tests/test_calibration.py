@@ -79,8 +79,9 @@ def test_allreduce_latency_adds_two_per_ring_step(pp, dp) -> None:
 
 def test_time_constants_follow_what_the_plans_exercise() -> None:
     assert time_constants_for([_plan(1, 1, 2)]) == ("compute_scale", "microbatch_overhead_s")
-    assert time_constants_for([_plan(1, 1, 2), _plan(2, 1, 2)])[-1] == "transfer_latency_s"
-    assert time_constants_for({"a": _plan(1, 2, 2)})[-1] == "allreduce_latency_s"
+    assert time_constants_for([_plan(1, 1, 2), _plan(2, 1, 2)])[2:] == ("transfer_latency_s", "straggler_cv")
+    assert time_constants_for({"a": _plan(1, 2, 2)})[-1] == "straggler_cv"
+    assert "allreduce_latency_s" not in time_constants_for(PLANS)  # only when asked for
     assert len(time_constants_for(PLANS)) == 4
 
 
@@ -98,16 +99,19 @@ def test_search_prices_the_latencies_as_the_simulator_does(constant, width) -> N
     assert slow.iteration_time >= fast.iteration_time
 
 
-def test_fit_recovers_known_constants_from_exact_measurements() -> None:
+@pytest.mark.parametrize("last, value", [("straggler_cv", 0.15), ("allreduce_latency_s", 0.003)])
+def test_fit_recovers_known_constants_from_exact_measurements(last, value) -> None:
     truth = replace(DEFAULT_CONFIG, compute_scale=1.3, microbatch_overhead_s=0.004, transfer_latency_s=0.002,
-                    allreduce_latency_s=0.003)
+                    **{last: value})
     measured = [simulate(p, config=truth).iteration_time for p in PLANS.values()]
-    fit = fit_sim_config(PLANS, measured, base=DEFAULT_CONFIG)
-    assert fit.constants == ("compute_scale", "microbatch_overhead_s", "transfer_latency_s", "allreduce_latency_s")
+    constants = ("compute_scale", "microbatch_overhead_s", "transfer_latency_s", last)
+    fit = fit_sim_config(PLANS, measured, base=DEFAULT_CONFIG,
+                         constants=None if last == "straggler_cv" else constants)  # the default, or asked for
+    assert fit.constants == constants
     assert fit.config.compute_scale == pytest.approx(1.3, rel=1e-3)
     assert fit.config.microbatch_overhead_s == pytest.approx(0.004, rel=1e-2)
     assert fit.config.transfer_latency_s == pytest.approx(0.002, rel=1e-2)
-    assert fit.config.allreduce_latency_s == pytest.approx(0.003, rel=1e-2)
+    assert getattr(fit.config, last) == pytest.approx(value, rel=1e-2)
     assert np.abs(fit.errors_after).max() < 1e-4
     assert np.abs(fit.errors_before).mean() > 0.1
     assert fit.config.overhead_gb == DEFAULT_CONFIG.overhead_gb  # constants not fitted are kept

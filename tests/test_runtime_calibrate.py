@@ -74,7 +74,7 @@ def test_calibrate_runs_fits_writes_and_the_planner_uses_it(profiled) -> None:
     assert cal.names == ("1 process, mbs 1", "1 process, mbs 2", "DP 2, mbs 2", "DP 2, mbs 1", "PP 2, mbs 2",
                          "PP 2, mbs 1")
     assert len(lines) == 6 and all("s/iteration" in line for line in lines)
-    assert cal.constants == ("compute_scale", "microbatch_overhead_s", "transfer_latency_s", "allreduce_latency_s")
+    assert cal.constants == ("compute_scale", "microbatch_overhead_s", "transfer_latency_s", "straggler_cv")
     assert cal.base == PROFILED_CONFIG
     # the fit starts from the base and never ends worse than it
     assert np.abs(cal.errors_after).mean() <= np.abs(cal.errors_before).mean() + 1e-12
@@ -105,6 +105,6 @@ def test_profile_cli_calibrates(tmp_path, capsys) -> None:
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
     fitted = summary["calibration"]["constants"]
-    assert set(fitted) == {"compute_scale", "microbatch_overhead_s", "transfer_latency_s", "allreduce_latency_s"}
+    assert set(fitted) == {"compute_scale", "microbatch_overhead_s", "transfer_latency_s", "straggler_cv"}
     assert load_sim_config(tmp_path).to_dict() | fitted == load_sim_config(tmp_path).to_dict()
     assert len(summary["calibration"]["measured"]) == 6

@@ -2,12 +2,12 @@
 
 Profiles time each layer alone; a training loop adds what they miss: framework time per
 microbatch, the fixed cost of every point-to-point transfer (the send call, waking a receiver
-that idled), and the slow-down of ranks sharing a machine. :func:`fit_sim_config` fits the
-constants of :class:`SimConfig` that carry those effects (by default ``compute_scale``,
-``microbatch_overhead_s``, and ``transfer_latency_s`` and ``allreduce_latency_s`` where the plans
-have pipelines and data parallelism) to measured iteration times of a few
+that idled), and ranks in lock-step waiting for the slowest of them. :func:`fit_sim_config` fits
+the constants of :class:`SimConfig` that carry those effects (by default ``compute_scale``,
+``microbatch_overhead_s``, and ``transfer_latency_s`` and ``straggler_cv`` where the plans
+have pipelines and several ranks: :func:`time_constants_for`) to measured iteration times of a few
 plans, minimising the mean absolute relative error with bounded Nelder-Mead (the simulator is
-piecewise linear in them: a max over stages), starting from ``base`` and restarted from its
+only piecewise smooth in them: maxima over stages), starting from ``base`` and restarted from its
 best point until a restart no longer improves. The same function fits
 memory constants to measured peak memory (``quantity="peak_memory_gb"``).
 
@@ -34,7 +34,7 @@ __all__ = [
     "Calibration", "TIME_CONSTANTS", "MEMORY_CONSTANTS", "fit_sim_config", "relative_errors", "time_constants_for",
 ]
 
-TIME_CONSTANTS = ("compute_scale", "microbatch_overhead_s", "transfer_latency_s", "allreduce_latency_s")
+TIME_CONSTANTS = ("compute_scale", "microbatch_overhead_s", "transfer_latency_s", "allreduce_latency_s", "straggler_cv")
 MEMORY_CONSTANTS = ("overhead_gb", "working_layers")
 QUANTITIES = ("iteration_time", "peak_memory_gb")
 _RESTARTS = 5
@@ -45,6 +45,7 @@ _BOUNDS = {
     "microbatch_overhead_s": (-10.0, 10.0),
     "transfer_latency_s": (0.0, 10.0),
     "allreduce_latency_s": (0.0, 10.0),
+    "straggler_cv": (0.0, 2.0),
     "overhead_gb": (0.0, 1e4),
     "working_layers": (0.0, 1e4),
     "logits_factor": (0.0, 1e4),
@@ -54,14 +55,21 @@ _BOUNDS = {
 def time_constants_for(plans: Sequence[Plan] | Mapping[str, Plan]) -> tuple[str, ...]:
     """The time constants that ``plans`` can tell apart: ``compute_scale`` and
     ``microbatch_overhead_s`` always, ``transfer_latency_s`` when a plan has a pipeline and
-    ``allreduce_latency_s`` when one has data parallelism (a constant no plan exercises would be
-    left to chance by the fit, then applied to every plan the planner tries)."""
+    ``straggler_cv`` when one has ranks in lock-step (a pipeline or data parallelism). A
+    constant no plan exercises would be left to chance by the fit, then applied to every plan
+    the planner tries.
+
+    ``allreduce_latency_s`` is not among them: on measured runs the wait at the all-reduce is
+    the slower rank's (it grows with the compute of balanced replicas and vanishes when one
+    replica has slack), which ``straggler_cv`` carries and a fixed latency cannot; the two are
+    nearly collinear on data-parallel plans. Fit it explicitly with ``constants=``.
+    """
     plan_list = list(plans.values()) if isinstance(plans, Mapping) else list(plans)
     out = ["compute_scale", "microbatch_overhead_s"]
     if any(p.pp > 1 for p in plan_list):
         out.append("transfer_latency_s")
-    if any(p.dp > 1 for p in plan_list):
-        out.append("allreduce_latency_s")
+    if any(p.pp > 1 or p.dp > 1 for p in plan_list):
+        out.append("straggler_cv")
     return tuple(out)
 
 

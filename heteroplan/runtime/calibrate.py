@@ -5,7 +5,7 @@ small *calibration plans* of the same model with the runtime — by default one 
 smallest and the largest profiled microbatch size, and, with two or more processes, 2
 data-parallel replicas and a 2-stage pipeline at both — measures their iteration time, fits
 the simulator's ``compute_scale``, ``microbatch_overhead_s``, ``transfer_latency_s`` and
-``allreduce_latency_s`` (:func:`heteroplan.planner.calibration.fit_sim_config`) and writes them to the profile's
+``straggler_cv`` (:func:`heteroplan.planner.calibration.fit_sim_config`) and writes them to the profile's
 directory (``sim_config.json``), where ``simulate`` and ``plan_job`` pick them up.
 
 Plans are run interleaved, ``rounds`` times each. A run's time is the 25th percentile of its
@@ -24,9 +24,14 @@ from pathlib import Path
 from heteroplan.cluster import GPUType
 from heteroplan.errors import InputError, check_fraction, check_int
 from heteroplan.perf.sailor_profiles import load_model_profile
-from heteroplan.planner.calibration import Calibration, fit_sim_config, time_constants_for
+from heteroplan.planner.calibration import (
+    TIME_CONSTANTS,
+    Calibration,
+    fit_sim_config,
+    time_constants_for,
+)
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
-from heteroplan.planner.sim_config import load_sim_config
+from heteroplan.planner.sim_config import PROFILED_CONFIG, load_sim_config
 from heteroplan.runtime.config import RunConfig
 from heteroplan.runtime.launch import run_plan
 from heteroplan.runtime.models import TrainTask
@@ -137,8 +142,8 @@ def calibrate(
 
     Returns the :class:`Calibration` (fitted config; errors before, with the directory's
     current constants, and after), fitted to each plan's fastest run (:func:`best_of`) from the
-    directory's current constants. ``transfer_latency_s`` (``allreduce_latency_s``) is fitted only
-    when a plan has a pipeline (data parallelism), and never more constants than plans.
+    directory's current constants. ``transfer_latency_s`` (``straggler_cv``) is fitted only
+    when a plan has a pipeline (several ranks), and never more constants than plans.
     """
     profile = load_model_profile(model, data_dir)
     if gpu_type not in profile.gpu_types:
@@ -160,15 +165,18 @@ def fit_runs(
     """Fit the simulator to measured runs of ``plans`` (seconds per iteration by label, as
     :func:`measure_plans` returns them): each plan's fastest run, from the directory's current
     constants; the constants of :func:`~heteroplan.planner.calibration.time_constants_for` the
-    plans, never more than plans. With ``write``, the fit goes to ``data_dir/sim_config.json``.
+    plans, never more than plans. The other time constants start from :data:`PROFILED_CONFIG`'s
+    values (a refit keeps nothing of an older calibration's). With ``write``, the fit goes to
+    ``data_dir/sim_config.json``.
     """
     width = max(p.num_gpus for p in plans.values())
     device = GPUType(gpu_type, memory_gb=1e6, gpus_per_node=max(width, 1))
     constants = time_constants_for(plans)[: len(plans)]
+    stale = {c: getattr(PROFILED_CONFIG, c) for c in TIME_CONSTANTS if c not in constants}
     best = best_of(runs)
     calibration = fit_sim_config(
         plans, [best[name] for name in plans], constants=constants,
-        base=load_sim_config(data_dir), data_dir=data_dir, gpu_types={gpu_type: device},
+        base=replace(load_sim_config(data_dir), **stale), data_dir=data_dir, gpu_types={gpu_type: device},
     )
     if write:
         calibration.config.write(data_dir)
