@@ -12,6 +12,10 @@ Plan space searched (see docs/sailor.md):
   :func:`heteroplan.planner.split_dp.best_split`;
 - block ``k`` uses ``n_k * dp * tp_k`` GPUs of its pool, at most the pool's count.
 
+With ``SimConfig.straggler_cv > 0`` the split is chosen on the noise-free times, then the chosen
+split is priced with the ranks' speed noise exactly as :func:`~heteroplan.planner.simulator.simulate`
+prices it (the noise only adds time, so the lower bounds below stay valid).
+
 Pruning (``SearchOptions.prune``): one pool per GPU type for single-block plans and one zone
 pair per type pair for two-block plans; two zones of one type only when one zone cannot hold
 the pipeline; TP from the smallest that fits memory, raised only

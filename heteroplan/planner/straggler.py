@@ -34,7 +34,8 @@ def clark_max(means: np.ndarray, sds: np.ndarray) -> tuple[np.ndarray, np.ndarra
     for mu2, sd2 in zip(means[1:], sds[1:], strict=True):
         theta = np.hypot(sd, sd2)
         safe = np.where(theta > 0, theta, 1.0)
-        alpha = (mu - mu2) / safe
+        with np.errstate(over="ignore"):  # a tiny spread: +-inf, clipped; beyond 40 one is surely the larger
+            alpha = np.clip((mu - mu2) / safe, -40.0, 40.0)
         p, q = ndtr(alpha), ndtr(-alpha)
         pdf = np.exp(-0.5 * alpha**2) * _INV_SQRT_2PI
         mean = mu * p + mu2 * q + theta * pdf
