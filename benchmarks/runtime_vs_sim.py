@@ -15,7 +15,7 @@ on the calibrated directory (``N`` = CPU cores "GPUs") and its pick is run too.
 Every plan is compared twice: uncalibrated (the profile as measured, ``PROFILED_CONFIG``) and
 calibrated. Target (issue): simulated within 15% of measured on CPU, judged on held-out plans.
 
-    python benchmarks/runtime_vs_sim.py [--steps 15] [--gbs 32] [--rounds 4] [--sweeps 3] [--quantile 0.25]
+    python benchmarks/runtime_vs_sim.py [--steps 15] [--gbs 32] [--rounds 4] [--sweeps 9] [--quantile 0.25]
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="processes at most")
     parser.add_argument("--rounds", type=int, default=4, help="runs of every plan (interleaved)")
     parser.add_argument("--quantile", type=float, default=0.25, help="a run counts this quantile of its iterations")
-    parser.add_argument("--sweeps", type=int, default=3, help="profiler passes (the fastest of each time is kept)")
+    parser.add_argument("--sweeps", type=int, default=9, help="profiler passes (the fastest of each time is kept)")
     parser.add_argument("--data-dir", help="keep the profile, network and calibration here (default: a temporary directory)")
     args = parser.parse_args()
     task = TinyGPTTask(vocab=256, seq_len=64, d_model=128, n_layers=4, n_heads=4)

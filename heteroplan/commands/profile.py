@@ -74,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=int, default=2, help="untimed runs per measurement")
     p.add_argument("--repeats", type=int, default=5, help="timed runs per measurement (median kept)")
     p.add_argument("--sweeps", type=int, default=None,
-                   help="interleaved passes over all sizes and layers, the fastest kept (default: 3 with --calibrate, "
+                   help="interleaved passes over all sizes and layers, the fastest kept (default: 9 with --calibrate, "
                         "else 1; more on a machine whose speed drifts)")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd", help="optimizer whose step is timed")
     p.add_argument("--no-network", action="store_true", help="skip the network measurement")
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     name = args.model_name or name
     prof = profile_layers(
         model, make_input, _sizes(args.mbs), device=args.device, warmup=args.warmup, repeats=args.repeats,
-        optimizer=args.optimizer, sweeps=(3 if args.calibrate else 1) if args.sweeps is None else args.sweeps,
+        optimizer=args.optimizer, sweeps=(9 if args.calibrate else 1) if args.sweeps is None else args.sweeps,
     )
     path = prof.write(args.out, name, args.gpu_type)
     summary: dict[str, Any] = {
