@@ -2,10 +2,10 @@
 
 Profiles time each layer alone; a training loop adds what they miss: framework time per
 microbatch, the fixed cost of every point-to-point transfer (the send call, waking a receiver
-that idled), and ranks in lock-step waiting for the slowest of them. :func:`fit_sim_config` fits
+that idled), and data-parallel replicas waiting for the slowest of them. :func:`fit_sim_config` fits
 the constants of :class:`SimConfig` that carry those effects (by default ``compute_scale``,
 ``microbatch_overhead_s``, and ``transfer_latency_s`` and ``straggler_cv`` where the plans
-have pipelines and several ranks: :func:`time_constants_for`) to measured iteration times of a few
+have pipelines and data parallelism: :func:`time_constants_for`) to measured iteration times of a few
 plans, minimising the mean absolute relative error with bounded Nelder-Mead (the simulator is
 only piecewise smooth in them: maxima over stages), starting from ``base`` and restarted from its
 best point until a restart no longer improves. The same function fits
@@ -55,7 +55,7 @@ _BOUNDS = {
 def time_constants_for(plans: Sequence[Plan] | Mapping[str, Plan]) -> tuple[str, ...]:
     """The time constants that ``plans`` can tell apart: ``compute_scale`` and
     ``microbatch_overhead_s`` always, ``transfer_latency_s`` when a plan has a pipeline and
-    ``straggler_cv`` when one has ranks in lock-step (a pipeline or data parallelism). A
+    ``straggler_cv`` when one has data parallelism. A
     constant no plan exercises would be left to chance by the fit, then applied to every plan
     the planner tries.
 
@@ -68,7 +68,7 @@ def time_constants_for(plans: Sequence[Plan] | Mapping[str, Plan]) -> tuple[str,
     out = ["compute_scale", "microbatch_overhead_s"]
     if any(p.pp > 1 for p in plan_list):
         out.append("transfer_latency_s")
-    if any(p.pp > 1 or p.dp > 1 for p in plan_list):
+    if any(p.dp > 1 for p in plan_list):
         out.append("straggler_cv")
     return tuple(out)
 

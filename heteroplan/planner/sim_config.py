@@ -53,9 +53,9 @@ class SimConfig:
             alpha-beta model): a stage's gradient all-reduce over ``D`` replicas takes
             ``2 (D - 1)`` steps; 0 in Sailor's model, fitted by ``calibrate`` on real runs.
         straggler_cv: coefficient of variation of one rank's compute time over an iteration
-            (a fraction: 0.2 = 20%), independent per rank; ranks in lock-step wait for the
-            slowest, so balanced stages and replicas lose time and one rank alone loses none
-            (:mod:`heteroplan.planner.straggler`); 0 in Sailor's model.
+            (a fraction: 0.2 = 20%), independent per rank; data-parallel replicas wait for the
+            slowest at the all-reduce, so balanced replicas lose time and a replica with slack
+            or a single one loses none (:mod:`heteroplan.planner.straggler`); 0 in Sailor's model.
     """
 
     bytes_per_param: float = 16.0

@@ -13,8 +13,8 @@ Model (units: seconds, bytes, GB, $):
   ``T_pipe = (M - 1) max_s sigma_s + sum_s (f_s + b_s) + 2 sum_s c_s``, where ``f + b`` is
   ``compute_scale * profiled + microbatch_overhead_s`` (calibrated on real runs).
   The slowest pipeline replica sets the pace. With ``straggler_cv > 0`` each rank's compute
-  varies by that fraction per iteration and the maxima over stages and replicas are expected
-  values of maxima of normals (:mod:`heteroplan.planner.straggler`; 0 unless calibrated).
+  varies by that fraction per iteration and the maximum over replicas is the expected maximum
+  of normals (:mod:`heteroplan.planner.straggler`; 0 unless calibrated).
 - Gradient sync: ring all-reduce per stage over its replicas, ``2 (D-1) (alpha + G / (D bw))``,
   ``G`` the fp32 gradient bytes of one GPU, ``bw`` the slowest link of the ring, ``alpha`` =
   ``allreduce_latency_s`` per ring step (0 unless calibrated); then the optimizer

@@ -1,13 +1,17 @@
-"""Expected iteration time of ranks in lock-step whose speed varies (stragglers).
+"""Expected iteration time of data-parallel replicas whose speed varies (stragglers).
 
 Each rank's compute over one iteration is slowed or sped up by a factor ``1 + e``, ``e`` normal
-with standard deviation ``cv`` (:attr:`SimConfig.straggler_cv`), independently per rank. Ranks
-in lock-step wait for each other: a pipeline runs at the pace of its slowest stage, an
-iteration ends when the slowest pipeline replica is done. The expected maximum of such normal
-times is Clark's (1961) moment-matching: the maximum of two normals has the exact mean and
-variance below, and a maximum over more is taken two at a time, each intermediate maximum
-treated as normal again. Balanced ranks lose ``cv / sqrt(pi)`` (2 ranks: 0.564 ``cv``) of their
-compute time; a rank with enough slack costs nothing.
+with standard deviation ``cv`` (:attr:`SimConfig.straggler_cv`), independently per rank. Data-
+parallel replicas meet once per iteration, in the gradient all-reduce, so an iteration ends
+with the slowest replica: its expected time is the expected maximum of the replicas' normal
+times, by Clark's (1961) moment matching (exact for two; a maximum over more is taken two at a
+time, each intermediate maximum treated as normal again). A replica's spread is that of its
+bottleneck stage over the steady state plus its fill and drain. Two balanced replicas lose
+``cv / sqrt(pi)`` (0.564 ``cv``) of their compute; a replica with slack costs nothing.
+
+Pipeline stages are not maximised over: they hand over a microbatch at every step with some
+in flight (1F1B), and on measured runs (docs/runtime.md) two-stage pipelines ran as their
+transfers predict while two data-parallel replicas lost 10-30%.
 
 Units: any (seconds in the simulator); arrays are reduced along axis 0.
 """
@@ -49,8 +53,8 @@ def clark_max(means: np.ndarray, sds: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 def pipeline_times(
     compute: np.ndarray, step: np.ndarray, fixed: np.ndarray, microbatches: np.ndarray, cv: float,
-) -> np.ndarray:
-    """Mean and standard deviation of each pipeline replica's seconds under 1F1B with rank speed noise ``cv``.
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard deviation of each pipeline replica's seconds under 1F1B.
 
     Args:
         compute: ``(S, D)`` forward + backward seconds per microbatch of stage ``s`` in replica ``d``.
@@ -59,12 +63,14 @@ def pipeline_times(
         microbatches: ``(D,)`` microbatches per replica.
         cv: coefficient of variation of a rank's compute time over an iteration (0: none).
 
-    Returns ``(mean, sd)`` of each replica's time, ``(D,)`` each:
-    ``(M - 1) E[max_s step_s (noisy)] + fixed``, the bottleneck's noise times ``M - 1`` plus the
-    fill and drain's (taken as fully correlated with it, exact for one stage).
+    Returns ``(mean, sd)``, ``(D,)`` each: the mean is ``(M - 1) max_s step_s + fixed``; the
+    spread is ``cv`` times the bottleneck stage's compute over the steady state plus the fill
+    and drain's compute (taken as moving together: exact for one stage). Feed them to
+    :func:`clark_max` for the slowest replica.
     """
     micro = np.asarray(microbatches, dtype=float)
-    bottleneck, spread = clark_max(step, cv * compute)
-    mean = (micro - 1) * bottleneck + fixed
-    sd = (micro - 1) * spread + cv * np.sqrt((compute**2).sum(axis=0))
+    bottleneck = step.argmax(axis=0)
+    mean = (micro - 1) * step.max(axis=0) + fixed
+    busy = compute[bottleneck, np.arange(step.shape[1])]
+    sd = cv * ((micro - 1) * busy + np.sqrt((compute**2).sum(axis=0)))
     return mean, sd

@@ -143,7 +143,7 @@ def calibrate(
     Returns the :class:`Calibration` (fitted config; errors before, with the directory's
     current constants, and after), fitted to each plan's fastest run (:func:`best_of`) from the
     directory's current constants. ``transfer_latency_s`` (``straggler_cv``) is fitted only
-    when a plan has a pipeline (several ranks), and never more constants than plans.
+    when a plan has a pipeline (data parallelism), and never more constants than plans.
     """
     profile = load_model_profile(model, data_dir)
     if gpu_type not in profile.gpu_types:
