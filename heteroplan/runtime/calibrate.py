@@ -12,7 +12,7 @@ Plans are run interleaved, ``rounds`` times each. A run's time is the 25th perce
 iterations after warm-up, and a plan's time is its fastest run (:func:`best_of`): on a shared
 machine other tenants slow the machine down in spells of seconds, never speed it up, so the fast
 end is the closest to what the plan itself costs (the rule of ``timeit``). Profile with
-``profile_layers(..., sweeps=3)`` so the profile is read the same way.
+``profile_layers(..., sweeps=9)`` so the profile is read the same way.
 """
 
 from __future__ import annotations
