@@ -12,6 +12,7 @@ import queue as queue_mod
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch.multiprocessing as mp
 
@@ -24,7 +25,7 @@ from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.netbench import free_port
 from heteroplan.runtime.worker import rank_entry
 
-__all__ = ["RunHandle", "RunResult", "launch", "run_plan"]
+__all__ = ["RankProcesses", "RunHandle", "RunResult", "check_task", "launch", "run_plan"]
 
 @dataclass
 class RunResult:
@@ -74,97 +75,89 @@ class RunResult:
         return times[lo] + (pos - lo) * (times[hi] - times[lo])
 
 
-class RunHandle:
-    """A run in progress: poll its metrics, ask it to stop, wait for its result."""
+class RankProcesses:
+    """Local processes, one per rank, that report to the parent through a queue; never waits forever.
 
-    def __init__(self, plan: Plan, task: TrainTask, config: RunConfig) -> None:
-        if not isinstance(config, RunConfig):
-            raise InputError("config", type(config).__name__, "must be a heteroplan.runtime.RunConfig")
-        for attr in ("build_model", "batch", "loss"):
-            if not callable(getattr(task, attr, None)):
-                raise InputError("task", type(task).__name__, f"has no {attr}() (see heteroplan.runtime.TrainTask)")
-        self.plan = plan
-        self.config = config
-        self.world_size = len(rank_layout(plan))
-        num_layers = getattr(task, "num_layers", None)
-        if isinstance(num_layers, int) and num_layers != plan.num_layers:
-            raise InputError("plan.stages", plan.num_layers, f"the task's model has {num_layers} layers; the plan must cover them")
-        resume = latest_checkpoint(config.checkpoint_dir) if config.resume else None
-        self.start_step = resume.step if resume else 0
+    ``target(rank, world_size, init_method, *args, stop_event, queue)`` runs in each process and
+    puts ``("step", rank, payload)`` for progress, ``("done", rank, value)`` at the end, or
+    ``("error", rank, traceback)``. :meth:`poll` raises :class:`RankFailure` when a rank errs or
+    dies, or when nothing is reported for ``timeout_s`` seconds (``startup_timeout_s`` at first);
+    the failure names ``checkpoint_dir``'s newest checkpoint.
+    """
+
+    def __init__(self, world_size: int, target: Callable[..., None], args: tuple, *, timeout_s: float,
+                 startup_timeout_s: float, checkpoint_dir: str | None = None) -> None:
+        self.world_size = world_size
+        self.timeout_s = timeout_s
+        self.checkpoint_dir = checkpoint_dir
         ctx = mp.get_context("spawn")
         self._queue = ctx.Queue()
         self._stop = ctx.Event()
         init = f"tcp://127.0.0.1:{free_port()}"
         self._procs = [
-            ctx.Process(target=rank_entry, args=(r, self.world_size, init, plan.to_dict(), task, config,
-                                                 self._stop, self._queue), daemon=True)
-            for r in range(self.world_size)
+            ctx.Process(target=target, args=(r, world_size, init, *args, self._stop, self._queue), daemon=True)
+            for r in range(world_size)
         ]
         self._t0 = time.perf_counter()
-        self._last_progress = time.monotonic() + config.startup_timeout_s
-        self._steps: list[StepMetrics] = []
-        self._done: dict[int, int] = {}
+        self._last_progress = time.monotonic() + startup_timeout_s
+        self._reports: list[Any] = []
+        self._done: dict[int, Any] = {}
         self._errors: dict[int, str] = {}
         for p in self._procs:
             p.start()
 
-    # ------------------------------------------------------------------ control
     def stop(self) -> None:
-        """Ask the run to stop after the current iteration (it checkpoints first)."""
+        """Ask the ranks to stop (they see the event at their next check)."""
         self._stop.set()
 
-    @property
-    def steps(self) -> list[StepMetrics]:
-        """Iterations reported so far (call :meth:`poll` to refresh)."""
-        return list(self._steps)
-
     def poll(self) -> bool:
-        """Collect reports; True while the run is still going. Raises :class:`RankFailure`."""
+        """Collect reports; True while a rank is still going. Raises :class:`RankFailure`."""
         self._drain()
-        dead = [r for r, p in enumerate(self._procs) if p.exitcode not in (None, 0) and r not in self._done]
-        if dead and not self._errors:
-            time.sleep(0.2)  # let a dead rank's error report (if any) arrive first
+        if self._errors or self._dead():
+            time.sleep(0.2)  # let the other reports and exits of a failure arrive
             self._drain()
-        if self._errors:
-            rank = min(self._errors)
+            # the cause: a rank that died without a word (its peers then fail to reach it), else
+            # the first rank to report an error
+            silent = [r for r in self._dead() if r not in self._errors]
+            if silent:
+                self._fail(silent[0], f"process exited with code {self._procs[silent[0]].exitcode}")
+            rank = next(iter(self._errors))
             self._fail(rank, self._errors[rank].strip().splitlines()[-1] + "\n" + self._errors[rank][-1500:])
-        if dead:
-            self._fail(dead[0], f"process exited with code {self._procs[dead[0]].exitcode}")
-        if time.monotonic() - self._last_progress > self.config.timeout_s:
-            self._fail(None, f"no iteration finished for {self.config.timeout_s:.0f} s")
+        if time.monotonic() - self._last_progress > self.timeout_s:
+            self._fail(None, f"no iteration finished for {self.timeout_s:.0f} s")
         return not all(p.exitcode is not None for p in self._procs)
 
-    def wait(self, timeout: float | None = None, progress: Callable[[StepMetrics], None] | None = None) -> RunResult:
-        """Block until every rank is done; ``progress`` is called for each new iteration."""
+    def _dead(self) -> list[int]:
+        """Ranks that exited with an error code before reporting completion."""
+        return [r for r, p in enumerate(self._procs) if p.exitcode not in (None, 0) and r not in self._done]
+
+    def wait_all(self, timeout: float | None = None, on_report: Callable[[Any], None] | None = None) -> None:
+        """Block until every rank has exited; ``on_report`` is called for each new report, in order."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        shown = len(self._steps)
-        while self.poll():
-            if progress is not None:
-                for m in self._steps[shown:]:
-                    progress(m)
-                shown = len(self._steps)
+        shown = len(self._reports)
+        while True:
+            going = self.poll()
+            if on_report is not None:
+                for payload in self._reports[shown:]:
+                    on_report(payload)
+                shown = len(self._reports)
+            if not going:
+                break
             if deadline is not None and time.monotonic() > deadline:
                 self._fail(None, f"did not finish within {timeout:.0f} s")
             time.sleep(0.02)
-        self.poll()
-        if progress is not None:
-            for m in self._steps[shown:]:
-                progress(m)
         for p in self._procs:
             p.join()
-        final = max(self._done.values()) if self._done else self.start_step
-        return RunResult(self._steps, final, self.start_step, latest_checkpoint(self.config.checkpoint_dir),
-                         time.perf_counter() - self._t0, self.world_size, final < self.config.steps)
 
     def _drain(self) -> None:
-        """Take every pending report from the ranks (iterations, completions, errors)."""
+        """Take every pending report from the ranks (progress, completions, errors)."""
         while True:
             try:
                 kind, rank, payload = self._queue.get_nowait()
             except queue_mod.Empty:
                 return
             if kind == "step":
-                self._steps.append(payload)
+                self._reports.append(payload)
                 self._last_progress = time.monotonic()
             elif kind == "done":
                 self._done[rank] = payload
@@ -173,7 +166,7 @@ class RunHandle:
 
     def _fail(self, rank: int | None, reason: str) -> None:
         self.terminate()
-        raise RankFailure(rank, reason, latest_checkpoint(self.config.checkpoint_dir))
+        raise RankFailure(rank, reason, latest_checkpoint(self.checkpoint_dir))
 
     def terminate(self) -> None:
         """Kill every rank now (no checkpoint)."""
@@ -185,6 +178,44 @@ class RunHandle:
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
+
+
+class RunHandle(RankProcesses):
+    """A run in progress: poll its metrics, ask it to stop, wait for its result."""
+
+    def __init__(self, plan: Plan, task: TrainTask, config: RunConfig) -> None:
+        if not isinstance(config, RunConfig):
+            raise InputError("config", type(config).__name__, "must be a heteroplan.runtime.RunConfig")
+        check_task(task)
+        self.plan = plan
+        self.config = config
+        num_layers = getattr(task, "num_layers", None)
+        if isinstance(num_layers, int) and num_layers != plan.num_layers:
+            raise InputError("plan.stages", plan.num_layers, f"the task's model has {num_layers} layers; the plan must cover them")
+        resume = latest_checkpoint(config.checkpoint_dir) if config.resume else None
+        self.start_step = resume.step if resume else 0
+        super().__init__(len(rank_layout(plan)), rank_entry, (plan.to_dict(), task, config),
+                         timeout_s=config.timeout_s, startup_timeout_s=config.startup_timeout_s,
+                         checkpoint_dir=config.checkpoint_dir)
+
+    @property
+    def steps(self) -> list[StepMetrics]:
+        """Iterations reported so far (call :meth:`poll` to refresh)."""
+        return list(self._reports)
+
+    def wait(self, timeout: float | None = None, progress: Callable[[StepMetrics], None] | None = None) -> RunResult:
+        """Block until every rank is done; ``progress`` is called for each new iteration."""
+        self.wait_all(timeout, progress)
+        final = max(self._done.values()) if self._done else self.start_step
+        return RunResult(list(self._reports), final, self.start_step, latest_checkpoint(self.config.checkpoint_dir),
+                         time.perf_counter() - self._t0, self.world_size, final < self.config.steps)
+
+
+def check_task(task: TrainTask) -> None:
+    """Raise :class:`InputError` unless ``task`` has what the runtime calls."""
+    for attr in ("build_model", "batch", "loss"):
+        if not callable(getattr(task, attr, None)):
+            raise InputError("task", type(task).__name__, f"has no {attr}() (see heteroplan.runtime.TrainTask)")
 
 
 def launch(plan: Plan, task: TrainTask, config: RunConfig | None = None) -> RunHandle:

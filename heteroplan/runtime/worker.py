@@ -29,7 +29,7 @@ from heteroplan.runtime.layout import RankInfo, check_runnable, rank_layout
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.schedule import SCHEDULES
 
-__all__ = ["train_rank", "rank_entry", "main"]
+__all__ = ["StageTrainer", "train_rank", "rank_entry", "main"]
 
 
 def _dp_groups(plan: Plan) -> list[Any]:
@@ -44,6 +44,91 @@ def _device(config: RunConfig, rank: int) -> torch.device:
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
     return torch.device("cpu")
+
+
+class StageTrainer:
+    """This rank's share of ``plan``: its stage's layers, optimizer and links; :meth:`step` trains one iteration.
+
+    Ranks of the plan are the global ranks ``0 .. plan ranks - 1`` (a larger world may hold other
+    plans' ranks too). ``dp_group`` is this rank's stage's data-parallel group (``None`` when
+    dp = 1), ``group`` the plan's ranks for the end-of-iteration control all-reduce (``None``:
+    the default group).
+    """
+
+    def __init__(self, plan: Plan, task: TrainTask, config: RunConfig, rank: int, dp_group: Any,
+                 group: Any = None) -> None:
+        layout = rank_layout(plan)
+        self.me: RankInfo = layout[rank]
+        self.plan, self.task, self.rank, self.dp_group, self.group = plan, task, rank, dp_group, group
+        self.solo = len(layout) == 1
+        self.device = _device(config, rank)
+        torch.set_num_threads(config.threads_per_rank)
+        full = task.build_model()
+        check_runnable(plan, len(full))
+        self.stage = nn.Sequential(*list(full)[self.me.first_layer : self.me.last_layer]).to(self.device)
+        del full
+        self.params = [p for p in self.stage.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(self.params, config)
+        self.first, self.last = self.me.stage == 0, self.me.stage == plan.pp - 1
+        self.prev_rank = rank - plan.dp if not self.first else None
+        self.next_rank = rank + plan.dp if not self.last else None
+        self.ops = SCHEDULES[config.schedule](plan.pp, self.me.stage, self.me.num_microbatches)
+        self.links = Links()
+        self.control = torch.zeros(2, dtype=torch.float64, device=self.device)
+
+    def step(self, step: int, request_stop: bool = False) -> tuple[StepMetrics, bool]:
+        """Train iteration ``step`` (0-based; it picks the data); returns what rank 0 reports
+        (``step`` + 1 done, loss, seconds) and whether any rank asked to stop."""
+        me, mbs, gbs, device = self.me, self.plan.microbatch_size, self.plan.global_batch_size, self.device
+        t0 = time.perf_counter()
+        pending: list[PendingSend] = []
+        saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        loss_sum = 0.0
+        for op in self.ops:
+            offset = me.sample_offset + op.microbatch * mbs
+            if op.kind == "F":
+                if self.first:
+                    x = self.task.batch(step, offset, mbs)[0].to(device)
+                else:
+                    x = self.links.recv(self.prev_rank, TAG_ACTIVATION, device)
+                    if not x.is_floating_point():
+                        raise RuntimeError(f"stage {me.stage} receives {x.dtype} activations: cannot backpropagate")
+                    x.requires_grad_(True)
+                y = self.stage(x)
+                if self.last:
+                    target = self.task.batch(step, offset, mbs)[1].to(device)
+                    y = self.task.loss(y, target) * (mbs / gbs)
+                    loss_sum += float(y.detach())
+                else:
+                    pending.append(self.links.send(y, self.next_rank, TAG_ACTIVATION))
+                saved[op.microbatch] = (x, y)
+            else:
+                x, y = saved.pop(op.microbatch)
+                if self.last:
+                    y.backward()
+                else:
+                    y.backward(self.links.recv(self.next_rank, TAG_GRADIENT, device))
+                if not self.first:
+                    pending.append(self.links.send(x.grad, self.prev_rank, TAG_GRADIENT))
+        for send in pending:
+            send.wait()
+        t_sync = time.perf_counter()
+        if self.dp_group is not None:
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat, group=self.dp_group)
+            for p, g in zip(self.params, torch.split(flat, [q.numel() for q in self.params]), strict=True):
+                p.grad = g.view_as(p)
+        sync_time = time.perf_counter() - t_sync
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.control.zero_()
+        self.control[0] = 1.0 if request_stop else 0.0
+        if self.last:
+            self.control[1] = loss_sum
+        if not self.solo:
+            dist.all_reduce(self.control, group=self.group)
+        return StepMetrics(step + 1, float(self.control[1]), time.perf_counter() - t0, sync_time), bool(self.control[0] > 0)
 
 
 def train_rank(
@@ -63,92 +148,27 @@ def train_rank(
     layout = rank_layout(plan)
     if world != len(layout):
         raise RuntimeError(f"world size {world} but the plan has {len(layout)} ranks")
-    me: RankInfo = layout[rank]
-    device = _device(config, rank)
-    torch.set_num_threads(config.threads_per_rank)
-    full = task.build_model()
-    check_runnable(plan, len(full))
-    stage = nn.Sequential(*list(full)[me.first_layer : me.last_layer]).to(device)
-    del full
-    params = [p for p in stage.parameters() if p.requires_grad]
-    optimizer = make_optimizer(params, config)
-    dp_group = _dp_groups(plan)[me.stage]
-    first, last = me.stage == 0, me.stage == plan.pp - 1
-    prev_rank = rank - plan.dp if not first else None
-    next_rank = rank + plan.dp if not last else None
-    mbs, gbs = plan.microbatch_size, plan.global_batch_size
-    ops = SCHEDULES[config.schedule](plan.pp, me.stage, me.num_microbatches)
-    links = Links()
-
+    trainer = StageTrainer(plan, task, config, rank, _dp_groups(plan)[layout[rank].stage])
     start = 0
     resume = ckpt.latest_checkpoint(config.checkpoint_dir) if config.resume else None
     if resume is not None:
-        ckpt.load_layers(resume, me.first_layer, stage, optimizer)
+        ckpt.load_layers(resume, trainer.me.first_layer, trainer.stage, trainer.optimizer)
         start = resume.step
     deadline = time.monotonic() + config.max_seconds if config.max_seconds else None
-    control = torch.zeros(2, dtype=torch.float64, device=device)
     done = start
     for step in range(start, config.steps):
         if config.fault is not None and tuple(config.fault[1:]) == (rank, step):
             if config.fault[0] == "exit":
                 os._exit(17)  # die without a word, as a crashed node would
             time.sleep(10 * config.timeout_s)  # hang, as a wedged GPU would
-        t0 = time.perf_counter()
-        pending: list[PendingSend] = []
-        saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        loss_sum = 0.0
-        for op in ops:
-            offset = me.sample_offset + op.microbatch * mbs
-            if op.kind == "F":
-                if first:
-                    x = task.batch(step, offset, mbs)[0].to(device)
-                else:
-                    x = links.recv(prev_rank, TAG_ACTIVATION, device)
-                    if not x.is_floating_point():
-                        raise RuntimeError(f"stage {me.stage} receives {x.dtype} activations: cannot backpropagate")
-                    x.requires_grad_(True)
-                y = stage(x)
-                if last:
-                    target = task.batch(step, offset, mbs)[1].to(device)
-                    y = task.loss(y, target) * (mbs / gbs)
-                    loss_sum += float(y.detach())
-                else:
-                    pending.append(links.send(y, next_rank, TAG_ACTIVATION))
-                saved[op.microbatch] = (x, y)
-            else:
-                x, y = saved.pop(op.microbatch)
-                if last:
-                    y.backward()
-                else:
-                    y.backward(links.recv(next_rank, TAG_GRADIENT, device))
-                if not first:
-                    pending.append(links.send(x.grad, prev_rank, TAG_GRADIENT))
-        for send in pending:
-            send.wait()
-        t_sync = time.perf_counter()
-        if dp_group is not None:
-            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-            flat = torch.cat([g.reshape(-1) for g in grads])
-            dist.all_reduce(flat, group=dp_group)
-            for p, g in zip(params, torch.split(flat, [q.numel() for q in params]), strict=True):
-                p.grad = g.view_as(p)
-        sync_time = time.perf_counter() - t_sync
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        control.zero_()
-        if rank == 0 and (should_stop() or (deadline is not None and time.monotonic() > deadline)):
-            control[0] = 1.0
-        if last:
-            control[1] = loss_sum
-        dist.all_reduce(control)
-        stop = bool(control[0] > 0)
+        ask = rank == 0 and (should_stop() or (deadline is not None and time.monotonic() > deadline))
+        metrics, stop = trainer.step(step, ask)
         done = step + 1
-        loss = float(control[1])
         if rank == 0:
-            report(StepMetrics(done, loss, time.perf_counter() - t0, sync_time))
+            report(metrics)
         due = config.checkpoint_every and done % config.checkpoint_every == 0
         if config.checkpoint_dir and (due or stop or done == config.steps):
-            _checkpoint(plan, config, me, stage, optimizer, done, loss)
+            _checkpoint(plan, config, trainer.me, trainer.stage, trainer.optimizer, done, metrics.loss)
         if stop:
             break
     return done
@@ -175,9 +195,20 @@ def rank_entry(rank: int, world_size: int, init_method: str, plan_dict: dict, ta
         queue.put(("done", rank, done))
         dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - report anything to the parent, then fail
-        queue.put(("error", rank, traceback.format_exc(limit=8)))
-        sys.stdout.flush()
-        os._exit(1)
+        report_failure_and_exit(queue, rank)
+
+
+def report_failure_and_exit(queue: Any, rank: int) -> None:
+    """Send the current exception's traceback to the launcher and end the process (exit code 1).
+
+    The queue is flushed first: ``os._exit`` would otherwise kill its feeder thread before the
+    report left, and the launcher would only see the exit code.
+    """
+    queue.put(("error", rank, traceback.format_exc(limit=8)))
+    queue.close()
+    queue.join_thread()
+    sys.stdout.flush()
+    os._exit(1)
 
 
 def main(argv: list[str] | None = None) -> int:
