@@ -3,19 +3,24 @@
 Pipeline: ``profile_layers`` (tiny GPT, 1 thread per process, as the runtime runs, ``--sweeps``
 interleaved passes keeping each time's fastest) and
 ``measure_network`` (gloo between local processes) write a data directory. The runtime then
-runs the default calibration plans (``heteroplan.runtime.calibrate.calibration_plans``: 1
+times the default calibration plans (``heteroplan.runtime.calibrate.calibration_plans``: 1
 process at mbs 1 and 8, DP 2 and PP 2 at mbs 8 and 1) and a set of *held-out* plans (other microbatch
-sizes, heterogeneous microbatch counts, another pipeline split), all interleaved, ``--rounds``
-times each. A run counts the ``--quantile`` (0.25) of its iterations after 3 warm-up ones; a plan
-counts its fastest run (``best_of``: spells of other load only slow runs down), and the median run
-is printed beside it. The simulator's ``compute_scale``, ``microbatch_overhead_s``,
-``transfer_latency_s`` and ``straggler_cv`` are fitted on the calibration plans only; the Sailor planner then plans
-on the calibrated directory (``N`` = CPU cores "GPUs") and its pick is run too.
+sizes, heterogeneous microbatch counts, another pipeline split).
+
+``--method interleaved`` (default): all plans live in one set of processes and take turns,
+``--rounds`` (30) visits each in a random order per round, 1 untimed + 2 timed iterations per
+visit; a plan's time is the median of its timed iterations
+(``heteroplan.runtime.interleave.measure_interleaved``). ``--method runs``: every plan is
+launched on its own ``--rounds`` (4) times, run by run interleaved, ``--steps`` iterations
+each; a run counts the ``--quantile`` (0.25) of its iterations after 3 warm-up ones, a plan its
+fastest run. The simulator's ``compute_scale``, ``microbatch_overhead_s``,
+``transfer_latency_s`` and ``straggler_cv`` are fitted on the calibration plans only; the Sailor
+planner then plans on the calibrated directory (``N`` = CPU cores "GPUs") and its pick is run too.
 
 Every plan is compared twice: uncalibrated (the profile as measured, ``PROFILED_CONFIG``) and
 calibrated. Target (issue): simulated within 15% of measured on CPU, judged on held-out plans.
 
-    python benchmarks/runtime_vs_sim.py [--steps 15] [--gbs 32] [--rounds 4] [--sweeps 9] [--quantile 0.25]
+    python benchmarks/runtime_vs_sim.py [--method interleaved|runs] [--rounds N] [--sweeps 9] [--gbs 32]
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from heteroplan.planner import plan_job, simulate
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.planner.sim_config import PROFILED_CONFIG
 from heteroplan.runtime import TinyGPTTask
-from heteroplan.runtime.calibrate import best_of, calibration_plans, fit_runs, measure_plans
+from heteroplan.runtime.calibrate import calibration_plans, fit_runs, measure_plans
+from heteroplan.runtime.interleave import measure_interleaved
 from heteroplan.runtime.netbench import measure_network
 from heteroplan.runtime.profiler import profile_layers
 
@@ -67,14 +73,25 @@ def held_out_plans(gbs: int, layers: int, cores: int) -> dict[str, Plan]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=15, help="iterations per run (the first 3 are warm-up)")
+    parser.add_argument("--method", choices=("interleaved", "runs"), default="interleaved",
+                        help="time all plans together in turns, or each in runs of its own")
+    parser.add_argument("--steps", type=int, default=15, help="--method runs: iterations per run (the first 3 are warm-up)")
     parser.add_argument("--gbs", type=int, default=32, help="global batch (samples)")
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="processes at most")
-    parser.add_argument("--rounds", type=int, default=4, help="runs of every plan (interleaved)")
-    parser.add_argument("--quantile", type=float, default=0.25, help="a run counts this quantile of its iterations")
+    parser.add_argument("--rounds", type=int, help="visits (interleaved, default 30) or runs (default 4) of every plan")
+    parser.add_argument("--quantile", type=float, default=0.25, help="--method runs: a run counts this quantile of its iterations")
     parser.add_argument("--sweeps", type=int, default=9, help="profiler passes (the fastest of each time is kept)")
     parser.add_argument("--data-dir", help="keep the profile, network and calibration here (default: a temporary directory)")
     args = parser.parse_args()
+    interleaved = args.method == "interleaved"
+    rounds = args.rounds or (30 if interleaved else 4)
+    statistic = statistics.median if interleaved else min
+
+    def measure(plans: dict[str, Plan]) -> dict[str, list[float]]:
+        if interleaved:
+            return measure_interleaved(plans, task, rounds=rounds)
+        return measure_plans(plans, task, rounds=rounds, steps=args.steps, quantile=args.quantile)
+
     task = TinyGPTTask(vocab=256, seq_len=64, d_model=128, n_layers=4, n_heads=4)
     layers = task.num_layers
     torch.set_num_threads(1)
@@ -91,45 +108,45 @@ def main() -> None:
         calib = calibration_plans(MODEL, layers, MICROBATCH_SIZES, args.gbs, min(args.cores, 2))
         held = held_out_plans(args.gbs, layers, args.cores)
         load_before = os.getloadavg()[0]
-        measured = measure_plans(calib | held, task, rounds=args.rounds, steps=args.steps, quantile=args.quantile)
+        measured = measure(calib | held)
         sim_kwargs = {"data_dir": data_dir, "gpu_types": {"cpu": cpu}}
-        fit = fit_runs(calib, {n: measured[n] for n in calib}, data_dir)
+        fit = fit_runs(calib, {n: measured[n] for n in calib}, data_dir, statistic=statistic)
         best = plan_job(MODEL, args.gbs, {("cpu", "local"): args.cores}, gpu_types=(cpu,), data_dir=data_dir).plan
         roles = {n: "calibration" for n in calib} | {n: "held out" for n in held}
         same = next((n for n, p in (calib | held).items() if p == best), None)
         name = f"planner: PP {best.pp} x DP {best.dp}, mbs {best.microbatch_size}"
         if same is None:
-            measured[name] = measure_plans({name: best}, task, rounds=args.rounds, steps=args.steps,
-                                          quantile=args.quantile)[name]
+            measured[name] = measure({name: best})[name]
             roles[name] = "held out"
             plans = calib | held | {name: best}
         else:
             roles[same] += f" (= {name})"
             plans = calib | held
         rows = []
-        best_run = best_of(measured)
         for n, plan in plans.items():
-            runs, best = measured[n], best_run[n]
-            median = statistics.median(runs)
+            samples = measured[n]
+            time = float(statistic(samples))
+            q25, q75 = statistics.quantiles(samples, n=4)[::2] if len(samples) > 1 else (time, time)
             raw = simulate(plan, config=PROFILED_CONFIG, **sim_kwargs).iteration_time
             cal = simulate(plan, **sim_kwargs).iteration_time  # the directory's sim_config.json
-            rows.append({"plan": n, "role": roles[n], "processes": plan.num_gpus, "measured_s": best,
-                         "median_run_s": median, "spread_pct": 100 * (max(runs) - best) / best,
-                         "uncalibrated_s": raw, "uncal_error_pct": 100 * (raw / best - 1),
-                         "calibrated_s": cal, "error_pct": 100 * (cal / best - 1),
-                         "error_vs_median_pct": 100 * (cal / median - 1), "runs_s": runs})
-    print_table(rows, ["plan", "role", "processes", "measured_s", "median_run_s", "spread_pct", "uncalibrated_s",
-                       "uncal_error_pct", "calibrated_s", "error_pct", "error_vs_median_pct"])
+            rows.append({"plan": n, "role": roles[n], "processes": plan.num_gpus, "measured_s": time,
+                         "q25_s": q25, "q75_s": q75,
+                         "uncalibrated_s": raw, "uncal_error_pct": 100 * (raw / time - 1),
+                         "calibrated_s": cal, "error_pct": 100 * (cal / time - 1), "samples_s": samples})
+    print(f"method: {args.method}, {rounds} rounds; measured = the "
+          + ("median of each plan's timed iterations" if interleaved else "fastest run of each plan"))
+    print_table(rows, ["plan", "role", "processes", "measured_s", "q25_s", "q75_s", "uncalibrated_s",
+                       "uncal_error_pct", "calibrated_s", "error_pct"])
     print(f"load average (1 min) before / after the runs: {load_before:.2f} / {os.getloadavg()[0]:.2f}")
     print("fitted on the calibration plans: " + ", ".join(f"{c} = {getattr(fit.config, c):.4g}" for c in fit.constants))
     summary = {}
-    for key, label in (("uncal_error_pct", "uncalibrated"), ("error_pct", "calibrated"),
-                       ("error_vs_median_pct", "calibrated, vs the median run")):
+    for key, label in (("uncal_error_pct", "uncalibrated"), ("error_pct", "calibrated")):
         errs = sorted(abs(r[key]) for r in rows if r["role"].startswith("held out"))
         summary[label] = {"median_abs_pct": statistics.median(errs), "max_abs_pct": errs[-1]}
         print(f"held-out plans, {label}: median |error| {summary[label]['median_abs_pct']:.1f}%, "
               f"max {errs[-1]:.1f}% (target: within 15%)")
-    payload = {"rows": rows, "cores": args.cores, "gbs": args.gbs, "rounds": args.rounds, "summary": summary,
+    payload = {"rows": rows, "cores": args.cores, "gbs": args.gbs, "method": args.method, "rounds": rounds,
+               "summary": summary,
                "fitted": {c: getattr(fit.config, c) for c in fit.constants}}
     print(f"JSON: {write_json('runtime_vs_sim', payload)}")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -68,12 +69,18 @@ def test_a_run_counts_a_quantile_of_its_iterations_after_warm_up() -> None:
         measure_plans({}, TASK, quantile=2.0)
 
 
-def test_calibrate_runs_fits_writes_and_the_planner_uses_it(profiled) -> None:
+@pytest.mark.parametrize("interleaved", [True, False])
+def test_calibrate_runs_fits_writes_and_the_planner_uses_it(profiled, interleaved, tmp_path) -> None:
+    profiled = shutil.copytree(profiled, tmp_path / "profile")  # each run starts uncalibrated
     lines: list[str] = []
-    cal = calibrate(TASK, profiled, "tiny", processes=2, global_batch_size=8, rounds=1, steps=4, progress=lines.append)
+    cal = calibrate(TASK, profiled, "tiny", processes=2, global_batch_size=8, interleaved=interleaved,
+                    rounds=2 if interleaved else 1, steps=4, progress=lines.append)
     assert cal.names == ("1 process, mbs 1", "1 process, mbs 2", "DP 2, mbs 2", "DP 2, mbs 1", "PP 2, mbs 2",
                          "PP 2, mbs 1")
-    assert len(lines) == 6 and all("s/iteration" in line for line in lines)
+    if interleaved:  # one line per round, every plan's median so far
+        assert len(lines) == 2 and lines[-1].startswith("round 2/2") and all(n in lines[-1] for n in cal.names)
+    else:  # one line per run
+        assert len(lines) == 6 and all("s/iteration" in line for line in lines)
     assert cal.constants == ("compute_scale", "microbatch_overhead_s", "transfer_latency_s", "straggler_cv")
     assert cal.base == PROFILED_CONFIG
     # the fit starts from the base and never ends worse than it
@@ -108,3 +115,18 @@ def test_profile_cli_calibrates(tmp_path, capsys) -> None:
     assert set(fitted) == {"compute_scale", "microbatch_overhead_s", "transfer_latency_s", "straggler_cv"}
     assert load_sim_config(tmp_path).to_dict() | fitted == load_sim_config(tmp_path).to_dict()
     assert len(summary["calibration"]["measured"]) == 6
+
+
+def test_fit_runs_reduces_each_plans_times_with_the_statistic(profiled) -> None:
+    import statistics
+
+    from heteroplan.runtime.calibrate import fit_runs
+
+    plans = calibration_plans("tiny", TASK.num_layers, (1, 2), 8, 1)
+    runs = {"1 process, mbs 1": [0.30, 0.10, 0.20], "1 process, mbs 2": [0.05, 0.25, 0.15, 0.35]}
+    before = load_sim_config(profiled)
+    fastest = fit_runs(plans, runs, profiled, write=False)
+    np.testing.assert_allclose(fastest.measured, [0.10, 0.05])
+    median = fit_runs(plans, runs, profiled, write=False, statistic=statistics.median)
+    np.testing.assert_allclose(median.measured, [0.20, 0.20])
+    assert load_sim_config(profiled) == before  # write=False wrote nothing

@@ -83,7 +83,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--calibrate", action="store_true",
                    help="then run calibration plans of the built-in tiny GPT with the runtime and fit the simulator "
                         "to them (writes sim_config.json)")
-    p.add_argument("--rounds", type=int, default=4, help="with --calibrate: runs of every calibration plan")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="with --calibrate: visits of every calibration plan (default 30; plans take turns)")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of tables")
     p.set_defaults(func=run)
 

@@ -8,15 +8,19 @@ the simulator's ``compute_scale``, ``microbatch_overhead_s``, ``transfer_latency
 ``straggler_cv`` (:func:`heteroplan.planner.calibration.fit_sim_config`) and writes them to the profile's
 directory (``sim_config.json``), where ``simulate`` and ``plan_job`` pick them up.
 
-Plans are run interleaved, ``rounds`` times each. A run's time is the 25th percentile of its
-iterations after warm-up, and a plan's time is its fastest run (:func:`best_of`): on a shared
-machine other tenants slow the machine down in spells of seconds, never speed it up, so the fast
-end is the closest to what the plan itself costs (the rule of ``timeit``). Profile with
-``profile_layers(..., sweeps=9)`` so the profile is read the same way.
+By default the plans are timed together in one set of processes, taking turns in short visits
+(:func:`~heteroplan.runtime.interleave.measure_interleaved`), and a plan's time is the median of
+its iterations: every plan then sees the same mix of the machine's fast and slow spells. With
+``interleaved=False`` each plan is run on its own, ``rounds`` times, interleaved run by run
+(:func:`measure_plans`); a run's time is the 25th percentile of its iterations after warm-up and
+a plan's time its fastest run (:func:`best_of`), the rule of ``timeit``. On the 2-core CI VM
+runs of one plan spread 7-75% and the fastest run of a two-rank plan sometimes caught a rare
+fast spell; see docs/runtime.md. Profile with ``profile_layers(..., sweeps=9)``.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -33,6 +37,7 @@ from heteroplan.planner.calibration import (
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.planner.sim_config import PROFILED_CONFIG, load_sim_config
 from heteroplan.runtime.config import RunConfig
+from heteroplan.runtime.interleave import measure_interleaved
 from heteroplan.runtime.launch import run_plan
 from heteroplan.runtime.models import TrainTask
 
@@ -118,7 +123,8 @@ def calibrate(
     processes: int = 2,
     global_batch_size: int | None = None,
     plans: Mapping[str, Plan] | None = None,
-    rounds: int = 4,
+    interleaved: bool = True,
+    rounds: int | None = None,
     steps: int = 15,
     config: RunConfig | None = None,
     write: bool = True,
@@ -134,15 +140,18 @@ def calibrate(
         processes: ranks this machine can run at once (2 or more adds the DP and PP plans).
         global_batch_size: samples per iteration (default: 4 x the largest profiled microbatch).
         plans: your own calibration plans instead of :func:`calibration_plans`.
-        rounds: runs of every plan (interleaved; see :func:`measure_plans`).
-        steps: iterations per run (the first 3 are warm-up).
+        interleaved: time the plans together, in turns (default), rather than run by run.
+        rounds: visits of every plan (default 30, 2 timed iterations each; see
+            :func:`~heteroplan.runtime.interleave.measure_interleaved`), or with
+            ``interleaved=False`` runs of every plan (default 4; see :func:`measure_plans`).
+        steps: iterations per run with ``interleaved=False`` (the first 3 are warm-up).
         config: how to train (default: SGD, one thread per rank).
         write: store the fitted constants in ``data_dir/sim_config.json``.
         progress: called with a line per finished run.
 
     Returns the :class:`Calibration` (fitted config; errors before, with the directory's
-    current constants, and after), fitted to each plan's fastest run (:func:`best_of`) from the
-    directory's current constants. ``transfer_latency_s`` (``straggler_cv``) is fitted only
+    current constants, and after), fitted to each plan's median iteration (interleaved) or
+    fastest run (:func:`best_of`) from the directory's current constants. ``transfer_latency_s`` (``straggler_cv``) is fitted only
     when a plan has a pipeline (data parallelism), and never more constants than plans.
     """
     profile = load_model_profile(model, data_dir)
@@ -154,17 +163,21 @@ def calibrate(
         plans = calibration_plans(model, profile.num_layers, sizes, gbs, processes, gpu_type, zone)
     if not plans:
         raise InputError("plans", plans, "need at least one calibration plan")
-    measured = measure_plans(plans, task, rounds=rounds, steps=steps, config=config, progress=progress)
-    return fit_runs(plans, measured, data_dir, gpu_type=gpu_type, write=write)
+    if interleaved:
+        times = measure_interleaved(plans, task, rounds=rounds or 30, config=config, progress=progress)
+        return fit_runs(plans, times, data_dir, gpu_type=gpu_type, write=write, statistic=statistics.median)
+    runs = measure_plans(plans, task, rounds=rounds or 4, steps=steps, config=config, progress=progress)
+    return fit_runs(plans, runs, data_dir, gpu_type=gpu_type, write=write)
 
 
 def fit_runs(
     plans: Mapping[str, Plan], runs: Mapping[str, Sequence[float]], data_dir: str | Path, *,
-    gpu_type: str = "cpu", write: bool = True,
+    gpu_type: str = "cpu", write: bool = True, statistic: Callable[[Sequence[float]], float] = min,
 ) -> Calibration:
-    """Fit the simulator to measured runs of ``plans`` (seconds per iteration by label, as
-    :func:`measure_plans` returns them): each plan's fastest run, from the directory's current
-    constants; the constants of :func:`~heteroplan.planner.calibration.time_constants_for` the
+    """Fit the simulator to measured times of ``plans`` (seconds per iteration by label): each
+    plan's ``statistic`` of its times (``min``: the fastest of :func:`measure_plans`'s runs;
+    ``statistics.median`` for :func:`~heteroplan.runtime.interleave.measure_interleaved`'s
+    iterations), from the directory's current constants; the constants of :func:`~heteroplan.planner.calibration.time_constants_for` the
     plans, never more than plans. The other time constants start from :data:`PROFILED_CONFIG`'s
     values (a refit keeps nothing of an older calibration's). With ``write``, the fit goes to
     ``data_dir/sim_config.json``.
@@ -173,9 +186,8 @@ def fit_runs(
     device = GPUType(gpu_type, memory_gb=1e6, gpus_per_node=max(width, 1))
     constants = time_constants_for(plans)[: len(plans)]
     stale = {c: getattr(PROFILED_CONFIG, c) for c in TIME_CONSTANTS if c not in constants}
-    best = best_of(runs)
     calibration = fit_sim_config(
-        plans, [best[name] for name in plans], constants=constants,
+        plans, [float(statistic(runs[name])) for name in plans], constants=constants,
         base=replace(load_sim_config(data_dir), **stale), data_dir=data_dir, gpu_types={gpu_type: device},
     )
     if write:
