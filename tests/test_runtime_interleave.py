@@ -12,7 +12,7 @@ from torch import nn  # noqa: E402
 
 from heteroplan.errors import InputError, RankFailure  # noqa: E402
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
-from heteroplan.runtime import RunConfig, SequentialTask  # noqa: E402
+from heteroplan.runtime import RunConfig, SequentialTask, TinyGPTTask  # noqa: E402
 from heteroplan.runtime.interleave import measure_interleaved, median_times, visit_order  # noqa: E402
 
 SLEEP_S = 0.01  # per forward call of the sleeping layer (one per microbatch)
@@ -104,3 +104,6 @@ def test_bad_input_names_the_field() -> None:
     with pytest.raises(InputError) as info:
         measure_interleaved({"a": _plan(4)}, object())
     assert info.value.field == "task"
+    with pytest.raises(InputError) as info:  # the tiny GPT has 4 layers, the plan covers 2
+        measure_interleaved({"a": _plan(4)}, TinyGPTTask(n_layers=2))
+    assert info.value.field == "plans['a'].stages"

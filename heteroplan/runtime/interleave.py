@@ -31,7 +31,7 @@ from heteroplan.runtime.config import RunConfig
 from heteroplan.runtime.launch import RankProcesses, check_task
 from heteroplan.runtime.layout import rank_layout
 from heteroplan.runtime.models import TrainTask
-from heteroplan.runtime.worker import StageTrainer, _dp_groups, report_failure_and_exit
+from heteroplan.runtime.worker import StageTrainer, create_dp_groups, report_failure_and_exit
 
 __all__ = ["measure_interleaved", "median_times", "visit_order"]
 
@@ -75,13 +75,9 @@ def measure_interleaved(
     check_int("iterations", iterations, 1)
     check_int("warmup", warmup, 0)
     check_int("warmup_rounds", warmup_rounds, 0)
-    check_task(task)
     names = list(plans)
-    num_layers = getattr(task, "num_layers", None)
     for name in names:
-        if isinstance(num_layers, int) and plans[name].num_layers != num_layers:
-            raise InputError(f"plans[{name!r}].stages", plans[name].num_layers,
-                             f"the task's model has {num_layers} layers; the plan must cover them")
+        check_task(task, plans[name], f"plans[{name!r}].stages")
     run_config = replace(config or RunConfig(optimizer="sgd", lr=0.01, threads_per_rank=1), checkpoint_dir=None)
     world = max(len(rank_layout(plans[n])) for n in names)
     order = visit_order(len(names), rounds, warmup_rounds, seed)
@@ -115,7 +111,7 @@ def interleaved_entry(rank: int, world_size: int, init_method: str, plan_dicts: 
         for plan in map(Plan.from_dict, plan_dicts):
             layout = rank_layout(plan)
             width = len(layout)
-            dp_groups = _dp_groups(plan)  # every rank creates every group, in the same order
+            dp_groups = create_dp_groups(plan)  # every rank creates every group, in the same order
             group = dist.new_group(list(range(width))) if 1 < width < world_size else None
             mine = rank < width
             trainers.append(StageTrainer(plan, task, config, rank, dp_groups[layout[rank].stage], group)

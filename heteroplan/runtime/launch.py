@@ -186,12 +186,9 @@ class RunHandle(RankProcesses):
     def __init__(self, plan: Plan, task: TrainTask, config: RunConfig) -> None:
         if not isinstance(config, RunConfig):
             raise InputError("config", type(config).__name__, "must be a heteroplan.runtime.RunConfig")
-        check_task(task)
+        check_task(task, plan)
         self.plan = plan
         self.config = config
-        num_layers = getattr(task, "num_layers", None)
-        if isinstance(num_layers, int) and num_layers != plan.num_layers:
-            raise InputError("plan.stages", plan.num_layers, f"the task's model has {num_layers} layers; the plan must cover them")
         resume = latest_checkpoint(config.checkpoint_dir) if config.resume else None
         self.start_step = resume.step if resume else 0
         super().__init__(len(rank_layout(plan)), rank_entry, (plan.to_dict(), task, config),
@@ -211,11 +208,15 @@ class RunHandle(RankProcesses):
                          time.perf_counter() - self._t0, self.world_size, final < self.config.steps)
 
 
-def check_task(task: TrainTask) -> None:
-    """Raise :class:`InputError` unless ``task`` has what the runtime calls."""
+def check_task(task: TrainTask, plan: Plan | None = None, field: str = "plan.stages") -> None:
+    """Raise :class:`InputError` unless ``task`` has what the runtime calls (and, when it says
+    how many layers its model has, ``plan`` covers them; ``field`` names the plan's stages)."""
     for attr in ("build_model", "batch", "loss"):
         if not callable(getattr(task, attr, None)):
             raise InputError("task", type(task).__name__, f"has no {attr}() (see heteroplan.runtime.TrainTask)")
+    num_layers = getattr(task, "num_layers", None)
+    if plan is not None and isinstance(num_layers, int) and num_layers != plan.num_layers:
+        raise InputError(field, plan.num_layers, f"the task's model has {num_layers} layers; the plan must cover them")
 
 
 def launch(plan: Plan, task: TrainTask, config: RunConfig | None = None) -> RunHandle:

@@ -32,7 +32,7 @@ from heteroplan.runtime.schedule import SCHEDULES
 __all__ = ["StageTrainer", "train_rank", "rank_entry", "main"]
 
 
-def _dp_groups(plan: Plan) -> list[Any]:
+def create_dp_groups(plan: Plan) -> list[Any]:
     """Create every stage's data-parallel group (all ranks must create all, in order); None when dp = 1."""
     dp = plan.dp
     return [dist.new_group(list(range(s * dp, (s + 1) * dp))) if dp > 1 else None for s in range(plan.pp)]
@@ -148,7 +148,7 @@ def train_rank(
     layout = rank_layout(plan)
     if world != len(layout):
         raise RuntimeError(f"world size {world} but the plan has {len(layout)} ranks")
-    trainer = StageTrainer(plan, task, config, rank, _dp_groups(plan)[layout[rank].stage])
+    trainer = StageTrainer(plan, task, config, rank, create_dp_groups(plan)[layout[rank].stage])
     start = 0
     resume = ckpt.latest_checkpoint(config.checkpoint_dir) if config.resume else None
     if resume is not None:
