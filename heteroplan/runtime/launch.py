@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch.multiprocessing as mp
 
 from heteroplan.errors import InputError, RankFailure, check_fraction
@@ -66,13 +67,10 @@ class RunResult:
         """The ``q`` quantile (0 = fastest, 0.5 = median; linear interpolation) of the seconds per
         iteration, skipping the first ``skip`` (warm-up) iterations (none skipped if that leaves none)."""
         check_fraction("q", q)
-        times = sorted(self.iteration_times[skip:] or self.iteration_times)
+        times = self.iteration_times[skip:] or self.iteration_times
         if not times:
             raise InputError("steps", 0, "the run finished no iteration")
-        pos = q * (len(times) - 1)
-        lo = int(pos)
-        hi = min(lo + 1, len(times) - 1)
-        return times[lo] + (pos - lo) * (times[hi] - times[lo])
+        return float(np.quantile(times, q))
 
 
 class RankProcesses:
