@@ -12,6 +12,10 @@ median of its timed iterations (:func:`median_times`).
 
 A plan of ``n`` ranks runs on global ranks ``0 .. n-1``; ranks beyond wait at a barrier
 (blocked, not spinning) while it runs, as idle cores would.
+
+Memory: every rank holds every plan's layers and optimizer state at once, so a rank needs the
+sum over the plans it takes part in. For a model near the device's memory, time the plans in
+runs of their own instead (``calibrate(..., interleaved=False)``).
 """
 
 from __future__ import annotations
