@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 
 import torch
@@ -88,9 +89,12 @@ def main() -> None:
     statistic = statistics.median if interleaved else min
 
     def measure(plans: dict[str, Plan]) -> dict[str, list[float]]:
-        if interleaved:
-            return measure_interleaved(plans, task, rounds=rounds)
-        return measure_plans(plans, task, rounds=rounds, steps=args.steps, quantile=args.quantile)
+        if interleaved:  # progress on stderr: "round k/N" after every round
+            return measure_interleaved(plans, task, rounds=rounds, progress=lambda line: show(line.split(":")[0]))
+        return measure_plans(plans, task, rounds=rounds, steps=args.steps, quantile=args.quantile, progress=show)
+
+    def show(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
 
     task = TinyGPTTask(vocab=256, seq_len=64, d_model=128, n_layers=4, n_heads=4)
     layers = task.num_layers
