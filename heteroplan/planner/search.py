@@ -212,7 +212,7 @@ class Searcher:
                 egress_cost += 2 * out * blk.tp * M * dp / 1e9 * price
         t_iter = res.objective - (egress_cost / rate if rate > 0 else 0.0)
         if self.cfg.straggler_cv > 0:  # the split was chosen without the noise; its expected time
-            t_iter = self._expected_time(stages, b, sigma, links, y, mbs, dp)
+            t_iter = self._expected_time(stages, b, sigma, links, y, mbs, dp, M)
         cost = rate * t_iter + egress_cost
         mems = tuple(
             float(self.table(blk.pool[0], blk.tp, mbs).memory(min(pp - s, M))[b[s], b[s + 1]])
@@ -240,13 +240,12 @@ class Searcher:
         return Candidate(key, t_iter, cost, mems, plan)
 
     def _expected_time(self, stages: list[_Block], b: np.ndarray, sigma: np.ndarray, links: np.ndarray,
-                       y: np.ndarray, mbs: int, dp: int) -> float:
+                       y: np.ndarray, mbs: int, dp: int, M: int) -> float:
         """Iteration seconds of the split ``b`` with the ranks' speed noise (as ``simulate`` has it)."""
         idx = np.arange(len(stages))
         fb = np.array([self.table(blk.pool[0], blk.tp, mbs).fb[b[s], b[s + 1]] for s, blk in enumerate(stages)])
         step = sigma[idx, b[:-1], b[1:]]
         fixed = fb.sum() + 2 * links[idx, b[1:]].sum()
-        M = self.gbs // (mbs * dp)
         mean, sd = pipeline_times(np.repeat(fb[:, None], dp, axis=1), np.repeat(step[:, None], dp, axis=1),
                                   np.full(dp, fixed), np.full(dp, M), self.cfg.straggler_cv)
         return float(clark_max(mean, sd)[0]) + float(y[idx, b[:-1], b[1:]].max())
