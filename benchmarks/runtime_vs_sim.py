@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument("--data-dir", help="keep the profile, network and calibration here (default: a temporary directory)")
     args = parser.parse_args()
     interleaved = args.method == "interleaved"
-    rounds = args.rounds or (30 if interleaved else 4)
+    rounds = args.rounds if args.rounds is not None else (30 if interleaved else 4)
     statistic = statistics.median if interleaved else min
 
     def measure(plans: dict[str, Plan]) -> dict[str, list[float]]:

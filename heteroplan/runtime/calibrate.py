@@ -147,7 +147,7 @@ def calibrate(
         steps: iterations per run with ``interleaved=False`` (the first 3 are warm-up).
         config: how to train (default: SGD, one thread per rank).
         write: store the fitted constants in ``data_dir/sim_config.json``.
-        progress: called with a line per finished run.
+        progress: called with a line per finished round (interleaved) or run.
 
     Returns the :class:`Calibration` (fitted config; errors before, with the directory's
     current constants, and after), fitted to each plan's median iteration (interleaved) or
@@ -163,10 +163,11 @@ def calibrate(
         plans = calibration_plans(model, profile.num_layers, sizes, gbs, processes, gpu_type, zone)
     if not plans:
         raise InputError("plans", plans, "need at least one calibration plan")
+    counts = {} if rounds is None else {"rounds": rounds}  # None: each measurement's own default
     if interleaved:
-        times = measure_interleaved(plans, task, rounds=rounds or 30, config=config, progress=progress)
+        times = measure_interleaved(plans, task, config=config, progress=progress, **counts)
         return fit_runs(plans, times, data_dir, gpu_type=gpu_type, write=write, statistic=statistics.median)
-    runs = measure_plans(plans, task, rounds=rounds or 4, steps=steps, config=config, progress=progress)
+    runs = measure_plans(plans, task, steps=steps, config=config, progress=progress, **counts)
     return fit_runs(plans, runs, data_dir, gpu_type=gpu_type, write=write)
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -35,7 +34,12 @@ from heteroplan.runtime.config import RunConfig
 from heteroplan.runtime.launch import RankProcesses, check_task
 from heteroplan.runtime.layout import rank_layout
 from heteroplan.runtime.models import TrainTask
-from heteroplan.runtime.worker import StageTrainer, create_dp_groups, report_failure_and_exit
+from heteroplan.runtime.worker import (
+    StageTrainer,
+    create_dp_groups,
+    join_process_group,
+    report_failure_and_exit,
+)
 
 __all__ = ["measure_interleaved", "median_times", "visit_order"]
 
@@ -109,17 +113,13 @@ def interleaved_entry(rank: int, world_size: int, init_method: str, plan_dicts: 
     run the visits in ``order``; rank 0 reports ``(visit, plan index, [seconds of each timed
     iteration])`` after every visit (an empty list for an untimed one)."""
     try:
-        dist.init_process_group(config.resolved_backend, init_method=init_method, rank=rank,
-                                world_size=world_size, timeout=timedelta(seconds=config.timeout_s))
+        join_process_group(config, init_method, rank, world_size)
         trainers: list[StageTrainer | None] = []
         for plan in map(Plan.from_dict, plan_dicts):
-            layout = rank_layout(plan)
-            width = len(layout)
+            width = len(rank_layout(plan))
             dp_groups = create_dp_groups(plan)  # every rank creates every group, in the same order
             group = dist.new_group(list(range(width))) if 1 < width < world_size else None
-            mine = rank < width
-            trainers.append(StageTrainer(plan, task, config, rank, dp_groups[layout[rank].stage], group)
-                            if mine else None)
+            trainers.append(StageTrainer(plan, task, config, rank, dp_groups, group) if rank < width else None)
         steps = [0] * len(trainers)
         for visit, (index, timed) in enumerate(order):
             dist.barrier()

@@ -50,16 +50,17 @@ class StageTrainer:
     """This rank's share of ``plan``: its stage's layers, optimizer and links; :meth:`step` trains one iteration.
 
     Ranks of the plan are the global ranks ``0 .. plan ranks - 1`` (a larger world may hold other
-    plans' ranks too). ``dp_group`` is this rank's stage's data-parallel group (``None`` when
-    dp = 1), ``group`` the plan's ranks for the end-of-iteration control all-reduce (``None``:
-    the default group).
+    plans' ranks too). ``dp_groups`` are the plan's data-parallel groups, one per stage, as
+    :func:`create_dp_groups` returns them; ``group`` the plan's ranks for the end-of-iteration
+    control all-reduce (``None``: the default group).
     """
 
-    def __init__(self, plan: Plan, task: TrainTask, config: RunConfig, rank: int, dp_group: Any,
+    def __init__(self, plan: Plan, task: TrainTask, config: RunConfig, rank: int, dp_groups: list[Any],
                  group: Any = None) -> None:
         layout = rank_layout(plan)
         self.me: RankInfo = layout[rank]
-        self.plan, self.task, self.rank, self.dp_group, self.group = plan, task, rank, dp_group, group
+        self.plan, self.task, self.rank, self.group = plan, task, rank, group
+        self.dp_group = dp_groups[self.me.stage]
         self.solo = len(layout) == 1
         self.device = _device(config, rank)
         torch.set_num_threads(config.threads_per_rank)
@@ -148,7 +149,7 @@ def train_rank(
     layout = rank_layout(plan)
     if world != len(layout):
         raise RuntimeError(f"world size {world} but the plan has {len(layout)} ranks")
-    trainer = StageTrainer(plan, task, config, rank, create_dp_groups(plan)[layout[rank].stage])
+    trainer = StageTrainer(plan, task, config, rank, create_dp_groups(plan))
     start = 0
     resume = ckpt.latest_checkpoint(config.checkpoint_dir) if config.resume else None
     if resume is not None:
@@ -188,14 +189,19 @@ def rank_entry(rank: int, world_size: int, init_method: str, plan_dict: dict, ta
                config: RunConfig, stop_event: Any, queue: Any) -> None:
     """Process target of the local launcher: init, train, report to the parent through ``queue``."""
     try:
-        dist.init_process_group(config.resolved_backend, init_method=init_method, rank=rank,
-                                world_size=world_size, timeout=timedelta(seconds=config.timeout_s))
+        join_process_group(config, init_method, rank, world_size)
         plan = Plan.from_dict(plan_dict)
         done = train_rank(plan, task, config, stop_event.is_set, lambda m: queue.put(("step", rank, m)))
         queue.put(("done", rank, done))
         dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - report anything to the parent, then fail
         report_failure_and_exit(queue, rank)
+
+
+def join_process_group(config: RunConfig, init_method: str, rank: int, world_size: int) -> None:
+    """Initialise ``torch.distributed`` for a locally launched rank (the config's backend and timeout)."""
+    dist.init_process_group(config.resolved_backend, init_method=init_method, rank=rank,
+                            world_size=world_size, timeout=timedelta(seconds=config.timeout_s))
 
 
 def report_failure_and_exit(queue: Any, rank: int) -> None:
