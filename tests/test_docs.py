@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -49,6 +51,7 @@ def test_jupyter_page_code_blocks_run(tmp_path: Path, monkeypatch) -> None:
 
 def test_runtime_page_code_blocks_run(tmp_path: Path, monkeypatch) -> None:
     """The runtime guide's examples train for real and end where the page says."""
+    pytest.importorskip("torch", reason="the runtime tests need torch: pip install -e '.[runtime]'")
     monkeypatch.chdir(tmp_path)
     text = (ROOT / "docs" / "runtime.md").read_text()
     blocks = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "__main__" in b]

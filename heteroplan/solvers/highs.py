@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
+import sys
+import threading
 import time
 
 import highspy
@@ -28,10 +32,56 @@ _STATUS = {
 ALGORITHMS = {"auto": "choose", "simplex": "simplex", "ipm": "ipm", "pdlp": "pdlp"}
 
 
+_banner_lock = threading.Lock()
+_banner_done = False
+
+
+def new_highs() -> highspy.Highs:
+    """A ``Highs`` object with output off, without HiGHS's copyright banner.
+
+    HiGHS prints its banner from C on the first construction in a process, before any option
+    can be set, so that one construction runs with file descriptor 1 on ``/dev/null`` (and C
+    stdio flushed before it is restored). Later constructions print nothing.
+    """
+    global _banner_done
+    with _banner_lock:
+        if not _banner_done:
+            h = _construct_muted()
+            _banner_done = True
+        else:
+            h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    return h
+
+
+def _construct_muted() -> highspy.Highs:
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no usable fd 1 (closed stdout): nothing to protect
+        return highspy.Highs()
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        h = highspy.Highs()
+        _flush_c_stdio()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
+    return h
+
+
+def _flush_c_stdio() -> None:
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):  # no C library handle (e.g. Windows): stdio unbuffered there
+        pass
+
+
 def build_highs(sf: StandardForm, relax: bool = False) -> highspy.Highs:
     """A quiet ``Highs`` object holding the model (column-wise arrays, no Python loop)."""
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    h = new_highs()
     A = sf.A  # column-wise, as HiGHS stores it
     integrality = np.zeros(sf.num_vars, dtype=np.int32) if relax else sf.integrality.astype(np.int32)
     sense = highspy.ObjSense.kMaximize if sf.maximize else highspy.ObjSense.kMinimize
