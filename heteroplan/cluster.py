@@ -281,7 +281,7 @@ class Cluster:
     @classmethod
     def from_json(cls, path: str | Path) -> Cluster:
         """Load a cluster from a JSON file in the :meth:`from_dict` format."""
-        return cls.from_dict(read_json(path, "cluster file", ClusterError))
+        return cls.from_dict(read_json(path, "cluster JSON", ClusterError))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serializable form accepted by :meth:`from_dict`."""

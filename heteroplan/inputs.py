@@ -23,7 +23,7 @@ def read_text(path: str | Path, field: str = "path", error: type[InputError] = I
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        raise error(field, str(path), f"cannot read: {exc.strerror or exc}") from None
+        raise error(field, str(path), f"cannot read {field}: {exc.strerror or exc}") from None
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
