@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from pathlib import Path
 from typing import Any
 
@@ -75,16 +76,16 @@ def finite_number(field: str, value: object, low: float | None = None, high: flo
 
 
 def strict_int(field: str, value: object, low: int | None = None, error: type[InputError] = InputError) -> int:
-    """``value`` as an ``int >= low``: an integer, or a float with no fractional part (``8.0``);
+    """``value`` as an ``int >= low``: an integer (numpy's too), or a float with no fractional part (``8.0``);
     ``8.9``, ``True``, NaN and strings are refused."""
     if isinstance(value, bool):
         raise error(field, value, "must be an integer, not a boolean")
     if isinstance(value, float):
         if not math.isfinite(value) or value != int(value):
             raise error(field, value, "must be a whole number")
-        value = int(value)
-    if not isinstance(value, int):
+    elif not isinstance(value, numbers.Integral):
         raise error(field, value, "must be an integer")
+    value = int(value)
     if low is not None and value < low:
         raise error(field, value, f"must be >= {low}")
     return value
