@@ -20,9 +20,7 @@ def parse_gpus(text: str) -> dict[tuple[str, str], int]:
             left, count = item.split("=")
             gpu, zone = left.split("@") if "@" in left else (left, "us-central1-a")
             key = (gpu.strip(), zone.strip())
-            if key in pool:
-                raise InputError("--gpus", item, f"{key[0]}@{key[1]} is given twice")
-            pool[key] = integer(1)(count.strip())
+            pool[key] = pool.get(key, 0) + integer(1)(count.strip())  # a repeated TYPE@ZONE adds up
         except (ValueError, argparse.ArgumentTypeError):
             raise InputError("--gpus", item, "expected TYPE@ZONE=COUNT, e.g. A100-40@us-central1-a=64") from None
     if not pool:
