@@ -103,22 +103,42 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
-@contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """Turn SIGINT/SIGTERM into :class:`Interrupted` for the duration (main thread only)."""
-    def handler(signum: int, frame: object) -> None:
+class SignalGuard:
+    """Turns SIGINT/SIGTERM into :class:`Interrupted` while active (main thread only);
+    inside :meth:`deferred` a signal waits until the block ends, so a result's files are
+    written all or none."""
+
+    def __init__(self) -> None:
+        self._deferring = False
+        self._pending: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: object) -> None:
+        if self._deferring:
+            self._pending = self._pending or signum
+            return
         raise Interrupted(signum)
 
-    try:
-        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
+    def __enter__(self) -> SignalGuard:
+        try:
+            self._previous = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        except ValueError:  # not the main thread: leave signals alone
+            self._previous = {}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, h in self._previous.items():
             signal.signal(s, h)
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = False
+        if self._pending is not None:
+            raise Interrupted(self._pending)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -131,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     fidelity = SimFidelity.ideal() if args.fidelity == "ideal" else SimFidelity()
     results: list[SimResult] = []
     stopped: Interrupted | None = None
-    with stop_on_signals():
+    with SignalGuard() as guard:
         try:
             for name in policies:
                 result = simulate(jobs, cluster, make_policy(name), round_length=args.round,
@@ -139,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
                                   progress=False if args.quiet or args.json else None, fidelity=fidelity)
                 results.append(result)
                 if out is not None:
-                    write_result(out, result, results, meta, pending=policies[len(results):])
+                    with guard.deferred():  # the files of one result are written all or none
+                        write_result(out, result, results, meta, pending=policies[len(results):])
         except Interrupted as exc:
             stopped = exc
     if args.json:
