@@ -70,3 +70,14 @@ def test_simulate_keeps_finished_policies_when_interrupted(tmp_path: Path, signu
     run = json.loads((out / "run.json").read_text())
     assert run["completed"] == ["fifo"] and run["interrupted"] == signal.Signals(signum).name
     assert "fifo" in stdout  # the table of what finished is still printed
+
+
+def test_public_names_import_lazily_from_the_package() -> None:
+    code = ("import sys, heteroplan\n"
+            "assert not any(m.startswith(('heteroplan.', 'numpy', 'torch')) for m in sys.modules), 'eager'\n"
+            "from heteroplan import Plan, SimResult, bundled_workload, compare_policies, plan_job, preset, solve\n"
+            "assert preset('sia-64').num_gpus == 64 and 'torch' not in sys.modules\n"
+            "assert set(heteroplan.__all__) == {'__version__', *heteroplan._PUBLIC}\n"
+            "print('ok')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=120)
+    assert proc.stdout == "ok\n", proc.stderr[-2000:]
