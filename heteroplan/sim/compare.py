@@ -8,8 +8,8 @@ from typing import Any
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError
 from heteroplan.policies.base import Policy
-from heteroplan.sim.metrics import SimResult
 from heteroplan.sim.simulator import simulate
+from heteroplan.sim.tables import Comparison
 from heteroplan.workload.sia import JobSpec
 
 __all__ = ["POLICY_FACTORIES", "make_policy", "compare_policies"]
@@ -61,7 +61,8 @@ def make_policy(name: str) -> Policy:
 
 def compare_policies(
     jobs: Sequence[JobSpec], cluster: Cluster, policies: Sequence[str | Policy], progress: bool | None = None, **kwargs: Any
-) -> list[SimResult]:
-    """Simulate ``jobs`` under each policy (names or objects) and return the results in order."""
+) -> Comparison:
+    """Simulate ``jobs`` under each policy (names or objects) and return the results in order
+    (a :class:`~heteroplan.sim.tables.Comparison`: a list with ``to_dataframe()`` and a notebook table)."""
     objs = [make_policy(p) if isinstance(p, str) else p for p in policies]
-    return [simulate(jobs, cluster, p, progress=progress, **kwargs) for p in objs]
+    return Comparison(simulate(jobs, cluster, p, progress=progress, **kwargs) for p in objs)
