@@ -1,7 +1,8 @@
 """The ``heteroplan`` command.
 
 Each subcommand lives in its own module under :mod:`heteroplan.commands` exposing
-``register(subparsers)``; this file only wires them together.
+``register(subparsers)``; this file only wires them together. Exit codes: 0 done, 1 no
+command, 2 bad input, 3 a simulation stopped early, 130/143 interrupted (docs/errors.md).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HeteroplanError as exc:
         print(f"heteroplan {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"heteroplan {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

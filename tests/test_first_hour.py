@@ -81,3 +81,14 @@ def test_public_names_import_lazily_from_the_package() -> None:
             "print('ok')\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=120)
     assert proc.stdout == "ok\n", proc.stderr[-2000:]
+
+
+def test_plan_out_writes_a_plan_that_reads_back(tmp_path: Path, capsys) -> None:
+    from heteroplan.cli import main
+    from heteroplan.planner.plan import Plan
+
+    out = tmp_path / "plans" / "plan.json"
+    assert main(["plan", "--model", "OPT-350", "--gbs", "256", "--gpus", "A100-40@us-central1-a=8",
+                 "--json", "--out", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert Plan.from_json(out) == Plan.from_dict(printed["plan"])

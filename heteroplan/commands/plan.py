@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.commands.argtypes import integer, number
@@ -42,6 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--homogeneous", action="store_true", help="one (type, zone) block per plan")
     p.add_argument("--no-prune", action="store_true", help="scan the whole plan space (slow)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--out", help="also write the plan as JSON to this file (for `heteroplan run --plan`)")
     p.set_defaults(func=run)
 
 
@@ -59,4 +62,9 @@ def run(args: argparse.Namespace) -> int:
         args.model, args.gbs, pool, args.objective, args.budget, args.min_throughput, options=options  # type: ignore[arg-type]
     )
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.describe())
+    if args.out:
+        if Path(args.out).is_dir():
+            raise InputError("--out", args.out, "is a directory; give a file name such as plan.json")
+        result.plan.to_json(args.out)
+        print(f"wrote {args.out}", file=sys.stderr)
     return 0
