@@ -19,6 +19,11 @@ def test_docs_build_strict(tmp_path: Path) -> None:
                           cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert (tmp_path / "site" / "api" / "index.html").exists()
+    # math is MathML made at build time: nothing left for a CDN script to typeset
+    hadar = (tmp_path / "site" / "hadar" / "index.html").read_text()
+    assert "<math" in hadar and 'class="arithmatex"' not in hadar
+    pages = [p.read_text() for p in (tmp_path / "site").rglob("*.html")]
+    assert not any("mathjax" in p.lower() or "fonts.googleapis" in p for p in pages)
 
 
 def test_quickstart_code_blocks_run() -> None:
