@@ -92,3 +92,20 @@ def test_plan_out_writes_a_plan_that_reads_back(tmp_path: Path, capsys) -> None:
                  "--json", "--out", str(out)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert Plan.from_json(out) == Plan.from_dict(printed["plan"])
+
+
+@pytest.mark.parametrize("argv", [
+    ["demo", "--jobs", "3", "--policy", "fifo"],
+    ["simulate", "--jobs", "3", "--policy", "fifo", "--policy", "yarn-cs"],
+    ["hadar", "--jobs", "4", "--policy", "yarn-cs"],
+])
+def test_json_output_is_only_json(argv: list[str], capsys) -> None:
+    from heteroplan.cli import main
+
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)  # headers went to stderr
+    if argv[0] == "hadar":
+        assert set(data) == {"yarn-cs"} and data["yarn-cs"]["unfinished"] == 0
+    else:
+        assert [row["policy"] for row in data] == [p for p in argv if p in ("fifo", "yarn-cs")]
+        assert all(row["finished"] == 3 for row in data)
