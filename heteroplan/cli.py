@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -25,6 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Plan and schedule deep-learning training on heterogeneous GPU clusters.",
     )
     parser.add_argument("--version", action="version", version=f"heteroplan {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log what the library does (heteroplan.* loggers, INFO) to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"heteroplan.commands.{name}").register(sub)
@@ -34,6 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.verbose:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        root = logging.getLogger("heteroplan")
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
     if not getattr(args, "func", None):
         parser.print_help()
         return 1

@@ -109,3 +109,14 @@ def test_json_output_is_only_json(argv: list[str], capsys) -> None:
     else:
         assert [row["policy"] for row in data] == [p for p in argv if p in ("fifo", "yarn-cs")]
         assert all(row["finished"] == 3 for row in data)
+
+
+def test_verbose_shows_the_library_log_and_quiet_does_not(tmp_path: Path) -> None:
+    csv = tmp_path / "w.csv"
+    csv.write_text("name,time,application,num_replicas,batch_size\nj,0,cifar10,1,128\nj,5,cifar10,1,128\n")
+    base = [sys.executable, "-m", "heteroplan.cli"]
+    args = ["simulate", "--workload", str(csv), "--policy", "fifo", "--quiet"]
+    loud = subprocess.run([*base, "--verbose", *args], capture_output=True, text=True, env=ENV, timeout=120)
+    quiet = subprocess.run([*base, *args], capture_output=True, text=True, env=ENV, timeout=120)
+    assert loud.returncode == quiet.returncode == 0
+    assert "renamed 'j#1'" in loud.stderr and "renamed" not in quiet.stderr + quiet.stdout

@@ -8,6 +8,7 @@ start each job at 1 GPU and choose GPUs and batch size themselves.
 from __future__ import annotations
 
 import csv
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 MAX_BATCH_SIZE = 10_000_000  # samples
 MAX_REPLICAS = 100_000  # GPUs
 MAX_ARRIVAL = 10 * 365 * 86400.0  # seconds (ten years)
+log = logging.getLogger(__name__)
 BUNDLED_WORKLOADS = tuple(f"{trace}/workload-{i}" for trace in ("philly", "saturn") for i in range(1, 9))
 
 
@@ -105,6 +107,7 @@ def _unique_names(jobs: list[JobSpec]) -> list[JobSpec]:
             while f"{job.name}#{k}" in taken:
                 k += 1
             taken.add(f"{job.name}#{k}")
+            log.info("job name %r repeats: renamed %r", job.name, f"{job.name}#{k}")
             job = JobSpec(f"{job.name}#{k}", job.arrival_time, job.application, job.num_replicas, job.batch_size)
         first.add(job.name)
         out.append(job)
