@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from heteroplan.errors import ModelError
-from heteroplan.formulations.model import Model
+from heteroplan.milp import Model
 from heteroplan.solvers import SolveStatus, solve, to_cvxpy, to_pulp, write_lp, write_mps
 
 

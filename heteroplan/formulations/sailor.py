@@ -29,7 +29,7 @@ import numpy as np
 
 from heteroplan.cluster import GPUType
 from heteroplan.errors import InfeasibleError, InputError
-from heteroplan.formulations.model import Model
+from heteroplan.milp import Model
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile
 from heteroplan.planner.sim_config import SimConfig

@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from heteroplan.cluster import Cluster, GPUType
 from heteroplan.errors import InputError
-from heteroplan.formulations.model import Model
+from heteroplan.milp import Model
 from heteroplan.solvers import SolveStatus, solve
 
 __all__ = ["ConfigSet", "SiaProblem", "SiaResult", "build_sia_model", "solve_sia", "restart_factor"]

@@ -12,9 +12,8 @@ import math
 import numpy as np
 
 from heteroplan.errors import ModelError
-from heteroplan.formulations.model import Model
+from heteroplan.milp import Model, Solution, SolveStatus
 from heteroplan.solvers.exports import to_cvxpy, to_pulp, to_scipy, write_lp, write_model, write_mps
-from heteroplan.solvers.solution import Solution, SolveStatus
 
 __all__ = [
     "solve",

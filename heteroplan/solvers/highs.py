@@ -8,8 +8,7 @@ import highspy
 import numpy as np
 
 from heteroplan.errors import SolverError
-from heteroplan.formulations.model import Model, StandardForm
-from heteroplan.solvers.solution import Solution, SolveStatus, relative_gap
+from heteroplan.milp import Model, Solution, SolveStatus, StandardForm, relative_gap
 
 __all__ = ["solve_highs", "build_highs"]
 

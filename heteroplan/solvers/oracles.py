@@ -10,9 +10,8 @@ import time
 
 import numpy as np
 
-from heteroplan.formulations.model import Model
+from heteroplan.milp import Model, Solution, SolveStatus, relative_gap
 from heteroplan.solvers.exports import to_cvxpy, to_pulp, to_scipy
-from heteroplan.solvers.solution import Solution, SolveStatus, relative_gap
 
 __all__ = ["solve_scipy", "solve_cbc", "solve_cvxpy"]
 
