@@ -13,6 +13,8 @@ from collections.abc import Mapping
 
 from heteroplan.cluster import Cluster
 from heteroplan.policies.base import Allocation
+from heteroplan.policies.topology_placement import place_under_switches
+from heteroplan.topology import Topology
 
 __all__ = ["place", "free_gpus"]
 
@@ -30,11 +32,16 @@ def place(
     cluster: Cluster,
     wanted: Mapping[str, tuple[str, int]],
     previous: Mapping[str, Allocation] | None = None,
+    topology: Topology | None = None,
 ) -> tuple[dict[str, Allocation], list[str]]:
     """Place ``wanted`` = {job: (gpu_type, num_gpus)} onto nodes.
 
+    With a ``topology``, a gang needing several nodes goes under one switch when a switch has
+    room (:func:`~heteroplan.policies.topology_placement.place_under_switches`).
     Returns the placed allocations and the jobs that could not be placed.
     """
+    if topology is not None:
+        return place_under_switches(cluster, topology, wanted, previous)
     previous = previous or {}
     by_type: dict[str, list[str]] = {}
     for n in cluster.nodes:
