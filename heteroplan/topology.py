@@ -14,7 +14,7 @@ Two questions are answered from the graph:
   tree topology is *the* path.
 - :meth:`Topology.switch_of` / :meth:`Topology.nodes_by_switch`: which nodes share a switch, for
   placement that keeps a gang under one switch
-  (:func:`heteroplan.policies.topology_placement.place_under_switches`).
+  (:func:`heteroplan.policies.placement.place` with ``topology=``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from heteroplan.cluster import Cluster
 from heteroplan.policies.base import Allocation
-from heteroplan.policies.topology_placement import place_under_switches
+from heteroplan.policies.topology_placement import choose_under_switches
 from heteroplan.topology import Topology
 
 __all__ = ["place", "free_gpus"]
@@ -37,11 +37,9 @@ def place(
     """Place ``wanted`` = {job: (gpu_type, num_gpus)} onto nodes.
 
     With a ``topology``, a gang needing several nodes goes under one switch when a switch has
-    room (:func:`~heteroplan.policies.topology_placement.place_under_switches`).
+    room (:func:`~heteroplan.policies.topology_placement.choose_under_switches` picks the nodes).
     Returns the placed allocations and the jobs that could not be placed.
     """
-    if topology is not None:
-        return place_under_switches(cluster, topology, wanted, previous)
     previous = previous or {}
     by_type: dict[str, list[str]] = {}
     for n in cluster.nodes:
@@ -67,7 +65,9 @@ def place(
         nodes = [n for n in by_type.get(gpu_type, ()) if free[n] > 0]
         per_node = cluster.gpu_type(gpu_type).gpus_per_node
         chosen: list[tuple[str, int]] = []
-        if count >= per_node:
+        if topology is not None:
+            chosen = choose_under_switches(topology, free, nodes, count)
+        elif count >= per_node:
             whole = [n for n in nodes if free[n] == capacity[n] == per_node]
             need = count // per_node
             if len(whole) >= need and count % per_node == 0:
