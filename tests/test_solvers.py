@@ -272,3 +272,9 @@ def test_solve_prints_nothing_unless_verbose() -> None:
     loud = subprocess.run([sys.executable, "-c", code.replace("backend=b)", "backend=b, verbose=b == 'highs')")],
                           cwd=root, env=env, capture_output=True, text=True, check=True)
     assert "HiGHS" in loud.stdout
+
+
+def test_cbc_reports_an_infeasible_model_it_crashed_on_without_preprocessing() -> None:
+    model = random_milp(5722, 3, 5)  # CBC without preprocessing exits with an error on it
+    assert solve(model).status is SolveStatus.INFEASIBLE
+    assert solve(model, backend="cbc", mip_gap=0).status is SolveStatus.INFEASIBLE

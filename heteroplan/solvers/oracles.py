@@ -49,7 +49,8 @@ def solve_cbc(model: Model, options: SolveOptions) -> Solution:
     pulp reports ``Optimal`` for a solve CBC stopped at its time limit; its solution
     status (``sol_status``) tells the two apart, so such a solve is ``TIME_LIMIT`` here,
     with CBC's incumbent when it has one. CBC's bound is not exposed by pulp (``nan``).
-    CBC runs without its preprocessing, which can lose optimality on small mixed models.
+    CBC runs without its preprocessing, which can lose optimality on small mixed models
+    (and with it again when CBC fails without it, as on some infeasible models).
     """
     import pulp
 
@@ -60,28 +61,41 @@ def solve_cbc(model: Model, options: SolveOptions) -> Solution:
             var.setInitialValue(float(value), check=False)
     build = time.perf_counter() - t0
     t1 = time.perf_counter()
-    prob.solve(
-        pulp.PULP_CBC_CMD(
-            msg=options.verbose,
-            timeLimit=options.time_limit,
-            gapRel=options.mip_gap,
-            threads=options.threads,
-            warmStart=bool(options.warm_start),
-            # CBC's preprocessing can return a worse point and call it optimal ("possible
-            # tolerance issue"; tests/test_solvers.py holds such a model); an oracle must not.
-            options=["preprocess off"],
+
+    def run(cbc_options: list[str]) -> None:
+        prob.solve(
+            pulp.PULP_CBC_CMD(
+                msg=options.verbose,
+                timeLimit=options.time_limit,
+                gapRel=options.mip_gap,
+                threads=options.threads,
+                warmStart=bool(options.warm_start),
+                options=cbc_options,
+            )
         )
-    )
+
+    # CBC's preprocessing can return a worse point and call it optimal ("possible tolerance
+    # issue"; tests/test_solvers.py holds such a model), so it runs without; but without it CBC
+    # exits with an error on some infeasible models, which are then solved again with it.
+    try:
+        run(["preprocess off"])
+    except pulp.PulpSolverError:
+        try:
+            run([])
+        except pulp.PulpSolverError as exc:
+            return Solution(SolveStatus.ERROR, build_time=build, backend="cbc", message=str(exc))
     solve_time = time.perf_counter() - t1
     text = f"{pulp.LpStatus[prob.status]} ({pulp.LpSolution[prob.sol_status]})"
-    if prob.sol_status == pulp.LpSolutionOptimal:
+    if prob.status == pulp.LpStatusInfeasible:
+        status = SolveStatus.INFEASIBLE
+    elif prob.status == pulp.LpStatusUnbounded:
+        status = SolveStatus.UNBOUNDED
+    elif prob.sol_status == pulp.LpSolutionOptimal:
         status = SolveStatus.OPTIMAL
-    elif prob.sol_status in (pulp.LpSolutionIntegerFeasible, pulp.LpSolutionNoSolutionFound):
-        status = SolveStatus.TIME_LIMIT
+    elif prob.sol_status == pulp.LpSolutionIntegerFeasible or prob.status == pulp.LpStatusNotSolved:
+        status = SolveStatus.TIME_LIMIT  # stopped at the limit, with or without an incumbent
     else:
-        status = {pulp.LpStatusInfeasible: SolveStatus.INFEASIBLE, pulp.LpStatusUnbounded: SolveStatus.UNBOUNDED}.get(
-            prob.status, SolveStatus.ERROR
-        )
+        status = SolveStatus.ERROR
     if status is SolveStatus.TIME_LIMIT and prob.sol_status == pulp.LpSolutionNoSolutionFound:
         return Solution(status, build_time=build, solve_time=solve_time, backend="cbc", message=text)
     if status not in (SolveStatus.OPTIMAL, SolveStatus.TIME_LIMIT):
