@@ -20,8 +20,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from heteroplan.cluster import Cluster, preset
-from heteroplan.formulations.model import Model
 from heteroplan.formulations.sia import ConfigSet
+from heteroplan.milp import Model
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.common import goodput_matrix
 from heteroplan.policies.placement import place

@@ -7,8 +7,8 @@ import json
 
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.errors import InputError
-from heteroplan.planner.api import OBJECTIVES, plan_job
-from heteroplan.planner.search import SearchOptions
+from heteroplan.planner.api import plan
+from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions
 
 
 def parse_gpus(text: str) -> dict[tuple[str, str], int]:
@@ -49,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         pool = preset(args.cluster) if args.cluster in PRESETS else Cluster.from_json(args.cluster)
     options = SearchOptions(max_pp=args.max_pp, max_blocks=1 if args.homogeneous else 2, prune=not args.no_prune)
-    result = plan_job(
-        args.model, args.gbs, pool, args.objective, args.budget, args.min_throughput, options=options  # type: ignore[arg-type]
-    )
+    request = PlanRequest.build(args.model, args.gbs, pool, args.objective, args.budget, args.min_throughput,  # type: ignore[arg-type]
+                                options=options)
+    result = plan(request)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.describe())
     return 0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from heteroplan.commands.training_args import add_training_arguments, run_config_kwargs
 from heteroplan.errors import InputError
+from heteroplan.training_args import add_training_arguments, run_config_kwargs
 
 
 def register(sub: argparse._SubParsersAction) -> None:

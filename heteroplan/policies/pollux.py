@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from heteroplan.cluster import Cluster
-from heteroplan.formulations.sia import ConfigSet, build_sia_model, restart_factor, solve_sia
+from heteroplan.formulations.sia import ConfigSet, build_sia_model, restart_factor
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.common import goodput_matrix, place_blind
+from heteroplan.policies.sia_solve import solve_sia
 
 __all__ = ["PolluxPolicy"]
 
@@ -71,7 +72,7 @@ class PolluxPolicy:
         pinned = np.array([j.restoring for j in jobs])
         capacity = np.array([float(cluster.num_gpus)])
         problem = build_sia_model(G, configs, capacity, current, restart, pinned, self.p, self.lam)
-        result = solve_sia(problem, configs, capacity, "milp", self.time_limit, self.mip_gap, self.lam)
+        result = solve_sia(problem, "milp", self.time_limit, self.mip_gap)
         counts = {j.job_id: int(configs.num_gpus[c]) for j, c in zip(jobs, result.choice, strict=True) if c >= 0}
         return place_blind(cluster, jobs, counts)
 

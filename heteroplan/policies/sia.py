@@ -13,11 +13,11 @@ from heteroplan.formulations.sia import (
     SiaResult,
     build_sia_model,
     restart_factor,
-    solve_sia,
 )
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.common import current_config, goodput_matrix
 from heteroplan.policies.placement import place
+from heteroplan.policies.sia_solve import solve_sia
 
 __all__ = ["SiaPolicy"]
 
@@ -77,7 +77,7 @@ class SiaPolicy:
         mode = self.mode
         if mode == "auto":
             mode = "milp" if problem.model.num_vars <= self.auto_limit else "lp-round"
-        result = solve_sia(problem, configs, capacity, mode, self.time_limit, self.mip_gap, self.lam)
+        result = solve_sia(problem, mode, self.time_limit, self.mip_gap)
         self.last_result = result
         wanted = {
             job.job_id: (configs.gpu_types[configs.type_index[c]], int(configs.num_gpus[c]))

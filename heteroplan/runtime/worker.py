@@ -20,7 +20,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from heteroplan.commands.training_args import add_training_arguments, run_config_kwargs
 from heteroplan.planner.plan import Plan
 from heteroplan.runtime import checkpoint as ckpt
 from heteroplan.runtime.comm import TAG_ACTIVATION, TAG_GRADIENT, Links, PendingSend
@@ -28,6 +27,7 @@ from heteroplan.runtime.config import RunConfig, StepMetrics, make_optimizer
 from heteroplan.runtime.layout import RankInfo, check_runnable, rank_layout
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.schedule import SCHEDULES
+from heteroplan.training_args import add_training_arguments, run_config_kwargs
 
 __all__ = ["StageTrainer", "train_rank", "rank_entry", "main"]
 

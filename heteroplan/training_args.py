@@ -1,6 +1,7 @@
 """Command-line flags of a training run, shared by ``heteroplan run`` and the torchrun entry
 (``python -m heteroplan.runtime.worker``) so both accept the same flags. Torch-free, so the
-CLI can list its commands without the ``[runtime]`` extra."""
+CLI can list its commands without the ``[runtime]`` extra, and outside both ``commands`` and
+``runtime`` so the runtime never imports the command layer."""
 
 from __future__ import annotations
 
