@@ -239,7 +239,8 @@ def _table_job(job: RigidJob) -> TableJob:
 
 def build_jobs(jobs: Any, cluster: Cluster, elastic_policy: bool, estimator: str | None,
                fidelity: SimFidelity) -> list[SimJob]:
-    """Simulator jobs for a workload of :class:`JobSpec` and/or :class:`RigidJob` items.
+    """Simulator jobs for a workload of :class:`JobSpec` and/or :class:`RigidJob` items
+    (:class:`SimJob` items pass through unchanged, so a caller may keep them to inspect).
 
     ``estimator`` (Sia jobs): ``"bootstrap"`` (Sia's: 1-GPU profiles, refined online) or
     ``"oracle"`` (the ground truth); ``None``: bootstrap for elastic policies, else oracle.
@@ -254,11 +255,17 @@ def build_jobs(jobs: Any, cluster: Cluster, elastic_policy: bool, estimator: str
     truths: dict[str, GoodputModel] = {}
     out: list[SimJob] = []
     for i, job in enumerate(jobs):
-        if isinstance(job, JobSpec):
+        if isinstance(job, SimJob):
+            out.append(job)
+        elif isinstance(job, JobSpec):
             out.append(_goodput_job(job, elastic_policy, estimator, fidelity, truths, profiling))
         elif isinstance(job, RigidJob):
             out.append(_table_job(job))
         else:
             raise InputError(f"jobs[{i}]", type(job).__name__,
                              "must be a JobSpec (Sia workload) or a RigidJob (throughput table)")
+    if any(isinstance(j, SimJob) for j in jobs):  # a re-run must start from scratch
+        fresh = [j for j in out if j.done == 0 and j.starts == 0]
+        if len(fresh) != len(out):
+            raise InputError("jobs", [j.name for j in out if j not in fresh][:5], "already simulated; build new jobs")
     return out
