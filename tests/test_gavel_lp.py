@@ -13,9 +13,9 @@ from heteroplan.errors import InputError
 from heteroplan.formulations.gavel import max_min_fairness_model, normalized_throughputs
 from heteroplan.policies.gavel import GavelPolicy, solve_max_min_fairness
 from heteroplan.sim.loop import simulate
-from heteroplan.workload.rigid import RigidJob, rigid_jobs_from_gavel
 from heteroplan.solvers import solve
 from heteroplan.workload.gavel import generate_workload, load_throughputs
+from heteroplan.workload.rigid import RigidJob, rigid_jobs_from_gavel
 
 
 def linprog_oracle(tp, scale, cap):

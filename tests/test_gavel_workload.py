@@ -13,13 +13,13 @@ from heteroplan.policies.base import JobState
 from heteroplan.policies.tiresias import TiresiasPolicy
 from heteroplan.policies.yarn import YarnCSPolicy
 from heteroplan.sim.loop import simulate
-from heteroplan.workload.rigid import RigidJob
 from heteroplan.workload.gavel import (
     SCALE_PROBS,
     GavelThroughputs,
     generate_workload,
     load_throughputs,
 )
+from heteroplan.workload.rigid import RigidJob
 
 DATA = Path(__file__).parent / "data" / "gavel"
 

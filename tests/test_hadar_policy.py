@@ -12,8 +12,8 @@ from heteroplan.errors import InputError
 from heteroplan.policies.base import Allocation, Policy, counts_by_type
 from heteroplan.policies.hadar import HadarPolicy, price
 from heteroplan.sim.loop import simulate
-from heteroplan.workload.rigid import RigidJob, rigid_jobs_from_gavel
 from heteroplan.workload.gavel import generate_workload, load_throughputs
+from heteroplan.workload.rigid import RigidJob, rigid_jobs_from_gavel
 
 
 def two_type_cluster(per_node: int = 1) -> Cluster:

@@ -167,6 +167,7 @@ class HadarPolicy:
         self._version = 0
         self._segments: _Segments | None = None
         self._cluster: Cluster | None = None
+        self._rates: dict[str, np.ndarray] = {}
 
     # ------------------------------------------------------------------ setup
     @property
@@ -193,7 +194,15 @@ class HadarPolicy:
 
     # --------------------------------------------------------------- helpers
     def _job_rates(self, job: JobState, cluster: Cluster) -> np.ndarray:
-        """Whole-job steps/s at the requested GPU count on each type (0: cannot run)."""
+        """Whole-job rate (estimator units/s) at the requested GPU count on each type (0: cannot
+        run); asked of the job's model once per round."""
+        cached = self._rates.get(job.job_id)
+        if cached is not None:
+            return cached
+        self._rates[job.job_id] = rates = self._ask_rates(job, cluster)
+        return rates
+
+    def _ask_rates(self, job: JobState, cluster: Cluster) -> np.ndarray:
         if job.estimator is None:
             raise InputError(f"job[{job.job_id}].estimator", None, "Hadar needs per-type throughputs")
         w = job.requested_gpus
@@ -321,6 +330,7 @@ class HadarPolicy:
     # ----------------------------------------------------------------- round
     def allocate(self, cluster: Cluster, jobs: Sequence[JobState], now: float) -> Mapping[str, Allocation]:
         t = int(round(now / self.slot))
+        self._rates = {}
         if self._segments is None or self._cluster is not cluster:
             self._setup(cluster, t)
         seg = self._segments

@@ -24,7 +24,6 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import HeteroplanError, InputError, MissingDataError, PolicyError

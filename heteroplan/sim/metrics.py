@@ -6,9 +6,9 @@ Times in seconds internally; summaries in hours where the paper uses hours.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
