@@ -85,3 +85,17 @@ def test_every_policy_runs_every_workload_family_on_every_preset(policy_name, fa
     assert any(j.fraction_done > 0 for j in res.jobs)  # work got done
     if family != "sia-csv":  # short rigid jobs: all of them finish inside the horizon
         assert res.stop_reason == "finished" and not res.unfinished
+
+
+@pytest.mark.parametrize("policy_name", ["sia", "pollux", "gavel", "tiresias", "hadar", "hadare"])
+def test_a_lone_table_job_finishes_at_its_known_optimum(policy_name) -> None:
+    """One 2-task job with the user's throughputs on an idle sia-64: heterogeneity-aware policies
+    run it on its fastest type from the first round (JCT = steps / best rate); HadarE may add
+    copies on idle GPUs (faster still); Pollux and Tiresias are type-blind (no faster than that)."""
+    job = RigidJob("j", 2, 7200.0, 0.0, {"aws": 1.0, "rtx": 2.0, "dgx-ext": 4.0})
+    res = simulate([job], preset("sia-64"), make_policy(policy_name), progress=False)
+    jct = res.jobs[0].jct
+    if policy_name in ("sia", "gavel", "hadar"):
+        assert jct == pytest.approx(7200.0 / 4.0)
+    else:
+        assert jct <= 7200.0 / 4.0 + 1e-9 if policy_name == "hadare" else jct >= 7200.0 / 4.0 - 1e-9
