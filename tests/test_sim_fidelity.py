@@ -31,7 +31,7 @@ def _runs(app: str):
 
 
 class FixedPolicy:
-    """Gives every job ``gpus`` GPUs of ``gpu_type`` on whole nodes (adaptive or not)."""
+    """Gives every job ``gpus`` GPUs of ``gpu_type`` on whole nodes (elastic or not)."""
 
     round_length = 60.0
     forking = False

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Any, Protocol, runtime_checkable
 
 from heteroplan._html import table, title
@@ -121,6 +122,15 @@ class JobState:
     max_gpus_run: int = 0
     last_gpus: int = 0
     batch_size: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.requested_gpus, bool) or not isinstance(self.requested_gpus, Integral) \
+                or self.requested_gpus < 1:
+            raise InputError(f"job[{self.job_id}].requested_gpus", self.requested_gpus, "must be an integer >= 1")
+        if not 0.0 <= self.progress <= 1.0:
+            raise InputError(f"job[{self.job_id}].progress", self.progress, "must be the fraction done, in [0, 1]")
+        if not self.remaining_work >= 0.0:
+            raise InputError(f"job[{self.job_id}].remaining_work", self.remaining_work, "must be >= 0 work units")
 
 
 @runtime_checkable
