@@ -211,3 +211,19 @@ def test_sia_gives_rigid_jobs_exactly_their_gpus_and_scales_elastic_ones_gradual
     assert alloc["rigid"].num_gpus == 4
     assert alloc["new"].num_gpus == 1  # new jobs start at one GPU
     assert alloc["grown"].num_gpus <= 4  # at most double the last allocation
+
+
+class Interrupted(OverCommit):
+    name = "interrupted"
+
+    def allocate(self, cluster, jobs, now):
+        if now >= 600:
+            raise KeyboardInterrupt
+        return {}
+
+
+def test_an_interrupted_run_keeps_its_results_on_the_exception() -> None:
+    with pytest.raises(KeyboardInterrupt) as info:
+        simulate([JobSpec("a", 0, "cifar10", 1, 256)], SMALL, Interrupted(), progress=False)
+    res = info.value.result
+    assert res.stop_reason == "interrupted" and res.rounds == 10 and [j.name for j in res.jobs] == ["a"]

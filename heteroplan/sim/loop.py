@@ -232,6 +232,7 @@ def simulate(
     Raises:
         MissingDataError: before the first round, for a job without data for a cluster GPU type.
         PolicyError: when the policy fails (``exc.result``: the metrics up to then).
+        KeyboardInterrupt: passed on, with ``exc.result`` (``stop_reason="interrupted"``) attached.
     """
     policy = check_policy(policy)
     L = float(policy.round_length if round_length is None else round_length)
@@ -294,6 +295,9 @@ def simulate(
             bar.update(1 - unfinished / len(pending), f"t={run.t / 3600:.1f}h active={len(active)}")
     except HeteroplanError as exc:
         exc.result = run.result("error", str(exc))  # type: ignore[attr-defined]
+        raise
+    except KeyboardInterrupt as exc:  # SIGINT: the caller may still write what ran
+        exc.result = run.result("interrupted")  # type: ignore[attr-defined]
         raise
     finally:
         bar.close()

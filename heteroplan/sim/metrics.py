@@ -67,7 +67,8 @@ class SimResult:
         end_time: simulated time the run stopped (s).
         rounds: rounds simulated.
         rejected: ``{job: reason}`` for jobs refused before the first round (they can never fit).
-        stop_reason: ``"finished"``, ``"max_time"``, ``"max_rounds"`` or ``"stalled"``.
+        stop_reason: ``"finished"``, ``"max_time"``, ``"max_rounds"``, ``"stalled"``; on a result
+            attached to an exception, ``"error"`` or ``"interrupted"``.
         error: what went wrong when the run stalled (``None`` otherwise).
         schedule: every round's allocations ``(time s, {job: Allocation})`` when recorded.
     """
