@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from heteroplan.cluster import Cluster
+from heteroplan.errors import InputError
 from heteroplan.perf.applications import AppSpec, get_app
 from heteroplan.perf.goodput import GoodputModel, ThroughputTable
 from heteroplan.perf.gradstats import GradStats
@@ -246,8 +247,6 @@ def build_jobs(jobs: Any, cluster: Cluster, elastic_policy: bool, estimator: str
     ``"oracle"`` (the ground truth); ``None``: bootstrap for elastic policies, else oracle.
     Rigid jobs' policies always see their throughput table.
     """
-    from heteroplan.errors import InputError
-
     estimator = estimator or ("bootstrap" if elastic_policy else "oracle")
     if estimator not in ESTIMATORS:
         raise InputError("estimator", estimator, f"choose one of {list(ESTIMATORS)}")
