@@ -52,7 +52,9 @@ class MaxMinPolicy:
     """Max-min fair speed-ups; adaptive (elastic jobs), heterogeneity-aware."""
 
     name = "maxmin"
-    adaptive = True
+    round_length = 60.0  # s
+    elastic = True  # chooses elastic jobs' GPU counts (rigid jobs keep theirs)
+    forking = False
 
     def allocate(self, cluster: Cluster, jobs: Sequence[JobState], now: float) -> dict[str, Allocation]:
         if not jobs:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from heteroplan.cluster import Cluster
+from heteroplan.errors import PolicyError
 from heteroplan.policies.base import Allocation
 from heteroplan.policies.topology_placement import choose_under_switches
 from heteroplan.topology import Topology
@@ -57,7 +58,7 @@ def place(
         else:
             todo.append((job, gpu_type, count))
     if any(v < 0 for v in free.values()):
-        raise ValueError("previous placements overlap: a node is over-committed")
+        raise PolicyError("previous placements overlap: a node is over-committed")
     # Biggest jobs first; whole-node jobs before partial ones of the same type.
     todo.sort(key=lambda t: (-t[2], t[0]))
     failed: list[str] = []

@@ -41,7 +41,9 @@ class PolluxPolicy:
     time_limit: float = 10.0
     mip_gap: float = 1e-3
     name: str = "pollux"
-    adaptive: bool = True
+    round_length: float = 60.0
+    elastic: bool = True
+    forking: bool = False
     _cache: dict[int, ConfigSet] = field(default_factory=dict, repr=False)
 
     def _pooled(self, cluster: Cluster) -> ConfigSet:
@@ -78,7 +80,7 @@ class PolluxPolicy:
 
 
 def _first_type(job: JobState, cluster: Cluster) -> str:
-    known = getattr(job.estimator, "gpu_types", ()) or cluster.type_names
+    known = (job.estimator.gpu_types if job.estimator is not None else ()) or cluster.type_names
     for t in cluster.type_names:
         if t in known:
             return t

@@ -48,7 +48,9 @@ class SiaPolicy:
     time_limit: float = 10.0
     mip_gap: float = 1e-3
     name: str = "sia"
-    adaptive: bool = True
+    round_length: float = 60.0
+    elastic: bool = True
+    forking: bool = False
     last_result: SiaResult | None = field(default=None, repr=False)
     _configs: dict[int, ConfigSet] = field(default_factory=dict, repr=False)
 

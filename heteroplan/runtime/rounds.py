@@ -27,6 +27,7 @@ from heteroplan.errors import InputError, check_int, check_seconds
 from heteroplan.perf.measurements import Measurements
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.policies.base import Allocation, JobState, Policy, check_allocations
+from heteroplan.policies.registry import make_policy
 from heteroplan.runtime.config import RunConfig, StepMetrics, make_optimizer
 from heteroplan.runtime.launch import RunHandle, launch
 from heteroplan.runtime.models import TrainTask
@@ -144,7 +145,8 @@ class RoundExecutor:
 
     Args:
         cluster: the GPUs the policy may hand out (one local process per GPU).
-        policy: any :class:`~heteroplan.policies.base.Policy`.
+        policy: any :class:`~heteroplan.policies.base.Policy`, or a registered name
+            (:func:`~heteroplan.policies.registry.make_policy`).
         jobs: the jobs and their arrival times.
         workdir: checkpoints go to ``workdir/<job_id>``.
         round_length: seconds per round.
@@ -152,11 +154,13 @@ class RoundExecutor:
         progress: called with each :class:`RoundLog`.
     """
 
-    def __init__(self, cluster: Cluster, policy: Policy, jobs: Sequence[RuntimeJob], workdir: str | Path,
+    def __init__(self, cluster: Cluster, policy: Policy | str, jobs: Sequence[RuntimeJob], workdir: str | Path,
                  round_length: float = 30.0, max_rounds: int = 1000,
                  progress: Callable[[RoundLog], None] | None = None) -> None:
         if not isinstance(cluster, Cluster):
             raise InputError("cluster", type(cluster).__name__, "must be a heteroplan.cluster.Cluster")
+        if isinstance(policy, str):
+            policy = make_policy(policy)
         if not callable(getattr(policy, "allocate", None)):
             raise InputError("policy", type(policy).__name__, "has no allocate(cluster, jobs, now)")
         ids = [j.job_id for j in jobs]
@@ -185,7 +189,8 @@ class RoundExecutor:
         return JobState(job.job_id, job.application, job.arrival_time, requested_gpus=1, elastic=True,
                         max_gpus=min(job.max_gpus, job.global_batch_size), allocation=self._last.get(job.job_id),
                         num_restarts=out.restarts, attained_service=out.gpu_seconds,
-                        progress=out.steps_done / job.steps, estimator=job.estimator)
+                        progress=out.steps_done / job.steps, estimator=job.estimator,
+                        remaining_work=float(max(job.steps - out.steps_done, 0) * job.global_batch_size))
 
     def _observe(self, job: RuntimeJob, run: _Running) -> None:
         """Feed the steps measured since the last call to the job's estimator (first step: warm-up)."""
