@@ -33,10 +33,10 @@ from heteroplan.planner.plan import Plan
 from heteroplan.runtime.config import RunConfig
 from heteroplan.runtime.launch import RankProcesses, check_task
 from heteroplan.runtime.layout import rank_layout
+from heteroplan.runtime.tensor_parallel import create_groups
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.worker import (
     StageTrainer,
-    create_dp_groups,
     join_process_group,
     report_failure_and_exit,
 )
@@ -117,9 +117,9 @@ def interleaved_entry(rank: int, world_size: int, init_method: str, plan_dicts: 
         trainers: list[StageTrainer | None] = []
         for plan in map(Plan.from_dict, plan_dicts):
             width = len(rank_layout(plan))
-            dp_groups = create_dp_groups(plan)  # every rank creates every group, in the same order
+            groups = create_groups(plan)  # every rank creates every group, in the same order
             group = dist.new_group(list(range(width))) if 1 < width < world_size else None
-            trainers.append(StageTrainer(plan, task, config, rank, dp_groups, group) if rank < width else None)
+            trainers.append(StageTrainer(plan, task, config, rank, groups, group) if rank < width else None)
         steps = [0] * len(trainers)
         for visit, (index, timed) in enumerate(order):
             dist.barrier()

@@ -19,9 +19,9 @@ import torch.multiprocessing as mp
 
 from heteroplan.errors import InputError, RankFailure, check_fraction
 from heteroplan.planner.plan import Plan
-from heteroplan.runtime.checkpoint import Checkpoint, latest_checkpoint
+from heteroplan.runtime.checkpoint import Checkpoint, check_writable, latest_checkpoint
 from heteroplan.runtime.config import RunConfig, StepMetrics
-from heteroplan.runtime.layout import rank_layout
+from heteroplan.runtime.layout import world_size
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.netbench import free_port
 from heteroplan.runtime.worker import rank_entry
@@ -185,11 +185,12 @@ class RunHandle(RankProcesses):
         if not isinstance(config, RunConfig):
             raise InputError("config", type(config).__name__, "must be a heteroplan.runtime.RunConfig")
         check_task(task, plan)
+        check_writable(config.checkpoint_dir)
         self.plan = plan
         self.config = config
         resume = latest_checkpoint(config.checkpoint_dir) if config.resume else None
         self.start_step = resume.step if resume else 0
-        super().__init__(len(rank_layout(plan)), rank_entry, (plan.to_dict(), task, config),
+        super().__init__(world_size(plan), rank_entry, (plan.to_dict(), task, config),
                          timeout_s=config.timeout_s, startup_timeout_s=config.startup_timeout_s,
                          checkpoint_dir=config.checkpoint_dir)
 

@@ -25,17 +25,12 @@ from heteroplan.planner.plan import Plan
 from heteroplan.runtime import checkpoint as ckpt
 from heteroplan.runtime.comm import TAG_ACTIVATION, TAG_GRADIENT, Links, PendingSend
 from heteroplan.runtime.config import RunConfig, StepMetrics, make_optimizer
-from heteroplan.runtime.layout import RankInfo, check_runnable, rank_layout
+from heteroplan.runtime.layout import RankInfo, check_runnable, neighbours, rank_layout, world_size
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.schedule import SCHEDULES
+from heteroplan.runtime.tensor_parallel import ProcessGroups, create_groups, local_tensor, shard_layers
 
-__all__ = ["StageTrainer", "train_rank", "rank_entry", "main"]
-
-
-def create_dp_groups(plan: Plan) -> list[Any]:
-    """Create every stage's data-parallel group (all ranks must create all, in order); None when dp = 1."""
-    dp = plan.dp
-    return [dist.new_group(list(range(s * dp, (s + 1) * dp))) if dp > 1 else None for s in range(plan.pp)]
+__all__ = ["LayerRange", "StageTrainer", "train_rank", "rank_entry", "main"]
 
 
 def _device(config: RunConfig, rank: int) -> torch.device:
@@ -46,33 +41,54 @@ def _device(config: RunConfig, rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+class LayerRange(nn.Module):
+    """Layers ``[first, last)`` of a model, registered under their global indices (names ``"3.q.weight"``
+    as in the full ``nn.Sequential``), so checkpoints are keyed by layer whatever the pipeline split."""
+
+    def __init__(self, model: nn.Sequential, first: int, last: int) -> None:
+        super().__init__()
+        for i in range(first, last):
+            self.add_module(str(i), model[i])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.children():
+            x = layer(x)
+        return x
+
+
 class StageTrainer:
-    """This rank's share of ``plan``: its stage's layers, optimizer and links; :meth:`step` trains one iteration.
+    """This rank's share of ``plan``: its stage's layers (sharded when the stage has ``tp > 1``),
+    optimizer and links; :meth:`step` trains one iteration.
 
     Ranks of the plan are the global ranks ``0 .. plan ranks - 1`` (a larger world may hold other
-    plans' ranks too). ``dp_groups`` are the plan's data-parallel groups, one per stage, as
-    :func:`create_dp_groups` returns them; ``group`` the plan's ranks for the end-of-iteration
-    control all-reduce (``None``: the default group).
+    plans' ranks too). ``groups`` are the plan's data- and tensor-parallel groups, as
+    :func:`~heteroplan.runtime.tensor_parallel.create_groups` returns them; ``group`` the plan's
+    ranks for the end-of-iteration control all-reduce (``None``: the default group).
     """
 
-    def __init__(self, plan: Plan, task: TrainTask, config: RunConfig, rank: int, dp_groups: list[Any],
+    def __init__(self, plan: Plan, task: TrainTask, config: RunConfig, rank: int, groups: ProcessGroups,
                  group: Any = None) -> None:
         layout = rank_layout(plan)
         self.me: RankInfo = layout[rank]
         self.plan, self.task, self.rank, self.group = plan, task, rank, group
-        self.dp_group = dp_groups[self.me.stage]
+        self.dp_group = groups.dp[(self.me.stage, self.me.tp_index)]
         self.solo = len(layout) == 1
         self.device = _device(config, rank)
         torch.set_num_threads(config.threads_per_rank)
         full = task.build_model()
         check_runnable(plan, len(full))
-        self.stage = nn.Sequential(*list(full)[self.me.first_layer : self.me.last_layer]).to(self.device)
+        self.stage = LayerRange(full, self.me.first_layer, self.me.last_layer).to(self.device)
         del full
+        if self.me.tp > 1:
+            shard_layers(self.stage, groups.tp[(self.me.stage, self.me.replica)], self.me.tp, self.device.type)
         self.params = [p for p in self.stage.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(self.params, config)
         self.first, self.last = self.me.stage == 0, self.me.stage == plan.pp - 1
-        self.prev_rank = rank - plan.dp if not self.first else None
-        self.next_rank = rank + plan.dp if not self.last else None
+        self.act_source = neighbours(plan, self.me, -1, "source")
+        self.act_destinations = neighbours(plan, self.me, +1, "destination")
+        self.grad_source = neighbours(plan, self.me, +1, "source")
+        self.grad_destinations = neighbours(plan, self.me, -1, "destination")
+        self.reports_loss = self.last and self.me.tp_index == 0  # every TP rank computes the same loss
         self.ops = SCHEDULES[config.schedule](plan.pp, self.me.stage, self.me.num_microbatches)
         self.links = Links()
         self.control = torch.zeros(2, dtype=torch.float64, device=self.device)
@@ -91,7 +107,7 @@ class StageTrainer:
                 if self.first:
                     x = self.task.batch(step, offset, mbs)[0].to(device)
                 else:
-                    x = self.links.recv(self.prev_rank, TAG_ACTIVATION, device)
+                    x = self.links.recv(self.act_source[0], TAG_ACTIVATION, device)
                     if not x.is_floating_point():
                         raise RuntimeError(f"stage {me.stage} receives {x.dtype} activations: cannot backpropagate")
                     x.requires_grad_(True)
@@ -101,31 +117,34 @@ class StageTrainer:
                     y = self.task.loss(y, target) * (mbs / gbs)
                     loss_sum += float(y.detach())
                 else:
-                    pending.append(self.links.send(y, self.next_rank, TAG_ACTIVATION))
+                    pending.extend(self.links.send(y, dst, TAG_ACTIVATION) for dst in self.act_destinations)
                 saved[op.microbatch] = (x, y)
             else:
                 x, y = saved.pop(op.microbatch)
                 if self.last:
                     y.backward()
                 else:
-                    y.backward(self.links.recv(self.next_rank, TAG_GRADIENT, device))
+                    y.backward(self.links.recv(self.grad_source[0], TAG_GRADIENT, device))
                 if not self.first:
-                    pending.append(self.links.send(x.grad, self.prev_rank, TAG_GRADIENT))
+                    pending.extend(self.links.send(x.grad, dst, TAG_GRADIENT) for dst in self.grad_destinations)
         for send in pending:
             send.wait()
         t_sync = time.perf_counter()
         if self.dp_group is not None:
-            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+            for p in self.params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            grads = [local_tensor(p.grad) for p in self.params]
             flat = torch.cat([g.reshape(-1) for g in grads])
             dist.all_reduce(flat, group=self.dp_group)
-            for p, g in zip(self.params, torch.split(flat, [q.numel() for q in self.params]), strict=True):
-                p.grad = g.view_as(p)
+            for g, summed in zip(grads, torch.split(flat, [g.numel() for g in grads]), strict=True):
+                g.copy_(summed.view_as(g))
         sync_time = time.perf_counter() - t_sync
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.control.zero_()
         self.control[0] = 1.0 if request_stop else 0.0
-        if self.last:
+        if self.reports_loss:
             self.control[1] = loss_sum
         if not self.solo:
             dist.all_reduce(self.control, group=self.group)
@@ -146,14 +165,14 @@ def train_rank(
     all-reduced within the stage, so the update equals single-process training on the whole batch.
     """
     rank, world = dist.get_rank(), dist.get_world_size()
-    layout = rank_layout(plan)
-    if world != len(layout):
-        raise RuntimeError(f"world size {world} but the plan has {len(layout)} ranks")
-    trainer = StageTrainer(plan, task, config, rank, create_dp_groups(plan))
+    ckpt.check_writable(config.checkpoint_dir)
+    if world != world_size(plan):
+        raise RuntimeError(f"world size {world} but the plan has {world_size(plan)} ranks")
+    trainer = StageTrainer(plan, task, config, rank, create_groups(plan))
     start = 0
     resume = ckpt.latest_checkpoint(config.checkpoint_dir) if config.resume else None
     if resume is not None:
-        ckpt.load_layers(resume, trainer.me.first_layer, trainer.stage, trainer.optimizer)
+        ckpt.load_state(resume, trainer.stage, trainer.optimizer, trainer.group)
         start = resume.step
     deadline = time.monotonic() + config.max_seconds if config.max_seconds else None
     done = start
@@ -169,18 +188,16 @@ def train_rank(
             report(metrics)
         due = config.checkpoint_every and done % config.checkpoint_every == 0
         if config.checkpoint_dir and (due or stop or done == config.steps):
-            _checkpoint(plan, config, trainer.me, trainer.stage, trainer.optimizer, done, metrics.loss)
+            _checkpoint(plan, config, trainer, done, metrics.loss)
         if stop:
             break
     return done
 
 
-def _checkpoint(plan: Plan, config: RunConfig, me: RankInfo, stage: nn.Sequential,
-                optimizer: torch.optim.Optimizer, step: int, loss: float) -> None:
-    if me.replica == 0:
-        ckpt.save_layers(config.checkpoint_dir, step, me.first_layer, stage, optimizer)
-    dist.barrier()
-    if me.rank == 0:
+def _checkpoint(plan: Plan, config: RunConfig, trainer: StageTrainer, step: int, loss: float) -> None:
+    ckpt.save_state(config.checkpoint_dir, step, trainer.stage, trainer.optimizer, trainer.group)
+    dist.barrier(group=trainer.group)
+    if trainer.rank == 0:
         ckpt.write_manifest(config.checkpoint_dir, step, plan.num_layers, {"loss": loss, "plan": plan.to_dict()})
         ckpt.prune(config.checkpoint_dir, config.keep_checkpoints)
 
