@@ -36,6 +36,7 @@ from heteroplan.runtime.layout import rank_layout
 from heteroplan.runtime.tensor_parallel import create_groups
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.worker import (
+    follow_launcher,
     StageTrainer,
     join_process_group,
     report_failure_and_exit,
@@ -113,6 +114,7 @@ def interleaved_entry(rank: int, world_size: int, init_method: str, plan_dicts: 
     run the visits in ``order``; rank 0 reports ``(visit, plan index, [seconds of each timed
     iteration])`` after every visit (an empty list for an untimed one)."""
     try:
+        follow_launcher()
         join_process_group(config, init_method, rank, world_size)
         trainers: list[StageTrainer | None] = []
         for plan in map(Plan.from_dict, plan_dicts):

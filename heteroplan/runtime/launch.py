@@ -8,7 +8,11 @@ naming the rank and the newest checkpoint to resume from.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import queue as queue_mod
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +29,11 @@ from heteroplan.runtime.layout import world_size
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.netbench import free_port
 from heteroplan.runtime.worker import rank_entry
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_S = 4.0
+"""Seconds the ranks get after SIGTERM/SIGINT to finish their iteration and checkpoint before they are killed."""
 
 __all__ = ["RankProcesses", "RunHandle", "RunResult", "check_task", "launch", "run_plan"]
 
@@ -130,22 +139,54 @@ class RankProcesses:
         return [r for r, p in enumerate(self._procs) if p.exitcode not in (None, 0) and r not in self._done]
 
     def wait_all(self, timeout: float | None = None, on_report: Callable[[Any], None] | None = None) -> None:
-        """Block until every rank has exited; ``on_report`` is called for each new report, in order."""
+        """Block until every rank has exited; ``on_report`` is called for each new report, in order.
+
+        SIGTERM or SIGINT (in the main thread) asks the ranks to stop at their next iteration
+        boundary (they checkpoint); ranks still alive :data:`STOP_GRACE_S` seconds later are killed.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         shown = len(self._reports)
-        while True:
-            going = self.poll()
-            if on_report is not None:
-                for payload in self._reports[shown:]:
-                    on_report(payload)
-                shown = len(self._reports)
-            if not going:
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                self._fail(None, f"did not finish within {timeout:.0f} s")
-            time.sleep(0.02)
+        with self._stop_on_signals():
+            while True:
+                going = self.poll()
+                if on_report is not None:
+                    for payload in self._reports[shown:]:
+                        on_report(payload)
+                    shown = len(self._reports)
+                if not going:
+                    break
+                if self.signalled is not None and time.monotonic() > self.signalled + STOP_GRACE_S:
+                    log.warning("ranks still running %.0f s after the signal: killing them", STOP_GRACE_S)
+                    self.terminate()
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    self._fail(None, f"did not finish within {timeout:.0f} s")
+                time.sleep(0.02)
         for p in self._procs:
             p.join()
+
+    signalled: float | None = None
+    """When (``time.monotonic()``) SIGTERM/SIGINT asked the run to stop; ``None``: it was not."""
+
+    @contextlib.contextmanager
+    def _stop_on_signals(self):
+        """While the launcher waits, SIGTERM/SIGINT stop the ranks instead of orphaning them."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum: int, frame: Any) -> None:
+            if self.signalled is None:
+                log.warning("%s: stopping every rank", signal.Signals(signum).name)
+                self.signalled = time.monotonic()
+                self.stop()
+
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
 
     def _drain(self) -> None:
         """Take every pending report from the ranks (progress, completions, errors)."""
@@ -204,7 +245,8 @@ class RunHandle(RankProcesses):
         self.wait_all(timeout, progress)
         final = max(self._done.values()) if self._done else self.start_step
         return RunResult(list(self._reports), final, self.start_step, latest_checkpoint(self.config.checkpoint_dir),
-                         time.perf_counter() - self._t0, self.world_size, final < self.config.steps)
+                         time.perf_counter() - self._t0, self.world_size, final < self.config.steps,
+                         {"signalled": self.signalled is not None})
 
 
 def check_task(task: TrainTask, plan: Plan | None = None, field: str = "plan.stages") -> None:

@@ -17,12 +17,14 @@ rank of the sending stage takes the gradient from the receiving stage's rank ``t
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from heteroplan.errors import InputError
 from heteroplan.planner.plan import Plan
 
-__all__ = ["RankInfo", "rank_layout", "check_runnable", "stage_tp", "stage_start", "world_size", "neighbours"]
+__all__ = ["RankInfo", "rank_layout", "check_runnable", "stage_tp", "stage_start", "world_size", "neighbours", "load_plan"]
 
 
 @dataclass(frozen=True)
@@ -122,3 +124,19 @@ def neighbours(plan: Plan, me: RankInfo, direction: int, role: str) -> list[int]
     if role == "source":
         return [base + me.tp_index % tps[s]]
     return [base + u for u in range(tps[s]) if u % me.tp == me.tp_index]
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read a plan file: what ``heteroplan plan --out`` or :meth:`Plan.to_json` writes, what
+    ``heteroplan plan --json`` prints (the plan under ``"plan"``), or a Sailor ``plan_config_*.json``."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError("--plan", str(path), f"cannot read plan JSON: {exc}") from None
+    if isinstance(data, dict) and isinstance(data.get("plan"), dict) and "stages" not in data:
+        data = data["plan"]
+    if isinstance(data, dict) and "pipeline_list" in data:
+        return Plan.from_sailor(data, model=str(data.get("model", Path(path).stem)))
+    if not isinstance(data, dict):
+        raise InputError("--plan", str(path), f"expected a JSON object, got {type(data).__name__}")
+    return Plan.from_dict(data)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 import traceback
@@ -206,6 +207,7 @@ def rank_entry(rank: int, world_size: int, init_method: str, plan_dict: dict, ta
                config: RunConfig, stop_event: Any, queue: Any) -> None:
     """Process target of the local launcher: init, train, report to the parent through ``queue``."""
     try:
+        follow_launcher()
         join_process_group(config, init_method, rank, world_size)
         plan = Plan.from_dict(plan_dict)
         done = train_rank(plan, task, config, stop_event.is_set, lambda m: queue.put(("step", rank, m)))
@@ -213,6 +215,22 @@ def rank_entry(rank: int, world_size: int, init_method: str, plan_dict: dict, ta
         dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - report anything to the parent, then fail
         report_failure_and_exit(queue, rank)
+
+
+def follow_launcher() -> None:
+    """In a locally launched rank: leave SIGINT (a terminal's Ctrl-C reaches the whole process
+    group) to the launcher, which stops the ranks itself, and die with the launcher (Linux
+    ``PR_SET_PDEATHSIG``) if it is killed outright, so no rank is ever orphaned."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+        except OSError:  # pragma: no cover - no glibc
+            pass
+        if os.getppid() == 1:  # the launcher died before prctl took effect
+            os._exit(1)
 
 
 def join_process_group(config: RunConfig, init_method: str, rank: int, world_size: int) -> None:
