@@ -25,7 +25,7 @@ from heteroplan.errors import InputError, RankFailure, check_fraction
 from heteroplan.planner.plan import Plan
 from heteroplan.runtime.checkpoint import Checkpoint, check_writable, latest_checkpoint
 from heteroplan.runtime.config import RunConfig, StepMetrics
-from heteroplan.runtime.layout import world_size
+from heteroplan.runtime.layout import stage_tp, world_size
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.netbench import free_port
 from heteroplan.runtime.worker import rank_entry
@@ -258,6 +258,11 @@ def check_task(task: TrainTask, plan: Plan | None = None, field: str = "plan.sta
     num_layers = getattr(task, "num_layers", None)
     if plan is not None and isinstance(num_layers, int) and num_layers != plan.num_layers:
         raise InputError(field, plan.num_layers, f"the task's model has {num_layers} layers; the plan must cover them")
+    heads = getattr(task, "n_heads", None)
+    if plan is not None and isinstance(heads, int):
+        for s, tp in enumerate(stage_tp(plan)):
+            if heads % tp:
+                raise InputError(f"{field}[{s}].replicas.tp", tp, f"must divide the model's n_heads={heads}")
 
 
 def launch(plan: Plan, task: TrainTask, config: RunConfig | None = None) -> RunHandle:
