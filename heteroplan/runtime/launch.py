@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 STOP_GRACE_S = 4.0
 """Seconds the ranks get after SIGTERM/SIGINT to finish their iteration and checkpoint before they are killed."""
 
-__all__ = ["RankProcesses", "RunHandle", "RunResult", "check_task", "launch", "run_plan"]
+__all__ = ["RankProcesses", "RunHandle", "RunResult", "check_devices", "check_task", "launch", "run_plan"]
 
 @dataclass
 class RunResult:
@@ -227,6 +227,7 @@ class RunHandle(RankProcesses):
             raise InputError("config", type(config).__name__, "must be a heteroplan.runtime.RunConfig")
         check_task(task, plan)
         check_writable(config.checkpoint_dir)
+        check_devices(plan, config)
         self.plan = plan
         self.config = config
         resume = latest_checkpoint(config.checkpoint_dir) if config.resume else None
@@ -263,6 +264,19 @@ def check_task(task: TrainTask, plan: Plan | None = None, field: str = "plan.sta
         for s, tp in enumerate(stage_tp(plan)):
             if heads % tp:
                 raise InputError(f"{field}[{s}].replicas.tp", tp, f"must divide the model's n_heads={heads}")
+
+
+def check_devices(plan: Plan, config: RunConfig) -> None:
+    """One process per planned GPU: on CUDA each needs its own GPU here (else :class:`InputError`);
+    on CPU every planned GPU becomes a process of this machine, whatever its GPU type."""
+    if config.device != "cuda":
+        return
+    import torch
+
+    have, need = torch.cuda.device_count(), world_size(plan)
+    if have < need:
+        raise InputError("plan", f"{need} GPUs", f"this machine has {have} CUDA devices; run it with device='cpu' "
+                         "(one process per planned GPU) or across nodes with torchrun")
 
 
 def launch(plan: Plan, task: TrainTask, config: RunConfig | None = None) -> RunHandle:
