@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from heteroplan.commands.training_args import add_training_arguments, model_kwargs, run_config_kwargs
+from heteroplan.commands.training_args import (
+    add_training_arguments,
+    model_kwargs,
+    run_config_kwargs,
+)
 from heteroplan.errors import InputError
 
 

@@ -141,7 +141,11 @@ def latest_checkpoint(root: str | Path | None, check: bool = True) -> Checkpoint
 
 
 def _state(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
 
     options = StateDictOptions(flatten_optimizer_state_dict=True)
     return {"model": get_model_state_dict(module), "optim": get_optimizer_state_dict(module, optimizer, options=options)}
@@ -160,7 +164,11 @@ def save_state(root: str | Path, step: int, module: nn.Module, optimizer: torch.
 def load_state(ckpt: Checkpoint, module: nn.Module, optimizer: torch.optim.Optimizer, group: Any = None) -> None:
     """Restore this rank's layers and their optimizer state from ``ckpt`` (collective, any layout)."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
 
     state = _state(module, optimizer)
     dcp.load(state, checkpoint_id=ckpt.path, process_group=group)

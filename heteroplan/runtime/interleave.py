@@ -33,11 +33,11 @@ from heteroplan.planner.plan import Plan
 from heteroplan.runtime.config import RunConfig
 from heteroplan.runtime.launch import RankProcesses, check_task
 from heteroplan.runtime.layout import rank_layout
-from heteroplan.runtime.tensor_parallel import create_groups
 from heteroplan.runtime.models import TrainTask
+from heteroplan.runtime.tensor_parallel import create_groups
 from heteroplan.runtime.worker import (
-    follow_launcher,
     StageTrainer,
+    follow_launcher,
     join_process_group,
     report_failure_and_exit,
 )

@@ -113,6 +113,11 @@ class RankProcesses:
         for p in self._procs:
             p.start()
 
+    @property
+    def results(self) -> dict[int, Any]:
+        """What each rank reported with ``("done", rank, value)``, by rank."""
+        return dict(self._done)
+
     def stop(self) -> None:
         """Ask the ranks to stop (they see the event at their next check)."""
         self._stop.set()

@@ -53,7 +53,11 @@ def create_groups(plan: Plan) -> ProcessGroups:
 def shard_layers(layers: nn.Module, group: Any, tp: int, device_type: str) -> None:
     """Shard, in place, every child layer of ``layers`` that has ``tensor_parallel_plan`` over ``group``'s ``tp`` ranks."""
     from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
 
     styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
     mesh = DeviceMesh.from_group(group, device_type)

@@ -29,7 +29,12 @@ from heteroplan.runtime.config import RunConfig, StepMetrics, make_optimizer
 from heteroplan.runtime.layout import RankInfo, check_runnable, neighbours, rank_layout, world_size
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.schedule import SCHEDULES
-from heteroplan.runtime.tensor_parallel import ProcessGroups, create_groups, local_tensor, shard_layers
+from heteroplan.runtime.tensor_parallel import (
+    ProcessGroups,
+    create_groups,
+    local_tensor,
+    shard_layers,
+)
 
 __all__ = ["LayerRange", "StageTrainer", "train_rank", "rank_entry", "main"]
 
