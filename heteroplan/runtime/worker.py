@@ -95,9 +95,11 @@ class StageTrainer:
         self.grad_source = neighbours(plan, self.me, +1, "source")
         self.grad_destinations = neighbours(plan, self.me, -1, "destination")
         self.reports_loss = self.last and self.me.tp_index == 0  # every TP rank computes the same loss
+        # gradient noise statistics need each replica's whole gradient on one rank: pure data parallelism
+        self.grad_stats = plan.pp == 1 and self.me.tp == 1 and plan.dp > 1
         self.ops = SCHEDULES[config.schedule](plan.pp, self.me.stage, self.me.num_microbatches)
         self.links = Links()
-        self.control = torch.zeros(2, dtype=torch.float64, device=self.device)
+        self.control = torch.zeros(4, dtype=torch.float64, device=self.device)  # stop, loss, |G|^2, tr(Sigma)
 
     def step(self, step: int, request_stop: bool = False) -> tuple[StepMetrics, bool]:
         """Train iteration ``step`` (0-based; it picks the data); returns what rank 0 reports
@@ -142,6 +144,7 @@ class StageTrainer:
                     p.grad = torch.zeros_like(p)
             grads = [local_tensor(p.grad) for p in self.params]
             flat = torch.cat([g.reshape(-1) for g in grads])
+            local_sqr = float(flat.double().square().sum()) if self.grad_stats else 0.0
             dist.all_reduce(flat, group=self.dp_group)
             for g, summed in zip(grads, torch.split(flat, [g.numel() for g in grads]), strict=True):
                 g.copy_(summed.view_as(g))
@@ -152,9 +155,29 @@ class StageTrainer:
         self.control[0] = 1.0 if request_stop else 0.0
         if self.reports_loss:
             self.control[1] = loss_sum
+        if self.grad_stats:
+            self.control[2:] = torch.tensor(self._noise_terms(local_sqr, float(flat.double().square().sum())),
+                                             dtype=torch.float64)
         if not self.solo:
             dist.all_reduce(self.control, group=self.group)
-        return StepMetrics(step + 1, float(self.control[1]), time.perf_counter() - t0, sync_time), bool(self.control[0] > 0)
+        extra = {"grad_sqr": float(self.control[2]), "grad_var": float(self.control[3])} if self.grad_stats else {}
+        return (StepMetrics(step + 1, float(self.control[1]), time.perf_counter() - t0, sync_time, extra),
+                bool(self.control[0] > 0))
+
+    def _noise_terms(self, local_sqr: float, global_sqr: float) -> tuple[float, float]:
+        """This replica's share of the mean unbiased estimates of ``|G|^2`` and ``tr(Sigma)`` (the
+        gradient's squared norm and per-sample variance; Pollux / McCandlish et al. 2018).
+
+        The replica's gradient contribution is ``b/B`` times the mean gradient of its ``b`` samples,
+        so that mean has squared norm ``a = (B/b)^2 local_sqr``; the global batch's gradient has
+        ``g = global_sqr``. With ``E a = |G|^2 + S/b`` and ``E g = |G|^2 + S/B``:
+        ``S = (a - g) / (1/b - 1/B)`` and ``|G|^2 = (B g - b a) / (B - b)``, averaged over replicas.
+        """
+        b, total = self.me.num_microbatches * self.plan.microbatch_size, self.plan.global_batch_size
+        a = (total / b) ** 2 * local_sqr
+        variance = (a - global_sqr) / (1 / b - 1 / total)
+        sqr = (total * global_sqr - b * a) / (total - b)
+        return sqr / self.plan.dp, variance / self.plan.dp
 
 
 def train_rank(
