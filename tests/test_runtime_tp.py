@@ -76,3 +76,25 @@ def test_stages_of_different_tp_degrees_match_single_process(tmp_path: Path) -> 
     model, losses = train_reference(TASK, GBS, config)
     assert result.losses == pytest.approx(losses, rel=1e-9)
     assert max_param_diff(result.checkpoint.model_state(), model) < 1e-9
+
+
+def test_tensor_parallel_profile_holds_one_shard_and_the_planner_reads_it(tmp_path: Path) -> None:
+    """One rank of a TP-2 group: blocks hold half of their sharded parameters, the full activations
+    leave every rank, and the planner loads the tp = 2 entries next to tp = 1."""
+    from heteroplan.perf.sailor_profiles import load_model_profile
+    from heteroplan.runtime.profile_tp import profile_tensor_parallel
+    from heteroplan.runtime.profiler import profile_layers
+
+    task = TinyGPTTask(n_layers=1, d_model=16, n_heads=2)
+    one = profile_layers(task.build_model(), lambda m: task.batch(0, 0, m)[0], (1, 2), warmup=0, repeats=1)
+    two = profile_tensor_parallel(task, 2, (1, 2), warmup=0, repeats=1)
+    d = task.d_model
+    replicated = 2 * 2 * d + 2 * d  # two layer norms; the biases of the row-parallel proj and mlp.2
+    assert two.params_floats[1] == (one.params_floats[1] - replicated) // 2 + replicated
+    assert (two.params_floats[0], two.params_floats[2]) == (one.params_floats[0], one.params_floats[2])
+    assert two.act_output_floats == one.act_output_floats
+    one.write(tmp_path, "g", "cpu")
+    two.write(tmp_path, "g", "cpu", tp=2)
+    profile = load_model_profile("g", tmp_path)
+    assert sorted(profile.params) == [1, 2] and profile.has("cpu", 2, 2)
+    assert list(profile.params[2]) == list(two.params_floats)
