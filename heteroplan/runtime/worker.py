@@ -21,12 +21,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from heteroplan.commands.training_args import add_training_arguments, run_config_kwargs
+from heteroplan.commands.training_args import add_training_arguments, model_kwargs, run_config_kwargs
 from heteroplan.planner.plan import Plan
 from heteroplan.runtime import checkpoint as ckpt
 from heteroplan.runtime.comm import TAG_ACTIVATION, TAG_GRADIENT, Links, PendingSend
 from heteroplan.runtime.config import RunConfig, StepMetrics, make_optimizer
-from heteroplan.runtime.layout import RankInfo, check_runnable, neighbours, rank_layout, world_size
+from heteroplan.runtime.layout import RankInfo, check_runnable, load_plan, neighbours, rank_layout, stage_tp, world_size
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.schedule import SCHEDULES
 from heteroplan.runtime.tensor_parallel import (
@@ -285,12 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     from heteroplan.runtime.models import TinyGPTTask
 
     parser = argparse.ArgumentParser(prog="python -m heteroplan.runtime.worker")
-    parser.add_argument("--plan", required=True, help="plan JSON (Plan.to_json or Sailor plan_config)")
+    parser.add_argument("--plan", required=True, help="plan JSON (plan --out/--json, Plan.to_json or Sailor plan_config)")
     add_training_arguments(parser, steps=10, optimizer="sgd", lr=0.05)
     args = parser.parse_args(argv)
-    plan = Plan.from_json(args.plan)
+    plan = load_plan(args.plan)
     config = RunConfig(**run_config_kwargs(args))
-    task = TinyGPTTask(n_layers=args.layers or plan.num_layers - 2)
+    task = TinyGPTTask(**model_kwargs(args, plan.num_layers, stage_tp(plan)))
     dist.init_process_group(config.resolved_backend, timeout=timedelta(seconds=config.timeout_s))
 
     def show(m: StepMetrics) -> None:
