@@ -21,12 +21,24 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from heteroplan.commands.training_args import add_training_arguments, model_kwargs, run_config_kwargs
+from heteroplan.commands.training_args import (
+    add_training_arguments,
+    model_kwargs,
+    run_config_kwargs,
+)
 from heteroplan.planner.plan import Plan
 from heteroplan.runtime import checkpoint as ckpt
 from heteroplan.runtime.comm import TAG_ACTIVATION, TAG_GRADIENT, Links, PendingSend
 from heteroplan.runtime.config import RunConfig, StepMetrics, make_optimizer
-from heteroplan.runtime.layout import RankInfo, check_runnable, load_plan, neighbours, rank_layout, stage_tp, world_size
+from heteroplan.runtime.layout import (
+    RankInfo,
+    check_runnable,
+    load_plan,
+    neighbours,
+    rank_layout,
+    stage_tp,
+    world_size,
+)
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.schedule import SCHEDULES
 from heteroplan.runtime.tensor_parallel import (
