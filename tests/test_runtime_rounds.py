@@ -7,16 +7,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
-from heteroplan.cluster import Cluster, GPUType
-from heteroplan.errors import InputError
-from heteroplan.perf.applications import AppSpec
-from heteroplan.perf.bootstrap import BootstrappedModel
-from heteroplan.policies.base import Allocation, AllocationError, JobState
-from heteroplan.policies.sia import SiaPolicy
-from heteroplan.runtime import RunConfig, TinyGPTTask, train_reference
-from heteroplan.runtime.rounds import (
+torch = pytest.importorskip("torch", reason="the runtime needs torch")
+
+from heteroplan.cluster import Cluster, GPUType  # noqa: E402
+from heteroplan.errors import InputError  # noqa: E402
+from heteroplan.perf.applications import AppSpec  # noqa: E402
+from heteroplan.perf.bootstrap import BootstrappedModel  # noqa: E402
+from heteroplan.policies.base import Allocation, AllocationError, JobState  # noqa: E402
+from heteroplan.policies.sia import SiaPolicy  # noqa: E402
+from heteroplan.runtime import RunConfig, TinyGPTTask, train_reference  # noqa: E402
+from heteroplan.runtime.rounds import (  # noqa: E402
     RoundExecutor,
     RuntimeJob,
     data_parallel_plan,

@@ -6,10 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heteroplan.errors import InputError
-from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
-from heteroplan.runtime.layout import rank_layout
-from heteroplan.runtime.schedule import SCHEDULES, gpipe, one_f_one_b
+torch = pytest.importorskip("torch", reason="the runtime needs torch")
+
+from heteroplan.errors import InputError  # noqa: E402
+from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
+from heteroplan.runtime.layout import rank_layout  # noqa: E402
+from heteroplan.runtime.schedule import SCHEDULES, gpipe, one_f_one_b  # noqa: E402
 
 
 def run_pipeline(num_stages: int, micro: int, schedule) -> int:

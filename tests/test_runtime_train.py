@@ -10,11 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
-from heteroplan.errors import InputError, RankFailure
-from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
-from heteroplan.runtime import RunConfig, TinyGPTTask, latest_checkpoint, run_plan, train_reference
+torch = pytest.importorskip("torch", reason="the runtime needs torch")
+
+from heteroplan.errors import InputError, RankFailure  # noqa: E402
+from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
+from heteroplan.runtime import RunConfig, TinyGPTTask, latest_checkpoint, run_plan, train_reference  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # HETEROPLAN_TEST_DEVICE=cuda runs the same tests with NCCL on GPUs (one GPU per rank; not in CI)
