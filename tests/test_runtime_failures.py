@@ -22,6 +22,7 @@ from heteroplan.runtime import RunConfig, TinyGPTTask, latest_checkpoint, run_pl
 ROOT = Path(__file__).resolve().parent.parent
 TASK = TinyGPTTask(n_layers=2, d_model=16, dtype="float64")
 PLAN = Plan("tiny-gpt", 8, 2, (Stage(0, 4, (ReplicaGroup("cpu", "local", 1, 2),)),))
+ONE = Plan("tiny-gpt", 8, 4, (Stage(0, 4, (ReplicaGroup("cpu", "local"),)),))  # one process: cheap
 
 
 def descendants(pid: int) -> set[int]:
@@ -84,13 +85,13 @@ def test_unwritable_checkpoint_dir_fails_before_training(tmp_path: Path) -> None
 
 def test_corrupted_newest_checkpoint_resumes_from_the_one_before(tmp_path: Path) -> None:
     config = RunConfig(steps=3, lr=0.05, checkpoint_dir=str(tmp_path), checkpoint_every=1, keep_checkpoints=3)
-    first = run_plan(PLAN, TASK, config)
+    first = run_plan(ONE, TASK, config)
     assert first.checkpoint.step == 3
     shard = next(p for p in first.checkpoint.path.iterdir() if p.suffix == ".distcp")
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])  # truncated, as by a full disk
     good = latest_checkpoint(tmp_path)
     assert good is not None and good.step == 2
-    resumed = run_plan(PLAN, TASK, RunConfig(**{**config.__dict__, "steps": 4}))
+    resumed = run_plan(ONE, TASK, RunConfig(**{**config.__dict__, "steps": 4}))
     _, losses = train_reference(TASK, 8, RunConfig(**{**config.__dict__, "steps": 4}))
     assert resumed.start_step == 2 and resumed.losses == pytest.approx(losses[2:], rel=1e-9)
     # a manifest that is not JSON is named in the error
