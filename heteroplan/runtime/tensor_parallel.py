@@ -13,6 +13,7 @@ gradient.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch.distributed as dist
@@ -25,6 +26,7 @@ from heteroplan.runtime.layout import stage_start, stage_tp
 __all__ = ["ProcessGroups", "create_groups", "shard_layers", "local_tensor"]
 
 
+@dataclass(frozen=True)
 class ProcessGroups:
     """The plan's data-parallel groups, one per (stage, TP index), and TP groups, one per (stage, replica).
 
@@ -32,8 +34,8 @@ class ProcessGroups:
     same shard); ``None`` where it would have a single rank.
     """
 
-    def __init__(self, dp: dict[tuple[int, int], Any], tp: dict[tuple[int, int], Any]) -> None:
-        self.dp, self.tp = dp, tp
+    dp: dict[tuple[int, int], Any]
+    tp: dict[tuple[int, int], Any]
 
 
 def create_groups(plan: Plan) -> ProcessGroups:
