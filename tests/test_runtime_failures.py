@@ -101,3 +101,10 @@ def test_corrupted_newest_checkpoint_resumes_from_the_one_before(tmp_path: Path)
     with pytest.raises(InputError, match="step-00000009/manifest.json"):
         latest_checkpoint(tmp_path)
     assert json.loads((resumed.checkpoint.path / "manifest.json").read_text())["files"]
+
+
+def test_a_cuda_plan_needs_a_gpu_per_rank_and_is_never_scaled_down() -> None:
+    if torch.cuda.device_count() >= PLAN.num_gpus:
+        pytest.skip("this machine has enough GPUs for the plan")
+    with pytest.raises(InputError, match="CUDA devices"):
+        run_plan(PLAN, TASK, RunConfig(steps=1, device="cuda"))
