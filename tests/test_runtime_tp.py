@@ -45,27 +45,23 @@ def test_layout_numbers_tp_ranks_of_a_replica_together_and_links_full_activation
         rank_layout(Plan("m", GBS, 2, (Stage(0, 4, (group(2, 1), group(1, 1, "gpu-b"))),)))
 
 
-def test_pp2_dp2_tp2_heterogeneous_microbatches_match_single_process(tmp_path: Path) -> None:
-    """8 ranks: PP 2 x DP 2 x TP 2, replicas running 3 and 1 microbatches; same parameters as one process."""
-    config = RunConfig(device=DEVICE, steps=3, lr=0.05, momentum=0.9, checkpoint_dir=str(tmp_path))
+def test_pp2_dp2_tp2_matches_single_process_and_rescales_to_tp1_dp4(tmp_path: Path) -> None:
+    """8 ranks: PP 2 x DP 2 x TP 2, replicas running 3 and 1 microbatches, give the parameters of one
+    process; its checkpoint (sharded weights and momentum) then resumes on TP 1 x DP 4 (4 ranks, one
+    stage) and the losses continue exactly."""
+    config = RunConfig(device=DEVICE, steps=5, lr=0.05, momentum=0.9, checkpoint_dir=str(tmp_path))
+    model3, losses3 = train_reference(TASK, GBS, RunConfig(**{**config.__dict__, "steps": 3}))
+    model5, losses5 = train_reference(TASK, GBS, config)
     plan = Plan("tiny-gpt", GBS, 2, (Stage(0, 2, (group(2, 1, "fast"), group(2, 1, "slow"))),
                                      Stage(2, 4, (group(2, 1, "fast"), group(2, 1, "slow")))), (3, 1))
-    result = run_plan(plan, TASK, config)
-    model, losses = train_reference(TASK, GBS, config)
-    assert result.world_size == 8 and result.final_step == 3
-    assert result.losses == pytest.approx(losses, rel=1e-9)
-    assert max_param_diff(result.checkpoint.model_state(), model) < 1e-9
-
-
-def test_rescale_tp2_dp2_to_tp1_dp4_through_a_checkpoint_continues_the_losses(tmp_path: Path) -> None:
-    config = RunConfig(device=DEVICE, steps=4, optimizer="adam", lr=0.01, checkpoint_dir=str(tmp_path))
-    model, losses = train_reference(TASK, GBS, config)
-    first = run_plan(Plan("tiny-gpt", GBS, 2, (Stage(0, 4, (group(2, 2),)),), (3, 1)), TASK,
-                     RunConfig(**{**config.__dict__, "steps": 2}))
+    first = run_plan(plan, TASK, RunConfig(**{**config.__dict__, "steps": 3}))
+    assert first.world_size == 8 and first.final_step == 3
+    assert first.losses == pytest.approx(losses3, rel=1e-9)
+    assert max_param_diff(first.checkpoint.model_state(), model3) < 1e-9
     second = run_plan(Plan("tiny-gpt", GBS, 2, (Stage(0, 4, (group(1, 4),)),)), TASK, config)
-    assert first.losses == pytest.approx(losses[:2], rel=1e-9)
-    assert second.start_step == 2 and second.losses == pytest.approx(losses[2:], rel=1e-9)
-    assert max_param_diff(second.checkpoint.model_state(), model) < 1e-9
+    assert second.world_size == 4 and second.start_step == 3
+    assert second.losses == pytest.approx(losses5[3:], rel=1e-9)
+    assert max_param_diff(second.checkpoint.model_state(), model5) < 1e-9
 
 
 def test_stages_of_different_tp_degrees_match_single_process(tmp_path: Path) -> None:
