@@ -27,7 +27,7 @@ _PUBLIC = {
     "Zone": "heteroplan.cluster", "preset": "heteroplan.cluster", "PRESETS": "heteroplan.cluster",
     "InputError": "heteroplan.errors", "HeteroplanError": "heteroplan.errors",
     "InfeasibleError": "heteroplan.errors", "SolverError": "heteroplan.errors",
-    "Model": "heteroplan.formulations.model",
+    "Model": "heteroplan.milp",
     "solve": "heteroplan.solvers", "Solution": "heteroplan.solvers", "SolveStatus": "heteroplan.solvers",
     "JobSpec": "heteroplan.workload.sia", "bundled_workload": "heteroplan.workload.sia",
     "read_sia_workload": "heteroplan.workload.sia",
@@ -88,7 +88,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from heteroplan.cluster import PRESETS, Cluster, GPUType, Node, Zone, preset
     from heteroplan.errors import HeteroplanError, InfeasibleError, InputError, SolverError
-    from heteroplan.formulations.model import Model
+    from heteroplan.milp import Model
     from heteroplan.planner.api import plan_job
     from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
     from heteroplan.policies.base import Allocation, JobState, Policy

@@ -13,7 +13,7 @@ import pytest
 from heteroplan.cli import main
 from heteroplan.cluster import Cluster, GPUType
 from heteroplan.errors import InputError, ModelError
-from heteroplan.formulations.model import Model
+from heteroplan.milp import Model
 from heteroplan.planner.plan import Plan
 from heteroplan.policies.base import Allocation, AllocationError, check_allocations
 from heteroplan.workload.sia import read_sia_workload
@@ -176,7 +176,7 @@ def test_pollux_on_an_empty_cluster_allocates_nothing() -> None:
     from heteroplan.sim.compare import compare_policies
     from heteroplan.workload.sia import bundled_workload
 
-    for empty in (Cluster((), (), name="empty"), Cluster((GPUType("t4", 16, 4),), (), name="no-nodes")):
+    for empty in (Cluster((), (), name="empty"), Cluster((GPUType("aws", 16, 4),), (), name="no-nodes")):
         (result,) = compare_policies(bundled_workload()[:2], empty, [PolluxPolicy()], progress=False, max_time=3600)
         assert result.error is None and result.summary()["finished"] == 0
 

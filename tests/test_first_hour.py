@@ -18,7 +18,7 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT), MPLBACKEND="Agg")
 
 def test_solving_prints_no_highs_banner_on_a_pipe() -> None:
     """HiGHS prints its banner from C on the first ``Highs()``; nothing may reach stdout."""
-    code = ("from heteroplan.formulations.model import Model\n"
+    code = ("from heteroplan.milp import Model\n"
             "from heteroplan.solvers import solve\n"
             "m = Model('t'); x = m.add_variables('x', 2, ub=3, integer=True)\n"
             "m.add_constraints(x.sum() <= 4, 'cap'); m.maximize(x.sum())\n"

@@ -107,7 +107,8 @@ def test_layout_covers_every_sample_once_per_stage(pp: int, micro: list[int], mb
     assert layout[-1].last_layer == layers
 
 
-def test_layout_rejects_tensor_parallel_plans() -> None:
-    plan = Plan("m", 4, 1, (Stage(0, 2, (ReplicaGroup("A100-40", "z", 2, 2),)),))
+def test_layout_rejects_replicas_of_one_stage_with_different_tp() -> None:
+    plan = Plan("m", 4, 1, (Stage(0, 2, (ReplicaGroup("A100-40", "z", 2, 1), ReplicaGroup("V100-16", "z", 1, 1))),))
     with pytest.raises(InputError, match="tp"):
         rank_layout(plan)
+    assert len(rank_layout(Plan("m", 4, 1, (Stage(0, 2, (ReplicaGroup("A100-40", "z", 2, 2),)),)))) == 4

@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 
+from heteroplan.argtypes import fraction, int_list
 from heteroplan.cluster import PRESETS, Cluster, preset
-from heteroplan.commands.argtypes import fraction, int_list
 from heteroplan.perf.applications import APPLICATIONS
 from heteroplan.perf.sia_data import true_model
 

@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from heteroplan import __version__
+from heteroplan.argtypes import integer, number
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.cluster import PRESETS, Cluster, preset
-from heteroplan.commands.argtypes import integer, number
 from heteroplan.commands.outdir import writable_dir
-from heteroplan.sim.compare import POLICY_FACTORIES, make_policy
+from heteroplan.policies.registry import POLICIES, make_policy
 from heteroplan.sim.fidelity import SimFidelity
+from heteroplan.sim.loop import simulate
 from heteroplan.sim.metrics import SimResult, compare_table
-from heteroplan.sim.simulator import simulate
 from heteroplan.workload.sia import BUNDLED_WORKLOADS, JobSpec, bundled_workload, read_sia_workload
 
 # Exit codes (docs/errors.md): 0 every policy ran to the end; 2 bad input; 3 a simulation stopped
@@ -45,12 +45,13 @@ def add_arguments(p: argparse.ArgumentParser, default_policies: tuple[str, ...] 
     p.add_argument("--workload", default="philly/workload-1",
                    help=f"Sia workload CSV path, or a bundled one: {', '.join(BUNDLED_WORKLOADS[:2])}, ...")
     p.add_argument("--cluster", default="sia-64", help=f"preset ({', '.join(PRESETS)}) or cluster JSON file")
-    p.add_argument("--policy", action="append", choices=sorted(POLICY_FACTORIES),
+    p.add_argument("--policy", action="append", choices=sorted(POLICIES),
                    help=f"policy to run (repeatable; default {', '.join(default_policies)})")
     p.add_argument("--jobs", type=integer(1), default=None, help="only the first N jobs of the workload (N >= 1)")
     p.add_argument("--round", type=number(0), default=None,
                    help="round length in seconds (default: the policy's own, 60 s for Sia, 360 s for Gavel)")
-    p.add_argument("--max-hours", type=number(0), default=None, help="stop after this many simulated hours (> 0)")
+    p.add_argument("--max-hours", type=number(0), default=None,
+                   help="stop after this many simulated hours (> 0; default 2160 = 90 days)")
     p.add_argument("--fidelity", choices=["sia", "ideal"], default="sia",
                    help="simulator mechanisms: the Sia artifact's slowdowns, estimated batch sizes and "
                    "per-batch gradient statistics (default), or none of them")
@@ -94,9 +95,9 @@ def run_metadata(args: argparse.Namespace, cluster: Cluster, jobs: list[JobSpec]
     }
 
 
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM arrived; ``signum`` says which (a ``BaseException``, like
-    ``KeyboardInterrupt``, so the simulator's keep-what-we-have ``except Exception`` lets it through)."""
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived; ``signum`` says which. A ``KeyboardInterrupt``, so the
+    simulation loop attaches the interrupted run's partial result (``exc.result``)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -163,6 +164,10 @@ def run(args: argparse.Namespace) -> int:
                         write_result(out, result, results, meta, pending=policies[len(results):])
         except Interrupted as exc:
             stopped = exc
+            partial = getattr(exc, "result", None)
+            if out is not None and partial is not None:  # the policy that was running: what it had done
+                write_json_atomic(out / f"{partial.policy}.partial.json",
+                                  {"meta": meta | {"interrupted": str(exc)}, "result": partial.to_dict()}, default=float)
     if args.json:
         print(json.dumps([r.summary() for r in results], indent=1, default=float))
     elif results:

@@ -19,7 +19,17 @@ from heteroplan._html import table, title
 from heteroplan.errors import InputError
 from heteroplan.inputs import read_json, strict_int
 
-__all__ = ["ReplicaGroup", "Stage", "Plan"]
+__all__ = ["ReplicaGroup", "Stage", "Plan", "PipelineBlock"]
+
+
+@dataclass(frozen=True)
+class PipelineBlock:
+    """Consecutive pipeline stages of one replica on one pool: ``stages`` stages of ``tp`` GPUs
+    each, all of ``pool = (gpu_type, zone)``. The unit the planner's search lays out and evaluates."""
+
+    pool: tuple[str, str]
+    tp: int
+    stages: int
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ import highspy
 import numpy as np
 
 from heteroplan.errors import ModelError, SolverError
-from heteroplan.formulations.model import Model, StandardForm
-from heteroplan.solvers.solution import Solution, SolveStatus, relative_gap
+from heteroplan.milp import Model, Solution, SolveStatus, StandardForm, relative_gap
+from heteroplan.solvers.registry import SolveOptions
 
-__all__ = ["solve_highs", "build_highs"]
+__all__ = ["solve_highs", "build_highs", "new_highs"]
 
 _STATUS = {
     highspy.HighsModelStatus.kOptimal: SolveStatus.OPTIMAL,
@@ -36,39 +36,32 @@ _banner_lock = threading.Lock()
 _banner_done = False
 
 
-def new_highs() -> highspy.Highs:
-    """A ``Highs`` object with output off, without HiGHS's copyright banner.
+def new_highs(verbose: bool = False) -> highspy.Highs:
+    """A ``Highs`` object whose log is on only when ``verbose``.
 
-    HiGHS prints its banner from C on the first construction in a process, before any option
-    can be set, so that one construction runs with file descriptor 1 on ``/dev/null`` (and C
-    stdio flushed before it is restored). Later constructions print nothing.
+    HiGHS prints its banner to the process's stdout (file descriptor 1, from C++) when the
+    first ``Highs`` of a process is constructed, before any option can be set; unless
+    ``verbose``, that first construction runs with descriptor 1 pointed at ``/dev/null``.
     """
     global _banner_done
     with _banner_lock:
-        if not _banner_done:
-            h = _construct_muted()
+        if _banner_done or verbose:
             _banner_done = True
-        else:
             h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    return h
-
-
-def _construct_muted() -> highspy.Highs:
-    try:
-        sys.stdout.flush()
-        saved = os.dup(1)
-    except (OSError, ValueError):  # no usable fd 1 (closed stdout): nothing to protect
-        return highspy.Highs()
-    null = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 1)
-        h = highspy.Highs()
-        _flush_c_stdio()
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(null)
+        else:
+            sys.stdout.flush()
+            saved = os.dup(1)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, 1)
+                h = highspy.Highs()
+                _flush_c_stdio()  # on a pipe C stdio buffers the banner: flush it while fd 1 is /dev/null
+            finally:
+                os.dup2(saved, 1)
+                os.close(saved)
+                os.close(devnull)
+            _banner_done = True
+    h.setOptionValue("output_flag", bool(verbose))
     return h
 
 
@@ -101,10 +94,10 @@ def check_magnitudes(sf: StandardForm) -> None:
                          f"|coefficient| must be finite and < {INFINITE_COST:g}; rescale the model")
 
 
-def build_highs(sf: StandardForm, relax: bool = False) -> highspy.Highs:
-    """A quiet ``Highs`` object holding the model (column-wise arrays, no Python loop)."""
+def build_highs(sf: StandardForm, relax: bool = False, verbose: bool = False) -> highspy.Highs:
+    """A ``Highs`` object holding the model (column-wise arrays, no Python loop); quiet unless ``verbose``."""
     check_magnitudes(sf)
-    h = new_highs()
+    h = new_highs(verbose)
     A = sf.A  # column-wise, as HiGHS stores it
     integrality = np.zeros(sf.num_vars, dtype=np.int32) if relax else sf.integrality.astype(np.int32)
     sense = highspy.ObjSense.kMaximize if sf.maximize else highspy.ObjSense.kMinimize
@@ -130,32 +123,23 @@ def build_highs(sf: StandardForm, relax: bool = False) -> highspy.Highs:
     return h
 
 
-def solve_highs(
-    model: Model,
-    time_limit: float = 60.0,
-    mip_gap: float = 1e-4,
-    threads: int | None = None,
-    relax: bool = False,
-    warm_start: dict[str, np.ndarray] | None = None,
-    algorithm: str = "auto",
-    verbose: bool = False,
-    options: dict[str, object] | None = None,
-) -> Solution:
-    """Solve ``model`` with HiGHS; see :func:`heteroplan.solvers.solve` for the arguments."""
+def solve_highs(model: Model, options: SolveOptions) -> Solution:
+    """Solve ``model`` with HiGHS; see :func:`heteroplan.solvers.solve` for the options."""
+    relax = options.relax
     t0 = time.perf_counter()
     sf = model.to_standard_form()
-    h = build_highs(sf, relax)
-    h.setOptionValue("time_limit", float(time_limit))
-    h.setOptionValue("mip_rel_gap", float(mip_gap))
-    h.setOptionValue("solver", ALGORITHMS[algorithm])
-    h.setOptionValue("output_flag", bool(verbose))
-    if threads is not None:
-        h.setOptionValue("threads", int(threads))
-    for key, value in (options or {}).items():
-        h.setOptionValue(key, value)
-    if warm_start:
+    h = build_highs(sf, relax, options.verbose)
+    h.setOptionValue("time_limit", float(options.time_limit))
+    h.setOptionValue("mip_rel_gap", float(options.mip_gap))
+    h.setOptionValue("solver", ALGORITHMS[options.algorithm])
+    if options.threads is not None:
+        # HiGHS keeps one thread pool per process, sized by the first solve; a different
+        # size fails the run ("Not Set") unless the pool is reset first.
+        highspy.Highs.resetGlobalScheduler(True)
+        h.setOptionValue("threads", int(options.threads))
+    if options.warm_start:
         sol = highspy.HighsSolution()
-        sol.col_value = model.pack(warm_start).tolist()
+        sol.col_value = model.pack(options.warm_start).tolist()
         sol.value_valid = True
         h.setSolution(sol)
     build_time = time.perf_counter() - t0
