@@ -1,5 +1,8 @@
 """heteroplan: plan and schedule deep-learning training on heterogeneous GPU clusters.
 
+The everyday names are importable from here (``from heteroplan import preset, plan_job``);
+they load on first use, so ``import heteroplan`` stays fast and never imports torch.
+
 Subpackages:
     cluster        GPU types, nodes, zones, prices (frozen, validated)
     formulations   solver-neutral MILP/LP models (data in, Model out)
@@ -13,6 +16,83 @@ Subpackages:
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+# public name -> module that defines it (imported lazily by __getattr__)
+_PUBLIC = {
+    "Cluster": "heteroplan.cluster", "GPUType": "heteroplan.cluster", "Node": "heteroplan.cluster",
+    "Zone": "heteroplan.cluster", "preset": "heteroplan.cluster", "PRESETS": "heteroplan.cluster",
+    "InputError": "heteroplan.errors", "HeteroplanError": "heteroplan.errors",
+    "InfeasibleError": "heteroplan.errors", "SolverError": "heteroplan.errors",
+    "Model": "heteroplan.milp",
+    "solve": "heteroplan.solvers", "Solution": "heteroplan.solvers", "SolveStatus": "heteroplan.solvers",
+    "JobSpec": "heteroplan.workload.sia", "bundled_workload": "heteroplan.workload.sia",
+    "read_sia_workload": "heteroplan.workload.sia",
+    "Allocation": "heteroplan.policies.base", "JobState": "heteroplan.policies.base",
+    "Policy": "heteroplan.policies.base",
+    "Plan": "heteroplan.planner.plan", "Stage": "heteroplan.planner.plan",
+    "ReplicaGroup": "heteroplan.planner.plan", "plan_job": "heteroplan.planner.api",
+    "compare_policies": "heteroplan.sim.compare", "make_policy": "heteroplan.sim.compare",
+    "SimResult": "heteroplan.sim.metrics", "compare_table": "heteroplan.sim.metrics",
+}
+
+__all__ = [
+    "__version__",
+    "Cluster",
+    "GPUType",
+    "Node",
+    "Zone",
+    "preset",
+    "PRESETS",
+    "InputError",
+    "HeteroplanError",
+    "InfeasibleError",
+    "SolverError",
+    "Model",
+    "solve",
+    "Solution",
+    "SolveStatus",
+    "JobSpec",
+    "bundled_workload",
+    "read_sia_workload",
+    "Allocation",
+    "JobState",
+    "Policy",
+    "Plan",
+    "Stage",
+    "ReplicaGroup",
+    "plan_job",
+    "compare_policies",
+    "make_policy",
+    "SimResult",
+    "compare_table",
+]  # the names of _PUBLIC, spelled out for linters
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'heteroplan' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from heteroplan.cluster import PRESETS, Cluster, GPUType, Node, Zone, preset
+    from heteroplan.errors import HeteroplanError, InfeasibleError, InputError, SolverError
+    from heteroplan.milp import Model
+    from heteroplan.planner.api import plan_job
+    from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
+    from heteroplan.policies.base import Allocation, JobState, Policy
+    from heteroplan.sim.compare import compare_policies, make_policy
+    from heteroplan.sim.metrics import SimResult, compare_table
+    from heteroplan.solvers import Solution, SolveStatus, solve
+    from heteroplan.workload.sia import JobSpec, bundled_workload, read_sia_workload

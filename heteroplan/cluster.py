@@ -8,8 +8,6 @@ Units: memory in GB, prices in $/h per GPU.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,6 +15,7 @@ from typing import Any
 
 from heteroplan._html import table, title
 from heteroplan.errors import ClusterError
+from heteroplan.inputs import finite_number, read_json, strict_int
 
 __all__ = ["GPUType", "Zone", "Node", "Cluster", "preset", "PRESETS"]
 
@@ -27,17 +26,11 @@ def _check_name(field_name: str, value: object) -> None:
 
 
 def _check_count(field_name: str, value: object, minimum: int = 0) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-        raise ClusterError(field_name, value, "must be an integer")
-    if value < minimum:
-        raise ClusterError(field_name, value, f"must be >= {minimum}")
+    strict_int(field_name, value, minimum, error=ClusterError)
 
 
 def _check_nonneg(field_name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ClusterError(field_name, value, "must be a finite number")
-    if value < 0:
-        raise ClusterError(field_name, value, "must be >= 0")
+    finite_number(field_name, value, low=0, error=ClusterError)
 
 
 @dataclass(frozen=True)
@@ -271,20 +264,24 @@ class Cluster:
                 raise ClusterError("nodes", data["nodes"], f"bad entry: {exc}") from None
             return cls(types, nodes, zones, name)
         if "counts" in data:
+            if not isinstance(data["counts"], Mapping):
+                raise ClusterError("counts", data["counts"], "must map 'type' or 'type@zone' to a GPU count")
             counts: dict[str | tuple[str, str], int] = {}
+            seen: dict[tuple[str, str], str] = {}
             for key, count in data["counts"].items():
-                counts[tuple(key.split("@", 1)) if "@" in key else key] = count  # type: ignore[assignment]
+                parsed = tuple(key.split("@", 1)) if "@" in key else key
+                canonical = parsed if isinstance(parsed, tuple) else (parsed, "default")
+                if canonical in seen:
+                    raise ClusterError(f"counts[{key!r}]", count, f"the same GPU type and zone as {seen[canonical]!r}")
+                seen[canonical] = key  # type: ignore[assignment]
+                counts[parsed] = count  # type: ignore[index]
             return cls.from_counts(types, counts, name, zones)
         raise ClusterError("nodes", None, "give either 'nodes' or 'counts'")
 
     @classmethod
     def from_json(cls, path: str | Path) -> Cluster:
         """Load a cluster from a JSON file in the :meth:`from_dict` format."""
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ClusterError("path", str(path), f"cannot read cluster JSON: {exc}") from None
-        return cls.from_dict(data)
+        return cls.from_dict(read_json(path, "cluster JSON", ClusterError))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serializable form accepted by :meth:`from_dict`."""

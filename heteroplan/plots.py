@@ -47,20 +47,37 @@ def save(fig: Any, path: str | Path | None) -> Any:
     return fig
 
 
-def jct_cdf(results: Sequence[Any], ax: Any = None, path: str | Path | None = None) -> Any:
-    """CDF of job completion times (hours, log scale) for several simulation results."""
+def jct_cdf(results: Sequence[Any], ax: Any = None, path: str | Path | None = None,
+            title: str | None = None) -> Any:
+    """CDF of job completion times (hours, log scale) for several simulation results.
+
+    The log axis is labelled in plain hours (0.1, 1, 10), not powers of ten; the title names
+    the cluster and job count unless ``title`` is given.
+    """
+    from matplotlib.ticker import FuncFormatter
+
     fig, ax = _axes(ax)
     for res in results:
         jct = np.sort([j.jct / 3600 for j in res.finished()])
         if jct.size:
             ax.step(jct, np.arange(1, jct.size + 1) / jct.size, where="post", label=res.policy)
     ax.set_xscale("log")
-    ax.set_xlabel("job completion time (h)")
-    ax.set_ylabel("fraction of jobs")
-    ax.grid(alpha=0.3)
+    ax.xaxis.set_major_formatter(FuncFormatter(_plain_number))
+    ax.set_xlabel("job completion time (h, log scale)")
+    ax.set_ylabel("fraction of jobs finished")
+    ax.set_ylim(0, 1.02)
+    if title is None and results:
+        title = f"JCT CDF: {len(results[0].jobs)} jobs on {results[0].cluster}"
+    ax.set_title(title or "JCT CDF")
+    ax.grid(alpha=0.3, which="both")
     ax.legend()
     fig.tight_layout()
     return save(fig, path)
+
+
+def _plain_number(value: float, _pos: Any = None) -> str:
+    """``0.01, 0.1, 1, 10, 100`` rather than ``10^-2 ... 10^2`` (tick labels)."""
+    return f"{value:g}" if value >= 1e-3 else f"{value:.0e}"
 
 
 def gpus_over_time(result: Any, ax: Any = None, path: str | Path | None = None) -> Any:
@@ -165,6 +182,7 @@ def cost_throughput_front(
     *,
     show_evaluated: bool = True,
     annotate: bool = True,
+    budget: float | None = None,
 ) -> Any:
     """Pareto front of $/iteration (y) against iterations/s (x).
 
@@ -173,6 +191,7 @@ def cost_throughput_front(
             drawn in grey when ``show_evaluated``), or a sequence of ``PlanResult`` s,
             ``ParetoPoint`` s or ``(cost, throughput)`` pairs (drawn as given, sorted by cost).
         annotate: label each front point with its GPU count (``PlanResult`` inputs only).
+        budget: draw the budget ($/iteration) as a dashed horizontal line labelled ``"budget"``.
 
     The front is the line labelled ``"Pareto front"`` in ``ax.lines``.
     """
@@ -195,6 +214,8 @@ def cost_throughput_front(
         for (c, t, gpus) in pts:
             if gpus is not None:
                 ax.annotate(f"{gpus} GPUs", (t, c), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    if budget is not None:
+        ax.axhline(budget, color="tab:blue", ls="--", lw=1, label=f"budget ${budget:g}/iteration")
     ax.set_xlabel("throughput (iterations/s)")
     ax.set_ylabel("cost ($/iteration)")
     ax.grid(alpha=0.3)

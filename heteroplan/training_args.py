@@ -8,24 +8,26 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from heteroplan.argtypes import integer, number
+
 __all__ = ["add_training_arguments", "run_config_kwargs", "model_kwargs"]
 
 
 def add_training_arguments(p: argparse.ArgumentParser, *, steps: int, optimizer: str, lr: float) -> None:
     """Add the flags that map to :class:`heteroplan.runtime.RunConfig` (defaults per caller)."""
-    p.add_argument("--layers", type=int, default=None, help="tiny GPT blocks (default: plan layers - 2; 4 for a generated plan)")
-    p.add_argument("--width", type=int, default=None, help="hidden size d_model (default 32)")
-    p.add_argument("--heads", type=int, default=None,
+    p.add_argument("--layers", type=integer(1), default=None, help="tiny GPT blocks (>= 1; default: plan layers - 2; 4 for a generated plan)")
+    p.add_argument("--width", type=integer(1), default=None, help="hidden size d_model (default 32)")
+    p.add_argument("--heads", type=integer(1), default=None,
                    help="attention heads (default: the least common multiple of 2 and the plan's TP degrees)")
-    p.add_argument("--seq-len", type=int, default=16, help="sequence length (tokens, default 16)")
-    p.add_argument("--steps", type=int, default=steps, help=f"iterations to train (default {steps})")
+    p.add_argument("--seq-len", type=integer(1), default=16, help="sequence length (tokens, default 16)")
+    p.add_argument("--steps", type=integer(1), default=steps, help=f"iterations to train (default {steps})")
     p.add_argument("--optimizer", default=optimizer, choices=("sgd", "adam"))
-    p.add_argument("--lr", type=float, default=lr, help=f"learning rate (default {lr})")
+    p.add_argument("--lr", type=number(0), default=lr, help=f"learning rate (default {lr})")
     p.add_argument("--schedule", default="1f1b", choices=("1f1b", "gpipe"), help="pipeline schedule")
     p.add_argument("--checkpoint-dir", default=None, help="write (and resume from) checkpoints here")
-    p.add_argument("--checkpoint-every", type=int, default=0, help="iterations between checkpoints (0: at the end)")
+    p.add_argument("--checkpoint-every", type=integer(0), default=0, help="iterations between checkpoints (0: at the end)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds a rank may wait on a peer")
+    p.add_argument("--timeout", type=number(0), default=120.0, help="seconds a rank may wait on a peer")
 
 
 def run_config_kwargs(args: argparse.Namespace) -> dict[str, Any]:

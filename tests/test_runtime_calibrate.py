@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install -e '.[runtime]'")
 
 from heteroplan.cluster import GPUType  # noqa: E402
 from heteroplan.errors import InputError  # noqa: E402

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the runtime needs torch")
+torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install -e '.[runtime]'")
+
 
 from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.runtime import comm  # noqa: E402

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install -e '.[runtime]'")
 
 from torch import nn  # noqa: E402
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install -e '.[runtime]'")
 from torch import nn  # noqa: E402
 
 from heteroplan.cli import main  # noqa: E402

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-torch = pytest.importorskip("torch", reason="the runtime needs torch")
+# the schedules are pure Python, but heteroplan.runtime (their package) needs torch to import
+pytest.importorskip("torch", reason="the runtime tests need torch: pip install -e '.[runtime]'")
 
 from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402

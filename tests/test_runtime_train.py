@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the runtime needs torch")
+torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install -e '.[runtime]'")
+
 
 from heteroplan.errors import InputError, RankFailure  # noqa: E402
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402

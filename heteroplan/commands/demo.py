@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from heteroplan.commands import simulate
 
@@ -14,6 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    print("heteroplan demo: Sia vs baselines on the first", args.jobs, "jobs of", args.workload)
+    print("heteroplan demo: Sia vs baselines on the first", args.jobs, "jobs of", args.workload,
+          file=sys.stderr if args.json else sys.stdout)
     args.policy = [p for p in (args.policy or args.default_policies) if p in simulate.POLICIES]
     return simulate.run(args)

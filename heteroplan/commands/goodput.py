@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 
+from heteroplan.argtypes import fraction, int_list
 from heteroplan.cluster import PRESETS, Cluster, preset
-from heteroplan.errors import InputError
 from heteroplan.perf.applications import APPLICATIONS
 from heteroplan.perf.sia_data import true_model
 
@@ -16,8 +16,8 @@ from heteroplan.perf.sia_data import true_model
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("goodput", help="goodput of a Sia application per GPU type and count")
     p.add_argument("app", choices=sorted(APPLICATIONS), help="application")
-    p.add_argument("--gpus", default="1,2,4,8,16", help="comma-separated GPU counts")
-    p.add_argument("--progress", type=float, default=0.0, help="fraction of training done")
+    p.add_argument("--gpus", type=int_list(1), default=[1, 2, 4, 8, 16], help="comma-separated GPU counts (>= 1)")
+    p.add_argument("--progress", type=fraction, default=0.0, help="fraction of training done, in [0, 1]")
     p.add_argument("--cluster", default="sia-64",
                    help="preset or cluster JSON giving GPUs per node (default sia-64)")
     p.add_argument("--json", action="store_true", help="print rows as JSON")
@@ -47,12 +47,7 @@ def rows(app: str, gpus: list[int], progress: float, cluster: Cluster) -> list[d
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        gpus = [int(x) for x in args.gpus.split(",") if x.strip()]
-    except ValueError:
-        raise InputError("--gpus", args.gpus, "must be comma-separated integers") from None
-    if not gpus or min(gpus) < 1:
-        raise InputError("--gpus", args.gpus, "counts must be >= 1")
+    gpus = args.gpus
     cluster = preset(args.cluster) if args.cluster in PRESETS else Cluster.from_json(args.cluster)
     table = rows(args.app, gpus, args.progress, cluster)
     if args.json:

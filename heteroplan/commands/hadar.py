@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 
+from heteroplan.argtypes import integer, number
 from heteroplan.cluster import preset
 
 POLICIES = ("hadar", "hadare", "gavel", "yarn-cs", "tiresias")
@@ -11,11 +14,12 @@ POLICIES = ("hadar", "hadare", "gavel", "yarn-cs", "tiresias")
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("hadar", help="Hadar/HadarE vs Gavel, YARN-CS, Tiresias on a generated Gavel workload")
-    p.add_argument("--jobs", type=int, default=60, help="generated jobs (default 60)")
-    p.add_argument("--rate", type=float, default=6.0, help="arrivals per hour (default 6)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--round", type=float, default=360.0, help="slot length in seconds (default 360)")
+    p.add_argument("--jobs", type=integer(1), default=60, help="generated jobs (default 60)")
+    p.add_argument("--rate", type=number(0), default=6.0, help="arrivals per hour (default 6)")
+    p.add_argument("--seed", type=integer(0), default=0)
+    p.add_argument("--round", type=number(0), default=360.0, help="slot length in seconds (default 360)")
     p.add_argument("--policy", action="append", choices=POLICIES, help="repeatable; default all but tiresias")
+    p.add_argument("--json", action="store_true", help="print one JSON object per policy's metrics")
     p.set_defaults(func=run)
 
 
@@ -29,11 +33,17 @@ def run(args: argparse.Namespace) -> int:
     jobs = rigid_jobs_from_gavel(generate_workload(args.jobs, args.rate, seed=args.seed), load_throughputs())
     names = args.policy or [p for p in POLICIES if p != "tiresias"]
     print(f"{len(jobs)} generated jobs at {args.rate:g}/h on {cluster.name} ({cluster.num_gpus} GPUs), "
-          f"slots of {args.round:g} s")
+          f"slots of {args.round:g} s", file=sys.stderr if args.json else sys.stdout)
     cols = ("avg_jct_h", "makespan_h", "avg_queuing_delay_h", "ftf_rho_mean", "utilization")
-    print(f"{'policy':>9} " + " ".join(f"{c:>20}" for c in cols) + f" {'unfinished':>10}")
+    if not args.json:
+        print(f"{'policy':>9} " + " ".join(f"{c:>20}" for c in cols) + f" {'unfinished':>10}")
+    rows = {}
     for name in names:
         res = simulate(jobs, cluster, make_policy(name, round_length=args.round), progress=False)
         m = res.summary()
-        print(f"{name:>9} " + " ".join(f"{m[c]:>20.3f}" for c in cols) + f" {len(res.unfinished):>10}")
+        rows[name] = {c: float(m[c]) for c in cols} | {"unfinished": len(res.unfinished)}
+        if not args.json:
+            print(f"{name:>9} " + " ".join(f"{m[c]:>20.3f}" for c in cols) + f" {len(res.unfinished):>10}", flush=True)
+    if args.json:
+        print(json.dumps(rows, indent=1))
     return 0

@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from heteroplan.argtypes import integer, number
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.errors import InputError
@@ -22,8 +23,9 @@ def parse_gpus(text: str) -> dict[tuple[str, str], int]:
         try:
             left, count = item.split("=")
             gpu, zone = left.split("@") if "@" in left else (left, "us-central1-a")
-            pool[(gpu.strip(), zone.strip())] = pool.get((gpu.strip(), zone.strip()), 0) + int(count)
-        except ValueError:
+            key = (gpu.strip(), zone.strip())
+            pool[key] = pool.get(key, 0) + integer(1)(count.strip())  # a repeated TYPE@ZONE adds up
+        except (ValueError, argparse.ArgumentTypeError):
             raise InputError("--gpus", item, "expected TYPE@ZONE=COUNT, e.g. A100-40@us-central1-a=64") from None
     if not pool:
         raise InputError("--gpus", text, "no GPUs given")
@@ -33,14 +35,14 @@ def parse_gpus(text: str) -> dict[tuple[str, str], int]:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="plan one training job over heterogeneous, multi-zone GPUs (Sailor)")
     p.add_argument("--model", required=True, help="model name (OPT-350, GPT-Neo-2.7, LLAMA-3-8, OPT-30)")
-    p.add_argument("--gbs", type=int, required=True, help="global batch size (samples per iteration)")
+    p.add_argument("--gbs", type=integer(1), required=True, help="global batch size (samples per iteration)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--gpus", help="available GPUs: TYPE@ZONE=COUNT,... (e.g. A100-40@us-central1-a=64)")
     src.add_argument("--cluster", help=f"preset ({', '.join(PRESETS)}) or cluster JSON file")
     p.add_argument("--objective", choices=OBJECTIVES, default="throughput")
-    p.add_argument("--budget", type=float, help="max $ per iteration (throughput objective)")
-    p.add_argument("--min-throughput", type=float, help="min iterations/s (cost objective)")
-    p.add_argument("--max-pp", type=int, help="deepest pipeline to try")
+    p.add_argument("--budget", type=number(0), help="max $ per iteration (throughput objective only)")
+    p.add_argument("--min-throughput", type=number(0), help="min iterations/s (cost objective only)")
+    p.add_argument("--max-pp", type=integer(1), help="deepest pipeline to try (>= 1)")
     p.add_argument("--homogeneous", action="store_true", help="one (type, zone) block per plan")
     p.add_argument("--no-prune", action="store_true", help="scan the whole plan space (slow)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -50,6 +52,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.budget is not None and args.objective != "throughput":
+        raise InputError("--budget", args.budget, f"applies to --objective throughput, not {args.objective}")
+    if args.min_throughput is not None and args.objective != "cost":
+        raise InputError("--min-throughput", args.min_throughput, f"applies to --objective cost, not {args.objective}")
     if args.gpus:
         pool: object = parse_gpus(args.gpus)
     else:
@@ -61,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
                                 options=options, data_dir=args.data_dir)
     result = plan(request)
     if args.out:
+        if Path(args.out).is_dir():
+            raise InputError("--out", args.out, "is a directory; give a file name such as plan.json")
         try:
             write_json_atomic(Path(args.out), result.plan.to_dict())
         except OSError as exc:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 
+from heteroplan.argtypes import int_list, integer
 from heteroplan.errors import InputError
 from heteroplan.training_args import add_training_arguments, model_kwargs, run_config_kwargs
 
@@ -13,11 +16,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--plan", help="plan JSON: `heteroplan plan --out` / --json output, Plan.to_json, or a Sailor "
                      "plan_config file; one process per planned GPU")
-    src.add_argument("--pp", type=int, default=2, help="pipeline stages of a generated plan (default 2)")
-    p.add_argument("--dp", type=int, default=2, help="data-parallel replicas of a generated plan (default 2)")
-    p.add_argument("--microbatches", default=None,
+    src.add_argument("--pp", type=integer(1), default=2, help="pipeline stages of a generated plan (default 2)")
+    p.add_argument("--dp", type=integer(1), default=2, help="data-parallel replicas of a generated plan (default 2)")
+    p.add_argument("--microbatches", type=int_list(1), default=None,
                    help="microbatches per replica of a generated plan, e.g. 3,1 (heterogeneous DP)")
-    p.add_argument("--mbs", type=int, default=4, help="microbatch size of a generated plan (samples)")
+    p.add_argument("--mbs", type=integer(1), default=4, help="microbatch size of a generated plan (samples)")
+    p.add_argument("--json", action="store_true", help="print the run's summary as JSON (steps on stderr)")
     add_training_arguments(p, steps=20, optimizer="adam", lr=0.003)
     p.set_defaults(func=run)
 
@@ -29,12 +33,7 @@ def generated_plan(args: argparse.Namespace, num_layers: int):
         raise InputError("--pp", args.pp, f"must be between 1 and the model's {num_layers} layers")
     if args.dp < 1:
         raise InputError("--dp", args.dp, "must be >= 1")
-    micro = None
-    if args.microbatches:
-        try:
-            micro = tuple(int(m) for m in args.microbatches.split(","))
-        except ValueError:
-            raise InputError("--microbatches", args.microbatches, "expected integers like 3,1") from None
+    micro = tuple(args.microbatches) if args.microbatches else None
     per = micro or (2,) * args.dp
     bounds = [round(i * num_layers / args.pp) for i in range(args.pp + 1)]
     stages = tuple(Stage(a, b, (ReplicaGroup("cpu", "local", 1, args.dp),)) for a, b in zip(bounds, bounds[1:], strict=False))
@@ -51,18 +50,29 @@ def run(args: argparse.Namespace) -> int:
     if args.plan:
         plan = load_plan(args.plan)
     else:
-        plan = generated_plan(args, (args.layers or 4) + 2)
+        plan = generated_plan(args, (args.layers if args.layers is not None else 4) + 2)
     model = model_kwargs(args, plan.num_layers, stage_tp(plan))
     if model["n_layers"] < 1:
         raise InputError("--layers", model["n_layers"], "the tiny GPT needs at least 1 block (plans of >= 3 layers)")
     task = TinyGPTTask(**model)
     config = RunConfig(**run_config_kwargs(args))
-    print(plan.describe())
+    log = sys.stderr if args.json else sys.stdout
+    print(plan.describe(), file=log)
     print(f"model: GPT-2-style decoder, {task.n_layers} blocks, width {task.d_model}, {task.n_heads} heads, "
-          f"sequence {task.seq_len}; {world_size(plan)} processes on this machine (one per planned GPU)")
-    print(f"{'step':>6} {'loss':>8} {'ms/iter':>9} {'sync ms':>8}")
+          f"sequence {task.seq_len}; {world_size(plan)} processes on this machine (one per planned GPU)", file=log)
+    print(f"{'step':>6} {'loss':>8} {'ms/iter':>9} {'sync ms':>8}", file=log)
     result = run_plan(plan, task, config, progress=lambda m: print(
-        f"{m.step:6d} {m.loss:8.4f} {m.iteration_time * 1e3:9.1f} {m.sync_time * 1e3:8.2f}", flush=True))
+        f"{m.step:6d} {m.loss:8.4f} {m.iteration_time * 1e3:9.1f} {m.sync_time * 1e3:8.2f}", file=log, flush=True))
+    if args.json:
+        print(json.dumps({
+            "plan": plan.to_dict(), "processes": plan.num_gpus, "steps": result.final_step,
+            "losses": [float(x) for x in result.losses],
+            "median_iteration_s": result.median_iteration_time() if result.steps else None,
+            "wall_s": result.wall_time,
+            "checkpoint": str(result.checkpoint.path) if result.checkpoint is not None else None,
+            "stopped_early": result.stopped_early,
+        }, indent=1))
+        return 0 if not result.stopped_early else 130
     if result.steps:
         print(f"{plan.num_gpus} processes, median {result.median_iteration_time() * 1e3:.1f} ms/iteration, "
               f"loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}, wall {result.wall_time:.1f} s")

@@ -725,7 +725,11 @@ class Model:
             if name not in self.variables:
                 raise ModelError("values", name, f"unknown variable block; known: {list(self.variables)}")
             v = self.variables[name]
-            x[v.slice] = np.broadcast_to(np.asarray(value, dtype=float), v.shape).ravel()
+            try:
+                x[v.slice] = np.broadcast_to(np.asarray(value, dtype=float), v.shape).ravel()
+            except (ValueError, TypeError):
+                shape = np.shape(value) if not isinstance(value, str) else "a string"
+                raise ModelError(f"values[{name!r}]", shape, f"must be numbers of shape {v.shape}") from None
         return x
 
     def violation(self, x: np.ndarray) -> float:

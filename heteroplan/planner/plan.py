@@ -17,6 +17,7 @@ from typing import Any
 
 from heteroplan._html import table, title
 from heteroplan.errors import InputError
+from heteroplan.inputs import read_json, strict_int
 
 __all__ = ["ReplicaGroup", "Stage", "Plan", "PipelineBlock"]
 
@@ -41,10 +42,11 @@ class ReplicaGroup:
     count: int = 1
 
     def __post_init__(self) -> None:
-        if not isinstance(self.tp, int) or self.tp < 1:
-            raise InputError("replica.tp", self.tp, "must be an integer >= 1")
-        if not isinstance(self.count, int) or self.count < 1:
-            raise InputError("replica.count", self.count, "must be an integer >= 1")
+        for name in ("gpu_type", "zone"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise InputError(f"replica.{name}", getattr(self, name), "must be a non-empty string")
+        object.__setattr__(self, "tp", strict_int("replica.tp", self.tp, 1))
+        object.__setattr__(self, "count", strict_int("replica.count", self.count, 1))
 
     @property
     def num_gpus(self) -> int:
@@ -61,6 +63,10 @@ class Stage:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "replicas", tuple(self.replicas))
+        object.__setattr__(self, "first_layer", strict_int("stage.first_layer", self.first_layer, 0))
+        object.__setattr__(self, "last_layer", strict_int("stage.last_layer", self.last_layer, 1))
+        if not all(isinstance(g, ReplicaGroup) for g in self.replicas):
+            raise InputError("stage.replicas", self.replicas, "each entry must be a ReplicaGroup")
         if not (0 <= self.first_layer < self.last_layer):
             raise InputError("stage.layers", (self.first_layer, self.last_layer), "need 0 <= first < last")
         if not self.replicas:
@@ -107,9 +113,13 @@ class Plan:
         object.__setattr__(self, "stages", tuple(self.stages))
         if not self.stages:
             raise InputError("plan.stages", self.stages, "a plan needs at least one stage")
+        if not isinstance(self.model, str) or not self.model:
+            raise InputError("plan.model", self.model, "must be a non-empty string")
+        if not all(isinstance(st, Stage) for st in self.stages):
+            raise InputError("plan.stages", self.stages, "each entry must be a Stage")
         for name in ("global_batch_size", "microbatch_size"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"plan.{name}", value, "must be an integer >= 1")
         dps = {s.dp for s in self.stages}
         if len(dps) != 1:
@@ -120,7 +130,7 @@ class Plan:
         if self.stages[0].first_layer != 0:
             raise InputError("plan.stages[0].first_layer", self.stages[0].first_layer, "must be 0")
         if self.microbatches_per_replica is not None:
-            mb = tuple(int(m) for m in self.microbatches_per_replica)
+            mb = tuple(strict_int("plan.microbatches_per_replica", m, 1) for m in self.microbatches_per_replica)
             object.__setattr__(self, "microbatches_per_replica", mb)
             if len(mb) != self.dp or min(mb) < 1:
                 raise InputError("plan.microbatches_per_replica", mb, f"need {self.dp} entries >= 1")
@@ -176,6 +186,10 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        """Build from :meth:`to_dict`'s form. Numbers are taken as written: ``8.9`` samples,
+        ``4.5`` layers or ``tp: true`` are errors, not truncated (``8.0`` is read as 8)."""
+        if not isinstance(data, Mapping):
+            raise InputError("plan", type(data).__name__, "must be a JSON object")
         try:
             stages = tuple(
                 Stage(s["first_layer"], s["last_layer"], tuple(ReplicaGroup(**g) for g in s["replicas"]))
@@ -184,27 +198,29 @@ class Plan:
             mb = data.get("microbatches_per_replica")
             return cls(
                 data["model"],
-                int(data["global_batch_size"]),
-                int(data["microbatch_size"]),
+                strict_int("plan.global_batch_size", data["global_batch_size"], 1),
+                strict_int("plan.microbatch_size", data["microbatch_size"], 1),
                 stages,
                 tuple(mb) if mb is not None else None,
             )
         except (KeyError, TypeError) as exc:
-            raise InputError("plan", dict(data), f"malformed plan: {exc}") from None
+            raise InputError("plan", dict(data), f"malformed plan: {exc!r}") from None
 
     def to_json(self, path: str | Path | None = None) -> str:
+        """The plan as JSON text; with ``path``, also written there (missing directories created)."""
         text = json.dumps(self.to_dict(), indent=2)
         if path is not None:
-            Path(path).write_text(text)
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                Path(path).write_text(text)
+            except OSError as exc:
+                raise InputError("path", str(path), f"cannot write the plan: {exc.strerror or exc}") from None
         return text
 
     @classmethod
     def from_json(cls, path: str | Path) -> Plan:
         """Read a plan written by :meth:`to_json`, or a Sailor ``plan_config_*.json`` file."""
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InputError("path", str(path), f"cannot read plan JSON: {exc}") from None
+        data = read_json(path, "plan JSON")
         if isinstance(data, Mapping) and "pipeline_list" in data:
             return cls.from_sailor(data)
         return cls.from_dict(data)

@@ -194,6 +194,8 @@ def check_allocations(cluster: Cluster, allocations: Any, active: Iterable[str])
             raise AllocationError(f"allocation[{jid}].placement", alloc.placement, f"must hold {alloc.num_gpus} GPUs")
         allowed = set(alloc.gpu_type.split("+"))
         for node, count in alloc.placement:
+            if not count > 0:
+                raise AllocationError(f"allocation[{jid}].placement", alloc.placement, f"{node}: GPU count must be > 0")
             if node not in node_type:
                 raise AllocationError(f"allocation[{jid}].node", node, "unknown node")
             if node_type[node] not in allowed:

@@ -57,7 +57,7 @@ class PolluxPolicy:
         return self._cache[key]
 
     def allocate(self, cluster: Cluster, jobs: Sequence[JobState], now: float) -> dict[str, Allocation]:
-        if not jobs:
+        if not jobs or cluster.num_gpus == 0:  # nothing to give (an empty cluster has no configurations)
             return {}
         configs = self._pooled(cluster)
         G = np.zeros((len(jobs), len(configs)))

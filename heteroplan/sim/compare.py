@@ -10,6 +10,7 @@ from heteroplan.policies.base import Policy
 from heteroplan.policies.registry import POLICIES, make_policy
 from heteroplan.sim.loop import simulate
 from heteroplan.sim.metrics import SimResult
+from heteroplan.sim.tables import Comparison
 from heteroplan.workload.rigid import RigidJob
 from heteroplan.workload.sia import JobSpec
 
@@ -26,6 +27,7 @@ def run_policy(jobs: Sequence[JobSpec | RigidJob], cluster: Cluster, policy: str
 def compare_policies(
     jobs: Sequence[JobSpec | RigidJob], cluster: Cluster, policies: Sequence[str | Policy], progress: bool | None = None,
     **kwargs: Any,
-) -> list[SimResult]:
-    """Simulate ``jobs`` under each policy (names or objects) and return the results in order."""
-    return [run_policy(jobs, cluster, p, progress=progress, **kwargs) for p in policies]
+) -> Comparison:
+    """Simulate ``jobs`` under each policy (names or objects) and return the results in order
+    (a :class:`~heteroplan.sim.tables.Comparison`: a list with ``to_dataframe()`` and a notebook table)."""
+    return Comparison(run_policy(jobs, cluster, p, progress=progress, **kwargs) for p in policies)

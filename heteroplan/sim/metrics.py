@@ -176,6 +176,18 @@ class SimResult:
         path.write_text(json.dumps(self.to_dict(), indent=1, default=float))
         return path
 
+    def to_dataframe(self, what: str = "jobs") -> Any:
+        """A pandas DataFrame: ``"jobs"`` (one row per job), ``"gpus"`` (GPUs in use per type
+        over time) or ``"summary"`` (one row); see :mod:`heteroplan.sim.tables`."""
+        from heteroplan.sim import tables
+
+        frames = {"jobs": tables.jobs_frame, "gpus": tables.gpus_frame, "summary": lambda r: tables.summary_frame([r])}
+        if what not in frames:
+            from heteroplan.errors import InputError
+
+            raise InputError("what", what, f"choose one of {sorted(frames)}")
+        return frames[what](self)
+
     def _repr_html_(self) -> str:
         return title(f"Simulation: {self.policy} on {self.cluster}") + table(("metric", "value"), self.summary().items())
 

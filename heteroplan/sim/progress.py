@@ -1,35 +1,46 @@
-"""A minimal progress bar on stderr, shown only on a terminal."""
+"""Progress with an ETA (tqdm): on a terminal's stderr, or as a widget in a notebook."""
 
 from __future__ import annotations
 
 import sys
-import time
+from typing import Any
+
+STEPS = 1000  # resolution of the bar: fractions are shown in steps of 0.1 %
+
+
+def _in_notebook() -> bool:
+    shell = sys.modules.get("IPython")
+    ip = getattr(shell, "get_ipython", lambda: None)() if shell else None
+    return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
 
 
 class ProgressBar:
-    """``update(fraction, text)``; silent when stderr is not a TTY or ``enabled`` is False."""
+    """``update(fraction, text)`` draws a tqdm bar with elapsed time and ETA.
+
+    Shown when ``enabled`` is True, or, when it is None, when stderr is a terminal or the
+    code runs in a Jupyter notebook; otherwise silent (pipes and logs stay clean).
+    """
 
     def __init__(self, label: str, enabled: bool | None = None, min_interval: float = 0.2) -> None:
         self.label = label
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
-        self.min_interval = min_interval
-        self._last = 0.0
-        self._start = time.perf_counter()
+        self.enabled = (sys.stderr.isatty() or _in_notebook()) if enabled is None else enabled
+        self._bar: Any = None
+        if self.enabled:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=STEPS, desc=label, mininterval=min_interval, leave=True,
+                             bar_format="{desc} {percentage:5.1f}%|{bar}| [{elapsed}<{remaining}] {postfix}")
 
     def update(self, fraction: float, text: str = "") -> None:
-        if not self.enabled:
+        if self._bar is None:
             return
-        now = time.perf_counter()
-        if now - self._last < self.min_interval and fraction < 1:
-            return
-        self._last = now
-        width = 30
-        done = int(width * min(max(fraction, 0.0), 1.0))
-        elapsed = now - self._start
-        sys.stderr.write(f"\r{self.label} [{'#' * done}{'.' * (width - done)}] {fraction:6.1%} {elapsed:6.1f}s {text}   ")
-        sys.stderr.flush()
+        done = int(STEPS * min(max(fraction, 0.0), 1.0))
+        if done > self._bar.n:
+            self._bar.update(done - self._bar.n)
+        if text:
+            self._bar.set_postfix_str(text, refresh=False)
 
     def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

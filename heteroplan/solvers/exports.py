@@ -125,22 +125,41 @@ def to_cvxpy(model: Model, relax: bool = False) -> tuple[Any, Any]:
 
 
 def write_model(model: Model, path: str | Path) -> Path:
-    """Write the model in the format of the file suffix (``.lp`` or ``.mps``) through HiGHS."""
+    """Write the model in the format of the file suffix (``.lp`` or ``.mps``) through HiGHS;
+    returns the path written. Missing parent directories are created."""
+    import highspy
+
     from heteroplan.solvers.highs import build_highs
 
     path = Path(path)
     if path.suffix not in (".lp", ".mps"):
         raise ModelError("path", str(path), "suffix must be .lp or .mps")
+    if path.is_dir():
+        raise ModelError("path", str(path), "is a directory; give a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ModelError("path", str(path), f"cannot create its directory: {exc.strerror or exc}") from None
     h = build_highs(model.to_standard_form())
-    h.writeModel(str(path))
+    if h.writeModel(str(path)) == highspy.HighsStatus.kError or not path.exists():
+        raise ModelError("path", str(path), "HiGHS could not write the file there")
     return path
 
 
+def _file_in(path: str | Path, model: Model, suffix: str) -> Path:
+    """``path`` with ``suffix``; a directory means ``<directory>/<model name><suffix>``."""
+    path = Path(path)
+    if path.is_dir():
+        stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in model.name) or "model"
+        return path / f"{stem}{suffix}"
+    return path.with_suffix(suffix)
+
+
 def write_lp(model: Model, path: str | Path) -> Path:
-    """Write the model as a CPLEX LP file."""
-    return write_model(model, Path(path).with_suffix(".lp"))
+    """Write the model as a CPLEX LP file (into ``path/<model name>.lp`` when ``path`` is a directory)."""
+    return write_model(model, _file_in(path, model, ".lp"))
 
 
 def write_mps(model: Model, path: str | Path) -> Path:
-    """Write the model as a (free) MPS file."""
-    return write_model(model, Path(path).with_suffix(".mps"))
+    """Write the model as a (free) MPS file (into ``path/<model name>.mps`` when ``path`` is a directory)."""
+    return write_model(model, _file_in(path, model, ".mps"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import threading
@@ -10,7 +11,7 @@ import time
 import highspy
 import numpy as np
 
-from heteroplan.errors import SolverError
+from heteroplan.errors import ModelError, SolverError
 from heteroplan.milp import Model, Solution, SolveStatus, StandardForm, relative_gap
 from heteroplan.solvers.registry import SolveOptions
 
@@ -54,6 +55,7 @@ def new_highs(verbose: bool = False) -> highspy.Highs:
             try:
                 os.dup2(devnull, 1)
                 h = highspy.Highs()
+                _flush_c_stdio()  # on a pipe C stdio buffers the banner: flush it while fd 1 is /dev/null
             finally:
                 os.dup2(saved, 1)
                 os.close(saved)
@@ -63,8 +65,38 @@ def new_highs(verbose: bool = False) -> highspy.Highs:
     return h
 
 
+def _flush_c_stdio() -> None:
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):  # no C library handle (e.g. Windows): stdio unbuffered there
+        pass
+
+
+# HiGHS refuses matrix entries of this size or more (option large_matrix_value) and treats
+# costs of this size or more as infinite (infinite_cost).
+LARGE_MATRIX_VALUE = 1e15
+INFINITE_COST = 1e20
+
+
+def check_magnitudes(sf: StandardForm) -> None:
+    """A :class:`ModelError` naming the first matrix entry or cost HiGHS cannot take
+    (non-finite, ``|a| >= 1e15`` or ``|c| >= 1e20``), instead of HiGHS's bare passModel error."""
+    A = sf.A
+    bad = np.flatnonzero(~(np.abs(A.data) < LARGE_MATRIX_VALUE))
+    if bad.size:
+        k = int(bad[0])
+        col = int(np.searchsorted(A.indptr, k, side="right") - 1)
+        raise ModelError(f"constraint coefficient (row {int(A.indices[k])}, column {col})", float(A.data[k]),
+                         f"|coefficient| must be finite and < {LARGE_MATRIX_VALUE:g}; rescale the model")
+    bad = np.flatnonzero(~(np.abs(sf.c) < INFINITE_COST))
+    if bad.size:
+        raise ModelError(f"objective coefficient (column {int(bad[0])})", float(sf.c[bad[0]]),
+                         f"|coefficient| must be finite and < {INFINITE_COST:g}; rescale the model")
+
+
 def build_highs(sf: StandardForm, relax: bool = False, verbose: bool = False) -> highspy.Highs:
     """A ``Highs`` object holding the model (column-wise arrays, no Python loop); quiet unless ``verbose``."""
+    check_magnitudes(sf)
     h = new_highs(verbose)
     A = sf.A  # column-wise, as HiGHS stores it
     integrality = np.zeros(sf.num_vars, dtype=np.int32) if relax else sf.integrality.astype(np.int32)

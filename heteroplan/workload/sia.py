@@ -8,15 +8,24 @@ start each job at 1 GPU and choose GPUs and batch size themselves.
 from __future__ import annotations
 
 import csv
+import logging
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from heteroplan.errors import InputError
+from heteroplan.inputs import read_text
 
 __all__ = ["JobSpec", "read_sia_workload", "bundled_workload", "BUNDLED_WORKLOADS"]
 
 COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
+# Beyond these a row is a typo, not a job: 1e12 samples per step would simulate for 4e8 hours.
+MAX_BATCH_SIZE = 10_000_000  # samples
+MAX_REPLICAS = 100_000  # GPUs
+MAX_ARRIVAL = 10 * 365 * 86400.0  # seconds (ten years)
+log = logging.getLogger(__name__)
 BUNDLED_WORKLOADS = tuple(f"{trace}/workload-{i}" for trace in ("philly", "saturn") for i in range(1, 9))
 
 
@@ -41,7 +50,8 @@ class JobSpec:
     elastic: bool = True
 
 
-def _parse_row(row: dict[str, str], where: str, known_apps: set[str] | None) -> JobSpec:
+def _parse_row(row: dict[str, str], where: str, known_apps: set[str] | None,
+               batch_limits: Mapping[str, int] | None) -> JobSpec:
     try:
         name = row["name"].strip()
         arrival = float(row["time"])
@@ -52,45 +62,56 @@ def _parse_row(row: dict[str, str], where: str, known_apps: set[str] | None) -> 
         raise InputError(where, dict(row), f"unparsable value: {exc}") from None
     if not name:
         raise InputError(f"{where}.name", name, "must not be empty")
-    if not arrival >= 0:
-        raise InputError(f"{where}.time", row["time"], "must be >= 0 seconds")
-    if replicas != int(replicas) or replicas < 1:
-        raise InputError(f"{where}.num_replicas", row["num_replicas"], "must be an integer >= 1")
-    if batch != int(batch) or batch < 1:
-        raise InputError(f"{where}.batch_size", row["batch_size"], "must be an integer >= 1")
+    if not 0 <= arrival <= MAX_ARRIVAL:
+        raise InputError(f"{where}.time", row["time"], f"must be between 0 and {MAX_ARRIVAL:g} seconds")
+    if not math.isfinite(replicas) or replicas != int(replicas) or not 1 <= replicas <= MAX_REPLICAS:
+        raise InputError(f"{where}.num_replicas", row["num_replicas"], f"must be an integer in [1, {MAX_REPLICAS}]")
+    limit = (batch_limits or {}).get(app, MAX_BATCH_SIZE)
+    if not math.isfinite(batch) or batch != int(batch) or not 1 <= batch <= limit:
+        raise InputError(f"{where}.batch_size", row["batch_size"], f"must be an integer in [1, {limit}] samples")
     if known_apps is not None and app not in known_apps:
         raise InputError(f"{where}.application", app, f"unknown application; known: {sorted(known_apps)}")
     return JobSpec(name, arrival, app, int(replicas), int(batch))
 
 
-def read_sia_workload(path: str | Path, known_apps: set[str] | None = None) -> list[JobSpec]:
-    """Read a Sia workload CSV, sorted by arrival time.
+def read_sia_workload(path: str | Path, known_apps: set[str] | None = None,
+                      batch_limits: Mapping[str, int] | None = None) -> list[JobSpec]:
+    """Read a Sia workload CSV (UTF-8), sorted by arrival time.
 
-    Errors name the file, the row number (1 = first data row) and the column.
-    Duplicate job names get a ``#k`` suffix (the saturn traces reuse names).
+    Errors name the file, the row number (1 = first data row) and the column. Times must be
+    finite, in ``[0, 10 years]``; ``batch_size`` at most ``batch_limits[application]`` (else
+    :data:`MAX_BATCH_SIZE`). A repeated job name gets the first free ``#k`` suffix (the saturn
+    traces reuse names), so names stay unique even when the file already has ``j#1``.
     """
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError("workload", str(path), f"cannot read: {exc}") from None
+    text = read_text(path, "workload")
     reader = csv.DictReader(text.splitlines())
     missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
     if missing:
         raise InputError(f"{path.name}.columns", reader.fieldnames, f"missing columns {missing}")
-    jobs: list[JobSpec] = []
-    seen: dict[str, int] = {}
-    for i, row in enumerate(reader, start=1):
-        job = _parse_row(row, f"{path.name}:row {i}", known_apps)
-        if job.name in seen:
-            seen[job.name] += 1
-            job = JobSpec(f"{job.name}#{seen[job.name]}", job.arrival_time, job.application, job.num_replicas, job.batch_size)
-        else:
-            seen[job.name] = 0
-        jobs.append(job)
+    parsed = [_parse_row(row, f"{path.name}:row {i}", known_apps, batch_limits) for i, row in enumerate(reader, start=1)]
+    jobs = _unique_names(parsed)
     if not jobs:
         raise InputError("workload", str(path), "has no jobs")
     return sorted(jobs, key=lambda j: j.arrival_time)
+
+
+def _unique_names(jobs: list[JobSpec]) -> list[JobSpec]:
+    """``jobs`` with each repeated name renamed ``name#k``, ``k`` the smallest suffix no job uses."""
+    taken = {j.name for j in jobs}
+    first: set[str] = set()
+    out = []
+    for job in jobs:
+        if job.name in first:
+            k = 1
+            while f"{job.name}#{k}" in taken:
+                k += 1
+            taken.add(f"{job.name}#{k}")
+            log.info("job name %r repeats: renamed %r", job.name, f"{job.name}#{k}")
+            job = JobSpec(f"{job.name}#{k}", job.arrival_time, job.application, job.num_replicas, job.batch_size)
+        first.add(job.name)
+        out.append(job)
+    return out
 
 
 def bundled_workload(name: str = "philly/workload-1") -> list[JobSpec]:

@@ -1,0 +1,91 @@
+"""Reading user files and numbers where they enter: UTF-8 text, JSON without repeated keys,
+finite numbers. Every failure is an :class:`~heteroplan.errors.InputError` naming the field
+(or file) and the value, never a ``UnicodeDecodeError`` or ``OverflowError`` from deep inside.
+
+Small typed functions rather than a validation library: the checks are few, the messages
+must name heteroplan's own fields, and ``import heteroplan`` stays light.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from pathlib import Path
+from typing import Any
+
+from heteroplan.errors import InputError
+
+__all__ = ["read_text", "read_json", "finite_number", "strict_int"]
+
+
+def read_text(path: str | Path, field: str = "path", error: type[InputError] = InputError) -> str:
+    """The UTF-8 text of ``path``; unreadable or non-UTF-8 files raise ``error`` naming ``field``."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise error(field, str(path), f"cannot read {field}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise error(field, str(path), f"not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})") from None
+
+
+def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise InputError(f"json key {key!r}", value, "given twice (the first value would be lost)")
+        out[key] = value
+    return out
+
+
+def read_json(path: str | Path, field: str = "path", error: type[InputError] = InputError) -> Any:
+    """Parse the JSON file ``path`` (UTF-8; ``NaN``/``Infinity`` and repeated keys refused)."""
+    text = read_text(path, field, error)
+
+    def refuse_constant(name: str) -> float:
+        raise error(field, str(path), f"{name} is not a valid JSON number")
+
+    try:
+        return json.loads(text, object_pairs_hook=_no_repeats, parse_constant=refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise error(field, str(path), f"invalid JSON: {exc}") from None
+    except InputError as exc:
+        if isinstance(exc, error):
+            raise
+        raise error(field, str(path), str(exc)) from None
+
+
+def finite_number(field: str, value: object, low: float | None = None, high: float | None = None,
+                  error: type[InputError] = InputError) -> float:
+    """``value`` as a finite float within ``[low, high]`` (bools and strings refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise error(field, value, "must be a number")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise error(field, value, "must be a finite number") from None
+    if not math.isfinite(number):
+        raise error(field, value, "must be a finite number")
+    if low is not None and number < low:
+        raise error(field, value, f"must be >= {low:g}")
+    if high is not None and number > high:
+        raise error(field, value, f"must be <= {high:g}")
+    return number
+
+
+def strict_int(field: str, value: object, low: int | None = None, error: type[InputError] = InputError) -> int:
+    """``value`` as an ``int >= low``: an integer (numpy's too), or a float with no fractional part (``8.0``);
+    ``8.9``, ``True``, NaN and strings are refused."""
+    if isinstance(value, bool):
+        raise error(field, value, "must be an integer, not a boolean")
+    if isinstance(value, float):
+        if not math.isfinite(value) or value != int(value):
+            raise error(field, value, "must be a whole number")
+    elif not isinstance(value, numbers.Integral):
+        raise error(field, value, "must be an integer")
+    value = int(value)
+    if low is not None and value < low:
+        raise error(field, value, f"must be >= {low}")
+    return value

@@ -1,0 +1,68 @@
+"""Simulation results as pandas DataFrames, for notebooks (rich HTML display) and analysis.
+
+Reads only a result's per-job records (``result.jobs``), its timeline and ``summary()``,
+so it works for any simulator that fills a :class:`~heteroplan.sim.metrics.SimResult`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+__all__ = ["jobs_frame", "gpus_frame", "summary_frame", "Comparison"]
+
+JOB_COLUMNS = ("name", "application", "arrival_time", "start_time", "finish_time", "jct", "queueing_delay",
+               "restarts", "gpu_seconds", "fraction_done", "isolated_time")
+
+
+def jobs_frame(result: Any) -> pd.DataFrame:
+    """One row per job (index: job name); times in seconds, ``jct_h`` in hours; NaN when unfinished."""
+    import pandas as pd
+
+    rows = [{c: getattr(j, c) for c in JOB_COLUMNS} for j in result.jobs]
+    frame = pd.DataFrame(rows, columns=list(JOB_COLUMNS)).astype({"jct": float, "start_time": float,
+                                                                  "finish_time": float, "queueing_delay": float})
+    frame["jct_h"] = frame["jct"] / 3600
+    frame.insert(0, "policy", result.policy)
+    return frame.set_index("name")
+
+
+def gpus_frame(result: Any) -> pd.DataFrame:
+    """GPUs in use per type (columns) at each round start (index: simulated time, hours)."""
+    import pandas as pd
+
+    times, per_type = result.gpus_over_time()
+    frame = pd.DataFrame({k: v for k, v in per_type.items()}, index=pd.Index(times / 3600, name="time_h"))
+    frame["total"] = frame.sum(axis=1)
+    return frame
+
+
+def summary_frame(results: Iterable[Any]) -> pd.DataFrame:
+    """One row per result (index: policy) with the paper's metrics (:meth:`SimResult.summary`)."""
+    import pandas as pd
+
+    return pd.DataFrame([r.summary() for r in results]).set_index("policy")
+
+
+class Comparison(list):
+    """The results of :func:`~heteroplan.sim.compare.compare_policies` (a list, in policy order)
+    that also shows itself as a table in notebooks."""
+
+    def to_dataframe(self, what: str = "summary") -> pd.DataFrame:
+        """``"summary"``: one row per policy; ``"jobs"``: every job of every policy (MultiIndex
+        ``(policy, name)``)."""
+        if what == "summary":
+            return summary_frame(self)
+        if what == "jobs":
+            import pandas as pd
+
+            return pd.concat([jobs_frame(r) for r in self]).set_index("policy", append=True).swaplevel()
+        from heteroplan.errors import InputError
+
+        raise InputError("what", what, "choose 'summary' or 'jobs'")
+
+    def _repr_html_(self) -> str:
+        return summary_frame(self).to_html(float_format=lambda v: f"{v:.3g}", na_rep="-")
