@@ -17,7 +17,8 @@ import numpy as np
 
 from heteroplan.errors import InputError
 
-__all__ = ["GROUP", "TIMING_COLUMNS", "plot_bars", "plot_jct_cdf", "results_table", "summarize", "write_tables"]
+__all__ = ["GROUP", "TIMING_COLUMNS", "format_summary", "plot_bars", "plot_jct_cdf", "results_table", "summarize",
+           "write_tables"]
 
 GROUP = ("cluster", "fidelity", "policy", "family")
 LABELS = ("simulator", "workload", "family", "cluster", "policy", "fidelity", "seed")
@@ -63,6 +64,26 @@ def summarize(table: Any, metrics: Sequence[str] | None = None, by: Sequence[str
             rows.append({**dict(zip(by, group, strict=True)), "metric": metric, "n": n, "mean": mean,
                          "ci_low": float(low), "ci_high": float(high)})
     return pd.DataFrame(rows, columns=[*by, "metric", "n", "mean", "ci_low", "ci_high"])
+
+
+def format_summary(summary: Any, metrics: Sequence[str] | None = None) -> str:
+    """The summary as text: a row per group, ``mean [ci_low, ci_high] (n)`` per metric."""
+    import pandas as pd
+
+    if summary.empty:
+        return "(no finished cells)"
+    metrics = list(metrics) if metrics is not None else list(dict.fromkeys(summary["metric"]))
+    sub = summary[summary["metric"].isin(metrics)].copy()
+    by = [c for c in summary.columns if c not in ("metric", "n", "mean", "ci_low", "ci_high")]
+
+    def cell(r: Any) -> str:
+        ci = "" if np.isnan(r["ci_low"]) else f" [{r['ci_low']:.3g}, {r['ci_high']:.3g}]"
+        return f"{r['mean']:.3g}{ci}"
+
+    sub["value"] = sub.apply(cell, axis=1)
+    wide = sub.pivot_table(index=[*by, "n"], columns="metric", values="value", aggfunc="first", sort=False)
+    wide = wide.reindex(columns=[m for m in metrics if m in wide.columns])
+    return pd.DataFrame(wide).reset_index().to_string(index=False)
 
 
 def write_tables(table: Any, summary: Any, out: str | Path) -> list[Path]:
