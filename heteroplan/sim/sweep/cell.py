@@ -9,7 +9,6 @@ metadata and error capture, so a failed cell becomes a record instead of stoppin
 
 from __future__ import annotations
 
-import inspect
 import os
 import platform
 import socket
@@ -20,7 +19,7 @@ from typing import Any
 
 from heteroplan.cluster import Cluster, preset
 from heteroplan.errors import InputError
-from heteroplan.sim.sweep.spec import CellSpec, ClusterSpec, policy_factory
+from heteroplan.sim.sweep.spec import CellSpec, ClusterSpec, constructor_options, policy_factory
 
 __all__ = ["CellFunction", "build_cluster", "execute_cell", "failed_record", "run_cell"]
 
@@ -37,17 +36,12 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
 
 
 def _make_policy(cell: CellSpec) -> Any:
-    from heteroplan.sim.compare import make_policy
-
-    factory = policy_factory(cell.policy.name, cell.simulator)
+    factory = policy_factory(cell.policy.name, cell.simulator)  # heteroplan.sim.compare's registry (+ hadar)
     options = dict(cell.policy.options)
-    if not options:
-        policy = make_policy(cell.policy.name) if cell.policy.name != "hadar" else factory()
-    elif inspect.isclass(factory):
-        policy = factory(**options)
-    else:
-        policy = factory()
-        for k, v in options.items():
+    keywords = constructor_options(factory)
+    policy = factory(**{k: v for k, v in options.items() if k in keywords})
+    for k, v in options.items():
+        if k not in keywords:
             setattr(policy, k, v)
     policy.name = cell.policy.label
     return policy

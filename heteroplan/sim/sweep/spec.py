@@ -377,6 +377,19 @@ def policy_factory(name: str, simulator: str = "sia") -> Any:
     return factories[name]
 
 
+def constructor_options(factory: Any) -> set[str]:
+    """Keyword arguments of a policy class's constructor (none for a factory function)."""
+    return set(inspect.signature(factory).parameters) if inspect.isclass(factory) else set()
+
+
+def option_names(factory: Any) -> set[str]:
+    """Options a policy accepts: its constructor's keywords, and the public attributes (e.g.
+    ``round_length``) of a default instance, which are set after construction."""
+    policy = factory()
+    attributes = {k for k in dir(policy) if not k.startswith("_") and not callable(getattr(policy, k))}
+    return constructor_options(factory) | attributes
+
+
 def _policy(i: int, t: Mapping[str, Any], simulator: str) -> PolicySpec:
     where = f"policies[{i}]"
     _only(where, t, {"name", "label", "options"})
@@ -389,10 +402,7 @@ def _policy(i: int, t: Mapping[str, Any], simulator: str) -> PolicySpec:
         raise InputError(f"{where}.name", name, exc.reason) from None
     options = _options(f"{where}.options", t.get("options"))
     if options:
-        if inspect.isclass(factory):
-            known = set(inspect.signature(factory).parameters)
-        else:  # a factory function: options set attributes of the policy it builds
-            known = {k for k in vars(factory()) if not k.startswith("_")}
+        known = option_names(factory)
         for k, v in options:
             if k not in known:
                 raise InputError(f"{where}.options.{k}", v, f"{name} has no such option; known: {sorted(known)}")
