@@ -282,3 +282,15 @@ def test_policy_options_reach_the_policy():
     assert tiresias.thresholds.tolist() == [600.0, 6000.0] and tiresias.name == "t"
     assert (gavel.round_length, gavel.time_limit) == (120.0, 5.0)
     assert (sia.mode, sia.name) == ("lp-round", "s")
+
+
+def test_docs_page_code_runs():
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "sweeps.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) == 1
+    namespace: dict[str, object] = {}
+    exec(compile(blocks[0], "sweeps.md", "exec"), namespace)  # noqa: S102 - our own docs
+    assert namespace["report"].computed == 6
+    assert set(namespace["summary"]["family"]) == {"philly", "saturn"}
