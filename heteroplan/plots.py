@@ -7,7 +7,7 @@ in notebooks and scripts alike; pass ``path`` to save a PNG.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ import numpy as np
 
 from heteroplan.errors import InputError
 
-__all__ = ["jct_cdf", "gpus_over_time", "pipeline_timeline", "cost_throughput_front", "save"]
+__all__ = ["jct_cdf", "jct_cdf_of", "gpus_over_time", "pipeline_timeline", "cost_throughput_front", "save"]
 
 
 def _axes(ax: Any = None):
@@ -49,11 +49,16 @@ def save(fig: Any, path: str | Path | None) -> Any:
 
 def jct_cdf(results: Sequence[Any], ax: Any = None, path: str | Path | None = None) -> Any:
     """CDF of job completion times (hours, log scale) for several simulation results."""
+    return jct_cdf_of({res.policy: [j.jct for j in res.finished()] for res in results}, ax, path)
+
+
+def jct_cdf_of(jcts: Mapping[str, Sequence[float]], ax: Any = None, path: str | Path | None = None) -> Any:
+    """CDF of job completion times (given in seconds, drawn in hours, log scale), one line per label."""
     fig, ax = _axes(ax)
-    for res in results:
-        jct = np.sort([j.jct / 3600 for j in res.finished()])
+    for label, values in jcts.items():
+        jct = np.sort(np.asarray(values, dtype=float)) / 3600
         if jct.size:
-            ax.step(jct, np.arange(1, jct.size + 1) / jct.size, where="post", label=res.policy)
+            ax.step(jct, np.arange(1, jct.size + 1) / jct.size, where="post", label=label)
     ax.set_xscale("log")
     ax.set_xlabel("job completion time (h)")
     ax.set_ylabel("fraction of jobs")

@@ -261,6 +261,14 @@ def test_bars_show_the_summary_means(tiny_inprocess):
     assert heights == pytest.approx(sorted(summary[summary["metric"] == "avg_jct_h"]["mean"]))
     with pytest.raises(InputError, match="metric"):
         plot_bars(summary, "happiness")
+    from heteroplan.sim.sweep import plot_jct_cdf
+
+    records = report.records()
+    lines = {line.get_label(): line for line in plot_jct_cdf(records).axes[0].lines}
+    fifo = sorted(j / 3600 for r in records if r["labels"]["policy"] == "fifo" for j in r["jcts"])
+    assert set(lines) == {"fifo", "tiresias", "sia-lp"}
+    assert lines["fifo"].get_xdata().tolist() == pytest.approx(fifo)  # pooled over both workloads
+    assert len(fifo) == 16
 
 
 def test_example_sweep_files_parse():

@@ -129,21 +129,10 @@ def plot_bars(summary: Any, metric: str, ax: Any = None, path: str | Path | None
 
 def plot_jct_cdf(records: Iterable[dict[str, Any]], ax: Any = None, path: str | Path | None = None) -> Any:
     """CDF of job completion times (hours, log scale) per policy, pooled over its finished cells."""
-    from heteroplan.plots import _axes, save
+    from heteroplan.plots import jct_cdf_of
 
-    fig, ax = _axes(ax)
     pooled: dict[str, list[float]] = {}
     for r in records:
         if r["status"] == "ok":
             pooled.setdefault(r["labels"]["policy"], []).extend(r["jcts"])
-    for policy, jcts in pooled.items():
-        jct = np.sort(np.asarray(jcts, dtype=float)) / 3600
-        if jct.size:
-            ax.step(jct, np.arange(1, jct.size + 1) / jct.size, where="post", label=policy)
-    ax.set_xscale("log")
-    ax.set_xlabel("job completion time (h)")
-    ax.set_ylabel("fraction of jobs")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    return save(fig, path)
+    return jct_cdf_of(pooled, ax, path)
