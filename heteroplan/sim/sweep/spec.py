@@ -419,8 +419,8 @@ def _fidelity(i: int, t: Mapping[str, Any]) -> FidelitySpec:
     if preset not in ("sia", "ideal"):
         raise InputError(f"{where}.preset", preset, "choose \"sia\" or \"ideal\"")
     overrides = _options(where, {k: v for k, v in t.items() if k not in ("label", "preset")})
-    spec = FidelitySpec(str(t.get("label", preset if not overrides else f"{preset}+{len(overrides)}")), preset,
-                        overrides)
+    default = preset + ("(" + ",".join(f"{k}={v}" for k, v in overrides) + ")" if overrides else "")
+    spec = FidelitySpec(str(t.get("label", default)), preset, overrides)
     try:
         spec.build()
     except InputError as exc:
