@@ -42,6 +42,14 @@ class InProcessExecutor:
             yield fn(cell)
 
 
+def cores() -> int:
+    """CPU cores this process may use (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
 def _ignore_sigint() -> None:  # workers leave Ctrl-C to the parent, which stops them
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -57,7 +65,7 @@ class ProcessExecutor:
         method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
         if method not in methods:
             raise InputError("start_method", method, f"choose one of {methods}")
-        self.workers = workers or os.cpu_count() or 1
+        self.workers = workers or cores()
         self.start_method = method
 
     def run(self, fn: CellRunner, cells: Sequence[CellSpec]) -> Iterator[dict[str, Any]]:
@@ -98,7 +106,7 @@ class RayExecutor:
             raise InputError("ray", address, "give 'auto' or a cluster address")
         self.address = address
         self.num_cpus = num_cpus
-        self.workers = num_cpus or os.cpu_count() or 1
+        self.workers = num_cpus or cores()
 
     def run(self, fn: CellRunner, cells: Sequence[CellSpec]) -> Iterator[dict[str, Any]]:
         import ray
