@@ -38,6 +38,26 @@ def noop_cell(cell):
     return {"metrics": {"seed": cell.seed}, "jcts": [], "error": None}
 
 
+def burn(n: int = 20_000_000) -> float:
+    """Seconds of a pure-Python loop (CPU only)."""
+    t0 = time.perf_counter()
+    x = 0
+    for i in range(n):
+        x += i
+    return time.perf_counter() - t0
+
+
+def parallel_capacity(workers: int = 2) -> float:
+    """How many cores this machine gives us right now: ``workers`` x (one burn alone) / (the
+    slowest of ``workers`` burns at once); ~2 on an idle 2-core machine, less when shared."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers) as pool:
+        alone = pool.submit(burn).result()
+        together = max(pool.map(burn, [20_000_000] * workers))
+    return workers * alone / together
+
+
 def run_mode(mode: str, tables: dict, store: Path, cell_fn=None) -> tuple[float, object]:
     """Run the sweep from scratch in ``mode`` (``processes:N`` or ``ray:N``); (wall s, report)."""
     kind, _, n = mode.partition(":")
@@ -71,8 +91,9 @@ def main() -> None:
         tables["jobs"] = args.jobs
     cells = len(parse_sweep(tables).cells())
     load_before = os.getloadavg()
+    capacity = parallel_capacity()
     print(f"{cells} cells, jobs per workload: {args.jobs or 'all'}; cores: {os.cpu_count()}; "
-          f"load average {load_before[0]:.1f}", flush=True)
+          f"load average {load_before[0]:.1f}; 2 CPU-bound processes run {capacity:.2f}x as fast as one", flush=True)
     rows, tables_by_mode, reports = [], {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for mode in args.modes:
@@ -123,6 +144,7 @@ def main() -> None:
     print_table(out_rows, list(out_rows[0]))
     print("wrote", write_json("sweep_scaling", {
         "jobs": args.jobs, "cells": cells, "cpu_count": os.cpu_count(), "load_avg_before": load_before,
+        "parallel_capacity_before": capacity, "parallel_capacity_after": parallel_capacity(),
         "modes": rows, "noop_overhead": overhead, "summary": out_rows,
         "summary_long": summary.to_dict(orient="records")}))
 
