@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from heteroplan.sim.sweep import load_sweep, run_sweep
+from heteroplan.sim.sweep import SweepReport, load_sweep, run_sweep
 from heteroplan.sim.sweep.results import format_summary
 
 
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if report.failed == 0 else 3
 
 
-def _headline(report) -> list[str]:
+def _headline(report: SweepReport) -> list[str]:
     """Metrics to print: the JCTs and makespan the papers report."""
     columns = set(report.table().columns)
     return [m for m in ("avg_jct_h", "p99_jct_h", "makespan_h", "utilization") if m in columns]

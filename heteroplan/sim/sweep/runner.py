@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import signal
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -109,8 +110,6 @@ def run_sweep(
         plots: also write ``bars_<metric>.png`` and ``jct_cdf.png``.
         cell_fn: the cell function (picklable; default :func:`run_cell`).
     """
-    import sys
-
     from tqdm.auto import tqdm
 
     from heteroplan import __version__
