@@ -69,6 +69,8 @@ def tiny_inprocess(tmp_path_factory):
     ({"policies": [{"name": "sai"}]}, "policies[0].name"),
     ({"policies": [{"name": "sia", "options": {"mdoe": "lp"}}]}, "policies[0].options.mdoe"),
     ({"policies": [{"name": "fifo"}, {"name": "fifo"}]}, "policies.label"),
+    ({"policies": [{"name": "tiresias", "options": {"thresholds": [-1.0]}}]}, "policies[0].options.thresholds"),
+    ({"policies": [{"name": "tiresias", "options": {"thresholds": "soon"}}]}, "policies[0].options"),
     ({"fidelities": [{"batch_size": "guess"}]}, "fidelities[0].batch_size"),
     ({"fidelities": [{"preset": "perfect"}]}, "fidelities[0].preset"),
     ({"policies": []}, "policies"),
@@ -280,13 +282,13 @@ def test_example_sweep_files_parse():
 
 
 def test_policy_options_reach_the_policy():
-    from heteroplan.sim.sweep.cell import _make_policy
+    from heteroplan.sim.sweep.cell import build_policy
 
     spec = parse_sweep(TINY | {"policies": [
         {"name": "tiresias", "label": "t", "options": {"thresholds": [600.0, 6000.0]}},
         {"name": "gavel", "options": {"round_length": 120.0, "time_limit": 5.0}},
         {"name": "sia", "label": "s", "options": {"mode": "lp-round"}}]})
-    tiresias, gavel, sia = (_make_policy(c) for c in spec.cells()[:3])
+    tiresias, gavel, sia = (build_policy(c.policy) for c in spec.cells()[:3])
     assert tiresias.thresholds.tolist() == [600.0, 6000.0] and tiresias.name == "t"
     assert (gavel.round_length, gavel.time_limit) == (120.0, 5.0)
     assert (sia.mode, sia.name) == ("lp-round", "s")

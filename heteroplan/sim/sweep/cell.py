@@ -9,6 +9,7 @@ metadata and error capture, so a failed cell becomes a record instead of stoppin
 
 from __future__ import annotations
 
+import inspect
 import os
 import platform
 import socket
@@ -19,9 +20,9 @@ from typing import Any
 
 from heteroplan.cluster import Cluster, preset
 from heteroplan.errors import InputError
-from heteroplan.sim.sweep.spec import CellSpec, ClusterSpec, constructor_options, policy_factory
+from heteroplan.sim.sweep.spec import CellSpec, ClusterSpec, PolicySpec
 
-__all__ = ["CellFunction", "build_cluster", "execute_cell", "failed_record", "run_cell"]
+__all__ = ["CellFunction", "build_cluster", "build_policy", "execute_cell", "failed_record", "run_cell"]
 
 CellFunction = Callable[[CellSpec], dict[str, Any]]
 
@@ -35,15 +36,34 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
     return Cluster.from_counts(cluster.gpu_types, counts, spec.label, cluster.zones)
 
 
-def _make_policy(cell: CellSpec) -> Any:
-    factory = policy_factory(cell.policy.name, cell.simulator)  # heteroplan.sim.compare's registry (+ hadar)
-    options = dict(cell.policy.options)
-    keywords = constructor_options(factory)
-    policy = factory(**{k: v for k, v in options.items() if k in keywords})
-    for k, v in options.items():
-        if k not in keywords:
-            setattr(policy, k, v)
-    policy.name = cell.policy.label
+def build_policy(spec: PolicySpec, simulator: str = "sia") -> Any:
+    """A fresh policy for ``spec``, named by its label; :class:`InputError` for an unknown name
+    (field ``policy``) or option (field ``policy.options.<option>``).
+
+    Names are :data:`heteroplan.sim.compare.POLICY_FACTORIES`, plus ``hadar`` for the slotted
+    simulator. Options are constructor keywords, or public attributes (e.g. ``round_length``) of
+    the default policy, set after construction.
+    """
+    from heteroplan.sim.compare import POLICY_FACTORIES
+
+    factories = dict(POLICY_FACTORIES)
+    if simulator == "slotted":
+        from heteroplan.policies.hadar import HadarPolicy
+
+        factories["hadar"] = HadarPolicy
+    if spec.name not in factories:
+        raise InputError("policy", spec.name, f"unknown policy; known: {sorted(factories)}")
+    factory = factories[spec.name]
+    keywords = set(inspect.signature(factory).parameters) if inspect.isclass(factory) else set()
+    policy = factory(**{k: v for k, v in spec.options if k in keywords})
+    for k, v in spec.options:
+        if k in keywords:
+            continue
+        if k.startswith("_") or not hasattr(policy, k) or callable(getattr(policy, k)):
+            known = keywords | {a for a in dir(policy) if not a.startswith("_") and not callable(getattr(policy, a))}
+            raise InputError(f"policy.options.{k}", v, f"{spec.name} has no such option; known: {sorted(known)}")
+        setattr(policy, k, v)
+    policy.name = spec.label
     return policy
 
 
@@ -56,7 +76,7 @@ def run_cell(cell: CellSpec) -> dict[str, Any]:
     re-point when the simulators' API changes.
     """
     cluster = build_cluster(cell.cluster)
-    policy = _make_policy(cell)
+    policy = build_policy(cell.policy, cell.simulator)
     max_time = cell.max_hours * 3600 if cell.max_hours is not None else None
     if cell.simulator == "sia":
         from heteroplan.sim.simulator import simulate

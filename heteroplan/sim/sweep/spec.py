@@ -29,7 +29,6 @@ on a rerun and a changed input makes a new cell.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import itertools
 import json
 import math
@@ -54,7 +53,6 @@ __all__ = [
     "WorkloadSpec",
     "load_sweep",
     "parse_sweep",
-    "policy_factory",
 ]
 
 SIMULATORS = ("sia", "slotted")
@@ -359,57 +357,28 @@ def _cluster(i: int, t: Mapping[str, Any], base: Path) -> ClusterSpec:
     return ClusterSpec("file", str(path), scale, _digest(f"{where}.file", path))
 
 
-def policy_factory(name: str, simulator: str = "sia") -> Any:
-    """The constructor (class or function) behind policy ``name``; :class:`InputError` if unknown.
-
-    Names are :data:`heteroplan.sim.compare.POLICY_FACTORIES`, plus ``hadar`` for the slotted
-    simulator (HadarE: ``options = { forking = true }``).
-    """
-    from heteroplan.sim.compare import POLICY_FACTORIES
-
-    factories = dict(POLICY_FACTORIES)
-    if simulator == "slotted":
-        from heteroplan.policies.hadar import HadarPolicy
-
-        factories["hadar"] = HadarPolicy
-    if name not in factories:
-        raise InputError("policy", name, f"unknown policy; known: {sorted(factories)}")
-    return factories[name]
-
-
-def constructor_options(factory: Any) -> set[str]:
-    """Keyword arguments of a policy class's constructor (none for a factory function)."""
-    return set(inspect.signature(factory).parameters) if inspect.isclass(factory) else set()
-
-
-def option_names(factory: Any) -> set[str]:
-    """Options a policy accepts: its constructor's keywords, and the public attributes (e.g.
-    ``round_length``) of a default instance, which are set after construction."""
-    policy = factory()
-    attributes = {k for k in dir(policy) if not k.startswith("_") and not callable(getattr(policy, k))}
-    return constructor_options(factory) | attributes
-
-
 def _policy(i: int, t: Mapping[str, Any], simulator: str) -> PolicySpec:
     where = f"policies[{i}]"
     _only(where, t, {"name", "label", "options"})
     name = t.get("name")
     if not isinstance(name, str):
         raise InputError(f"{where}.name", name, "must be a policy name")
-    try:
-        factory = policy_factory(name, simulator)
-    except InputError as exc:
-        raise InputError(f"{where}.name", name, exc.reason) from None
     options = _options(f"{where}.options", t.get("options"))
-    if options:
-        known = option_names(factory)
-        for k, v in options:
-            if k not in known:
-                raise InputError(f"{where}.options.{k}", v, f"{name} has no such option; known: {sorted(known)}")
     label = t.get("label", name)
     if not isinstance(label, str) or not label:
         raise InputError(f"{where}.label", label, "must be a non-empty string")
-    return PolicySpec(name, label, options)
+    spec = PolicySpec(name, label, options)
+    from heteroplan.sim.sweep.cell import build_policy  # the cell adapter owns policy construction
+
+    try:
+        build_policy(spec, simulator)  # unknown names and options fail here, before any cell runs
+    except InputError as exc:  # ours ("policy", "policy.options.x") or the constructor's ("slot")
+        field = exc.field.removeprefix("policy").lstrip(".") if exc.field.startswith("policy") else \
+            f"options.{exc.field}"
+        raise InputError(f"{where}.{field or 'name'}", exc.value, exc.reason) from None
+    except (TypeError, ValueError) as exc:  # a constructor refusing an option's type
+        raise InputError(f"{where}.options", dict(options), f"{name} refused them: {exc}") from None
+    return spec
 
 
 def _fidelity(i: int, t: Mapping[str, Any]) -> FidelitySpec:
