@@ -2,10 +2,13 @@
 
 Gavel-108 (36 each of K80, P100, V100), a Gavel-style generated workload (Poisson arrivals,
 Gavel's job types, scale factors and durations, Gavel's measured throughputs), rounds of
-360 s, the round loop (:func:`heteroplan.sim.simulate`) with rigid gangs (HadarE: copies). Prints avg JCT, makespan (total time duration),
+360 s, in the one round loop (:func:`heteroplan.sim.simulate`), rigid gangs (HadarE: copies). Prints avg JCT, makespan (total time duration),
 queuing delay, finish-time fairness and utilization beside the papers' reported ratios, and
 the online/offline ratio of the pure online algorithm on small instances.
-Writes benchmarks/results/hadar_reproduce.json.
+Writes benchmarks/results/hadar_reproduce.json. The simulations are the sweep
+``examples/sweeps/hadar_reproduce.toml`` (jobs, rate, seeds and round from the options below),
+run over local processes with :func:`heteroplan.sim.sweep.run_sweep` into
+``benchmarks/results/sweeps/hadar_reproduce`` (a rerun reuses finished cells).
 
     python benchmarks/hadar_reproduce.py            # default: 200 jobs, 6 jobs/h, seed 0 (~1.5 min)
     python benchmarks/hadar_reproduce.py --jobs 100 --seeds 0 1 2
@@ -18,19 +21,18 @@ import json
 import platform
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-from heteroplan.cluster import preset
 from heteroplan.formulations.hadar import HadarInstance, hadar_milp
-from heteroplan.policies.registry import make_policy
 from heteroplan.sim.hadar_experiments import evaluate_online
-from heteroplan.sim.loop import simulate
+from heteroplan.sim.sweep import parse_sweep, run_sweep
 from heteroplan.solvers import solve
-from heteroplan.workload.gavel import generate_workload, load_throughputs
-from heteroplan.workload.rigid import rigid_jobs_from_gavel
+
+SWEEP = Path(__file__).resolve().parents[1] / "examples" / "sweeps" / "hadar_reproduce.toml"
 
 PAPER = {  # ratios reported by Hadar (IPDPS'24) / HadarE (arXiv 2503.10918)
     "avg_jct: yarn-cs / hadar": 3.0,
@@ -42,7 +44,14 @@ PAPER = {  # ratios reported by Hadar (IPDPS'24) / HadarE (arXiv 2503.10918)
 METRICS = ("avg_jct_h", "makespan_h", "avg_queuing_delay_h", "ftf_rho_mean", "utilization", "policy_time_s")
 
 
-POLICIES = ("yarn-cs", "tiresias", "gavel", "hadar", "hadar-replan", "hadare")
+def sweep_tables(jobs: int, rate: float, seeds: list[int], slot: float, skip: list[str]) -> dict:
+    """The sweep file's tables with this run's workload size, arrival rate, seeds and slot (s)."""
+    tables = tomllib.loads(SWEEP.read_text())
+    tables["workloads"] = [{"generate": "gavel", "jobs": jobs, "rate": rate}]
+    tables |= {"seeds": seeds, "round": slot}
+    tables["policies"] = [p | ({"options": p["options"] | {"slot": slot}} if "options" in p else {})
+                          for p in tables["policies"] if p.get("label", p["name"]) not in skip]
+    return tables
 
 
 def small_instances(count: int, seed: int) -> list[dict]:
@@ -73,23 +82,21 @@ def main() -> None:
     ap.add_argument("--small", type=int, default=20, help="small instances for online/offline")
     ap.add_argument("--skip", nargs="*", default=[], help="policies to leave out")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "hadar_reproduce.json"))
+    ap.add_argument("--workers", type=int, default=None, help="local processes (default: all cores)")
+    ap.add_argument("--store", default=str(Path(__file__).parent / "results" / "sweeps" / "hadar_reproduce"),
+                    help="sweep result store")
     args = ap.parse_args()
 
-    cluster = preset("gavel-108")
-    tp = load_throughputs()
-    per_seed: dict[str, list[dict]] = {}
     t_all = time.perf_counter()
-    for seed in args.seeds:
-        jobs = rigid_jobs_from_gavel(generate_workload(args.jobs, args.rate, seed=seed), tp)
-        for name in POLICIES:
-            if name in args.skip:
-                continue
-            t0 = time.perf_counter()
-            res = simulate(jobs, cluster, make_policy(name, round_length=args.round), progress=False)
-            m = res.summary()
-            m["wall_s"] = time.perf_counter() - t0
-            m["unfinished"] = len(res.unfinished)
-            per_seed.setdefault(name, []).append(m)
+    spec = parse_sweep(sweep_tables(args.jobs, args.rate, args.seeds, args.round, args.skip))
+    report = run_sweep(spec, args.store, workers=args.workers, progress=True)
+    per_seed: dict[str, list[dict]] = {}
+    for record in report.records():
+        if record["status"] != "ok":
+            print(f"! {record['labels']['policy']} seed {record['labels']['seed']}: {record['error']}")
+            continue
+        m = record["metrics"] | {"wall_s": record["wall_s"]}
+        per_seed.setdefault(record["labels"]["policy"], []).append(m)
     summary = {n: {k: float(np.mean([r[k] for r in rows])) for k in (*METRICS, "wall_s")} for n, rows in per_seed.items()}
 
     print(f"Gavel-108, {args.jobs} jobs at {args.rate} jobs/h, seeds {args.seeds}, rounds {args.round:g} s")

@@ -4,9 +4,14 @@ Prints avg / p99 JCT, makespan and GPU-hours per job for each policy beside the 
 numbers (Sia paper, SOSP'23; see ../shared/data/README.md), and writes
 ``benchmarks/results/sia_reproduce.json``.
 
-Usage: ``python benchmarks/sia_reproduce.py [--workloads philly/workload-1 saturn/workload-1]
+The runs are the sweep ``examples/sweeps/sia_reproduce.toml`` (restricted by the options below)
+run with :func:`heteroplan.sim.sweep.run_sweep` into ``benchmarks/results/sweeps/sia_reproduce``:
+cells fan out over local processes (``--workers``, default all cores) or Ray (``--ray auto``),
+and a rerun reuses every finished cell.
+
+Usage: ``python benchmarks/sia_reproduce.py [--workloads philly/workload-1 saturn/workload-1 | --all]
 [--policies sia pollux gavel fifo tiresias] [--jobs N] [--fidelity sia|ideal]
-[--profiling-time S] [--ablate]``
+[--profiling-time S] [--ablate] [--workers N | --ray ADDRESS]``
 
 ``--fidelity sia`` (default) simulates with the Sia artifact's slowdowns, estimated batch sizes
 and per-batch gradient statistics; ``ideal`` without them (see ``heteroplan.sim.fidelity``).
@@ -16,30 +21,56 @@ and per-batch gradient statistics; ``ideal`` without them (see ``heteroplan.sim.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
-import time
+import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import print_table, write_json  # noqa: E402
+from _common import RESULTS, print_table, write_json  # noqa: E402
 
-from heteroplan.cluster import preset  # noqa: E402
-from heteroplan.policies.registry import POLICIES, make_policy  # noqa: E402
-from heteroplan.sim.fidelity import SimFidelity  # noqa: E402
-from heteroplan.sim.loop import simulate  # noqa: E402
-from heteroplan.workload.sia import bundled_workload  # noqa: E402
+from heteroplan.policies.registry import POLICIES  # noqa: E402
+from heteroplan.sim.sweep import parse_sweep, run_sweep  # noqa: E402
+from heteroplan.sim.sweep.results import format_summary  # noqa: E402
 
+SWEEP = Path(__file__).resolve().parents[1] / "examples" / "sweeps" / "sia_reproduce.toml"
 # avg JCT h, p99 JCT h, makespan h, GPU-hours per job (Sia paper, 64-GPU heterogeneous cluster).
 PUBLISHED = {
     "philly": {"sia": (0.6, 9.5, 14.2, 4.0), "pollux": (1.0, 14.9, 24.5, 5.6), "gavel": (1.9, 30.0, 33.8, 9.0)},
     "saturn": {"sia": (0.7, 10.9, 14.9, 4.8), "pollux": (1.0, 15.0, 25.5, 5.9), "gavel": (2.5, 38.7, 43.0, 12.1)},
 }
+ABLATIONS = [  # Sia with each fidelity mechanism switched off in turn
+    {"label": "sia -slowdown", "slowdown": {}},
+    {"label": "sia -est.batch", "batch_size": "truth"},
+    {"label": "sia -batch phi", "grad_stats": "median"},
+    {"label": "sia ideal", "preset": "ideal"},
+]
+
+
+def sweep_tables(args: argparse.Namespace) -> list[dict]:
+    """The sweep file's tables with this run's workloads, policies, jobs and fidelity; with
+    ``--ablate`` a second sweep of Sia alone under the ablated fidelities."""
+    base = tomllib.loads(SWEEP.read_text())
+    if not args.all:
+        base["workloads"] = [{"bundled": args.workloads}]
+    base["policies"] = [{"name": p} for p in args.policies]
+    base["max_hours"] = args.max_hours
+    if args.jobs:
+        base["jobs"] = args.jobs
+    fidelity = {"label": args.fidelity, "preset": args.fidelity}
+    if args.profiling_time:
+        fidelity["profiling_time"] = args.profiling_time
+    base["fidelities"] = [fidelity]
+    sweeps = [base]
+    if args.ablate:
+        extra = [{"preset": args.fidelity, "profiling_time": args.profiling_time} | a for a in ABLATIONS]
+        sweeps.append(base | {"name": "sia_ablate", "policies": [{"name": "sia"}], "fidelities": extra})
+    return sweeps
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", nargs="+", default=["philly/workload-1", "saturn/workload-1"])
+    parser.add_argument("--all", action="store_true", help="all 16 workloads of the sweep file")
     parser.add_argument("--policies", nargs="+", default=[p for p in ("sia", "pollux", "gavel", "fifo", "tiresias")
                                                          if p in POLICIES])
     parser.add_argument("--jobs", type=int, default=None, help="only the first N jobs")
@@ -50,44 +81,40 @@ def main() -> None:
                         help="seconds of profiling per GPU type for new jobs of adaptive policies")
     parser.add_argument("--ablate", action="store_true",
                         help="also run Sia with each fidelity mechanism switched off in turn")
+    parser.add_argument("--workers", type=int, default=None, help="local processes (default: all cores)")
+    parser.add_argument("--ray", default=None, metavar="ADDRESS", help="run the cells on Ray ('auto': local)")
+    parser.add_argument("--out", default=str(RESULTS / "sweeps" / "sia_reproduce"), help="sweep result store")
     args = parser.parse_args()
-    base = SimFidelity() if args.fidelity == "sia" else SimFidelity.ideal()
-    base = dataclasses.replace(base, profiling_time=args.profiling_time)
-    variants = [(name, name, base) for name in args.policies]
-    if args.ablate:
-        variants += [
-            ("sia", "sia -slowdown", dataclasses.replace(base, slowdown={})),
-            ("sia", "sia -est.batch", dataclasses.replace(base, batch_size="truth")),
-            ("sia", "sia -batch phi", dataclasses.replace(base, grad_stats="median")),
-            ("sia", "sia ideal", SimFidelity.ideal()),
-        ]
-    print(f"fidelity: {base}")
+    records = []
+    for tables in sweep_tables(args):
+        spec = parse_sweep(tables)
+        report = run_sweep(spec, args.out, workers=args.workers, ray_address=args.ray, progress=True)
+        print(f"{spec.name}: {report.computed} cells computed, {report.skipped} reused, {report.failed} failed, "
+              f"{report.wall_s:.0f} s on {report.workers} workers", flush=True)
+        records += report.records()
+        if spec.name != "sia_ablate":
+            summary = report.summary(metrics=["avg_jct_h", "p99_jct_h", "makespan_h", "gpu_hours_per_job"])
     rows = []
-    for workload in args.workloads:
-        jobs = bundled_workload(workload)[: args.jobs]
-        trace = workload.split("/")[0]
-        for name, label, fidelity in variants:
-            t0 = time.perf_counter()
-            res = simulate(jobs, preset("sia-64"), make_policy(name), max_time=args.max_hours * 3600,
-                           fidelity=fidelity, progress=False)
-            s = res.summary()
-            pub = PUBLISHED.get(trace, {}).get(name) if label == name else None
-            rows.append({
-                "workload": workload, "policy": label, "finished": f"{s['finished']}/{s['jobs']}",
-                "avg_jct_h": s["avg_jct_h"], "pub_avg": pub[0] if pub else "",
-                "p99_jct_h": s["p99_jct_h"], "pub_p99": pub[1] if pub else "",
-                "makespan_h": s["makespan_h"], "pub_makespan": pub[2] if pub else "",
-                "gpu_h_per_job": s["gpu_hours_per_job"], "pub_gpu_h": pub[3] if pub else "",
-                "restarts": s["restarts_per_job"], "worst_ftf": s["worst_ftf"],
-                "policy_ms_med": s["policy_ms_median"], "policy_ms_p95": s["policy_ms_p95"],
-                "wall_s": time.perf_counter() - t0, "error": s["error"] or "",
-            })
-            print(f"{workload} {label}: done in {rows[-1]['wall_s']:.0f} s", flush=True)
+    for r in records:
+        s, lab = r["metrics"], r["labels"]
+        label = lab["policy"] if lab["fidelity"] == args.fidelity else lab["fidelity"]
+        pub = PUBLISHED.get(lab["family"], {}).get(label)
+        rows.append({
+            "workload": lab["workload"], "policy": label, "finished": f"{s.get('finished')}/{s.get('jobs')}",
+            "avg_jct_h": s.get("avg_jct_h"), "pub_avg": pub[0] if pub else "",
+            "p99_jct_h": s.get("p99_jct_h"), "pub_p99": pub[1] if pub else "",
+            "makespan_h": s.get("makespan_h"), "pub_makespan": pub[2] if pub else "",
+            "gpu_h_per_job": s.get("gpu_hours_per_job"), "pub_gpu_h": pub[3] if pub else "",
+            "restarts": s.get("restarts_per_job"), "worst_ftf": s.get("worst_ftf"),
+            "policy_ms_med": s.get("policy_ms_median"), "policy_ms_p95": s.get("policy_ms_p95"),
+            "wall_s": r["wall_s"], "error": r["error"] or "",
+        })
     print()
     print_table(rows, ["workload", "policy", "finished", "avg_jct_h", "pub_avg", "p99_jct_h", "pub_p99", "makespan_h",
                        "pub_makespan", "gpu_h_per_job", "pub_gpu_h", "restarts", "worst_ftf", "policy_ms_med",
                        "policy_ms_p95"])
-    for workload in args.workloads:
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    for workload in workloads:
         by = {r["policy"]: r for r in rows if r["workload"] == workload}
         for metric in ("avg_jct_h", "p99_jct_h", "makespan_h"):
             order = [p for p in ("sia", "pollux", "gavel") if p in by]
@@ -100,14 +127,10 @@ def main() -> None:
             pub = PUBLISHED[workload.split("/")[0]]["sia"][0]
             err = by["sia"]["avg_jct_h"] / pub - 1
             print(f"{workload} sia avg JCT vs published {pub} h: {err:+.0%} ({'within' if abs(err) <= 0.25 else 'outside'} 25%)")
-    traces = {w.split("/")[0] for w in args.workloads}
-    for trace in sorted(traces):
-        for _, label, _ in variants:
-            vals = [r["avg_jct_h"] for r in rows if r["policy"] == label and r["workload"].startswith(trace + "/")]
-            if len(vals) > 1:
-                pub = PUBLISHED.get(trace, {}).get(label)
-                ref = f" (paper {pub[0]} h)" if pub else ""
-                print(f"{trace} {label}: mean avg JCT over {len(vals)} workloads {sum(vals) / len(vals):.3f} h{ref}")
+    print("\nMean and 95% interval over the workloads of each trace (published: Sia paper, avg / p99 / makespan / GPU-h):")
+    print(format_summary(summary))
+    for trace, pubs in PUBLISHED.items():
+        print(f"  published {trace}: " + "; ".join(f"{p} {'/'.join(f'{v:g}' for v in vals)}" for p, vals in pubs.items()))
     print("wrote", write_json("sia_reproduce", rows))
 
 

@@ -7,7 +7,7 @@ in notebooks and scripts alike; pass ``path`` to save a PNG.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ import numpy as np
 
 from heteroplan.errors import InputError
 
-__all__ = ["jct_cdf", "gpus_over_time", "pipeline_timeline", "cost_throughput_front", "save"]
+__all__ = ["jct_cdf", "jct_cdf_of", "gpus_over_time", "pipeline_timeline", "cost_throughput_front", "save"]
 
 
 def _axes(ax: Any = None):
@@ -54,20 +54,26 @@ def jct_cdf(results: Sequence[Any], ax: Any = None, path: str | Path | None = No
     The log axis is labelled in plain hours (0.1, 1, 10), not powers of ten; the title names
     the cluster and job count unless ``title`` is given.
     """
+    if title is None and results:
+        title = f"JCT CDF: {len(results[0].jobs)} jobs on {results[0].cluster}"
+    return jct_cdf_of({res.policy: [j.jct for j in res.finished()] for res in results}, ax, path, title)
+
+
+def jct_cdf_of(jcts: Mapping[str, Sequence[float]], ax: Any = None, path: str | Path | None = None,
+               title: str | None = None) -> Any:
+    """CDF of job completion times (given in seconds, drawn in hours, log scale), one line per label."""
     from matplotlib.ticker import FuncFormatter
 
     fig, ax = _axes(ax)
-    for res in results:
-        jct = np.sort([j.jct / 3600 for j in res.finished()])
+    for label, values in jcts.items():
+        jct = np.sort(np.asarray(values, dtype=float)) / 3600
         if jct.size:
-            ax.step(jct, np.arange(1, jct.size + 1) / jct.size, where="post", label=res.policy)
+            ax.step(jct, np.arange(1, jct.size + 1) / jct.size, where="post", label=label)
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(FuncFormatter(_plain_number))
     ax.set_xlabel("job completion time (h, log scale)")
     ax.set_ylabel("fraction of jobs finished")
     ax.set_ylim(0, 1.02)
-    if title is None and results:
-        title = f"JCT CDF: {len(results[0].jobs)} jobs on {results[0].cluster}"
     ax.set_title(title or "JCT CDF")
     ax.grid(alpha=0.3, which="both")
     ax.legend()

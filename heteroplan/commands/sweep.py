@@ -1,0 +1,53 @@
+"""``heteroplan sweep``: run a sweep file's grid of simulations, resumably, on cores or Ray."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from heteroplan.sim.sweep import SweepReport, load_sweep, run_sweep
+from heteroplan.sim.sweep.results import format_summary
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="run a grid of simulations from a sweep file (resumable; cores or Ray)",
+                       description="Run every unfinished cell of SWEEP (TOML; see docs/sweeps.md). Each cell's "
+                       "record is written to OUT/cells/ as soon as it finishes; rerunning resumes.")
+    p.add_argument("sweep", help="sweep file (TOML)")
+    p.add_argument("--out", default=None, help="result directory (default: sweeps/<sweep name>)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=int, default=None, help="local worker processes (default: all cores)")
+    where.add_argument("--inprocess", action="store_true", help="run cells one by one in this process (debugging)")
+    where.add_argument("--ray", metavar="ADDRESS", default=None,
+                       help="run on Ray: 'auto' starts a local instance, else the cluster address to join")
+    p.add_argument("--no-retry", action="store_true", help="keep failed cells as they are instead of rerunning them")
+    p.add_argument("--plots", action="store_true", help="also write bars_<metric>.png and jct_cdf.png")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = load_sweep(args.sweep)
+    out = Path(args.out) if args.out else Path("sweeps") / spec.name
+    executor = "inprocess" if args.inprocess else "ray" if args.ray else "processes"
+    try:
+        report = run_sweep(spec, out, executor=executor, workers=args.workers, ray_address=args.ray,
+                           progress=False if args.quiet else None, retry_failed=not args.no_retry, plots=args.plots)
+    except KeyboardInterrupt as exc:
+        print(f"heteroplan sweep: {exc}", file=sys.stderr)
+        return 130
+    print(f"{spec.name}: {report.cells} cells: {report.skipped} already done, {report.computed} computed, "
+          f"{report.failed} failed, in {report.wall_s:.1f} s on {report.workers} workers")
+    print(format_summary(report.summary(metrics=_headline(report))))
+    for record in report.records():
+        if record["status"] != "ok":
+            print(f"! {record['key']} {record['labels']}: {record['error']}", file=sys.stderr)
+    print(f"wrote {out / 'results.csv'}, {out / 'summary.csv'} and {out / 'cells'}/")
+    return 0 if report.failed == 0 else 3
+
+
+def _headline(report: SweepReport) -> list[str]:
+    """Metrics to print: the JCTs and makespan the papers report."""
+    columns = set(report.table().columns)
+    return [m for m in ("avg_jct_h", "p99_jct_h", "makespan_h", "utilization") if m in columns]

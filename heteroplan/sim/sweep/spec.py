@@ -1,0 +1,398 @@
+"""Sweep files: a grid of workloads x clusters x policies x fidelities x seeds, expanded into cells.
+
+A sweep file is TOML (see ``docs/sweeps.md``)::
+
+    name = "small"
+    simulator = "sia"          # "sia" (Sia CSV workloads) or "slotted" (generated rigid Gavel-style jobs); both run in the one round loop
+    seeds = [0, 1]
+    jobs = 40                  # optional: only the first N jobs of each workload
+    max_hours = 200            # optional: stop each simulation after this many simulated hours
+    round = 60                 # optional: round length in seconds (default: the policy's own)
+
+    [[workloads]]
+    bundled = ["philly/workload-1", "saturn/workload-1"]
+    [[clusters]]
+    preset = "sia-64"
+    scale = 2                  # optional: every GPU count x 2
+    [[policies]]
+    name = "sia"
+    label = "sia-lp"           # optional
+    options = { mode = "lp-round" }
+    [[fidelities]]             # sia simulator only; default: the Sia artifact's
+    preset = "ideal"
+
+Every cell is a frozen :class:`CellSpec`; its :attr:`~CellSpec.key` hashes every input
+(including the contents of workload and cluster files), so a finished cell is found again
+on a rerun and a changed input makes a new cell.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from heteroplan.cluster import PRESETS
+from heteroplan.errors import InputError
+from heteroplan.sim.fidelity import SimFidelity
+from heteroplan.workload.sia import BUNDLED_WORKLOADS
+
+__all__ = [
+    "SIMULATORS",
+    "CellSpec",
+    "ClusterSpec",
+    "FidelitySpec",
+    "PolicySpec",
+    "SweepSpec",
+    "WorkloadSpec",
+    "load_sweep",
+    "parse_sweep",
+]
+
+SIMULATORS = ("sia", "slotted")
+Options = tuple[tuple[str, Any], ...]
+_TOP_KEYS = {"name", "simulator", "seeds", "jobs", "max_hours", "round", "workloads", "clusters", "policies",
+             "fidelities"}
+_GENERATE_KEYS = {"jobs", "rate", "multi_gpu", "duration_scale"}
+
+
+def _options(field_name: str, value: object) -> Options:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise InputError(field_name, value, "must be a table of option = value")
+    return tuple(sorted((str(k), _plain(f"{field_name}.{k}", v)) for k, v in value.items()))
+
+
+def _plain(field_name: str, value: object) -> Any:
+    """``value`` as JSON data (lists for arrays), so cells hash and pickle the same everywhere."""
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InputError(field_name, value, "must be a finite number")
+        return value
+    if isinstance(value, list | tuple):
+        return [_plain(field_name, v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(f"{field_name}.{k}", v) for k, v in value.items()}
+    raise InputError(field_name, value, "must be a number, string, boolean, array or table")
+
+
+def _digest(field_name: str, path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    except OSError as exc:
+        raise InputError(field_name, str(path), f"cannot read: {exc.strerror or exc}") from None
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """One workload: ``kind`` is ``"bundled"`` (``name`` = e.g. ``philly/workload-3``), ``"file"``
+    (``name`` = a Sia workload CSV path) or ``"generated"`` (``name`` = ``"gavel"``: Gavel-style
+    jobs drawn with the cell's seed; ``params``: jobs, rate jobs/h, multi_gpu, duration_scale)."""
+
+    kind: str
+    name: str
+    family: str
+    params: Options = ()
+    digest: str = ""
+
+    @property
+    def label(self) -> str:
+        if self.kind == "generated":
+            return f"{self.name}(" + ",".join(f"{k}={v}" for k, v in self.params) + ")"
+        return self.name
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A cluster preset or JSON file (``kind`` ``"preset"``/``"file"``), every GPU count x ``scale``."""
+
+    kind: str
+    name: str
+    scale: float = 1.0
+    digest: str = ""
+
+    @property
+    def label(self) -> str:
+        base = Path(self.name).stem if self.kind == "file" else self.name
+        return base if self.scale == 1 else f"{base}x{self.scale:g}"
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A policy by registry name, with constructor options; ``label`` names it in the results."""
+
+    name: str
+    label: str
+    options: Options = ()
+
+
+@dataclass(frozen=True)
+class FidelitySpec:
+    """Simulator fidelity (sia simulator): ``preset`` ``"sia"`` or ``"ideal"`` plus field overrides."""
+
+    label: str = "sia"
+    preset: str = "sia"
+    overrides: Options = ()
+
+    def build(self) -> SimFidelity:
+        base = SimFidelity() if self.preset == "sia" else SimFidelity.ideal()
+        values = {f: getattr(base, f) for f in ("slowdown", "batch_size", "grad_stats", "profiling_time")}
+        return SimFidelity(**(values | dict(self.overrides)))
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """One simulation of the grid; everything a worker needs, as plain data.
+
+    Attributes:
+        simulator: ``"sia"`` or ``"slotted"``.
+        seed: workload generation seed (generated workloads) and simulator seed.
+        jobs: only the first ``jobs`` jobs of the workload (``None``: all).
+        max_hours: simulated-time limit (hours), ``None`` for none.
+        round_length: seconds per round (``None``: the policy's own / 360 s slotted).
+    """
+
+    simulator: str
+    workload: WorkloadSpec
+    cluster: ClusterSpec
+    policy: PolicySpec
+    fidelity: FidelitySpec
+    seed: int
+    jobs: int | None = None
+    max_hours: float | None = None
+    round_length: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every input as JSON data (options as tables)."""
+        return {
+            "simulator": self.simulator,
+            "workload": {"kind": self.workload.kind, "name": self.workload.name, "family": self.workload.family,
+                         "params": dict(self.workload.params), "digest": self.workload.digest},
+            "cluster": {"kind": self.cluster.kind, "name": self.cluster.name, "scale": self.cluster.scale,
+                        "digest": self.cluster.digest},
+            "policy": {"name": self.policy.name, "label": self.policy.label, "options": dict(self.policy.options)},
+            "fidelity": {"label": self.fidelity.label, "preset": self.fidelity.preset,
+                         "overrides": dict(self.fidelity.overrides)},
+            "seed": self.seed,
+            "jobs": self.jobs,
+            "max_hours": self.max_hours,
+            "round_length": self.round_length,
+        }
+
+    @property
+    def key(self) -> str:
+        """A 16-hex-digit hash of every input: the cell's file name in the result store."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def labels(self) -> dict[str, Any]:
+        """The columns that identify the cell in the results table."""
+        return {"simulator": self.simulator, "workload": self.workload.label, "family": self.workload.family,
+                "cluster": self.cluster.label, "policy": self.policy.label, "fidelity": self.fidelity.label,
+                "seed": self.seed}
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A parsed sweep: the grid's axes; :meth:`cells` expands them (workload-major order)."""
+
+    name: str
+    simulator: str
+    workloads: tuple[WorkloadSpec, ...]
+    clusters: tuple[ClusterSpec, ...]
+    policies: tuple[PolicySpec, ...]
+    fidelities: tuple[FidelitySpec, ...]
+    seeds: tuple[int, ...]
+    jobs: int | None = None
+    max_hours: float | None = None
+    round_length: float | None = None
+    source: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def cells(self) -> list[CellSpec]:
+        grid = itertools.product(self.workloads, self.clusters, self.fidelities, self.seeds, self.policies)
+        return [CellSpec(self.simulator, w, c, p, f, s, self.jobs, self.max_hours, self.round_length)
+                for w, c, f, s, p in grid]
+
+
+# ------------------------------------------------------------------ parsing
+def load_sweep(path: str | Path) -> SweepSpec:
+    """Read a sweep TOML file; relative workload/cluster paths are relative to the file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError("sweep", str(path), f"cannot read: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError("sweep", str(path), f"not valid TOML: {exc}") from None
+    data.setdefault("name", path.stem)
+    return parse_sweep(data, base=path.parent)
+
+
+def parse_sweep(data: Mapping[str, Any], base: str | Path = ".") -> SweepSpec:
+    """Build a :class:`SweepSpec` from a sweep file's tables (a dict); :class:`InputError`
+    names the first bad field (``policies[1].options.mode``) and its value."""
+    if not isinstance(data, Mapping):
+        raise InputError("sweep", data, "must be a table")
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise InputError(unknown[0], data[unknown[0]], f"unknown sweep field; known: {sorted(_TOP_KEYS)}")
+    base = Path(base)
+    simulator = data.get("simulator", "sia")
+    if simulator not in SIMULATORS:
+        raise InputError("simulator", simulator, f"choose one of {list(SIMULATORS)}")
+    seeds = data.get("seeds", [0])
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        seeds = [seeds]
+    if not isinstance(seeds, list) or not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
+        raise InputError("seeds", seeds, "must be a non-empty array of integers")
+    jobs = data.get("jobs")
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise InputError("jobs", jobs, "must be an integer >= 1")
+    max_hours = _positive("max_hours", data.get("max_hours"))
+    round_length = _positive("round", data.get("round"))
+    workloads = tuple(w for i, t in enumerate(_tables(data, "workloads")) for w in _workloads(i, t, simulator, base))
+    clusters = tuple(_cluster(i, t, base) for i, t in enumerate(_tables(data, "clusters")))
+    policies = tuple(_policy(i, t, simulator) for i, t in enumerate(_tables(data, "policies")))
+    fid_tables = data.get("fidelities", [{}])
+    if simulator == "slotted" and "fidelities" in data:
+        raise InputError("fidelities", fid_tables, "only the sia simulator has fidelity options")
+    fidelities = tuple(_fidelity(i, t) for i, t in enumerate(_tables({"fidelities": fid_tables}, "fidelities")))
+    for what, items in (("policies", [p.label for p in policies]), ("fidelities", [f.label for f in fidelities])):
+        dup = sorted({x for x in items if items.count(x) > 1})
+        if dup:
+            raise InputError(f"{what}.label", dup[0], "labels must be unique (set label = ...)")
+    return SweepSpec(str(data.get("name", "sweep")), simulator, workloads, clusters, policies, fidelities,
+                     tuple(dict.fromkeys(seeds)), jobs, max_hours, round_length, dict(data))
+
+
+def _positive(field_name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (value > 0 and math.isfinite(value)):
+        raise InputError(field_name, value, "must be a number > 0")
+    return float(value)
+
+
+def _tables(data: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    tables = data.get(key)
+    if not isinstance(tables, list) or not tables:
+        raise InputError(key, tables, f"give at least one [[{key}]] table")
+    for i, t in enumerate(tables):
+        if not isinstance(t, Mapping):
+            raise InputError(f"{key}[{i}]", t, "must be a table")
+    return tables
+
+
+def _only(where: str, table: Mapping[str, Any], allowed: set[str]) -> None:
+    extra = sorted(set(table) - allowed)
+    if extra:
+        raise InputError(f"{where}.{extra[0]}", table[extra[0]], f"unknown field; known: {sorted(allowed)}")
+
+
+def _workloads(i: int, t: Mapping[str, Any], simulator: str, base: Path) -> list[WorkloadSpec]:
+    where = f"workloads[{i}]"
+    kinds = [k for k in ("bundled", "file", "generate") if k in t]
+    if len(kinds) != 1:
+        raise InputError(where, dict(t), "give exactly one of bundled = ..., file = ..., generate = ...")
+    kind = kinds[0]
+    family = t.get("family")
+    if family is not None and not isinstance(family, str):
+        raise InputError(f"{where}.family", family, "must be a string")
+    if kind == "generate":
+        _only(where, t, {"generate", "family"} | _GENERATE_KEYS)
+        if simulator != "slotted":
+            raise InputError(f"{where}.generate", t["generate"], "generated workloads need simulator = \"slotted\"")
+        if t["generate"] != "gavel":
+            raise InputError(f"{where}.generate", t["generate"], "the only generator is \"gavel\"")
+        params = {k: _plain(f"{where}.{k}", t[k]) for k in sorted(_GENERATE_KEYS) if k in t}
+        if "jobs" not in params:
+            raise InputError(f"{where}.jobs", None, "say how many jobs to generate")
+        if isinstance(params["jobs"], bool) or not isinstance(params["jobs"], int) or params["jobs"] < 1:
+            raise InputError(f"{where}.jobs", params["jobs"], "must be an integer >= 1")
+        return [WorkloadSpec("generated", "gavel", family or "gavel", tuple(params.items()))]
+    _only(where, t, {kind, "family"})
+    if simulator != "sia":
+        raise InputError(f"{where}.{kind}", t[kind], "the slotted simulator takes generated workloads only")
+    names = t[kind] if isinstance(t[kind], list) else [t[kind]]
+    if not names or not all(isinstance(n, str) for n in names):
+        raise InputError(f"{where}.{kind}", t[kind], "must be a string or an array of strings")
+    out = []
+    for n in names:
+        if kind == "bundled":
+            if n not in BUNDLED_WORKLOADS:
+                raise InputError(f"{where}.bundled", n, f"unknown bundled workload; known: {list(BUNDLED_WORKLOADS)}")
+            out.append(WorkloadSpec("bundled", n, family or n.split("/")[0]))
+        else:
+            path = (base / n).resolve()
+            out.append(WorkloadSpec("file", str(path), family or path.stem, (), _digest(f"{where}.file", path)))
+    return out
+
+
+def _cluster(i: int, t: Mapping[str, Any], base: Path) -> ClusterSpec:
+    where = f"clusters[{i}]"
+    kinds = [k for k in ("preset", "file") if k in t]
+    if len(kinds) != 1:
+        raise InputError(where, dict(t), "give exactly one of preset = ... or file = ...")
+    _only(where, t, {kinds[0], "scale"})
+    scale = _positive(f"{where}.scale", t.get("scale", 1.0))
+    assert scale is not None
+    if "preset" in t:
+        if t["preset"] not in PRESETS:
+            raise InputError(f"{where}.preset", t["preset"], f"unknown preset; known: {sorted(PRESETS)}")
+        return ClusterSpec("preset", t["preset"], scale)
+    if not isinstance(t["file"], str):
+        raise InputError(f"{where}.file", t["file"], "must be a path")
+    path = (base / t["file"]).resolve()
+    return ClusterSpec("file", str(path), scale, _digest(f"{where}.file", path))
+
+
+def _policy(i: int, t: Mapping[str, Any], simulator: str) -> PolicySpec:
+    where = f"policies[{i}]"
+    _only(where, t, {"name", "label", "options"})
+    name = t.get("name")
+    if not isinstance(name, str):
+        raise InputError(f"{where}.name", name, "must be a policy name")
+    options = _options(f"{where}.options", t.get("options"))
+    label = t.get("label", name)
+    if not isinstance(label, str) or not label:
+        raise InputError(f"{where}.label", label, "must be a non-empty string")
+    spec = PolicySpec(name, label, options)
+    from heteroplan.sim.sweep.cell import build_policy  # the cell adapter owns policy construction
+
+    try:
+        build_policy(spec, simulator)  # unknown names and options fail here, before any cell runs
+    except InputError as exc:  # ours ("policy", "policy.options.x") or the constructor's ("slot")
+        field = exc.field.removeprefix("policy").lstrip(".") if exc.field.startswith("policy") else \
+            f"options.{exc.field}"
+        raise InputError(f"{where}.{field or 'name'}", exc.value, exc.reason) from None
+    except (TypeError, ValueError) as exc:  # a constructor refusing an option's type
+        raise InputError(f"{where}.options", dict(options), f"{name} refused them: {exc}") from None
+    return spec
+
+
+def _fidelity(i: int, t: Mapping[str, Any]) -> FidelitySpec:
+    where = f"fidelities[{i}]"
+    _only(where, t, {"label", "preset", "slowdown", "batch_size", "grad_stats", "profiling_time"})
+    preset = t.get("preset", "sia")
+    if preset not in ("sia", "ideal"):
+        raise InputError(f"{where}.preset", preset, "choose \"sia\" or \"ideal\"")
+    overrides = _options(where, {k: v for k, v in t.items() if k not in ("label", "preset")})
+    default = preset + ("(" + ",".join(f"{k}={v}" for k, v in overrides) + ")" if overrides else "")
+    spec = FidelitySpec(str(t.get("label", default)), preset, overrides)
+    try:
+        spec.build()
+    except InputError as exc:
+        raise InputError(f"{where}.{exc.field.removeprefix('fidelity.')}", exc.value, exc.reason) from None
+    return spec
+
