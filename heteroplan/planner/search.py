@@ -29,6 +29,7 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import combinations
 
 import numpy as np
 
@@ -39,9 +40,37 @@ from heteroplan.planner.split_dp import best_split
 from heteroplan.planner.stage_tables import StageTable, build_stage_table, send_time
 from heteroplan.planner.straggler import clark_max, pipeline_times
 
-__all__ = ["SearchOptions", "Candidate", "Searcher"]  # SearchOptions lives in planner.request
+__all__ = ["SearchOptions", "Candidate", "Searcher", "spread_replicas", "ring_links"]  # SearchOptions lives in planner.request
 
 Pool = tuple[str, str]  # (gpu_type, zone)
+Spread = tuple[tuple[str, int], ...]  # ((zone, replicas), ...) in ring order: a stage's replicas over zones
+Layout = tuple[list[PipelineBlock], Spread | None]
+
+
+def spread_replicas(capacity: dict[str, int], zones: tuple[str, ...], dp: int) -> Spread | None:
+    """``dp`` replicas over ``zones`` (each at least one, at most ``capacity[zone]``), filled in
+    order; None if they do not fit. The canonical assignment of the zone-spanning layouts: the
+    simulated time and egress depend on the zones only (and on which zones hold two or more)."""
+    if len(zones) > dp or sum(capacity[z] for z in zones) < dp:
+        return None
+    counts = dict.fromkeys(zones, 1)
+    left = dp - len(zones)
+    for z in zones:
+        extra = min(left, capacity[z] - 1)
+        counts[z] += extra
+        left -= extra
+    return tuple((z, counts[z]) for z in zones)
+
+
+def ring_links(gpu: str, spread: Spread) -> list[tuple[Pool, Pool]]:
+    """Links of the all-reduce ring over replicas grouped by zone in ``spread`` order (as
+    :func:`~heteroplan.planner.simulator.simulate` walks them): one per zone change, plus the
+    zone's own link where it holds two or more replicas."""
+    zones = [z for z, _ in spread]
+    links = [((gpu, z), (gpu, z)) for z, n in spread if n >= 2]
+    if len(zones) >= 2:
+        links += [((gpu, a), (gpu, b)) for a, b in zip(zones, zones[1:] + zones[:1], strict=True)]
+    return links
 
 
 @dataclass(frozen=True, order=True)
@@ -94,6 +123,23 @@ class Searcher:
             self._sync[key] = y
         return self._sync[key]
 
+    def ring_sync(self, gpu: str, spread: Spread, tp: int, mbs: int, dp: int) -> tuple[np.ndarray, float]:
+        """All-reduce + update seconds of a stage whose ``dp`` replicas span the zones of ``spread``
+        (the ring's slowest link sets the pace), and the ring's egress $ per iteration (split-independent:
+        the stages' gradients add up to the model's)."""
+        key = (gpu, spread, tp, mbs, dp)
+        if key not in self._sync:
+            tab = self.table(gpu, tp, mbs)
+            finite = np.isfinite(tab.grad_bytes)
+            g = np.where(finite, tab.grad_bytes, 1.0)
+            links = ring_links(gpu, spread)
+            send = np.max([send_time(self.network, a, b, tp, g) for a, b in links], axis=0)
+            y = tab.update + np.where(finite, self.cfg.ring_allreduce_s(dp, send), np.inf)
+            price = sum(self.network.egress_per_gb(a[1], b[1]) for a, b in links)
+            egress = 2 * (dp - 1) / dp * float(tab.grad_bytes[0, self.L]) * tp * price / 1e9
+            self._sync[key] = (y, egress)
+        return self._sync[key]
+
     # ---------------------------------------------------------- evaluate
     def lower_bound(self, blocks: list[PipelineBlock], mbs: int, dp: int) -> tuple[float, float]:
         """Lower bounds (iteration time s, $/iteration) of any split of this layout.
@@ -112,8 +158,9 @@ class Searcher:
         """$/s of the GPUs of a layout."""
         return dp * sum(b.stages * b.tp * self.gpu_types[b.pool[0]].price_per_hour for b in blocks) / 3600.0
 
-    def evaluate(self, blocks: list[PipelineBlock], mbs: int, dp: int) -> Candidate | None:
-        """Best layer split for a block layout; None if nothing fits memory."""
+    def evaluate(self, blocks: list[PipelineBlock], mbs: int, dp: int, spread: Spread | None = None) -> Candidate | None:
+        """Best layer split for a block layout; None if nothing fits memory. With ``spread`` (one
+        block) the stages' replicas span the zones of ``spread`` instead of the block's zone."""
         stages = [b for b in blocks for _ in range(b.stages)]
         pp, L = len(stages), self.L
         M = self.gbs // (mbs * dp)
@@ -124,6 +171,7 @@ class Searcher:
         y = np.empty((pp, n, n))
         c_in = np.zeros(n)
         links = np.zeros((pp, n))  # links[s]: transfer seconds out of stage s, by its last layer
+        ring = self.ring_sync(blocks[0].pool[0], spread, blocks[0].tp, mbs, dp) if spread is not None else (None, 0.0)
         for s, blk in enumerate(stages):
             tab = self.table(blk.pool[0], blk.tp, mbs)
             if s + 1 < pp:
@@ -146,7 +194,7 @@ class Searcher:
                 ok[:, :L] = False
             sigma[s] = tab.fb + 2 * (c_in[:, None] + c_out[None, :])
             w[s] = np.where(ok, tab.fb + 2 * c_out[None, :] + egress_t, np.inf)
-            y[s] = self.sync_matrix(blk.pool, blk.tp, mbs, dp)
+            y[s] = self.sync_matrix(blk.pool, blk.tp, mbs, dp) if spread is None else ring[0]
             links[s] = c_out
             c_in = c_out
         self.evaluated += 1
@@ -156,14 +204,14 @@ class Searcher:
             return None
         b = np.asarray(res.bounds)
         # w carries egress as its time-equivalent ($ / rate); take it out of the iteration time
-        egress_cost = 0.0
+        egress_cost = ring[1]  # the ring's egress does not depend on the split
         for s in range(pp - 1):
             blk, nxt = stages[s], stages[s + 1]
             if blk.pool[1] != nxt.pool[1]:
                 out = self.table(blk.pool[0], blk.tp, mbs).out_bytes[b[s + 1]]
                 price = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
                 egress_cost += 2 * out * blk.tp * M * dp / 1e9 * price
-        t_iter = res.objective - (egress_cost / rate if rate > 0 else 0.0)
+        t_iter = res.objective - ((egress_cost - ring[1]) / rate if rate > 0 else 0.0)
         if self.cfg.straggler_cv > 0:  # the split was chosen without the noise; its expected time
             t_iter = self._expected_time(stages, b, sigma, links, y, mbs, dp, M)
         cost = rate * t_iter + egress_cost
@@ -176,7 +224,7 @@ class Searcher:
             self.gbs,
             mbs,
             tuple(
-                Stage(int(b[s]), int(b[s + 1]), (ReplicaGroup(blk.pool[0], blk.pool[1], blk.tp, dp),))
+                Stage(int(b[s]), int(b[s + 1]), self._groups(blk, dp, spread))
                 for s, blk in enumerate(stages)
             ),
         )
@@ -191,6 +239,12 @@ class Searcher:
                 return None
             key = (cost, t_iter)
         return Candidate(key, t_iter, cost, mems, plan)
+
+    @staticmethod
+    def _groups(blk: PipelineBlock, dp: int, spread: Spread | None) -> tuple[ReplicaGroup, ...]:
+        if spread is None:
+            return (ReplicaGroup(blk.pool[0], blk.pool[1], blk.tp, dp),)
+        return tuple(ReplicaGroup(blk.pool[0], z, blk.tp, n) for z, n in spread)
 
     def _expected_time(self, stages: list[PipelineBlock], b: np.ndarray, sigma: np.ndarray, links: np.ndarray,
                        y: np.ndarray, mbs: int, dp: int, M: int) -> float:
@@ -235,12 +289,15 @@ class Searcher:
             chosen.setdefault((a[0], b[0]), (a, b))
         return list(chosen.values())
 
-    def _layouts(self, pp: int, mbs: int, dp: int, max_blocks: int) -> Iterator[list[list[list[PipelineBlock]]]]:
+    def _layouts(self, pp: int, mbs: int, dp: int, max_blocks: int) -> Iterator[list[list[Layout]]]:
         """Groups of layouts as rows (first block's TP) of columns (second block's TP), TP rising."""
-        for pool in self._single_pools() if max_blocks == 1 else ():
-            rows = [[[PipelineBlock(pool, tp, pp)]] for tp in self._tps(pool[0], mbs) if pp * dp * tp <= self.pool[pool]]
-            if rows:
-                yield rows
+        if max_blocks == 1:
+            for pool in self._single_pools():
+                rows = [[([PipelineBlock(pool, tp, pp)], None)] for tp in self._tps(pool[0], mbs) if pp * dp * tp <= self.pool[pool]]
+                if rows:
+                    yield rows
+            if self.options.span_zones:
+                yield from self._spread_layouts(pp, mbs, dp)
         if max_blocks < 2 or pp < 2:
             return
         for a, b in self._pairs():
@@ -249,8 +306,8 @@ class Searcher:
                 for ta in self._tps(a[0], mbs):
                     if n1 * dp * ta > self.pool[a]:
                         continue
-                    row = [
-                        [PipelineBlock(a, ta, n1), PipelineBlock(b, tb, pp - n1)]
+                    row: list[Layout] = [
+                        ([PipelineBlock(a, ta, n1), PipelineBlock(b, tb, pp - n1)], None)
                         for tb in self._tps(b[0], mbs)
                         if (pp - n1) * dp * tb <= self.pool[b]
                         # same type in two zones only when one zone cannot hold the pipeline
@@ -261,7 +318,37 @@ class Searcher:
                 if rows:
                     yield rows
 
-    def _scan_group(self, rows: list[list[list[PipelineBlock]]], mbs: int, dp: int, incumbent: Candidate | None) -> Candidate | None:
+    def _spread_layouts(self, pp: int, mbs: int, dp: int) -> Iterator[list[list[Layout]]]:
+        """Homogeneous pipelines whose ``dp`` replicas span two or more zones of one GPU type.
+
+        Without pruning: every set of zones that holds the replicas. With pruning: only when no
+        zone holds them alone, the fewest zones that do, and of those the set whose ring is
+        fastest (then cheapest in egress)."""
+        for gpu in sorted({t for t, _ in self.pool}):
+            zones = sorted(z for t, z in self.pool if t == gpu)
+            if len(zones) < 2:
+                continue
+            groups: dict[tuple[str, ...], list[list[Layout]]] = {}
+            for tp in self._tps(gpu, mbs):
+                cap = {z: self.pool[(gpu, z)] // (pp * tp) for z in zones}
+                if self.options.prune and max(cap.values()) >= dp:
+                    continue
+                sets = [c for k in range(2, len(zones) + 1) for c in combinations(zones, k)]
+                spreads = [sp for c in sets if (sp := spread_replicas(cap, c, dp)) is not None]
+                if self.options.prune and spreads:
+                    fewest = min(len(sp) for sp in spreads)
+                    spreads = [min((sp for sp in spreads if len(sp) == fewest), key=lambda sp: self._ring_rank(gpu, sp, tp, mbs, dp))]
+                for sp in spreads:
+                    key = () if self.options.prune else tuple(z for z, _ in sp)
+                    groups.setdefault(key, []).append([([PipelineBlock((gpu, sp[0][0]), tp, pp)], sp)])
+            yield from groups.values()
+
+    def _ring_rank(self, gpu: str, spread: Spread, tp: int, mbs: int, dp: int) -> tuple[float, float]:
+        """(whole-model all-reduce seconds, ring egress $) of a zone-spanning ring."""
+        y, egress = self.ring_sync(gpu, spread, tp, mbs, dp)
+        return float(y[0, self.L]), egress
+
+    def _scan_group(self, rows: list[list[Layout]], mbs: int, dp: int, incumbent: Candidate | None) -> Candidate | None:
         """Best candidate of a group; with pruning, TP is raised only while it pays (per block)."""
         prune = self.options.prune
         best_group: Candidate | None = None
@@ -269,7 +356,7 @@ class Searcher:
         for row in rows:
             best_row: Candidate | None = None
             prev: Candidate | None = None
-            for blocks in row:
+            for blocks, spread in row:
                 t_lb, c_lb = self.lower_bound(blocks, mbs, dp)
                 if self.objective == "throughput" and self.budget is not None and c_lb > self.budget:
                     self.why["budget_lb"] = min(self.why.get("budget_lb", np.inf), c_lb)
@@ -283,7 +370,7 @@ class Searcher:
                 if inc is not None and (t_lb if self.objective == "throughput" else c_lb) >= inc.key[0]:
                     self.skipped += 1
                     continue
-                cand = self.evaluate(blocks, mbs, dp)
+                cand = self.evaluate(blocks, mbs, dp, spread)
                 if cand is None:
                     continue
                 if best_row is None or cand < best_row:
