@@ -158,8 +158,11 @@ class Searcher:
         """$/s of the GPUs of a layout."""
         return dp * sum(b.stages * b.tp * self.gpu_types[b.pool[0]].price_per_hour for b in blocks) / 3600.0
 
-    def evaluate(self, blocks: list[PipelineBlock], mbs: int, dp: int, spread: Spread | None = None) -> Candidate | None:
-        """Best layer split for a block layout; None if nothing fits memory. With ``spread`` (one
+    def evaluate(
+        self, blocks: list[PipelineBlock], mbs: int, dp: int, spread: Spread | None = None, incumbent: Candidate | None = None
+    ) -> Candidate | None:
+        """Best layer split for a block layout; None if nothing fits memory or nothing beats
+        ``incumbent`` (whose key the split search then prunes against). With ``spread`` (one
         block) the stages' replicas span the zones of ``spread`` instead of the block's zone."""
         stages = [b for b in blocks for _ in range(b.stages)]
         pp, L = len(stages), self.L
@@ -198,9 +201,11 @@ class Searcher:
             links[s] = c_out
             c_in = c_out
         self.evaluated += 1
-        res = best_split(sigma, w, y, M, self.options.max_split_dp_calls)
+        cutoff = self._cutoff(incumbent, rate, ring[1], crosses=any(a.pool[1] != b.pool[1] for a, b in zip(stages, stages[1:], strict=False)))
+        res = best_split(sigma, w, y, M, self.options.max_split_dp_calls, cutoff=cutoff)
         if res is None:
-            self.why["memory"] = self.why.get("memory", 0) + 1
+            if not np.isfinite(cutoff):
+                self.why["memory"] = self.why.get("memory", 0) + 1
             return None
         b = np.asarray(res.bounds)
         # w carries egress as its time-equivalent ($ / rate); take it out of the iteration time
@@ -239,6 +244,16 @@ class Searcher:
                 return None
             key = (cost, t_iter)
         return Candidate(key, t_iter, cost, mems, plan)
+
+    def _cutoff(self, incumbent: Candidate | None, rate: float, ring_egress: float, crosses: bool) -> float:
+        """Split objective (seconds: time + pipeline egress / rate) that a split must beat to beat
+        ``incumbent``; inf when there is none or when the objective does not bound the key."""
+        if incumbent is None:
+            return np.inf
+        if self.objective == "throughput":
+            # the split objective adds egress / rate to the time: a bound only without egress
+            return incumbent.key[0] if not crosses else np.inf
+        return (incumbent.key[0] - ring_egress) / rate if rate > 0 else np.inf
 
     @staticmethod
     def _groups(blk: PipelineBlock, dp: int, spread: Spread | None) -> tuple[ReplicaGroup, ...]:
@@ -348,8 +363,13 @@ class Searcher:
         y, egress = self.ring_sync(gpu, spread, tp, mbs, dp)
         return float(y[0, self.L]), egress
 
-    def _scan_group(self, rows: list[list[Layout]], mbs: int, dp: int, incumbent: Candidate | None) -> Candidate | None:
-        """Best candidate of a group; with pruning, TP is raised only while it pays (per block)."""
+    def _scan_group(
+        self, rows: list[list[Layout]], mbs: int, dp: int, incumbent: Candidate | None, local: Candidate | None = None
+    ) -> Candidate | None:
+        """Best candidate of a group; with pruning, TP is raised only while it pays (per block).
+
+        ``local`` (the best of this ``dp`` so far, which the scan's patience compares against)
+        is the cutoff of each layout's split search: a layout that cannot beat it is not priced out."""
         prune = self.options.prune
         best_group: Candidate | None = None
         prev_row: Candidate | None = None
@@ -370,7 +390,8 @@ class Searcher:
                 if inc is not None and (t_lb if self.objective == "throughput" else c_lb) >= inc.key[0]:
                     self.skipped += 1
                     continue
-                cand = self.evaluate(blocks, mbs, dp, spread)
+                cutoff = local if self.options.prune else inc
+                cand = self.evaluate(blocks, mbs, dp, spread, cutoff)
                 if cand is None:
                     continue
                 if best_row is None or cand < best_row:
@@ -427,7 +448,8 @@ class Searcher:
                         break
                     best_pp: Candidate | None = None
                     for rows in self._layouts(pp, mbs, dp, max_blocks):
-                        cand = self._scan_group(rows, mbs, dp, self._incumbent)
+                        local = min((c for c in (best_dp, best_pp) if c is not None), default=None)
+                        cand = self._scan_group(rows, mbs, dp, self._incumbent, local)
                         self._offer(cand)
                         if cand is not None and (best_pp is None or cand < best_pp):
                             best_pp = cand

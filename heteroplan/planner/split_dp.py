@@ -88,13 +88,21 @@ def _min_sum_batch(w: np.ndarray, b_thr: np.ndarray, y_thr: np.ndarray, sig: np.
 
 
 def best_split(
-    sigma: np.ndarray, w: np.ndarray, y: np.ndarray, microbatches: int, max_dp_calls: int | None = 4096, chunk: int = 32
+    sigma: np.ndarray,
+    w: np.ndarray,
+    y: np.ndarray,
+    microbatches: int,
+    max_dp_calls: int | None = 4096,
+    chunk: int = 32,
+    cutoff: float = np.inf,
 ) -> SplitResult | None:
-    """Minimize ``(M-1) max sigma + sum w + max y`` over contiguous splits (None if none is allowed).
+    """Minimize ``(M-1) max sigma + sum w + max y`` over contiguous splits (None if none is allowed,
+    or none has an objective below ``cutoff``).
 
     Arrays are ``(S, L+1, L+1)``; entries that are ``inf`` in ``w`` are forbidden.
     Threshold DPs run batched (``chunk`` at a time); ``max_dp_calls`` caps how many
-    threshold pairs are tried (``None``: no cap, exact).
+    threshold pairs are tried (``None``: no cap, exact). ``cutoff`` (the caller's incumbent) prunes
+    every threshold whose lower bound reaches it: the search then only proves the layout loses.
     """
     allowed = np.isfinite(w)
     w_min, bounds = _min_sum(w)
@@ -115,7 +123,9 @@ def best_split(
         return np.stack([weight * s_max + w_sum + y_max, s_max, w_sum, y_max], axis=1)
 
     best = evaluate(bounds[None])[0]
-    best_bounds = bounds
+    best_bounds: np.ndarray | None = bounds
+    if cutoff <= best[0]:
+        best, best_bounds = np.array([cutoff, np.inf, np.inf, np.inf]), None
     b_star, y_star = _min_max(sig), _min_max(yy)
     calls, exact = 1, True
 
@@ -164,4 +174,6 @@ def best_split(
         if max_dp_calls is not None and len(bb) > max_dp_calls - calls:
             bb, yv, exact = bb[: max(max_dp_calls - calls, 0)], yv[: max(max_dp_calls - calls, 0)], False
         run(b_cands[bb], yv, base[bb] + yv)
+    if best_bounds is None:
+        return None
     return SplitResult(tuple(int(b) for b in best_bounds), float(best[0]), float(best[1]), float(best[2]), float(best[3]), exact)
