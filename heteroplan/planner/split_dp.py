@@ -15,6 +15,9 @@ found: exact when the number of DP calls is not capped.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
+from itertools import combinations
+from math import comb
 
 import numpy as np
 
@@ -87,6 +90,35 @@ def _min_sum_batch(w: np.ndarray, b_thr: np.ndarray, y_thr: np.ndarray, sig: np.
     return prev[:, -1], bounds
 
 
+@lru_cache(maxsize=256)
+def _all_splits(stages: int, layers: int) -> np.ndarray:
+    """Every contiguous split of ``layers`` layers into ``stages`` stages: (K, stages + 1) bounds."""
+    cuts = np.array(list(combinations(range(1, layers), stages - 1)), dtype=np.int64)
+    out = np.empty((max(len(cuts), 1), stages + 1), dtype=np.int64)
+    out[:, 0], out[:, -1] = 0, layers
+    if stages > 1:
+        out[:, 1:-1] = cuts
+    out.setflags(write=False)
+    return out
+
+
+def _enumerated_split(sigma: np.ndarray, w: np.ndarray, y: np.ndarray, weight: int, cutoff: float) -> SplitResult | None:
+    """Best split by scoring every split at once (few stages: cheaper than the threshold DPs)."""
+    S, n, _ = w.shape
+    bnd = _all_splits(S, n - 1)
+    idx = np.arange(S)
+    a, b = bnd[:, :-1], bnd[:, 1:]
+    ws = w[idx, a, b]
+    wsum = ws.sum(axis=1)
+    s_max = sigma[idx, a, b].max(axis=1)
+    y_max = y[idx, a, b].max(axis=1)
+    total = np.where(np.isfinite(wsum), weight * s_max + wsum + y_max, np.inf)
+    k = int(np.argmin(total))
+    if not np.isfinite(total[k]) or total[k] >= cutoff:
+        return None
+    return SplitResult(tuple(int(x) for x in bnd[k]), float(total[k]), float(s_max[k]), float(wsum[k]), float(y_max[k]), True)
+
+
 def best_split(
     sigma: np.ndarray,
     w: np.ndarray,
@@ -95,6 +127,7 @@ def best_split(
     max_dp_calls: int | None = 4096,
     chunk: int = 32,
     cutoff: float = np.inf,
+    enumerate_up_to: int = 20000,
 ) -> SplitResult | None:
     """Minimize ``(M-1) max sigma + sum w + max y`` over contiguous splits (None if none is allowed,
     or none has an objective below ``cutoff``).
@@ -103,7 +136,11 @@ def best_split(
     Threshold DPs run batched (``chunk`` at a time); ``max_dp_calls`` caps how many
     threshold pairs are tried (``None``: no cap, exact). ``cutoff`` (the caller's incumbent) prunes
     every threshold whose lower bound reaches it: the search then only proves the layout loses.
+    With at most ``enumerate_up_to`` (splits x stages) every split is scored at once instead (exact).
     """
+    S, n, _ = w.shape
+    if comb(n - 2, S - 1) * S <= enumerate_up_to:
+        return _enumerated_split(sigma, w, y, microbatches - 1, cutoff)
     allowed = np.isfinite(w)
     w_min, bounds = _min_sum(w)
     if bounds is None:
