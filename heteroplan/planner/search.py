@@ -414,12 +414,34 @@ class Searcher:
         t0 = time.perf_counter()
         self._incumbent: Candidate | None = None
         passes = (1, 2) if self.options.max_blocks >= 2 else (1,)
+        if self.options.prune:
+            self._seed()
         for blocks in passes:
             self._scan(blocks)
         stats = {"search_time": time.perf_counter() - t0, "evaluated": self.evaluated, "skipped": self.skipped}
         if self._incumbent is None:
             raise InfeasibleError(self._reason())
         return self._incumbent, stats
+
+    def _seed(self) -> None:
+        """An early incumbent so that the lower bounds prune small-``dp`` layouts from the start:
+        one-stage pipelines on each pool (the pruned pools) at the largest ``dp`` its GPUs hold,
+        for every microbatch size and TP degree (cheap: a one-stage split has nothing to choose)."""
+        for mbs in self._microbatch_sizes():
+            per = self.gbs // mbs
+            for pool in self._single_pools():
+                for tp in self._tps(pool[0], mbs):
+                    dp = max((d for d in range(1, min(per, self.pool[pool] // tp) + 1) if per % d == 0), default=0)
+                    if dp:
+                        self._offer(self.evaluate([PipelineBlock(pool, tp, 1)], mbs, dp))
+
+    def _microbatch_sizes(self) -> list[int]:
+        """Microbatch sizes to scan: profiled for a pool's type, allowed by the options, dividing the batch."""
+        types = {p[0] for p in self.pool}
+        mbs_all = sorted({m for t in types for m in self.profile.microbatch_sizes(t)})
+        if self.options.microbatch_sizes:
+            mbs_all = [m for m in mbs_all if m in self.options.microbatch_sizes]
+        return [m for m in mbs_all if self.gbs % m == 0]
 
     def _offer(self, cand: Candidate | None) -> None:
         if cand is not None and (self._incumbent is None or cand < self._incumbent):
@@ -428,14 +450,8 @@ class Searcher:
     def _scan(self, max_blocks: int) -> None:
         total = sum(self.pool.values())
         max_pp = self.options.max_pp or min(self.L, 16)
-        types = {p[0] for p in self.pool}
-        mbs_all = sorted({m for t in types for m in self.profile.microbatch_sizes(t)})
-        if self.options.microbatch_sizes:
-            mbs_all = [m for m in mbs_all if m in self.options.microbatch_sizes]
         patience = self.options.patience if self.options.prune else math.inf
-        for mbs in mbs_all:
-            if self.gbs % mbs:
-                continue
+        for mbs in self._microbatch_sizes():
             per = self.gbs // mbs
             dps = [d for d in range(1, min(per, total) + 1) if per % d == 0]
             best: Candidate | None = None  # best of this mbs: drives the patience counters
