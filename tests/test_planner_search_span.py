@@ -29,6 +29,7 @@ def _spans(plan: Plan) -> bool:
 def test_spread_replicas_fills_in_order_within_capacity():
     assert spread_replicas({"a": 3, "b": 3}, ("a", "b"), 5) == (("a", 3), ("b", 2))
     assert spread_replicas({"a": 3, "b": 1}, ("a", "b"), 5) is None
+    assert spread_replicas({"a": 4, "b": 0}, ("a", "b"), 2) is None  # a zone too small for one replica
     assert spread_replicas({"a": 3, "b": 3, "c": 3}, ("a", "b", "c"), 2) is None  # a zone without replica
     assert ring_links("A", (("a", 1), ("b", 2))) == [(("A", "b"), ("A", "b")), (("A", "a"), ("A", "b")), (("A", "b"), ("A", "a"))]
 

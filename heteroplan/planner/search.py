@@ -51,7 +51,7 @@ def spread_replicas(capacity: dict[str, int], zones: tuple[str, ...], dp: int) -
     """``dp`` replicas over ``zones`` (each at least one, at most ``capacity[zone]``), filled in
     order; None if they do not fit. The canonical assignment of the zone-spanning layouts: the
     simulated time and egress depend on the zones only (and on which zones hold two or more)."""
-    if len(zones) > dp or sum(capacity[z] for z in zones) < dp:
+    if len(zones) > dp or sum(capacity[z] for z in zones) < dp or min(capacity[z] for z in zones) < 1:
         return None
     counts = dict.fromkeys(zones, 1)
     left = dp - len(zones)
