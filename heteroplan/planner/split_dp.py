@@ -159,17 +159,19 @@ def best_split(
         y_max = yy[idx, a, b].max(axis=1)
         return np.stack([weight * s_max + w_sum + y_max, s_max, w_sum, y_max], axis=1)
 
-    best = evaluate(bounds[None])[0]
+    best = first = evaluate(bounds[None])[0]
     best_bounds: np.ndarray | None = bounds
     if cutoff <= best[0]:
         best, best_bounds = np.array([cutoff, np.inf, np.inf, np.inf]), None
     b_star, y_star = _min_max(sig), _min_max(yy)
     calls, exact = 1, True
 
-    def run(b_thr: np.ndarray, y_thr: np.ndarray, lower: np.ndarray | None = None) -> np.ndarray:
-        """Threshold DPs in chunks, in the given order; stops once ``lower`` cannot beat the incumbent."""
+    def run(b_thr: np.ndarray, y_thr: np.ndarray, lower: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Threshold DPs in chunks, in the given order; stops once ``lower`` cannot beat the incumbent.
+        Returns each threshold's min sum w and the max y of the split that reaches it (inf: not run)."""
         nonlocal best, best_bounds, calls
         vals = np.full(len(b_thr), np.inf)
+        y_of = np.full(len(b_thr), np.inf)
         lo, size = 0, 2
         while lo < len(b_thr):
             if lower is not None and lower[lo] >= best[0]:
@@ -182,12 +184,13 @@ def best_split(
             good = np.isfinite(v)
             if good.any():
                 ev = evaluate(bnd[good])
+                y_of[lo:hi][good] = ev[:, 3]
                 k = int(np.argmin(ev[:, 0]))
                 if ev[k, 0] < best[0]:
                     best, best_bounds = ev[k], bnd[good][k]
             lo, size = hi, min(2 * size, chunk)
         calls += len(b_thr)
-        return vals
+        return vals, y_of
 
     # 1) bottleneck thresholds, y unbounded
     if weight > 0:
@@ -195,16 +198,18 @@ def best_split(
         b_cands = b_cands[weight * b_cands + w_min + y_star < best[0]]
         if max_dp_calls is not None and len(b_cands) > max_dp_calls // 2:
             b_cands, exact = b_cands[: max_dp_calls // 2], False
-        w_b = run(b_cands, np.full(len(b_cands), np.inf), weight * b_cands + w_min + y_star)
+        w_b, y_b = run(b_cands, np.full(len(b_cands), np.inf), weight * b_cands + w_min + y_star)
         lb_b = weight * b_cands
     else:
-        b_cands, w_b, lb_b = np.array([np.inf]), np.array([w_min]), np.array([0.0])
+        b_cands, w_b, lb_b, y_b = np.array([np.inf]), np.array([w_min]), np.array([0.0]), np.array([first[3]])
     # 2) (bottleneck, sync) pairs whose lower bound can still beat the incumbent
     y_cands = np.unique(yy[np.isfinite(yy) & (yy >= y_star)])
     if len(b_cands) and len(y_cands):
         base = lb_b + w_b
         bb, yv = np.meshgrid(np.arange(len(b_cands)), y_cands, indexing="ij")
-        keep = (base[bb] + yv < best[0]) & np.isfinite(base[bb])
+        # a pair (B, Y) with Y at or above the max y of the split found at B alone finds nothing
+        # better: that split already meets Y with the least sum w under B
+        keep = (base[bb] + yv < best[0]) & np.isfinite(base[bb]) & (yv < y_b[bb])
         bb, yv = bb[keep], yv[keep]
         order = np.argsort(base[bb] + yv, kind="stable")
         bb, yv = bb[order], yv[order]
