@@ -192,6 +192,32 @@ def best_split(
         calls += len(b_thr)
         return vals, y_of
 
+    def pairs(b_thr: np.ndarray, y_thr: np.ndarray, lower: np.ndarray) -> None:
+        """Threshold DPs over (B, Y) pairs in increasing order of ``lower``. A pair run at (B, Y)
+        with min sum ``W`` raises the bound of every pair (B', Y') <= (B, Y) to
+        ``(M-1) B' + W + Y'`` (tighter thresholds never lower the min sum); pairs whose bound
+        reaches the incumbent are dropped."""
+        nonlocal best, best_bounds, calls
+        size = 2
+        while len(b_thr) and lower[0] < best[0]:
+            hi = max(1, int(np.searchsorted(lower[:size], best[0])))
+            v, bnd = _min_sum_batch(w, b_thr[:hi], y_thr[:hi], sig, yy)
+            calls += hi
+            good = np.isfinite(v)
+            if good.any():
+                ev = evaluate(bnd[good])
+                k = int(np.argmin(ev[:, 0]))
+                if ev[k, 0] < best[0]:
+                    best, best_bounds = ev[k], bnd[good][k]
+            rb, ry, rl = b_thr[hi:], y_thr[hi:], lower[hi:]
+            dominated = (rb[:, None] <= b_thr[None, :hi]) & (ry[:, None] <= y_thr[None, :hi])
+            w_lb = np.max(np.where(dominated, v[None, :], -np.inf), axis=1, initial=-np.inf)
+            rl = np.maximum(rl, (weight * rb if weight > 0 else 0.0) + w_lb + ry)  # B = inf when M = 1
+            keep = rl < best[0]
+            order = np.argsort(rl[keep], kind="stable")
+            b_thr, y_thr, lower = rb[keep][order], ry[keep][order], rl[keep][order]
+            size = min(2 * size, chunk)
+
     # 1) bottleneck thresholds, y unbounded
     if weight > 0:
         b_cands = np.unique(sig[np.isfinite(sig) & (sig >= b_star)])
@@ -215,7 +241,7 @@ def best_split(
         bb, yv = bb[order], yv[order]
         if max_dp_calls is not None and len(bb) > max_dp_calls - calls:
             bb, yv, exact = bb[: max(max_dp_calls - calls, 0)], yv[: max(max_dp_calls - calls, 0)], False
-        run(b_cands[bb], yv, base[bb] + yv)
+        pairs(b_cands[bb], yv, base[bb] + yv)
     if best_bounds is None:
         return None
     return SplitResult(tuple(int(b) for b in best_bounds), float(best[0]), float(best[1]), float(best[2]), float(best[3]), exact)
