@@ -101,6 +101,7 @@ class Searcher:
         self.evaluated = 0
         self.skipped = 0
         self._comm: dict[tuple, np.ndarray] = {}
+        self._links: dict[tuple, np.ndarray] = {}
         self.why: dict[str, float] = {}
 
     # ------------------------------------------------------------- tables
@@ -123,6 +124,14 @@ class Searcher:
             self._sync[key] = y
         return self._sync[key]
 
+    def link_send(self, src: Pool, dst: Pool, tp: int, mbs: int) -> np.ndarray:
+        """Seconds to send each layer range's gradient (per GPU, ``tp`` GPUs per node) over ``src -> dst``."""
+        key = (src, dst, tp, mbs)
+        if key not in self._links:
+            g = self.table(src[0], tp, mbs).grad_bytes
+            self._links[key] = send_time(self.network, src, dst, tp, np.where(np.isfinite(g), g, 1.0))
+        return self._links[key]
+
     def ring_sync(self, gpu: str, spread: Spread, tp: int, mbs: int, dp: int) -> tuple[np.ndarray, float]:
         """All-reduce + update seconds of a stage whose ``dp`` replicas span the zones of ``spread``
         (the ring's slowest link sets the pace), and the ring's egress $ per iteration (split-independent:
@@ -131,9 +140,8 @@ class Searcher:
         if key not in self._sync:
             tab = self.table(gpu, tp, mbs)
             finite = np.isfinite(tab.grad_bytes)
-            g = np.where(finite, tab.grad_bytes, 1.0)
             links = ring_links(gpu, spread)
-            send = np.max([send_time(self.network, a, b, tp, g) for a, b in links], axis=0)
+            send = np.max([self.link_send(a, b, tp, mbs) for a, b in links], axis=0)
             y = tab.update + np.where(finite, self.cfg.ring_allreduce_s(dp, send), np.inf)
             price = sum(self.network.egress_per_gb(a[1], b[1]) for a, b in links)
             egress = 2 * (dp - 1) / dp * float(tab.grad_bytes[0, self.L]) * tp * price / 1e9
@@ -352,16 +360,18 @@ class Searcher:
                 spreads = [sp for c in sets if (sp := spread_replicas(cap, c, dp)) is not None]
                 if self.options.prune and spreads:
                     fewest = min(len(sp) for sp in spreads)
-                    spreads = [min((sp for sp in spreads if len(sp) == fewest), key=lambda sp: self._ring_rank(gpu, sp, tp, mbs, dp))]
+                    spreads = [min((sp for sp in spreads if len(sp) == fewest), key=lambda sp: self._ring_rank(gpu, sp, tp, mbs))]
                 for sp in spreads:
                     key = () if self.options.prune else tuple(z for z, _ in sp)
                     groups.setdefault(key, []).append([([PipelineBlock((gpu, sp[0][0]), tp, pp)], sp)])
             yield from groups.values()
 
-    def _ring_rank(self, gpu: str, spread: Spread, tp: int, mbs: int, dp: int) -> tuple[float, float]:
-        """(whole-model all-reduce seconds, ring egress $) of a zone-spanning ring."""
-        y, egress = self.ring_sync(gpu, spread, tp, mbs, dp)
-        return float(y[0, self.L]), egress
+    def _ring_rank(self, gpu: str, spread: Spread, tp: int, mbs: int) -> tuple[float, float]:
+        """(seconds of the ring's slowest link for the whole model's gradient, egress $/GB summed
+        over the ring's edges): how good a zone-spanning ring is, for choosing among zone sets."""
+        links = ring_links(gpu, spread)
+        slowest = max(float(self.link_send(a, b, tp, mbs)[0, self.L]) for a, b in links)
+        return slowest, sum(self.network.egress_per_gb(a[1], b[1]) for a, b in links)
 
     def _scan_group(
         self, rows: list[list[Layout]], mbs: int, dp: int, incumbent: Candidate | None, local: Candidate | None = None
