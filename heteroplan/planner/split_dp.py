@@ -166,10 +166,24 @@ def best_split(
     b_star, y_star = _min_max(sig), _min_max(yy)
     calls, exact = 1, True
 
+    def offer(v: np.ndarray, bnd: np.ndarray) -> np.ndarray:
+        """Take the best of a batch of threshold DP results (min sums ``v``, splits ``bnd``) as the
+        incumbent if it wins; returns each split's max y (inf where the DP found none)."""
+        nonlocal best, best_bounds
+        y_of = np.full(len(v), np.inf)
+        good = np.isfinite(v)
+        if good.any():
+            ev = evaluate(bnd[good])
+            y_of[good] = ev[:, 3]
+            k = int(np.argmin(ev[:, 0]))
+            if ev[k, 0] < best[0]:
+                best, best_bounds = ev[k], bnd[good][k]
+        return y_of
+
     def run(b_thr: np.ndarray, y_thr: np.ndarray, lower: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Threshold DPs in chunks, in the given order; stops once ``lower`` cannot beat the incumbent.
         Returns each threshold's min sum w and the max y of the split that reaches it (inf: not run)."""
-        nonlocal best, best_bounds, calls
+        nonlocal calls
         vals = np.full(len(b_thr), np.inf)
         y_of = np.full(len(b_thr), np.inf)
         lo, size = 0, 2
@@ -181,13 +195,7 @@ def best_split(
                 hi = lo + max(1, int(np.searchsorted(lower[lo:hi], best[0])))
             v, bnd = _min_sum_batch(w, b_thr[lo:hi], y_thr[lo:hi], sig, yy)
             vals[lo:hi] = v
-            good = np.isfinite(v)
-            if good.any():
-                ev = evaluate(bnd[good])
-                y_of[lo:hi][good] = ev[:, 3]
-                k = int(np.argmin(ev[:, 0]))
-                if ev[k, 0] < best[0]:
-                    best, best_bounds = ev[k], bnd[good][k]
+            y_of[lo:hi] = offer(v, bnd)
             lo, size = hi, min(2 * size, chunk)
         calls += len(b_thr)
         return vals, y_of
@@ -197,18 +205,13 @@ def best_split(
         with min sum ``W`` raises the bound of every pair (B', Y') <= (B, Y) to
         ``(M-1) B' + W + Y'`` (tighter thresholds never lower the min sum); pairs whose bound
         reaches the incumbent are dropped."""
-        nonlocal best, best_bounds, calls
+        nonlocal calls
         size = 2
         while len(b_thr) and lower[0] < best[0]:
             hi = max(1, int(np.searchsorted(lower[:size], best[0])))
             v, bnd = _min_sum_batch(w, b_thr[:hi], y_thr[:hi], sig, yy)
             calls += hi
-            good = np.isfinite(v)
-            if good.any():
-                ev = evaluate(bnd[good])
-                k = int(np.argmin(ev[:, 0]))
-                if ev[k, 0] < best[0]:
-                    best, best_bounds = ev[k], bnd[good][k]
+            offer(v, bnd)
             rb, ry, rl = b_thr[hi:], y_thr[hi:], lower[hi:]
             dominated = (rb[:, None] <= b_thr[None, :hi]) & (ry[:, None] <= y_thr[None, :hi])
             w_lb = np.max(np.where(dominated, v[None, :], -np.inf), axis=1, initial=-np.inf)
