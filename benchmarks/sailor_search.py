@@ -8,7 +8,15 @@ sailor-gcp pool (5 x 256 A100 + 256 V100) and on the pool of Sailor's constraine
 (2 zones x (128 A100 + 128 V100)); the min-cost case once more at GBS 2048 for comparison.
 Search time is the median of ``--repeats`` runs.
 
-    python benchmarks/sailor_search.py [--repeats 3] [--no-baselines]
+Reference plans: the plans Sailor publishes (docs/sailor.md, issue 19), scored under our
+simulator at their best microbatch size (Sailor does not state it) with an even layer split:
+ours must be at least as good (iter/s for throughput, $/iteration for cost) and never exceed a
+zone's GPUs. ``sailor_cpp_s`` is Sailor's C++ planner's search time on the same pool (timed on
+this machine, issue 19; its 5-8 s one-time precompute not counted).
+
+``--scaling`` times the search alone over pools of growing GPUs, zones and GPU types.
+
+    python benchmarks/sailor_search.py [--repeats 3] [--no-baselines] [--scaling]
 """
 
 from __future__ import annotations
@@ -21,9 +29,12 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 from _common import median_time, print_table, write_json  # noqa: E402
 
 from heteroplan.cluster import SAILOR_ZONES, preset  # noqa: E402
-from heteroplan.errors import InfeasibleError  # noqa: E402
-from heteroplan.planner import SearchOptions, plan_job  # noqa: E402
+from heteroplan.errors import InfeasibleError, InputError  # noqa: E402
+from heteroplan.perf.sailor_profiles import load_model_profile  # noqa: E402
+from heteroplan.planner import SearchOptions, plan_job, simulate  # noqa: E402
 from heteroplan.planner.baselines import homogeneous_plan, uniform_split_plan  # noqa: E402
+from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
+from heteroplan.planner.simulator import gpu_catalog  # noqa: E402
 
 A, V, Z = "A100-40", "V100-16", "us-central1-a"
 FIVE_ZONES = {(A, z): 256 for z in SAILOR_ZONES}
@@ -52,11 +63,85 @@ SCENARIOS = [
 ]
 
 
+# Sailor's published plans: (PP, [(type, zone, replicas), ...] per stage, TP)
+SAILOR_PLANS = {
+    "OPT-350 5 zones x 256 A100": (2, [(A, z, 32) for z in SAILOR_ZONES[:4]], 4),
+    "OPT-350 max thr, <= 1.2 $/iter, 2 zones": (1, [(A, "us-central1-a", 32), (A, "us-central1-b", 32)], 4),
+    "OPT-350 min cost, >= 0.2 iter/s": (1, [(A, Z, 16)], 4),
+    "OPT-350 min cost, >= 0.2 iter/s, 2 zones": (1, [(A, Z, 16)], 4),
+}
+# Sailor's C++ planner, search alone, timed on this machine (issue 19)
+SAILOR_CPP_S = {"OPT-350 128xA100": 0.044, "OPT-350 5 zones x 256 A100": 0.15}
+
+
+def reference(name: str, model: str, gbs: int, kw: dict) -> dict:
+    """Sailor's published plan for ``name`` under our simulator, at its best microbatch size."""
+    pp, groups, tp = SAILOR_PLANS[name]
+    profile, catalog = load_model_profile(model), gpu_catalog()
+    L = profile.num_layers
+    bounds = [round(i * L / pp) for i in range(pp + 1)]
+    dp = sum(n for _, _, n in groups)
+    best = None
+    for mbs in profile.microbatch_sizes(A):
+        if gbs % (mbs * dp):
+            continue
+        reps = tuple(ReplicaGroup(t, z, tp, n) for t, z, n in groups)
+        plan = Plan(model, gbs, mbs, tuple(Stage(a, b, reps) for a, b in zip(bounds, bounds[1:], strict=False)))
+        try:
+            sim = simulate(plan)
+        except InputError:
+            continue
+        if max(sim.memory_per_stage) > catalog[A].memory_gb:
+            continue
+        if kw.get("objective") == "cost":
+            if sim.throughput < kw.get("min_throughput", 0.0):
+                continue
+            key = sim.cost_per_iteration
+        else:
+            if sim.cost_per_iteration > kw.get("budget", float("inf")):
+                continue
+            key = sim.iteration_time
+        if best is None or key < best[0]:
+            best = (key, mbs, sim)
+    if best is None:
+        return {"ref_plan": "Sailor's plan does not fit / meet the constraint under our model"}
+    _, mbs, sim = best
+    return {"ref_iter_s": sim.throughput, "ref_usd_iter": sim.cost_per_iteration,
+            "ref_plan": f"PP{pp} x DP{dp} x TP{tp}, mbs {mbs}, {pp * dp * tp} GPUs, {len(groups)} zone(s)"}
+
+
+def at_least_as_good(row: dict, kw: dict) -> str:
+    if "ref_iter_s" not in row or "iter_s" not in row:
+        return ""
+    if kw.get("objective") == "cost":
+        return "yes" if row["usd_iter"] <= row["ref_usd_iter"] * (1 + 1e-9) else "NO"
+    return "yes" if row["iter_s"] >= row["ref_iter_s"] * (1 - 1e-9) else "NO"
+
+
+def scaling(repeats: int) -> list[dict]:
+    """Search time over pools of growing GPUs, zones and GPU types (search alone, median)."""
+    cases = []
+    for zones in (1, 2, 5):
+        for per_zone in (128, 256, 512, 1024, 2048):
+            cases.append(("OPT-350", 1024, {(A, z): per_zone for z in SAILOR_ZONES[:zones]}, f"{zones} zone(s) x {per_zone} A100"))
+    for total in (128, 512, 1024, 2048, 4096):
+        cases.append(("GPT-Neo-2.7", 2048, {(A, Z): total // 4, (V, Z): 3 * total // 4}, f"A100+V100 {total // 4}-{3 * total // 4}"))
+    rows = []
+    for model, gbs, pool, label in cases:
+        t, res = median_time(lambda model=model, gbs=gbs, pool=pool: plan_job(model, gbs, pool), repeats)
+        row = {"model": model, "pool": label, "gpus": sum(pool.values()), "zones": len({z for _, z in pool}),
+               "types": len({g for g, _ in pool}), "search_s": t, "search_only_s": res.search_time,
+               "layouts": res.evaluated, "iter_s": res.throughput, "plan": shape(res)}
+        rows.append(row)
+        print(f"{label}: {t:.3g} s  {res.evaluated} layouts  {row['plan']}", flush=True)
+    return rows
+
+
 def shape(res) -> str:
     parts = []
     for s in res.plan.stages:
-        g = s.replicas[0]
-        parts.append(f"{g.gpu_type}@{g.zone[-4:]} L{s.first_layer}-{s.last_layer - 1} TP{g.tp}")
+        where = "+".join(f"{g.gpu_type}@{g.zone[-4:]}" + (f"x{g.count}" if len(s.replicas) > 1 else "") for g in s.replicas)
+        parts.append(f"{where} L{s.first_layer}-{s.last_layer - 1} TP{s.replicas[0].tp}")
     zones = len({z for _, z in res.plan.gpus_by_type_zone()})
     return f"PP{res.plan.pp} x DP{res.plan.dp}, mbs {res.plan.microbatch_size}, {res.plan.num_gpus} GPUs, {zones} zone(s): " + "; ".join(parts)
 
@@ -65,6 +150,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-baselines", action="store_true")
+    ap.add_argument("--scaling", action="store_true", help="also time the search over growing pools")
     args = ap.parse_args()
     rows = []
     for name, model, pool, kw, published, baselines in SCENARIOS:
@@ -86,6 +172,11 @@ def main() -> None:
                 row |= {"mem_GB": res.peak_memory_gb, "plan": shape(res), "layouts": res.evaluated}
         if published is not None:
             row["published_s"] = published
+        if name in SAILOR_CPP_S:
+            row["sailor_cpp_s"] = SAILOR_CPP_S[name]
+        if name in SAILOR_PLANS:
+            row |= reference(name, model, gbs, kw)
+            row["ours_ge_ref"] = at_least_as_good(row, kw)
         if baselines and not args.no_baselines:
             for bl, fn in (("homog", homogeneous_plan), ("uniform", uniform_split_plan)):
                 t, res = median_time(lambda fn=fn, model=model, pool=pool, kw=kw, gbs=gbs: fn(model, gbs, pool, **kw), 1)
@@ -94,11 +185,21 @@ def main() -> None:
         print(f"{name}: {row.get('search_s', float('nan')):.3g} s  {row.get('iter_s', float('nan')):.4g} iter/s  "
               f"${row.get('usd_iter', float('nan')):.4g}/iter  {row.get('plan', row.get('result'))}", flush=True)
     print()
-    print_table(rows, ["scenario", "gbs", "search_s", "published_s", "milp_search_s", "iter_s", "milp_iter_s", "usd_iter", "mem_GB", "layouts"])
+    print_table(rows, ["scenario", "gbs", "search_s", "sailor_cpp_s", "published_s", "milp_search_s", "iter_s", "milp_iter_s",
+                       "usd_iter", "mem_GB", "layouts"])
+    print()
+    print_table([r for r in rows if "ref_plan" in r],
+                ["scenario", "iter_s", "usd_iter", "ref_iter_s", "ref_usd_iter", "ours_ge_ref", "ref_plan"])
     if not args.no_baselines:
         print()
         print_table([r for r in rows if "homog_iter_s" in r], ["scenario", "iter_s", "homog_iter_s", "uniform_iter_s", "uniform_search_s"])
     write_json("sailor_search", rows)
+    if args.scaling:
+        print()
+        scale = scaling(args.repeats)
+        print()
+        print_table(scale, ["model", "pool", "gpus", "zones", "types", "search_s", "layouts", "iter_s"])
+        write_json("sailor_search_scaling", scale)
 
 
 if __name__ == "__main__":

@@ -50,12 +50,20 @@ def test_split_dp_is_exact_on_random_instances():
         w[0][1:, :] = np.inf
         w[S - 1][:, :L] = np.inf
         M = int(rng.integers(1, 6))
-        res = best_split(sig, w, y, M, max_dp_calls=None)
         expected = _brute_split(sig, w, y, M)
-        if not np.isfinite(expected):
-            assert res is None
-        else:
-            assert res.exact and res.objective == pytest.approx(expected, rel=1e-12)
+        for enumerate_up_to in (0, 10**6):  # threshold DPs; every split scored at once
+            res = best_split(sig, w, y, M, max_dp_calls=None, enumerate_up_to=enumerate_up_to)
+            if not np.isfinite(expected):
+                assert res is None
+            else:
+                assert res.exact and res.objective == pytest.approx(expected, rel=1e-12)
+            # a cutoff above the optimum keeps it; at the optimum nothing beats it
+            if np.isfinite(expected):
+                kept = best_split(sig, w, y, M, max_dp_calls=None, cutoff=expected * 1.001 + 1e-9,
+                                  enumerate_up_to=enumerate_up_to)
+                assert kept is not None and kept.objective == pytest.approx(expected, rel=1e-12)
+                assert best_split(sig, w, y, M, max_dp_calls=None, cutoff=expected * (1 - 1e-9) - 1e-12,
+                                  enumerate_up_to=enumerate_up_to) is None
 
 
 # --------------------------------------------------------- search vs oracle

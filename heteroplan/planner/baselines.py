@@ -99,7 +99,9 @@ def uniform_split_plan(
                 for max_blocks in (1, 2):
                     for rows in searcher._layouts(pp, mbs, dp, max_blocks):
                         for row in rows:
-                            for blocks in row:
+                            for blocks, spread in row:
+                                if spread is not None:
+                                    continue  # the baseline keeps each stage's replicas in one zone
                                 hw = [b for b in blocks for _ in range(b.stages)]
                                 slow = max((b.pool[0] for b in blocks), key=lambda t: speed[t])
                                 real = Plan(

@@ -1,7 +1,9 @@
 """Exhaustive enumeration of the search's plan space — the oracle the DP search is tested against.
 
 Every microbatch size, data-parallel degree, pipeline depth, one- or two-block layout over
-every (type, zone) pool and TP degree, and every contiguous layer split is built as a
+every (type, zone) pool and TP degree, every homogeneous pipeline whose replicas span a set of
+two or more zones of one type (``span_zones``; replicas placed by
+:func:`~heteroplan.planner.search.spread_replicas`), and every contiguous layer split is built as a
 :class:`Plan` and scored by :func:`heteroplan.planner.simulator.simulate` (an independent
 code path from the search's matrices). Exponential in the pipeline depth: small cases only.
 """
@@ -16,6 +18,7 @@ from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
+from heteroplan.planner.search import spread_replicas
 from heteroplan.planner.simulator import DEFAULT_CONFIG, SimConfig, SimResult, simulate
 
 __all__ = ["enumerate_plans", "brute_force"]
@@ -29,6 +32,7 @@ def enumerate_plans(
     max_pp: int,
     microbatch_sizes: tuple[int, ...] | None = None,
     max_blocks: int = 2,
+    span_zones: bool = True,
 ) -> Iterator[Plan]:
     """Every plan of the search space that respects GPU counts (memory is not checked here)."""
     L = profile.num_layers
@@ -50,6 +54,19 @@ def enumerate_plans(
                 layouts: list[list[tuple[tuple[str, str], int, int]]] = []
                 for p in pools:
                     layouts += [[(p, tp, pp)] for tp in tps(p[0], mbs) if pp * dp * tp <= pool[p]]
+                for gpu in sorted({t for t, _ in pools}) if span_zones else ():
+                    zones = [z for t, z in pools if t == gpu]
+                    for tp in tps(gpu, mbs):
+                        cap = {z: pool[(gpu, z)] // (pp * tp) for z in zones}
+                        for k in range(2, len(zones) + 1):
+                            for chosen in itertools.combinations(zones, k):
+                                spread = spread_replicas(cap, chosen, dp)
+                                if spread is None:
+                                    continue
+                                groups = tuple(ReplicaGroup(gpu, z, tp, n) for z, n in spread)
+                                for cuts in itertools.combinations(range(1, L), pp - 1):
+                                    bounds = (0, *cuts, L)
+                                    yield Plan(profile.name, gbs, mbs, tuple(Stage(bounds[s], bounds[s + 1], groups) for s in range(pp)))
                 if max_blocks >= 2:
                     for a, b in itertools.permutations(pools, 2):
                         for n1 in range(1, pp):
@@ -80,13 +97,14 @@ def brute_force(
     max_pp: int = 2,
     microbatch_sizes: tuple[int, ...] | None = None,
     max_blocks: int = 2,
+    span_zones: bool = True,
     network: NetworkModel | None = None,
     config: SimConfig = DEFAULT_CONFIG,
 ) -> tuple[Plan, SimResult]:
     """Best plan by exhaustive enumeration (same objective and constraints as the search)."""
     network = network or load_network()
     best: tuple[tuple[float, float], Plan, SimResult] | None = None
-    for plan in enumerate_plans(profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks):
+    for plan in enumerate_plans(profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, span_zones):
         sim = simulate(plan, profile=profile, network=network, gpu_types=dict(gpu_types), config=config)
         fits = all(
             m <= gpu_types[s.replicas[0].gpu_type].memory_gb for m, s in zip(sim.memory_per_stage, plan.stages, strict=True)

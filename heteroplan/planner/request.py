@@ -32,6 +32,8 @@ class SearchOptions:
     Attributes:
         max_pp: deepest pipeline tried (default: min(layers, 16)).
         max_blocks: 1 = homogeneous pipelines only, 2 = two (type, zone) blocks.
+        span_zones: also homogeneous pipelines whose data-parallel replicas span zones of one
+            GPU type (the all-reduce ring crosses the zone links; priced in time and egress).
         microbatch_sizes: restrict the microbatch sizes (default: all profiled).
         prune: apply Sailor's pruning (False scans the whole space; slower).
         patience: dp / pp values without improvement before the scan stops.
@@ -44,6 +46,7 @@ class SearchOptions:
 
     max_pp: int | None = None
     max_blocks: int = 2
+    span_zones: bool = True
     microbatch_sizes: tuple[int, ...] | None = None
     prune: bool = True
     patience: int = 2

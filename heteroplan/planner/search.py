@@ -29,6 +29,7 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import combinations
 
 import numpy as np
 
@@ -39,9 +40,37 @@ from heteroplan.planner.split_dp import best_split
 from heteroplan.planner.stage_tables import StageTable, build_stage_table, send_time
 from heteroplan.planner.straggler import clark_max, pipeline_times
 
-__all__ = ["SearchOptions", "Candidate", "Searcher"]  # SearchOptions lives in planner.request
+__all__ = ["SearchOptions", "Candidate", "Searcher", "spread_replicas", "ring_links"]  # SearchOptions lives in planner.request
 
 Pool = tuple[str, str]  # (gpu_type, zone)
+Spread = tuple[tuple[str, int], ...]  # ((zone, replicas), ...) in ring order: a stage's replicas over zones
+Layout = tuple[list[PipelineBlock], Spread | None]
+
+
+def spread_replicas(capacity: dict[str, int], zones: tuple[str, ...], dp: int) -> Spread | None:
+    """``dp`` replicas over ``zones`` (each at least one, at most ``capacity[zone]``), filled in
+    order; None if they do not fit. The canonical assignment of the zone-spanning layouts: the
+    simulated time and egress depend on the zones only (and on which zones hold two or more)."""
+    if len(zones) > dp or sum(capacity[z] for z in zones) < dp or min(capacity[z] for z in zones) < 1:
+        return None
+    counts = dict.fromkeys(zones, 1)
+    left = dp - len(zones)
+    for z in zones:
+        extra = min(left, capacity[z] - 1)
+        counts[z] += extra
+        left -= extra
+    return tuple((z, counts[z]) for z in zones)
+
+
+def ring_links(gpu: str, spread: Spread) -> list[tuple[Pool, Pool]]:
+    """Links of the all-reduce ring over replicas grouped by zone in ``spread`` order (as
+    :func:`~heteroplan.planner.simulator.simulate` walks them): one per zone change, plus the
+    zone's own link where it holds two or more replicas."""
+    zones = [z for z, _ in spread]
+    links = [((gpu, z), (gpu, z)) for z, n in spread if n >= 2]
+    if len(zones) >= 2:
+        links += [((gpu, a), (gpu, b)) for a, b in zip(zones, zones[1:] + zones[:1], strict=True)]
+    return links
 
 
 @dataclass(frozen=True, order=True)
@@ -72,6 +101,7 @@ class Searcher:
         self.evaluated = 0
         self.skipped = 0
         self._comm: dict[tuple, np.ndarray] = {}
+        self._links: dict[tuple, np.ndarray] = {}
         self.why: dict[str, float] = {}
 
     # ------------------------------------------------------------- tables
@@ -94,6 +124,30 @@ class Searcher:
             self._sync[key] = y
         return self._sync[key]
 
+    def link_send(self, src: Pool, dst: Pool, tp: int, mbs: int) -> np.ndarray:
+        """Seconds to send each layer range's gradient (per GPU, ``tp`` GPUs per node) over ``src -> dst``."""
+        key = (src, dst, tp, mbs)
+        if key not in self._links:
+            g = self.table(src[0], tp, mbs).grad_bytes
+            self._links[key] = send_time(self.network, src, dst, tp, np.where(np.isfinite(g), g, 1.0))
+        return self._links[key]
+
+    def ring_sync(self, gpu: str, spread: Spread, tp: int, mbs: int, dp: int) -> tuple[np.ndarray, float]:
+        """All-reduce + update seconds of a stage whose ``dp`` replicas span the zones of ``spread``
+        (the ring's slowest link sets the pace), and the ring's egress $ per iteration (split-independent:
+        the stages' gradients add up to the model's)."""
+        key = (gpu, spread, tp, mbs, dp)
+        if key not in self._sync:
+            tab = self.table(gpu, tp, mbs)
+            finite = np.isfinite(tab.grad_bytes)
+            links = ring_links(gpu, spread)
+            send = np.max([self.link_send(a, b, tp, mbs) for a, b in links], axis=0)
+            y = tab.update + np.where(finite, self.cfg.ring_allreduce_s(dp, send), np.inf)
+            price = sum(self.network.egress_per_gb(a[1], b[1]) for a, b in links)
+            egress = 2 * (dp - 1) / dp * float(tab.grad_bytes[0, self.L]) * tp * price / 1e9
+            self._sync[key] = (y, egress)
+        return self._sync[key]
+
     # ---------------------------------------------------------- evaluate
     def lower_bound(self, blocks: list[PipelineBlock], mbs: int, dp: int) -> tuple[float, float]:
         """Lower bounds (iteration time s, $/iteration) of any split of this layout.
@@ -112,8 +166,12 @@ class Searcher:
         """$/s of the GPUs of a layout."""
         return dp * sum(b.stages * b.tp * self.gpu_types[b.pool[0]].price_per_hour for b in blocks) / 3600.0
 
-    def evaluate(self, blocks: list[PipelineBlock], mbs: int, dp: int) -> Candidate | None:
-        """Best layer split for a block layout; None if nothing fits memory."""
+    def evaluate(
+        self, blocks: list[PipelineBlock], mbs: int, dp: int, spread: Spread | None = None, incumbent: Candidate | None = None
+    ) -> Candidate | None:
+        """Best layer split for a block layout; None if nothing fits memory or nothing beats
+        ``incumbent`` (whose key the split search then prunes against). With ``spread`` (one
+        block) the stages' replicas span the zones of ``spread`` instead of the block's zone."""
         stages = [b for b in blocks for _ in range(b.stages)]
         pp, L = len(stages), self.L
         M = self.gbs // (mbs * dp)
@@ -124,6 +182,7 @@ class Searcher:
         y = np.empty((pp, n, n))
         c_in = np.zeros(n)
         links = np.zeros((pp, n))  # links[s]: transfer seconds out of stage s, by its last layer
+        ring = self.ring_sync(blocks[0].pool[0], spread, blocks[0].tp, mbs, dp) if spread is not None else (None, 0.0)
         for s, blk in enumerate(stages):
             tab = self.table(blk.pool[0], blk.tp, mbs)
             if s + 1 < pp:
@@ -146,24 +205,26 @@ class Searcher:
                 ok[:, :L] = False
             sigma[s] = tab.fb + 2 * (c_in[:, None] + c_out[None, :])
             w[s] = np.where(ok, tab.fb + 2 * c_out[None, :] + egress_t, np.inf)
-            y[s] = self.sync_matrix(blk.pool, blk.tp, mbs, dp)
+            y[s] = self.sync_matrix(blk.pool, blk.tp, mbs, dp) if spread is None else ring[0]
             links[s] = c_out
             c_in = c_out
         self.evaluated += 1
-        res = best_split(sigma, w, y, M, self.options.max_split_dp_calls)
+        cutoff = self._cutoff(incumbent, rate, ring[1], crosses=any(a.pool[1] != b.pool[1] for a, b in zip(stages, stages[1:], strict=False)))
+        res = best_split(sigma, w, y, M, self.options.max_split_dp_calls, cutoff=cutoff)
         if res is None:
-            self.why["memory"] = self.why.get("memory", 0) + 1
+            if not np.isfinite(cutoff):
+                self.why["memory"] = self.why.get("memory", 0) + 1
             return None
         b = np.asarray(res.bounds)
         # w carries egress as its time-equivalent ($ / rate); take it out of the iteration time
-        egress_cost = 0.0
+        egress_cost = ring[1]  # the ring's egress does not depend on the split
         for s in range(pp - 1):
             blk, nxt = stages[s], stages[s + 1]
             if blk.pool[1] != nxt.pool[1]:
                 out = self.table(blk.pool[0], blk.tp, mbs).out_bytes[b[s + 1]]
                 price = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
                 egress_cost += 2 * out * blk.tp * M * dp / 1e9 * price
-        t_iter = res.objective - (egress_cost / rate if rate > 0 else 0.0)
+        t_iter = res.objective - ((egress_cost - ring[1]) / rate if rate > 0 else 0.0)
         if self.cfg.straggler_cv > 0:  # the split was chosen without the noise; its expected time
             t_iter = self._expected_time(stages, b, sigma, links, y, mbs, dp, M)
         cost = rate * t_iter + egress_cost
@@ -176,7 +237,7 @@ class Searcher:
             self.gbs,
             mbs,
             tuple(
-                Stage(int(b[s]), int(b[s + 1]), (ReplicaGroup(blk.pool[0], blk.pool[1], blk.tp, dp),))
+                Stage(int(b[s]), int(b[s + 1]), self._groups(blk, dp, spread))
                 for s, blk in enumerate(stages)
             ),
         )
@@ -191,6 +252,22 @@ class Searcher:
                 return None
             key = (cost, t_iter)
         return Candidate(key, t_iter, cost, mems, plan)
+
+    def _cutoff(self, incumbent: Candidate | None, rate: float, ring_egress: float, crosses: bool) -> float:
+        """Split objective (seconds: time + pipeline egress / rate) that a split must beat to beat
+        ``incumbent``; inf when there is none or when the objective does not bound the key."""
+        if incumbent is None:
+            return np.inf
+        if self.objective == "throughput":
+            # the split objective adds egress / rate to the time: a bound only without egress
+            return incumbent.key[0] if not crosses else np.inf
+        return (incumbent.key[0] - ring_egress) / rate if rate > 0 else np.inf
+
+    @staticmethod
+    def _groups(blk: PipelineBlock, dp: int, spread: Spread | None) -> tuple[ReplicaGroup, ...]:
+        if spread is None:
+            return (ReplicaGroup(blk.pool[0], blk.pool[1], blk.tp, dp),)
+        return tuple(ReplicaGroup(blk.pool[0], z, blk.tp, n) for z, n in spread)
 
     def _expected_time(self, stages: list[PipelineBlock], b: np.ndarray, sigma: np.ndarray, links: np.ndarray,
                        y: np.ndarray, mbs: int, dp: int, M: int) -> float:
@@ -235,12 +312,15 @@ class Searcher:
             chosen.setdefault((a[0], b[0]), (a, b))
         return list(chosen.values())
 
-    def _layouts(self, pp: int, mbs: int, dp: int, max_blocks: int) -> Iterator[list[list[list[PipelineBlock]]]]:
+    def _layouts(self, pp: int, mbs: int, dp: int, max_blocks: int) -> Iterator[list[list[Layout]]]:
         """Groups of layouts as rows (first block's TP) of columns (second block's TP), TP rising."""
-        for pool in self._single_pools() if max_blocks == 1 else ():
-            rows = [[[PipelineBlock(pool, tp, pp)]] for tp in self._tps(pool[0], mbs) if pp * dp * tp <= self.pool[pool]]
-            if rows:
-                yield rows
+        if max_blocks == 1:
+            for pool in self._single_pools():
+                rows = [[([PipelineBlock(pool, tp, pp)], None)] for tp in self._tps(pool[0], mbs) if pp * dp * tp <= self.pool[pool]]
+                if rows:
+                    yield rows
+            if self.options.span_zones:
+                yield from self._spread_layouts(pp, mbs, dp)
         if max_blocks < 2 or pp < 2:
             return
         for a, b in self._pairs():
@@ -249,8 +329,8 @@ class Searcher:
                 for ta in self._tps(a[0], mbs):
                     if n1 * dp * ta > self.pool[a]:
                         continue
-                    row = [
-                        [PipelineBlock(a, ta, n1), PipelineBlock(b, tb, pp - n1)]
+                    row: list[Layout] = [
+                        ([PipelineBlock(a, ta, n1), PipelineBlock(b, tb, pp - n1)], None)
                         for tb in self._tps(b[0], mbs)
                         if (pp - n1) * dp * tb <= self.pool[b]
                         # same type in two zones only when one zone cannot hold the pipeline
@@ -261,15 +341,52 @@ class Searcher:
                 if rows:
                     yield rows
 
-    def _scan_group(self, rows: list[list[list[PipelineBlock]]], mbs: int, dp: int, incumbent: Candidate | None) -> Candidate | None:
-        """Best candidate of a group; with pruning, TP is raised only while it pays (per block)."""
+    def _spread_layouts(self, pp: int, mbs: int, dp: int) -> Iterator[list[list[Layout]]]:
+        """Homogeneous pipelines whose ``dp`` replicas span two or more zones of one GPU type.
+
+        Without pruning: every set of zones that holds the replicas. With pruning: only when no
+        zone holds them alone, the fewest zones that do, and of those the set whose ring is
+        fastest (then cheapest in egress)."""
+        for gpu in sorted({t for t, _ in self.pool}):
+            zones = sorted(z for t, z in self.pool if t == gpu)
+            if len(zones) < 2:
+                continue
+            groups: dict[tuple[str, ...], list[list[Layout]]] = {}
+            for tp in self._tps(gpu, mbs):
+                cap = {z: self.pool[(gpu, z)] // (pp * tp) for z in zones}
+                if self.options.prune and max(cap.values()) >= dp:
+                    continue
+                sets = [c for k in range(2, len(zones) + 1) for c in combinations(zones, k)]
+                spreads = [sp for c in sets if (sp := spread_replicas(cap, c, dp)) is not None]
+                if self.options.prune and spreads:
+                    fewest = min(len(sp) for sp in spreads)
+                    spreads = [min((sp for sp in spreads if len(sp) == fewest), key=lambda sp: self._ring_rank(gpu, sp, tp, mbs))]
+                for sp in spreads:
+                    key = () if self.options.prune else tuple(z for z, _ in sp)
+                    groups.setdefault(key, []).append([([PipelineBlock((gpu, sp[0][0]), tp, pp)], sp)])
+            yield from groups.values()
+
+    def _ring_rank(self, gpu: str, spread: Spread, tp: int, mbs: int) -> tuple[float, float]:
+        """(seconds of the ring's slowest link for the whole model's gradient, egress $/GB summed
+        over the ring's edges): how good a zone-spanning ring is, for choosing among zone sets."""
+        links = ring_links(gpu, spread)
+        slowest = max(float(self.link_send(a, b, tp, mbs)[0, self.L]) for a, b in links)
+        return slowest, sum(self.network.egress_per_gb(a[1], b[1]) for a, b in links)
+
+    def _scan_group(
+        self, rows: list[list[Layout]], mbs: int, dp: int, incumbent: Candidate | None, local: Candidate | None = None
+    ) -> Candidate | None:
+        """Best candidate of a group; with pruning, TP is raised only while it pays (per block).
+
+        ``local`` (the best of this ``dp`` so far, which the scan's patience compares against)
+        is the cutoff of each layout's split search: a layout that cannot beat it is not priced out."""
         prune = self.options.prune
         best_group: Candidate | None = None
         prev_row: Candidate | None = None
         for row in rows:
             best_row: Candidate | None = None
             prev: Candidate | None = None
-            for blocks in row:
+            for blocks, spread in row:
                 t_lb, c_lb = self.lower_bound(blocks, mbs, dp)
                 if self.objective == "throughput" and self.budget is not None and c_lb > self.budget:
                     self.why["budget_lb"] = min(self.why.get("budget_lb", np.inf), c_lb)
@@ -283,7 +400,8 @@ class Searcher:
                 if inc is not None and (t_lb if self.objective == "throughput" else c_lb) >= inc.key[0]:
                     self.skipped += 1
                     continue
-                cand = self.evaluate(blocks, mbs, dp)
+                cutoff = local if self.options.prune else inc
+                cand = self.evaluate(blocks, mbs, dp, spread, cutoff)
                 if cand is None:
                     continue
                 if best_row is None or cand < best_row:
@@ -306,12 +424,34 @@ class Searcher:
         t0 = time.perf_counter()
         self._incumbent: Candidate | None = None
         passes = (1, 2) if self.options.max_blocks >= 2 else (1,)
+        if self.options.prune:
+            self._seed()
         for blocks in passes:
             self._scan(blocks)
         stats = {"search_time": time.perf_counter() - t0, "evaluated": self.evaluated, "skipped": self.skipped}
         if self._incumbent is None:
             raise InfeasibleError(self._reason())
         return self._incumbent, stats
+
+    def _seed(self) -> None:
+        """An early incumbent so that the lower bounds prune small-``dp`` layouts from the start:
+        one-stage pipelines on each pool (the pruned pools) at the largest ``dp`` its GPUs hold,
+        for every microbatch size and TP degree (cheap: a one-stage split has nothing to choose)."""
+        for mbs in self._microbatch_sizes():
+            per = self.gbs // mbs
+            for pool in self._single_pools():
+                for tp in self._tps(pool[0], mbs):
+                    dp = max((d for d in range(1, min(per, self.pool[pool] // tp) + 1) if per % d == 0), default=0)
+                    if dp:
+                        self._offer(self.evaluate([PipelineBlock(pool, tp, 1)], mbs, dp))
+
+    def _microbatch_sizes(self) -> list[int]:
+        """Microbatch sizes to scan: profiled for a pool's type, allowed by the options, dividing the batch."""
+        types = {p[0] for p in self.pool}
+        mbs_all = sorted({m for t in types for m in self.profile.microbatch_sizes(t)})
+        if self.options.microbatch_sizes:
+            mbs_all = [m for m in mbs_all if m in self.options.microbatch_sizes]
+        return [m for m in mbs_all if self.gbs % m == 0]
 
     def _offer(self, cand: Candidate | None) -> None:
         if cand is not None and (self._incumbent is None or cand < self._incumbent):
@@ -320,14 +460,8 @@ class Searcher:
     def _scan(self, max_blocks: int) -> None:
         total = sum(self.pool.values())
         max_pp = self.options.max_pp or min(self.L, 16)
-        types = {p[0] for p in self.pool}
-        mbs_all = sorted({m for t in types for m in self.profile.microbatch_sizes(t)})
-        if self.options.microbatch_sizes:
-            mbs_all = [m for m in mbs_all if m in self.options.microbatch_sizes]
         patience = self.options.patience if self.options.prune else math.inf
-        for mbs in mbs_all:
-            if self.gbs % mbs:
-                continue
+        for mbs in self._microbatch_sizes():
             per = self.gbs // mbs
             dps = [d for d in range(1, min(per, total) + 1) if per % d == 0]
             best: Candidate | None = None  # best of this mbs: drives the patience counters
@@ -340,7 +474,8 @@ class Searcher:
                         break
                     best_pp: Candidate | None = None
                     for rows in self._layouts(pp, mbs, dp, max_blocks):
-                        cand = self._scan_group(rows, mbs, dp, self._incumbent)
+                        local = min((c for c in (best_dp, best_pp) if c is not None), default=None)
+                        cand = self._scan_group(rows, mbs, dp, self._incumbent, local)
                         self._offer(cand)
                         if cand is not None and (best_pp is None or cand < best_pp):
                             best_pp = cand

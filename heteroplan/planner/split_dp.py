@@ -15,6 +15,9 @@ found: exact when the number of DP calls is not capped.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
+from itertools import combinations
+from math import comb
 
 import numpy as np
 
@@ -87,15 +90,57 @@ def _min_sum_batch(w: np.ndarray, b_thr: np.ndarray, y_thr: np.ndarray, sig: np.
     return prev[:, -1], bounds
 
 
+@lru_cache(maxsize=256)
+def _all_splits(stages: int, layers: int) -> np.ndarray:
+    """Every contiguous split of ``layers`` layers into ``stages`` stages: (K, stages + 1) bounds."""
+    cuts = np.array(list(combinations(range(1, layers), stages - 1)), dtype=np.int64)
+    out = np.empty((max(len(cuts), 1), stages + 1), dtype=np.int64)
+    out[:, 0], out[:, -1] = 0, layers
+    if stages > 1:
+        out[:, 1:-1] = cuts
+    out.setflags(write=False)
+    return out
+
+
+def _enumerated_split(sigma: np.ndarray, w: np.ndarray, y: np.ndarray, weight: int, cutoff: float) -> SplitResult | None:
+    """Best split by scoring every split at once (few stages: cheaper than the threshold DPs)."""
+    S, n, _ = w.shape
+    bnd = _all_splits(S, n - 1)
+    idx = np.arange(S)
+    a, b = bnd[:, :-1], bnd[:, 1:]
+    ws = w[idx, a, b]
+    wsum = ws.sum(axis=1)
+    s_max = sigma[idx, a, b].max(axis=1)
+    y_max = y[idx, a, b].max(axis=1)
+    total = np.where(np.isfinite(wsum), weight * s_max + wsum + y_max, np.inf)
+    k = int(np.argmin(total))
+    if not np.isfinite(total[k]) or total[k] >= cutoff:
+        return None
+    return SplitResult(tuple(int(x) for x in bnd[k]), float(total[k]), float(s_max[k]), float(wsum[k]), float(y_max[k]), True)
+
+
 def best_split(
-    sigma: np.ndarray, w: np.ndarray, y: np.ndarray, microbatches: int, max_dp_calls: int | None = 4096, chunk: int = 32
+    sigma: np.ndarray,
+    w: np.ndarray,
+    y: np.ndarray,
+    microbatches: int,
+    max_dp_calls: int | None = 4096,
+    chunk: int = 32,
+    cutoff: float = np.inf,
+    enumerate_up_to: int = 20000,
 ) -> SplitResult | None:
-    """Minimize ``(M-1) max sigma + sum w + max y`` over contiguous splits (None if none is allowed).
+    """Minimize ``(M-1) max sigma + sum w + max y`` over contiguous splits (None if none is allowed,
+    or none has an objective below ``cutoff``).
 
     Arrays are ``(S, L+1, L+1)``; entries that are ``inf`` in ``w`` are forbidden.
     Threshold DPs run batched (``chunk`` at a time); ``max_dp_calls`` caps how many
-    threshold pairs are tried (``None``: no cap, exact).
+    threshold pairs are tried (``None``: no cap, exact). ``cutoff`` (the caller's incumbent) prunes
+    every threshold whose lower bound reaches it: the search then only proves the layout loses.
+    With at most ``enumerate_up_to`` (splits x stages) every split is scored at once instead (exact).
     """
+    S, n, _ = w.shape
+    if comb(n - 2, S - 1) * S <= enumerate_up_to:
+        return _enumerated_split(sigma, w, y, microbatches - 1, cutoff)
     allowed = np.isfinite(w)
     w_min, bounds = _min_sum(w)
     if bounds is None:
@@ -114,15 +159,33 @@ def best_split(
         y_max = yy[idx, a, b].max(axis=1)
         return np.stack([weight * s_max + w_sum + y_max, s_max, w_sum, y_max], axis=1)
 
-    best = evaluate(bounds[None])[0]
-    best_bounds = bounds
+    best = first = evaluate(bounds[None])[0]
+    best_bounds: np.ndarray | None = bounds
+    if cutoff <= best[0]:
+        best, best_bounds = np.array([cutoff, np.inf, np.inf, np.inf]), None
     b_star, y_star = _min_max(sig), _min_max(yy)
     calls, exact = 1, True
 
-    def run(b_thr: np.ndarray, y_thr: np.ndarray, lower: np.ndarray | None = None) -> np.ndarray:
-        """Threshold DPs in chunks, in the given order; stops once ``lower`` cannot beat the incumbent."""
-        nonlocal best, best_bounds, calls
+    def offer(v: np.ndarray, bnd: np.ndarray) -> np.ndarray:
+        """Take the best of a batch of threshold DP results (min sums ``v``, splits ``bnd``) as the
+        incumbent if it wins; returns each split's max y (inf where the DP found none)."""
+        nonlocal best, best_bounds
+        y_of = np.full(len(v), np.inf)
+        good = np.isfinite(v)
+        if good.any():
+            ev = evaluate(bnd[good])
+            y_of[good] = ev[:, 3]
+            k = int(np.argmin(ev[:, 0]))
+            if ev[k, 0] < best[0]:
+                best, best_bounds = ev[k], bnd[good][k]
+        return y_of
+
+    def run(b_thr: np.ndarray, y_thr: np.ndarray, lower: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Threshold DPs in chunks, in the given order; stops once ``lower`` cannot beat the incumbent.
+        Returns each threshold's min sum w and the max y of the split that reaches it (inf: not run)."""
+        nonlocal calls
         vals = np.full(len(b_thr), np.inf)
+        y_of = np.full(len(b_thr), np.inf)
         lo, size = 0, 2
         while lo < len(b_thr):
             if lower is not None and lower[lo] >= best[0]:
@@ -132,15 +195,31 @@ def best_split(
                 hi = lo + max(1, int(np.searchsorted(lower[lo:hi], best[0])))
             v, bnd = _min_sum_batch(w, b_thr[lo:hi], y_thr[lo:hi], sig, yy)
             vals[lo:hi] = v
-            good = np.isfinite(v)
-            if good.any():
-                ev = evaluate(bnd[good])
-                k = int(np.argmin(ev[:, 0]))
-                if ev[k, 0] < best[0]:
-                    best, best_bounds = ev[k], bnd[good][k]
+            y_of[lo:hi] = offer(v, bnd)
             lo, size = hi, min(2 * size, chunk)
         calls += len(b_thr)
-        return vals
+        return vals, y_of
+
+    def pairs(b_thr: np.ndarray, y_thr: np.ndarray, lower: np.ndarray) -> None:
+        """Threshold DPs over (B, Y) pairs in increasing order of ``lower``. A pair run at (B, Y)
+        with min sum ``W`` raises the bound of every pair (B', Y') <= (B, Y) to
+        ``(M-1) B' + W + Y'`` (tighter thresholds never lower the min sum); pairs whose bound
+        reaches the incumbent are dropped."""
+        nonlocal calls
+        size = 2
+        while len(b_thr) and lower[0] < best[0]:
+            hi = max(1, int(np.searchsorted(lower[:size], best[0])))
+            v, bnd = _min_sum_batch(w, b_thr[:hi], y_thr[:hi], sig, yy)
+            calls += hi
+            offer(v, bnd)
+            rb, ry, rl = b_thr[hi:], y_thr[hi:], lower[hi:]
+            dominated = (rb[:, None] <= b_thr[None, :hi]) & (ry[:, None] <= y_thr[None, :hi])
+            w_lb = np.max(np.where(dominated, v[None, :], -np.inf), axis=1, initial=-np.inf)
+            rl = np.maximum(rl, (weight * rb if weight > 0 else 0.0) + w_lb + ry)  # B = inf when M = 1
+            keep = rl < best[0]
+            order = np.argsort(rl[keep], kind="stable")
+            b_thr, y_thr, lower = rb[keep][order], ry[keep][order], rl[keep][order]
+            size = min(2 * size, chunk)
 
     # 1) bottleneck thresholds, y unbounded
     if weight > 0:
@@ -148,20 +227,24 @@ def best_split(
         b_cands = b_cands[weight * b_cands + w_min + y_star < best[0]]
         if max_dp_calls is not None and len(b_cands) > max_dp_calls // 2:
             b_cands, exact = b_cands[: max_dp_calls // 2], False
-        w_b = run(b_cands, np.full(len(b_cands), np.inf), weight * b_cands + w_min + y_star)
+        w_b, y_b = run(b_cands, np.full(len(b_cands), np.inf), weight * b_cands + w_min + y_star)
         lb_b = weight * b_cands
     else:
-        b_cands, w_b, lb_b = np.array([np.inf]), np.array([w_min]), np.array([0.0])
+        b_cands, w_b, lb_b, y_b = np.array([np.inf]), np.array([w_min]), np.array([0.0]), np.array([first[3]])
     # 2) (bottleneck, sync) pairs whose lower bound can still beat the incumbent
     y_cands = np.unique(yy[np.isfinite(yy) & (yy >= y_star)])
     if len(b_cands) and len(y_cands):
         base = lb_b + w_b
         bb, yv = np.meshgrid(np.arange(len(b_cands)), y_cands, indexing="ij")
-        keep = (base[bb] + yv < best[0]) & np.isfinite(base[bb])
+        # a pair (B, Y) with Y at or above the max y of the split found at B alone finds nothing
+        # better: that split already meets Y with the least sum w under B
+        keep = (base[bb] + yv < best[0]) & np.isfinite(base[bb]) & (yv < y_b[bb])
         bb, yv = bb[keep], yv[keep]
         order = np.argsort(base[bb] + yv, kind="stable")
         bb, yv = bb[order], yv[order]
         if max_dp_calls is not None and len(bb) > max_dp_calls - calls:
             bb, yv, exact = bb[: max(max_dp_calls - calls, 0)], yv[: max(max_dp_calls - calls, 0)], False
-        run(b_cands[bb], yv, base[bb] + yv)
+        pairs(b_cands[bb], yv, base[bb] + yv)
+    if best_bounds is None:
+        return None
     return SplitResult(tuple(int(b) for b in best_bounds), float(best[0]), float(best[1]), float(best[2]), float(best[3]), exact)
