@@ -32,7 +32,7 @@ from heteroplan.errors import InfeasibleError, InputError
 from heteroplan.formulations.model import Model
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile
-from heteroplan.planner.sim_config import SimConfig
+from heteroplan.planner.sim_config import PlatformConfigs, SimConfig
 
 __all__ = ["ReplicaKind", "ResourceChoice", "replica_kinds", "build_resource_model", "choose_resources", "narrow_pool"]
 
@@ -74,11 +74,11 @@ def replica_kinds(
     *,
     max_pp: int = 8,
     network: NetworkModel | None = None,
-    config: SimConfig | None = None,
+    config: SimConfig | PlatformConfigs | None = None,
 ) -> list[ReplicaKind]:
     """Simulated replica kinds per (type, zone) of ``pool``: every (mbs, tp, pp) that fits memory,
     keeping for each (type, GPUs per replica) the fastest, with simulator constants ``config``
-    (default: ``DEFAULT_CONFIG``, the shipped data's calibration)."""
+    (default: ``SHIPPED_PLATFORMS``, the shipped data's calibration per GPU type)."""
     from heteroplan.planner.search import Searcher, SearchOptions, _Block
 
     network = network or load_network()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,8 +16,10 @@ from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import load_model_profile
 from heteroplan.planner.plan import Plan
 from heteroplan.planner.search import Searcher, SearchOptions
-from heteroplan.planner.sim_config import load_sim_config
+from heteroplan.planner.sim_config import load_platforms
 from heteroplan.planner.simulator import simulate
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["PlanResult", "plan_job", "normalize_pool", "OBJECTIVES"]
 
@@ -132,8 +135,9 @@ def plan_job(
             ``"cost"`` (min $/iteration, optionally under a floor ``min_throughput`` iter/s).
         gpu_types: GPU catalog (memory, GPUs per node, $/h).
         options: search knobs; default ``SearchOptions()``, whose simulator constants are the
-            calibrated ``DEFAULT_CONFIG`` for shipped data and, when ``data_dir`` is given,
-            its ``sim_config.json`` (``heteroplan profile --calibrate``) or ``PROFILED_CONFIG``.
+            shipped table per GPU type (``SHIPPED_PLATFORMS``) for shipped data and, when
+            ``data_dir`` is given, its ``sim_config.json`` (``heteroplan profile --calibrate``) over
+            ``PROFILED_CONFIG``; ``result.extra["uncalibrated_gpu_types"]`` names the plan's GPU types that had none.
         network: network model (default: that of ``data_dir``).
         data_dir: directory of profiles and network files written by
             :mod:`heteroplan.runtime.profiler` (default: the shipped Sailor data).
@@ -161,7 +165,7 @@ def plan_job(
         if z not in network.zones:
             raise InputError("pool.zone", z, f"no network measurements; known zones: {list(network.zones)}")
     if options is None:
-        options = SearchOptions() if data_dir is None else SearchOptions(config=load_sim_config(data_dir))
+        options = SearchOptions() if data_dir is None else SearchOptions(config=load_platforms(data_dir))
     t0 = time.perf_counter()
     extra: dict[str, Any] = {}
     search_pool = usable
@@ -183,6 +187,10 @@ def plan_job(
         except InfeasibleError as exc:
             raise _explain(exc, profile, network, types, usable, gbs, objective, budget, min_throughput, options) from None
     sim = simulate(best.plan, profile=profile, network=network, gpu_types=types, config=options.config)
+    if sim.uncalibrated:
+        extra["uncalibrated_gpu_types"] = list(sim.uncalibrated)
+        _log.warning("no simulator calibration for %s: planned with the uncalibrated default constants",
+                     ", ".join(sim.uncalibrated))
     return PlanResult(
         best.plan,
         sim.iteration_time,

@@ -16,7 +16,13 @@ from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
-from heteroplan.planner.simulator import DEFAULT_CONFIG, SimConfig, SimResult, simulate
+from heteroplan.planner.simulator import (
+    SHIPPED_PLATFORMS,
+    PlatformConfigs,
+    SimConfig,
+    SimResult,
+    simulate,
+)
 
 __all__ = ["enumerate_plans", "brute_force"]
 
@@ -81,7 +87,7 @@ def brute_force(
     microbatch_sizes: tuple[int, ...] | None = None,
     max_blocks: int = 2,
     network: NetworkModel | None = None,
-    config: SimConfig = DEFAULT_CONFIG,
+    config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS,
 ) -> tuple[Plan, SimResult]:
     """Best plan by exhaustive enumeration (same objective and constraints as the search)."""
     network = network or load_network()

@@ -36,10 +36,16 @@ from heteroplan.cluster import GPUType
 from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_network import NetworkModel
 from heteroplan.perf.sailor_profiles import ModelProfile
+from heteroplan.planner.comm import allreduce_s, pipeline_bytes, pipeline_send_s
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
-from heteroplan.planner.simulator import DEFAULT_CONFIG, SimConfig
+from heteroplan.planner.sim_config import (
+    SHIPPED_PLATFORMS,
+    PlatformConfigs,
+    SimConfig,
+    as_platforms,
+)
 from heteroplan.planner.split_dp import best_split
-from heteroplan.planner.stage_tables import StageTable, build_stage_table, send_time
+from heteroplan.planner.stage_tables import StageTable, build_stage_table
 from heteroplan.planner.straggler import clark_max, pipeline_times
 
 __all__ = ["SearchOptions", "Candidate", "Searcher"]
@@ -61,7 +67,7 @@ class SearchOptions:
         narrow_with_milp: first choose GPUs per (type, zone) with the resource MILP
             (:mod:`heteroplan.formulations.sailor`) and search only that part of the pool
             (falls back to the whole pool if nothing fits there).
-        config: simulator constants.
+        config: simulator constants, one for every GPU type or a table per type (default: the shipped table).
     """
 
     max_pp: int | None = None
@@ -71,7 +77,7 @@ class SearchOptions:
     patience: int = 2
     max_split_dp_calls: int | None = 4096
     narrow_with_milp: bool = False
-    config: SimConfig = DEFAULT_CONFIG
+    config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS
 
 
 @dataclass(frozen=True, order=True)
@@ -112,7 +118,7 @@ class Searcher:
         self.gbs, self.objective = gbs, objective
         self.budget, self.min_throughput = budget, min_throughput
         self.options = options
-        self.cfg = options.config
+        self.cfg = as_platforms(options.config)
         self.L = profile.num_layers
         self._tables: dict[tuple[str, int, int], StageTable] = {}
         self._sync: dict[tuple[str, int, int, int], np.ndarray] = {}
@@ -125,7 +131,7 @@ class Searcher:
     def table(self, gpu: str, tp: int, mbs: int) -> StageTable:
         key = (gpu, tp, mbs)
         if key not in self._tables:
-            self._tables[key] = build_stage_table(self.profile, self.network, gpu, "", tp, mbs, self.cfg)
+            self._tables[key] = build_stage_table(self.profile, self.network, gpu, "", tp, mbs, self.cfg.for_gpu(gpu))
         return self._tables[key]
 
     def sync_matrix(self, pool: Pool, tp: int, mbs: int, dp: int) -> np.ndarray:
@@ -136,7 +142,7 @@ class Searcher:
             y = tab.update.copy()
             if dp > 1:
                 g = np.where(np.isfinite(tab.grad_bytes), tab.grad_bytes, 1.0)
-                ar = self.cfg.ring_allreduce_s(dp, send_time(self.network, pool, pool, tp, g))
+                ar = allreduce_s(self.network, {(pool, pool)}, tp, dp, g, self.cfg.for_gpu(pool[0]))
                 y = y + np.where(np.isfinite(tab.grad_bytes), ar, np.inf)
             self._sync[key] = y
         return self._sync[key]
@@ -177,12 +183,12 @@ class Searcher:
                 nxt = stages[s + 1]
                 ckey = (blk.pool, nxt.pool, blk.tp, mbs)
                 if ckey not in self._comm:
-                    self._comm[ckey] = self.cfg.transfer_latency_s + send_time(
-                        self.network, blk.pool, nxt.pool, blk.tp, tab.out_bytes
+                    self._comm[ckey] = pipeline_send_s(
+                        self.network, blk.pool, nxt.pool, blk.tp, tab.out_bytes, self.cfg.for_gpu(blk.pool[0])
                     )
                 c_out = self._comm[ckey]
                 egress = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
-                egress_t = 2 * tab.out_bytes * blk.tp * M * dp / 1e9 * egress / rate if egress and rate > 0 else 0.0
+                egress_t = 2 * pipeline_bytes(tab.out_bytes, blk.tp, self.cfg.for_gpu(blk.pool[0])) * M * dp / 1e9 * egress / rate if egress and rate > 0 else 0.0
             else:
                 c_out, egress_t = np.zeros(n), 0.0
             mem = tab.memory(min(pp - s, M))
@@ -209,9 +215,9 @@ class Searcher:
             if blk.pool[1] != nxt.pool[1]:
                 out = self.table(blk.pool[0], blk.tp, mbs).out_bytes[b[s + 1]]
                 price = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
-                egress_cost += 2 * out * blk.tp * M * dp / 1e9 * price
+                egress_cost += 2 * pipeline_bytes(out, blk.tp, self.cfg.for_gpu(blk.pool[0])) * M * dp / 1e9 * price
         t_iter = res.objective - (egress_cost / rate if rate > 0 else 0.0)
-        if self.cfg.straggler_cv > 0:  # the split was chosen without the noise; its expected time
+        if self._cv(stages) > 0:  # the split was chosen without the noise; its expected time
             t_iter = self._expected_time(stages, b, sigma, links, y, mbs, dp, M)
         cost = rate * t_iter + egress_cost
         mems = tuple(
@@ -247,8 +253,12 @@ class Searcher:
         step = sigma[idx, b[:-1], b[1:]]
         fixed = fb.sum() + 2 * links[idx, b[1:]].sum()
         mean, sd = pipeline_times(np.repeat(fb[:, None], dp, axis=1), np.repeat(step[:, None], dp, axis=1),
-                                  np.full(dp, fixed), np.full(dp, M), self.cfg.straggler_cv)
+                                  np.full(dp, fixed), np.full(dp, M), self._cv(stages))
         return float(clark_max(mean, sd)[0]) + float(y[idx, b[:-1], b[1:]].max())
+
+    def _cv(self, stages: list[_Block]) -> float:
+        """Rank speed noise of a layout: the largest of its GPU types' (as ``simulate`` takes it)."""
+        return max(self.cfg.for_gpu(blk.pool[0]).straggler_cv for blk in stages)
 
     # ------------------------------------------------------------- layouts
     def _tps(self, gpu: str, mbs: int) -> list[int]:
