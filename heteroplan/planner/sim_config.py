@@ -67,10 +67,10 @@ class SimConfig:
             slowest at the all-reduce, so balanced replicas lose time and a replica with slack
             or a single one loses none (:mod:`heteroplan.planner.straggler`); 0 in Sailor's model.
         replicated_tp_sends: how a TP group hands an activation (or its gradient) to the next
-            stage: 0 = once (Megatron's scatter/gather, Sailor's runtime: each of the ``tp`` ranks
-            sends ``1/tp`` of it, the receivers all-gather inside their node), 1 = every TP rank
-            sends the whole replicated activation to its peer (heteroplan's runtime: ``tp`` times
-            the bytes through the node's NIC). Not fitted: a property of the training framework.
+            stage: 0 = it crosses once, as one flow (Sailor's runtime, the measured runs), 1 =
+            every TP rank sends the whole replicated activation to its peer (heteroplan's
+            runtime: ``tp`` flows through the node's NIC at once); see :mod:`heteroplan.planner.comm`.
+            Not fitted: a property of the training framework.
         allreduce_bucket_bytes: gradient bytes per all-reduce bucket (0: one all-reduce of the
             whole stage); each bucket is a ring of its own, paying the latency and the bandwidth
             of its message size.
@@ -215,9 +215,11 @@ def as_platforms(config: SimConfig | PlatformConfigs) -> PlatformConfigs:
 # heteroplan's runtime sends the replicated activation from every TP rank.
 PROFILED_CONFIG = SimConfig(replicated_tp_sends=1.0)
 
-# A GPU type of the shipped data without its own row: the model's physics with no fitted
-# constant (profiled compute as measured, no framework memory); results name the types that used it.
-UNCALIBRATED_CONFIG = SimConfig()
+# A GPU type of the shipped data without its own row: profiled compute as measured (no time
+# constant), and the framework memory of the one platform whose memory the model explains
+# (GH200: 4.5 GB per GPU and 2.33 layers of backward buffers, rounded), so that a type without
+# calibration is not planned into memory it lacks. Results name the types that used it.
+UNCALIBRATED_CONFIG = SimConfig(overhead_gb=4.5, working_layers=2.33)
 
 
 def _shipped_platforms() -> PlatformConfigs:
