@@ -164,3 +164,28 @@ def test_shipped_table_has_plausible_constants_for_both_platforms() -> None:
         assert c.replicated_tp_sends == 0  # measured with Sailor's runtime
     assert as_platforms(ONCE).for_gpu("anything") == ONCE
     assert math.isclose(SHIPPED_PLATFORMS.for_gpu("RTX-2080").compute_scale, SHIPPED_PLATFORMS.for_gpu("Titan-RTX").compute_scale)
+
+
+POOLS = [
+    {("RTX-2080", "us-central1-a"): 16},
+    {("RTX-3090", "us-central1-a"): 8, ("RTX-2080", "us-central1-a"): 16},
+    {("Titan-RTX", "us-central1-a"): 8, ("RTX-2080", "us-central1-a"): 8},
+    {("GH-96", "us-central1-a"): 4, ("RTX-3090", "us-central1-a"): 8},
+    {("GH-96", "us-central1-a"): 8, ("A100-40", "us-central1-a"): 8},
+]
+
+
+@pytest.mark.parametrize("objective", ["throughput", "cost"])
+@pytest.mark.parametrize("pool", POOLS, ids=lambda p: "+".join(f"{n}x{t}" for (t, _), n in p.items()))
+def test_every_plan_the_search_returns_fits_memory_under_per_platform_constants(pool, objective) -> None:
+    from heteroplan.planner.simulator import gpu_catalog
+
+    catalog = gpu_catalog()
+    res = plan_job("OPT-350", 64, pool, objective)
+    sim = simulate(res.plan)
+    assert res.iteration_time == pytest.approx(sim.iteration_time, rel=1e-9)
+    assert res.extra["search_iteration_time"] == pytest.approx(sim.iteration_time, rel=1e-9)
+    for mem, stage in zip(sim.memory_per_stage, res.plan.stages, strict=True):
+        for g in stage.replicas:
+            assert mem <= catalog[g.gpu_type].memory_gb
+            assert g.tp <= catalog[g.gpu_type].gpus_per_node
