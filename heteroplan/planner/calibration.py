@@ -44,7 +44,7 @@ _RESTARTS = 5
 # Plausible range of each constant (its physical meaning bounds it); a fit that stops at a bound
 # is reported (Calibration.at_bound): the model misses something the constant is bending to absorb.
 BOUNDS = {
-    "compute_scale": (0.5, 2.0),  # training loop vs profiler speed
+    "compute_scale": (0.25, 4.0),  # training loop vs profiler speed
     "microbatch_overhead_s": (-0.01, 0.1),  # framework seconds per microbatch and stage (ms; < 0: profiler sync)
     "transfer_latency_s": (0.0, 1.0),  # seconds per point-to-point transfer
     "allreduce_latency_s": (0.0, 1.0),  # seconds per ring step
