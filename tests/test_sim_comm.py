@@ -104,9 +104,9 @@ def test_simulate_charges_the_formula_and_bills_cross_zone_bytes(tp) -> None:
 
     real = load_model_profile("OPT-350")
     profile = type(real)(real.name, real.num_layers, real.params, real.act_out, real.act_mem,
-                         {("T", m, t): v for (g, m, t), v in real.compute.items() if g == "GH-96"})
+                         {("T", m, t): v for (g, m, t), v in real.compute.items() if g == "RTX-3090"})
     if not profile.has("T", 2, tp):
-        pytest.skip(f"no GH-96 profile at tp {tp}")
+        pytest.skip(f"no RTX-3090 profile at tp {tp}")
     types = {"T": GPUType("T", 96, 8, 1.0)}
     n = 4 * real.act_out[tp][12] * 2
     for cfg, copies in ((ONCE, 1), (REPLICATED, tp)):
@@ -125,6 +125,7 @@ def test_a_gpu_type_without_calibration_uses_the_default_and_says_so(caplog) -> 
     assert chosen.uncalibrated == ()
     result = plan_job("OPT-350", 64, {("A100-40", "us-central1-a"): 4})
     assert result.extra["uncalibrated_gpu_types"] == ["A100-40"]
+    assert result.to_dict()["uncalibrated_gpu_types"] == ["A100-40"] and "A100-40" in result.describe().splitlines()[-1]
     assert "uncalibrated" in caplog.text
     gh = plan_job("OPT-350", 64, {("GH-96", "us-central1-a"): 4})
     assert "uncalibrated_gpu_types" not in gh.extra

@@ -64,6 +64,7 @@ class PlanResult:
             "search_time_s": self.search_time,
             "evaluated": self.evaluated,
             "gpus": {f"{t}@{z}": n for (t, z), n in self.plan.gpus_by_type_zone().items()},
+            "uncalibrated_gpu_types": list(self.extra.get("uncalibrated_gpu_types", [])),
         }
 
     def describe(self) -> str:
@@ -74,6 +75,9 @@ class PlanResult:
             f"(per stage: {', '.join(f'{m:.3g}' for m in self.memory_per_gpu)})"
         )
         lines.append(f"  search: {self.search_time:.3g} s, {self.evaluated} layouts")
+        if self.extra.get("uncalibrated_gpu_types"):
+            lines.append("  no simulator calibration for " + ", ".join(self.extra["uncalibrated_gpu_types"])
+                         + ": predicted with the uncalibrated default constants")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
