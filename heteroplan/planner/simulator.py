@@ -6,8 +6,8 @@ Model (units: seconds, bytes, GB, $):
   of its layers' profiled forward/backward times on that replica's GPU type and TP degree.
 - Activations: between stages ``s`` and ``s+1`` the TP group hands one microbatch's output
   (``4 * act_out * mbs`` bytes) to its peer group, and the gradient comes back the same way:
-  ``c_s`` each (:mod:`heteroplan.planner.comm`: once or ``tp`` copies through the node's NIC,
-  ``tp`` concurrent flows, plus ``transfer_latency_s``).
+  ``c_s`` each (:mod:`heteroplan.planner.comm`: one flow of the whole activation, or ``tp``
+  replicated flows sharing the node's NIC, plus ``transfer_latency_s``).
 - 1F1B pipeline with blocking point-to-point: a stage's steady-state step is
   ``sigma_s = f_s + b_s + 2 (c_{s-1} + c_s)``; with ``M`` microbatches
   ``T_pipe = (M - 1) max_s sigma_s + sum_s (f_s + b_s) + 2 sum_s c_s``, where ``f + b`` is
