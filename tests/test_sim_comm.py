@@ -190,3 +190,17 @@ def test_every_plan_the_search_returns_fits_memory_under_per_platform_constants(
         for g in stage.replicas:
             assert mem <= catalog[g.gpu_type].memory_gb
             assert g.tp <= catalog[g.gpu_type].gpus_per_node
+
+
+def test_a_fit_that_stops_at_the_end_of_a_plausible_range_is_reported(caplog) -> None:
+    from heteroplan.planner.calibration import BOUNDS, fit_sim_config
+
+    plans = [Plan("OPT-350", 64, m, (Stage(0, 26, (ReplicaGroup("GH-96", "us-central1-a", 4, 1),)),)) for m in (1, 2, 4)]
+    truth = SimConfig(compute_scale=6.0)  # beyond the plausible 0.25-4
+    measured = [simulate(p, config=truth).iteration_time for p in plans]
+    fit = fit_sim_config(plans, measured, constants=("compute_scale",), base=SimConfig())
+    assert fit.at_bound == ("compute_scale",) and fit.config.compute_scale == pytest.approx(BOUNDS["compute_scale"][1])
+    assert "plausible range" in fit.describe() and "compute_scale" in caplog.text
+    inside = fit_sim_config(plans, [simulate(p, config=SimConfig(compute_scale=1.5)).iteration_time for p in plans],
+                            constants=("compute_scale",), base=SimConfig())
+    assert inside.at_bound == () and inside.config.compute_scale == pytest.approx(1.5, rel=1e-4)
