@@ -2,7 +2,7 @@
 
 Gavel-108 (36 each of K80, P100, V100), a Gavel-style generated workload (Poisson arrivals,
 Gavel's job types, scale factors and durations, Gavel's measured throughputs), rounds of
-360 s, the rigid-job slotted simulator. Prints avg JCT, makespan (total time duration),
+360 s, the round loop (:func:`heteroplan.sim.simulate`) with rigid gangs (HadarE: copies). Prints avg JCT, makespan (total time duration),
 queuing delay, finish-time fairness and utilization beside the papers' reported ratios, and
 the online/offline ratio of the pure online algorithm on small instances.
 Writes benchmarks/results/hadar_reproduce.json.
@@ -25,13 +25,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 from heteroplan.cluster import preset
 from heteroplan.formulations.hadar import HadarInstance, hadar_milp
-from heteroplan.policies.gavel import GavelPolicy
-from heteroplan.policies.hadar import HadarPolicy, evaluate_online
-from heteroplan.policies.tiresias import TiresiasPolicy
-from heteroplan.policies.yarn import YarnCSPolicy
-from heteroplan.sim.slotted import rigid_jobs_from_gavel, simulate
+from heteroplan.policies.registry import make_policy
+from heteroplan.sim.hadar_experiments import evaluate_online
+from heteroplan.sim.loop import simulate
 from heteroplan.solvers import solve
 from heteroplan.workload.gavel import generate_workload, load_throughputs
+from heteroplan.workload.rigid import rigid_jobs_from_gavel
 
 PAPER = {  # ratios reported by Hadar (IPDPS'24) / HadarE (arXiv 2503.10918)
     "avg_jct: yarn-cs / hadar": 3.0,
@@ -43,15 +42,7 @@ PAPER = {  # ratios reported by Hadar (IPDPS'24) / HadarE (arXiv 2503.10918)
 METRICS = ("avg_jct_h", "makespan_h", "avg_queuing_delay_h", "ftf_rho_mean", "utilization", "policy_time_s")
 
 
-def policies(slot: float) -> dict:
-    return {
-        "yarn-cs": lambda: YarnCSPolicy(),
-        "tiresias": lambda: TiresiasPolicy(),
-        "gavel": lambda: GavelPolicy(),
-        "hadar": lambda: HadarPolicy(slot=slot),
-        "hadar-replan": lambda: HadarPolicy(slot=slot, replan=True),
-        "hadare": lambda: HadarPolicy(slot=slot, forking=True),
-    }
+POLICIES = ("yarn-cs", "tiresias", "gavel", "hadar", "hadar-replan", "hadare")
 
 
 def small_instances(count: int, seed: int) -> list[dict]:
@@ -90,12 +81,12 @@ def main() -> None:
     t_all = time.perf_counter()
     for seed in args.seeds:
         jobs = rigid_jobs_from_gavel(generate_workload(args.jobs, args.rate, seed=seed), tp)
-        for name, make in policies(args.round).items():
+        for name in POLICIES:
             if name in args.skip:
                 continue
             t0 = time.perf_counter()
-            res = simulate(make(), cluster, jobs, round_length=args.round)
-            m = res.metrics()
+            res = simulate(jobs, cluster, make_policy(name, round_length=args.round), progress=False)
+            m = res.summary()
             m["wall_s"] = time.perf_counter() - t0
             m["unfinished"] = len(res.unfinished)
             per_seed.setdefault(name, []).append(m)

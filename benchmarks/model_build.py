@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import median_time, paired_times, print_table, write_json  # noqa: E402
 
-from heteroplan.formulations.model import Model  # noqa: E402
+from heteroplan.milp import Model  # noqa: E402
 from heteroplan.solvers import solve, to_cvxpy, to_pulp  # noqa: E402
 from heteroplan.solvers.highs import build_highs  # noqa: E402
 

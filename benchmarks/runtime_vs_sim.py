@@ -5,7 +5,8 @@ interleaved passes keeping each time's fastest) and
 ``measure_network`` (gloo between local processes) write a data directory. The runtime then
 times the default calibration plans (``heteroplan.runtime.calibrate.calibration_plans``: 1
 process at mbs 1 and 8, DP 2 and PP 2 at mbs 8 and 1) and a set of *held-out* plans (other microbatch
-sizes, heterogeneous microbatch counts, another pipeline split).
+sizes, heterogeneous microbatch counts, another pipeline split, tensor parallelism 2 with its own
+TP-2 profile from ``profile_tensor_parallel``).
 
 ``--method interleaved`` (default): all plans live in one set of processes and take turns,
 ``--rounds`` (30) visits each in a random order per round, 1 untimed + 2 timed iterations per
@@ -41,6 +42,7 @@ from heteroplan.runtime import TinyGPTTask
 from heteroplan.runtime.calibrate import calibration_plans, fit_runs, measure_plans
 from heteroplan.runtime.interleave import measure_interleaved
 from heteroplan.runtime.netbench import measure_network
+from heteroplan.runtime.profile_tp import profile_tensor_parallel
 from heteroplan.runtime.profiler import profile_layers
 
 try:
@@ -49,6 +51,13 @@ except ImportError:  # run as a script from benchmarks/
     from _common import print_table, write_json
 
 MODEL = "tiny-gpt-bench"
+
+
+def logsumexp_loss(out: torch.Tensor) -> torch.Tensor:
+    """A scalar loss of the logits (module level: the TP profiler pickles it)."""
+    return out.float().logsumexp(-1).mean()
+
+
 MICROBATCH_SIZES = (1, 2, 4, 8)
 
 
@@ -56,6 +65,7 @@ def held_out_plans(gbs: int, layers: int, cores: int) -> dict[str, Plan]:
     """Plans not used for calibration: other microbatch sizes and counts, another pipeline split."""
     rep = ReplicaGroup("cpu", "local")
     two = ReplicaGroup("cpu", "local", 1, 2)
+    tp2 = ReplicaGroup("cpu", "local", 2, 1)
     half = layers // 2
     plans = {
         "1 process, mbs 2": Plan(MODEL, gbs, 2, (Stage(0, layers, (rep,)),)),
@@ -68,6 +78,8 @@ def held_out_plans(gbs: int, layers: int, cores: int) -> dict[str, Plan]:
             "PP 2, mbs 4": Plan(MODEL, gbs, 4, (Stage(0, half, (rep,)), Stage(half, layers, (rep,)))),
             "PP 2, mbs 2": Plan(MODEL, gbs, 2, (Stage(0, half, (rep,)), Stage(half, layers, (rep,)))),
             f"PP 2 split 2/{layers - 2}, mbs 4": Plan(MODEL, gbs, 4, (Stage(0, 2, (rep,)), Stage(2, layers, (rep,)))),
+            "TP 2, mbs 2": Plan(MODEL, gbs, 2, (Stage(0, layers, (tp2,)),)),
+            "TP 2, mbs 8": Plan(MODEL, gbs, 8, (Stage(0, layers, (tp2,)),)),
         }
     return plans
 
@@ -104,10 +116,12 @@ def main() -> None:
         data_dir = args.data_dir or tmp
         os.makedirs(data_dir, exist_ok=True)
         prof = profile_layers(task.build_model(), lambda m: task.batch(0, 0, m)[0], microbatch_sizes=MICROBATCH_SIZES,
-                              loss_fn=lambda out: out.float().logsumexp(-1).mean(), repeats=7,
+                              loss_fn=logsumexp_loss, repeats=7,
                               sweeps=args.sweeps)
         prof.write(data_dir, MODEL, "cpu")
-        if args.cores >= 2:
+        if args.cores >= 2:  # one rank of a TP-2 group, both ranks timed in lock-step
+            profile_tensor_parallel(task, 2, MICROBATCH_SIZES, logsumexp_loss, repeats=7,
+                                    sweeps=args.sweeps).write(data_dir, MODEL, "cpu", tp=2)
             measure_network(world_size=2).write(data_dir, "cpu", zone="local")
         calib = calibration_plans(MODEL, layers, MICROBATCH_SIZES, args.gbs, min(args.cores, 2))
         held = held_out_plans(args.gbs, layers, args.cores)

@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import print_table, write_json  # noqa: E402
 
 from heteroplan.cluster import preset  # noqa: E402
-from heteroplan.sim.compare import POLICY_FACTORIES, make_policy  # noqa: E402
+from heteroplan.policies.registry import POLICIES, make_policy  # noqa: E402
 from heteroplan.sim.fidelity import SimFidelity  # noqa: E402
-from heteroplan.sim.simulator import simulate  # noqa: E402
+from heteroplan.sim.loop import simulate  # noqa: E402
 from heteroplan.workload.sia import bundled_workload  # noqa: E402
 
 # avg JCT h, p99 JCT h, makespan h, GPU-hours per job (Sia paper, 64-GPU heterogeneous cluster).
@@ -41,7 +41,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", nargs="+", default=["philly/workload-1", "saturn/workload-1"])
     parser.add_argument("--policies", nargs="+", default=[p for p in ("sia", "pollux", "gavel", "fifo", "tiresias")
-                                                         if p in POLICY_FACTORIES])
+                                                         if p in POLICIES])
     parser.add_argument("--jobs", type=int, default=None, help="only the first N jobs")
     parser.add_argument("--max-hours", type=float, default=200.0)
     parser.add_argument("--fidelity", choices=["sia", "ideal"], default="sia",
@@ -69,7 +69,7 @@ def main() -> None:
         for name, label, fidelity in variants:
             t0 = time.perf_counter()
             res = simulate(jobs, preset("sia-64"), make_policy(name), max_time=args.max_hours * 3600,
-                           fidelity=fidelity)
+                           fidelity=fidelity, progress=False)
             s = res.summary()
             pub = PUBLISHED.get(trace, {}).get(name) if label == name else None
             rows.append({

@@ -42,7 +42,7 @@ def jobs_for(f: int, rng: np.random.Generator, now: float) -> list[JobState]:
         jobs.append(JobState(job_id=f"j{i}", application=app, arrival_time=now - float(rng.uniform(0, 7200)),
                              max_gpus=get_app(app).max_batch_size, progress=float(rng.uniform(0, 0.9)),
                              num_restarts=int(rng.integers(0, 3)), restart_delay=get_app(app).restart_delay,
-                             estimator=models[app], extra={"last_gpus": int(rng.choice([0, 1, 2, 4, 8]))}))
+                             estimator=models[app], last_gpus=int(rng.choice([0, 1, 2, 4, 8]))))
     return jobs
 
 

@@ -20,8 +20,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from heteroplan.cluster import Cluster, preset
-from heteroplan.formulations.model import Model
 from heteroplan.formulations.sia import ConfigSet
+from heteroplan.milp import Model
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.common import goodput_matrix
 from heteroplan.policies.placement import place
@@ -52,7 +52,9 @@ class MaxMinPolicy:
     """Max-min fair speed-ups; adaptive (elastic jobs), heterogeneity-aware."""
 
     name = "maxmin"
-    adaptive = True
+    round_length = 60.0  # s
+    elastic = True  # chooses elastic jobs' GPU counts (rigid jobs keep theirs)
+    forking = False
 
     def allocate(self, cluster: Cluster, jobs: Sequence[JobState], now: float) -> dict[str, Allocation]:
         if not jobs:

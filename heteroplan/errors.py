@@ -31,6 +31,18 @@ class ModelError(InputError):
     """Invalid optimization model construction (shapes, bounds, unknown blocks)."""
 
 
+class MissingDataError(InputError):
+    """A job has no performance data for a GPU type it would have to run on (raised before
+    the first simulated round); the message names the job, its application and the GPU types."""
+
+
+class PolicyError(HeteroplanError):
+    """A scheduling policy failed (raised an exception or returned an invalid answer): a bug in
+    the policy, not bad input. ``result`` holds what a simulation gathered before it, if any."""
+
+    result: object = None
+
+
 class SolverError(HeteroplanError):
     """A solver backend failed or is unavailable."""
 

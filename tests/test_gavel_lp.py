@@ -12,9 +12,10 @@ from heteroplan.cluster import preset
 from heteroplan.errors import InputError
 from heteroplan.formulations.gavel import max_min_fairness_model, normalized_throughputs
 from heteroplan.policies.gavel import GavelPolicy, solve_max_min_fairness
-from heteroplan.sim.slotted import RigidJob, rigid_jobs_from_gavel, simulate
+from heteroplan.sim.loop import simulate
 from heteroplan.solvers import solve
 from heteroplan.workload.gavel import generate_workload, load_throughputs
+from heteroplan.workload.rigid import RigidJob, rigid_jobs_from_gavel
 
 
 def linprog_oracle(tp, scale, cap):
@@ -82,7 +83,7 @@ def test_priorities_track_time_fractions():
 
     cluster = Cluster((GPUType("g", 16, 2),), (Node("n0", "g", 2),))
     jobs = [RigidJob(f"j{i}", 1, 1e9, 0.0, {"g": 1.0}) for i in range(3)]
-    res = simulate(GavelPolicy(), cluster, jobs, round_length=10.0, max_rounds=30, record=True)
+    res = simulate(jobs, cluster, GavelPolicy(), round_length=10.0, max_rounds=30, record=True)
     counts = {j.job_id: sum(j.job_id in a for _, a in res.schedule) for j in jobs}
     assert all(abs(c - 20) <= 1 for c in counts.values())
     assert all(sum(a.num_gpus for a in allocs.values()) == 2 for _, allocs in res.schedule)
@@ -91,7 +92,7 @@ def test_priorities_track_time_fractions():
 def test_policy_respects_capacity_on_gavel_workload():
     cluster = preset("gavel-108")
     jobs = rigid_jobs_from_gavel(generate_workload(60, 30.0, seed=3, duration_scale=0.05), load_throughputs())
-    res = simulate(GavelPolicy(), cluster, jobs, record=True)  # raises on over-capacity / bad gang
+    res = simulate(jobs, cluster, GavelPolicy(), record=True)  # raises on over-capacity / bad gang
     assert not res.unfinished
     for _, allocs in res.schedule:
         for a in allocs.values():

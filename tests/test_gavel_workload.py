@@ -12,13 +12,14 @@ from heteroplan.errors import InputError
 from heteroplan.policies.base import JobState
 from heteroplan.policies.tiresias import TiresiasPolicy
 from heteroplan.policies.yarn import YarnCSPolicy
-from heteroplan.sim.slotted import RigidJob, simulate
+from heteroplan.sim.loop import simulate
 from heteroplan.workload.gavel import (
     SCALE_PROBS,
     GavelThroughputs,
     generate_workload,
     load_throughputs,
 )
+from heteroplan.workload.rigid import RigidJob
 
 DATA = Path(__file__).parent / "data" / "gavel"
 
@@ -72,12 +73,12 @@ def test_yarn_fifo_blocks_and_mixes_types():
         RigidJob("j2", 2, 100.0, 0.0, {"a": 1.0, "b": 1.0}),
         RigidJob("j3", 1, 100.0, 0.0, {"a": 1.0, "b": 1.0}),
     ]
-    res = simulate(YarnCSPolicy(), c, jobs, round_length=100.0, record=True)
+    res = simulate(jobs, c, YarnCSPolicy(), round_length=100.0, record=True)
     first_round = res.schedule[0][1]
     assert first_round["j1"].gpu_type == "a+b"  # heterogeneity-unaware: spans types
     assert set(first_round) == {"j1"}  # strict FIFO: j2 does not fit and blocks j3
     assert res.completion["j1"] == pytest.approx(300.0)  # paced by the slow type: 1 step/s
-    backfill = simulate(YarnCSPolicy(backfill=True), c, jobs, round_length=100.0, record=True)
+    backfill = simulate(jobs, c, YarnCSPolicy(backfill=True), round_length=100.0, record=True)
     assert set(backfill.schedule[0][1]) == {"j1", "j3"}
 
 

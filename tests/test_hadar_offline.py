@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from heteroplan.errors import InputError
 from heteroplan.formulations.hadar import HadarInstance, hadar_milp, hadar_utility
-from heteroplan.policies.hadar import evaluate_online
+from heteroplan.sim.hadar_experiments import evaluate_online
 from heteroplan.solvers import solve
 
 SLOT = 100.0

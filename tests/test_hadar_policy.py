@@ -1,4 +1,4 @@
-"""Hadar / HadarE online policy in the slotted simulator: invariants and exact small cases."""
+"""Hadar / HadarE online policy in the round loop: invariants and exact small cases."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from heteroplan.cluster import Cluster, GPUType, Node, preset
 from heteroplan.errors import InputError
 from heteroplan.policies.base import Allocation, Policy, counts_by_type
 from heteroplan.policies.hadar import HadarPolicy, price
-from heteroplan.sim.slotted import RigidJob, rigid_jobs_from_gavel, simulate
+from heteroplan.sim.loop import simulate
 from heteroplan.workload.gavel import generate_workload, load_throughputs
+from heteroplan.workload.rigid import RigidJob, rigid_jobs_from_gavel
 
 
 def two_type_cluster(per_node: int = 1) -> Cluster:
@@ -40,8 +41,8 @@ def test_hadare_copies_add_progress_exactly():
     # One 1-task job, 1 slow GPU (1 step/s) + 1 fast GPU (3 steps/s), 3000 steps.
     cluster = two_type_cluster()
     job = RigidJob("a", 1, 3000.0, 0.0, {"slow": 1.0, "fast": 3.0})
-    hadar = simulate(HadarPolicy(slot=100.0), cluster, [job], round_length=100.0)
-    hadare = simulate(HadarPolicy(slot=100.0, forking=True), cluster, [job], round_length=100.0)
+    hadar = simulate([job], cluster, HadarPolicy(slot=100.0), round_length=100.0)
+    hadare = simulate([job], cluster, HadarPolicy(slot=100.0, forking=True), round_length=100.0)
     assert hadar.completion["a"] == pytest.approx(1000.0)  # fast type alone
     assert hadare.completion["a"] == pytest.approx(750.0)  # fast + slow copy: 4 steps/s
 
@@ -49,7 +50,7 @@ def test_hadare_copies_add_progress_exactly():
 def test_task_level_heterogeneous_allocation_spans_types():
     cluster = two_type_cluster()
     job = RigidJob("a", 2, 600.0, 0.0, {"slow": 1.0, "fast": 3.0})
-    res = simulate(HadarPolicy(slot=100.0, lower=0.01), cluster, [job], round_length=100.0, record=True)
+    res = simulate([job], cluster, HadarPolicy(slot=100.0, lower=0.01), round_length=100.0, record=True)
     alloc = res.schedule[0][1]["a"]
     assert alloc.gpu_type == "slow+fast"
     assert counts_by_type(alloc, cluster) == {"slow": 1, "fast": 1}
@@ -63,7 +64,7 @@ def test_invariants_on_gavel_workloads(seed, forking):
     tp = load_throughputs()
     jobs = rigid_jobs_from_gavel(generate_workload(25, 20.0, seed=seed, duration_scale=0.05), tp)
     policy = HadarPolicy(forking=forking)
-    res = simulate(policy, cluster, jobs, record=True)  # the simulator raises on over-capacity
+    res = simulate(jobs, cluster, policy, record=True)  # the simulator raises on over-capacity
     arrival = {j.job_id: j.arrival_time for j in jobs}
     caps = {n.name: n.num_gpus for n in cluster.nodes}
     for now, allocs in res.schedule:
@@ -83,7 +84,7 @@ def test_pure_online_drops_rejected_jobs_and_admitted_ones_finish():
     cluster = two_type_cluster()
     jobs = [RigidJob(f"j{i}", 1, 300.0 * (i + 1), 0.0, {"slow": 1.0, "fast": 3.0}) for i in range(4)]
     policy = HadarPolicy(slot=100.0, retry=False, lower=0.9)
-    res = simulate(policy, cluster, jobs, round_length=100.0, max_rounds=50)
+    res = simulate(jobs, cluster, policy, round_length=100.0, max_rounds=50)
     assert set(res.completion) == set(policy.admissions)
     assert set(res.unfinished) == policy.rejected and policy.rejected
 
@@ -92,13 +93,13 @@ def test_bad_input_is_rejected_cleanly():
     cluster = two_type_cluster()
     big = RigidJob("big", 3, 100.0, 0.0, {"slow": 1.0, "fast": 1.0})
     ok = RigidJob("ok", 1, 100.0, 0.0, {"slow": 1.0, "fast": 1.0})
-    res = simulate(HadarPolicy(slot=100.0), cluster, [big, ok], round_length=100.0)
+    res = simulate([big, ok], cluster, HadarPolicy(slot=100.0), round_length=100.0)
     assert "big" in res.rejected and "ok" in res.completion
     with pytest.raises(InputError, match="big"):
-        simulate(HadarPolicy(slot=100.0), cluster, [big], round_length=100.0, on_infeasible="raise")
+        simulate([big], cluster, HadarPolicy(slot=100.0), round_length=100.0, on_infeasible="raise")
     missing = RigidJob("m", 1, 100.0, 0.0, {"slow": 1.0})
     with pytest.raises(InputError, match="fast"):
-        simulate(HadarPolicy(slot=100.0), cluster, [missing], round_length=100.0)
+        simulate([missing], cluster, HadarPolicy(slot=100.0), round_length=100.0)
     with pytest.raises(InputError, match="no GPU type"):
         RigidJob("z", 1, 100.0, 0.0, {"slow": 0.0, "fast": 0.0})
     with pytest.raises(InputError, match="lower"):

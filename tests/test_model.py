@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from heteroplan.errors import ModelError
-from heteroplan.formulations.model import Model
+from heteroplan.milp import Model
 
 
 def _point(m: Model, seed: int = 0) -> np.ndarray:

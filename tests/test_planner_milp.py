@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from heteroplan.errors import InfeasibleError
-from heteroplan.formulations.sailor import ReplicaKind, choose_resources, narrow_pool, replica_kinds
-from heteroplan.perf.sailor_profiles import load_model_profile
+from heteroplan.formulations.sailor import ReplicaKind
 from heteroplan.planner import SearchOptions, plan_job
-from heteroplan.planner.simulator import gpu_catalog
+from heteroplan.planner.request import PlanRequest
+from heteroplan.planner.resources import choose_resources, narrow_pool, replica_kinds
 
 A, V, Z, W = "A100-40", "V100-16", "us-central1-a", "us-west1-b"
 GBS = 512
@@ -44,9 +44,9 @@ def test_max_throughput_under_budget_matches_enumeration(budget):
     best = max((thr for _, thr, cost in _enumerate() if budget is None or cost <= budget + 1e-12), default=None)
     if best is None:
         with pytest.raises(InfeasibleError):
-            choose_resources(KINDS, POOL, GBS, "throughput", budget)
+            choose_resources(KINDS, PlanRequest.build("OPT-350", GBS, POOL, "throughput", budget))
         return
-    choice = choose_resources(KINDS, POOL, GBS, "throughput", budget)
+    choice = choose_resources(KINDS, PlanRequest.build("OPT-350", GBS, POOL, "throughput", budget))
     assert choice.throughput == pytest.approx(best, rel=1e-6)
     if budget is not None:
         assert choice.cost_per_iteration <= budget * (1 + 1e-9)
@@ -57,7 +57,7 @@ def test_max_throughput_under_budget_matches_enumeration(budget):
 @pytest.mark.parametrize("floor", [None, 0.1, 0.3, 0.45])
 def test_min_cost_under_floor_matches_enumeration(floor):
     best = min(cost for _, thr, cost in _enumerate() if floor is None or thr >= floor - 1e-12)
-    choice = choose_resources(KINDS, POOL, GBS, "cost", min_throughput=floor)
+    choice = choose_resources(KINDS, PlanRequest.build("OPT-350", GBS, POOL, "cost", min_throughput=floor))
     assert choice.cost_per_iteration == pytest.approx(best, rel=1e-6)
     if floor is not None:
         assert choice.throughput >= floor * (1 - 1e-9)
@@ -65,17 +65,18 @@ def test_min_cost_under_floor_matches_enumeration(floor):
 
 def test_unreachable_floor_is_infeasible():
     with pytest.raises(InfeasibleError, match="throughput floor"):
-        choose_resources(KINDS, POOL, GBS, "cost", min_throughput=100.0)
+        choose_resources(KINDS, PlanRequest.build("OPT-350", GBS, POOL, "cost", min_throughput=100.0))
 
 
 def test_simulated_kinds_and_narrowed_search():
     pool = {(A, Z): 16, (V, Z): 16}
-    kinds = replica_kinds(load_model_profile("OPT-350"), pool, 256, gpu_catalog(), max_pp=2)
+    request = PlanRequest.build("OPT-350", 256, pool, "cost", min_throughput=0.05)
+    kinds = replica_kinds(request, max_pp=2)
     assert {k.gpu_type for k in kinds} == {A, V}
     a1 = [k for k in kinds if k.gpu_type == A and k.gpus == 1]
     v1 = [k for k in kinds if k.gpu_type == V and k.gpus == 1]
     assert a1 and (not v1 or a1[0].samples_per_s > v1[0].samples_per_s)  # A100 beats V100
-    choice = choose_resources(kinds, pool, 256, "cost", min_throughput=0.05)
+    choice = choose_resources(kinds, request)
     narrowed = narrow_pool(choice, pool)
     assert all(narrowed[p] <= pool[p] for p in narrowed)
     res = plan_job("OPT-350", 256, pool, "cost", min_throughput=0.05, options=SearchOptions(max_pp=2, narrow_with_milp=True))

@@ -7,19 +7,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
-from heteroplan.cluster import Cluster, GPUType
-from heteroplan.errors import InputError
-from heteroplan.perf.applications import AppSpec
-from heteroplan.perf.bootstrap import BootstrappedModel
-from heteroplan.policies.base import Allocation, AllocationError, JobState
-from heteroplan.policies.sia import SiaPolicy
-from heteroplan.runtime import RunConfig, TinyGPTTask, train_reference
-from heteroplan.runtime.rounds import (
+torch = pytest.importorskip("torch", reason="the runtime needs torch")
+
+from heteroplan.cluster import Cluster, GPUType  # noqa: E402
+from heteroplan.errors import InputError  # noqa: E402
+from heteroplan.perf.applications import AppSpec  # noqa: E402
+from heteroplan.perf.bootstrap import BootstrappedModel  # noqa: E402
+from heteroplan.policies.base import Allocation, AllocationError, JobState  # noqa: E402
+from heteroplan.policies.sia import SiaPolicy  # noqa: E402
+from heteroplan.runtime import RunConfig, TinyGPTTask, train_reference  # noqa: E402
+from heteroplan.runtime.rounds import (  # noqa: E402
     RoundExecutor,
     RuntimeJob,
     data_parallel_plan,
+    job_plan,
     measure_single_gpu,
 )
 
@@ -70,6 +72,20 @@ class Recorder:
         return np.asarray(num_gpus, dtype=float)
 
 
+class BatchPicker(Recorder):
+    """Picks local batch 2 with 1 accumulation step (2 microbatches per iteration) and records phi."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.phis = []
+
+    def optimize(self, gpu_type, num_nodes, num_gpus, progress=0.0):
+        return np.asarray(1.0), np.asarray(2), np.asarray(1)
+
+    def set_measured_phi(self, phi) -> None:
+        self.phis.append(phi)
+
+
 def final_params(tmp_path: Path, job_id: str) -> dict[str, torch.Tensor]:
     from heteroplan.runtime import latest_checkpoint
 
@@ -115,7 +131,7 @@ def test_sia_refits_from_measured_steps(tmp_path: Path) -> None:
     """Sia's policy drives two real jobs; its bootstrapped models learn from the measured steps."""
     app = AppSpec("tiny-gpt", max_batch_size=8, init_batch_size=8, epochs=1, dataset_size=8 * 30, restart_delay=2.0)
     profile = measure_single_gpu(TASK, [1, 2, 4, 8])
-    assert np.all(np.diff(profile.step_time) > -0.5 * profile.step_time[:-1])  # roughly increasing, sane
+    assert len(profile) == 4 and np.all(profile.step_time > 0)  # (times themselves are not asserted)
     models = {jid: BootstrappedModel(app, {"cpu-a": profile, "cpu-b": profile}, phi=100.0) for jid in "xy"}
     jobs = [RuntimeJob(jid, TASK, steps=30, global_batch_size=8, application="tiny-gpt", estimator=models[jid],
                        config=RunConfig(lr=0.05)) for jid in "xy"]
@@ -140,3 +156,49 @@ def test_bad_jobs_and_plans() -> None:
         data_parallel_plan("m", 2, 3, 3, "cpu-a")
     plan = data_parallel_plan("m", 7, 3, 3, "cpu-a")
     assert plan.microbatches() == (3, 2, 2) and plan.microbatch_size == 1
+
+
+def test_policy_batch_and_accumulation_are_applied_and_noise_scale_is_fed_back(tmp_path: Path) -> None:
+    """An adaptive job runs at the estimator's local batch x accumulation steps (2 GPUs x 2 x 2 = 8
+    samples), matches single-process training on that batch, and its estimator gets phi."""
+    picker = BatchPicker()
+    job = RuntimeJob("a", TASK, steps=4, global_batch_size=4, estimator=picker, adaptive_batch=True,
+                     config=RunConfig(lr=0.05))
+    plan = job_plan(job, Allocation("cpu-a", 2, (("local-cpu-a-0", 2),)), 3, 0.0)
+    assert (plan.global_batch_size, plan.microbatch_size, plan.microbatches()) == (8, 2, (2, 2))
+    fixed = job_plan(RuntimeJob("b", TASK, 4, 6), Allocation("cpu-a", 2, ()), 3, 0.0)
+    assert (fixed.global_batch_size, fixed.microbatches()) == (6, (1, 1))
+    executor = RoundExecutor(CLUSTER, ScriptedPolicy({"a": [("cpu-a", 2)]}), [job], tmp_path, round_length=2.0,
+                             max_rounds=40)
+    assert executor.run()["a"].finish_time is not None
+    model, _ = train_reference(TASK, 8, RunConfig(steps=4, lr=0.05))
+    assert max(float((final_params(tmp_path, "a")[k] - v).abs().max()) for k, v in model.state_dict().items()) < 1e-9
+    assert picker.phis and all(phi > 0 for phi in picker.phis)
+    assert executor.outcomes["a"].phi == picker.phis[-1]
+    assert {c[2] for c in picker.calls} <= {2.0}  # observed per accumulation step of 2 samples
+
+
+def test_gradient_noise_statistics_match_a_single_process_oracle(tmp_path: Path) -> None:
+    """DP 2 with 3 + 1 microbatches of 2: the unbiased |G|^2 and tr(Sigma) estimates from the two
+    replicas' gradients equal those computed from per-replica gradients in one process."""
+    from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
+    from heteroplan.runtime import run_plan
+
+    plan = Plan("m", 8, 2, (Stage(0, 3, (ReplicaGroup("cpu", "local", 1, 2),)),), (3, 1))
+    result = run_plan(plan, TASK, RunConfig(steps=1, lr=0.05))
+    model = TASK.build_model()
+
+    def grad_sqr(start: int, count: int) -> float:
+        model.zero_grad()
+        x, y = TASK.batch(0, start, count)
+        TASK.loss(model(x), y).backward()
+        return sum(float(p.grad.square().sum()) for p in model.parameters())
+
+    total, big = 8, grad_sqr(0, 8)
+    sqr = var = 0.0
+    for start, b in ((0, 6), (6, 2)):
+        small = grad_sqr(start, b)
+        sqr += (total * big - b * small) / (total - b) / 2
+        var += (small - big) / (1 / b - 1 / total) / 2
+    extra = result.steps[0].extra
+    assert extra["grad_sqr"] == pytest.approx(sqr, rel=1e-9) and extra["grad_var"] == pytest.approx(var, rel=1e-9)

@@ -6,10 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heteroplan.errors import InputError
-from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
-from heteroplan.runtime.layout import rank_layout
-from heteroplan.runtime.schedule import SCHEDULES, gpipe, one_f_one_b
+torch = pytest.importorskip("torch", reason="the runtime needs torch")
+
+from heteroplan.errors import InputError  # noqa: E402
+from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
+from heteroplan.runtime.layout import rank_layout  # noqa: E402
+from heteroplan.runtime.schedule import SCHEDULES, gpipe, one_f_one_b  # noqa: E402
 
 
 def run_pipeline(num_stages: int, micro: int, schedule) -> int:
@@ -104,7 +106,8 @@ def test_layout_covers_every_sample_once_per_stage(pp: int, micro: list[int], mb
     assert layout[-1].last_layer == layers
 
 
-def test_layout_rejects_tensor_parallel_plans() -> None:
-    plan = Plan("m", 4, 1, (Stage(0, 2, (ReplicaGroup("A100-40", "z", 2, 2),)),))
+def test_layout_rejects_replicas_of_one_stage_with_different_tp() -> None:
+    plan = Plan("m", 4, 1, (Stage(0, 2, (ReplicaGroup("A100-40", "z", 2, 1), ReplicaGroup("V100-16", "z", 1, 1))),))
     with pytest.raises(InputError, match="tp"):
         rank_layout(plan)
+    assert len(rank_layout(Plan("m", 4, 1, (Stage(0, 2, (ReplicaGroup("A100-40", "z", 2, 2),)),)))) == 4

@@ -10,11 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
-from heteroplan.errors import InputError, RankFailure
-from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
-from heteroplan.runtime import RunConfig, TinyGPTTask, latest_checkpoint, run_plan, train_reference
+torch = pytest.importorskip("torch", reason="the runtime needs torch")
+
+from heteroplan.errors import InputError, RankFailure  # noqa: E402
+from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
+from heteroplan.runtime import RunConfig, TinyGPTTask, latest_checkpoint, run_plan, train_reference  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # HETEROPLAN_TEST_DEVICE=cuda runs the same tests with NCCL on GPUs (one GPU per rank; not in CI)
@@ -89,8 +90,10 @@ def test_hung_rank_times_out_instead_of_hanging(tmp_path: Path) -> None:
 def test_bad_runs_are_refused_before_any_process_starts(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="layers"):
         run_plan(plan_of([(0, 3)], dp=1, mbs=8), TASK)
-    with pytest.raises(InputError, match="tp"):
-        run_plan(Plan("m", 8, 2, (Stage(0, 4, (ReplicaGroup("cpu", "local", 2, 2),)),)), TASK)
+    with pytest.raises(InputError, match="tensor-parallel degree"):  # replicas of one stage with TP 2 and TP 1
+        run_plan(Plan("m", 8, 2, (Stage(0, 4, (ReplicaGroup("cpu", "local", 2, 1), ReplicaGroup("gpu", "local", 1, 1))),)), TASK)
+    with pytest.raises(InputError, match="n_heads"):  # TP 4 cannot split 2 heads
+        run_plan(Plan("m", 8, 2, (Stage(0, 4, (ReplicaGroup("cpu", "local", 4, 1),)),)), TASK)
     with pytest.raises(InputError, match="config.optimizer"):
         RunConfig(optimizer="lamb")
     with pytest.raises(InputError, match="task"):

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from heteroplan.cluster import Cluster, GPUType, preset
 from heteroplan.errors import InputError
-from heteroplan.formulations.sia import ConfigSet, build_sia_model, restart_factor, solve_sia
+from heteroplan.formulations.sia import ConfigSet, build_sia_model, restart_factor
+from heteroplan.policies.sia_solve import solve_sia
 
 TINY = Cluster.from_counts((GPUType("a", 16, 2), GPUType("b", 16, 4)), {"a": 4, "b": 4})
 
@@ -71,13 +72,13 @@ def test_milp_equals_brute_force(seed: int, J: int, p: float) -> None:
     restart = rng.uniform(0, 1, J)
     pinned = np.zeros(J, dtype=bool)
     problem = build_sia_model(G, configs, cap, current, restart, pinned, p, 1.1)
-    res = solve_sia(problem, configs, cap, "milp", mip_gap=0)
+    res = solve_sia(problem, "milp", mip_gap=0)
     expect = brute_force(G, configs, cap, current, restart, pinned, p, 1.1)
     assert res.objective == pytest.approx(expect, rel=1e-7)
     used = np.bincount(configs.type_index[res.choice[res.choice >= 0]],
                        weights=configs.num_gpus[res.choice[res.choice >= 0]], minlength=2)
     assert np.all(used <= cap)
-    rounded = solve_sia(problem, configs, cap, "lp-round")
+    rounded = solve_sia(problem, "lp-round")
     assert rounded.bound <= expect + 1e-7 <= rounded.objective + 2e-7  # LP bound <= optimum <= rounded
 
 
@@ -89,8 +90,8 @@ def test_lp_round_is_near_optimal_at_scale() -> None:
     G = rng.uniform(1, 5, (J, 1)) * configs.num_gpus ** rng.uniform(0.2, 0.9, (J, 1)) * rng.uniform(0.5, 2, (1, 3))[:, configs.type_index]
     cap = np.array([cluster.capacity()[t] for t in configs.gpu_types], dtype=float)
     problem = build_sia_model(G, configs, cap, p=-0.5)
-    exact = solve_sia(problem, configs, cap, "milp", mip_gap=0)
-    rounded = solve_sia(problem, configs, cap, "lp-round")
+    exact = solve_sia(problem, "milp", mip_gap=0)
+    rounded = solve_sia(problem, "lp-round")
     assert rounded.objective >= exact.objective - 1e-6
     assert (rounded.objective - exact.objective) / exact.objective < 0.01
     assert rounded.bound <= exact.objective + 1e-6
@@ -100,7 +101,7 @@ def test_pinned_job_keeps_its_config_and_restart_factor() -> None:
     configs = ConfigSet.from_cluster(TINY)
     G = np.tile(configs.num_gpus.astype(float), (2, 1))
     problem = build_sia_model(G, configs, [4, 4], current=np.array([0, -1]), pinned=np.array([True, False]))
-    res = solve_sia(problem, configs, [4, 4], mip_gap=0)
+    res = solve_sia(problem, mip_gap=0)
     assert res.choice[0] == 0
     np.testing.assert_allclose(restart_factor([100, 10], [1, 0], [50, 50]), [50 / 150, 10 / 60])
 
@@ -114,4 +115,4 @@ def test_bad_inputs() -> None:
     with pytest.raises(InputError, match="p="):
         build_sia_model(np.ones((2, len(configs))), configs, [4, 4], p=0)
     with pytest.raises(InputError, match="mode"):
-        solve_sia(build_sia_model(np.ones((1, len(configs))), configs, [4, 4]), configs, [4, 4], mode="ga")
+        solve_sia(build_sia_model(np.ones((1, len(configs))), configs, [4, 4]), mode="ga")

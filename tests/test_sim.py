@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from heteroplan.cluster import Cluster, preset
-from heteroplan.errors import InputError
+from heteroplan.errors import InputError, PolicyError
 from heteroplan.perf.applications import get_app
 from heteroplan.policies.base import Allocation
 from heteroplan.policies.gavel import GavelPolicy
@@ -17,7 +17,7 @@ from heteroplan.policies.pollux import PolluxPolicy
 from heteroplan.policies.sia import SiaPolicy
 from heteroplan.policies.tiresias import TiresiasPolicy
 from heteroplan.policies.yarn import YarnCSPolicy
-from heteroplan.sim.simulator import simulate
+from heteroplan.sim.loop import simulate
 from heteroplan.workload.sia import JobSpec, read_sia_workload
 
 SMALL = Cluster.from_counts(preset("sia-64").gpu_types, {"aws": 8, "rtx": 8, "dgx-ext": 8}, "small")
@@ -90,26 +90,55 @@ def test_sia_beats_fifo_on_a_busy_trace() -> None:
 
 class OverCommit:
     name = "broken"
-    adaptive = False
+    round_length = 60.0
+    elastic = False
+    forking = False
 
     def allocate(self, cluster, jobs, now):
         node = cluster.nodes[0]
         return {j.job_id: Allocation(node.gpu_type, node.num_gpus, ((node.name, node.num_gpus),)) for j in jobs}
 
 
-def test_bad_policy_stops_the_run_with_results_kept() -> None:
+def test_bad_policy_is_a_policy_error_with_results_kept() -> None:
     jobs = [JobSpec("a", 0, "cifar10", 1, 256), JobSpec("b", 0, "cifar10", 1, 256), JobSpec("c", 7200, "cifar10", 1, 256)]
-    res = simulate(jobs, SMALL, OverCommit(), progress=False)
-    assert res.error is not None and "over-committed" in res.error
-    assert len(res.jobs) == 3  # every job still reported
+    with pytest.raises(PolicyError, match="over-committed") as info:
+        simulate(jobs, SMALL, OverCommit(), progress=False)
+    assert len(info.value.result.jobs) == 3  # every job still reported
 
 
-def test_job_larger_than_cluster_waits_instead_of_crashing() -> None:
+class Crashing(OverCommit):
+    name = "crashing"
+
+    def allocate(self, cluster, jobs, now):
+        return {}[jobs[0].job_id]  # a bug: KeyError
+
+
+def test_a_bug_inside_a_policy_is_raised_as_a_policy_error_not_swallowed() -> None:
+    with pytest.raises(PolicyError, match="crashing.*KeyError") as info:
+        simulate([JobSpec("a", 0, "cifar10", 1, 256)], SMALL, Crashing(), progress=False)
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+def test_job_larger_than_cluster_is_rejected_before_the_first_round() -> None:
     jobs = [JobSpec("huge", 0, "cifar10", 64, 4096), JobSpec("ok", 0, "cifar10", 2, 256)]
-    res = simulate(jobs, SMALL, YarnCSPolicy(backfill=True), progress=False, stall_limit=3600)
-    assert res.error is not None and "stalled" in res.error and "huge" in res.error
-    by_name = {j.name: j for j in res.jobs}
-    assert by_name["huge"].start_time is None and by_name["ok"].finish_time is not None
+    res = simulate(jobs, SMALL, YarnCSPolicy(backfill=True), progress=False)
+    assert "huge" in res.rejected and "64 GPUs" in res.rejected["huge"]
+    assert [j.name for j in res.jobs] == ["ok"] and res.jobs[0].finish_time is not None
+    with pytest.raises(InputError, match="huge"):
+        simulate(jobs, SMALL, YarnCSPolicy(backfill=True), progress=False, on_infeasible="raise")
+
+
+class Idle(OverCommit):
+    name = "idle"
+
+    def allocate(self, cluster, jobs, now):
+        return {}
+
+
+def test_a_run_that_cannot_progress_stops_and_says_stalled() -> None:
+    res = simulate([JobSpec("a", 0, "cifar10", 1, 256)], SMALL, Idle(), progress=False, stall_limit=3600)
+    assert res.stop_reason == "stalled" and "a" in res.error
+    assert res.end_time <= 3600 + 3 * 60
 
 
 def test_bad_workload_rows_name_the_row(tmp_path) -> None:
@@ -135,7 +164,9 @@ class Mixed:
     """Gives every job one aws GPU and one dgx-ext GPU (a task-level heterogeneous allocation)."""
 
     name = "mixed"
-    adaptive = False
+    round_length = 60.0
+    elastic = False
+    forking = False
 
     def allocate(self, cluster, jobs, now):
         aws = cluster.nodes_of_type("aws")[0].name
@@ -144,23 +175,22 @@ class Mixed:
 
 
 def test_mixed_type_allocation_runs_at_the_slowest_types_pace() -> None:
-    from heteroplan.sim.simulator import Simulator
+    from heteroplan.sim.fidelity import SimFidelity
+    from heteroplan.sim.job_models import build_jobs
 
     job = JobSpec("c", 0, "cifar10", 2, 256)
-    sim = Simulator(SMALL, [job], Mixed())
-    state = sim.jobs[0]
+    state = build_jobs([job], SMALL, False, None, SimFidelity())[0]
 
     def rate(gpu_type: str, fraction: float) -> float:
-        state.progress = fraction * state.total_work
-        return sim._rate_on(state, gpu_type, 1, 2)[0]
+        state.done = fraction * state.total_work
+        return state.rate_on(gpu_type, 1, 2)[0]
 
     # Efficiency rises as training progresses, so the rate is bracketed by its ends.
     slow = [rate("aws", 0.0), rate("aws", 1.0)]
     fast = [rate("dgx-ext", 0.0), rate("dgx-ext", 1.0)]
-    state.progress = 0.0
     assert max(slow) < min(fast)
-    res = sim.run(progress=False)
-    assert res.error is None
+    res = simulate([job], SMALL, Mixed(), progress=False)
+    assert res.error is None and res.stop_reason == "finished"
     app = get_app("cifar10")
     jct = res.jobs[0].jct
     assert app.restart_delay + app.total_work / max(slow) - 60 <= jct <= app.restart_delay + app.total_work / min(slow) + 60
@@ -175,9 +205,25 @@ def test_sia_gives_rigid_jobs_exactly_their_gpus_and_scales_elastic_ones_gradual
     jobs = [
         JobState("rigid", "cifar10", 0.0, requested_gpus=4, elastic=False, estimator=bootstrap_model("cifar10")),
         JobState("new", "cifar10", 0.0, estimator=bootstrap_model("cifar10")),
-        JobState("grown", "bert", 0.0, estimator=bootstrap_model("bert"), extra={"last_gpus": 2}),
+        JobState("grown", "bert", 0.0, estimator=bootstrap_model("bert"), last_gpus=2),
     ]
     alloc = SiaPolicy().allocate(SMALL, jobs, now=3600.0)
     assert alloc["rigid"].num_gpus == 4
     assert alloc["new"].num_gpus == 1  # new jobs start at one GPU
     assert alloc["grown"].num_gpus <= 4  # at most double the last allocation
+
+
+class Interrupted(OverCommit):
+    name = "interrupted"
+
+    def allocate(self, cluster, jobs, now):
+        if now >= 600:
+            raise KeyboardInterrupt
+        return {}
+
+
+def test_an_interrupted_run_keeps_its_results_on_the_exception() -> None:
+    with pytest.raises(KeyboardInterrupt) as info:
+        simulate([JobSpec("a", 0, "cifar10", 1, 256)], SMALL, Interrupted(), progress=False)
+    res = info.value.result
+    assert res.stop_reason == "interrupted" and res.rounds == 10 and [j.name for j in res.jobs] == ["a"]

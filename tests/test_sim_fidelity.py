@@ -17,7 +17,9 @@ from heteroplan.perf.measurements import load_validation
 from heteroplan.perf.sia_data import grad_stats
 from heteroplan.policies.base import Allocation
 from heteroplan.sim.fidelity import SIA_SLOWDOWNS, SimFidelity
-from heteroplan.sim.simulator import Simulator, simulate
+from heteroplan.sim.job_models import build_jobs
+from heteroplan.sim.loop import simulate
+from heteroplan.sim.progress_models import GangProgress
 from heteroplan.workload.sia import JobSpec
 
 DATA = Path(__file__).parent / "data" / "sia"
@@ -29,10 +31,13 @@ def _runs(app: str):
 
 
 class FixedPolicy:
-    """Gives every job ``gpus`` GPUs of ``gpu_type`` on whole nodes (adaptive or not)."""
+    """Gives every job ``gpus`` GPUs of ``gpu_type`` on whole nodes (elastic or not)."""
 
-    def __init__(self, gpu_type: str, gpus: int, adaptive: bool = True) -> None:
-        self.gpu_type, self.gpus, self.adaptive, self.name = gpu_type, gpus, adaptive, "fixed"
+    round_length = 60.0
+    forking = False
+
+    def __init__(self, gpu_type: str, gpus: int, elastic: bool = True) -> None:
+        self.gpu_type, self.gpus, self.elastic, self.name = gpu_type, gpus, elastic, "fixed"
         nodes = [n for n in CLUSTER.nodes if n.gpu_type == gpu_type]
         left, self.placement = gpus, []
         for node in nodes:
@@ -115,7 +120,7 @@ def test_fidelity_rejects_bad_input() -> None:
     with pytest.raises(InputError, match="fidelity.profiling_time"):
         SimFidelity(profiling_time=-1.0)
     with pytest.raises(InputError, match="fidelity"):
-        Simulator(CLUSTER, [JobSpec("a", 0.0, "cifar10", 1, 128)], FixedPolicy("rtx", 1), fidelity="sia")
+        simulate([JobSpec("a", 0.0, "cifar10", 1, 128)], CLUSTER, FixedPolicy("rtx", 1), fidelity="sia")
     assert SimFidelity().slowdown_of("cifar10") == 1.8 and SimFidelity().slowdown_of("unknown") == 1.0
 
 
@@ -131,7 +136,7 @@ def test_slowdown_stretches_the_run_by_its_factor() -> None:
     times = {}
     for factor in (1.0, 2.0):
         fid = dataclasses.replace(base, slowdown={"deepspeech2": factor})
-        res = simulate(job, CLUSTER, FixedPolicy("dgx-ext", 1, adaptive=False), fidelity=fid, progress=False)
+        res = simulate(job, CLUSTER, FixedPolicy("dgx-ext", 1, elastic=False), fidelity=fid, progress=False)
         rec = res.jobs[0]
         times[factor] = rec.finish_time - rec.start_time - get_app("deepspeech2").restart_delay
     # Progress is evaluated per 60 s round, so the halved rate sees phi a little later.
@@ -141,26 +146,24 @@ def test_slowdown_stretches_the_run_by_its_factor() -> None:
 def test_elastic_job_runs_at_its_estimators_best_batch() -> None:
     spec = [JobSpec("c", 0.0, "cifar10", 1, 128)]
     policy = FixedPolicy("aws", 8)
-    sim = Simulator(CLUSTER, spec, policy, fidelity=SimFidelity())
-    job = sim.jobs[0]
+    job = build_jobs(spec, CLUSTER, True, None, SimFidelity())[0]
     alloc = policy.allocate(CLUSTER, [job.view()], 0.0)["c"]
     est = job.estimator.optimize("aws", 2, 8, progress=0.0)
     truth = job.truth.optimize("aws", 2, 8, progress=0.0)
     assert int(est[1]) != int(truth[1])  # the 1-GPU-profile model misjudges sync on 2 nodes
-    _, local, accum = sim._run_config(job, alloc)
+    _, local, accum = GangProgress(CLUSTER).rate(job, alloc)
     assert (local, accum) == (int(est[1]), int(est[2]))
-    oracle = Simulator(CLUSTER, spec, policy, fidelity=SimFidelity(batch_size="truth"))
-    _, local, accum = oracle._run_config(oracle.jobs[0], alloc)
+    oracle = build_jobs(spec, CLUSTER, True, None, SimFidelity(batch_size="truth"))[0]
+    _, local, accum = GangProgress(CLUSTER).rate(oracle, alloc)
     assert (local, accum) == (int(truth[1]), int(truth[2]))
 
 
 def test_progress_uses_truth_throughput_at_the_chosen_batch_and_its_grad_stats() -> None:
     spec = [JobSpec("c", 0.0, "cifar10", 1, 128)]
     policy = FixedPolicy("aws", 8)
-    sim = Simulator(CLUSTER, spec, policy)
-    job = sim.jobs[0]
+    job = build_jobs(spec, CLUSTER, True, None, SimFidelity())[0]
     alloc = policy.allocate(CLUSTER, [job.view()], 0.0)["c"]
-    rate, local, accum = sim._run_config(job, alloc)
+    rate, local, accum = GangProgress(CLUSTER).rate(job, alloc)
     batch = 8 * local * (accum + 1)
     expected = float(job.truth.throughput("aws", 2, 8, local, accum)) \
         * grad_stats("cifar10").efficiency(batch, 0.0) / 1.8
@@ -169,19 +172,18 @@ def test_progress_uses_truth_throughput_at_the_chosen_batch_and_its_grad_stats()
 
 def test_estimator_sees_the_noise_scale_measured_at_its_batch() -> None:
     spec = [JobSpec("c", 0.0, "cifar10", 1, 128)]
-    res_sim = Simulator(CLUSTER, spec, FixedPolicy("rtx", 4))
-    job = res_sim.jobs[0]
+    job = build_jobs(spec, CLUSTER, True, None, SimFidelity())[0]
     assert job.estimator.measured_phi is None
-    res_sim.run(progress=False)
+    simulate([job], CLUSTER, FixedPolicy("rtx", 4), progress=False)
     # After the last round the estimator holds phi of the run at the job's batch, final epoch.
     gs = grad_stats("cifar10")
     assert job.estimator.measured_phi is not None
     candidates = [gs.phi(job.batch_size, p) for p in np.linspace(0.9, 1.0, 50)]
     assert min(abs(job.estimator.measured_phi / c - 1) for c in candidates) < 1e-9
     # The ideal simulator leaves the estimator on its phi table.
-    ideal = Simulator(CLUSTER, spec, FixedPolicy("rtx", 4), fidelity=SimFidelity.ideal(), max_time=600)
-    ideal.run(progress=False)
-    assert ideal.jobs[0].estimator.measured_phi is None
+    ideal = build_jobs(spec, CLUSTER, True, None, SimFidelity.ideal())
+    simulate(ideal, CLUSTER, FixedPolicy("rtx", 4), fidelity=SimFidelity.ideal(), max_time=600, progress=False)
+    assert ideal[0].estimator.measured_phi is None
 
 
 def test_profiling_delays_the_first_allocation_by_one_profile_per_type() -> None:
@@ -193,7 +195,7 @@ def test_profiling_delays_the_first_allocation_by_one_profile_per_type() -> None
     free = simulate(spec, CLUSTER, FixedPolicy("rtx", 1), max_time=1200, progress=False)
     assert free.jobs[0].start_time == 60.0
     # Rigid baselines get oracle profiles: no profiling delay.
-    rigid = simulate(spec, CLUSTER, FixedPolicy("rtx", 1, adaptive=False), fidelity=fid, max_time=1200,
+    rigid = simulate(spec, CLUSTER, FixedPolicy("rtx", 1, elastic=False), fidelity=fid, max_time=1200,
                      progress=False)
     assert rigid.jobs[0].start_time == 60.0
 
@@ -205,11 +207,11 @@ def test_scale_up_limit_is_twice_the_most_gpus_ever_run() -> None:
     from heteroplan.policies.common import max_gpus_this_round
 
     shrunk = JobState("j", "cifar10", 0.0, max_gpus=64, allocation=Allocation("rtx", 2),
-                      extra={"last_gpus": 2, "max_gpus_run": 16})
+                      last_gpus=2, max_gpus_run=16)
     assert max_gpus_this_round(shrunk, 2.0) == 32  # Sia/Pollux artifacts: 2 x max profiled
     assert max_gpus_this_round(shrunk, 2.0, "current") == 4
     assert max_gpus_this_round(JobState("n", "cifar10", 0.0), 2.0) == 1  # new jobs start at 1 GPU
-    capped = JobState("c", "bert", 0.0, max_gpus=24, extra={"max_gpus_run": 16})
+    capped = JobState("c", "bert", 0.0, max_gpus=24, max_gpus_run=16)
     assert max_gpus_this_round(capped, 2.0) == 24
     with pytest.raises(InputError, match="scale_up_from"):
         max_gpus_this_round(shrunk, 2.0, "peak")
@@ -217,7 +219,7 @@ def test_scale_up_limit_is_twice_the_most_gpus_ever_run() -> None:
 
 def test_simulator_reports_the_most_gpus_a_job_ran_on() -> None:
     spec = [JobSpec("c", 0.0, "cifar10", 1, 128)]
-    sim = Simulator(CLUSTER, spec, FixedPolicy("dgx-ext", 8), max_time=300)
-    sim.run(progress=False)
-    view = sim.jobs[0].view()
-    assert view.extra["max_gpus_run"] == 8
+    jobs = build_jobs(spec, CLUSTER, True, None, SimFidelity())
+    simulate(jobs, CLUSTER, FixedPolicy("dgx-ext", 8), max_time=300, progress=False)
+    view = jobs[0].view()
+    assert view.max_gpus_run == 8 and view.last_gpus == 8 and view.batch_size > 0

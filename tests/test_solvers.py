@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import highspy
 import numpy as np
@@ -10,9 +15,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from heteroplan.errors import ModelError
-from heteroplan.formulations.model import Model
-from heteroplan.solvers import SolveStatus, solve, to_cvxpy, to_pulp, write_lp, write_mps
+from heteroplan.errors import InputError, ModelError
+from heteroplan.milp import Model
+from heteroplan.solvers import (
+    Backend,
+    Capabilities,
+    SolveStatus,
+    backend_names,
+    get_backend,
+    register_backend,
+    registry,
+    solve,
+    to_cvxpy,
+    to_pulp,
+    write_lp,
+    write_mps,
+)
 
 
 def random_milp(seed: int, n: int, m: int, integer_share: float = 0.7) -> Model:
@@ -161,3 +179,102 @@ def test_bad_solve_arguments() -> None:
         solve(m, time_limit=0)
     with pytest.raises(ModelError, match="mip_gap"):
         solve(m, mip_gap=-1)
+
+
+def test_cbc_matches_highs_where_its_preprocessing_lost_the_optimum() -> None:
+    model = random_milp(6000, 10, 2)  # CBC with preprocessing returned -8.71 and called it optimal
+    ref = solve(model, mip_gap=0)
+    cbc = solve(model, backend="cbc", mip_gap=0)
+    assert cbc.optimal and _close(cbc.objective, ref.objective), (ref.objective, cbc.objective)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 100_000), n=st.integers(2, 8), m=st.integers(1, 4))
+def test_every_registered_backend_agrees_on_small_milps(seed: int, n: int, m: int) -> None:
+    model = random_milp(seed, n, m)
+    ref = solve(model, mip_gap=0)
+    for backend in backend_names():
+        other = solve(model, backend=backend, mip_gap=0)
+        assert other.backend == backend
+        assert (ref.status is SolveStatus.OPTIMAL) == (other.status is SolveStatus.OPTIMAL), backend
+        if ref.optimal:
+            assert _close(ref.objective, other.objective), (backend, ref.objective, other.objective)
+
+
+UNSUPPORTED = [  # (backend, option, value): every option a built-in backend cannot honour
+    ("scipy", "threads", 2),
+    ("scipy", "warm_start", "values"),
+    ("scipy", "algorithm", "ipm"),
+    ("cbc", "algorithm", "simplex"),
+    ("cvxpy", "threads", 2),
+    ("cvxpy", "warm_start", "values"),
+    ("cvxpy", "algorithm", "pdlp"),
+]
+
+
+@pytest.mark.parametrize(("backend", "option", "value"), UNSUPPORTED)
+def test_backend_raises_on_an_option_it_cannot_honour(backend: str, option: str, value: object) -> None:
+    m = random_milp(3, 4, 2)
+    if value == "values":
+        value = solve(m).values
+    with pytest.raises(InputError, match=rf"{option}=.*backend '{backend}' cannot honour"):
+        solve(m, backend=backend, **{option: value})
+
+
+def test_capability_flags_match_what_the_backends_accept() -> None:
+    m = random_milp(3, 4, 2)
+    warm = solve(m, mip_gap=0).values
+    refused = {(b, o) for b, o, _ in UNSUPPORTED}
+    for name in backend_names():
+        caps = get_backend(name).capabilities
+        assert caps.threads == ((name, "threads") not in refused)
+        assert caps.warm_start == ((name, "warm_start") not in refused)
+        if caps.threads and caps.warm_start:  # honoured options still give the optimum
+            sol = solve(m, backend=name, threads=1, warm_start=warm, mip_gap=0)
+            assert sol.optimal and _close(sol.objective, solve(m, mip_gap=0).objective), name
+
+
+def test_lp_only_and_no_time_limit_backends_refuse_what_they_cannot_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "_BACKENDS", dict(registry._BACKENDS))  # registered for this test only
+    lp_only = Backend("lp-only", Capabilities(mip=False, time_limit=False), lambda model, options: solve(model, relax=True))
+    register_backend(lp_only, replace=True)
+    m = random_milp(5, 5, 2)
+    with pytest.raises(InputError, match="integer variables and backend 'lp-only'"):
+        solve(m, backend="lp-only", time_limit=math.inf)
+    with pytest.raises(InputError, match="time_limit=5.*backend 'lp-only'"):
+        solve(m, backend="lp-only", relax=True, time_limit=5)
+    assert solve(m, backend="lp-only", relax=True, time_limit=math.inf).optimal
+    with pytest.raises(InputError, match="already registered"):
+        register_backend(lp_only)
+
+
+@pytest.mark.parametrize("backend", ["cbc", "cvxpy", "scipy", "highs"])
+def test_time_limited_solve_reports_its_limit_not_optimal(backend: str) -> None:
+    m = hard_knapsack()  # HiGHS needs > 10 s to prove optimality; nobody finishes in 0.2 s
+    sol = solve(m, backend=backend, time_limit=0.2, mip_gap=0)
+    assert sol.status is SolveStatus.TIME_LIMIT, (backend, sol.message)
+    if sol.has_solution:
+        assert m.violation(m.pack(sol.values)) < 1e-6
+
+
+def test_solve_prints_nothing_unless_verbose() -> None:
+    code = (
+        "import sys; sys.path.insert(0, 'tests')\n"
+        "from test_solvers import random_milp\n"
+        "from heteroplan.solvers import backend_names, solve\n"
+        "m = random_milp(2, 5, 2)\n"
+        "for b in backend_names(): solve(m, backend=b)\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    quiet = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True)
+    assert quiet.stdout == "" and quiet.stderr == ""
+    loud = subprocess.run([sys.executable, "-c", code.replace("backend=b)", "backend=b, verbose=b == 'highs')")],
+                          cwd=root, env=env, capture_output=True, text=True, check=True)
+    assert "HiGHS" in loud.stdout
+
+
+def test_cbc_reports_an_infeasible_model_it_crashed_on_without_preprocessing() -> None:
+    model = random_milp(5722, 3, 5)  # CBC without preprocessing exits with an error on it
+    assert solve(model).status is SolveStatus.INFEASIBLE
+    assert solve(model, backend="cbc", mip_gap=0).status is SolveStatus.INFEASIBLE

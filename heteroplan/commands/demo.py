@@ -15,5 +15,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     print("heteroplan demo: Sia vs baselines on the first", args.jobs, "jobs of", args.workload)
-    args.policy = [p for p in (args.policy or args.default_policies) if p in simulate.POLICY_FACTORIES]
+    args.policy = [p for p in (args.policy or args.default_policies) if p in simulate.POLICIES]
     return simulate.run(args)

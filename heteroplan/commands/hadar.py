@@ -19,24 +19,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def make(name: str, slot: float):
-    from heteroplan.policies.gavel import GavelPolicy
-    from heteroplan.policies.hadar import HadarPolicy
-    from heteroplan.policies.tiresias import TiresiasPolicy
-    from heteroplan.policies.yarn import YarnCSPolicy
-
-    return {
-        "hadar": lambda: HadarPolicy(slot=slot),
-        "hadare": lambda: HadarPolicy(slot=slot, forking=True),
-        "gavel": GavelPolicy,
-        "yarn-cs": YarnCSPolicy,
-        "tiresias": TiresiasPolicy,
-    }[name]()
-
-
 def run(args: argparse.Namespace) -> int:
-    from heteroplan.sim.slotted import rigid_jobs_from_gavel, simulate
+    from heteroplan.policies.registry import make_policy
+    from heteroplan.sim.loop import simulate
     from heteroplan.workload.gavel import generate_workload, load_throughputs
+    from heteroplan.workload.rigid import rigid_jobs_from_gavel
 
     cluster = preset("gavel-108")
     jobs = rigid_jobs_from_gavel(generate_workload(args.jobs, args.rate, seed=args.seed), load_throughputs())
@@ -46,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     cols = ("avg_jct_h", "makespan_h", "avg_queuing_delay_h", "ftf_rho_mean", "utilization")
     print(f"{'policy':>9} " + " ".join(f"{c:>20}" for c in cols) + f" {'unfinished':>10}")
     for name in names:
-        res = simulate(make(name, args.round), cluster, jobs, round_length=args.round)
-        m = res.metrics()
+        res = simulate(jobs, cluster, make_policy(name, round_length=args.round), progress=False)
+        m = res.summary()
         print(f"{name:>9} " + " ".join(f"{m[c]:>20.3f}" for c in cols) + f" {len(res.unfinished):>10}")
     return 0

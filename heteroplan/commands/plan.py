@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
+from pathlib import Path
 
+from heteroplan.atomic_json import write_json_atomic
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.errors import InputError
-from heteroplan.planner.api import OBJECTIVES, plan_job
-from heteroplan.planner.search import SearchOptions
+from heteroplan.planner.api import plan
+from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions
+from heteroplan.planner.sim_config import load_platforms
 
 
 def parse_gpus(text: str) -> dict[tuple[str, str], int]:
@@ -40,6 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--homogeneous", action="store_true", help="one (type, zone) block per plan")
     p.add_argument("--no-prune", action="store_true", help="scan the whole plan space (slow)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--data-dir", help="profiles and network files of `heteroplan profile --out` (default: shipped data)")
+    p.add_argument("--out", help="write the plan to this JSON file (run it with `heteroplan run --plan FILE`)")
     p.set_defaults(func=run)
 
 
@@ -49,8 +55,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         pool = preset(args.cluster) if args.cluster in PRESETS else Cluster.from_json(args.cluster)
     options = SearchOptions(max_pp=args.max_pp, max_blocks=1 if args.homogeneous else 2, prune=not args.no_prune)
-    result = plan_job(
-        args.model, args.gbs, pool, args.objective, args.budget, args.min_throughput, options=options  # type: ignore[arg-type]
-    )
+    if args.data_dir:  # the simulator constants calibrated for that directory, as plan_job would pick
+        options = replace(options, config=load_platforms(args.data_dir))
+    request = PlanRequest.build(args.model, args.gbs, pool, args.objective, args.budget, args.min_throughput,  # type: ignore[arg-type]
+                                options=options, data_dir=args.data_dir)
+    result = plan(request)
+    if args.out:
+        try:
+            write_json_atomic(Path(args.out), result.plan.to_dict())
+        except OSError as exc:
+            raise InputError("--out", args.out, f"cannot write the plan: {exc}") from None
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.describe())
     return 0

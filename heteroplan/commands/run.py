@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from heteroplan.commands.training_args import add_training_arguments, run_config_kwargs
 from heteroplan.errors import InputError
+from heteroplan.training_args import add_training_arguments, model_kwargs, run_config_kwargs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="execute a plan for real: train a tiny GPT on local processes (needs [runtime])")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--plan", help="plan JSON (from `heteroplan plan --out` or Plan.to_json)")
+    src.add_argument("--plan", help="plan JSON: `heteroplan plan --out` / --json output, Plan.to_json, or a Sailor "
+                     "plan_config file; one process per planned GPU")
     src.add_argument("--pp", type=int, default=2, help="pipeline stages of a generated plan (default 2)")
     p.add_argument("--dp", type=int, default=2, help="data-parallel replicas of a generated plan (default 2)")
     p.add_argument("--microbatches", default=None,
@@ -43,27 +44,30 @@ def generated_plan(args: argparse.Namespace, num_layers: int):
 def run(args: argparse.Namespace) -> int:
     try:
         from heteroplan.runtime import RunConfig, TinyGPTTask, run_plan
+        from heteroplan.runtime.layout import load_plan, stage_tp, world_size
     except ImportError as exc:
         raise InputError("runtime", "torch", str(exc)) from None
-    from heteroplan.planner.plan import Plan
 
     if args.plan:
-        plan = Plan.from_json(args.plan)
-        blocks = args.layers or plan.num_layers - 2
+        plan = load_plan(args.plan)
     else:
-        blocks = args.layers or 4
-        plan = generated_plan(args, blocks + 2)
-    if blocks < 1:
-        raise InputError("--layers", blocks, "the tiny GPT needs at least 1 block (plans of >= 3 layers)")
-    task = TinyGPTTask(n_layers=blocks)
+        plan = generated_plan(args, (args.layers or 4) + 2)
+    model = model_kwargs(args, plan.num_layers, stage_tp(plan))
+    if model["n_layers"] < 1:
+        raise InputError("--layers", model["n_layers"], "the tiny GPT needs at least 1 block (plans of >= 3 layers)")
+    task = TinyGPTTask(**model)
     config = RunConfig(**run_config_kwargs(args))
     print(plan.describe())
+    print(f"model: GPT-2-style decoder, {task.n_layers} blocks, width {task.d_model}, {task.n_heads} heads, "
+          f"sequence {task.seq_len}; {world_size(plan)} processes on this machine (one per planned GPU)")
     print(f"{'step':>6} {'loss':>8} {'ms/iter':>9} {'sync ms':>8}")
     result = run_plan(plan, task, config, progress=lambda m: print(
         f"{m.step:6d} {m.loss:8.4f} {m.iteration_time * 1e3:9.1f} {m.sync_time * 1e3:8.2f}", flush=True))
     if result.steps:
         print(f"{plan.num_gpus} processes, median {result.median_iteration_time() * 1e3:.1f} ms/iteration, "
               f"loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}, wall {result.wall_time:.1f} s")
+    if result.stopped_early:
+        print(f"stopped early at iteration {result.final_step} of {config.steps}")
     if result.checkpoint is not None:
         print(f"checkpoint: iteration {result.checkpoint.step} in {result.checkpoint.path}")
-    return 0
+    return 0 if not result.stopped_early else 130

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from heteroplan.cluster import PRESETS, Cluster, preset
-from heteroplan.sim.compare import POLICY_FACTORIES, compare_policies
+from heteroplan.policies.registry import POLICIES
+from heteroplan.sim.compare import compare_policies
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.sim.metrics import SimResult, compare_table
 from heteroplan.workload.sia import BUNDLED_WORKLOADS, bundled_workload, read_sia_workload
@@ -23,12 +24,13 @@ def add_arguments(p: argparse.ArgumentParser, default_policies: tuple[str, ...] 
     p.add_argument("--workload", default="philly/workload-1",
                    help=f"Sia workload CSV path, or a bundled one: {', '.join(BUNDLED_WORKLOADS[:2])}, ...")
     p.add_argument("--cluster", default="sia-64", help=f"preset ({', '.join(PRESETS)}) or cluster JSON file")
-    p.add_argument("--policy", action="append", choices=sorted(POLICY_FACTORIES),
+    p.add_argument("--policy", action="append", choices=sorted(POLICIES),
                    help=f"policy to run (repeatable; default {', '.join(default_policies)})")
     p.add_argument("--jobs", type=int, default=None, help="only the first N jobs of the workload")
     p.add_argument("--round", type=float, default=None,
                    help="round length in seconds (default: the policy's own, 60 s for Sia, 360 s for Gavel)")
-    p.add_argument("--max-hours", type=float, default=None, help="stop after this many simulated hours")
+    p.add_argument("--max-hours", type=float, default=None,
+                   help="stop after this many simulated hours (default 2160 = 90 days)")
     p.add_argument("--fidelity", choices=["sia", "ideal"], default="sia",
                    help="simulator mechanisms: the Sia artifact's slowdowns, estimated batch sizes and "
                    "per-batch gradient statistics (default), or none of them")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from heteroplan.errors import InputError
-from heteroplan.formulations.model import Model
+from heteroplan.milp import Model
 
 __all__ = ["max_min_fairness_model", "normalized_throughputs"]
 

@@ -34,7 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from heteroplan.errors import InputError
-from heteroplan.formulations.model import Model
+from heteroplan.milp import Model
 
 __all__ = ["HadarInstance", "hadar_milp", "hadar_utility"]
 

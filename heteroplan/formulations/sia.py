@@ -28,10 +28,9 @@ import scipy.sparse as sp
 
 from heteroplan.cluster import Cluster, GPUType
 from heteroplan.errors import InputError
-from heteroplan.formulations.model import Model
-from heteroplan.solvers import SolveStatus, solve
+from heteroplan.milp import Model, Solution, SolveStatus
 
-__all__ = ["ConfigSet", "SiaProblem", "SiaResult", "build_sia_model", "solve_sia", "restart_factor"]
+__all__ = ["ConfigSet", "SiaProblem", "SiaResult", "build_sia_model", "restart_factor"]
 
 
 @dataclass(frozen=True)
@@ -93,18 +92,6 @@ def restart_factor(age: np.ndarray, restarts: np.ndarray, restart_delay: np.ndar
 
 
 @dataclass
-class SiaProblem:
-    """The built model and the (job, config) pair behind each variable."""
-
-    model: Model
-    job_of: np.ndarray
-    config_of: np.ndarray
-    utility: np.ndarray
-    num_jobs: int
-    minimize: bool
-
-
-@dataclass
 class SiaResult:
     """Chosen configuration per job (-1 = none) and solve diagnostics."""
 
@@ -115,6 +102,52 @@ class SiaResult:
     status: SolveStatus
     build_time: float
     solve_time: float
+
+
+@dataclass
+class SiaProblem:
+    """The built model, the (job, config) pair behind each variable, and its decoder.
+
+    Solve ``model`` (or its LP relaxation, ``relax=True``) with any backend, then
+    :meth:`decode` the solution into a :class:`SiaResult`.
+    """
+
+    model: Model
+    job_of: np.ndarray
+    config_of: np.ndarray
+    utility: np.ndarray
+    num_jobs: int
+    minimize: bool
+    configs: ConfigSet
+    capacity: np.ndarray
+    lam: float
+
+    def empty_result(self) -> SiaResult:
+        """The answer when the model has no variables (no job has a usable configuration)."""
+        objective = self.lam * self.num_jobs if self.minimize else 0.0
+        return SiaResult(np.full(self.num_jobs, -1), objective, objective, 0.0, SolveStatus.OPTIMAL, 0.0, 0.0)
+
+    def decode(self, sol: Solution, relaxed: bool = False) -> SiaResult:
+        """Configuration per job from a solution of ``model`` (``relaxed``: of its LP relaxation,
+        whose few fractional jobs are then rounded greedily and capacity repaired)."""
+        J = self.num_jobs
+        if not sol.has_solution:
+            # Nothing feasible in time (only possible with pinned jobs over capacity): allocate none.
+            return SiaResult(np.full(J, -1), float("nan"), sol.bound, float("nan"), sol.status, sol.build_time, sol.solve_time)
+        xval = sol["x"]
+        if relaxed:
+            choice = _round_lp(self, xval, self.configs, self.capacity, self.lam)
+            chosen = np.flatnonzero(choice[self.job_of] == self.config_of)
+            obj = float(self.utility[chosen].sum())
+            objective = obj + self.lam * (J - len(chosen)) if self.minimize else obj
+            bound = sol.objective
+        else:
+            pick = xval > 0.5
+            choice = np.full(J, -1)
+            choice[self.job_of[pick]] = self.config_of[pick]
+            objective, bound = sol.objective, sol.bound
+        gap = abs(objective - bound) / max(abs(objective), 1e-9)
+        return SiaResult(choice, objective, bound, gap, sol.status, sol.build_time, sol.solve_time)
 
 
 def build_sia_model(
@@ -185,7 +218,7 @@ def build_sia_model(
         model.minimize(x @ (utility - lam) + lam * J)
     else:
         model.maximize(x @ utility)
-    return SiaProblem(model, job_of, config_of, utility, J, minimize)
+    return SiaProblem(model, job_of, config_of, utility, J, minimize, configs, cap, float(lam))
 
 
 def _round_lp(problem: SiaProblem, xval: np.ndarray, configs: ConfigSet, capacity: np.ndarray, lam: float) -> np.ndarray:
@@ -213,48 +246,3 @@ def _round_lp(problem: SiaProblem, xval: np.ndarray, configs: ConfigSet, capacit
                 used[k] += configs.num_gpus[c]
                 break
     return choice
-
-
-def solve_sia(
-    problem: SiaProblem,
-    configs: ConfigSet,
-    capacity: Sequence[float] | np.ndarray,
-    mode: str = "milp",
-    time_limit: float = 10.0,
-    mip_gap: float = 1e-3,
-    lam: float = 1.1,
-) -> SiaResult:
-    """Solve a :class:`SiaProblem`.
-
-    Args:
-        mode: ``"milp"`` (HiGHS branch and bound to ``mip_gap``) or ``"lp-round"`` (LP
-            relaxation, then greedy rounding of the few fractional jobs).
-        time_limit: seconds; at the limit the best incumbent is used.
-    """
-    if mode not in ("milp", "lp-round"):
-        raise InputError("mode", mode, "choose 'milp' or 'lp-round'")
-    cap = np.asarray(capacity, dtype=float)
-    J = problem.num_jobs
-    if problem.model.num_vars == 0:
-        return SiaResult(np.full(J, -1), lam * J if problem.minimize else 0.0, lam * J if problem.minimize else 0.0,
-                         0.0, SolveStatus.OPTIMAL, 0.0, 0.0)
-    relax = mode == "lp-round"
-    sol = solve(problem.model, time_limit=time_limit, mip_gap=mip_gap, relax=relax,
-                algorithm="simplex" if relax else "auto")
-    if not sol.has_solution:
-        # Nothing feasible in time (only possible with pinned jobs over capacity): allocate none.
-        return SiaResult(np.full(J, -1), float("nan"), sol.bound, float("nan"), sol.status, sol.build_time, sol.solve_time)
-    xval = sol["x"]
-    if relax:
-        choice = _round_lp(problem, xval, configs, cap, lam)
-        chosen = np.flatnonzero(choice[problem.job_of] == problem.config_of)
-        obj = float(problem.utility[chosen].sum())
-        objective = obj + lam * (J - len(chosen)) if problem.minimize else obj
-        bound = sol.objective
-    else:
-        pick = xval > 0.5
-        choice = np.full(J, -1)
-        choice[problem.job_of[pick]] = problem.config_of[pick]
-        objective, bound = sol.objective, sol.bound
-    gap = abs(objective - bound) / max(abs(objective), 1e-9)
-    return SiaResult(choice, objective, bound, gap, sol.status, sol.build_time, sol.solve_time)

@@ -352,13 +352,17 @@ class ThroughputTable:
         """GPU types with a known rate."""
         return tuple(self.rates)
 
-    def goodput(self, gpu_type: str, num_nodes: Any, num_gpus: Any,
+    def goodput(self, gpu_type: str | Any, num_nodes: Any, num_gpus: Any,
                 progress: float = 0.0) -> np.ndarray:
-        """``num_gpus * rate[gpu_type]`` broadcast with ``num_nodes``; 0 if the type is unknown."""
+        """``num_gpus * rate[gpu_type]`` broadcast with ``num_nodes`` (and ``gpu_type`` when it is
+        an array of type names, as for :class:`GoodputModel`); 0 if the type is unknown."""
         n = _as_counts("num_nodes", num_nodes)
         k = _as_counts("num_gpus", num_gpus)
-        rate = self.rates.get(gpu_type, 0.0)
-        k, n = np.broadcast_arrays(k, n)
+        if isinstance(gpu_type, str):
+            rate = self.rates.get(gpu_type, 0.0)
+        else:
+            rate = np.array([self.rates.get(str(t), 0.0) for t in np.asarray(gpu_type).ravel()]).reshape(np.shape(gpu_type))
+        k, n, rate = np.broadcast_arrays(k, n, rate)
         return np.where((n >= 1) & (k >= n), k * rate, 0.0)
 
     def throughput(self, gpu_type: str, num_nodes: Any, num_gpus: Any, *_: Any) -> np.ndarray:

@@ -1,10 +1,10 @@
 """Sailor planner: plans, simulator, search."""
 
-from heteroplan.planner.api import OBJECTIVES, PlanResult, plan_job
+from heteroplan.planner.api import OBJECTIVES, PlanResult, plan, plan_job
 from heteroplan.planner.pareto import ParetoFront, ParetoPoint, pareto_front
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
+from heteroplan.planner.request import PlanRequest, SearchOptions
 from heteroplan.planner.schedule import PipelineSchedule, pipeline_schedule
-from heteroplan.planner.search import SearchOptions
 from heteroplan.planner.simulator import SimConfig, SimResult, simulate
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "ParetoPoint",
     "PipelineSchedule",
     "Plan",
+    "PlanRequest",
     "PlanResult",
     "ReplicaGroup",
     "SearchOptions",
@@ -21,6 +22,7 @@ __all__ = [
     "Stage",
     "pareto_front",
     "pipeline_schedule",
+    "plan",
     "plan_job",
     "simulate",
 ]

@@ -5,25 +5,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from heteroplan._html import table
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
-from heteroplan.errors import InfeasibleError, InputError
-from heteroplan.perf.sailor_network import NetworkModel, load_network
-from heteroplan.perf.sailor_profiles import load_model_profile
+from heteroplan.errors import InfeasibleError
+from heteroplan.perf.sailor_network import NetworkModel
 from heteroplan.planner.plan import Plan
-from heteroplan.planner.search import Searcher, SearchOptions
-from heteroplan.planner.sim_config import load_platforms
+from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions, normalize_pool
+from heteroplan.planner.search import Searcher
 from heteroplan.planner.simulator import simulate
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["PlanResult", "plan_job", "normalize_pool", "OBJECTIVES"]
-
-OBJECTIVES = ("throughput", "cost")
+__all__ = ["PlanResult", "PlanRequest", "plan", "plan_job", "normalize_pool", "OBJECTIVES"]
 
 
 @dataclass(frozen=True)
@@ -89,32 +86,6 @@ class PlanResult:
         return self.plan.html_title() + metrics + self.plan.html_table(self.memory_per_gpu)
 
 
-def normalize_pool(
-    pool: Cluster | Mapping[tuple[str, str], int], gpu_types: Mapping[str, GPUType]
-) -> tuple[dict[tuple[str, str], int], dict[str, GPUType]]:
-    """``{(type, zone): count}`` and the GPU types, from a Cluster or a dict; validated."""
-    types = dict(gpu_types)
-    if isinstance(pool, Cluster):
-        types.update({t.name: t for t in pool.gpu_types})
-        counts = pool.capacity_by_zone()
-    elif isinstance(pool, Mapping):
-        counts = {}
-        for key, n in pool.items():
-            if not (isinstance(key, tuple) and len(key) == 2 and all(isinstance(x, str) for x in key)):
-                raise InputError("pool", key, "keys must be (gpu_type, zone) tuples")
-            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-                raise InputError(f"pool[{key!r}]", n, "GPU count must be an integer >= 0")
-            counts[key] = counts.get(key, 0) + n
-    else:
-        raise InputError("pool", type(pool).__name__, "give a Cluster or a dict {(gpu_type, zone): count}")
-    for t, _ in counts:
-        if t not in types:
-            raise InputError("pool.gpu_type", t, f"unknown GPU type; known: {sorted(types)}")
-    if sum(counts.values()) == 0:
-        raise InputError("pool", dict(counts), "no GPUs available")
-    return counts, types
-
-
 def plan_job(
     model: str,
     gbs: int,
@@ -150,47 +121,40 @@ def plan_job(
         InputError: bad arguments (names the field).
         InfeasibleError: no plan satisfies the request; ``reason`` says why.
     """
-    if objective not in OBJECTIVES:
-        raise InputError("objective", objective, f"must be one of {OBJECTIVES}")
-    if isinstance(gbs, bool) or not isinstance(gbs, int) or gbs < 1:
-        raise InputError("gbs", gbs, "must be an integer >= 1")
-    for name, value in (("budget", budget), ("min_throughput", min_throughput)):
-        if value is not None and (not isinstance(value, int | float) or not value > 0):
-            raise InputError(name, value, "must be a number > 0")
-    profile = load_model_profile(model, data_dir)
-    counts, types = normalize_pool(pool, {t.name: t for t in gpu_types})
-    usable = {k: v for k, v in counts.items() if k[0] in profile.gpu_types}
-    if not usable:
-        raise InputError(
-            "pool", sorted({t for t, _ in counts}), f"no GPU type of the pool is profiled for {model}: {profile.gpu_types}"
-        )
-    network = network or load_network(data_dir)
-    for _, z in usable:
-        if z not in network.zones:
-            raise InputError("pool.zone", z, f"no network measurements; known zones: {list(network.zones)}")
-    if options is None:
-        options = SearchOptions() if data_dir is None else SearchOptions(config=load_platforms(data_dir))
+    request = PlanRequest.build(
+        model, gbs, pool, objective, budget, min_throughput,
+        gpu_types=gpu_types, options=options, network=network, data_dir=data_dir,
+    )
+    return plan(request)
+
+
+def plan(request: PlanRequest) -> PlanResult:
+    """Find the best training plan for ``request`` (see :func:`plan_job` for the arguments).
+
+    Raises:
+        InfeasibleError: no plan satisfies the request; ``reason`` says why.
+    """
     t0 = time.perf_counter()
     extra: dict[str, Any] = {}
-    search_pool = usable
-    if options.narrow_with_milp:
-        from heteroplan.formulations.sailor import choose_resources, narrow_pool, replica_kinds
+    narrowed = request
+    if request.options.narrow_with_milp:
+        from heteroplan.planner.resources import choose_resources, narrow_pool, replica_kinds
 
         try:
-            kinds = replica_kinds(profile, usable, gbs, types, network=network, config=options.config)
-            choice = choose_resources(kinds, usable, gbs, objective, budget, min_throughput)
-            search_pool = narrow_pool(choice, usable)
+            choice = choose_resources(replica_kinds(request), request)
+            narrowed = replace(request, pool=narrow_pool(choice, request.pool))
             extra["milp_gpus"] = {f"{t}@{z}": n for (t, z), n in choice.gpus.items()}
         except InfeasibleError:
-            search_pool = usable
+            narrowed = request
     try:
-        best, stats = Searcher(profile, network, types, search_pool, gbs, objective, budget, min_throughput, options).run()
+        best, stats = Searcher(narrowed).run()
     except InfeasibleError:
         try:
-            best, stats = Searcher(profile, network, types, usable, gbs, objective, budget, min_throughput, options).run()
+            best, stats = Searcher(request).run()
         except InfeasibleError as exc:
-            raise _explain(exc, profile, network, types, usable, gbs, objective, budget, min_throughput, options) from None
-    sim = simulate(best.plan, profile=profile, network=network, gpu_types=types, config=options.config)
+            raise _explain(exc, request) from None
+    sim = simulate(best.plan, profile=request.profile, network=request.network, gpu_types=dict(request.gpu_types),
+                   config=request.options.config)
     if sim.uncalibrated:
         extra["uncalibrated_gpu_types"] = list(sim.uncalibrated)
         _log.warning("no simulator calibration for %s: planned with the uncalibrated default constants",
@@ -207,22 +171,21 @@ def plan_job(
     )
 
 
-def _explain(
-    exc: InfeasibleError, profile, network, types, pool, gbs, objective, budget, min_throughput, options
-) -> InfeasibleError:
+def _explain(exc: InfeasibleError, request: PlanRequest) -> InfeasibleError:
     """Sharpen a constrained infeasibility with the unconstrained optimum (one more search)."""
-    if objective == "throughput" and budget is not None:
+    budget, min_throughput = request.budget, request.min_throughput
+    if request.objective == "throughput" and budget is not None:
         try:
-            cheapest, _ = Searcher(profile, network, types, pool, gbs, "cost", None, None, options).run()
+            cheapest, _ = Searcher(request.unconstrained("cost")).run()
         except InfeasibleError:
             return exc
         return InfeasibleError(
             f"no feasible plan: budget too small — the cheapest plan costs "
             f"${cheapest.cost_per_iteration:.4g}/iteration > budget ${budget:.4g}"
         )
-    if objective == "cost" and min_throughput is not None:
+    if request.objective == "cost" and min_throughput is not None:
         try:
-            fastest, _ = Searcher(profile, network, types, pool, gbs, "throughput", None, None, options).run()
+            fastest, _ = Searcher(request.unconstrained("throughput")).run()
         except InfeasibleError:
             return exc
         return InfeasibleError(

@@ -18,11 +18,10 @@ import numpy as np
 
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InfeasibleError, InputError
-from heteroplan.perf.sailor_network import load_network
-from heteroplan.perf.sailor_profiles import load_model_profile
-from heteroplan.planner.api import PlanResult, normalize_pool, plan_job
+from heteroplan.planner.api import PlanResult, plan
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
-from heteroplan.planner.search import Searcher, SearchOptions
+from heteroplan.planner.request import PlanRequest, SearchOptions, normalize_pool
+from heteroplan.planner.search import Searcher
 from heteroplan.planner.simulator import simulate
 
 __all__ = ["homogeneous_plan", "uniform_split_plan"]
@@ -48,7 +47,8 @@ def homogeneous_plan(
     for gpu in sorted({t for t, _ in counts}):
         sub = {k: v for k, v in counts.items() if k[0] == gpu}
         try:
-            results.append(plan_job(model, gbs, sub, objective, budget, min_throughput, gpu_types=gpu_types, options=options))
+            request = PlanRequest.build(model, gbs, sub, objective, budget, min_throughput, gpu_types=gpu_types, options=options)
+            results.append(plan(request))
         except (InfeasibleError, InputError) as exc:
             reasons.append(f"{gpu}: {exc}")
     if not results:
@@ -76,11 +76,10 @@ def uniform_split_plan(
     max_pp: int = 8,
 ) -> PlanResult:
     """AMP/Metis-style baseline: uniform layer split, slowest-GPU estimate, full-simulator score."""
-    profile = load_model_profile(model)
-    counts, types = normalize_pool(pool, {t.name: t for t in gpu_types})
-    usable = {k: v for k, v in counts.items() if k[0] in profile.gpu_types and v > 0}
-    network = load_network()
-    searcher = Searcher(profile, network, types, usable, gbs, objective, budget, min_throughput, SearchOptions(prune=False))
+    request = PlanRequest.build(model, gbs, pool, objective, budget, min_throughput, gpu_types=gpu_types,
+                                options=SearchOptions(prune=False))
+    profile, network, types, usable = request.profile, request.network, dict(request.gpu_types), request.pool
+    searcher = Searcher(request)
     speed = {}
     for t in {k[0] for k in usable}:
         m = min(profile.microbatch_sizes(t))

@@ -11,7 +11,7 @@ strictly better in one), deduplicated and sorted by cost, so throughput rises al
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -19,7 +19,8 @@ import numpy as np
 from heteroplan._html import table, title
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InfeasibleError, InputError
-from heteroplan.planner.api import PlanResult, plan_job
+from heteroplan.planner.api import PlanResult, plan
+from heteroplan.planner.request import PlanRequest
 
 __all__ = ["ParetoPoint", "ParetoFront", "pareto_front", "non_dominated", "SWEEPS"]
 
@@ -138,7 +139,8 @@ def pareto_front(
             ``sweep`` asks for them, ``n`` values between the two ends' throughputs.
         sweep: which default sweep to run when neither list is given: ``"budget"``,
             ``"throughput"`` or ``"both"``.
-        plan_kwargs: passed to ``plan_job`` (``gpu_types``, ``options``, ``network``).
+        plan_kwargs: passed to :meth:`~heteroplan.planner.request.PlanRequest.build` (``gpu_types``,
+            ``options``, ``network``, ``data_dir``), as for ``plan_job``.
 
     Raises:
         InputError: bad ``n``, ``sweep``, ``budgets`` or ``min_throughputs`` (and whatever
@@ -155,14 +157,16 @@ def pareto_front(
         if key in plan_kwargs:
             raise InputError(key, plan_kwargs[key], "set by the sweep; use budgets/min_throughputs")
 
+    base = PlanRequest.build(model, gbs, pool, **plan_kwargs)  # validated and loaded once
+
     def run(**kw: Any) -> PlanResult | None:
         try:
-            return plan_job(model, gbs, pool, **kw, **plan_kwargs)
+            return plan(replace(base, **kw))
         except InfeasibleError:
             return None
 
-    fastest = plan_job(model, gbs, pool, objective="throughput", **plan_kwargs)
-    cheapest = plan_job(model, gbs, pool, objective="cost", **plan_kwargs)
+    fastest = plan(base.unconstrained("throughput"))
+    cheapest = plan(base.unconstrained("cost"))
     found: list[PlanResult] = [cheapest, fastest]
     if caps is None and floors is None:
         if sweep in ("budget", "both"):

@@ -18,7 +18,17 @@ from typing import Any
 from heteroplan._html import table, title
 from heteroplan.errors import InputError
 
-__all__ = ["ReplicaGroup", "Stage", "Plan"]
+__all__ = ["ReplicaGroup", "Stage", "Plan", "PipelineBlock"]
+
+
+@dataclass(frozen=True)
+class PipelineBlock:
+    """Consecutive pipeline stages of one replica on one pool: ``stages`` stages of ``tp`` GPUs
+    each, all of ``pool = (gpu_type, zone)``. The unit the planner's search lays out and evaluates."""
+
+    pool: tuple[str, str]
+    tp: int
+    stages: int
 
 
 @dataclass(frozen=True)

@@ -32,52 +32,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from heteroplan.cluster import GPUType
 from heteroplan.errors import InfeasibleError
-from heteroplan.perf.sailor_network import NetworkModel
-from heteroplan.perf.sailor_profiles import ModelProfile
 from heteroplan.planner.comm import allreduce_s, pipeline_bytes, pipeline_send_s
-from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
-from heteroplan.planner.sim_config import (
-    SHIPPED_PLATFORMS,
-    PlatformConfigs,
-    SimConfig,
-    as_platforms,
-)
+from heteroplan.planner.plan import PipelineBlock, Plan, ReplicaGroup, Stage
+from heteroplan.planner.request import PlanRequest, SearchOptions
+from heteroplan.planner.sim_config import as_platforms
 from heteroplan.planner.split_dp import best_split
 from heteroplan.planner.stage_tables import StageTable, build_stage_table
 from heteroplan.planner.straggler import clark_max, pipeline_times
 
-__all__ = ["SearchOptions", "Candidate", "Searcher"]
+__all__ = ["SearchOptions", "Candidate", "Searcher"]  # SearchOptions lives in planner.request
 
 Pool = tuple[str, str]  # (gpu_type, zone)
-
-
-@dataclass(frozen=True)
-class SearchOptions:
-    """Knobs of the search.
-
-    Attributes:
-        max_pp: deepest pipeline tried (default: min(layers, 16)).
-        max_blocks: 1 = homogeneous pipelines only, 2 = two (type, zone) blocks.
-        microbatch_sizes: restrict the microbatch sizes (default: all profiled).
-        prune: apply Sailor's pruning (False scans the whole space; slower).
-        patience: dp / pp values without improvement before the scan stops.
-        max_split_dp_calls: cap on threshold DP calls per layout (None = exact).
-        narrow_with_milp: first choose GPUs per (type, zone) with the resource MILP
-            (:mod:`heteroplan.formulations.sailor`) and search only that part of the pool
-            (falls back to the whole pool if nothing fits there).
-        config: simulator constants, one for every GPU type or a table per type (default: the shipped table).
-    """
-
-    max_pp: int | None = None
-    max_blocks: int = 2
-    microbatch_sizes: tuple[int, ...] | None = None
-    prune: bool = True
-    patience: int = 2
-    max_split_dp_calls: int | None = 4096
-    narrow_with_milp: bool = False
-    config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS
 
 
 @dataclass(frozen=True, order=True)
@@ -91,35 +57,18 @@ class Candidate:
     plan: Plan = field(compare=False)
 
 
-@dataclass(frozen=True)
-class _Block:
-    pool: Pool
-    tp: int
-    stages: int
-
-
 class Searcher:
     """Search the best plan of one job over a pool of GPUs."""
 
-    def __init__(
-        self,
-        profile: ModelProfile,
-        network: NetworkModel,
-        gpu_types: dict[str, GPUType],
-        pool: dict[Pool, int],
-        gbs: int,
-        objective: str,
-        budget: float | None,
-        min_throughput: float | None,
-        options: SearchOptions,
-    ) -> None:
-        self.profile, self.network, self.gpu_types = profile, network, gpu_types
-        self.pool = {k: v for k, v in pool.items() if v > 0}
-        self.gbs, self.objective = gbs, objective
-        self.budget, self.min_throughput = budget, min_throughput
-        self.options = options
-        self.cfg = as_platforms(options.config)
-        self.L = profile.num_layers
+    def __init__(self, request: PlanRequest) -> None:
+        self.request = request
+        self.profile, self.network, self.gpu_types = request.profile, request.network, dict(request.gpu_types)
+        self.pool = {k: v for k, v in request.pool.items() if v > 0}
+        self.gbs, self.objective = request.gbs, request.objective
+        self.budget, self.min_throughput = request.budget, request.min_throughput
+        self.options = request.options
+        self.cfg = as_platforms(request.options.config)
+        self.L = request.profile.num_layers
         self._tables: dict[tuple[str, int, int], StageTable] = {}
         self._sync: dict[tuple[str, int, int, int], np.ndarray] = {}
         self.evaluated = 0
@@ -148,7 +97,7 @@ class Searcher:
         return self._sync[key]
 
     # ---------------------------------------------------------- evaluate
-    def lower_bound(self, blocks: list[_Block], mbs: int, dp: int) -> tuple[float, float]:
+    def lower_bound(self, blocks: list[PipelineBlock], mbs: int, dp: int) -> tuple[float, float]:
         """Lower bounds (iteration time s, $/iteration) of any split of this layout.
 
         ``T >= (M-1) max_s fb_s + sum_s fb_s``; the bottleneck is at least ``1 / sum_k n_k / F_k``
@@ -161,11 +110,11 @@ class Searcher:
         t_lb = (M - 1) * bottleneck + min(full)
         return t_lb, self.rate(blocks, dp) * t_lb
 
-    def rate(self, blocks: list[_Block], dp: int) -> float:
+    def rate(self, blocks: list[PipelineBlock], dp: int) -> float:
         """$/s of the GPUs of a layout."""
         return dp * sum(b.stages * b.tp * self.gpu_types[b.pool[0]].price_per_hour for b in blocks) / 3600.0
 
-    def evaluate(self, blocks: list[_Block], mbs: int, dp: int) -> Candidate | None:
+    def evaluate(self, blocks: list[PipelineBlock], mbs: int, dp: int) -> Candidate | None:
         """Best layer split for a block layout; None if nothing fits memory."""
         stages = [b for b in blocks for _ in range(b.stages)]
         pp, L = len(stages), self.L
@@ -245,7 +194,7 @@ class Searcher:
             key = (cost, t_iter)
         return Candidate(key, t_iter, cost, mems, plan)
 
-    def _expected_time(self, stages: list[_Block], b: np.ndarray, sigma: np.ndarray, links: np.ndarray,
+    def _expected_time(self, stages: list[PipelineBlock], b: np.ndarray, sigma: np.ndarray, links: np.ndarray,
                        y: np.ndarray, mbs: int, dp: int, M: int) -> float:
         """Iteration seconds of the split ``b`` with the ranks' speed noise (as ``simulate`` has it)."""
         idx = np.arange(len(stages))
@@ -256,7 +205,7 @@ class Searcher:
                                   np.full(dp, fixed), np.full(dp, M), self._cv(stages))
         return float(clark_max(mean, sd)[0]) + float(y[idx, b[:-1], b[1:]].max())
 
-    def _cv(self, stages: list[_Block]) -> float:
+    def _cv(self, stages: list[PipelineBlock]) -> float:
         """Rank speed noise of a layout: the largest of its GPU types' (as ``simulate`` takes it)."""
         return max(self.cfg.for_gpu(blk.pool[0]).straggler_cv for blk in stages)
 
@@ -292,10 +241,10 @@ class Searcher:
             chosen.setdefault((a[0], b[0]), (a, b))
         return list(chosen.values())
 
-    def _layouts(self, pp: int, mbs: int, dp: int, max_blocks: int) -> Iterator[list[list[list[_Block]]]]:
+    def _layouts(self, pp: int, mbs: int, dp: int, max_blocks: int) -> Iterator[list[list[list[PipelineBlock]]]]:
         """Groups of layouts as rows (first block's TP) of columns (second block's TP), TP rising."""
         for pool in self._single_pools() if max_blocks == 1 else ():
-            rows = [[[_Block(pool, tp, pp)]] for tp in self._tps(pool[0], mbs) if pp * dp * tp <= self.pool[pool]]
+            rows = [[[PipelineBlock(pool, tp, pp)]] for tp in self._tps(pool[0], mbs) if pp * dp * tp <= self.pool[pool]]
             if rows:
                 yield rows
         if max_blocks < 2 or pp < 2:
@@ -307,7 +256,7 @@ class Searcher:
                     if n1 * dp * ta > self.pool[a]:
                         continue
                     row = [
-                        [_Block(a, ta, n1), _Block(b, tb, pp - n1)]
+                        [PipelineBlock(a, ta, n1), PipelineBlock(b, tb, pp - n1)]
                         for tb in self._tps(b[0], mbs)
                         if (pp - n1) * dp * tb <= self.pool[b]
                         # same type in two zones only when one zone cannot hold the pipeline
@@ -318,7 +267,7 @@ class Searcher:
                 if rows:
                     yield rows
 
-    def _scan_group(self, rows: list[list[list[_Block]]], mbs: int, dp: int, incumbent: Candidate | None) -> Candidate | None:
+    def _scan_group(self, rows: list[list[list[PipelineBlock]]], mbs: int, dp: int, incumbent: Candidate | None) -> Candidate | None:
         """Best candidate of a group; with pruning, TP is raised only while it pays (per block)."""
         prune = self.options.prune
         best_group: Candidate | None = None

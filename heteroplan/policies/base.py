@@ -9,18 +9,20 @@ the runtime builds the same :class:`JobState` objects from real jobs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from numbers import Integral
 from typing import Any, Protocol, runtime_checkable
 
 from heteroplan._html import table, title
 from heteroplan.cluster import Cluster
-from heteroplan.errors import ClusterError, InputError
+from heteroplan.errors import ClusterError, InputError, PolicyError
 
-__all__ = ["Allocation", "AllocationError", "JobState", "Policy", "GoodputEstimator", "check_allocations", "counts_by_type"]
+__all__ = ["Allocation", "AllocationError", "JobState", "Policy", "PerfModel", "GoodputEstimator", "check_allocations",
+           "counts_by_type"]
 
 
-class AllocationError(InputError):
-    """A policy returned an allocation that breaks the cluster's rules."""
+class AllocationError(PolicyError, InputError):
+    """A policy returned an allocation that breaks the cluster's or the job's rules (a policy bug)."""
 
 
 @dataclass(frozen=True)
@@ -56,19 +58,51 @@ class Allocation:
 
 
 @runtime_checkable
-class GoodputEstimator(Protocol):
-    """What a policy may ask of a job's performance model (see :mod:`heteroplan.perf`)."""
+class PerfModel(Protocol):
+    """The one performance model every policy reads (see :mod:`heteroplan.perf`).
 
-    def goodput(self, gpu_type: str, num_nodes: Any, num_gpus: Any) -> Any:
-        """Goodput (samples/s, efficiency-weighted) for arrays of (nodes, GPUs) on one type."""
-        ...
+    ``goodput`` is the job's rate of useful work on ``num_gpus`` GPUs of ``gpu_type`` spread
+    over ``num_nodes`` nodes, in *work units per second*: M0-equivalent samples/s for an elastic
+    job's goodput model (:class:`~heteroplan.perf.goodput.GoodputModel`), steps/s or samples/s
+    of the whole job for a rigid job's throughput table
+    (:class:`~heteroplan.perf.goodput.ThroughputTable`). ``remaining_work / goodput`` is
+    therefore seconds. 0 means the job cannot run there. Arguments broadcast (numpy arrays);
+    ``gpu_type`` may be an array of type names. ``progress`` is the fraction of the job done.
+    ``gpu_types`` lists the types the model has data for.
+    """
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]: ...
+
+    def goodput(self, gpu_type: Any, num_nodes: Any, num_gpus: Any, progress: float = 0.0) -> Any: ...
 
 
-@dataclass
+GoodputEstimator = PerfModel  # the former name
+
+
+@dataclass(frozen=True)
 class JobState:
     """Read-only view of an active job that policies receive each round.
 
-    Times in seconds, service in GPU-seconds.
+    Times in seconds, service in GPU-seconds, work in the units of the job's ``estimator``
+    (:class:`PerfModel`: samples for goodput models, steps for throughput tables), so that
+    ``remaining_work / estimator.goodput(...)`` is seconds.
+
+    Attributes:
+        requested_gpus: GPUs a rigid scheduler gives the job (its gang size, W).
+        elastic: whether the policy may change the job's GPU count (and batch size).
+        max_gpus: most GPUs the job may ever use.
+        allocation: what it holds now (``None``: not running).
+        restoring: it is restoring a checkpoint this round (pin it).
+        num_restarts: restarts so far.
+        attained_service: GPU-seconds run so far.
+        progress: fraction of the job done, in ``[0, 1]``.
+        remaining_work: work left (estimator units, >= 0).
+        restart_delay: seconds a restart costs the job.
+        estimator: the job's performance model as the policy sees it.
+        max_gpus_run: most GPUs it has ever run on (0: never ran).
+        last_gpus: GPUs of its current or, when stopped, last allocation (0: never ran).
+        batch_size: total batch size (samples) it runs with now, or was given (rigid jobs).
     """
 
     job_id: str
@@ -82,16 +116,41 @@ class JobState:
     num_restarts: int = 0
     attained_service: float = 0.0
     progress: float = 0.0
+    remaining_work: float = 0.0
     restart_delay: float = 0.0
-    estimator: GoodputEstimator | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    estimator: PerfModel | None = None
+    max_gpus_run: int = 0
+    last_gpus: int = 0
+    batch_size: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.requested_gpus, bool) or not isinstance(self.requested_gpus, Integral) \
+                or self.requested_gpus < 1:
+            raise InputError(f"job[{self.job_id}].requested_gpus", self.requested_gpus, "must be an integer >= 1")
+        if not 0.0 <= self.progress <= 1.0:
+            raise InputError(f"job[{self.job_id}].progress", self.progress, "must be the fraction done, in [0, 1]")
+        if not self.remaining_work >= 0.0:
+            raise InputError(f"job[{self.job_id}].remaining_work", self.remaining_work, "must be >= 0 work units")
 
 
 @runtime_checkable
 class Policy(Protocol):
-    """A round-based cluster scheduler."""
+    """A round-based cluster scheduler, and what a round loop needs to know about it.
+
+    Attributes:
+        name: short name (results, tables).
+        round_length: seconds per scheduling round the policy is designed for.
+        elastic: ``True``: it chooses each elastic job's GPU count and batch size (Sia,
+            Pollux); ``False``: every job runs rigidly on ``requested_gpus`` GPUs (Gavel,
+            FIFO, Tiresias, YARN-CS, Hadar).
+        forking: it may give a rigid job several gangs (copies) of ``requested_gpus`` GPUs
+            whose progress adds up (HadarE).
+    """
 
     name: str
+    round_length: float
+    elastic: bool
+    forking: bool
 
     def allocate(
         self, cluster: Cluster, jobs: Sequence[JobState], now: float

@@ -21,15 +21,15 @@ SCALE_UP_FROM = ("max", "current")
 def max_gpus_this_round(job: JobState, scale_up: float, scale_from: str = "max") -> int:
     """Sia/Pollux scale-up rule: start at 1 GPU, at most ``scale_up`` x a reference count.
 
-    ``scale_from="max"``: the most GPUs the job has ever run on (``extra["max_gpus_run"]``;
+    ``scale_from="max"``: the most GPUs the job has ever run on (``job.max_gpus_run``;
     the Sia and Pollux artifacts allow ``2 x`` the largest profiled replica count, shared
     across GPU types), so a job shrunk by contention may grow straight back;
-    ``"current"``: its current allocation (else its last one, ``extra["last_gpus"]``).
+    ``"current"``: its current allocation (else its last one, ``job.last_gpus``).
     """
     if scale_from not in SCALE_UP_FROM:
         raise InputError("scale_up_from", scale_from, f"choose one of {list(SCALE_UP_FROM)}")
-    current = job.allocation.num_gpus if job.allocation else int(job.extra.get("last_gpus", 0))
-    ref = max(current, int(job.extra.get("max_gpus_run", 0))) if scale_from == "max" else current
+    current = job.allocation.num_gpus if job.allocation else job.last_gpus
+    ref = max(current, job.max_gpus_run) if scale_from == "max" else current
     return int(min(job.max_gpus, max(1, np.floor(scale_up * ref))))
 
 
@@ -93,8 +93,10 @@ def place_blind(
         else:
             gpu_type = max(free, key=lambda t: (free[t], t))
             if free[gpu_type] < need:
-                # Shrink to the largest power of two that fits rather than starve the job.
-                need = 1 << (free[gpu_type].bit_length() - 1) if free[gpu_type] > 0 else 0
+                # Shrink an elastic job to the largest power of two that fits rather than starve it;
+                # a rigid job runs on its whole gang or not at all.
+                fits = 1 << (free[gpu_type].bit_length() - 1) if free[gpu_type] > 0 else 0
+                need = fits if by_id[jid].elastic else 0
                 if need == 0:
                     continue
         free[gpu_type] -= need

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from heteroplan.cluster import Cluster
-from heteroplan.errors import SolverError
+from heteroplan.errors import SolverError, check_seconds
 from heteroplan.formulations.gavel import max_min_fairness_model
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.packing import (
@@ -63,9 +63,12 @@ class GavelPolicy:
     """Gavel max-min fairness (LP over time fractions) + priority-based round allocation."""
 
     name = "gavel"
-    round_length = 360.0  # s, Gavel's default round (read by the simulators)
+    elastic = False
+    forking = False
 
-    def __init__(self, two_stage: bool = True, resolve_every_round: bool = False, time_limit: float = 30.0) -> None:
+    def __init__(self, two_stage: bool = True, resolve_every_round: bool = False, time_limit: float = 30.0,
+                 round_length: float = 360.0) -> None:
+        self.round_length = check_seconds("round_length", round_length)  # s; Gavel's default round
         self.two_stage = two_stage
         self.resolve_every_round = resolve_every_round
         self.time_limit = time_limit

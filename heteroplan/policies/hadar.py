@@ -23,6 +23,11 @@ OASiS-style online primal-dual algorithm made task-level heterogeneous.
 - HadarE (``forking=True``): after the committed gangs, idle GPUs get extra copies of active
   jobs (W_j GPUs of one type each) for this round; the simulator adds the copies' progress.
 
+The policy reads each job's ``remaining_work`` and per-type rates from its performance model
+(:class:`~heteroplan.policies.base.PerfModel`) in the same units, so it runs on Gavel-style
+throughput tables and on Sia goodput models alike. The experiment harness (the pure online
+algorithm against the offline MILP) is :mod:`heteroplan.sim.hadar_experiments`.
+
 A job that finishes early (faster types than its pace, or forks) releases what it had committed.
 """
 
@@ -39,7 +44,7 @@ from heteroplan.errors import InputError
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.packing import free_gpus, make_allocation, rate_of, take_gpus
 
-__all__ = ["HadarPolicy", "Admission", "price", "evaluate_online", "density_lower_bound"]
+__all__ = ["HadarPolicy", "Admission", "price"]
 
 
 def price(committed: np.ndarray, capacity: np.ndarray, lower: float, upper: np.ndarray) -> np.ndarray:
@@ -152,6 +157,8 @@ class HadarPolicy:
         self.max_slot = max_slot
         self.forking = forking
         self.replan = replan
+        self.round_length = self.slot  # s; the loop's round is the slot
+        self.elastic = False
         self.name = "hadare" if forking else "hadar"
         self.admissions: dict[str, Admission] = {}
         self.rejected: set[str] = set()
@@ -160,6 +167,7 @@ class HadarPolicy:
         self._version = 0
         self._segments: _Segments | None = None
         self._cluster: Cluster | None = None
+        self._rates: dict[str, np.ndarray] = {}
 
     # ------------------------------------------------------------------ setup
     @property
@@ -186,7 +194,15 @@ class HadarPolicy:
 
     # --------------------------------------------------------------- helpers
     def _job_rates(self, job: JobState, cluster: Cluster) -> np.ndarray:
-        """Whole-job steps/s at the requested GPU count on each type (0: cannot run)."""
+        """Whole-job rate (estimator units/s) at the requested GPU count on each type (0: cannot
+        run); asked of the job's model once per round."""
+        cached = self._rates.get(job.job_id)
+        if cached is not None:
+            return cached
+        self._rates[job.job_id] = rates = self._ask_rates(job, cluster)
+        return rates
+
+    def _ask_rates(self, job: JobState, cluster: Cluster) -> np.ndarray:
         if job.estimator is None:
             raise InputError(f"job[{job.job_id}].estimator", None, "Hadar needs per-type throughputs")
         w = job.requested_gpus
@@ -196,11 +212,8 @@ class HadarPolicy:
 
     @staticmethod
     def _remaining(job: JobState) -> float:
-        if "remaining_steps" in job.extra:
-            return float(job.extra["remaining_steps"])
-        if "total_steps" in job.extra:
-            return float(job.extra["total_steps"]) - float(job.progress)
-        raise InputError(f"job[{job.job_id}].extra", sorted(job.extra), "needs 'remaining_steps' or 'total_steps'")
+        """Work left (estimator units: steps for throughput tables, samples for goodput models)."""
+        return float(job.remaining_work)
 
     def _ideal_slots(self, job: JobState) -> float:
         """Remaining time on the job's fastest type, in slots."""
@@ -317,6 +330,7 @@ class HadarPolicy:
     # ----------------------------------------------------------------- round
     def allocate(self, cluster: Cluster, jobs: Sequence[JobState], now: float) -> Mapping[str, Allocation]:
         t = int(round(now / self.slot))
+        self._rates = {}
         if self._segments is None or self._cluster is not cluster:
             self._setup(cluster, t)
         seg = self._segments
@@ -394,73 +408,3 @@ class HadarPolicy:
                     merged[n] = merged.get(n, 0) + c
                 out[jid] = make_allocation(tuple(merged.items()), cluster)
                 planned[jid] += rates[jid][k] * self.slot
-
-
-def density_lower_bound(instance: object) -> float:
-    """Smallest over jobs of the best utility per GPU-slot a job can earn (idle cluster).
-
-    Job j started at arrival at pace m finishes after ``n_m`` slots and earns
-    ``W_j n0**2 / n_m`` for ``W_j n_m`` GPU-slots; its best density is ``max_m (n0 / n_m)**2``.
-    ``L`` at or below this value lets the first job always be admitted (the OASiS condition).
-    """
-    rates = np.asarray(instance.rates, dtype=float)  # type: ignore[attr-defined]
-    steps = np.asarray(instance.steps, dtype=float)[:, None]  # type: ignore[attr-defined]
-    with np.errstate(divide="ignore"):
-        n = np.where(rates > 0, np.ceil(steps / (instance.slot * rates) - 1e-9), np.inf)  # type: ignore[attr-defined]
-    n0 = n.min(axis=1)
-    cap_type = np.bincount(instance.node_type, weights=instance.capacity, minlength=rates.shape[1])  # type: ignore[attr-defined]
-    eligible_cap = ((rates[:, None, :] >= rates[:, :, None]) * cap_type[None, None, :]).sum(axis=2)  # (J, pace)
-    fits = eligible_cap >= np.asarray(instance.tasks)[:, None]  # type: ignore[attr-defined]
-    n_fit = np.where(fits, n, np.inf).min(axis=1)
-    return float(((n0 / n_fit) ** 2).min())
-
-
-def evaluate_online(instance: object, **policy_options: object) -> tuple[float, dict[str, int], float]:
-    """Run the pure online algorithm on a :class:`~heteroplan.formulations.hadar.HadarInstance`.
-
-    Builds the instance's cluster (node h of type ``t<k>``) and jobs, simulates
-    :class:`HadarPolicy` (``retry=False``, schedules inside the horizon unless overridden) in
-    the slotted simulator and returns (objective, completion slot per finished job), the
-    objective being ``sum f[j, c_j]`` with the instance's :func:`hadar_utility` — directly
-    comparable with the offline MILP optimum — and the policy's ``alpha``. Unless ``lower``
-    is given, ``L`` is half the instance's :func:`density_lower_bound`.
-    """
-    from heteroplan.cluster import Cluster, GPUType, Node
-    from heteroplan.formulations.hadar import HadarInstance, hadar_utility
-    from heteroplan.sim.slotted import RigidJob, simulate
-
-    assert isinstance(instance, HadarInstance)
-    num_types = np.shape(instance.rates)[1]
-    cap = np.asarray(instance.capacity)
-    per_node = max(int(cap.max()), 1)
-    types = [GPUType(f"t{k}", 16, per_node) for k in range(num_types)]
-    nodes = [Node(f"n{h}", f"t{int(k)}", int(c)) for h, (k, c) in enumerate(zip(instance.node_type, cap, strict=True))]
-    cluster = Cluster(tuple(types), tuple(nodes), name="hadar-instance")
-    jobs = [
-        RigidJob(
-            f"j{j}",
-            int(instance.tasks[j]),
-            float(instance.steps[j]),
-            float(instance.arrival[j]) * instance.slot,
-            {f"t{k}": float(instance.rates[j][k]) for k in range(num_types)},
-        )
-        for j in range(len(instance.tasks))
-    ]
-    options: dict = {
-        "retry": False,
-        "max_slot": int(instance.slots),
-        "slot": instance.slot,
-        "lower": 0.5 * density_lower_bound(instance),
-    }
-    options.update(policy_options)
-    policy = HadarPolicy(**options)
-    result = simulate(policy, cluster, jobs, round_length=instance.slot, max_rounds=int(instance.slots))
-    f = hadar_utility(instance)
-    slots: dict[str, int] = {}
-    total = 0.0
-    for jid, end in result.completion.items():
-        c = int(math.ceil(end / instance.slot - 1e-9)) - 1
-        slots[jid] = c
-        if c < instance.slots:
-            total += float(f[int(jid[1:]), c])
-    return total, slots, policy.alpha

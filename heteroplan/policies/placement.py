@@ -12,7 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from heteroplan.cluster import Cluster
+from heteroplan.errors import PolicyError
 from heteroplan.policies.base import Allocation
+from heteroplan.policies.topology_placement import choose_under_switches
+from heteroplan.topology import Topology
 
 __all__ = ["place", "free_gpus"]
 
@@ -30,9 +33,12 @@ def place(
     cluster: Cluster,
     wanted: Mapping[str, tuple[str, int]],
     previous: Mapping[str, Allocation] | None = None,
+    topology: Topology | None = None,
 ) -> tuple[dict[str, Allocation], list[str]]:
     """Place ``wanted`` = {job: (gpu_type, num_gpus)} onto nodes.
 
+    With a ``topology``, a gang needing several nodes goes under one switch when a switch has
+    room (:func:`~heteroplan.policies.topology_placement.choose_under_switches` picks the nodes).
     Returns the placed allocations and the jobs that could not be placed.
     """
     previous = previous or {}
@@ -52,7 +58,7 @@ def place(
         else:
             todo.append((job, gpu_type, count))
     if any(v < 0 for v in free.values()):
-        raise ValueError("previous placements overlap: a node is over-committed")
+        raise PolicyError("previous placements overlap: a node is over-committed")
     # Biggest jobs first; whole-node jobs before partial ones of the same type.
     todo.sort(key=lambda t: (-t[2], t[0]))
     failed: list[str] = []
@@ -60,7 +66,9 @@ def place(
         nodes = [n for n in by_type.get(gpu_type, ()) if free[n] > 0]
         per_node = cluster.gpu_type(gpu_type).gpus_per_node
         chosen: list[tuple[str, int]] = []
-        if count >= per_node:
+        if topology is not None:
+            chosen = choose_under_switches(topology, free, nodes, count)
+        elif count >= per_node:
             whole = [n for n in nodes if free[n] == capacity[n] == per_node]
             need = count // per_node
             if len(whole) >= need and count % per_node == 0:

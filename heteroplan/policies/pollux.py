@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from heteroplan.cluster import Cluster
-from heteroplan.formulations.sia import ConfigSet, build_sia_model, restart_factor, solve_sia
+from heteroplan.formulations.sia import ConfigSet, build_sia_model, restart_factor
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.common import goodput_matrix, place_blind
+from heteroplan.policies.sia_solve import solve_sia
 
 __all__ = ["PolluxPolicy"]
 
@@ -40,7 +41,9 @@ class PolluxPolicy:
     time_limit: float = 10.0
     mip_gap: float = 1e-3
     name: str = "pollux"
-    adaptive: bool = True
+    round_length: float = 60.0
+    elastic: bool = True
+    forking: bool = False
     _cache: dict[int, ConfigSet] = field(default_factory=dict, repr=False)
 
     def _pooled(self, cluster: Cluster) -> ConfigSet:
@@ -71,13 +74,13 @@ class PolluxPolicy:
         pinned = np.array([j.restoring for j in jobs])
         capacity = np.array([float(cluster.num_gpus)])
         problem = build_sia_model(G, configs, capacity, current, restart, pinned, self.p, self.lam)
-        result = solve_sia(problem, configs, capacity, "milp", self.time_limit, self.mip_gap, self.lam)
+        result = solve_sia(problem, "milp", self.time_limit, self.mip_gap)
         counts = {j.job_id: int(configs.num_gpus[c]) for j, c in zip(jobs, result.choice, strict=True) if c >= 0}
         return place_blind(cluster, jobs, counts)
 
 
 def _first_type(job: JobState, cluster: Cluster) -> str:
-    known = getattr(job.estimator, "gpu_types", ()) or cluster.type_names
+    known = (job.estimator.gpu_types if job.estimator is not None else ()) or cluster.type_names
     for t in cluster.type_names:
         if t in known:
             return t

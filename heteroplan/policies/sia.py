@@ -13,11 +13,11 @@ from heteroplan.formulations.sia import (
     SiaResult,
     build_sia_model,
     restart_factor,
-    solve_sia,
 )
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.common import current_config, goodput_matrix
 from heteroplan.policies.placement import place
+from heteroplan.policies.sia_solve import solve_sia
 
 __all__ = ["SiaPolicy"]
 
@@ -48,7 +48,9 @@ class SiaPolicy:
     time_limit: float = 10.0
     mip_gap: float = 1e-3
     name: str = "sia"
-    adaptive: bool = True
+    round_length: float = 60.0
+    elastic: bool = True
+    forking: bool = False
     last_result: SiaResult | None = field(default=None, repr=False)
     _configs: dict[int, ConfigSet] = field(default_factory=dict, repr=False)
 
@@ -77,7 +79,7 @@ class SiaPolicy:
         mode = self.mode
         if mode == "auto":
             mode = "milp" if problem.model.num_vars <= self.auto_limit else "lp-round"
-        result = solve_sia(problem, configs, capacity, mode, self.time_limit, self.mip_gap, self.lam)
+        result = solve_sia(problem, mode, self.time_limit, self.mip_gap)
         self.last_result = result
         wanted = {
             job.job_id: (configs.gpu_types[configs.type_index[c]], int(configs.num_gpus[c]))

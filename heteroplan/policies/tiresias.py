@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from heteroplan.cluster import Cluster
-from heteroplan.errors import InputError
+from heteroplan.errors import InputError, check_seconds
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.packing import free_gpus, make_allocation, take_gpus, usable_types
 
@@ -26,8 +26,11 @@ class TiresiasPolicy:
     """Discretized 2D-LAS with queue thresholds in GPU-seconds."""
 
     name = "tiresias"
+    elastic = False
+    forking = False
 
-    def __init__(self, thresholds: Sequence[float] = (3600.0, 36000.0)) -> None:
+    def __init__(self, thresholds: Sequence[float] = (3600.0, 36000.0), round_length: float = 60.0) -> None:
+        self.round_length = check_seconds("round_length", round_length)
         if any(t <= 0 for t in thresholds) or list(thresholds) != sorted(thresholds):
             raise InputError("thresholds", tuple(thresholds), "must be positive and increasing")
         self.thresholds = np.asarray(thresholds, dtype=float)

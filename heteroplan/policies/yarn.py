@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from heteroplan.cluster import Cluster
+from heteroplan.errors import check_seconds
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.packing import free_gpus, make_allocation, take_gpus, usable_types
 
@@ -20,10 +21,13 @@ __all__ = ["YarnCSPolicy"]
 class YarnCSPolicy:
     """FIFO + gang scheduling over any idle GPUs; running jobs are never preempted."""
 
-    name = "yarn-cs"
+    elastic = False
+    forking = False
 
-    def __init__(self, backfill: bool = False) -> None:
+    def __init__(self, backfill: bool = False, round_length: float = 60.0, name: str = "yarn-cs") -> None:
         self.backfill = backfill
+        self.round_length = check_seconds("round_length", round_length)
+        self.name = name
 
     def allocate(self, cluster: Cluster, jobs: Sequence[JobState], now: float) -> Mapping[str, Allocation]:
         running = {j.job_id: j.allocation for j in jobs if j.allocation is not None and j.allocation.num_gpus}

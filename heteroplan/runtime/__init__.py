@@ -1,6 +1,6 @@
-"""Thin PyTorch runtime: execute plans (pipeline + heterogeneous data parallelism) for real.
+"""Thin PyTorch runtime: execute plans (pipeline + heterogeneous data + tensor parallelism) for real.
 
-Needs the ``[runtime]`` extra (``pip install 'heteroplan[runtime]'``, torch >= 2.4).
+Needs the ``[runtime]`` extra (``pip install 'heteroplan[runtime]'``, torch >= 2.5).
 """
 
 from __future__ import annotations

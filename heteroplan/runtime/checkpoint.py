@@ -1,17 +1,25 @@
-"""Checkpoints stored per layer, so a run can resume under a different plan.
+"""Checkpoints with ``torch.distributed.checkpoint`` (DCP), keyed by layer, so a run resumes under another plan.
 
-Layout: ``<root>/step-00000012/layer-0003.pt`` holds layer 3's parameters and its optimizer
-state (per parameter name); ``manifest.json`` is written last, by rank 0, after every rank has
-saved, so a directory without it is an incomplete checkpoint and is ignored. Because state is
-keyed by *layer* rather than by rank, a checkpoint written with 2 data-parallel replicas and 1
-stage resumes with 4 replicas and 2 stages (rescale).
+Layout: ``<root>/step-00000012/`` holds DCP's files (``.metadata``, ``__<rank>_0.distcp``) for the
+state ``{"model": ..., "optim": ...}`` whose keys are the *global* layer names of the full model
+(``"3.q.weight"``, ``"optim"`` flattened per parameter), and ``manifest.json``, written last by
+rank 0 after every rank has saved, with the SHA-256 of every file. DCP stores each tensor's shards
+with their offsets and reads whatever slices the loading ranks need, so a checkpoint written by
+TP 2 x DP 2 with 2 stages resumes on TP 1 x DP 4 with 1 stage (rescale, resharding included).
+
+A directory without a manifest is an incomplete checkpoint and is skipped; one whose files do not
+match their checksums (truncated, corrupted) is skipped with a warning, so resume falls back to
+the newest good checkpoint. A manifest that is not valid JSON is an :class:`InputError` naming it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,9 +30,11 @@ from torch import nn
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError
 
-__all__ = ["Checkpoint", "latest_checkpoint", "save_layers", "load_layers", "write_manifest", "prune"]
+__all__ = ["Checkpoint", "latest_checkpoint", "save_state", "load_state", "write_manifest", "prune",
+           "check_writable", "verify"]
 
 MANIFEST = "manifest.json"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -41,68 +51,136 @@ class Checkpoint:
         return self.manifest.get("loss")
 
     def model_state(self) -> dict[str, torch.Tensor]:
-        """The full model's ``state_dict`` (keys ``"<layer>.<name>"``, as in ``nn.Sequential``)."""
-        out: dict[str, torch.Tensor] = {}
-        for i in range(int(self.manifest["num_layers"])):
-            blob = torch.load(self.path / f"layer-{i:04d}.pt", map_location="cpu", weights_only=True)
-            out.update({f"{i}.{k}": v for k, v in blob["params"].items()})
-        return out
+        """The full model's ``state_dict`` (keys ``"<layer>.<name>"``, as in ``nn.Sequential``), in this process."""
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        with tempfile.TemporaryDirectory() as tmp:
+            dcp_to_torch_save(self.path, Path(tmp) / "full.pt")
+            blob = torch.load(Path(tmp) / "full.pt", map_location="cpu", weights_only=False)
+        return {k[len("model."):]: v for k, v in _flatten(blob).items() if k.startswith("model.")}
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def step_dir(root: str | Path, step: int) -> Path:
     return Path(root) / f"step-{step:08d}"
 
 
-def latest_checkpoint(root: str | Path | None) -> Checkpoint | None:
-    """The newest complete checkpoint under ``root`` (``None`` when there is none)."""
+def check_writable(root: str | Path | None) -> None:
+    """Raise :class:`InputError` unless checkpoints can be written under ``root`` (checked before training)."""
+    if root is None:
+        return
+    try:
+        Path(root).mkdir(parents=True, exist_ok=True)
+        probe = Path(root) / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as exc:
+        raise InputError("config.checkpoint_dir", str(root), f"cannot write checkpoints there: {exc}") from None
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+        int(data["step"])
+        int(data["num_layers"])
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise InputError("checkpoint manifest", str(path), f"is corrupt ({exc!r}); delete its directory") from None
+    return data
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify(ckpt: Checkpoint) -> str | None:
+    """Why ``ckpt``'s files do not match its manifest's checksums, or ``None`` when they do."""
+    files = ckpt.manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        return "the manifest lists no files"
+    for name, digest in files.items():
+        path = ckpt.path / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if _sha256(path) != digest:
+            return f"{name} does not match its checksum"
+    return None
+
+
+def latest_checkpoint(root: str | Path | None, check: bool = True) -> Checkpoint | None:
+    """The newest complete checkpoint under ``root`` whose files match their checksums (``None``: none).
+
+    Broken ones are skipped with a warning (``check=False``: trust the manifests).
+    """
     if root is None or not Path(root).is_dir():
         return None
-    best = None
+    found = []
     for d in Path(root).glob("step-*"):
         manifest = d / MANIFEST
         if manifest.is_file():
-            data = json.loads(manifest.read_text())
-            if best is None or data["step"] > best.step:
-                best = Checkpoint(int(data["step"]), d, data)
-    return best
+            data = _read_manifest(manifest)
+            found.append(Checkpoint(int(data["step"]), d, data))
+    for ckpt in sorted(found, key=lambda c: c.step, reverse=True):
+        problem = verify(ckpt) if check else None
+        if problem is None:
+            return ckpt
+        log.warning("skipping checkpoint %s: %s", ckpt.path, problem)
+    return None
 
 
-def save_layers(root: str | Path, step: int, first_layer: int, layers: nn.Sequential,
-                optimizer: torch.optim.Optimizer) -> None:
-    """Save each layer of this stage with its optimizer state (atomic per file)."""
+def _state(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(flatten_optimizer_state_dict=True)
+    return {"model": get_model_state_dict(module), "optim": get_optimizer_state_dict(module, optimizer, options=options)}
+
+
+def save_state(root: str | Path, step: int, module: nn.Module, optimizer: torch.optim.Optimizer,
+               group: Any = None) -> Path:
+    """Save this rank's layers and optimizer state (collective over ``group``: every rank of the plan calls it)."""
+    import torch.distributed.checkpoint as dcp
+
     d = step_dir(root, step)
-    d.mkdir(parents=True, exist_ok=True)
-    for offset, layer in enumerate(layers):
-        state = {
-            name: {k: (v.detach().cpu().clone() if torch.is_tensor(v) else v) for k, v in optimizer.state.get(p, {}).items()}
-            for name, p in layer.named_parameters()
-        }
-        params = {k: v.detach().cpu().clone() for k, v in layer.state_dict().items()}
-        path = d / f"layer-{first_layer + offset:04d}.pt"
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        torch.save({"params": params, "optim": state}, tmp)
-        os.replace(tmp, path)
+    dcp.save(_state(module, optimizer), checkpoint_id=d, process_group=group)
+    return d
 
 
-def load_layers(ckpt: Checkpoint, first_layer: int, layers: nn.Sequential, optimizer: torch.optim.Optimizer) -> None:
-    """Restore this stage's layers and their optimizer state from ``ckpt``."""
-    num_layers = int(ckpt.manifest["num_layers"])
-    if first_layer + len(layers) > num_layers:
-        raise InputError("checkpoint.num_layers", num_layers, f"the model has at least {first_layer + len(layers)} layers")
-    for offset, layer in enumerate(layers):
-        blob = torch.load(ckpt.path / f"layer-{first_layer + offset:04d}.pt", map_location="cpu", weights_only=True)
-        layer.load_state_dict(blob["params"])
-        for name, p in layer.named_parameters():
-            saved = blob["optim"].get(name)
-            if saved:
-                optimizer.state[p] = {k: (v.to(p.device) if torch.is_tensor(v) and v.dim() > 0 else v)
-                                      for k, v in saved.items()}
+def load_state(ckpt: Checkpoint, module: nn.Module, optimizer: torch.optim.Optimizer, group: Any = None) -> None:
+    """Restore this rank's layers and their optimizer state from ``ckpt`` (collective, any layout)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    state = _state(module, optimizer)
+    dcp.load(state, checkpoint_id=ckpt.path, process_group=group)
+    set_model_state_dict(module, state["model"])
+    set_optimizer_state_dict(module, optimizer, state["optim"], options=StateDictOptions(flatten_optimizer_state_dict=True))
 
 
 def write_manifest(root: str | Path, step: int, num_layers: int, extra: dict[str, Any]) -> Checkpoint:
-    """Mark the checkpoint of ``step`` complete (call once every layer is saved)."""
+    """Mark the checkpoint of ``step`` complete (call once every rank has saved): checksums of its files."""
     d = step_dir(root, step)
-    data = {"step": step, "num_layers": num_layers, **extra}
+    files = {p.name: _sha256(p) for p in sorted(d.iterdir()) if p.is_file() and p.name != MANIFEST}
+    data = {"step": step, "num_layers": num_layers, "files": files, **extra}
     write_json_atomic(d / MANIFEST, data)
     return Checkpoint(step, d, data)
 

@@ -34,9 +34,10 @@ from heteroplan.runtime.config import RunConfig
 from heteroplan.runtime.launch import RankProcesses, check_task
 from heteroplan.runtime.layout import rank_layout
 from heteroplan.runtime.models import TrainTask
+from heteroplan.runtime.tensor_parallel import create_groups
 from heteroplan.runtime.worker import (
     StageTrainer,
-    create_dp_groups,
+    follow_launcher,
     join_process_group,
     report_failure_and_exit,
 )
@@ -113,13 +114,14 @@ def interleaved_entry(rank: int, world_size: int, init_method: str, plan_dicts: 
     run the visits in ``order``; rank 0 reports ``(visit, plan index, [seconds of each timed
     iteration])`` after every visit (an empty list for an untimed one)."""
     try:
+        follow_launcher()
         join_process_group(config, init_method, rank, world_size)
         trainers: list[StageTrainer | None] = []
         for plan in map(Plan.from_dict, plan_dicts):
             width = len(rank_layout(plan))
-            dp_groups = create_dp_groups(plan)  # every rank creates every group, in the same order
+            groups = create_groups(plan)  # every rank creates every group, in the same order
             group = dist.new_group(list(range(width))) if 1 < width < world_size else None
-            trainers.append(StageTrainer(plan, task, config, rank, dp_groups, group) if rank < width else None)
+            trainers.append(StageTrainer(plan, task, config, rank, groups, group) if rank < width else None)
         steps = [0] * len(trainers)
         for visit, (index, timed) in enumerate(order):
             dist.barrier()

@@ -8,7 +8,11 @@ naming the rank and the newest checkpoint to resume from.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import queue as queue_mod
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,14 +23,19 @@ import torch.multiprocessing as mp
 
 from heteroplan.errors import InputError, RankFailure, check_fraction
 from heteroplan.planner.plan import Plan
-from heteroplan.runtime.checkpoint import Checkpoint, latest_checkpoint
+from heteroplan.runtime.checkpoint import Checkpoint, check_writable, latest_checkpoint
 from heteroplan.runtime.config import RunConfig, StepMetrics
-from heteroplan.runtime.layout import rank_layout
+from heteroplan.runtime.layout import stage_tp, world_size
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.netbench import free_port
 from heteroplan.runtime.worker import rank_entry
 
-__all__ = ["RankProcesses", "RunHandle", "RunResult", "check_task", "launch", "run_plan"]
+log = logging.getLogger(__name__)
+
+STOP_GRACE_S = 4.0
+"""Seconds the ranks get after SIGTERM/SIGINT to finish their iteration and checkpoint before they are killed."""
+
+__all__ = ["RankProcesses", "RunHandle", "RunResult", "check_devices", "check_task", "launch", "run_plan"]
 
 @dataclass
 class RunResult:
@@ -104,6 +113,11 @@ class RankProcesses:
         for p in self._procs:
             p.start()
 
+    @property
+    def results(self) -> dict[int, Any]:
+        """What each rank reported with ``("done", rank, value)``, by rank."""
+        return dict(self._done)
+
     def stop(self) -> None:
         """Ask the ranks to stop (they see the event at their next check)."""
         self._stop.set()
@@ -130,22 +144,54 @@ class RankProcesses:
         return [r for r, p in enumerate(self._procs) if p.exitcode not in (None, 0) and r not in self._done]
 
     def wait_all(self, timeout: float | None = None, on_report: Callable[[Any], None] | None = None) -> None:
-        """Block until every rank has exited; ``on_report`` is called for each new report, in order."""
+        """Block until every rank has exited; ``on_report`` is called for each new report, in order.
+
+        SIGTERM or SIGINT (in the main thread) asks the ranks to stop at their next iteration
+        boundary (they checkpoint); ranks still alive :data:`STOP_GRACE_S` seconds later are killed.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         shown = len(self._reports)
-        while True:
-            going = self.poll()
-            if on_report is not None:
-                for payload in self._reports[shown:]:
-                    on_report(payload)
-                shown = len(self._reports)
-            if not going:
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                self._fail(None, f"did not finish within {timeout:.0f} s")
-            time.sleep(0.02)
+        with self._stop_on_signals():
+            while True:
+                going = self.poll()
+                if on_report is not None:
+                    for payload in self._reports[shown:]:
+                        on_report(payload)
+                    shown = len(self._reports)
+                if not going:
+                    break
+                if self.signalled is not None and time.monotonic() > self.signalled + STOP_GRACE_S:
+                    log.warning("ranks still running %.0f s after the signal: killing them", STOP_GRACE_S)
+                    self.terminate()
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    self._fail(None, f"did not finish within {timeout:.0f} s")
+                time.sleep(0.02)
         for p in self._procs:
             p.join()
+
+    signalled: float | None = None
+    """When (``time.monotonic()``) SIGTERM/SIGINT asked the run to stop; ``None``: it was not."""
+
+    @contextlib.contextmanager
+    def _stop_on_signals(self):
+        """While the launcher waits, SIGTERM/SIGINT stop the ranks instead of orphaning them."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum: int, frame: Any) -> None:
+            if self.signalled is None:
+                log.warning("%s: stopping every rank", signal.Signals(signum).name)
+                self.signalled = time.monotonic()
+                self.stop()
+
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
 
     def _drain(self) -> None:
         """Take every pending report from the ranks (progress, completions, errors)."""
@@ -185,11 +231,13 @@ class RunHandle(RankProcesses):
         if not isinstance(config, RunConfig):
             raise InputError("config", type(config).__name__, "must be a heteroplan.runtime.RunConfig")
         check_task(task, plan)
+        check_writable(config.checkpoint_dir)
+        check_devices(plan, config)
         self.plan = plan
         self.config = config
         resume = latest_checkpoint(config.checkpoint_dir) if config.resume else None
         self.start_step = resume.step if resume else 0
-        super().__init__(len(rank_layout(plan)), rank_entry, (plan.to_dict(), task, config),
+        super().__init__(world_size(plan), rank_entry, (plan.to_dict(), task, config),
                          timeout_s=config.timeout_s, startup_timeout_s=config.startup_timeout_s,
                          checkpoint_dir=config.checkpoint_dir)
 
@@ -203,7 +251,8 @@ class RunHandle(RankProcesses):
         self.wait_all(timeout, progress)
         final = max(self._done.values()) if self._done else self.start_step
         return RunResult(list(self._reports), final, self.start_step, latest_checkpoint(self.config.checkpoint_dir),
-                         time.perf_counter() - self._t0, self.world_size, final < self.config.steps)
+                         time.perf_counter() - self._t0, self.world_size, final < self.config.steps,
+                         {"signalled": self.signalled is not None})
 
 
 def check_task(task: TrainTask, plan: Plan | None = None, field: str = "plan.stages") -> None:
@@ -215,6 +264,24 @@ def check_task(task: TrainTask, plan: Plan | None = None, field: str = "plan.sta
     num_layers = getattr(task, "num_layers", None)
     if plan is not None and isinstance(num_layers, int) and num_layers != plan.num_layers:
         raise InputError(field, plan.num_layers, f"the task's model has {num_layers} layers; the plan must cover them")
+    heads = getattr(task, "n_heads", None)
+    if plan is not None and isinstance(heads, int):
+        for s, tp in enumerate(stage_tp(plan)):
+            if heads % tp:
+                raise InputError(f"{field}[{s}].replicas.tp", tp, f"must divide the model's n_heads={heads}")
+
+
+def check_devices(plan: Plan, config: RunConfig) -> None:
+    """One process per planned GPU: on CUDA each needs its own GPU here (else :class:`InputError`);
+    on CPU every planned GPU becomes a process of this machine, whatever its GPU type."""
+    if config.device != "cuda":
+        return
+    import torch
+
+    have, need = torch.cuda.device_count(), world_size(plan)
+    if have < need:
+        raise InputError("plan", f"{need} GPUs", f"this machine has {have} CUDA devices; run it with device='cpu' "
+                         "(one process per planned GPU) or across nodes with torchrun")
 
 
 def launch(plan: Plan, task: TrainTask, config: RunConfig | None = None) -> RunHandle:

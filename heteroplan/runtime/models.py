@@ -53,24 +53,44 @@ class Embedding(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block: causal self-attention and a 4x MLP."""
+    """Pre-norm GPT-2 transformer block: causal self-attention and a 4x MLP.
+
+    ``q``, ``k``, ``v`` are separate linears and the attention takes its head count from the
+    width it is given (``local width / head_dim``), so the block runs unchanged when
+    :meth:`tensor_parallel_plan` shards it Megatron-style: ``q, k, v`` and ``mlp.0`` column-parallel
+    (each TP rank holds ``n_heads / tp`` heads and ``4 d / tp`` hidden units), ``proj`` and
+    ``mlp.2`` row-parallel (their outputs are summed over the TP group, so the full activation is
+    on every TP rank after each of them).
+    """
 
     def __init__(self, d_model: int, n_heads: int) -> None:
         super().__init__()
         self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
         self.ln1 = nn.LayerNorm(d_model)
-        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.q = nn.Linear(d_model, d_model)
+        self.k = nn.Linear(d_model, d_model)
+        self.v = nn.Linear(d_model, d_model)
         self.proj = nn.Linear(d_model, d_model)
         self.ln2 = nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
 
     def forward(self, x: Tensor) -> Tensor:
-        b, t, c = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
-        q, k, v = (y.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2) for y in (q, k, v))
+        b, t, _ = x.shape
+        h = self.ln1(x)
+        q, k, v = (lin(h) for lin in (self.q, self.k, self.v))
+        heads = q.shape[-1] // self.head_dim  # n_heads, or n_heads / tp under tensor parallelism
+        q, k, v = (y.view(b, t, heads, self.head_dim).transpose(1, 2) for y in (q, k, v))
         att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(att.transpose(1, 2).reshape(b, t, c))
+        x = x + self.proj(att.transpose(1, 2).reshape(b, t, heads * self.head_dim))
         return x + self.mlp(self.ln2(x))
+
+    def tensor_parallel_plan(self, tp: int) -> dict[str, str]:
+        """``{submodule: "colwise" | "rowwise"}`` for ``tp`` ranks; raises when heads do not divide."""
+        if self.n_heads % tp:
+            raise InputError("plan tp", tp, f"must divide the model's n_heads={self.n_heads}")
+        return {"q": "colwise", "k": "colwise", "v": "colwise", "proj": "rowwise",
+                "mlp.0": "colwise", "mlp.2": "rowwise"}
 
 
 class Head(nn.Module):

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError, check_int, check_int_list
 from heteroplan.runtime.config import OPTIMIZERS, RunConfig, make_optimizer
+from heteroplan.runtime.tensor_parallel import local_tensor
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -103,34 +104,39 @@ class LayerProfile:
         keys += tuple(k.replace("floats", "bytes") for k in keys)
         return {str(i): {k: int(getattr(self, k)[i]) for k in keys} for i in range(self.num_layers)}
 
-    def profile_json(self) -> dict[str, dict[str, dict[str, list[float]]]]:
-        """``{mbs: {"1": {layer: [fwd_s, bwd_s, update_s]}}}``, the format of ``profiles/<model>/<gpu>.json``."""
+    def profile_json(self, tp: int = 1) -> dict[str, dict[str, dict[str, list[float]]]]:
+        """``{mbs: {tp: {layer: [fwd_s, bwd_s, update_s]}}}``, the format of ``profiles/<model>/<gpu>.json``."""
         return {
-            str(m): {"1": {str(i): [float(x) for x in t] for i, t in enumerate(self.compute[m])}}
+            str(m): {str(tp): {str(i): [float(x) for x in t] for i, t in enumerate(self.compute[m])}}
             for m in self.microbatch_sizes
         }
 
-    def write(self, data_dir: str | Path, model_name: str, gpu_type: str) -> Path:
-        """Write ``<data_dir>/llm_info.json`` (other models kept; this model's entry replaced, tp 1 only)
-        and ``<data_dir>/profiles/<model_name>/<gpu_type>.json``; returns the profile file's path."""
+    def write(self, data_dir: str | Path, model_name: str, gpu_type: str, tp: int = 1) -> Path:
+        """Write this profile as the ``tp`` entry of ``<data_dir>/llm_info.json`` and
+        ``<data_dir>/profiles/<model_name>/<gpu_type>.json``; returns the profile file's path.
+
+        Other models, GPU types and TP degrees already there are kept, except entries of this
+        model with another layer count (a different model under the same name), which are dropped.
+        ``tp > 1``: a profile of one rank of a tensor-parallel group (:func:`profile_tensor_parallel`).
+        """
         _check_name("model_name", model_name)
         _check_name("gpu_type", gpu_type)
+        check_int("tp", tp, 1)
         if not isinstance(data_dir, str | Path):
             raise InputError("data_dir", data_dir, "must be a path")
         root = Path(data_dir).expanduser()
         if root.exists() and not root.is_dir():
             raise InputError("data_dir", str(data_dir), "exists and is not a directory")
         info_path = root / "llm_info.json"
-        info: dict = {}
-        if info_path.is_file():
-            try:
-                info = json.loads(info_path.read_text())
-            except json.JSONDecodeError as exc:
-                raise InputError("data_dir", str(info_path), f"existing llm_info.json is not JSON: {exc}") from None
-        info[model_name] = {"1": self.llm_info()}
-        write_json_atomic(info_path, info)
         out = root / "profiles" / model_name / f"{gpu_type}.json"
-        write_json_atomic(out, self.profile_json())
+        info, times = _read_json(info_path), _read_json(out)
+        same = {t: e for t, e in info.get(model_name, {}).items() if len(e) == self.num_layers and t != str(tp)}
+        info[model_name] = {**same, str(tp): self.llm_info()}
+        write_json_atomic(info_path, info)
+        merged = {m: {t: e for t, e in per.items() if t in same} for m, per in times.items()}
+        for m, entry in self.profile_json(tp).items():
+            merged.setdefault(m, {}).update(entry)
+        write_json_atomic(out, {m: per for m, per in merged.items() if per})
         return out
 
     def table(self) -> str:
@@ -145,6 +151,18 @@ class LayerProfile:
             rows.append(cells)
         widths = [max(len(r[k]) for r in [head, *rows]) for k in range(len(head))]
         return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [head, *rows])
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError("data_dir", str(path), f"existing file is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InputError("data_dir", str(path), "existing file is not a JSON object")
+    return data
 
 
 def check_device(device: object) -> torch.device:
@@ -210,7 +228,7 @@ def _storage_key(t: torch.Tensor) -> tuple[str, int, int]:
 
 def _saved_bytes(torch: Any, layer: nn.Module, inp: torch.Tensor, index: int) -> int:
     """Bytes of the distinct storages the layer saves for backward on ``inp`` (parameters excluded)."""
-    params = {_storage_key(p) for p in layer.parameters()}
+    params = {_storage_key(local_tensor(p)) for p in layer.parameters()}
     seen: dict[tuple[str, int, int], int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -357,8 +375,9 @@ def profile_layers(
     model.to(dev)
     layers = list(model)
     L = len(layers)
-    params = tuple(sum(p.numel() for p in layer.parameters()) for layer in layers)
-    params_bytes = tuple(sum(p.numel() * p.element_size() for p in layer.parameters()) for layer in layers)
+    # under tensor parallelism the shard this rank holds
+    params = tuple(sum(local_tensor(p).numel() for p in layer.parameters()) for layer in layers)
+    params_bytes = tuple(sum(local_tensor(p).numel() * p.element_size() for p in layer.parameters()) for layer in layers)
     out_f, out_b, in_f, in_b, mem_b = ([0] * L for _ in range(5))
     update = [math.inf] * L
     # best[k][i] = (fwd_s, bwd_s): per microbatch size and layer, the fastest sweep's medians

@@ -6,9 +6,13 @@ and count are unchanged keeps running; a changed one is stopped at an iteration 
 checkpointed and relaunched with the new data-parallel degree (checkpoint-restore on rescale);
 a job that lost its GPUs is stopped. Each round, the step and synchronization times measured
 on each running job are fed to its estimator's ``observe`` (Sia's bootstrapped goodput model
-refits from real data). Jobs run as local processes (one per GPU); the job's global batch stays
-fixed and each GPU takes ``global_batch / num_gpus`` samples (uneven splits give some replicas
-one more microbatch).
+refits from real data). Jobs run as local processes (one per GPU). A job with
+``adaptive_batch`` runs at the batch the policy's goodput model picks for its allocation
+(``estimator.optimize``: local batch and gradient-accumulation steps, as Pollux and Sia do);
+otherwise its global batch stays fixed and each GPU takes ``global_batch / num_gpus`` samples
+(uneven splits give some replicas one more microbatch). The gradient noise scale measured from
+the job's own gradients (data-parallel runs, :meth:`StageTrainer._noise_terms`) is fed to the
+estimator's ``set_measured_phi`` after every round.
 """
 
 from __future__ import annotations
@@ -27,11 +31,12 @@ from heteroplan.errors import InputError, check_int, check_seconds
 from heteroplan.perf.measurements import Measurements
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.policies.base import Allocation, JobState, Policy, check_allocations
+from heteroplan.policies.registry import make_policy
 from heteroplan.runtime.config import RunConfig, StepMetrics, make_optimizer
 from heteroplan.runtime.launch import RunHandle, launch
 from heteroplan.runtime.models import TrainTask
 
-__all__ = ["RuntimeJob", "RoundExecutor", "RoundLog", "JobOutcome", "data_parallel_plan", "measure_single_gpu"]
+__all__ = ["RuntimeJob", "RoundExecutor", "RoundLog", "JobOutcome", "data_parallel_plan", "job_plan", "measure_single_gpu"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,9 @@ class RuntimeJob:
             :class:`~heteroplan.perf.bootstrap.BootstrappedModel`); its ``observe`` (if any)
             receives the measured steps.
         config: optimizer and timeout settings (``steps``/``checkpoint_dir`` are set by the executor).
+        adaptive_batch: run at the batch the estimator's ``optimize`` picks for each allocation
+            (``num_gpus x local_bsz x (accum_steps + 1)`` samples per iteration, one microbatch of
+            ``local_bsz`` per accumulation step); ``False``: ``global_batch_size`` throughout.
     """
 
     job_id: str
@@ -61,6 +69,7 @@ class RuntimeJob:
     max_gpus: int = 8
     estimator: Any = None
     config: RunConfig = field(default_factory=RunConfig)
+    adaptive_batch: bool = False
 
     def __post_init__(self) -> None:
         for name in ("steps", "global_batch_size", "max_gpus"):
@@ -90,6 +99,8 @@ class JobOutcome:
     restarts: int = 0
     gpu_seconds: float = 0.0
     observations: int = 0
+    phi: float | None = None
+    """Gradient noise scale (samples) last measured from the job's gradients."""
 
     @property
     def jct(self) -> float | None:
@@ -131,6 +142,20 @@ def measure_single_gpu(task: TrainTask, local_batch_sizes: Sequence[int], steps:
     return Measurements(np.ones(n), np.ones(n), np.asarray(local_batch_sizes, float), np.asarray(times), np.zeros(n))
 
 
+def job_plan(job: RuntimeJob, alloc: Allocation, num_layers: int, progress: float) -> Plan:
+    """The plan ``job`` runs on ``alloc``: data parallel over its GPUs, at the batch the estimator
+    picks (``adaptive_batch``) or at ``job.global_batch_size``."""
+    optimize = getattr(job.estimator, "optimize", None)
+    if job.adaptive_batch and optimize is not None:
+        _, local, accum = optimize(alloc.gpu_type, max(alloc.num_nodes, 1), alloc.num_gpus, progress=progress)
+        local, accum = int(local), int(accum)
+        if local > 0:  # 0: no model for this type yet; keep the job's batch
+            stage = Stage(0, num_layers, (ReplicaGroup(alloc.gpu_type, "local", 1, alloc.num_gpus),))
+            return Plan(job.application, alloc.num_gpus * local * (accum + 1), local, (stage,),
+                        (accum + 1,) * alloc.num_gpus)
+    return data_parallel_plan(job.application, job.global_batch_size, alloc.num_gpus, num_layers, alloc.gpu_type)
+
+
 @dataclass
 class _Running:
     handle: RunHandle
@@ -144,7 +169,8 @@ class RoundExecutor:
 
     Args:
         cluster: the GPUs the policy may hand out (one local process per GPU).
-        policy: any :class:`~heteroplan.policies.base.Policy`.
+        policy: any :class:`~heteroplan.policies.base.Policy`, or a registered name
+            (:func:`~heteroplan.policies.registry.make_policy`).
         jobs: the jobs and their arrival times.
         workdir: checkpoints go to ``workdir/<job_id>``.
         round_length: seconds per round.
@@ -152,11 +178,13 @@ class RoundExecutor:
         progress: called with each :class:`RoundLog`.
     """
 
-    def __init__(self, cluster: Cluster, policy: Policy, jobs: Sequence[RuntimeJob], workdir: str | Path,
+    def __init__(self, cluster: Cluster, policy: Policy | str, jobs: Sequence[RuntimeJob], workdir: str | Path,
                  round_length: float = 30.0, max_rounds: int = 1000,
                  progress: Callable[[RoundLog], None] | None = None) -> None:
         if not isinstance(cluster, Cluster):
             raise InputError("cluster", type(cluster).__name__, "must be a heteroplan.cluster.Cluster")
+        if isinstance(policy, str):
+            policy = make_policy(policy)
         if not callable(getattr(policy, "allocate", None)):
             raise InputError("policy", type(policy).__name__, "has no allocate(cluster, jobs, now)")
         ids = [j.job_id for j in jobs]
@@ -185,20 +213,38 @@ class RoundExecutor:
         return JobState(job.job_id, job.application, job.arrival_time, requested_gpus=1, elastic=True,
                         max_gpus=min(job.max_gpus, job.global_batch_size), allocation=self._last.get(job.job_id),
                         num_restarts=out.restarts, attained_service=out.gpu_seconds,
-                        progress=out.steps_done / job.steps, estimator=job.estimator)
+                        progress=out.steps_done / job.steps, estimator=job.estimator,
+                        remaining_work=float(max(job.steps - out.steps_done, 0) * job.global_batch_size))
 
     def _observe(self, job: RuntimeJob, run: _Running) -> None:
-        """Feed the steps measured since the last call to the job's estimator (first step: warm-up)."""
+        """Feed the steps measured since the last call to the job's estimator (first step: warm-up),
+        and the gradient noise scale. With ``adaptive_batch`` the step time is per accumulation
+        step of ``local_bsz`` samples (plus the sync); otherwise per iteration of ``global / n``."""
         steps: list[StepMetrics] = run.handle.steps[max(run.seen, 1):]
         run.seen = len(run.handle.steps)
+        self._observe_noise(job, steps)
         observe = getattr(job.estimator, "observe", None)
         if not steps or observe is None or "+" in run.allocation.gpu_type:
             return
-        n = run.allocation.num_gpus
+        n, plan = run.allocation.num_gpus, run.handle.plan
         placement = [c for _, c in run.allocation.placement] or [n]
-        observe(run.allocation.gpu_type, placement, job.global_batch_size / n,
-                statistics.median(m.iteration_time for m in steps), statistics.median(m.sync_time for m in steps))
+        rounds = max(plan.microbatches()) if job.adaptive_batch else 1  # accumulation steps + 1
+        sync = statistics.median(m.sync_time for m in steps)
+        step = statistics.median(m.iteration_time for m in steps)
+        observe(run.allocation.gpu_type, placement, plan.global_batch_size / (n * rounds), (step - sync) / rounds + sync, sync)
         self.outcomes[job.job_id].observations += 1
+
+    def _observe_noise(self, job: RuntimeJob, steps: list[StepMetrics]) -> None:
+        """Gradient noise scale ``tr(Sigma) / |G|^2`` over the round's steps (ratio of means) -> the estimator."""
+        stats = [(m.extra["grad_var"], m.extra["grad_sqr"]) for m in steps if "grad_sqr" in m.extra]
+        if not stats:
+            return
+        var, sqr = (float(np.mean(v)) for v in zip(*stats, strict=True))
+        if var > 0 and sqr > 0:
+            self.outcomes[job.job_id].phi = var / sqr
+            setter = getattr(job.estimator, "set_measured_phi", None)
+            if setter is not None:
+                setter(var / sqr)
 
     def _stop(self, job: RuntimeJob, now: float) -> None:
         run = self._running.pop(job.job_id)
@@ -239,8 +285,7 @@ class RoundExecutor:
                     job = by_id[jid]
                     if self.outcomes[jid].finish_time is not None:
                         continue
-                    plan = data_parallel_plan(job.application, job.global_batch_size, alloc.num_gpus,
-                                              self._num_layers(job), alloc.gpu_type)
+                    plan = job_plan(job, alloc, self._num_layers(job), self.outcomes[jid].steps_done / job.steps)
                     if jid in self._last or self.outcomes[jid].steps_done:
                         self.outcomes[jid].restarts += 1
                     self._running[jid] = _Running(launch(plan, job.task, self._config(job)), alloc,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 import traceback
@@ -20,22 +21,30 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from heteroplan.commands.training_args import add_training_arguments, run_config_kwargs
 from heteroplan.planner.plan import Plan
 from heteroplan.runtime import checkpoint as ckpt
 from heteroplan.runtime.comm import TAG_ACTIVATION, TAG_GRADIENT, Links, PendingSend
 from heteroplan.runtime.config import RunConfig, StepMetrics, make_optimizer
-from heteroplan.runtime.layout import RankInfo, check_runnable, rank_layout
+from heteroplan.runtime.layout import (
+    RankInfo,
+    check_runnable,
+    load_plan,
+    neighbours,
+    rank_layout,
+    stage_tp,
+    world_size,
+)
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.schedule import SCHEDULES
+from heteroplan.runtime.tensor_parallel import (
+    ProcessGroups,
+    create_groups,
+    local_tensor,
+    shard_layers,
+)
+from heteroplan.training_args import add_training_arguments, model_kwargs, run_config_kwargs
 
-__all__ = ["StageTrainer", "train_rank", "rank_entry", "main"]
-
-
-def create_dp_groups(plan: Plan) -> list[Any]:
-    """Create every stage's data-parallel group (all ranks must create all, in order); None when dp = 1."""
-    dp = plan.dp
-    return [dist.new_group(list(range(s * dp, (s + 1) * dp))) if dp > 1 else None for s in range(plan.pp)]
+__all__ = ["LayerRange", "StageTrainer", "train_rank", "rank_entry", "main"]
 
 
 def _device(config: RunConfig, rank: int) -> torch.device:
@@ -46,36 +55,59 @@ def _device(config: RunConfig, rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+class LayerRange(nn.Module):
+    """Layers ``[first, last)`` of a model, registered under their global indices (names ``"3.q.weight"``
+    as in the full ``nn.Sequential``), so checkpoints are keyed by layer whatever the pipeline split."""
+
+    def __init__(self, model: nn.Sequential, first: int, last: int) -> None:
+        super().__init__()
+        for i in range(first, last):
+            self.add_module(str(i), model[i])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.children():
+            x = layer(x)
+        return x
+
+
 class StageTrainer:
-    """This rank's share of ``plan``: its stage's layers, optimizer and links; :meth:`step` trains one iteration.
+    """This rank's share of ``plan``: its stage's layers (sharded when the stage has ``tp > 1``),
+    optimizer and links; :meth:`step` trains one iteration.
 
     Ranks of the plan are the global ranks ``0 .. plan ranks - 1`` (a larger world may hold other
-    plans' ranks too). ``dp_groups`` are the plan's data-parallel groups, one per stage, as
-    :func:`create_dp_groups` returns them; ``group`` the plan's ranks for the end-of-iteration
-    control all-reduce (``None``: the default group).
+    plans' ranks too). ``groups`` are the plan's data- and tensor-parallel groups, as
+    :func:`~heteroplan.runtime.tensor_parallel.create_groups` returns them; ``group`` the plan's
+    ranks for the end-of-iteration control all-reduce (``None``: the default group).
     """
 
-    def __init__(self, plan: Plan, task: TrainTask, config: RunConfig, rank: int, dp_groups: list[Any],
+    def __init__(self, plan: Plan, task: TrainTask, config: RunConfig, rank: int, groups: ProcessGroups,
                  group: Any = None) -> None:
         layout = rank_layout(plan)
         self.me: RankInfo = layout[rank]
         self.plan, self.task, self.rank, self.group = plan, task, rank, group
-        self.dp_group = dp_groups[self.me.stage]
+        self.dp_group = groups.dp[(self.me.stage, self.me.tp_index)]
         self.solo = len(layout) == 1
         self.device = _device(config, rank)
         torch.set_num_threads(config.threads_per_rank)
         full = task.build_model()
         check_runnable(plan, len(full))
-        self.stage = nn.Sequential(*list(full)[self.me.first_layer : self.me.last_layer]).to(self.device)
+        self.stage = LayerRange(full, self.me.first_layer, self.me.last_layer).to(self.device)
         del full
+        if self.me.tp > 1:
+            shard_layers(self.stage, groups.tp[(self.me.stage, self.me.replica)], self.me.tp, self.device.type)
         self.params = [p for p in self.stage.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(self.params, config)
         self.first, self.last = self.me.stage == 0, self.me.stage == plan.pp - 1
-        self.prev_rank = rank - plan.dp if not self.first else None
-        self.next_rank = rank + plan.dp if not self.last else None
+        self.act_source = neighbours(plan, self.me, -1, "source")
+        self.act_destinations = neighbours(plan, self.me, +1, "destination")
+        self.grad_source = neighbours(plan, self.me, +1, "source")
+        self.grad_destinations = neighbours(plan, self.me, -1, "destination")
+        self.reports_loss = self.last and self.me.tp_index == 0  # every TP rank computes the same loss
+        # gradient noise statistics need each replica's whole gradient on one rank: pure data parallelism
+        self.grad_stats = plan.pp == 1 and self.me.tp == 1 and plan.dp > 1
         self.ops = SCHEDULES[config.schedule](plan.pp, self.me.stage, self.me.num_microbatches)
         self.links = Links()
-        self.control = torch.zeros(2, dtype=torch.float64, device=self.device)
+        self.control = torch.zeros(4, dtype=torch.float64, device=self.device)  # stop, loss, |G|^2, tr(Sigma)
 
     def step(self, step: int, request_stop: bool = False) -> tuple[StepMetrics, bool]:
         """Train iteration ``step`` (0-based; it picks the data); returns what rank 0 reports
@@ -91,7 +123,7 @@ class StageTrainer:
                 if self.first:
                     x = self.task.batch(step, offset, mbs)[0].to(device)
                 else:
-                    x = self.links.recv(self.prev_rank, TAG_ACTIVATION, device)
+                    x = self.links.recv(self.act_source[0], TAG_ACTIVATION, device)
                     if not x.is_floating_point():
                         raise RuntimeError(f"stage {me.stage} receives {x.dtype} activations: cannot backpropagate")
                     x.requires_grad_(True)
@@ -101,35 +133,59 @@ class StageTrainer:
                     y = self.task.loss(y, target) * (mbs / gbs)
                     loss_sum += float(y.detach())
                 else:
-                    pending.append(self.links.send(y, self.next_rank, TAG_ACTIVATION))
+                    pending.extend(self.links.send(y, dst, TAG_ACTIVATION) for dst in self.act_destinations)
                 saved[op.microbatch] = (x, y)
             else:
                 x, y = saved.pop(op.microbatch)
                 if self.last:
                     y.backward()
                 else:
-                    y.backward(self.links.recv(self.next_rank, TAG_GRADIENT, device))
+                    y.backward(self.links.recv(self.grad_source[0], TAG_GRADIENT, device))
                 if not self.first:
-                    pending.append(self.links.send(x.grad, self.prev_rank, TAG_GRADIENT))
+                    pending.extend(self.links.send(x.grad, dst, TAG_GRADIENT) for dst in self.grad_destinations)
         for send in pending:
             send.wait()
         t_sync = time.perf_counter()
         if self.dp_group is not None:
-            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+            for p in self.params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            grads = [local_tensor(p.grad) for p in self.params]
             flat = torch.cat([g.reshape(-1) for g in grads])
+            local_sqr = float(flat.double().square().sum()) if self.grad_stats else 0.0
             dist.all_reduce(flat, group=self.dp_group)
-            for p, g in zip(self.params, torch.split(flat, [q.numel() for q in self.params]), strict=True):
-                p.grad = g.view_as(p)
+            for g, summed in zip(grads, torch.split(flat, [g.numel() for g in grads]), strict=True):
+                g.copy_(summed.view_as(g))
         sync_time = time.perf_counter() - t_sync
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.control.zero_()
         self.control[0] = 1.0 if request_stop else 0.0
-        if self.last:
+        if self.reports_loss:
             self.control[1] = loss_sum
+        if self.grad_stats:
+            self.control[2:] = torch.tensor(self._noise_terms(local_sqr, float(flat.double().square().sum())),
+                                             dtype=torch.float64)
         if not self.solo:
             dist.all_reduce(self.control, group=self.group)
-        return StepMetrics(step + 1, float(self.control[1]), time.perf_counter() - t0, sync_time), bool(self.control[0] > 0)
+        extra = {"grad_sqr": float(self.control[2]), "grad_var": float(self.control[3])} if self.grad_stats else {}
+        return (StepMetrics(step + 1, float(self.control[1]), time.perf_counter() - t0, sync_time, extra),
+                bool(self.control[0] > 0))
+
+    def _noise_terms(self, local_sqr: float, global_sqr: float) -> tuple[float, float]:
+        """This replica's share of the mean unbiased estimates of ``|G|^2`` and ``tr(Sigma)`` (the
+        gradient's squared norm and per-sample variance; Pollux / McCandlish et al. 2018).
+
+        The replica's gradient contribution is ``b/B`` times the mean gradient of its ``b`` samples,
+        so that mean has squared norm ``a = (B/b)^2 local_sqr``; the global batch's gradient has
+        ``g = global_sqr``. With ``E a = |G|^2 + S/b`` and ``E g = |G|^2 + S/B``:
+        ``S = (a - g) / (1/b - 1/B)`` and ``|G|^2 = (B g - b a) / (B - b)``, averaged over replicas.
+        """
+        b, total = self.me.num_microbatches * self.plan.microbatch_size, self.plan.global_batch_size
+        a = (total / b) ** 2 * local_sqr
+        variance = (a - global_sqr) / (1 / b - 1 / total)
+        sqr = (total * global_sqr - b * a) / (total - b)
+        return sqr / self.plan.dp, variance / self.plan.dp
 
 
 def train_rank(
@@ -146,14 +202,14 @@ def train_rank(
     all-reduced within the stage, so the update equals single-process training on the whole batch.
     """
     rank, world = dist.get_rank(), dist.get_world_size()
-    layout = rank_layout(plan)
-    if world != len(layout):
-        raise RuntimeError(f"world size {world} but the plan has {len(layout)} ranks")
-    trainer = StageTrainer(plan, task, config, rank, create_dp_groups(plan))
+    ckpt.check_writable(config.checkpoint_dir)
+    if world != world_size(plan):
+        raise RuntimeError(f"world size {world} but the plan has {world_size(plan)} ranks")
+    trainer = StageTrainer(plan, task, config, rank, create_groups(plan))
     start = 0
     resume = ckpt.latest_checkpoint(config.checkpoint_dir) if config.resume else None
     if resume is not None:
-        ckpt.load_layers(resume, trainer.me.first_layer, trainer.stage, trainer.optimizer)
+        ckpt.load_state(resume, trainer.stage, trainer.optimizer, trainer.group)
         start = resume.step
     deadline = time.monotonic() + config.max_seconds if config.max_seconds else None
     done = start
@@ -169,18 +225,16 @@ def train_rank(
             report(metrics)
         due = config.checkpoint_every and done % config.checkpoint_every == 0
         if config.checkpoint_dir and (due or stop or done == config.steps):
-            _checkpoint(plan, config, trainer.me, trainer.stage, trainer.optimizer, done, metrics.loss)
+            _checkpoint(plan, config, trainer, done, metrics.loss)
         if stop:
             break
     return done
 
 
-def _checkpoint(plan: Plan, config: RunConfig, me: RankInfo, stage: nn.Sequential,
-                optimizer: torch.optim.Optimizer, step: int, loss: float) -> None:
-    if me.replica == 0:
-        ckpt.save_layers(config.checkpoint_dir, step, me.first_layer, stage, optimizer)
-    dist.barrier()
-    if me.rank == 0:
+def _checkpoint(plan: Plan, config: RunConfig, trainer: StageTrainer, step: int, loss: float) -> None:
+    ckpt.save_state(config.checkpoint_dir, step, trainer.stage, trainer.optimizer, trainer.group)
+    dist.barrier(group=trainer.group)
+    if trainer.rank == 0:
         ckpt.write_manifest(config.checkpoint_dir, step, plan.num_layers, {"loss": loss, "plan": plan.to_dict()})
         ckpt.prune(config.checkpoint_dir, config.keep_checkpoints)
 
@@ -189,6 +243,7 @@ def rank_entry(rank: int, world_size: int, init_method: str, plan_dict: dict, ta
                config: RunConfig, stop_event: Any, queue: Any) -> None:
     """Process target of the local launcher: init, train, report to the parent through ``queue``."""
     try:
+        follow_launcher()
         join_process_group(config, init_method, rank, world_size)
         plan = Plan.from_dict(plan_dict)
         done = train_rank(plan, task, config, stop_event.is_set, lambda m: queue.put(("step", rank, m)))
@@ -196,6 +251,22 @@ def rank_entry(rank: int, world_size: int, init_method: str, plan_dict: dict, ta
         dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - report anything to the parent, then fail
         report_failure_and_exit(queue, rank)
+
+
+def follow_launcher() -> None:
+    """In a locally launched rank: leave SIGINT (a terminal's Ctrl-C reaches the whole process
+    group) to the launcher, which stops the ranks itself, and die with the launcher (Linux
+    ``PR_SET_PDEATHSIG``) if it is killed outright, so no rank is ever orphaned."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+        except OSError:  # pragma: no cover - no glibc
+            pass
+        if os.getppid() == 1:  # the launcher died before prctl took effect
+            os._exit(1)
 
 
 def join_process_group(config: RunConfig, init_method: str, rank: int, world_size: int) -> None:
@@ -222,12 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     from heteroplan.runtime.models import TinyGPTTask
 
     parser = argparse.ArgumentParser(prog="python -m heteroplan.runtime.worker")
-    parser.add_argument("--plan", required=True, help="plan JSON (Plan.to_json or Sailor plan_config)")
+    parser.add_argument("--plan", required=True, help="plan JSON (plan --out/--json, Plan.to_json or Sailor plan_config)")
     add_training_arguments(parser, steps=10, optimizer="sgd", lr=0.05)
     args = parser.parse_args(argv)
-    plan = Plan.from_json(args.plan)
+    plan = load_plan(args.plan)
     config = RunConfig(**run_config_kwargs(args))
-    task = TinyGPTTask(n_layers=args.layers or plan.num_layers - 2)
+    task = TinyGPTTask(**model_kwargs(args, plan.num_layers, stage_tp(plan)))
     dist.init_process_group(config.resolved_backend, timeout=timedelta(seconds=config.timeout_s))
 
     def show(m: StepMetrics) -> None:

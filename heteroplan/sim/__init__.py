@@ -1,23 +1,30 @@
-"""Cluster simulators and metrics.
+"""Cluster simulation: one round loop for every policy, and its metrics.
 
-- :func:`simulate` / :class:`Simulator`: the round-based simulator of the Sia evaluation
-  (elastic or rigid jobs, goodput-driven progress, checkpoint-restore delays).
-- :func:`compare_policies`: run several policies on one workload.
-- :class:`SimResult`: metrics (JCT, makespan, GPU-hours, restarts, FTF, policy time), JSON, plots.
+- :func:`simulate` (:mod:`heteroplan.sim.loop`): one policy on one workload and cluster; Sia
+  workload jobs (goodput ground truth) and rigid jobs with throughput tables alike.
+- :func:`run_policy` / :func:`compare_policies`: by registered name, or several at once.
+- :class:`SimResult`: per-job records and per-round logs; metrics (JCT, makespan, GPU-hours,
+  restarts, utilization, FTF, policy time), JSON, plots.
+- :mod:`heteroplan.sim.hadar_experiments`: Hadar's pure online algorithm vs the offline MILP.
 """
 
-from heteroplan.sim.compare import POLICY_FACTORIES, compare_policies, make_policy
+from heteroplan.policies.base import AllocationError
+from heteroplan.policies.registry import POLICIES, make_policy
+from heteroplan.sim.compare import POLICY_FACTORIES, compare_policies, run_policy
+from heteroplan.sim.fidelity import SimFidelity
+from heteroplan.sim.loop import simulate
 from heteroplan.sim.metrics import JobRecord, SimResult, compare_table
-from heteroplan.sim.simulator import AllocationError, Simulator, simulate
 
 __all__ = [
     "AllocationError",
     "JobRecord",
+    "POLICIES",
     "POLICY_FACTORIES",
+    "SimFidelity",
     "SimResult",
-    "Simulator",
     "compare_policies",
     "compare_table",
     "make_policy",
+    "run_policy",
     "simulate",
 ]

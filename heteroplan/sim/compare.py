@@ -2,66 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from heteroplan.cluster import Cluster
-from heteroplan.errors import InputError
 from heteroplan.policies.base import Policy
+from heteroplan.policies.registry import POLICIES, make_policy
+from heteroplan.sim.loop import simulate
 from heteroplan.sim.metrics import SimResult
-from heteroplan.sim.simulator import simulate
+from heteroplan.workload.rigid import RigidJob
 from heteroplan.workload.sia import JobSpec
 
-__all__ = ["POLICY_FACTORIES", "make_policy", "compare_policies"]
+__all__ = ["POLICY_FACTORIES", "make_policy", "compare_policies", "run_policy"]
+
+POLICY_FACTORIES = POLICIES  # the registry, under its former name
 
 
-def _fifo() -> Policy:
-    from heteroplan.policies.yarn import YarnCSPolicy
-
-    policy = YarnCSPolicy()
-    policy.name = "fifo"
-    return policy
-
-
-def _gavel() -> Policy:
-    from heteroplan.policies.gavel import GavelPolicy
-
-    policy = GavelPolicy()
-    policy.round_length = 360.0  # Gavel's default round; at 60 s its time-slicing restarts jobs every round
-    return policy
-
-
-def _factories() -> dict[str, Callable[[], Policy]]:
-    from heteroplan.policies.pollux import PolluxPolicy
-    from heteroplan.policies.sia import SiaPolicy
-    from heteroplan.policies.tiresias import TiresiasPolicy
-    from heteroplan.policies.yarn import YarnCSPolicy
-
-    return {
-        "sia": SiaPolicy,
-        "sia-lp": lambda: SiaPolicy(mode="lp-round", name="sia-lp"),
-        "pollux": PolluxPolicy,
-        "gavel": _gavel,
-        "fifo": _fifo,
-        "yarn-cs": YarnCSPolicy,
-        "tiresias": TiresiasPolicy,
-    }
-
-
-POLICY_FACTORIES = _factories()
-
-
-def make_policy(name: str) -> Policy:
-    """A policy by name (see :data:`POLICY_FACTORIES`)."""
-    try:
-        return POLICY_FACTORIES[name]()
-    except KeyError:
-        raise InputError("policy", name, f"unknown policy; known: {sorted(POLICY_FACTORIES)}") from None
+def run_policy(jobs: Sequence[JobSpec | RigidJob], cluster: Cluster, policy: str | Policy, **kwargs: Any) -> SimResult:
+    """Simulate ONE policy (a registered name or an object) on one workload and cluster."""
+    return simulate(jobs, cluster, make_policy(policy) if isinstance(policy, str) else policy, **kwargs)
 
 
 def compare_policies(
-    jobs: Sequence[JobSpec], cluster: Cluster, policies: Sequence[str | Policy], progress: bool | None = None, **kwargs: Any
+    jobs: Sequence[JobSpec | RigidJob], cluster: Cluster, policies: Sequence[str | Policy], progress: bool | None = None,
+    **kwargs: Any,
 ) -> list[SimResult]:
     """Simulate ``jobs`` under each policy (names or objects) and return the results in order."""
-    objs = [make_policy(p) if isinstance(p, str) else p for p in policies]
-    return [simulate(jobs, cluster, p, progress=progress, **kwargs) for p in objs]
+    return [run_policy(jobs, cluster, p, progress=progress, **kwargs) for p in policies]

@@ -6,6 +6,7 @@ Times in seconds internally; summaries in hours where the paper uses hours.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,13 +14,21 @@ from typing import Any
 import numpy as np
 
 from heteroplan._html import table, title
+from heteroplan.policies.base import Allocation
 
 __all__ = ["JobRecord", "SimResult", "compare_table"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobRecord:
-    """Outcome of one job (seconds, GPU-seconds)."""
+    """Outcome of one job (seconds, GPU-seconds).
+
+    Attributes:
+        requested_gpus: its gang size (GPUs a rigid scheduler gives it).
+        fraction_done: share of its work done, in ``[0, 1]``.
+        isolated_time: seconds it would take alone on its best GPU type at ``requested_gpus``.
+        avg_active: mean number of active jobs over the rounds it was active (contention).
+    """
 
     name: str
     application: str
@@ -30,6 +39,8 @@ class JobRecord:
     gpu_seconds: float
     fraction_done: float
     isolated_time: float
+    requested_gpus: int = 1
+    avg_active: float = 1.0
 
     @property
     def jct(self) -> float | None:
@@ -41,68 +52,107 @@ class JobRecord:
         return None if self.start_time is None else self.start_time - self.arrival_time
 
 
-@dataclass
+@dataclass(frozen=True)
 class SimResult:
-    """Everything a simulation produced.
+    """Everything a simulation produced: per-job records and per-round logs (plain data).
 
     Attributes:
-        jobs: one record per job.
+        policy, cluster: names.
+        round_length: seconds per round.
+        capacity: GPUs per type.
+        jobs: one record per admitted job (rejected jobs are in ``rejected``).
         timeline: per round ``(time s, GPUs in use per type, active jobs)``.
         policy_times: seconds the policy took each round.
         events: ``(time s, job, event, detail)``.
-        error: set when the run stopped early (the metrics cover what ran).
+        end_time: simulated time the run stopped (s).
+        rounds: rounds simulated.
+        rejected: ``{job: reason}`` for jobs refused before the first round (they can never fit).
+        stop_reason: ``"finished"``, ``"max_time"``, ``"max_rounds"``, ``"stalled"``; on a result
+            attached to an exception, ``"error"`` or ``"interrupted"``.
+        error: what went wrong when the run stalled (``None`` otherwise).
+        schedule: every round's allocations ``(time s, {job: Allocation})`` when recorded.
     """
 
     policy: str
     cluster: str
     round_length: float
-    capacity: dict[str, int]
-    jobs: list[JobRecord] = field(default_factory=list)
-    timeline: list[tuple[float, dict[str, int], int]] = field(default_factory=list)
-    policy_times: list[float] = field(default_factory=list)
-    events: list[tuple[float, str, str, str]] = field(default_factory=list)
+    capacity: Mapping[str, int]
+    jobs: tuple[JobRecord, ...] = ()
+    timeline: tuple[tuple[float, Mapping[str, int], int], ...] = ()
+    policy_times: tuple[float, ...] = ()
+    events: tuple[tuple[float, str, str, str], ...] = ()
     end_time: float = 0.0
+    rounds: int = 0
+    rejected: Mapping[str, str] = field(default_factory=dict)
+    stop_reason: str = "finished"
     error: str | None = None
+    schedule: tuple[tuple[float, Mapping[str, Allocation]], ...] = ()
 
-    # ------------------------------------------------------------ metrics
+    # ------------------------------------------------------------ per job
     def finished(self) -> list[JobRecord]:
         return [j for j in self.jobs if j.finish_time is not None]
 
+    @property
+    def completion(self) -> dict[str, float]:
+        """Finish time (s) of every finished job."""
+        return {j.name: j.finish_time for j in self.jobs if j.finish_time is not None}
+
+    @property
+    def first_start(self) -> dict[str, float]:
+        """First time (s) each started job got GPUs."""
+        return {j.name: j.start_time for j in self.jobs if j.start_time is not None}
+
+    @property
+    def unfinished(self) -> list[str]:
+        """Admitted jobs that did not finish (sorted)."""
+        return sorted(j.name for j in self.jobs if j.finish_time is None)
+
+    # ------------------------------------------------------------ metrics
     def summary(self) -> dict[str, Any]:
-        """The paper's metrics: JCT (h), makespan (h), GPU-hours per job, restarts, FTF, policy time (ms)."""
+        """The papers' metrics over finished jobs.
+
+        JCT, makespan (first arrival to last completion) and queuing delay in hours; GPU-hours
+        per job; restarts per job; utilization (GPU-seconds used / (GPUs x makespan));
+        finish-time fairness two ways: ``worst_ftf`` (Sia: JCT over the isolated time times
+        the mean number of active jobs) and ``ftf_rho_mean`` / ``ftf_rho_max`` (Hadar, Themis
+        rho: JCT over the isolated time with a 1/N share of the cluster's GPUs); policy time
+        per round (ms) and in total (s).
+        """
         done = self.finished()
         jct = np.array([j.jct for j in done]) if done else np.zeros(0)
-        first = min((j.arrival_time for j in self.jobs), default=0.0)
-        last = max((j.finish_time for j in done), default=first)
-        makespan = last - first
-        gpu_s = sum(j.gpu_seconds for j in self.jobs)
+        first = min((j.arrival_time for j in done), default=0.0)
+        makespan = max((j.finish_time for j in done), default=first) - first
         total_gpus = sum(self.capacity.values())
-        busy = sum(sum(u.values()) for _, u, _ in self.timeline) * self.round_length
-        ftf = [j.jct / (j.isolated_time * max(1.0, self._avg_active(j))) for j in done if np.isfinite(j.isolated_time)]
+        used = sum(j.gpu_seconds for j in self.jobs)
+        finite = [j for j in done if np.isfinite(j.isolated_time) and j.isolated_time > 0]
+        ftf = np.array([j.jct / (j.isolated_time * max(1.0, j.avg_active)) for j in finite])
+        rho = np.array([j.jct / (j.isolated_time * max(1.0, j.avg_active * j.requested_gpus / max(total_gpus, 1)))
+                        for j in finite])
+        queue = np.array([j.queueing_delay for j in done])
         pt = np.array(self.policy_times) if self.policy_times else np.zeros(1)
+        nan = float("nan")
         return {
             "policy": self.policy,
             "jobs": len(self.jobs),
             "finished": len(done),
-            "avg_jct_h": float(jct.mean() / 3600) if jct.size else float("nan"),
-            "p99_jct_h": float(np.percentile(jct, 99) / 3600) if jct.size else float("nan"),
+            "rejected": len(self.rejected),
+            "avg_jct_h": float(jct.mean() / 3600) if jct.size else nan,
+            "p99_jct_h": float(np.percentile(jct, 99) / 3600) if jct.size else nan,
             "makespan_h": makespan / 3600,
-            "gpu_hours_per_job": gpu_s / 3600 / max(len(self.jobs), 1),
+            "avg_queuing_delay_h": float(queue.mean() / 3600) if queue.size else nan,
+            "gpu_hours_per_job": used / 3600 / max(len(self.jobs), 1),
             "restarts_per_job": float(np.mean([j.restarts for j in self.jobs])) if self.jobs else 0.0,
-            "utilization": busy / (total_gpus * max(self.end_time - first, self.round_length)) if total_gpus else 0.0,
-            "avg_queueing_h": float(np.mean([j.queueing_delay for j in self.jobs if j.queueing_delay is not None] or [0]) / 3600),
-            "worst_ftf": float(max(ftf)) if ftf else float("nan"),
+            "utilization": used / (total_gpus * makespan) if total_gpus and makespan > 0 else 0.0,
+            "worst_ftf": float(ftf.max()) if ftf.size else nan,
+            "ftf_rho_mean": float(rho.mean()) if rho.size else nan,
+            "ftf_rho_max": float(rho.max()) if rho.size else nan,
             "policy_ms_median": float(np.median(pt) * 1e3),
             "policy_ms_p95": float(np.percentile(pt, 95) * 1e3),
+            "policy_time_s": float(sum(self.policy_times)),
+            "rounds": self.rounds,
+            "stop_reason": self.stop_reason,
             "error": self.error,
         }
-
-    def _avg_active(self, job: JobRecord) -> float:
-        """Mean number of active jobs over the rounds of ``job``'s life (the contention it saw)."""
-        if job.finish_time is None:
-            return 1.0
-        counts = [n for t, _, n in self.timeline if job.arrival_time <= t < job.finish_time]
-        return float(np.mean(counts)) if counts else 1.0
 
     def gpus_over_time(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Times (s) and GPUs in use per type at each round."""
@@ -115,9 +165,10 @@ class SimResult:
         return {
             "summary": self.summary(),
             "jobs": [asdict(j) | {"jct": j.jct} for j in self.jobs],
-            "timeline": [{"time": t, "in_use": u, "active": n} for t, u, n in self.timeline],
-            "policy_times": self.policy_times,
-            "events": self.events,
+            "rejected": dict(self.rejected),
+            "timeline": [{"time": t, "in_use": dict(u), "active": n} for t, u, n in self.timeline],
+            "policy_times": list(self.policy_times),
+            "events": [list(e) for e in self.events],
         }
 
     def to_json(self, path: str | Path) -> Path:
@@ -130,7 +181,7 @@ class SimResult:
 
 
 COLUMNS = ("policy", "finished", "avg_jct_h", "p99_jct_h", "makespan_h", "gpu_hours_per_job", "restarts_per_job",
-           "utilization", "worst_ftf", "policy_ms_median", "policy_ms_p95")
+           "utilization", "worst_ftf", "ftf_rho_mean", "policy_ms_median", "policy_ms_p95")
 
 
 def compare_table(results: list[SimResult]) -> str:

@@ -1,25 +1,39 @@
 """Model -> Solution.
 
 ``solve(model)`` uses HiGHS (arrays handed to highspy); ``backend="scipy" | "cbc" | "cvxpy"``
-use the oracles in :mod:`heteroplan.solvers.oracles`. Exports to other front-ends and
-files live in :mod:`heteroplan.solvers.exports`.
+use the oracles in :mod:`heteroplan.solvers.oracles`. Every backend sits in one registry
+(:mod:`heteroplan.solvers.registry`) with the options it can honour; asking a backend for
+one it cannot honour raises :class:`~heteroplan.errors.InputError`. Exports to other
+front-ends and files live in :mod:`heteroplan.solvers.exports`.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from heteroplan.errors import ModelError
-from heteroplan.formulations.model import Model
+from heteroplan.milp import Model, Solution, SolveStatus
+from heteroplan.solvers import oracles
 from heteroplan.solvers.exports import to_cvxpy, to_pulp, to_scipy, write_lp, write_model, write_mps
-from heteroplan.solvers.solution import Solution, SolveStatus
+from heteroplan.solvers.highs import ALGORITHMS, solve_highs
+from heteroplan.solvers.registry import (
+    Backend,
+    Capabilities,
+    SolveOptions,
+    backend_names,
+    get_backend,
+    register_backend,
+)
 
 __all__ = [
     "solve",
     "Solution",
     "SolveStatus",
+    "SolveOptions",
+    "Backend",
+    "Capabilities",
+    "register_backend",
+    "get_backend",
+    "backend_names",
     "to_pulp",
     "to_cvxpy",
     "to_scipy",
@@ -29,6 +43,17 @@ __all__ = [
     "BACKENDS",
 ]
 
+register_backend(Backend(
+    "highs",
+    Capabilities(threads=True, warm_start=True, algorithms=frozenset(ALGORITHMS)),
+    solve_highs,
+    "HiGHS through highspy, arrays handed over in one call (the default)",
+))
+register_backend(Backend("scipy", Capabilities(), oracles.solve_scipy, "scipy.optimize.milp (HiGHS inside scipy)"))
+register_backend(Backend("cbc", Capabilities(threads=True, warm_start=True), oracles.solve_cbc, "CBC through pulp"))
+register_backend(Backend("cvxpy", Capabilities(), oracles.solve_cvxpy, "cvxpy's canonicalization, solved by its HiGHS interface"))
+
+#: The built-in backends (see :func:`backend_names` for all registered ones).
 BACKENDS = ("highs", "scipy", "cbc", "cvxpy")
 
 
@@ -47,32 +72,21 @@ def solve(
 
     Args:
         model: the model.
-        backend: ``"highs"`` (default), ``"scipy"``, ``"cbc"`` or ``"cvxpy"``.
+        backend: a registered backend: ``"highs"`` (default), ``"scipy"``, ``"cbc"``, ``"cvxpy"``.
         time_limit: wall-clock limit (seconds). At the limit the best incumbent is returned
             with status ``TIME_LIMIT`` (``solution.has_solution`` says whether there is one).
         mip_gap: relative MIP gap at which to stop.
-        threads: solver threads (HiGHS only; default: HiGHS's choice).
+        threads: solver threads (HiGHS, CBC; ``None``: the backend's choice).
         relax: drop integrality (solve the LP relaxation).
-        warm_start: starting values per block (HiGHS only).
-        algorithm: HiGHS algorithm: ``"auto"``, ``"simplex"``, ``"ipm"`` or ``"pdlp"``.
-        verbose: show the solver log.
+        warm_start: starting values per block (HiGHS, CBC).
+        algorithm: ``"auto"``; HiGHS also takes ``"simplex"``, ``"ipm"`` or ``"pdlp"``.
+        verbose: show the solver log (the library is silent otherwise).
+
+    Raises:
+        InputError: an unknown backend, a bad value, or an option the backend cannot honour
+            (the message names the option and the backend).
     """
-    if backend not in BACKENDS:
-        raise ModelError("backend", backend, f"unknown backend; choose from {BACKENDS}")
-    if not (isinstance(time_limit, int | float) and time_limit > 0 and not math.isnan(time_limit)):
-        raise ModelError("time_limit", time_limit, "must be a positive number of seconds")
-    if not (isinstance(mip_gap, int | float) and mip_gap >= 0):
-        raise ModelError("mip_gap", mip_gap, "must be >= 0")
-    if backend == "highs":
-        from heteroplan.solvers.highs import ALGORITHMS, solve_highs
-
-        if algorithm not in ALGORITHMS:
-            raise ModelError("algorithm", algorithm, f"choose from {sorted(ALGORITHMS)}")
-        return solve_highs(model, time_limit, mip_gap, threads, relax, warm_start, algorithm, verbose)
-    from heteroplan.solvers import oracles
-
-    if backend == "scipy":
-        return oracles.solve_scipy(model, time_limit, mip_gap, relax)
-    if backend == "cbc":
-        return oracles.solve_cbc(model, time_limit, mip_gap, relax)
-    return oracles.solve_cvxpy(model, time_limit, mip_gap, relax)
+    chosen = get_backend(backend)
+    options = SolveOptions(time_limit, mip_gap, threads, relax, warm_start, algorithm, verbose)
+    chosen.check(model, options)
+    return chosen.solve(model, options)

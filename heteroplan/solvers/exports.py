@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from heteroplan.errors import ModelError
-from heteroplan.formulations.model import Model
+from heteroplan.milp import Model
 
 __all__ = ["to_scipy", "to_pulp", "to_cvxpy", "write_lp", "write_mps", "write_model"]
 

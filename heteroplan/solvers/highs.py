@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
 import time
 
 import highspy
 import numpy as np
 
 from heteroplan.errors import SolverError
-from heteroplan.formulations.model import Model, StandardForm
-from heteroplan.solvers.solution import Solution, SolveStatus, relative_gap
+from heteroplan.milp import Model, Solution, SolveStatus, StandardForm, relative_gap
+from heteroplan.solvers.registry import SolveOptions
 
-__all__ = ["solve_highs", "build_highs"]
+__all__ = ["solve_highs", "build_highs", "new_highs"]
 
 _STATUS = {
     highspy.HighsModelStatus.kOptimal: SolveStatus.OPTIMAL,
@@ -28,10 +31,41 @@ _STATUS = {
 ALGORITHMS = {"auto": "choose", "simplex": "simplex", "ipm": "ipm", "pdlp": "pdlp"}
 
 
-def build_highs(sf: StandardForm, relax: bool = False) -> highspy.Highs:
-    """A quiet ``Highs`` object holding the model (column-wise arrays, no Python loop)."""
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+_banner_lock = threading.Lock()
+_banner_done = False
+
+
+def new_highs(verbose: bool = False) -> highspy.Highs:
+    """A ``Highs`` object whose log is on only when ``verbose``.
+
+    HiGHS prints its banner to the process's stdout (file descriptor 1, from C++) when the
+    first ``Highs`` of a process is constructed, before any option can be set; unless
+    ``verbose``, that first construction runs with descriptor 1 pointed at ``/dev/null``.
+    """
+    global _banner_done
+    with _banner_lock:
+        if _banner_done or verbose:
+            _banner_done = True
+            h = highspy.Highs()
+        else:
+            sys.stdout.flush()
+            saved = os.dup(1)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, 1)
+                h = highspy.Highs()
+            finally:
+                os.dup2(saved, 1)
+                os.close(saved)
+                os.close(devnull)
+            _banner_done = True
+    h.setOptionValue("output_flag", bool(verbose))
+    return h
+
+
+def build_highs(sf: StandardForm, relax: bool = False, verbose: bool = False) -> highspy.Highs:
+    """A ``Highs`` object holding the model (column-wise arrays, no Python loop); quiet unless ``verbose``."""
+    h = new_highs(verbose)
     A = sf.A  # column-wise, as HiGHS stores it
     integrality = np.zeros(sf.num_vars, dtype=np.int32) if relax else sf.integrality.astype(np.int32)
     sense = highspy.ObjSense.kMaximize if sf.maximize else highspy.ObjSense.kMinimize
@@ -57,32 +91,23 @@ def build_highs(sf: StandardForm, relax: bool = False) -> highspy.Highs:
     return h
 
 
-def solve_highs(
-    model: Model,
-    time_limit: float = 60.0,
-    mip_gap: float = 1e-4,
-    threads: int | None = None,
-    relax: bool = False,
-    warm_start: dict[str, np.ndarray] | None = None,
-    algorithm: str = "auto",
-    verbose: bool = False,
-    options: dict[str, object] | None = None,
-) -> Solution:
-    """Solve ``model`` with HiGHS; see :func:`heteroplan.solvers.solve` for the arguments."""
+def solve_highs(model: Model, options: SolveOptions) -> Solution:
+    """Solve ``model`` with HiGHS; see :func:`heteroplan.solvers.solve` for the options."""
+    relax = options.relax
     t0 = time.perf_counter()
     sf = model.to_standard_form()
-    h = build_highs(sf, relax)
-    h.setOptionValue("time_limit", float(time_limit))
-    h.setOptionValue("mip_rel_gap", float(mip_gap))
-    h.setOptionValue("solver", ALGORITHMS[algorithm])
-    h.setOptionValue("output_flag", bool(verbose))
-    if threads is not None:
-        h.setOptionValue("threads", int(threads))
-    for key, value in (options or {}).items():
-        h.setOptionValue(key, value)
-    if warm_start:
+    h = build_highs(sf, relax, options.verbose)
+    h.setOptionValue("time_limit", float(options.time_limit))
+    h.setOptionValue("mip_rel_gap", float(options.mip_gap))
+    h.setOptionValue("solver", ALGORITHMS[options.algorithm])
+    if options.threads is not None:
+        # HiGHS keeps one thread pool per process, sized by the first solve; a different
+        # size fails the run ("Not Set") unless the pool is reset first.
+        highspy.Highs.resetGlobalScheduler(True)
+        h.setOptionValue("threads", int(options.threads))
+    if options.warm_start:
         sol = highspy.HighsSolution()
-        sol.col_value = model.pack(warm_start).tolist()
+        sol.col_value = model.pack(options.warm_start).tolist()
         sol.value_valid = True
         h.setSolution(sol)
     build_time = time.perf_counter() - t0

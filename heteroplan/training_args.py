@@ -1,18 +1,23 @@
 """Command-line flags of a training run, shared by ``heteroplan run`` and the torchrun entry
 (``python -m heteroplan.runtime.worker``) so both accept the same flags. Torch-free, so the
-CLI can list its commands without the ``[runtime]`` extra."""
+CLI can list its commands without the ``[runtime]`` extra, and outside both ``commands`` and
+``runtime`` so the runtime never imports the command layer."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-__all__ = ["add_training_arguments", "run_config_kwargs"]
+__all__ = ["add_training_arguments", "run_config_kwargs", "model_kwargs"]
 
 
 def add_training_arguments(p: argparse.ArgumentParser, *, steps: int, optimizer: str, lr: float) -> None:
     """Add the flags that map to :class:`heteroplan.runtime.RunConfig` (defaults per caller)."""
     p.add_argument("--layers", type=int, default=None, help="tiny GPT blocks (default: plan layers - 2; 4 for a generated plan)")
+    p.add_argument("--width", type=int, default=None, help="hidden size d_model (default 32)")
+    p.add_argument("--heads", type=int, default=None,
+                   help="attention heads (default: the least common multiple of 2 and the plan's TP degrees)")
+    p.add_argument("--seq-len", type=int, default=16, help="sequence length (tokens, default 16)")
     p.add_argument("--steps", type=int, default=steps, help=f"iterations to train (default {steps})")
     p.add_argument("--optimizer", default=optimizer, choices=("sgd", "adam"))
     p.add_argument("--lr", type=float, default=lr, help=f"learning rate (default {lr})")
@@ -30,3 +35,16 @@ def run_config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "checkpoint_dir": args.checkpoint_dir, "checkpoint_every": args.checkpoint_every,
         "device": args.device, "timeout_s": args.timeout,
     }
+
+
+def model_kwargs(args: argparse.Namespace, num_layers: int, tp_degrees: list[int]) -> dict[str, Any]:
+    """``TinyGPTTask(**model_kwargs(...))``: the GPT-2-style model a plan of ``num_layers`` layers runs.
+
+    Heads default to a multiple of every TP degree (each TP rank holds ``heads / tp`` of them);
+    the width to 32, or 8 per head when 32 is not a multiple of the heads.
+    """
+    import math
+
+    heads = args.heads or math.lcm(2, *tp_degrees)
+    width = args.width or (32 if 32 % heads == 0 else 8 * heads)
+    return {"n_layers": args.layers or num_layers - 2, "d_model": width, "n_heads": heads, "seq_len": args.seq_len}

@@ -1,0 +1,163 @@
+"""The planner's request: one job, the GPUs it may use, what to optimize, and the search knobs.
+
+:class:`PlanRequest` is what every planner entry point takes (:func:`heteroplan.planner.api.plan`,
+the :class:`~heteroplan.planner.search.Searcher`, the baselines, the resource MILP); build it
+with :meth:`PlanRequest.build`, which validates the arguments and loads the profile, network
+and simulator constants. ``dataclasses.replace`` gives variants (another pool, objective).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
+from heteroplan.errors import InputError
+from heteroplan.perf.sailor_network import NetworkModel, load_network
+from heteroplan.perf.sailor_profiles import ModelProfile, load_model_profile
+from heteroplan.planner.sim_config import (
+    SHIPPED_PLATFORMS,
+    PlatformConfigs,
+    SimConfig,
+    load_platforms,
+)
+
+__all__ = ["SearchOptions", "PlanRequest", "normalize_pool", "OBJECTIVES"]
+
+OBJECTIVES = ("throughput", "cost")
+
+Pool = tuple[str, str]  # (gpu_type, zone)
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Knobs of the search.
+
+    Attributes:
+        max_pp: deepest pipeline tried (default: min(layers, 16)).
+        max_blocks: 1 = homogeneous pipelines only, 2 = two (type, zone) blocks.
+        microbatch_sizes: restrict the microbatch sizes (default: all profiled).
+        prune: apply Sailor's pruning (False scans the whole space; slower).
+        patience: dp / pp values without improvement before the scan stops.
+        max_split_dp_calls: cap on threshold DP calls per layout (None = exact).
+        narrow_with_milp: first choose GPUs per (type, zone) with the resource MILP
+            (:mod:`heteroplan.formulations.sailor`) and search only that part of the pool
+            (falls back to the whole pool if nothing fits there).
+        config: simulator constants, one for every GPU type or a table per type (default: the shipped table).
+    """
+
+    max_pp: int | None = None
+    max_blocks: int = 2
+    microbatch_sizes: tuple[int, ...] | None = None
+    prune: bool = True
+    patience: int = 2
+    max_split_dp_calls: int | None = 4096
+    narrow_with_milp: bool = False
+    config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """One planning request, validated and with its data loaded.
+
+    Attributes:
+        profile: the model's layer profiles.
+        network: the network model (bandwidth, latency per zone pair).
+        gpu_types: GPU catalog by name (memory GB, GPUs per node, $/h).
+        pool: GPUs that may be rented, ``{(gpu_type, zone): count}`` (profiled types only, > 0).
+        gbs: global batch size (samples per iteration).
+        objective: ``"throughput"`` (max iter/s) or ``"cost"`` (min $/iteration).
+        budget: max $/iteration (throughput objective), or None.
+        min_throughput: min iterations/s (cost objective), or None.
+        options: search knobs.
+    """
+
+    profile: ModelProfile
+    network: NetworkModel
+    gpu_types: Mapping[str, GPUType]
+    pool: Mapping[Pool, int]
+    gbs: int
+    objective: str = "throughput"
+    budget: float | None = None
+    min_throughput: float | None = None
+    options: SearchOptions = SearchOptions()
+
+    def __post_init__(self) -> None:
+        _check_goal(self.gbs, self.objective, self.budget, self.min_throughput)
+
+    @classmethod
+    def build(
+        cls,
+        model: str,
+        gbs: int,
+        pool: Cluster | Mapping[Pool, int],
+        objective: str = "throughput",
+        budget: float | None = None,
+        min_throughput: float | None = None,
+        *,
+        gpu_types: tuple[GPUType, ...] = SAILOR_GPU_TYPES,
+        options: SearchOptions | None = None,
+        network: NetworkModel | None = None,
+        data_dir: str | Path | None = None,
+    ) -> PlanRequest:
+        """Validate the arguments of :func:`~heteroplan.planner.api.plan_job` and load their data.
+
+        ``options`` default to ``SearchOptions()`` with the simulator constants of ``data_dir``
+        (its ``sim_config.json``) when one is given; ``network`` defaults to ``data_dir``'s.
+        """
+        _check_goal(gbs, objective, budget, min_throughput)  # before loading anything
+        profile = load_model_profile(model, data_dir)
+        counts, types = normalize_pool(pool, {t.name: t for t in gpu_types})
+        usable = {k: v for k, v in counts.items() if k[0] in profile.gpu_types and v > 0}
+        if not usable:
+            raise InputError(
+                "pool", sorted({t for t, _ in counts}), f"no GPU type of the pool is profiled for {model}: {profile.gpu_types}"
+            )
+        network = network or load_network(data_dir)
+        for _, z in usable:
+            if z not in network.zones:
+                raise InputError("pool.zone", z, f"no network measurements; known zones: {list(network.zones)}")
+        if options is None:
+            options = SearchOptions() if data_dir is None else SearchOptions(config=load_platforms(data_dir))
+        return cls(profile, network, types, usable, gbs, objective, budget, min_throughput, options)
+
+    def unconstrained(self, objective: str) -> PlanRequest:
+        """The same request with ``objective`` and neither budget nor throughput floor."""
+        return PlanRequest(self.profile, self.network, self.gpu_types, self.pool, self.gbs, objective, None, None, self.options)
+
+
+def _check_goal(gbs: int, objective: str, budget: float | None, min_throughput: float | None) -> None:
+    if objective not in OBJECTIVES:
+        raise InputError("objective", objective, f"must be one of {OBJECTIVES}")
+    if isinstance(gbs, bool) or not isinstance(gbs, int) or gbs < 1:
+        raise InputError("gbs", gbs, "must be an integer >= 1")
+    for name, value in (("budget", budget), ("min_throughput", min_throughput)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0):
+            raise InputError(name, value, "must be a number > 0")
+
+
+def normalize_pool(
+    pool: Cluster | Mapping[tuple[str, str], int], gpu_types: Mapping[str, GPUType]
+) -> tuple[dict[tuple[str, str], int], dict[str, GPUType]]:
+    """``{(type, zone): count}`` and the GPU types, from a Cluster or a dict; validated."""
+    types = dict(gpu_types)
+    if isinstance(pool, Cluster):
+        types.update({t.name: t for t in pool.gpu_types})
+        counts = pool.capacity_by_zone()
+    elif isinstance(pool, Mapping):
+        counts = {}
+        for key, n in pool.items():
+            if not (isinstance(key, tuple) and len(key) == 2 and all(isinstance(x, str) for x in key)):
+                raise InputError("pool", key, "keys must be (gpu_type, zone) tuples")
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise InputError(f"pool[{key!r}]", n, "GPU count must be an integer >= 0")
+            counts[key] = counts.get(key, 0) + n
+    else:
+        raise InputError("pool", type(pool).__name__, "give a Cluster or a dict {(gpu_type, zone): count}")
+    for t, _ in counts:
+        if t not in types:
+            raise InputError("pool.gpu_type", t, f"unknown GPU type; known: {sorted(types)}")
+    if sum(counts.values()) == 0:
+        raise InputError("pool", dict(counts), "no GPUs available")
+    return counts, types

@@ -1,0 +1,108 @@
+"""One policy registry: name -> factory with options, for the CLI, the simulator and the runtime.
+
+``make_policy("gavel", round_length=120)`` builds a policy by name; options go to its
+constructor (``round_length`` is understood by every policy: Hadar's slot is its round).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from heteroplan.errors import InputError
+from heteroplan.policies.base import Policy
+
+__all__ = ["PolicyEntry", "POLICIES", "make_policy", "policy_names"]
+
+
+@dataclass(frozen=True)
+class PolicyEntry:
+    """A registered policy: ``factory(**options)`` builds it; ``summary`` says what it is."""
+
+    name: str
+    factory: Callable[..., Policy]
+    summary: str
+
+
+def _sia(**options: Any) -> Policy:
+    from heteroplan.policies.sia import SiaPolicy
+
+    return SiaPolicy(**options)
+
+
+def _sia_lp(**options: Any) -> Policy:
+    from heteroplan.policies.sia import SiaPolicy
+
+    return SiaPolicy(**({"mode": "lp-round", "name": "sia-lp"} | options))
+
+
+def _pollux(**options: Any) -> Policy:
+    from heteroplan.policies.pollux import PolluxPolicy
+
+    return PolluxPolicy(**options)
+
+
+def _gavel(**options: Any) -> Policy:
+    from heteroplan.policies.gavel import GavelPolicy
+
+    return GavelPolicy(**options)  # 360 s rounds: at 60 s its time-slicing restarts jobs every round
+
+
+def _yarn(name: str) -> Callable[..., Policy]:
+    def make(**options: Any) -> Policy:
+        from heteroplan.policies.yarn import YarnCSPolicy
+
+        return YarnCSPolicy(**({"name": name} | options))
+
+    return make
+
+
+def _tiresias(**options: Any) -> Policy:
+    from heteroplan.policies.tiresias import TiresiasPolicy
+
+    return TiresiasPolicy(**options)
+
+
+def _hadar(**defaults: Any) -> Callable[..., Policy]:
+    def make(**options: Any) -> Policy:
+        from heteroplan.policies.hadar import HadarPolicy
+
+        merged = defaults | options
+        if "round_length" in merged:
+            merged["slot"] = merged.pop("round_length")
+        return HadarPolicy(**merged)
+
+    return make
+
+
+POLICIES: Mapping[str, PolicyEntry] = MappingProxyType({e.name: e for e in (
+    PolicyEntry("sia", _sia, "Sia: heterogeneity- and adaptivity-aware ILP over goodput (elastic)"),
+    PolicyEntry("sia-lp", _sia_lp, "Sia with LP relaxation + rounding (elastic)"),
+    PolicyEntry("pollux", _pollux, "Pollux: goodput-optimizing, heterogeneity-unaware (elastic)"),
+    PolicyEntry("gavel", _gavel, "Gavel: max-min fairness LP over time fractions (rigid, 360 s rounds)"),
+    PolicyEntry("fifo", _yarn("fifo"), "FIFO gang scheduling, no preemption (rigid)"),
+    PolicyEntry("yarn-cs", _yarn("yarn-cs"), "YARN capacity scheduler: FIFO + gang (rigid)"),
+    PolicyEntry("tiresias", _tiresias, "Tiresias: discretized 2D-LAS (rigid)"),
+    PolicyEntry("hadar", _hadar(), "Hadar: online primal-dual, task-level heterogeneous (rigid, 360 s slots)"),
+    PolicyEntry("hadar-replan", _hadar(replan=True), "Hadar re-planning every active job each round (rigid)"),
+    PolicyEntry("hadare", _hadar(forking=True), "HadarE: Hadar with job forking onto idle GPUs (rigid)"),
+)})
+
+
+def policy_names() -> list[str]:
+    """Registered policy names, sorted."""
+    return sorted(POLICIES)
+
+
+def make_policy(name: str, **options: Any) -> Policy:
+    """A fresh policy by registered name; ``options`` go to its constructor."""
+    try:
+        entry = POLICIES[name]
+    except KeyError:
+        raise InputError("policy", name, f"unknown policy; known: {policy_names()}") from None
+    try:
+        return entry.factory(**options)
+    except TypeError as exc:  # an option the policy does not take
+        raise InputError(f"policy[{name}].options", sorted(options), f"not accepted: {exc}") from None

@@ -1,0 +1,79 @@
+"""Tensor parallelism inside a pipeline stage, with torch's DTensor API.
+
+Each replica of a stage with ``tp > 1`` gets a one-dimensional :class:`DeviceMesh` over its
+``tp`` neighbouring ranks, and every layer of the stage that says how to shard itself
+(``layer.tensor_parallel_plan(tp)`` -> ``{submodule: "colwise" | "rowwise"}``, see
+:class:`heteroplan.runtime.models.Block`) is sharded with
+``torch.distributed.tensor.parallel.parallelize_module`` (``ColwiseParallel`` /
+``RowwiseParallel``, Megatron semantics: a layer's input and output are full, replicated tensors
+on every TP rank). Layers without a plan (embedding, head, layer norms) are replicated; their
+gradients are equal on every TP rank because the column-parallel layers all-reduce their input
+gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as dist
+from torch import nn
+
+from heteroplan.errors import InputError
+from heteroplan.planner.plan import Plan
+from heteroplan.runtime.layout import stage_start, stage_tp
+
+__all__ = ["ProcessGroups", "create_groups", "shard_layers", "local_tensor"]
+
+
+@dataclass(frozen=True)
+class ProcessGroups:
+    """The plan's data-parallel groups, one per (stage, TP index), and TP groups, one per (stage, replica).
+
+    Data-parallel group ``(s, t)`` holds TP rank ``t`` of every replica of stage ``s`` (they hold the
+    same shard); ``None`` where it would have a single rank.
+    """
+
+    dp: dict[tuple[int, int], Any]
+    tp: dict[tuple[int, int], Any]
+
+
+def create_groups(plan: Plan) -> ProcessGroups:
+    """Create every group of ``plan`` (all ranks of the world must call this, in the same order)."""
+    starts, tps, dp = stage_start(plan), stage_tp(plan), plan.dp
+    dp_groups: dict[tuple[int, int], Any] = {}
+    tp_groups: dict[tuple[int, int], Any] = {}
+    for s, tp in enumerate(tps):
+        for t in range(tp):
+            ranks = [starts[s] + d * tp + t for d in range(dp)]
+            dp_groups[(s, t)] = dist.new_group(ranks) if dp > 1 else None
+        for d in range(dp):
+            tp_groups[(s, d)] = dist.new_group(list(range(starts[s] + d * tp, starts[s] + (d + 1) * tp))) if tp > 1 else None
+    return ProcessGroups(dp_groups, tp_groups)
+
+
+def shard_layers(layers: nn.Module, group: Any, tp: int, device_type: str) -> None:
+    """Shard, in place, every child layer of ``layers`` that has ``tensor_parallel_plan`` over ``group``'s ``tp`` ranks."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    mesh = DeviceMesh.from_group(group, device_type)
+    for i, layer in enumerate(layers.children()):
+        planner = getattr(layer, "tensor_parallel_plan", None)
+        if planner is None:
+            continue
+        spec = planner(tp)
+        unknown = sorted(set(spec.values()) - set(styles))
+        if unknown:
+            raise InputError(f"layer {i}.tensor_parallel_plan", unknown, f"styles are {sorted(styles)}")
+        parallelize_module(layer, mesh, {name: styles[style]() for name, style in spec.items()})
+
+
+def local_tensor(t: Any) -> Any:
+    """The shard this rank holds of ``t`` (``t`` itself when it is not a DTensor)."""
+    return t.to_local() if hasattr(t, "to_local") else t

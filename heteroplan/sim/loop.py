@@ -1,0 +1,304 @@
+"""The round loop: admission, allocation, placement, progress, metrics -- for every policy.
+
+Each round (the policy's ``round_length``, or the one given) the loop admits the jobs that
+have arrived, shows the policy a :class:`~heteroplan.policies.base.JobState` per active job,
+checks its answer (:func:`~heteroplan.policies.base.check_allocations`), charges a
+checkpoint-restore delay to every job whose placement changed (``restart_delay``: the Sia
+applications' measured delays; 0 for throughput-table jobs), and advances every running job
+by the policy's progress model (:mod:`heteroplan.sim.progress_models`): elastic goodput,
+rigid gangs, or HadarE's copies. A job finishes inside a round at the exact time its work
+runs out. Jobs arriving inside a round are first seen at the next round boundary.
+
+Before the first round the loop refuses what can never run: a job without performance data
+for one of the cluster's GPU types is a :class:`~heteroplan.errors.MissingDataError` naming
+the job, its application and the types; a rigid job larger than the GPUs it can use is
+rejected (``on_infeasible="reject"``, listed in ``SimResult.rejected``) or an
+:class:`~heteroplan.errors.InputError` (``"raise"``). A policy that raises, or returns an
+allocation the cluster or the job cannot carry out, stops the run with a
+:class:`~heteroplan.errors.PolicyError` (its ``result`` holds the metrics so far).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+
+from heteroplan.cluster import Cluster
+from heteroplan.errors import HeteroplanError, InputError, MissingDataError, PolicyError
+from heteroplan.policies.base import Allocation, Policy, check_allocations, counts_by_type
+from heteroplan.sim.fidelity import SimFidelity
+from heteroplan.sim.job_models import SimJob, build_jobs
+from heteroplan.sim.metrics import JobRecord, SimResult
+from heteroplan.sim.progress import ProgressBar
+from heteroplan.sim.progress_models import GangProgress, progress_model
+from heteroplan.workload.rigid import RigidJob
+from heteroplan.workload.sia import JobSpec
+
+__all__ = ["simulate", "DEFAULT_MAX_TIME", "check_policy"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_TIME = 90 * 24 * 3600.0  # s; the guard on simulated time when none is given
+_ON_INFEASIBLE = ("reject", "raise")
+
+
+def check_policy(policy: object) -> Policy:
+    """``policy`` if it declares what the loop needs (see :class:`Policy`), else :class:`InputError`."""
+    missing = [a for a in ("name", "round_length", "elastic", "forking", "allocate") if not hasattr(policy, a)]
+    if missing:
+        raise InputError("policy", type(policy).__name__,
+                         f"is not a Policy: it lacks {missing} (declare name, round_length s, elastic, forking)")
+    if not callable(policy.allocate):  # type: ignore[attr-defined]
+        raise InputError("policy.allocate", policy.allocate, "must be callable(cluster, jobs, now)")  # type: ignore[attr-defined]
+    return policy  # type: ignore[return-value]
+
+
+def _check_data(cluster: Cluster, jobs: Sequence[SimJob]) -> None:
+    """Every job must have performance data for every GPU type of the cluster."""
+    for job in jobs:
+        known = set(job.known_types)
+        missing = [t for t in cluster.type_names if t not in known]
+        if missing:
+            raise MissingDataError(
+                f"job[{job.name}].application", job.application,
+                f"no performance data for GPU type(s) {missing} of cluster {cluster.name!r} "
+                f"(data exists for {sorted(known)}); give the job a throughput for every type, "
+                f"or use a cluster of those types",
+            )
+
+
+def _reject_infeasible(cluster: Cluster, jobs: list[SimJob], on_infeasible: str) -> dict[str, str]:
+    """Rigid jobs needing more GPUs than the types they can run on hold."""
+    capacity = cluster.capacity()
+    rejected: dict[str, str] = {}
+    for job in jobs:
+        if job.elastic:
+            usable = sum(c for k, c in capacity.items() if job.rate_on(k, 1, 1, oracle=True)[0] > 0)
+            need = 1
+        else:
+            usable = sum(c for k, c in capacity.items()
+                         if job.rate_on(k, max(1, math.ceil(job.requested_gpus / cluster.gpu_type(k).gpus_per_node)),
+                                        job.requested_gpus, oracle=True)[0] > 0)
+            need = job.requested_gpus
+        if need > usable:
+            why = f"needs {need} GPUs together; only {usable} GPUs of types it can run on"
+            if on_infeasible == "raise":
+                raise InputError(f"job[{job.name}].requested_gpus", need, why)
+            rejected[job.name] = why
+    return rejected
+
+
+class _Run:
+    """Mutable state of one simulation; :meth:`result` freezes it into a :class:`SimResult`."""
+
+    def __init__(self, cluster: Cluster, policy: Policy, round_length: float, jobs: list[SimJob],
+                 rejected: dict[str, str], record: bool) -> None:
+        self.cluster, self.policy, self.L, self.jobs = cluster, policy, round_length, jobs
+        self.rejected, self.record = rejected, record
+        self.node_type = {n.name: n.gpu_type for n in cluster.nodes}
+        self.model: GangProgress = progress_model(cluster, bool(policy.forking))
+        self.timeline: list[tuple[float, dict[str, int], int]] = []
+        self.policy_times: list[float] = []
+        self.events: list[tuple[float, str, str, str]] = []
+        self.schedule: list[tuple[float, dict[str, Allocation]]] = []
+        self.t = 0.0
+        self.rounds = 0
+
+    def result(self, stop_reason: str, error: str | None = None) -> SimResult:
+        records = tuple(
+            JobRecord(
+                name=j.name, application=j.application, arrival_time=j.arrival_time, start_time=j.start_time,
+                finish_time=j.finish_time, restarts=j.restarts, gpu_seconds=j.attained,
+                fraction_done=j.fraction_done, isolated_time=j.isolated_time(self.cluster),
+                requested_gpus=j.requested_gpus,
+                avg_active=j.active_sum / j.active_rounds if j.active_rounds else 1.0,
+            )
+            for j in self.jobs if j.name not in self.rejected
+        )
+        return SimResult(
+            policy=self.policy.name, cluster=self.cluster.name, round_length=self.L,
+            capacity=self.cluster.capacity(), jobs=records, timeline=tuple(self.timeline),
+            policy_times=tuple(self.policy_times), events=tuple(self.events), end_time=self.t,
+            rounds=self.rounds, rejected=dict(self.rejected), stop_reason=stop_reason, error=error,
+            schedule=tuple(self.schedule),
+        )
+
+    def allocate(self, order: list[SimJob]) -> dict[str, Allocation]:
+        views = [j.view() for j in order]
+        t0 = time.perf_counter()
+        try:
+            answer = self.policy.allocate(self.cluster, views, self.t)
+        except HeteroplanError:
+            raise
+        except Exception as exc:  # a bug in the policy: say so, keep the traceback
+            raise PolicyError(f"policy {self.policy.name!r} failed at t={self.t:.0f} s: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        self.policy_times.append(time.perf_counter() - t0)
+        return check_allocations(self.cluster, answer, [j.name for j in order])
+
+    def round(self, active: dict[str, SimJob]) -> None:
+        L, t = self.L, self.t
+        order = sorted(active.values(), key=lambda j: (j.arrival_time, j.name))
+        allocations = self.allocate(order)
+        if self.record:
+            self.schedule.append((t, dict(allocations)))
+        in_use = dict.fromkeys(self.cluster.type_names, 0)
+        for job in order:
+            job.active_rounds += 1
+            job.active_sum += len(order)
+            new = allocations.get(job.name)
+            old = job.allocation
+            if new is None:
+                if old is not None:
+                    self.events.append((t, job.name, "preempt", f"{old.num_gpus}x{old.gpu_type}"))
+                job.allocation = None
+                job.restore_left = 0.0
+                continue
+            rate, local, accum = self.model.rate(job, new)
+            changed = old is None or old.gpu_type != new.gpu_type or sorted(old.placement) != sorted(new.placement)
+            if changed:
+                if job.starts:
+                    job.restarts += 1
+                job.starts += 1
+                job.restore_left = job.restart_delay
+                if job.start_time is None:
+                    job.start_time = t
+                self.events.append((t, job.name, "start" if job.starts == 1 else "restart",
+                                    f"{new.num_gpus}x{new.gpu_type} on {len(new.placement)} nodes"))
+            job.allocation = new
+            job.last_gpus = new.num_gpus
+            for gpu_type, count in counts_by_type(new, self.cluster).items():
+                in_use[gpu_type] += count
+            run_time = max(0.0, L - job.restore_left)
+            restore = min(job.restore_left, L)
+            job.restore_left -= restore
+            job.batch_size = new.num_gpus * local * (accum + 1)
+            if run_time > 0 and rate > 0:
+                job.ran(new, local, accum)
+                job.max_gpus_run = max(job.max_gpus_run, new.num_gpus)
+                remaining = job.total_work - job.done
+                if rate * run_time >= remaining * (1 - 1e-12):
+                    used = restore + min(run_time, remaining / rate)
+                    job.done = job.total_work
+                    job.finish_time = t + used
+                    job.attained += new.num_gpus * used
+                    self.events.append((job.finish_time, job.name, "finish", ""))
+                    continue
+                job.done += rate * run_time
+            job.attained += new.num_gpus * L
+        self.timeline.append((t, in_use, len(order)))
+
+
+def simulate(
+    jobs: Sequence[JobSpec | RigidJob],
+    cluster: Cluster,
+    policy: Policy,
+    round_length: float | None = None,
+    max_time: float | None = None,
+    progress: bool | None = None,
+    *,
+    max_rounds: int | None = None,
+    estimator: str | None = None,
+    fidelity: SimFidelity | None = None,
+    stall_limit: float = 24 * 3600.0,
+    on_infeasible: str = "reject",
+    record: bool = False,
+) -> SimResult:
+    """Run ONE policy on one workload and cluster; the round loop every policy shares.
+
+    Args:
+        jobs: Sia workload jobs (:class:`JobSpec`, goodput ground truth) and/or rigid jobs
+            (:class:`RigidJob`, a throughput per GPU type: Gavel-generated, Hadar tasks, or
+            the user's own matrix).
+        cluster: the cluster.
+        policy: any :class:`~heteroplan.policies.base.Policy` (declares ``round_length``,
+            ``elastic``, ``forking``).
+        round_length: seconds per round; default the policy's ``round_length``.
+        max_time: stop after this many simulated seconds (default :data:`DEFAULT_MAX_TIME`,
+            90 days); unfinished jobs are reported, ``stop_reason="max_time"``.
+        progress: progress bar on stderr (default: when stderr is a terminal).
+        max_rounds: stop after this many rounds (``stop_reason="max_rounds"``).
+        estimator: Sia jobs' model as policies see it: ``"bootstrap"`` or ``"oracle"``
+            (default: bootstrap for elastic policies, else oracle).
+        fidelity: the Sia artifact's simulator mechanisms (:class:`SimFidelity`, default on).
+        stall_limit: stop (``stop_reason="stalled"``, ``error`` says which jobs wait) after
+            this many seconds in which no job progressed and no arrival remains.
+        on_infeasible: ``"reject"`` lists rigid jobs larger than their usable GPUs in
+            ``rejected``; ``"raise"`` raises :class:`InputError` instead.
+        record: keep every round's allocations in ``SimResult.schedule``.
+
+    Raises:
+        MissingDataError: before the first round, for a job without data for a cluster GPU type.
+        PolicyError: when the policy fails (``exc.result``: the metrics up to then).
+        KeyboardInterrupt: passed on, with ``exc.result`` (``stop_reason="interrupted"``) attached.
+    """
+    policy = check_policy(policy)
+    L = float(policy.round_length if round_length is None else round_length)
+    if not (L > 0 and math.isfinite(L)):
+        raise InputError("round_length", round_length, "must be a number of seconds > 0")
+    if not jobs:
+        raise InputError("jobs", jobs, "the workload has no jobs")
+    if on_infeasible not in _ON_INFEASIBLE:
+        raise InputError("on_infeasible", on_infeasible, f"choose one of {list(_ON_INFEASIBLE)}")
+    max_time = DEFAULT_MAX_TIME if max_time is None else max_time
+    if not max_time > 0:
+        raise InputError("max_time", max_time, "must be a number of seconds > 0")
+    if fidelity is None:
+        fidelity = SimFidelity()
+    if not isinstance(fidelity, SimFidelity):
+        raise InputError("fidelity", fidelity, "must be a SimFidelity")
+    sim_jobs = build_jobs(jobs, cluster, bool(policy.elastic), estimator, fidelity)
+    names = [j.name for j in sim_jobs]
+    if len(set(names)) != len(names):
+        raise InputError("jobs", sorted(n for n in set(names) if names.count(n) > 1)[:5], "job names must be unique")
+    _check_data(cluster, sim_jobs)
+    rejected = _reject_infeasible(cluster, sim_jobs, on_infeasible)
+    if round_length is not None and abs(L - float(policy.round_length)) > 1e-9:
+        log.info("policy %s designed for %.0f s rounds runs with %.0f s rounds", policy.name, policy.round_length, L)
+    run = _Run(cluster, policy, L, sim_jobs, rejected, record)
+    pending = sorted((j for j in sim_jobs if j.name not in rejected), key=lambda j: (j.ready_time, j.arrival_time))
+    run.t = math.ceil(pending[0].ready_time / L - 1e-9) * L if pending else 0.0
+    bar = ProgressBar(f"{policy.name:>8}", progress)
+    active: dict[str, SimJob] = {}
+    unfinished, nxt, idle = len(pending), 0, 0
+    stop, error = "finished", None
+    try:
+        while unfinished:
+            if run.t >= max_time:
+                stop = "max_time"
+                break
+            if max_rounds is not None and run.rounds >= max_rounds:
+                stop = "max_rounds"
+                break
+            while nxt < len(pending) and pending[nxt].ready_time <= run.t + 1e-9:
+                active[pending[nxt].name] = pending[nxt]
+                nxt += 1
+            if not active:
+                run.t = math.ceil(pending[nxt].ready_time / L - 1e-9) * L
+                continue
+            before = sum(j.done for j in active.values())
+            run.round(active)
+            run.rounds += 1
+            moved = sum(j.done for j in active.values()) > before
+            idle = 0 if moved or nxt < len(pending) else idle + 1
+            for name in [n for n, j in active.items() if j.finish_time is not None]:
+                del active[name]
+                unfinished -= 1
+            run.t += L
+            if idle * L > stall_limit:
+                stop = "stalled"
+                error = (f"stalled: no job progressed for {stall_limit / 3600:.0f} h and no arrivals remain; "
+                         f"jobs that cannot run: {sorted(active)[:5]}")
+                break
+            bar.update(1 - unfinished / len(pending), f"t={run.t / 3600:.1f}h active={len(active)}")
+    except HeteroplanError as exc:
+        exc.result = run.result("error", str(exc))  # type: ignore[attr-defined]
+        raise
+    except KeyboardInterrupt as exc:  # SIGINT: the caller may still write what ran
+        exc.result = run.result("interrupted")  # type: ignore[attr-defined]
+        raise
+    finally:
+        bar.close()
+    return run.result(stop, error)

@@ -1,0 +1,44 @@
+"""PlanRequest: one frozen, validated request behind plan_job, plan, the baselines and the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from heteroplan.errors import InputError
+from heteroplan.planner import PlanRequest, SearchOptions, plan, plan_job
+
+A, Z = "A100-40", "us-central1-a"
+
+
+def test_build_validates_before_loading_and_names_the_field() -> None:
+    for kwargs, field in (
+        ({"objective": "speed"}, "objective"),
+        ({"budget": -1.0}, "budget"),
+        ({"min_throughput": True}, "min_throughput"),
+    ):
+        with pytest.raises(InputError, match=field):
+            PlanRequest.build("no-such-model", 64, {(A, Z): 8}, **kwargs)  # the model is never loaded
+    with pytest.raises(InputError, match="gbs"):
+        PlanRequest.build("OPT-350", 0, {(A, Z): 8})
+    with pytest.raises(InputError, match="pool.gpu_type"):
+        PlanRequest.build("OPT-350", 64, {("H900", Z): 8})
+
+
+def test_request_is_frozen_and_variants_are_validated() -> None:
+    request = PlanRequest.build("OPT-350", 64, {(A, Z): 8, ("V100-16", Z): 0})
+    assert dict(request.pool) == {(A, Z): 8}  # empty pools dropped
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.gbs = 128  # type: ignore[misc]
+    with pytest.raises(InputError, match="budget"):
+        dataclasses.replace(request, budget=0.0)
+    cost = request.unconstrained("cost")
+    assert (cost.objective, cost.budget, cost.min_throughput, cost.pool) == ("cost", None, None, request.pool)
+
+
+def test_plan_job_is_plan_of_the_built_request() -> None:
+    opts = SearchOptions(max_pp=2)
+    by_args = plan_job("OPT-350", 64, {(A, Z): 8}, "cost", options=opts)
+    by_request = plan(PlanRequest.build("OPT-350", 64, {(A, Z): 8}, "cost", options=opts))
+    assert by_args.plan == by_request.plan and by_args.cost_per_iteration == by_request.cost_per_iteration
