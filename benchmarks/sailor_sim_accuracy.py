@@ -1,11 +1,22 @@
-"""Simulator accuracy: predicted vs measured iteration time and peak memory on Sailor's real runs.
+"""Simulator accuracy on real runs of two platforms, leaving one platform (and one run) out.
 
-Runs: 15 OPT-350 plans on GH200 nodes (clariden), from Sailor's artifact
-(``tests/data/sailor/plan_config_*.json``). Also reports leave-one-out errors: the five
-calibration constants of :data:`heteroplan.planner.simulator.DEFAULT_CONFIG` refitted without
-each run, then that run predicted.
+Sets (Sailor's artifact, ``tests/data/sailor/``): 15 OPT-350 runs on GH200 nodes (clariden,
+``plan_config_*.json``), 4 OPT-350 runs on the MIT cluster of RTX-3090 / RTX-2080 / Titan-RTX
+nodes (``mit/``); GPT-Neo-2.7 on GH200 when runs are there (``gpt-neo/``; none are public yet).
+For each set, the mean absolute relative error of iteration time and peak memory with the
+platform constants
 
-    python benchmarks/sailor_sim_accuracy.py [--no-loo]
+- ``uncalibrated``: :data:`UNCALIBRATED_CONFIG` (no fitted constant),
+- ``other platform``: fitted on the other platform's runs only,
+- ``this platform``: fitted on all runs of the set (in sample),
+- ``leave one run out``: fitted on the set without the run, then the run predicted,
+
+beside Sailor's own simulator on the same files. The constants fitted on all runs of each
+platform are written to ``heteroplan/data/sailor/platforms.json`` with ``--write`` (the shipped
+table). Fitted: ``compute_scale`` and ``microbatch_overhead_s`` on time, ``overhead_gb`` and
+``working_layers`` on memory (:data:`TIME`, :data:`MEMORY`).
+
+    python benchmarks/sailor_sim_accuracy.py [--write]
 """
 
 from __future__ import annotations
@@ -13,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,74 +32,117 @@ import numpy as np
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from _common import print_table, write_json  # noqa: E402
 
+from heteroplan.atomic_json import write_json_atomic  # noqa: E402
+from heteroplan.perf.sailor_profiles import DATA_DIR as SHIPPED  # noqa: E402
 from heteroplan.planner import Plan, simulate  # noqa: E402
 from heteroplan.planner.calibration import fit_sim_config  # noqa: E402
-from heteroplan.planner.simulator import DEFAULT_CONFIG, SimConfig  # noqa: E402
+from heteroplan.planner.sim_config import PLATFORMS_FILE, UNCALIBRATED_CONFIG, SimConfig  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "sailor"
+SETS = {  # name: (glob under DATA, model, GPU types of the platform, Sailor's time / memory MAE %)
+    "GH200 OPT-350": ("plan_config_*.json", "OPT-350", ("GH-96",), "8.9 / 5.9 (hand-tuned profile), 16.0 time (raw)"),
+    "GH200 GPT-Neo-2.7": ("gpt-neo/plan_config_*.json", "GPT-Neo-2.7", ("GH-96",), "18.5 / 16.5"),
+    "MIT OPT-350": ("mit/plan_config_*.json", "OPT-350", ("RTX-2080", "RTX-3090", "Titan-RTX"), "10.3 / 76.0"),
+}
+PLATFORM_OF = {"GH200 OPT-350": "GH200", "GH200 GPT-Neo-2.7": "GH200", "MIT OPT-350": "MIT"}
+TIME = ("compute_scale", "microbatch_overhead_s")
+MEMORY = ("overhead_gb", "working_layers")
 
 
-def load_runs() -> list[tuple[str, Plan, dict]]:
-    return [(p.stem.removeprefix("plan_config_"), Plan.from_json(p), json.loads(p.read_text())) for p in sorted(DATA.glob("plan_config_*.json"))]
+def load_runs(pattern: str, model: str) -> list[tuple[str, Plan, dict]]:
+    out = []
+    for p in sorted(DATA.glob(pattern)):
+        data = json.loads(p.read_text())
+        out.append((p.stem.removeprefix("plan_config_"), Plan.from_sailor(data, model), data))
+    return out
 
 
 def errors(runs, cfg: SimConfig) -> np.ndarray:
+    """(runs, 2) relative errors of time and memory."""
     out = []
     for _, plan, real in runs:
         sim = simulate(plan, config=cfg)
         out.append((sim.iteration_time / real["real"] - 1, sim.peak_memory_gb / (real["max_mem"] / 1e9) - 1))
-    return np.array(out)
+    return np.array(out).reshape(-1, 2)
 
 
-def fit(runs) -> SimConfig:
-    """Refit the calibration constants (same objective as the shipped ones): time, then memory."""
+def fit(runs) -> tuple[SimConfig, tuple[str, ...]]:
+    """Platform constants fitted on ``runs``: time, then memory; and those that stopped at a bound."""
     plans = [plan for _, plan, _ in runs]
-    timed = fit_sim_config(plans, [real["real"] for _, _, real in runs], constants=("compute_scale", "microbatch_overhead_s"),
-                           base=DEFAULT_CONFIG)
-    memory = fit_sim_config(plans, [real["max_mem"] / 1e9 for _, _, real in runs],
-                            constants=("overhead_gb", "working_layers"), quantity="peak_memory_gb", base=timed.config)
-    return memory.config
+    base = replace(UNCALIBRATED_CONFIG)
+    timed = fit_sim_config(plans, [real["real"] for _, _, real in runs], constants=TIME, base=base)
+    memory = fit_sim_config(plans, [real["max_mem"] / 1e9 for _, _, real in runs], constants=MEMORY,
+                            quantity="peak_memory_gb", base=timed.config)
+    return memory.config, timed.at_bound + memory.at_bound
+
+
+def mae(err: np.ndarray) -> tuple[float, float]:
+    return tuple(float(v) for v in 100 * np.abs(err).mean(axis=0)) if len(err) else (float("nan"),) * 2
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--no-loo", action="store_true", help="skip the leave-one-out refits (slow)")
+    ap.add_argument("--write", action="store_true", help=f"write the fitted constants to the shipped {PLATFORMS_FILE}")
     args = ap.parse_args()
-    runs = load_runs()
-    rows = []
-    for (name, plan, real), (et, em) in zip(runs, errors(runs, DEFAULT_CONFIG), strict=True):
-        sim = simulate(plan)
-        rows.append(
-            {
-                "run": name,
-                "PPxDPxTP": f"{plan.pp}x{plan.dp}x{plan.stages[0].replicas[0].tp}",
-                "mbs": plan.microbatch_size,
-                "gbs": plan.global_batch_size,
-                "time_real_s": real["real"],
-                "time_pred_s": sim.iteration_time,
-                "time_err_%": 100 * et,
-                "mem_real_GB": real["max_mem"] / 1e9,
-                "mem_pred_GB": sim.peak_memory_gb,
-                "mem_err_%": 100 * em,
-            }
-        )
-    print_table(rows, list(rows[0]))
-    err = np.abs(errors(runs, DEFAULT_CONFIG))
-    summary = {"mean_abs_time_err": float(err[:, 0].mean()), "mean_abs_mem_err": float(err[:, 1].mean())}
-    raw = np.abs(errors(runs, SimConfig()))
-    summary |= {"uncalibrated_time_err": float(raw[:, 0].mean()), "uncalibrated_mem_err": float(raw[:, 1].mean())}
-    if not args.no_loo:
-        loo = []
-        for i in range(len(runs)):
-            cfg = fit(runs[:i] + runs[i + 1 :])
-            loo.append(np.abs(errors([runs[i]], cfg)[0]))
-        loo = np.array(loo)
-        summary |= {"loo_time_err": float(loo[:, 0].mean()), "loo_mem_err": float(loo[:, 1].mean())}
+    sets = {name: load_runs(glob, model) for name, (glob, model, _, _) in SETS.items()}
+    by_platform: dict[str, list] = {}
+    for name, runs in sets.items():
+        by_platform.setdefault(PLATFORM_OF[name], []).extend(runs)
+    fitted = {p: fit(runs) for p, runs in by_platform.items() if runs}
+
+    summary, per_run = [], []
+    for name, runs in sets.items():
+        if not runs:
+            summary.append({"set": name, "runs": 0, "constants": "no runs in tests/data/sailor", "Sailor % (time / mem)": SETS[name][3]})
+            continue
+        own = PLATFORM_OF[name]
+        others = [p for p in fitted if p != own]
+        loo = np.array([errors([runs[i]], fit(runs[:i] + runs[i + 1:])[0])[0] for i in range(len(runs))]) \
+            if len(runs) > len(TIME) else np.empty((0, 2))
+        rows = {
+            "uncalibrated": errors(runs, UNCALIBRATED_CONFIG),
+            **{f"other platform ({p})": errors(runs, fitted[p][0]) for p in others},
+            "this platform (in sample)": errors(runs, fitted[own][0]),
+            "leave one run out": loo,
+        }
+        for label, err in rows.items():
+            t, m = mae(err)
+            summary.append({"set": name, "runs": len(runs), "constants": label, "time MAE %": t, "memory MAE %": m,
+                            "Sailor % (time / mem)": SETS[name][3] if label == "leave one run out" else ""})
+        cfg = fitted[own][0]
+        for (run, plan, real), (et, em), lo in zip(runs, errors(runs, cfg), loo if len(loo) else [(np.nan,) * 2] * len(runs),
+                                                  strict=True):
+            sim = simulate(plan, config=cfg)
+            per_run.append({
+                "set": name, "run": run, "PPxDPxTP": f"{plan.pp}x{plan.dp}x{plan.stages[0].replicas[0].tp}",
+                "mbs": plan.microbatch_size, "gbs": plan.global_batch_size,
+                "time_real_s": real["real"], "time_pred_s": sim.iteration_time, "time_err_%": 100 * et,
+                "time_loo_err_%": 100 * lo[0], "mem_real_GB": real["max_mem"] / 1e9, "mem_pred_GB": sim.peak_memory_gb,
+                "mem_err_%": 100 * em, "mem_loo_err_%": 100 * lo[1],
+            })
+    print_table(per_run, list(per_run[0]))
     print()
-    for k, v in summary.items():
-        print(f"{k:24s} {100 * v:6.2f} %")
-    print("Sailor (published): time 4.5-6 %, memory 5.6 %")
-    write_json("sailor_sim_accuracy", {"runs": rows, "summary": summary})
+    print_table(summary, ["set", "runs", "constants", "time MAE %", "memory MAE %", "Sailor % (time / mem)"])
+    print()
+    constants = {}
+    for platform, (cfg, at_bound) in fitted.items():
+        values = {c: getattr(cfg, c) for c in TIME + MEMORY}
+        constants[platform] = {"constants": values, "at_bound": list(at_bound)}
+        print(f"{platform}: " + ", ".join(f"{c} = {v:.4g}" for c, v in values.items())
+              + (f"  (at the end of the plausible range: {', '.join(at_bound)})" if at_bound else ""))
+    write_json("sailor_sim_accuracy", {"runs": per_run, "summary": summary, "constants": constants})
+    if args.write:
+        rows, notes = {}, {}
+        for name, (_, _, types, _) in SETS.items():
+            platform = PLATFORM_OF[name]
+            if platform not in fitted:
+                continue
+            for t in types:
+                rows[t] = {c: getattr(fitted[platform][0], c) for c in TIME + MEMORY}
+                notes[t] = (f"{platform}: {len(by_platform[platform])} real runs of Sailor's artifact "
+                            "(benchmarks/sailor_sim_accuracy.py --write)")
+        write_json_atomic(SHIPPED / PLATFORMS_FILE, {"platforms": rows, "fitted_on": notes})
+        print(f"wrote {SHIPPED / PLATFORMS_FILE}")
 
 
 if __name__ == "__main__":

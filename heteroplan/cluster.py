@@ -305,10 +305,14 @@ GAVEL_GPU_TYPES = (
     GPUType("v100", 16, 4, 0.0, "NVIDIA V100"),
 )
 # Sailor's GCP prices ($/h per GPU) and memories (GB); 4 GPUs per VM for A100/V100 as in its runs.
+# The RTX types are the MIT cluster of Sailor's validation runs (8 per node, no price: 0 $/h).
 SAILOR_GPU_TYPES = (
     GPUType("A100-40", 40, 4, 3.673, "NVIDIA A100 40GB"),
     GPUType("V100-16", 16, 4, 2.860, "NVIDIA V100 16GB"),
     GPUType("GH-96", 96, 4, 11.06, "NVIDIA GH200 96GB"),
+    GPUType("RTX-2080", 11, 8, 0.0, "NVIDIA GeForce RTX 2080 Ti 11GB"),
+    GPUType("RTX-3090", 24, 8, 0.0, "NVIDIA GeForce RTX 3090 24GB"),
+    GPUType("Titan-RTX", 24, 8, 0.0, "NVIDIA Titan RTX 24GB"),
 )
 SAILOR_ZONES = ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f", "us-west1-b")
 

@@ -48,7 +48,7 @@ def test_transfer_latency_adds_two_per_microbatch_and_stage_boundary_on_the_crit
     plan = _plan(pp, 1, mbs)
     M = plan.global_batch_size // mbs
     lat = 0.003
-    base = simulate(plan)
+    base = simulate(plan, config=DEFAULT_CONFIG)
     late = simulate(plan, config=replace(DEFAULT_CONFIG, transfer_latency_s=lat))
     sigma = base.details["stage_compute"][:, 0] + 2 * (base.details["comm"][:-1, 0] + base.details["comm"][1:, 0])
     late_sigma = sigma + 2 * lat * np.array([1 if s in (0, pp - 1) else 2 for s in range(pp)])
@@ -59,7 +59,7 @@ def test_transfer_latency_adds_two_per_microbatch_and_stage_boundary_on_the_crit
         assert late.pipeline_time - base.pipeline_time == pytest.approx(2 * lat * M, rel=1e-9)
     # no pipeline, no transfer: data parallelism alone is unchanged
     flat = _plan(1, 4, mbs)
-    assert simulate(flat, config=replace(DEFAULT_CONFIG, transfer_latency_s=lat)).iteration_time == simulate(flat).iteration_time
+    assert simulate(flat, config=replace(DEFAULT_CONFIG, transfer_latency_s=lat)).iteration_time == simulate(flat, config=DEFAULT_CONFIG).iteration_time
 
 
 @pytest.mark.parametrize("pp, dp", [(1, 2), (1, 4), (2, 2), (4, 2)])
@@ -67,14 +67,14 @@ def test_allreduce_latency_adds_two_per_ring_step(pp, dp) -> None:
     """Alpha-beta ring all-reduce: D replicas take 2 (D - 1) steps, each paying the latency once."""
     plan = _plan(pp, dp, 4)
     lat = 0.004
-    base = simulate(plan)
+    base = simulate(plan, config=DEFAULT_CONFIG)
     late = simulate(plan, config=replace(DEFAULT_CONFIG, allreduce_latency_s=lat))
     np.testing.assert_allclose(late.details["sync"], base.details["sync"] + 2 * (dp - 1) * lat, rtol=1e-12)
     assert late.iteration_time == pytest.approx(base.iteration_time + 2 * (dp - 1) * lat, rel=1e-12)
     assert late.pipeline_time == base.pipeline_time
     single = _plan(2, 1, 4)  # one replica: no all-reduce, nothing added
     assert simulate(single, config=replace(DEFAULT_CONFIG, allreduce_latency_s=lat)).iteration_time == (
-        simulate(single).iteration_time)
+        simulate(single, config=DEFAULT_CONFIG).iteration_time)
 
 
 def test_time_constants_follow_what_the_plans_exercise() -> None:
@@ -89,7 +89,7 @@ def test_time_constants_follow_what_the_plans_exercise() -> None:
 def test_search_prices_the_latencies_as_the_simulator_does(constant, width) -> None:
     """The DP search keeps its own stage tables: its best plan's time must equal simulate's with the same constants."""
     pool = {(GPU, ZONE): 16}
-    fast = plan_job(MODEL, 256, pool)
+    fast = plan_job(MODEL, 256, pool, options=SearchOptions(config=DEFAULT_CONFIG))
     config = replace(DEFAULT_CONFIG, **{constant: 0.05})
     slow = plan_job(MODEL, 256, pool, options=SearchOptions(config=config))
     assert slow.extra["search_iteration_time"] == pytest.approx(slow.iteration_time, rel=1e-9)

@@ -13,10 +13,11 @@ from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import load_network
 from heteroplan.perf.sailor_profiles import load_model_profile
 from heteroplan.planner import Plan, ReplicaGroup, Stage, simulate
-from heteroplan.planner.simulator import DEFAULT_CONFIG
+from heteroplan.planner.simulator import DEFAULT_CONFIG, SHIPPED_PLATFORMS
 
 DATA = Path(__file__).parent / "data" / "sailor"
 RUNS = sorted(DATA.glob("plan_config_*.json"))
+MIT_RUNS = sorted((DATA / "mit").glob("plan_config_*.json"))
 
 
 def _errors() -> np.ndarray:
@@ -40,6 +41,25 @@ def test_mean_error_against_real_runs_within_target():
     assert mean_mem <= 0.02, mean_mem
     # no run is wildly off on memory; time outliers are the mbs=1 runs (profile noise)
     assert err[:, 1].max() < 0.05
+
+
+def test_mit_runs_load_with_the_shipped_catalogue_and_pipelines_are_no_longer_overpredicted():
+    """OPT-350 on RTX-3090 / RTX-2080 / Titan-RTX nodes (TP 2 and 8, mixed types in a stage):
+    every TP rank sending the whole activation through the shared NIC predicted TP 8 pipelines
+    up to 7.7x too slow; an activation that crosses once is within 30% on every run (13% on
+    average: docs/sailor.md discusses what is left)."""
+    assert len(MIT_RUNS) == 4
+    errors = []
+    for path in MIT_RUNS:
+        real = json.loads(path.read_text())
+        plan = Plan.from_json(path)
+        sim = simulate(plan)
+        assert sim.uncalibrated == ()
+        errors.append(sim.iteration_time / real["real"] - 1)
+        replicated = simulate(plan, config=replace(SHIPPED_PLATFORMS.for_gpu("RTX-2080"), replicated_tp_sends=1.0))
+        if any(r.tp == 8 for s in plan.stages for r in s.replicas) and plan.pp > 1:
+            assert replicated.iteration_time > 2 * real["real"]  # the old transfer model, TP 8 pipelines
+    assert max(np.abs(errors)) < 0.3 and np.abs(errors).mean() < 0.15, errors
 
 
 def test_uncalibrated_simulator_is_worse_on_memory():
@@ -74,7 +94,7 @@ def _plan(stages, mbs=4, gbs=64):
 def test_single_gpu_time_is_sum_of_profiled_layers():
     prof = load_model_profile("OPT-350")
     plan = _plan([Stage(0, 26, (ReplicaGroup("A100-40", "us-central1-a", 1, 1),))], mbs=4, gbs=16)
-    sim = simulate(plan)
+    sim = simulate(plan, config=DEFAULT_CONFIG)
     f, b, u = prof.stage_compute("A100-40", 4, 1, 0, 26)
     expected = 4 * (DEFAULT_CONFIG.compute_scale * (f + b) + DEFAULT_CONFIG.microbatch_overhead_s) + u  # 4 microbatches, no sync, no comm
     assert sim.iteration_time == pytest.approx(expected, rel=1e-12)
@@ -86,7 +106,7 @@ def test_pipeline_time_follows_1f1b_formula():
     net = load_network()
     z = "us-central1-a"
     plan = _plan([Stage(0, 10, (ReplicaGroup("A100-40", z, 1, 1),)), Stage(10, 26, (ReplicaGroup("A100-40", z, 1, 1),))])
-    sim = simulate(plan)
+    sim = simulate(plan, config=DEFAULT_CONFIG)
     M = 16
     cfg = DEFAULT_CONFIG
     fb = [

@@ -91,7 +91,7 @@ def test_calibrate_runs_fits_writes_and_the_planner_uses_it(profiled, interleave
     again = [simulate(p, config=cal.config, data_dir=profiled, gpu_types={"cpu": cpu}).iteration_time for p in plans.values()]
     np.testing.assert_allclose(again, cal.predicted_after, rtol=1e-12)
     # written to the directory and used by simulate and plan_job from there
-    assert load_sim_config(profiled) == cal.config
+    assert load_sim_config(profiled, "cpu") == cal.config  # the platform's row of the table
     result = plan_job("tiny", 8, {("cpu", "local"): 2}, gpu_types=(GPUType("cpu", 16, 2),), data_dir=profiled)
     assert result.iteration_time == pytest.approx(
         simulate(result.plan, config=cal.config, data_dir=profiled, gpu_types={"cpu": cpu}).iteration_time, rel=1e-12)
@@ -113,7 +113,7 @@ def test_profile_cli_calibrates(tmp_path, capsys) -> None:
     summary = json.loads(capsys.readouterr().out)
     fitted = summary["calibration"]["constants"]
     assert set(fitted) == {"compute_scale", "microbatch_overhead_s", "transfer_latency_s", "straggler_cv"}
-    assert load_sim_config(tmp_path).to_dict() | fitted == load_sim_config(tmp_path).to_dict()
+    assert load_sim_config(tmp_path, "cpu").to_dict() | fitted == load_sim_config(tmp_path, "cpu").to_dict()
     assert len(summary["calibration"]["measured"]) == 6
 
 

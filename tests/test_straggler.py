@@ -78,9 +78,9 @@ def test_clark_never_below_the_largest_mean_and_exact_without_noise(pairs) -> No
 def test_one_process_or_no_noise_changes_nothing() -> None:
     noisy = replace(DEFAULT_CONFIG, straggler_cv=0.3)
     alone = _plan((0, LAYERS), 1, 4)
-    assert simulate(alone, config=noisy).iteration_time == simulate(alone).iteration_time
+    assert simulate(alone, config=noisy).iteration_time == simulate(alone, config=DEFAULT_CONFIG).iteration_time
     wide = _plan((0, 13, LAYERS), 2, 4)
-    assert simulate(wide, config=replace(noisy, straggler_cv=0.0)).iteration_time == simulate(wide).iteration_time
+    assert simulate(wide, config=replace(noisy, straggler_cv=0.0)).iteration_time == simulate(wide, config=DEFAULT_CONFIG).iteration_time
 
 
 @pytest.mark.parametrize("dp", [2, 4])
@@ -88,7 +88,7 @@ def test_balanced_data_parallel_replicas_wait_for_the_slowest(dp) -> None:
     """One stage, ``dp`` identical replicas: each takes ``M fb (1 + e)``; E[max] = M fb (1 + cv E[max of dp N(0,1)])."""
     cv = 0.2
     plan = _plan((0, LAYERS), dp, 4)
-    base = simulate(plan)
+    base = simulate(plan, config=DEFAULT_CONFIG)
     noisy = simulate(plan, config=replace(DEFAULT_CONFIG, straggler_cv=cv))
     expected_max = {2: 1 / math.sqrt(math.pi), 4: 1.0293753730039641}[dp]  # E[max of dp standard normals]
     rel = 1e-12 if dp == 2 else 0.01  # Clark is exact for two, an approximation for more
@@ -99,7 +99,7 @@ def test_balanced_data_parallel_replicas_wait_for_the_slowest(dp) -> None:
 def test_a_replica_with_slack_costs_nothing() -> None:
     """Replicas with 3 and 1 microbatches of 8: the light one is never the straggler."""
     plan = Plan(MODEL, 32, 8, (Stage(0, LAYERS, (ReplicaGroup(GPU, ZONE, 1, 2),)),), (3, 1))
-    base, noisy = simulate(plan), simulate(plan, config=replace(DEFAULT_CONFIG, straggler_cv=0.1))
+    base, noisy = simulate(plan, config=DEFAULT_CONFIG), simulate(plan, config=replace(DEFAULT_CONFIG, straggler_cv=0.1))
     heavy = base.details["pipeline_times"].max()
     assert noisy.pipeline_time == pytest.approx(heavy, rel=1e-6)
 
@@ -107,14 +107,14 @@ def test_a_replica_with_slack_costs_nothing() -> None:
 def test_pipeline_stages_are_not_maximised_over() -> None:
     """One replica: the noise has no slower peer to wait for, whatever the stages."""
     plan = _plan((0, 9, 17, LAYERS), 1, 2)
-    assert simulate(plan, config=replace(DEFAULT_CONFIG, straggler_cv=0.3)).iteration_time == simulate(plan).iteration_time
+    assert simulate(plan, config=replace(DEFAULT_CONFIG, straggler_cv=0.3)).iteration_time == simulate(plan, config=DEFAULT_CONFIG).iteration_time
 
 
 def test_pipelined_replicas_spread_as_their_bottleneck_stage() -> None:
     """PP 2 x DP 2: two identical replicas, each spread cv ((M-1) fb_bottleneck + |fb|); Clark is exact for two."""
     cv = 0.15
     plan = _plan((0, 12, LAYERS), 2, 2)
-    base = simulate(plan)
+    base = simulate(plan, config=DEFAULT_CONFIG)
     fb, comm = base.details["stage_compute"][:, 0], base.details["comm"][:, 0]
     M = plan.global_batch_size // (plan.microbatch_size * plan.dp)
     bottleneck = int(np.argmax(fb + 2 * (comm[:-1] + comm[1:])))
@@ -127,7 +127,7 @@ def test_unequal_replicas_match_sampling_the_rank_noise() -> None:
     """DP 3 with 6, 6 and 4 microbatches: sample each replica's speed, average the slowest."""
     cv = 0.2
     plan = Plan(MODEL, 128, 8, (Stage(0, LAYERS, (ReplicaGroup(GPU, ZONE, 1, 3),)),), (6, 6, 4))
-    t = simulate(plan).details["pipeline_times"]
+    t = simulate(plan, config=DEFAULT_CONFIG).details["pipeline_times"]
     rng = np.random.default_rng(5)
     sampled = (t * (1 + cv * rng.standard_normal((400_000, 3)))).max(axis=1).mean()
     noisy = simulate(plan, config=replace(DEFAULT_CONFIG, straggler_cv=cv))
@@ -138,7 +138,7 @@ def test_unequal_replicas_match_sampling_the_rank_noise() -> None:
 def test_search_prices_stragglers_as_the_simulator_does() -> None:
     pool = {(GPU, ZONE): 16}
     config = replace(DEFAULT_CONFIG, straggler_cv=0.2)
-    fast = plan_job(MODEL, 256, pool)
+    fast = plan_job(MODEL, 256, pool, options=SearchOptions(config=DEFAULT_CONFIG))
     noisy = plan_job(MODEL, 256, pool, options=SearchOptions(config=config))
     assert noisy.extra["search_iteration_time"] == pytest.approx(noisy.iteration_time, rel=1e-9)
     assert noisy.iteration_time == pytest.approx(simulate(noisy.plan, config=config).iteration_time, rel=1e-12)

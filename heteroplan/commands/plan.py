@@ -13,7 +13,7 @@ from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.errors import InputError
 from heteroplan.planner.api import plan
 from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions
-from heteroplan.planner.sim_config import load_sim_config
+from heteroplan.planner.sim_config import load_platforms
 
 
 def parse_gpus(text: str) -> dict[tuple[str, str], int]:
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         pool = preset(args.cluster) if args.cluster in PRESETS else Cluster.from_json(args.cluster)
     options = SearchOptions(max_pp=args.max_pp, max_blocks=1 if args.homogeneous else 2, prune=not args.no_prune)
     if args.data_dir:  # the simulator constants calibrated for that directory, as plan_job would pick
-        options = replace(options, config=load_sim_config(args.data_dir))
+        options = replace(options, config=load_platforms(args.data_dir))
     request = PlanRequest.build(args.model, args.gbs, pool, args.objective, args.budget, args.min_throughput,  # type: ignore[arg-type]
                                 options=options, data_dir=args.data_dir)
     result = plan(request)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -16,6 +17,8 @@ from heteroplan.planner.plan import Plan
 from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions, normalize_pool
 from heteroplan.planner.search import Searcher
 from heteroplan.planner.simulator import simulate
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["PlanResult", "PlanRequest", "plan", "plan_job", "normalize_pool", "OBJECTIVES"]
 
@@ -58,6 +61,7 @@ class PlanResult:
             "search_time_s": self.search_time,
             "evaluated": self.evaluated,
             "gpus": {f"{t}@{z}": n for (t, z), n in self.plan.gpus_by_type_zone().items()},
+            "uncalibrated_gpu_types": list(self.extra.get("uncalibrated_gpu_types", [])),
         }
 
     def describe(self) -> str:
@@ -68,6 +72,9 @@ class PlanResult:
             f"(per stage: {', '.join(f'{m:.3g}' for m in self.memory_per_gpu)})"
         )
         lines.append(f"  search: {self.search_time:.3g} s, {self.evaluated} layouts")
+        if self.extra.get("uncalibrated_gpu_types"):
+            lines.append("  no simulator calibration for " + ", ".join(self.extra["uncalibrated_gpu_types"])
+                         + ": predicted with the uncalibrated default constants")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -103,8 +110,9 @@ def plan_job(
             ``"cost"`` (min $/iteration, optionally under a floor ``min_throughput`` iter/s).
         gpu_types: GPU catalog (memory, GPUs per node, $/h).
         options: search knobs; default ``SearchOptions()``, whose simulator constants are the
-            calibrated ``DEFAULT_CONFIG`` for shipped data and, when ``data_dir`` is given,
-            its ``sim_config.json`` (``heteroplan profile --calibrate``) or ``PROFILED_CONFIG``.
+            shipped table per GPU type (``SHIPPED_PLATFORMS``) for shipped data and, when
+            ``data_dir`` is given, its ``sim_config.json`` (``heteroplan profile --calibrate``) over
+            ``PROFILED_CONFIG``; ``result.extra["uncalibrated_gpu_types"]`` names the plan's GPU types that had none.
         network: network model (default: that of ``data_dir``).
         data_dir: directory of profiles and network files written by
             :mod:`heteroplan.runtime.profiler` (default: the shipped Sailor data).
@@ -147,6 +155,10 @@ def plan(request: PlanRequest) -> PlanResult:
             raise _explain(exc, request) from None
     sim = simulate(best.plan, profile=request.profile, network=request.network, gpu_types=dict(request.gpu_types),
                    config=request.options.config)
+    if sim.uncalibrated:
+        extra["uncalibrated_gpu_types"] = list(sim.uncalibrated)
+        _log.warning("no simulator calibration for %s: planned with the uncalibrated default constants",
+                     ", ".join(sim.uncalibrated))
     return PlanResult(
         best.plan,
         sim.iteration_time,

@@ -19,7 +19,13 @@ from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.planner.search import spread_replicas
-from heteroplan.planner.simulator import DEFAULT_CONFIG, SimConfig, SimResult, simulate
+from heteroplan.planner.simulator import (
+    SHIPPED_PLATFORMS,
+    PlatformConfigs,
+    SimConfig,
+    SimResult,
+    simulate,
+)
 
 __all__ = ["enumerate_plans", "brute_force"]
 
@@ -99,7 +105,7 @@ def brute_force(
     max_blocks: int = 2,
     span_zones: bool = True,
     network: NetworkModel | None = None,
-    config: SimConfig = DEFAULT_CONFIG,
+    config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS,
 ) -> tuple[Plan, SimResult]:
     """Best plan by exhaustive enumeration (same objective and constraints as the search)."""
     network = network or load_network()

@@ -17,6 +17,7 @@ The result is a :class:`Calibration`; ``calibration.config.write(data_dir)`` sto
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -31,25 +32,29 @@ from heteroplan.planner.sim_config import PROFILED_CONFIG, SimConfig
 from heteroplan.planner.simulator import simulate
 
 __all__ = [
-    "Calibration", "TIME_CONSTANTS", "MEMORY_CONSTANTS", "fit_sim_config", "relative_errors", "time_constants_for",
+    "Calibration", "BOUNDS", "TIME_CONSTANTS", "MEMORY_CONSTANTS", "fit_sim_config", "relative_errors", "time_constants_for",
 ]
 
 TIME_CONSTANTS = ("compute_scale", "microbatch_overhead_s", "transfer_latency_s", "allreduce_latency_s", "straggler_cv")
 MEMORY_CONSTANTS = ("overhead_gb", "working_layers")
 QUANTITIES = ("iteration_time", "peak_memory_gb")
+_log = logging.getLogger(__name__)
 _RESTARTS = 5
 
-# Search box of each constant: physical ranges, wide enough never to bind on sane data.
-_BOUNDS = {
-    "compute_scale": (1e-3, 1e3),
-    "microbatch_overhead_s": (-10.0, 10.0),
-    "transfer_latency_s": (0.0, 10.0),
-    "allreduce_latency_s": (0.0, 10.0),
-    "straggler_cv": (0.0, 2.0),
-    "overhead_gb": (0.0, 1e4),
-    "working_layers": (0.0, 1e4),
-    "logits_factor": (0.0, 1e4),
+# Plausible range of each constant (its physical meaning bounds it); a fit that stops at a bound
+# is reported (Calibration.at_bound): the model misses something the constant is bending to absorb.
+BOUNDS = {
+    "compute_scale": (0.25, 4.0),  # training loop vs profiler speed
+    "microbatch_overhead_s": (-0.01, 0.1),  # framework seconds per microbatch and stage (ms; < 0: profiler sync)
+    "transfer_latency_s": (0.0, 1.0),  # seconds per point-to-point transfer
+    "allreduce_latency_s": (0.0, 1.0),  # seconds per ring step
+    "straggler_cv": (0.0, 0.5),  # rank speed noise, fraction
+    "overhead_gb": (0.0, 16.0),  # CUDA context, NCCL buffers, allocator cache, GB per GPU
+    "working_layers": (0.0, 8.0),  # backward's transient buffers, in layers' activations
+    "logits_factor": (0.0, 8.0),  # transient copies of the logits
+    "act_bytes_per_float": (0.5, 8.0),  # bytes kept per activation float (fp16/fp32, recompute)
 }
+_BOUNDS = BOUNDS
 
 
 def time_constants_for(plans: Sequence[Plan] | Mapping[str, Plan]) -> tuple[str, ...]:
@@ -87,6 +92,7 @@ class Calibration:
         predicted_before: simulated with ``base``.
         predicted_after: simulated with ``config``.
         converged: whether Nelder-Mead met its tolerances.
+        at_bound: fitted constants that stopped at an end of their plausible range (:data:`BOUNDS`).
     """
 
     config: SimConfig
@@ -98,6 +104,7 @@ class Calibration:
     predicted_before: np.ndarray
     predicted_after: np.ndarray
     converged: bool
+    at_bound: tuple[str, ...] = ()
 
     @property
     def errors_before(self) -> np.ndarray:
@@ -118,7 +125,8 @@ class Calibration:
             lines.append(f"{name:<{width}}  {m:11.4g}  {b:9.4g}  {100 * (b / m - 1):+5.1f}%  {a:8.4g}  {100 * (a / m - 1):+5.1f}%")
         before, after = np.abs(self.errors_before).mean(), np.abs(self.errors_after).mean()
         lines.append(f"mean |error|: {100 * before:.1f}% before, {100 * after:.1f}% after"
-                     + ("" if self.converged else " (fit stopped at its iteration limit)"))
+                     + ("" if self.converged else " (fit stopped at its iteration limit)")
+                     + (f" (at the end of its plausible range: {', '.join(self.at_bound)})" if self.at_bound else ""))
         lines += [f"{c} = {getattr(self.base, c):.6g} -> {getattr(self.config, c):.6g}" for c in self.constants]
         return "\n".join(lines)
 
@@ -131,6 +139,7 @@ class Calibration:
             "predicted_before": self.predicted_before.tolist(),
             "predicted_after": self.predicted_after.tolist(),
             "converged": self.converged,
+            "at_bound": list(self.at_bound),
         }
 
 
@@ -212,7 +221,11 @@ def fit_sim_config(
         best, best_value = result.x, float(result.fun)
     config = config_at(best)
     after = _predict(plan_list, config, quantity, simulate_kwargs)
-    return Calibration(config, base, constants, names, quantity, y, before, after, converged)
+    at_bound = tuple(c for c, v, (lo, hi) in zip(constants, best, bounds, strict=True)
+                     if min(v - lo, hi - v) <= 1e-6 * max(1.0, hi - lo))
+    if at_bound:
+        _log.warning("calibration stopped at the end of the plausible range of %s", ", ".join(at_bound))
+    return Calibration(config, base, constants, names, quantity, y, before, after, converged, at_bound)
 
 
 def _is_number_list(values: object) -> bool:

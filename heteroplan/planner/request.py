@@ -16,7 +16,12 @@ from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile, load_model_profile
-from heteroplan.planner.sim_config import DEFAULT_CONFIG, SimConfig, load_sim_config
+from heteroplan.planner.sim_config import (
+    SHIPPED_PLATFORMS,
+    PlatformConfigs,
+    SimConfig,
+    load_platforms,
+)
 
 __all__ = ["SearchOptions", "PlanRequest", "normalize_pool", "OBJECTIVES"]
 
@@ -41,7 +46,7 @@ class SearchOptions:
         narrow_with_milp: first choose GPUs per (type, zone) with the resource MILP
             (:mod:`heteroplan.formulations.sailor`) and search only that part of the pool
             (falls back to the whole pool if nothing fits there).
-        config: simulator constants.
+        config: simulator constants, one for every GPU type or a table per type (default: the shipped table).
     """
 
     max_pp: int | None = None
@@ -52,7 +57,7 @@ class SearchOptions:
     patience: int = 2
     max_split_dp_calls: int | None = 4096
     narrow_with_milp: bool = False
-    config: SimConfig = DEFAULT_CONFIG
+    config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS
 
 
 @dataclass(frozen=True)
@@ -117,7 +122,7 @@ class PlanRequest:
             if z not in network.zones:
                 raise InputError("pool.zone", z, f"no network measurements; known zones: {list(network.zones)}")
         if options is None:
-            options = SearchOptions() if data_dir is None else SearchOptions(config=load_sim_config(data_dir))
+            options = SearchOptions() if data_dir is None else SearchOptions(config=load_platforms(data_dir))
         return cls(profile, network, types, usable, gbs, objective, budget, min_throughput, options)
 
     def unconstrained(self, objective: str) -> PlanRequest:

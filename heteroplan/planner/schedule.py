@@ -27,7 +27,7 @@ import numpy as np
 
 from heteroplan.errors import InputError
 from heteroplan.planner.plan import Plan
-from heteroplan.planner.simulator import DEFAULT_CONFIG, SimConfig, simulate
+from heteroplan.planner.simulator import SHIPPED_PLATFORMS, PlatformConfigs, SimConfig, simulate
 
 __all__ = ["PipelineSchedule", "one_f_one_b_order", "schedule_1f1b", "pipeline_schedule"]
 
@@ -141,7 +141,7 @@ def pipeline_schedule(
     plan_or_result: Any,
     replica: int | None = None,
     *,
-    config: SimConfig = DEFAULT_CONFIG,
+    config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS,
     **simulate_kwargs: Any,
 ) -> PipelineSchedule:
     """1F1B schedule of one pipeline replica of a plan, from the simulator's per-stage numbers.

@@ -34,10 +34,12 @@ from itertools import combinations
 import numpy as np
 
 from heteroplan.errors import InfeasibleError
+from heteroplan.planner.comm import allreduce_s, pipeline_bytes, pipeline_send_s
 from heteroplan.planner.plan import PipelineBlock, Plan, ReplicaGroup, Stage
 from heteroplan.planner.request import PlanRequest, SearchOptions
+from heteroplan.planner.sim_config import as_platforms
 from heteroplan.planner.split_dp import best_split
-from heteroplan.planner.stage_tables import StageTable, build_stage_table, send_time
+from heteroplan.planner.stage_tables import StageTable, build_stage_table
 from heteroplan.planner.straggler import clark_max, pipeline_times
 
 __all__ = ["SearchOptions", "Candidate", "Searcher", "spread_replicas", "ring_links"]  # SearchOptions lives in planner.request
@@ -94,7 +96,7 @@ class Searcher:
         self.gbs, self.objective = request.gbs, request.objective
         self.budget, self.min_throughput = request.budget, request.min_throughput
         self.options = request.options
-        self.cfg = request.options.config
+        self.cfg = as_platforms(request.options.config)
         self.L = request.profile.num_layers
         self._tables: dict[tuple[str, int, int], StageTable] = {}
         self._sync: dict[tuple[str, int, int, int], np.ndarray] = {}
@@ -108,7 +110,7 @@ class Searcher:
     def table(self, gpu: str, tp: int, mbs: int) -> StageTable:
         key = (gpu, tp, mbs)
         if key not in self._tables:
-            self._tables[key] = build_stage_table(self.profile, self.network, gpu, "", tp, mbs, self.cfg)
+            self._tables[key] = build_stage_table(self.profile, self.network, gpu, "", tp, mbs, self.cfg.for_gpu(gpu))
         return self._tables[key]
 
     def sync_matrix(self, pool: Pool, tp: int, mbs: int, dp: int) -> np.ndarray:
@@ -119,18 +121,10 @@ class Searcher:
             y = tab.update.copy()
             if dp > 1:
                 g = np.where(np.isfinite(tab.grad_bytes), tab.grad_bytes, 1.0)
-                ar = self.cfg.ring_allreduce_s(dp, send_time(self.network, pool, pool, tp, g))
+                ar = allreduce_s(self.network, {(pool, pool)}, tp, dp, g, self.cfg.for_gpu(pool[0]))
                 y = y + np.where(np.isfinite(tab.grad_bytes), ar, np.inf)
             self._sync[key] = y
         return self._sync[key]
-
-    def link_send(self, src: Pool, dst: Pool, tp: int, mbs: int) -> np.ndarray:
-        """Seconds to send each layer range's gradient (per GPU, ``tp`` GPUs per node) over ``src -> dst``."""
-        key = (src, dst, tp, mbs)
-        if key not in self._links:
-            g = self.table(src[0], tp, mbs).grad_bytes
-            self._links[key] = send_time(self.network, src, dst, tp, np.where(np.isfinite(g), g, 1.0))
-        return self._links[key]
 
     def ring_sync(self, gpu: str, spread: Spread, tp: int, mbs: int, dp: int) -> tuple[np.ndarray, float]:
         """All-reduce + update seconds of a stage whose ``dp`` replicas span the zones of ``spread``
@@ -141,8 +135,8 @@ class Searcher:
             tab = self.table(gpu, tp, mbs)
             finite = np.isfinite(tab.grad_bytes)
             links = ring_links(gpu, spread)
-            send = np.max([self.link_send(a, b, tp, mbs) for a, b in links], axis=0)
-            y = tab.update + np.where(finite, self.cfg.ring_allreduce_s(dp, send), np.inf)
+            ar = allreduce_s(self.network, set(links), tp, dp, np.where(finite, tab.grad_bytes, 1.0), self.cfg.for_gpu(gpu))
+            y = tab.update + np.where(finite, ar, np.inf)
             price = sum(self.network.egress_per_gb(a[1], b[1]) for a, b in links)
             egress = 2 * (dp - 1) / dp * float(tab.grad_bytes[0, self.L]) * tp * price / 1e9
             self._sync[key] = (y, egress)
@@ -189,12 +183,12 @@ class Searcher:
                 nxt = stages[s + 1]
                 ckey = (blk.pool, nxt.pool, blk.tp, mbs)
                 if ckey not in self._comm:
-                    self._comm[ckey] = self.cfg.transfer_latency_s + send_time(
-                        self.network, blk.pool, nxt.pool, blk.tp, tab.out_bytes
+                    self._comm[ckey] = pipeline_send_s(
+                        self.network, blk.pool, nxt.pool, blk.tp, tab.out_bytes, self.cfg.for_gpu(blk.pool[0])
                     )
                 c_out = self._comm[ckey]
                 egress = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
-                egress_t = 2 * tab.out_bytes * blk.tp * M * dp / 1e9 * egress / rate if egress and rate > 0 else 0.0
+                egress_t = 2 * pipeline_bytes(tab.out_bytes, blk.tp, self.cfg.for_gpu(blk.pool[0])) * M * dp / 1e9 * egress / rate if egress and rate > 0 else 0.0
             else:
                 c_out, egress_t = np.zeros(n), 0.0
             mem = tab.memory(min(pp - s, M))
@@ -223,9 +217,9 @@ class Searcher:
             if blk.pool[1] != nxt.pool[1]:
                 out = self.table(blk.pool[0], blk.tp, mbs).out_bytes[b[s + 1]]
                 price = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
-                egress_cost += 2 * out * blk.tp * M * dp / 1e9 * price
+                egress_cost += 2 * pipeline_bytes(out, blk.tp, self.cfg.for_gpu(blk.pool[0])) * M * dp / 1e9 * price
         t_iter = res.objective - ((egress_cost - ring[1]) / rate if rate > 0 else 0.0)
-        if self.cfg.straggler_cv > 0:  # the split was chosen without the noise; its expected time
+        if self._cv(stages) > 0:  # the split was chosen without the noise; its expected time
             t_iter = self._expected_time(stages, b, sigma, links, y, mbs, dp, M)
         cost = rate * t_iter + egress_cost
         mems = tuple(
@@ -277,8 +271,12 @@ class Searcher:
         step = sigma[idx, b[:-1], b[1:]]
         fixed = fb.sum() + 2 * links[idx, b[1:]].sum()
         mean, sd = pipeline_times(np.repeat(fb[:, None], dp, axis=1), np.repeat(step[:, None], dp, axis=1),
-                                  np.full(dp, fixed), np.full(dp, M), self.cfg.straggler_cv)
+                                  np.full(dp, fixed), np.full(dp, M), self._cv(stages))
         return float(clark_max(mean, sd)[0]) + float(y[idx, b[:-1], b[1:]].max())
+
+    def _cv(self, stages: list[PipelineBlock]) -> float:
+        """Rank speed noise of a layout: the largest of its GPU types' (as ``simulate`` takes it)."""
+        return max(self.cfg.for_gpu(blk.pool[0]).straggler_cv for blk in stages)
 
     # ------------------------------------------------------------- layouts
     def _tps(self, gpu: str, mbs: int) -> list[int]:
@@ -370,8 +368,12 @@ class Searcher:
         """(seconds of the ring's slowest link for the whole model's gradient, egress $/GB summed
         over the ring's edges): how good a zone-spanning ring is, for choosing among zone sets."""
         links = ring_links(gpu, spread)
-        slowest = max(float(self.link_send(a, b, tp, mbs)[0, self.L]) for a, b in links)
-        return slowest, sum(self.network.egress_per_gb(a[1], b[1]) for a, b in links)
+        key = (gpu, spread, tp, mbs)
+        if key not in self._links:
+            whole = float(self.table(gpu, tp, mbs).grad_bytes[0, self.L])
+            self._links[key] = np.asarray(max(
+                float(allreduce_s(self.network, {link}, tp, 2, whole, self.cfg.for_gpu(gpu))) for link in links))
+        return float(self._links[key]), sum(self.network.egress_per_gb(a[1], b[1]) for a, b in links)
 
     def _scan_group(
         self, rows: list[list[Layout]], mbs: int, dp: int, incumbent: Candidate | None, local: Candidate | None = None

@@ -1,20 +1,26 @@
-"""Constants of the Sailor-style simulator, and their calibration file in a data directory.
+"""Constants of the Sailor-style simulator, per platform, and their table in a data directory.
 
-:class:`SimConfig` holds the model's constants (bytes per parameter, memory overheads, the
-compute scale, fixed per-microbatch and per-transfer seconds, and the ranks' speed noise). :data:`DEFAULT_CONFIG` is
-calibrated on Sailor's real GH200 runs and used with the shipped profiles;
-:data:`PROFILED_CONFIG` (no calibration) is used with a profile directory that holds no
-``sim_config.json``. A directory's ``sim_config.json`` (``{constant: number}``, written by
-:meth:`SimConfig.write`, e.g. after :func:`heteroplan.runtime.calibrate.calibrate`) overrides
-:data:`PROFILED_CONFIG` constant by constant.
+:class:`SimConfig` holds the constants of one platform (a GPU type with its software stack:
+bytes per parameter, memory overheads, the compute scale, fixed per-microbatch and per-transfer
+seconds, the ranks' speed noise, how a TP group sends activations). :class:`PlatformConfigs`
+maps GPU types to their :class:`SimConfig`, with an explicit *uncalibrated* default for a type
+that has none (the simulator reports which types used it).
+
+Shipped data: :data:`SHIPPED_PLATFORMS`, read from ``heteroplan/data/sailor/platforms.json``
+(GH-96 fitted on Sailor's GH200 runs, the RTX types on its MIT runs;
+``benchmarks/sailor_sim_accuracy.py`` refits them); :data:`DEFAULT_CONFIG` is its GH-96 row.
+A user data directory: its ``sim_config.json`` in the same table format
+(``{"platforms": {gpu_type: {constant: number}}}``, written by :func:`write_platform`, e.g. by
+``heteroplan profile --calibrate``) over :data:`PROFILED_CONFIG`; an older flat file
+``{constant: number}`` applies to every GPU type.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -22,11 +28,15 @@ import numpy as np
 
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError
-from heteroplan.perf.sailor_profiles import resolve_data_dir
+from heteroplan.perf.sailor_profiles import DATA_DIR, resolve_data_dir
 
-__all__ = ["SimConfig", "DEFAULT_CONFIG", "PROFILED_CONFIG", "SIM_CONFIG_FILE", "load_sim_config"]
+__all__ = [
+    "SimConfig", "PlatformConfigs", "DEFAULT_CONFIG", "PROFILED_CONFIG", "UNCALIBRATED_CONFIG", "SHIPPED_PLATFORMS",
+    "SIM_CONFIG_FILE", "PLATFORMS_FILE", "load_sim_config", "load_platforms", "write_platform", "as_platforms",
+]
 
 SIM_CONFIG_FILE = "sim_config.json"
+PLATFORMS_FILE = "platforms.json"
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,14 @@ class SimConfig:
             (a fraction: 0.2 = 20%), independent per rank; data-parallel replicas wait for the
             slowest at the all-reduce, so balanced replicas lose time and a replica with slack
             or a single one loses none (:mod:`heteroplan.planner.straggler`); 0 in Sailor's model.
+        replicated_tp_sends: how a TP group hands an activation (or its gradient) to the next
+            stage: 0 = it crosses once, as one flow (Sailor's runtime, the measured runs), 1 =
+            every TP rank sends the whole replicated activation to its peer (heteroplan's
+            runtime: ``tp`` flows through the node's NIC at once); see :mod:`heteroplan.planner.comm`.
+            Not fitted: a property of the training framework.
+        allreduce_bucket_bytes: gradient bytes per all-reduce bucket (0: one all-reduce of the
+            whole stage); each bucket is a ring of its own, paying the latency and the bandwidth
+            of its message size.
     """
 
     bytes_per_param: float = 16.0
@@ -70,6 +88,8 @@ class SimConfig:
     transfer_latency_s: float = 0.0
     allreduce_latency_s: float = 0.0
     straggler_cv: float = 0.0
+    replicated_tp_sends: float = 0.0
+    allreduce_bucket_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         for name in self.constant_names():
@@ -83,6 +103,10 @@ class SimConfig:
                 raise InputError(f"SimConfig.{name}", getattr(self, name), "must be >= 0 seconds")
         if self.straggler_cv < 0:
             raise InputError("SimConfig.straggler_cv", self.straggler_cv, "must be >= 0 (a fraction of compute time)")
+        if self.replicated_tp_sends not in (0, 1):
+            raise InputError("SimConfig.replicated_tp_sends", self.replicated_tp_sends, "must be 0 (send once) or 1")
+        if self.allreduce_bucket_bytes < 0:
+            raise InputError("SimConfig.allreduce_bucket_bytes", self.allreduce_bucket_bytes, "must be >= 0 bytes")
 
     def ring_allreduce_s(self, replicas: int, send_s: float | np.ndarray) -> float | np.ndarray:
         """Seconds of a ring all-reduce over ``replicas`` (>= 1) whose whole buffer takes ``send_s``
@@ -109,48 +133,150 @@ class SimConfig:
             raise InputError("sim_config", unknown, f"unknown constants; known: {list(cls.constant_names())}")
         return replace(base or cls(), **values)
 
-    def write(self, data_dir: str | Path) -> Path:
-        """Store these constants as ``data_dir/sim_config.json``; returns the file's path.
+    def write(self, data_dir: str | Path, gpu_type: str | None = None) -> Path:
+        """Store these constants in ``data_dir/sim_config.json``; returns the file's path.
 
+        With ``gpu_type``, as that platform's row of the directory's table (other rows kept,
+        :func:`write_platform`); without, as the flat file that applies to every GPU type.
         ``simulate(..., data_dir=data_dir)`` and ``plan_job(..., data_dir=data_dir)`` then use them.
         """
+        if gpu_type is not None:
+            return write_platform(data_dir, gpu_type, self)
         path = Path(data_dir).expanduser() / SIM_CONFIG_FILE
         write_json_atomic(path, self.to_dict())
         return path
 
 
-# Calibrated on the 15 real OPT-350 runs on GH200 (benchmarks/sailor_sim_accuracy.py):
-# least mean absolute relative error; leave-one-out errors are reported in docs/sailor.md.
-# The small negative per-microbatch term removes the profiler's own synchronization cost per
-# measured stage (the training loop overlaps it); compute times are clipped at 0.
-DEFAULT_CONFIG = SimConfig(overhead_gb=4.5, working_layers=2.33, compute_scale=1.02, microbatch_overhead_s=-0.0008)
+@dataclass(frozen=True)
+class PlatformConfigs:
+    """Simulator constants per GPU type, and the default for a type without its own.
 
-# Profiles written by heteroplan.runtime.profiler (a user data directory): the calibration
-# above belongs to Sailor's GH200 profiler and training loop, so none is applied.
-PROFILED_CONFIG = SimConfig()
-
-
-def load_sim_config(data_dir: str | Path) -> SimConfig:
-    """The simulator constants of ``data_dir``: its ``sim_config.json`` over :data:`PROFILED_CONFIG`.
-
-    Cached per file; re-read when the file changes. Raises InputError naming the file and the
-    constant when it is malformed.
+    Attributes:
+        platforms: ``{gpu_type: SimConfig}``.
+        default: constants of a GPU type not in ``platforms``.
+        default_is_calibrated: False when ``default`` is the uncalibrated fallback (results then
+            name the GPU types that used it); True when one config was chosen for every type.
+        fitted_on: ``{gpu_type: what its constants were fitted on}`` (documentation only).
     """
+
+    platforms: Mapping[str, SimConfig]
+    default: SimConfig
+    default_is_calibrated: bool = False
+    fitted_on: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def for_gpu(self, gpu_type: str) -> SimConfig:
+        """The constants of ``gpu_type`` (the default when it has none)."""
+        return self.platforms.get(gpu_type, self.default)
+
+    def uncalibrated(self, gpu_types: Iterable[str]) -> tuple[str, ...]:
+        """Those of ``gpu_types`` that fall back on the uncalibrated default, sorted."""
+        if self.default_is_calibrated:
+            return ()
+        return tuple(sorted({t for t in gpu_types if t not in self.platforms}))
+
+    def to_dict(self) -> dict[str, object]:
+        """The table format of ``platforms.json`` / ``sim_config.json``."""
+        out: dict[str, object] = {"platforms": {t: c.to_dict() for t, c in sorted(self.platforms.items())}}
+        if self.fitted_on:
+            out["fitted_on"] = dict(sorted(self.fitted_on.items()))
+        return out
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, object], default: SimConfig, where: str = "sim_config") -> PlatformConfigs:
+        """Parse the table format (``{"platforms": {type: {constant: number}}, "fitted_on": {...}}``)
+        or a flat ``{constant: number}`` (one config for every type) over ``default``."""
+        if not isinstance(values, Mapping):
+            raise InputError(where, type(values).__name__, "must be a JSON object")
+        if "platforms" not in values:
+            return cls({}, SimConfig.from_dict(values, default), True)
+        rows = values["platforms"]
+        if not isinstance(rows, Mapping):
+            raise InputError(f"{where}.platforms", type(rows).__name__, "must be {gpu_type: {constant: number}}")
+        platforms = {}
+        for gpu_type, row in rows.items():
+            try:
+                platforms[str(gpu_type)] = SimConfig.from_dict(row, default)
+            except InputError as exc:
+                raise InputError(f"{where}.platforms.{gpu_type}: {exc.field}", exc.value, exc.reason) from None
+        fitted_on = values.get("fitted_on", {})
+        return cls(platforms, default, False, dict(fitted_on) if isinstance(fitted_on, Mapping) else {})
+
+
+def as_platforms(config: SimConfig | PlatformConfigs) -> PlatformConfigs:
+    """``config`` as a table: a single :class:`SimConfig` applies to every GPU type."""
+    if isinstance(config, PlatformConfigs):
+        return config
+    if not isinstance(config, SimConfig):
+        raise InputError("config", type(config).__name__, "must be a SimConfig or PlatformConfigs")
+    return PlatformConfigs({}, config, True)
+
+
+# Profiles written by heteroplan.runtime.profiler (a user data directory): no calibration, and
+# heteroplan's runtime sends the replicated activation from every TP rank.
+PROFILED_CONFIG = SimConfig(replicated_tp_sends=1.0)
+
+# A GPU type of the shipped data without its own row: profiled compute as measured (no time
+# constant), and the framework memory of the one platform whose memory the model explains
+# (GH200: 4.5 GB per GPU and 2.33 layers of backward buffers, rounded), so that a type without
+# calibration is not planned into memory it lacks. Results name the types that used it.
+UNCALIBRATED_CONFIG = SimConfig(overhead_gb=4.5, working_layers=2.33)
+
+
+def _shipped_platforms() -> PlatformConfigs:
+    path = DATA_DIR / PLATFORMS_FILE
+    return PlatformConfigs.from_dict(json.loads(path.read_text()), UNCALIBRATED_CONFIG, str(path))
+
+
+# Fitted by benchmarks/sailor_sim_accuracy.py (GH-96 on the GH200 runs, RTX types on the MIT runs).
+SHIPPED_PLATFORMS = _shipped_platforms()
+DEFAULT_CONFIG = SHIPPED_PLATFORMS.for_gpu("GH-96")
+
+
+def write_platform(data_dir: str | Path, gpu_type: str, config: SimConfig, fitted_on: str = "") -> Path:
+    """Store ``config`` as ``gpu_type``'s row of ``data_dir/sim_config.json`` (the table format;
+    the other rows, and a flat file's constants as their base, are kept); returns the path."""
+    path = Path(data_dir).expanduser() / SIM_CONFIG_FILE
+    table = load_platforms(data_dir)
+    rows = {t: c.to_dict() for t, c in table.platforms.items()}
+    rows[str(gpu_type)] = config.to_dict()
+    notes = dict(table.fitted_on)
+    if fitted_on:
+        notes[str(gpu_type)] = fitted_on
+    write_json_atomic(path, {"platforms": rows, **({"fitted_on": notes} if notes else {})})
+    return path
+
+
+def load_platforms(data_dir: str | Path | None = None) -> PlatformConfigs:
+    """The constants table of ``data_dir`` (None: :data:`SHIPPED_PLATFORMS`): its
+    ``sim_config.json`` over :data:`PROFILED_CONFIG` (every type uses that when there is no file).
+
+    Cached per file; re-read when the file changes. Raises InputError naming the file, the GPU
+    type and the constant when it is malformed.
+    """
+    if data_dir is None:
+        return SHIPPED_PLATFORMS
     path = resolve_data_dir(data_dir) / SIM_CONFIG_FILE
     try:
         st = path.stat()
     except OSError:
-        return PROFILED_CONFIG
+        return PlatformConfigs({}, PROFILED_CONFIG)
     return _load(str(path), st.st_mtime_ns, st.st_size)
 
 
+def load_sim_config(data_dir: str | Path, gpu_type: str | None = None) -> SimConfig:
+    """The constants of ``gpu_type`` in ``data_dir``'s table (:func:`load_platforms`); without
+    ``gpu_type``, the directory's default (its flat file, or :data:`PROFILED_CONFIG`)."""
+    table = load_platforms(data_dir)
+    return table.default if gpu_type is None else table.for_gpu(gpu_type)
+
+
 @lru_cache(maxsize=16)
-def _load(path: str, mtime_ns: int, size: int) -> SimConfig:
+def _load(path: str, mtime_ns: int, size: int) -> PlatformConfigs:
     try:
         values = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise InputError(path, "unreadable", f"not a JSON object of simulator constants: {exc}") from None
     try:
-        return SimConfig.from_dict(values, PROFILED_CONFIG)
+        return PlatformConfigs.from_dict(values, PROFILED_CONFIG, "sim_config")
     except InputError as exc:
         raise InputError(f"{path}: {exc.field}", exc.value, exc.reason) from None

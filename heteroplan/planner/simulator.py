@@ -4,10 +4,10 @@ Model (units: seconds, bytes, GB, $):
 
 - Compute: stage ``s`` of pipeline replica ``d`` takes ``f + b`` seconds per microbatch, the sum
   of its layers' profiled forward/backward times on that replica's GPU type and TP degree.
-- Activations: between stages ``s`` and ``s+1`` each of the ``tp`` GPUs sends the stage's
-  output (``4 * act_out * mbs`` bytes) over the link between the two replicas' (type, zone),
-  at ``bw_k / k`` per GPU (``k = tp``), plus ``transfer_latency_s``; the gradient comes back
-  the same way: ``c_s`` each.
+- Activations: between stages ``s`` and ``s+1`` the TP group hands one microbatch's output
+  (``4 * act_out * mbs`` bytes) to its peer group, and the gradient comes back the same way:
+  ``c_s`` each (:mod:`heteroplan.planner.comm`: one flow of the whole activation, or ``tp``
+  replicated flows sharing the node's NIC, plus ``transfer_latency_s``).
 - 1F1B pipeline with blocking point-to-point: a stage's steady-state step is
   ``sigma_s = f_s + b_s + 2 (c_{s-1} + c_s)``; with ``M`` microbatches
   ``T_pipe = (M - 1) max_s sigma_s + sum_s (f_s + b_s) + 2 sum_s c_s``, where ``f + b`` is
@@ -15,10 +15,15 @@ Model (units: seconds, bytes, GB, $):
   The slowest pipeline replica sets the pace. With ``straggler_cv > 0`` each rank's compute
   varies by that fraction per iteration and the maximum over replicas is the expected maximum
   of normals (:mod:`heteroplan.planner.straggler`; 0 unless calibrated).
-- Gradient sync: ring all-reduce per stage over its replicas, ``2 (D-1) (alpha + G / (D bw))``,
-  ``G`` the fp32 gradient bytes of one GPU, ``bw`` the slowest link of the ring, ``alpha`` =
-  ``allreduce_latency_s`` per ring step (0 unless calibrated); then the optimizer
-  update. ``T = max_d T_pipe(d) + max_s (AR_s + U_s)``.
+- Gradient sync: ring all-reduce per stage over its replicas, ``2 (D-1) (alpha + G / (D bw))``
+  per bucket, ``G`` the fp32 gradient bytes of one GPU, ``bw`` the slowest link of the ring
+  shared by the ``tp`` rings, ``alpha`` = ``allreduce_latency_s`` per ring step
+  (:mod:`heteroplan.planner.comm`); then the optimizer update.
+  ``T = max_d T_pipe(d) + max_s (AR_s + U_s)``.
+- Constants per platform: each replica's compute and memory use its GPU type's
+  :class:`SimConfig` (:class:`PlatformConfigs`); a transfer uses its sender's, an all-reduce the
+  largest latency of its ring. A type without its own constants uses the uncalibrated default,
+  and :attr:`SimResult.uncalibrated` names it.
 - Memory per GPU: ``overhead + bytes_per_param * params + act_bytes * act_mem * mbs * inflight``,
   ``inflight = min(S - s, M)`` microbatches held by stage ``s`` under 1F1B.
 - Cost per iteration: GPUs x $/h x T / 3600 + egress ($/GB) on bytes that cross zones.
@@ -35,16 +40,23 @@ from heteroplan.cluster import SAILOR_GPU_TYPES, GPUType
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile, load_model_profile
+from heteroplan.planner.comm import allreduce_s, pipeline_bytes, pipeline_send_s
 from heteroplan.planner.plan import Plan
 from heteroplan.planner.sim_config import (
     DEFAULT_CONFIG,
     PROFILED_CONFIG,
+    SHIPPED_PLATFORMS,
+    PlatformConfigs,
     SimConfig,
-    load_sim_config,
+    as_platforms,
+    load_platforms,
 )
 from heteroplan.planner.straggler import clark_max, pipeline_times
 
-__all__ = ["SimConfig", "SimResult", "simulate", "DEFAULT_CONFIG", "PROFILED_CONFIG", "gpu_catalog"]
+__all__ = [
+    "SimConfig", "PlatformConfigs", "SimResult", "simulate", "DEFAULT_CONFIG", "PROFILED_CONFIG",
+    "SHIPPED_PLATFORMS", "gpu_catalog",
+]
 
 
 def gpu_catalog(gpu_types: tuple[GPUType, ...] = SAILOR_GPU_TYPES) -> dict[str, GPUType]:
@@ -67,6 +79,8 @@ class SimResult:
             ``forward_share`` (S, D) the forward's profiled fraction of it,
             ``comm`` (S + 1, D) activation send seconds, ``comm[s]`` between stages ``s-1`` and ``s``,
             ``sync`` (S,) all-reduce + update seconds, ``pipeline_times`` (D,) seconds per replica.
+        uncalibrated: GPU types of the plan that had no constants of their own and used the
+            uncalibrated default (empty when every type is calibrated).
     """
 
     iteration_time: float
@@ -76,6 +90,7 @@ class SimResult:
     pipeline_time: float
     sync_time: float
     details: dict = field(default_factory=dict, compare=False)
+    uncalibrated: tuple[str, ...] = ()
 
     @property
     def throughput(self) -> float:
@@ -106,21 +121,20 @@ def simulate(
     profile: ModelProfile | None = None,
     network: NetworkModel | None = None,
     gpu_types: dict[str, GPUType] | None = None,
-    config: SimConfig | None = None,
+    config: SimConfig | PlatformConfigs | None = None,
     data_dir: str | Path | None = None,
 ) -> SimResult:
     """Predict iteration time (s), peak memory per GPU (GB) and $/iteration of ``plan``.
 
     ``profile`` and ``network`` default to those of ``data_dir`` (a directory written by
-    :mod:`heteroplan.runtime.profiler`; default: the shipped Sailor data). ``config`` defaults to
-    :data:`DEFAULT_CONFIG` for shipped data and, for a ``data_dir``, its calibration
-    (``sim_config.json``, written by :func:`heteroplan.planner.calibration.fit_sim_config` users
-    such as ``heteroplan profile --calibrate``) or :data:`PROFILED_CONFIG` when it has none.
+    :mod:`heteroplan.runtime.profiler`; default: the shipped Sailor data). ``config``: one
+    :class:`SimConfig` for every GPU type, or a table per type; default: the shipped table
+    (:data:`SHIPPED_PLATFORMS`) for shipped data and, for a ``data_dir``, its ``sim_config.json``
+    (written by ``heteroplan profile --calibrate``) over :data:`PROFILED_CONFIG`.
     """
     profile = profile or load_model_profile(plan.model, data_dir)
     network = network or load_network(data_dir)
-    if config is None:
-        config = DEFAULT_CONFIG if data_dir is None else load_sim_config(data_dir)
+    table = load_platforms(data_dir) if config is None else as_platforms(config)
     gpu_types = gpu_types or gpu_catalog()
     if plan.num_layers != profile.num_layers:
         raise InputError("plan.stages", plan.num_layers, f"{profile.name} has {profile.num_layers} layers")
@@ -137,6 +151,8 @@ def simulate(
                     "plan", (r.gpu_type, mbs, r.tp), f"no {profile.name} profile for this GPU type, microbatch and TP"
                 )
 
+    cfg = [[table.for_gpu(r.gpu_type) for r in s] for s in reps]  # cfg[s][d]
+
     # compute and activation transfer per (stage, pipeline replica)
     fb = np.zeros((S, D))
     fwd_share = np.zeros((S, D))  # forward's share of f + b (for schedules and plots only)
@@ -146,38 +162,37 @@ def simulate(
     egress_cost = 0.0
     for s, stage in enumerate(plan.stages):
         for d, r in enumerate(reps[s]):
+            c = cfg[s][d]
             f, b, u = profile.stage_compute(r.gpu_type, mbs, r.tp, stage.first_layer, stage.last_layer)
-            fb[s, d] = max(config.compute_scale * (f + b) + config.microbatch_overhead_s, 0.0)
+            fb[s, d] = max(c.compute_scale * (f + b) + c.microbatch_overhead_s, 0.0)
             fwd_share[s, d] = f / (f + b) if f + b > 0 else 0.5
             upd[s, d] = u
             if s + 1 < S:
                 nxt = reps[s + 1][d]
-                nbytes = config.act_comm_bytes_per_float * profile.act_out[r.tp][stage.last_layer - 1] * mbs
-                bw = network.per_gpu_bandwidth((r.gpu_type, r.zone), (nxt.gpu_type, nxt.zone), r.tp, nbytes)
-                comm[s + 1, d] = config.transfer_latency_s + nbytes / 1e9 / bw
+                nbytes = c.act_comm_bytes_per_float * profile.act_out[r.tp][stage.last_layer - 1] * mbs
+                comm[s + 1, d] = float(pipeline_send_s(network, (r.gpu_type, r.zone), (nxt.gpu_type, nxt.zone), r.tp, nbytes, c))
                 if r.zone != nxt.zone:
-                    sent = 2 * nbytes * r.tp * micro[d]
+                    sent = 2 * pipeline_bytes(nbytes, r.tp, c) * micro[d]
                     egress_bytes += sent
                     egress_cost += sent / 1e9 * network.egress_per_gb(r.zone, nxt.zone)
     sigma = fb + 2 * (comm[:-1] + comm[1:])
-    t_pipe, t_pipe_sd = pipeline_times(fb, sigma, fb.sum(axis=0) + 2 * comm.sum(axis=0), micro, config.straggler_cv)
+    cv = max(c.straggler_cv for row in cfg for c in row)
+    t_pipe, t_pipe_sd = pipeline_times(fb, sigma, fb.sum(axis=0) + 2 * comm.sum(axis=0), micro, cv)
 
     # gradient all-reduce per stage, ring over the stage's replicas in plan order
     sync = np.zeros(S)
     for s, stage in enumerate(plan.stages):
         tp = min(r.tp for r in reps[s])
-        grad_bytes = config.grad_bytes_per_param * profile.stage_sizes(tp, stage.first_layer, stage.last_layer)[0]
+        ring_cfg = max(cfg[s], key=lambda c: c.allreduce_latency_s)
+        grad_bytes = ring_cfg.grad_bytes_per_param * profile.stage_sizes(tp, stage.first_layer, stage.last_layer)[0]
         ar = 0.0
         if D > 1:
             ends = [(r.gpu_type, r.zone) for r in reps[s]]
-            links = set(zip(ends, ends[1:] + ends[:1], strict=True))
-            bw = min(network.per_gpu_bandwidth(a, b, tp, grad_bytes) for a, b in links)
-            ar = config.ring_allreduce_s(D, grad_bytes / 1e9 / bw)
-            for a, b in links:
+            edges = list(zip(ends, ends[1:] + ends[:1], strict=True))
+            ar = float(allreduce_s(network, set(edges), tp, D, grad_bytes, ring_cfg))
+            for a, b in set(edges):
                 if a[1] != b[1]:
-                    sent = 2 * (D - 1) / D * grad_bytes * tp * sum(
-                        1 for x, y in zip(ends, ends[1:] + ends[:1], strict=True) if (x, y) == (a, b)
-                    )
+                    sent = 2 * (D - 1) / D * grad_bytes * tp * edges.count((a, b))
                     egress_bytes += sent
                     egress_cost += sent / 1e9 * network.egress_per_gb(a[1], b[1])
         sync[s] = ar + upd[s].max()
@@ -190,7 +205,7 @@ def simulate(
         for d, r in enumerate(reps[s]):
             inflight = int(min(S - s, micro[d]))
             worst = max(
-                worst, stage_memory_gb(profile, r.tp, stage.first_layer, stage.last_layer, mbs, inflight, config)
+                worst, stage_memory_gb(profile, r.tp, stage.first_layer, stage.last_layer, mbs, inflight, cfg[s][d])
             )
         mem.append(worst)
     price_per_s = sum(n * gpu_types[t].price_per_hour for (t, _), n in plan.gpus_by_type_zone().items()) / 3600
@@ -203,4 +218,5 @@ def simulate(
         pipe_time,
         float(sync.max()),
         {"stage_compute": fb, "forward_share": fwd_share, "comm": comm, "sync": sync, "pipeline_times": t_pipe},
+        table.uncalibrated(t for row in reps for t in (r.gpu_type for r in row)),
     )

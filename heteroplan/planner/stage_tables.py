@@ -15,7 +15,7 @@ from heteroplan.perf.sailor_network import NetworkModel
 from heteroplan.perf.sailor_profiles import ModelProfile
 from heteroplan.planner.simulator import SimConfig
 
-__all__ = ["StageTable", "build_stage_table", "send_time"]
+__all__ = ["StageTable", "build_stage_table"]
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,8 @@ class StageTable:
         grad_bytes: gradient bytes per GPU all-reduced.
         mem_static: GB per GPU not depending on in-flight microbatches.
         mem_per_inflight: GB per GPU per in-flight microbatch.
-        out_bytes: ``(L+1,)`` bytes one GPU sends when a stage ends at layer ``b``.
+        out_bytes: ``(L+1,)`` bytes of one activation when a stage ends at layer ``b``
+            (:func:`heteroplan.planner.comm.pipeline_bytes` says how many leave the node).
     """
 
     gpu_type: str
@@ -45,12 +46,6 @@ class StageTable:
     def memory(self, inflight: int | np.ndarray) -> np.ndarray:
         """GB per GPU of every layer range holding ``inflight`` microbatches."""
         return self.mem_static + self.mem_per_inflight * inflight
-
-
-def send_time(network: NetworkModel, src: tuple[str, str], dst: tuple[str, str], k: int, nbytes: np.ndarray) -> np.ndarray:
-    """Seconds for each of ``k`` GPUs per node to send ``nbytes`` over the link ``src -> dst``."""
-    curve = network.curve(src, dst, k)
-    return np.asarray(nbytes, dtype=float) / 1e9 / (curve.bandwidth(nbytes) / k)
 
 
 def _range(prefix: np.ndarray) -> np.ndarray:

@@ -189,8 +189,8 @@ def fit_runs(
     stale = {c: getattr(PROFILED_CONFIG, c) for c in TIME_CONSTANTS if c not in constants}
     calibration = fit_sim_config(
         plans, [float(statistic(runs[name])) for name in plans], constants=constants,
-        base=replace(load_sim_config(data_dir), **stale), data_dir=data_dir, gpu_types={gpu_type: device},
+        base=replace(load_sim_config(data_dir, gpu_type), **stale), data_dir=data_dir, gpu_types={gpu_type: device},
     )
     if write:
-        calibration.config.write(data_dir)
+        calibration.config.write(data_dir, gpu_type)  # the platform's row of the constants table
     return calibration
