@@ -48,6 +48,11 @@ def _gavel(**defaults: Any) -> Callable[..., Policy]:
     def make(**options: Any) -> Policy:
         from heteroplan.policies.gavel import GavelPolicy
 
+        if defaults.get("mechanism") == "sia-artifact" and "slowdowns" not in options:
+            from heteroplan.perf.applications import SIA_SLOWDOWNS
+
+            options = options | {"slowdowns": SIA_SLOWDOWNS}
+
         return GavelPolicy(**(defaults | options))  # 360 s rounds: at 60 s time-slicing restarts jobs every round
 
     return make

@@ -41,13 +41,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from heteroplan.errors import InputError
+from heteroplan.perf.applications import SIA_SLOWDOWNS
 
 __all__ = ["SIA_SLOWDOWNS", "SimFidelity"]
 
-# Sia artifact, sia-simulator/simulator_config.py (SLOWDOWNS): real-world / simulated step time.
-SIA_SLOWDOWNS: Mapping[str, float] = MappingProxyType({
-    "cifar10": 1.8, "imagenet": 1.2, "yolov3": 1.2, "bert": 1.2, "deepspeech2": 1.2, "ncf": 1.5,
-})
 
 _BATCH = ("estimated", "truth")
 _GRAD = ("batch", "median")
