@@ -38,10 +38,13 @@ def _sia_lp(**options: Any) -> Policy:
     return SiaPolicy(**({"mode": "lp-round", "name": "sia-lp"} | options))
 
 
-def _pollux(**options: Any) -> Policy:
-    from heteroplan.policies.pollux import PolluxPolicy
+def _pollux(**defaults: Any) -> Callable[..., Policy]:
+    def make(**options: Any) -> Policy:
+        from heteroplan.policies.pollux import PolluxPolicy
 
-    return PolluxPolicy(**options)
+        return PolluxPolicy(**(defaults | options))
+
+    return make
 
 
 def _gavel(**defaults: Any) -> Callable[..., Policy]:
@@ -88,7 +91,9 @@ def _hadar(**defaults: Any) -> Callable[..., Policy]:
 POLICIES: Mapping[str, PolicyEntry] = MappingProxyType({e.name: e for e in (
     PolicyEntry("sia", _sia, "Sia: heterogeneity- and adaptivity-aware ILP over goodput (elastic)"),
     PolicyEntry("sia-lp", _sia_lp, "Sia with LP relaxation + rounding (elastic)"),
-    PolicyEntry("pollux", _pollux, "Pollux: goodput-optimizing, heterogeneity-unaware (elastic)"),
+    PolicyEntry("pollux", _pollux(), "Pollux: goodput-optimizing, heterogeneity-unaware (elastic)"),
+    PolicyEntry("pollux-sia", _pollux(mechanism="sia-artifact", name="pollux-sia"),
+                "Pollux as the Sia artifact runs it: 4-GPU virtual nodes, majority-type fix-up (elastic)"),
     PolicyEntry("gavel", _gavel(), "Gavel: max-min fairness LP over time fractions (rigid, 360 s rounds)"),
     PolicyEntry("gavel-agnostic", _gavel(objective="max_min_fairness_agnostic", name="gavel-agnostic"),
                 "Gavel: heterogeneity-agnostic max-min fairness over time shares (rigid)"),

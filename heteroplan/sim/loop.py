@@ -262,6 +262,9 @@ def simulate(
     if not isinstance(fidelity, SimFidelity):
         raise InputError("fidelity", fidelity, "must be a SimFidelity")
     sim_jobs = build_jobs(jobs, cluster, bool(policy.elastic), estimator, fidelity)
+    if policy.name in fidelity.restart_delays:
+        for job in sim_jobs:
+            job.restart_delay = fidelity.restart_delays[policy.name]
     names = [j.name for j in sim_jobs]
     if len(set(names)) != len(names):
         raise InputError("jobs", sorted(n for n in set(names) if names.count(n) > 1)[:5], "job names must be unique")
