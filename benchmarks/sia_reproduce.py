@@ -44,7 +44,7 @@ ARTIFACT = {
                           "gavel": (1.798, 21.8, 27.3, 7.14)},
 }
 # Registry name -> the artifact's/paper's row it stands for (the artifact-faithful baselines).
-STANDS_FOR = {"gavel-sia": "gavel"}
+STANDS_FOR = {"gavel-sia": "gavel", "pollux-sia": "pollux"}
 
 
 def main() -> None:
@@ -111,7 +111,7 @@ def main() -> None:
     for workload in args.workloads:
         by = {r["policy"]: r for r in rows if r["workload"] == workload}
         for metric in ("avg_jct_h", "p99_jct_h", "makespan_h"):
-            order = [p for p in ("sia", "pollux", "gavel-sia", "gavel") if p in by]
+            order = [p for p in ("sia", "pollux-sia", "pollux", "gavel-sia", "gavel") if p in by]
             if len(order) < 2:
                 continue
             vals = [by[p][metric] for p in order]

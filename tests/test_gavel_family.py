@@ -234,3 +234,38 @@ def test_p99_is_the_artifacts_sorted_index():
     assert artifact_p99(values) == 100.0
     assert artifact_p99(np.arange(1.0, 11.0)) == 10.0  # sorted[int(9.9)] = sorted[9]
     assert artifact_p99(np.array([3.0, 1.0, 2.0])) == 3.0
+
+
+# ---- the Sia artifact's Pollux mechanism ------------------------------------------------------
+
+def test_pollux_sia_keeps_majority_type_and_leaves_the_rest_idle():
+    from heteroplan.policies.pollux import PolluxPolicy
+
+    # Virtual 4-GPU nodes in order: a0 (type a, 4 GPUs), then b0 split in two (type b, 8 GPUs).
+    cluster = Cluster((GPUType("a", 16, 4), GPUType("b", 16, 8)), (Node("a0", "a", 4), Node("b0", "b", 8)))
+    policy = PolluxPolicy(mechanism="sia-artifact")
+    views = [JobState("x", "cifar10", 0.0), JobState("y", "cifar10", 0.0)]
+    out = policy._place_virtual(cluster, views, {"x": 2, "y": 6})
+    assert out["x"] == Allocation("a", 2, (("a0", 2),))
+    # y spans a0 (2 GPUs) and b0 (4 GPUs): it keeps the 4 GPUs of type b; a0's 2 stay idle.
+    assert out["y"] == Allocation("b", 4, (("b0", 4),))
+    # Next round with the same counts nothing moves (no restart).
+    again = policy._place_virtual(cluster, views, {"x": 2, "y": 6})
+    assert again == out
+    with pytest.raises(InputError, match="mechanism"):
+        PolluxPolicy(mechanism="genetic")
+
+
+def test_fixed_restart_delay_per_policy():
+    from heteroplan.workload.sia import JobSpec
+
+    cluster = Cluster((GPUType("dgx-ext", 80, 8),), (Node("d0", "dgx-ext", 8),))
+    job = [JobSpec("c", 0.0, "cifar10", 1, 128)]
+    fixed = simulate(job, cluster, make_policy("gavel"), round_length=60.0, max_rounds=1, progress=False,
+                     fidelity=SimFidelity(restart_delays={"gavel": 0.0}))
+    measured = simulate(job, cluster, make_policy("gavel"), round_length=60.0, max_rounds=1, progress=False,
+                        fidelity=SimFidelity(restart_delays={}))
+    # Same rate; the measured restore delay (cifar10: 50 s of a 60 s round) is gone with 0 s.
+    assert fixed.jobs[0].fraction_done / measured.jobs[0].fraction_done == pytest.approx(60.0 / 10.0, rel=0.05)
+    with pytest.raises(InputError, match="restart_delays"):
+        SimFidelity(restart_delays={"x": -1.0})
