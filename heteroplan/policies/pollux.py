@@ -115,24 +115,13 @@ class PolluxPolicy:
                 for v, c in prev:
                     free[v] -= c
                 intended[jid] = prev
-        for j in jobs:
+        for j in sorted(jobs, key=lambda j: -counts.get(j.job_id, 0)):  # largest first, fewest virtual nodes
             want = counts.get(j.job_id, 0)
             if want == 0 or j.job_id in intended:
                 continue
-            got: list[tuple[int, int]] = []
-            for v in range(len(vnodes)):
-                if want == 0:
-                    break
-                c = min(want, free[v])
-                if c:
-                    got.append((v, c))
-                    free[v] -= c
-                    want -= c
-            if want == 0:
-                intended[j.job_id] = tuple(got)
-            else:  # does not fit: give the GPUs back
-                for v, c in got:
-                    free[v] += c
+            got = _fewest_virtual_nodes(free, want)
+            if got is not None:
+                intended[j.job_id] = got
         self._intended = intended
         out: dict[str, Allocation] = {}
         for jid, parts in intended.items():
@@ -154,3 +143,25 @@ def _first_type(job: JobState, cluster: Cluster) -> str:
         if t in known:
             return t
     return cluster.type_names[0]
+
+
+def _fewest_virtual_nodes(free: list[int], want: int) -> tuple[tuple[int, int], ...] | None:
+    """Whole free virtual nodes in order, then the remainder best-fit (Pollux's speed-up model
+    favours few nodes); debits ``free``; ``None`` (no change) when ``want`` GPUs are not free."""
+    if sum(free) < want:
+        return None
+    size = VIRTUAL_NODE_GPUS
+    got: list[tuple[int, int]] = []
+    for v in range(len(free)):
+        if want >= size and free[v] == size:
+            got.append((v, size))
+            free[v] = 0
+            want -= size
+    while want > 0:
+        fits = [v for v in range(len(free)) if free[v] >= want]
+        v = min(fits, key=lambda v: (free[v], v)) if fits else max(range(len(free)), key=lambda v: (free[v], -v))
+        c = min(want, free[v])
+        got.append((v, c))
+        free[v] -= c
+        want -= c
+    return tuple(got)
