@@ -10,8 +10,8 @@ genetic algorithm, so this is the best Pollux could do with its model. Placement
 
 ``mechanism="sia-artifact"`` (``pollux-sia``) is the Sia artifact's heterogeneity-unaware Pollux:
 the cluster is pooled into identical 4-GPU virtual nodes (8-GPU nodes split in two), a job gets
-at most 16 replicas, its replicas are packed onto the virtual nodes in order (a job that keeps
-its GPU count keeps its virtual nodes), and an allocation spanning GPU types keeps only the GPUs
+at most 16 replicas, its replicas are packed onto the fewest virtual nodes, largest jobs first
+(a job that keeps its GPU count keeps its virtual nodes unless they spanned types), and an allocation spanning GPU types keeps only the GPUs
 of its majority type: the dropped GPUs stay idle and are not counted. (Its 30 s restart delay is
 the simulator's, ``SimFidelity.restart_delays``.) The optimiser is the exact ILP above, not the
 artifact's genetic algorithm.
@@ -87,7 +87,7 @@ class PolluxPolicy:
             ref = job.allocation.gpu_type if job.allocation else _first_type(job, cluster)
             G[i] = goodput_matrix([job], configs, self.scale_up, np.full(len(configs), ref, dtype=object),
                                   scale_from=self.scale_up_from)[0]
-        current = np.array([configs.index_of("any", j.allocation.num_gpus) if j.allocation else -1 for j in jobs])
+        current = np.array([configs.index_of("any", self._held(j)) if j.allocation else -1 for j in jobs])
         restart = restart_factor(
             np.array([now - j.arrival_time for j in jobs]),
             np.array([j.num_restarts for j in jobs]),
@@ -102,6 +102,11 @@ class PolluxPolicy:
             return self._place_virtual(cluster, jobs, counts)
         return place_blind(cluster, jobs, counts)
 
+    def _held(self, job: JobState) -> int:
+        """GPUs the policy gave the job (before the artifact's majority-type fix-up dropped some)."""
+        parts = self._intended.get(job.job_id) if self.mechanism == "sia-artifact" else None
+        return sum(c for _, c in parts) if parts else (job.allocation.num_gpus if job.allocation else 0)
+
     def _place_virtual(self, cluster: Cluster, jobs: Sequence[JobState], counts: dict[str, int]) -> dict[str, Allocation]:
         """Pack replicas onto 4-GPU virtual nodes in order; keep the majority type's GPUs."""
         vnodes = [(n.name, n.gpu_type, min(VIRTUAL_NODE_GPUS, n.num_gpus - start))
@@ -109,9 +114,10 @@ class PolluxPolicy:
         free = [size for *_, size in vnodes]
         self._intended = {jid: p for jid, p in self._intended.items() if jid in counts}
         intended: dict[str, tuple[tuple[int, int], ...]] = {}
-        for jid, want in counts.items():  # a job keeping its GPU count keeps its virtual nodes
+        for jid, want in counts.items():  # a job keeping its GPU count keeps its virtual nodes (one type)
             prev = self._intended.get(jid)
-            if prev and sum(c for _, c in prev) == want and all(free[v] >= c for v, c in prev):
+            if prev and sum(c for _, c in prev) == want and len({vnodes[v][1] for v, _ in prev}) == 1 \
+                    and all(free[v] >= c for v, c in prev):
                 for v, c in prev:
                     free[v] -= c
                 intended[jid] = prev
