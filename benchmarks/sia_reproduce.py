@@ -50,7 +50,7 @@ STANDS_FOR = {"gavel-sia": "gavel", "pollux-sia": "pollux"}
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", nargs="+", default=["philly/workload-1", "saturn/workload-1"])
-    parser.add_argument("--policies", nargs="+", default=[p for p in ("sia", "pollux", "gavel-sia", "fifo", "tiresias")
+    parser.add_argument("--policies", nargs="+", default=[p for p in ("sia", "pollux-sia", "gavel-sia", "fifo", "tiresias")
                                                          if p in POLICIES])
     parser.add_argument("--jobs", type=int, default=None, help="only the first N jobs")
     parser.add_argument("--max-hours", type=float, default=200.0)
