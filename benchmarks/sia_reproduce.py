@@ -5,7 +5,7 @@ numbers (Sia paper, SOSP'23; see ../shared/data/README.md), and writes
 ``benchmarks/results/sia_reproduce.json``.
 
 Usage: ``python benchmarks/sia_reproduce.py [--workloads philly/workload-1 saturn/workload-1]
-[--policies sia pollux gavel fifo tiresias] [--jobs N] [--fidelity sia|ideal]
+[--policies sia pollux-sia gavel-sia fifo tiresias] [--jobs N] [--fidelity sia|ideal]
 [--profiling-time S] [--ablate]``
 
 ``--fidelity sia`` (default) simulates with the Sia artifact's slowdowns, estimated batch sizes
