@@ -270,3 +270,16 @@ def test_fixed_restart_delay_per_policy():
     assert fixed.jobs[0].fraction_done / measured.jobs[0].fraction_done == pytest.approx(60.0 / 10.0, rel=0.05)
     with pytest.raises(InputError, match="restart_delays"):
         SimFidelity(restart_delays={"x": -1.0})
+
+
+def test_gavel_sia_never_places_a_job_where_its_rate_is_zero():
+    # Gavel's throughput table has job types that cannot run on K80; the idle fix-up must skip them
+    # (the loop raises AllocationError on a zero-rate type).
+    from heteroplan.cluster import preset
+    from heteroplan.workload.gavel import generate_workload, load_throughputs
+    from heteroplan.workload.rigid import rigid_jobs_from_gavel
+
+    jobs = rigid_jobs_from_gavel(generate_workload(60, 30.0, seed=3, duration_scale=0.05), load_throughputs())
+    assert any(0.0 in j.throughputs.values() for j in jobs)
+    res = simulate(jobs, preset("gavel-108"), make_policy("gavel-sia"), progress=False)
+    assert res.stop_reason == "finished" and not res.unfinished

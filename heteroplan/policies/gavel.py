@@ -234,6 +234,7 @@ class GavelPolicy:
         self._rounds: dict[str, int] = {}
         self._received: dict[str, dict[str, float]] = {}
         self._type_time: dict[str, float] = {}  # artifact: seconds all jobs got (and were credited) per type
+        self._runs_on: dict[str, set[str]] = {}  # types on which each job has a positive rate
         self.solve_count = 0
 
     @property
@@ -265,6 +266,7 @@ class GavelPolicy:
         scale = np.array([j.requested_gpus for j in jobs], dtype=float)
         fits = ((tp > 0) & (scale[:, None] <= cap[None, :])).any(axis=1)
         self._x = {j.job_id: {} for j in jobs}
+        self._runs_on = {j.job_id: {k for k, v in zip(types, row, strict=True) if v > 0} for j, row in zip(jobs, tp, strict=True)}
         if fits.any():
             run = [j for j, f in zip(jobs, fits, strict=True) if f]
             extra: dict = {}
@@ -355,6 +357,8 @@ class GavelPolicy:
         queue = []
         for k in types:
             for order, j in enumerate(jobs):
+                if k not in self._runs_on.get(j.job_id, ()):
+                    continue  # the job cannot run there (a rate of 0 in its table)
                 xk = self._x.get(j.job_id, {}).get(k, 0.0)
                 total = self._type_time[k]
                 frac = self._received[j.job_id][k] / total if total > 0 else 0.0
