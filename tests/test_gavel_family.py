@@ -40,6 +40,19 @@ def test_max_sum_throughput_hand_solved():
     assert sol["X"] == pytest.approx(np.eye(2), abs=1e-9)
 
 
+def test_cost_and_slo_hand_solved():
+    # Per dollar ($4/h, $1/h) the rows are [1, 1] and [0.5, 1]: job 0 on type 0, job 1 on type 1 -> 2.
+    sol = solve(max_sum_throughput_model(TP, ONE, ONE, costs=np.array([4.0, 1.0])))
+    assert sol.objective == pytest.approx(2.0)
+    assert sol["X"] == pytest.approx(np.eye(2), abs=1e-9)
+    # SLO: job 1 needs 1.5 steps/s = 2a + (1 - a) -> a >= 1/2; value 2 - a/2 = 1.75.
+    sol = solve(max_sum_throughput_model(TP, ONE, ONE, costs=np.array([4.0, 1.0]), min_rates=np.array([0.0, 1.5])))
+    assert sol.objective == pytest.approx(1.75)
+    assert sol["X"][1] == pytest.approx([0.5, 0.5], abs=1e-7)
+    # An SLO no allocation meets: infeasible.
+    assert not solve(max_sum_throughput_model(TP, ONE, ONE, min_rates=np.array([0.0, 2.5]))).has_solution
+
+
 def test_min_makespan_hand_solved():
     # X = [[a, 1-a], [1-a, a]]: rates 3a + 1 and 2 - a are equal at a = 1/4 -> 1.75 steps/s each;
     # 100 steps each finish at 100 / 1.75 s.
@@ -92,6 +105,9 @@ def _cvxpy_optimum(objective: str, tp, scale, cap, rem, iso):
     cons = [cp.sum(x, axis=1) <= 1, scale @ x <= cap, cp.multiply(1.0 - usable, x) == 0]
     if objective == "max_sum_throughput":
         prob = cp.Problem(cp.Maximize(cp.sum(thr)), cons)
+    elif objective == "max_throughput_per_cost":  # prices 1..m $/h, SLO: half of job 0's best rate
+        per_dollar = cp.sum(cp.multiply(np.where(usable, tp, 0.0) / np.arange(1.0, m + 1), x))
+        prob = cp.Problem(cp.Maximize(per_dollar), cons + [thr[0] >= 0.5 * tp[0, usable[0]].max()])
     elif objective == "max_min_fairness":
         prob = cp.Problem(cp.Maximize(cp.min(cp.multiply(1.0 / np.where(usable, tp, 0.0).mean(axis=1), thr))), cons)
     elif objective == "min_makespan":
@@ -103,12 +119,19 @@ def _cvxpy_optimum(objective: str, tp, scale, cap, rem, iso):
 
 
 def _our_optimum(objective: str, tp, scale, cap, rem, iso):
-    x = solve_time_fractions(objective, tp, scale, cap, remaining_steps=rem, isolated_time=iso)
     usable = (tp > 0) & (scale[:, None] <= cap[None, :])
+    prices = np.arange(1.0, tp.shape[1] + 1)
+    slo = np.zeros(len(tp))
+    slo[0] = 0.5 * tp[0, usable[0]].max()
+    x = solve_time_fractions(objective, tp, scale, cap, remaining_steps=rem, isolated_time=iso, costs=prices,
+                             min_rates=slo if objective == "max_throughput_per_cost" else None)
     thr = (x * np.where(usable, tp, 0.0)).sum(axis=1)
     assert (x.sum(axis=1) <= 1 + 1e-6).all() and ((x * scale[:, None]).sum(axis=0) <= cap + 1e-6).all()
     if objective == "max_sum_throughput":
         return thr.sum()
+    if objective == "max_throughput_per_cost":
+        assert thr[0] >= slo[0] * (1 - 1e-6)
+        return (x * np.where(usable, tp, 0.0) / prices).sum()
     if objective == "max_min_fairness":
         return (thr / np.where(usable, tp, 0.0).mean(axis=1)).min()
     if objective == "min_makespan":
@@ -116,8 +139,9 @@ def _our_optimum(objective: str, tp, scale, cap, rem, iso):
     return (rem / (thr * iso)).max()
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(["max_sum_throughput", "max_min_fairness", "min_makespan", "finish_time_fairness"]),
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["max_sum_throughput", "max_min_fairness", "min_makespan", "finish_time_fairness",
+                        "max_throughput_per_cost"]),
        st.integers(1, 5), st.integers(1, 3), st.integers(0, 10_000))
 def test_lp_family_matches_cvxpy(objective, num_jobs, num_types, seed):
     rng = np.random.default_rng(seed)
@@ -150,7 +174,8 @@ def _cluster(nodes: int = 1, per_node: int = 2) -> Cluster:
 def test_registry_names_build_each_objective():
     for name, objective in [("gavel", "max_min_fairness"), ("gavel-agnostic", "max_min_fairness_agnostic"),
                             ("gavel-throughput", "max_sum_throughput"), ("gavel-ftf", "finish_time_fairness"),
-                            ("gavel-makespan", "min_makespan"), ("gavel-sia", "max_sum_throughput")]:
+                            ("gavel-makespan", "min_makespan"), ("gavel-cost", "max_throughput_per_cost"),
+                            ("gavel-sia", "max_sum_throughput")]:
         policy = make_policy(name)
         assert policy.objective == objective and policy.name == name
     assert make_policy("gavel-sia").mechanism == "sia-artifact"

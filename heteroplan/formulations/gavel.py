@@ -15,7 +15,8 @@ and differs in its objective:
   (``heterogeneity_aware=False``): every usable type counts alike, ``t <= sum_k X[j,k] / w_j``.
   With ``min_level``: keep ``t >= min_level`` and maximize the sum of the levels (second stage).
 * :func:`max_sum_throughput_model` -- maximize ``sum_j w_j sum_k T[j,k] X[j,k]`` (raw
-  throughput, no normalisation: the Sia artifact's "gavel").
+  throughput, no normalisation: the Sia artifact's "gavel"); with ``costs`` throughput per
+  dollar, with ``min_rates`` SLO rows ``sum_k T[j,k] X[j,k] >= r_j`` (Gavel's cost with SLOs).
 * :func:`min_makespan_model` -- maximize ``z`` with ``sum_k T[j,k] X[j,k] >= R_j z`` (``R_j``
   steps left): every job finishes by ``1 / z`` seconds at these rates, the makespan.
 * :func:`finish_time_fairness_model` -- feasibility at a finish-time-fairness level ``rho``:
@@ -135,10 +136,26 @@ def max_min_fairness_model(
 
 def max_sum_throughput_model(
     throughputs: np.ndarray, scale_factors: np.ndarray, capacity: np.ndarray, weights: np.ndarray | None = None,
+    costs: np.ndarray | None = None, min_rates: np.ndarray | None = None,
 ) -> Model:
-    """Maximize total raw throughput ``sum_j w_j sum_k T[j,k] X[j,k]`` (steps/s); block ``X``."""
+    """Maximize total raw throughput ``sum_j w_j sum_k T[j,k] X[j,k] / cost_k``; block ``X``.
+
+    Args:
+        costs: ``(types,)`` $/h per GPU of each type (> 0): throughput per dollar (Gavel's
+            cost policy); default 1 (raw throughput, the Sia artifact's "gavel").
+        min_rates: ``(jobs,)`` steps/s each job must get (its SLO: steps left / seconds to its
+            deadline; 0 = none). An unreachable SLO makes the model infeasible.
+    """
     m, x, tp, _, w = _time_fractions("gavel_max_sum_throughput", throughputs, scale_factors, capacity, weights)
-    m.maximize((x * (tp * w[:, None])).sum())
+    price = np.ones(tp.shape[1]) if costs is None else np.asarray(costs, dtype=float).reshape(-1)
+    if price.shape != (tp.shape[1],) or not (np.isfinite(price) & (price > 0)).all():
+        raise InputError("costs", costs, f"must be ({tp.shape[1]},) prices > 0 ($/h per GPU)")
+    if min_rates is not None:
+        need = _per_job(min_rates, len(tp), "min_rates")
+        slo = need > 0
+        if slo.any():
+            m.add_constraints((x * tp).sum(axis=1)[np.flatnonzero(slo)] >= need[slo], name="slo")
+    m.maximize((x * (tp * w[:, None] / price[None, :])).sum())
     return m
 
 

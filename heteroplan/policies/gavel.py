@@ -9,7 +9,8 @@ requested GPU count (packed on as few nodes as possible). One LP of Gavel's fami
 * ``max_sum_throughput`` -- total raw throughput;
 * ``finish_time_fairness`` -- the smallest worst ratio of finish time to isolated finish time
   (bisection over the LP's feasibility);
-* ``min_makespan`` -- every job done as early as possible.
+* ``min_makespan`` -- every job done as early as possible;
+* ``max_throughput_per_cost`` -- total throughput per dollar (the cluster's ``price_per_hour``).
 
 The LP is re-solved when the set of jobs changes (or every round with ``resolve_every_round``).
 
@@ -57,7 +58,7 @@ __all__ = ["GavelPolicy", "OBJECTIVES", "MECHANISMS", "solve_max_min_fairness", 
            "solve_finish_time_fairness"]
 
 OBJECTIVES = ("max_min_fairness", "max_min_fairness_agnostic", "max_sum_throughput", "finish_time_fairness",
-              "min_makespan")
+              "min_makespan", "max_throughput_per_cost")
 MECHANISMS = ("rounds", "sia-artifact")
 UNFIT_THROUGHPUT = 0.1  # iterations/s the Sia artifact gives a job on a type too small for it
 
@@ -152,8 +153,13 @@ def solve_time_fractions(
     decimals: int | None = None,
     two_stage: bool = True,
     time_limit: float = 30.0,
+    costs: np.ndarray | None = None,
+    min_rates: np.ndarray | None = None,
 ) -> np.ndarray:
     """Time fractions ``X`` (jobs, types) of one of Gavel's :data:`OBJECTIVES`.
+
+    ``costs`` ($/h per GPU of each type) is required by ``max_throughput_per_cost``;
+    ``min_rates`` (steps/s per job, 0 = none) adds SLOs to it and to ``max_sum_throughput``.
 
     ``algorithm`` (``"simplex"``: a vertex; ``"ipm-interior"``: an interior optimum, as the
     artifact's ECOS gives) and ``decimals`` (round X) apply to ``max_sum_throughput``.
@@ -162,9 +168,11 @@ def solve_time_fractions(
         return solve_max_min_fairness(throughputs, scale_factors, capacity, two_stage=two_stage,
                                       time_limit=time_limit,
                                       heterogeneity_aware=objective == "max_min_fairness")[0]
-    if objective == "max_sum_throughput":
-        x, _ = _solve_x(max_sum_throughput_model(throughputs, scale_factors, capacity), time_limit, algorithm,
-                        "max-sum-throughput")
+    if objective in ("max_sum_throughput", "max_throughput_per_cost"):
+        if objective == "max_throughput_per_cost" and costs is None:
+            raise InputError("costs", costs, "max_throughput_per_cost needs $/h per GPU of each type")
+        model = max_sum_throughput_model(throughputs, scale_factors, capacity, costs=costs, min_rates=min_rates)
+        x, _ = _solve_x(model, time_limit, algorithm, objective.replace("_", "-"))
     elif objective == "min_makespan":
         x, _ = _solve_x(min_makespan_model(throughputs, scale_factors, capacity, remaining_steps), time_limit,
                         "simplex", "min-makespan")
@@ -270,6 +278,11 @@ class GavelPolicy:
         if fits.any():
             run = [j for j, f in zip(jobs, fits, strict=True) if f]
             extra: dict = {}
+            if self.objective == "max_throughput_per_cost":
+                extra = {"costs": np.array([cluster.gpu_type(k).price_per_hour for k in types])}
+                if not (extra["costs"] > 0).all():
+                    raise InputError("cluster.price_per_hour", extra["costs"].tolist(),
+                                     "max_throughput_per_cost needs a price > 0 for every GPU type")
             if self.objective in ("finish_time_fairness", "min_makespan"):
                 rem, iso = self._progress_terms(run, tp[fits], scale[fits], cap)
                 extra = {"remaining_steps": rem, "isolated_time": iso,

@@ -103,6 +103,8 @@ POLICIES: Mapping[str, PolicyEntry] = MappingProxyType({e.name: e for e in (
                 "Gavel: finish-time fairness (bisection over LPs, rigid)"),
     PolicyEntry("gavel-makespan", _gavel(objective="min_makespan", name="gavel-makespan"),
                 "Gavel: minimize makespan LP (rigid)"),
+    PolicyEntry("gavel-cost", _gavel(objective="max_throughput_per_cost", name="gavel-cost"),
+                "Gavel: throughput per dollar LP (GPU prices of the cluster; rigid)"),
     PolicyEntry("gavel-sia", _gavel(objective="max_sum_throughput", mechanism="sia-artifact", name="gavel-sia"),
                 "Gavel as the Sia artifact runs it: max-sum-throughput, interior-point, its priorities (rigid)"),
     PolicyEntry("fifo", _yarn("fifo"), "FIFO gang scheduling, no preemption (rigid)"),
