@@ -129,8 +129,8 @@ def solve_finish_time_fairness(
     hi = float(((spent + rem / thr) / iso).max()) * (1 + 1e-9)
     lo = float((spent / iso).max())
     best = attempt(hi)
-    if best is None:
-        best, hi = x0, hi
+    if best is None:  # numerically at the edge: max-min fairness's allocation reaches hi
+        best = x0
     while hi - lo > rel_tol * hi:
         mid = 0.5 * (lo + hi)
         x = attempt(mid)
