@@ -53,6 +53,20 @@ def test_cost_and_slo_hand_solved():
     assert not solve(max_sum_throughput_model(TP, ONE, ONE, min_rates=np.array([0.0, 2.5]))).has_solution
 
 
+def test_gavel_cost_uses_prices():
+    # Raw throughput puts j0 on b and j1 on a (3.5 + 2 > 4 + 1); per dollar ($1/h a, $4/h b)
+    # j0 on a and j1 on b (4 + 0.25 > 0.875 + 2).
+    cluster = Cluster((GPUType("a", 16, 1, 1.0), GPUType("b", 16, 1, 4.0)), (Node("a0", "a", 1), Node("b0", "b", 1)))
+    jobs = [RigidJob("j0", 1, 1e9, 0.0, {"a": 4.0, "b": 3.5}), RigidJob("j1", 1, 1e9, 0.0, {"a": 2.0, "b": 1.0})]
+    res = simulate(jobs, cluster, make_policy("gavel-cost"), round_length=10.0, max_rounds=3, record=True)
+    assert all(a["j0"].gpu_type == "a" and a["j1"].gpu_type == "b" for _, a in res.schedule)
+    res = simulate(jobs, cluster, make_policy("gavel-throughput"), round_length=10.0, max_rounds=3, record=True)
+    assert all(a["j0"].gpu_type == "b" and a["j1"].gpu_type == "a" for _, a in res.schedule)
+    with pytest.raises(InputError, match="prices"):
+        simulate(jobs, cluster, make_policy("gavel-cost", prices={"a": 4.0, "b": -1.0}), round_length=10.0,
+                 max_rounds=1)
+
+
 def test_min_makespan_hand_solved():
     # X = [[a, 1-a], [1-a, a]]: rates 3a + 1 and 2 - a are equal at a = 1/4 -> 1.75 steps/s each;
     # 100 steps each finish at 100 / 1.75 s.

@@ -30,6 +30,7 @@ took them (then it packs onto the first free GPUs in node order).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 
@@ -60,6 +61,8 @@ __all__ = ["GavelPolicy", "OBJECTIVES", "MECHANISMS", "solve_max_min_fairness", 
 OBJECTIVES = ("max_min_fairness", "max_min_fairness_agnostic", "max_sum_throughput", "finish_time_fairness",
               "min_makespan", "max_throughput_per_cost")
 MECHANISMS = ("rounds", "sia-artifact")
+log = logging.getLogger(__name__)
+
 UNFIT_THROUGHPUT = 0.1  # iterations/s the Sia artifact gives a job on a type too small for it
 
 
@@ -217,6 +220,7 @@ class GavelPolicy:
         time_limit: seconds per LP solve.
         round_length: seconds per round (Gavel's default 360).
         name: the policy's name in results.
+        prices: $/h per GPU by type for ``max_throughput_per_cost`` (default: the cluster's).
     """
 
     elastic = False
@@ -225,7 +229,7 @@ class GavelPolicy:
     def __init__(self, objective: str = "max_min_fairness", mechanism: str = "rounds",
                  slowdowns: Mapping[str, float] | None = None, two_stage: bool = True,
                  resolve_every_round: bool = False, time_limit: float = 30.0, round_length: float = 360.0,
-                 name: str = "gavel") -> None:
+                 name: str = "gavel", prices: Mapping[str, float] | None = None) -> None:
         if objective not in OBJECTIVES:
             raise InputError("objective", objective, f"choose one of {list(OBJECTIVES)}")
         if mechanism not in MECHANISMS:
@@ -233,6 +237,7 @@ class GavelPolicy:
         self.round_length = check_seconds("round_length", round_length)  # s; Gavel's default round
         self.objective, self.mechanism, self.name = objective, mechanism, name
         self.slowdowns = dict(slowdowns or {})
+        self.prices = dict(prices or {})
         self.two_stage = two_stage
         # Objectives reading remaining work change every round.
         self.resolve_every_round = resolve_every_round or objective in ("finish_time_fairness", "min_makespan")
@@ -279,10 +284,7 @@ class GavelPolicy:
             run = [j for j, f in zip(jobs, fits, strict=True) if f]
             extra: dict = {}
             if self.objective == "max_throughput_per_cost":
-                extra = {"costs": np.array([cluster.gpu_type(k).price_per_hour for k in types])}
-                if not (extra["costs"] > 0).all():
-                    raise InputError("cluster.price_per_hour", extra["costs"].tolist(),
-                                     "max_throughput_per_cost needs a price > 0 for every GPU type")
+                extra = {"costs": self._prices(cluster, types)}
             if self.objective in ("finish_time_fairness", "min_makespan"):
                 rem, iso = self._progress_terms(run, tp[fits], scale[fits], cap)
                 extra = {"remaining_steps": rem, "isolated_time": iso,
@@ -295,6 +297,18 @@ class GavelPolicy:
             for row, job in zip(x, run, strict=True):
                 self._x[job.job_id] = {k: float(v) for k, v in zip(types, row, strict=True) if v > 1e-6}
         self.solve_count += 1
+
+    def _prices(self, cluster: Cluster, types: list[str]) -> np.ndarray:
+        """$/h per GPU of each type: the ``prices`` option, else the cluster's ``price_per_hour``;
+        a cluster with no prices at all counts every GPU-hour alike (with a log message)."""
+        prices = np.array([float(self.prices.get(k, cluster.gpu_type(k).price_per_hour)) for k in types])
+        if not (prices > 0).any():
+            log.info("gavel %s: cluster %s has no GPU prices; every GPU-hour costs the same", self.name, cluster.name)
+            return np.ones(len(types))
+        if not (np.isfinite(prices) & (prices > 0)).all():
+            raise InputError("prices", dict(zip(types, prices.tolist(), strict=True)),
+                             "throughput per cost needs a price > 0 ($/h per GPU) for every GPU type")
+        return prices
 
     @staticmethod
     def _progress_terms(jobs: Sequence[JobState], tp: np.ndarray, scale: np.ndarray,
