@@ -19,9 +19,15 @@ from types import MappingProxyType
 
 from heteroplan.errors import InputError
 
-__all__ = ["AppSpec", "APPLICATIONS", "SIA_TYPE_NAMES", "get_app"]
+__all__ = ["AppSpec", "APPLICATIONS", "SIA_TYPE_NAMES", "SIA_SLOWDOWNS", "get_app"]
 
 SIA_TYPE_NAMES: tuple[str, ...] = ("aws", "rtx", "dgx-ext")
+
+# Sia artifact, sia-simulator/simulator_config.py (SLOWDOWNS): real-world / simulated step time
+# (used by heteroplan.sim.fidelity and by the artifact-faithful Gavel's throughputs).
+SIA_SLOWDOWNS: Mapping[str, float] = MappingProxyType({
+    "cifar10": 1.8, "imagenet": 1.2, "yolov3": 1.2, "bert": 1.2, "deepspeech2": 1.2, "ncf": 1.5,
+})
 
 
 @dataclass(frozen=True)

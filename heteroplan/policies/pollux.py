@@ -7,6 +7,14 @@ type the job runs on, else the first one its model knows). We solve Pollux's pro
 with the same multiple-choice ILP as Sia over one pooled GPU kind (minimizing
 ``sum speedup ** -1`` is equivalent to maximizing the p = -1 fitness); Pollux itself uses a
 genetic algorithm, so this is the best Pollux could do with its model. Placement is type-blind.
+
+``mechanism="sia-artifact"`` (``pollux-sia``) is the Sia artifact's heterogeneity-unaware Pollux:
+the cluster is pooled into identical 4-GPU virtual nodes (8-GPU nodes split in two), a job gets
+at most 16 replicas, its replicas are packed onto the fewest virtual nodes, largest jobs first
+(a job that keeps its GPU count keeps its virtual nodes unless they spanned types), and an allocation spanning GPU types keeps only the GPUs
+of its majority type: the dropped GPUs stay idle and are not counted. (Its 30 s restart delay is
+the simulator's, ``SimFidelity.restart_delays``.) The optimiser is the exact ILP above, not the
+artifact's genetic algorithm.
 """
 
 from __future__ import annotations
@@ -17,12 +25,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from heteroplan.cluster import Cluster
+from heteroplan.errors import InputError
 from heteroplan.formulations.sia import ConfigSet, build_sia_model, restart_factor
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.common import goodput_matrix, place_blind
 from heteroplan.policies.sia_solve import solve_sia
 
-__all__ = ["PolluxPolicy"]
+__all__ = ["PolluxPolicy", "POLLUX_MECHANISMS"]
+
+POLLUX_MECHANISMS = ("pooled-type", "sia-artifact")
+VIRTUAL_NODE_GPUS = 4  # the Sia artifact's Pollux sees 4-GPU nodes only
+ARTIFACT_MAX_REPLICAS = 16
 
 
 @dataclass
@@ -44,10 +57,19 @@ class PolluxPolicy:
     round_length: float = 60.0
     elastic: bool = True
     forking: bool = False
+    mechanism: str = "pooled-type"
     _cache: dict[int, ConfigSet] = field(default_factory=dict, repr=False)
+    _intended: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in POLLUX_MECHANISMS:
+            raise InputError("mechanism", self.mechanism, f"choose one of {list(POLLUX_MECHANISMS)}")
 
     def _pooled(self, cluster: Cluster) -> ConfigSet:
         key = id(cluster)
+        if key not in self._cache and self.mechanism == "sia-artifact":
+            largest = min(cluster.num_gpus, ARTIFACT_MAX_REPLICAS)
+            self._cache = {key: ConfigSet.pooled(largest, VIRTUAL_NODE_GPUS)}
         if key not in self._cache:
             # Jobs run on one type (placement is type-blind), so no job asks for more GPUs than
             # the largest type holds; the capacity row is still the whole cluster.
@@ -65,7 +87,7 @@ class PolluxPolicy:
             ref = job.allocation.gpu_type if job.allocation else _first_type(job, cluster)
             G[i] = goodput_matrix([job], configs, self.scale_up, np.full(len(configs), ref, dtype=object),
                                   scale_from=self.scale_up_from)[0]
-        current = np.array([configs.index_of("any", j.allocation.num_gpus) if j.allocation else -1 for j in jobs])
+        current = np.array([configs.index_of("any", self._held(j)) if j.allocation else -1 for j in jobs])
         restart = restart_factor(
             np.array([now - j.arrival_time for j in jobs]),
             np.array([j.num_restarts for j in jobs]),
@@ -76,7 +98,49 @@ class PolluxPolicy:
         problem = build_sia_model(G, configs, capacity, current, restart, pinned, self.p, self.lam)
         result = solve_sia(problem, "milp", self.time_limit, self.mip_gap)
         counts = {j.job_id: int(configs.num_gpus[c]) for j, c in zip(jobs, result.choice, strict=True) if c >= 0}
+        if self.mechanism == "sia-artifact":
+            return self._place_virtual(cluster, jobs, counts)
         return place_blind(cluster, jobs, counts)
+
+    def _held(self, job: JobState) -> int:
+        """GPUs the policy gave the job (before the artifact's majority-type fix-up dropped some)."""
+        parts = self._intended.get(job.job_id) if self.mechanism == "sia-artifact" else None
+        return sum(c for _, c in parts) if parts else (job.allocation.num_gpus if job.allocation else 0)
+
+    def _place_virtual(self, cluster: Cluster, jobs: Sequence[JobState], counts: dict[str, int]) -> dict[str, Allocation]:
+        """Pack replicas onto 4-GPU virtual nodes in order; keep the majority type's GPUs."""
+        vnodes = [(n.name, n.gpu_type, min(VIRTUAL_NODE_GPUS, n.num_gpus - start))
+                  for n in cluster.nodes for start in range(0, n.num_gpus, VIRTUAL_NODE_GPUS)]
+        free = [size for *_, size in vnodes]
+        self._intended = {jid: p for jid, p in self._intended.items() if jid in counts}
+        intended: dict[str, tuple[tuple[int, int], ...]] = {}
+        for jid, want in counts.items():  # a job keeping its GPU count keeps its virtual nodes (one type)
+            prev = self._intended.get(jid)
+            if prev and sum(c for _, c in prev) == want and len({vnodes[v][1] for v, _ in prev}) == 1 \
+                    and all(free[v] >= c for v, c in prev):
+                for v, c in prev:
+                    free[v] -= c
+                intended[jid] = prev
+        for j in sorted(jobs, key=lambda j: -counts.get(j.job_id, 0)):  # largest first, fewest virtual nodes
+            want = counts.get(j.job_id, 0)
+            if want == 0 or j.job_id in intended:
+                continue
+            got = _fewest_virtual_nodes(free, want)
+            if got is not None:
+                intended[j.job_id] = got
+        self._intended = intended
+        out: dict[str, Allocation] = {}
+        for jid, parts in intended.items():
+            per_type: dict[str, int] = {}
+            for v, c in parts:
+                per_type[vnodes[v][1]] = per_type.get(vnodes[v][1], 0) + c
+            keep = max(per_type, key=lambda t: (per_type[t], -cluster.type_names.index(t)))
+            per_node: dict[str, int] = {}
+            for v, c in parts:
+                if vnodes[v][1] == keep:
+                    per_node[vnodes[v][0]] = per_node.get(vnodes[v][0], 0) + c
+            out[jid] = Allocation(keep, sum(per_node.values()), tuple(per_node.items()))
+        return out
 
 
 def _first_type(job: JobState, cluster: Cluster) -> str:
@@ -85,3 +149,25 @@ def _first_type(job: JobState, cluster: Cluster) -> str:
         if t in known:
             return t
     return cluster.type_names[0]
+
+
+def _fewest_virtual_nodes(free: list[int], want: int) -> tuple[tuple[int, int], ...] | None:
+    """Whole free virtual nodes in order, then the remainder best-fit (Pollux's speed-up model
+    favours few nodes); debits ``free``; ``None`` (no change) when ``want`` GPUs are not free."""
+    if sum(free) < want:
+        return None
+    size = VIRTUAL_NODE_GPUS
+    got: list[tuple[int, int]] = []
+    for v in range(len(free)):
+        if want >= size and free[v] == size:
+            got.append((v, size))
+            free[v] = 0
+            want -= size
+    while want > 0:
+        fits = [v for v in range(len(free)) if free[v] >= want]
+        v = min(fits, key=lambda v: (free[v], v)) if fits else max(range(len(free)), key=lambda v: (free[v], -v))
+        c = min(want, free[v])
+        got.append((v, c))
+        free[v] -= c
+        want -= c
+    return tuple(got)

@@ -38,16 +38,27 @@ def _sia_lp(**options: Any) -> Policy:
     return SiaPolicy(**({"mode": "lp-round", "name": "sia-lp"} | options))
 
 
-def _pollux(**options: Any) -> Policy:
-    from heteroplan.policies.pollux import PolluxPolicy
+def _pollux(**defaults: Any) -> Callable[..., Policy]:
+    def make(**options: Any) -> Policy:
+        from heteroplan.policies.pollux import PolluxPolicy
 
-    return PolluxPolicy(**options)
+        return PolluxPolicy(**(defaults | options))
+
+    return make
 
 
-def _gavel(**options: Any) -> Policy:
-    from heteroplan.policies.gavel import GavelPolicy
+def _gavel(**defaults: Any) -> Callable[..., Policy]:
+    def make(**options: Any) -> Policy:
+        from heteroplan.policies.gavel import GavelPolicy
 
-    return GavelPolicy(**options)  # 360 s rounds: at 60 s its time-slicing restarts jobs every round
+        if defaults.get("mechanism") == "sia-artifact" and "slowdowns" not in options:
+            from heteroplan.perf.applications import SIA_SLOWDOWNS
+
+            options = options | {"slowdowns": SIA_SLOWDOWNS}
+
+        return GavelPolicy(**(defaults | options))  # 360 s rounds: at 60 s time-slicing restarts jobs every round
+
+    return make
 
 
 def _yarn(name: str) -> Callable[..., Policy]:
@@ -80,8 +91,22 @@ def _hadar(**defaults: Any) -> Callable[..., Policy]:
 POLICIES: Mapping[str, PolicyEntry] = MappingProxyType({e.name: e for e in (
     PolicyEntry("sia", _sia, "Sia: heterogeneity- and adaptivity-aware ILP over goodput (elastic)"),
     PolicyEntry("sia-lp", _sia_lp, "Sia with LP relaxation + rounding (elastic)"),
-    PolicyEntry("pollux", _pollux, "Pollux: goodput-optimizing, heterogeneity-unaware (elastic)"),
-    PolicyEntry("gavel", _gavel, "Gavel: max-min fairness LP over time fractions (rigid, 360 s rounds)"),
+    PolicyEntry("pollux", _pollux(), "Pollux: goodput-optimizing, heterogeneity-unaware (elastic)"),
+    PolicyEntry("pollux-sia", _pollux(mechanism="sia-artifact", name="pollux-sia"),
+                "Pollux as the Sia artifact runs it: 4-GPU virtual nodes, majority-type fix-up (elastic)"),
+    PolicyEntry("gavel", _gavel(), "Gavel: max-min fairness LP over time fractions (rigid, 360 s rounds)"),
+    PolicyEntry("gavel-agnostic", _gavel(objective="max_min_fairness_agnostic", name="gavel-agnostic"),
+                "Gavel: heterogeneity-agnostic max-min fairness over time shares (rigid)"),
+    PolicyEntry("gavel-throughput", _gavel(objective="max_sum_throughput", name="gavel-throughput"),
+                "Gavel: max-sum-throughput LP (rigid)"),
+    PolicyEntry("gavel-ftf", _gavel(objective="finish_time_fairness", name="gavel-ftf"),
+                "Gavel: finish-time fairness (bisection over LPs, rigid)"),
+    PolicyEntry("gavel-makespan", _gavel(objective="min_makespan", name="gavel-makespan"),
+                "Gavel: minimize makespan LP (rigid)"),
+    PolicyEntry("gavel-cost", _gavel(objective="max_throughput_per_cost", name="gavel-cost"),
+                "Gavel: throughput per dollar LP (GPU prices of the cluster; rigid)"),
+    PolicyEntry("gavel-sia", _gavel(objective="max_sum_throughput", mechanism="sia-artifact", name="gavel-sia"),
+                "Gavel as the Sia artifact runs it: max-sum-throughput, interior-point, its priorities (rigid)"),
     PolicyEntry("fifo", _yarn("fifo"), "FIFO gang scheduling, no preemption (rigid)"),
     PolicyEntry("yarn-cs", _yarn("yarn-cs"), "YARN capacity scheduler: FIFO + gang (rigid)"),
     PolicyEntry("tiresias", _tiresias, "Tiresias: discretized 2D-LAS (rigid)"),

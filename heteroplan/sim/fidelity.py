@@ -23,6 +23,17 @@ simulator did before they were modelled (see ``docs/sia.md``, "Reproduction").
   describes such profiling; the artifact's simulator has none (its jobs' 1-GPU throughputs
   are known from the traces when they arrive), so the default is 0. Profiling GPUs are not
   taken from the cluster.
+* ``free_moves`` -- moving a job to other nodes of the same GPU type with the same shape (GPUs
+  per node) costs no restart, as in the artifact (its placements are GPU counts per node);
+  ``False``: every change of nodes is a checkpoint-restart.
+
+* ``restart_delays`` -- per policy name, a fixed restart delay (s) replacing the applications'
+  measured ones: the artifact's Pollux jobs restart in 30 s (``{"pollux-sia": 30.0}``).
+
+Mechanisms the loop always has, as the artifact does: the restart delay is charged at the
+start of the round a job (re)starts in, also on its first start; a job arriving inside a
+round is first seen at the next round boundary; GPU-hours count the allocated GPUs of every
+round before completion; p99 is ``sorted(jct)[int(0.99 N)]``.
 """
 
 from __future__ import annotations
@@ -33,13 +44,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from heteroplan.errors import InputError
+from heteroplan.perf.applications import SIA_SLOWDOWNS
 
 __all__ = ["SIA_SLOWDOWNS", "SimFidelity"]
 
-# Sia artifact, sia-simulator/simulator_config.py (SLOWDOWNS): real-world / simulated step time.
-SIA_SLOWDOWNS: Mapping[str, float] = MappingProxyType({
-    "cifar10": 1.8, "imagenet": 1.2, "yolov3": 1.2, "bert": 1.2, "deepspeech2": 1.2, "ncf": 1.5,
-})
 
 _BATCH = ("estimated", "truth")
 _GRAD = ("batch", "median")
@@ -55,12 +63,16 @@ class SimFidelity:
         batch_size: ``"estimated"`` (the job's own model picks its batch) or ``"truth"``.
         grad_stats: ``"batch"`` (per-batch-size, per-epoch statistics) or ``"median"``.
         profiling_time: seconds per GPU type before a new adaptive job is schedulable (>= 0).
+        free_moves: same-type, same-shape moves to other nodes cost no restart.
+        restart_delays: policy name -> seconds every restart of its jobs costs (>= 0).
     """
 
     slowdown: Mapping[str, float] = field(default_factory=lambda: SIA_SLOWDOWNS)
     batch_size: str = "estimated"
     grad_stats: str = "batch"
     profiling_time: float = 0.0
+    free_moves: bool = True
+    restart_delays: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({"pollux-sia": 30.0}))
 
     def __post_init__(self) -> None:
         if not isinstance(self.slowdown, Mapping):
@@ -86,11 +98,20 @@ class SimFidelity:
         if not (t >= 0 and math.isfinite(t)):
             raise InputError("fidelity.profiling_time", self.profiling_time, "must be seconds >= 0")
         object.__setattr__(self, "profiling_time", t)
+        delays: dict[str, float] = {}
+        for name, value in dict(self.restart_delays).items():
+            if not (isinstance(value, (int, float)) and value >= 0 and math.isfinite(value)):
+                raise InputError(f"fidelity.restart_delays[{name}]", value, "must be seconds >= 0")
+            delays[str(name)] = float(value)
+        object.__setattr__(self, "restart_delays", MappingProxyType(delays))
+        if not isinstance(self.free_moves, bool):
+            raise InputError("fidelity.free_moves", self.free_moves, "must be True or False")
 
     @classmethod
     def ideal(cls) -> SimFidelity:
-        """No slowdown, oracle batch size, median phi table, free profiling."""
-        return cls(slowdown={}, batch_size="truth", grad_stats="median", profiling_time=0.0)
+        """No slowdown, oracle batch size, median phi table, free profiling, every move a restart."""
+        return cls(slowdown={}, batch_size="truth", grad_stats="median", profiling_time=0.0, free_moves=False,
+                   restart_delays={})
 
     def slowdown_of(self, application: str) -> float:
         """The slowdown factor of ``application`` (1 when not listed)."""

@@ -3,7 +3,8 @@
 Each round (the policy's ``round_length``, or the one given) the loop admits the jobs that
 have arrived, shows the policy a :class:`~heteroplan.policies.base.JobState` per active job,
 checks its answer (:func:`~heteroplan.policies.base.check_allocations`), charges a
-checkpoint-restore delay to every job whose placement changed (``restart_delay``: the Sia
+checkpoint-restore delay to every job whose placement changed (moves to nodes of the same
+type and shape are free with ``SimFidelity.free_moves``) (``restart_delay``: the Sia
 applications' measured delays; 0 for throughput-table jobs), and advances every running job
 by the policy's progress model (:mod:`heteroplan.sim.progress_models`): elastic goodput,
 rigid gangs, or HadarE's copies. A job finishes inside a round at the exact time its work
@@ -94,8 +95,9 @@ class _Run:
     """Mutable state of one simulation; :meth:`result` freezes it into a :class:`SimResult`."""
 
     def __init__(self, cluster: Cluster, policy: Policy, round_length: float, jobs: list[SimJob],
-                 rejected: dict[str, str], record: bool) -> None:
+                 rejected: dict[str, str], record: bool, free_moves: bool = False) -> None:
         self.cluster, self.policy, self.L, self.jobs = cluster, policy, round_length, jobs
+        self.free_moves = free_moves
         self.rejected, self.record = rejected, record
         self.node_type = {n.name: n.gpu_type for n in cluster.nodes}
         self.model: GangProgress = progress_model(cluster, bool(policy.forking))
@@ -138,6 +140,16 @@ class _Run:
         self.policy_times.append(time.perf_counter() - t0)
         return check_allocations(self.cluster, answer, [j.name for j in order])
 
+    def restarts(self, old: Allocation | None, new: Allocation) -> bool:
+        """A (re)start: first start, other type, or other nodes (unless ``free_moves`` and same shape)."""
+        if old is None or old.gpu_type != new.gpu_type:
+            return True
+        if sorted(old.placement) == sorted(new.placement):
+            return False
+        if not self.free_moves:
+            return True
+        return sorted(c for _, c in old.placement) != sorted(c for _, c in new.placement)
+
     def round(self, active: dict[str, SimJob]) -> None:
         L, t = self.L, self.t
         order = sorted(active.values(), key=lambda j: (j.arrival_time, j.name))
@@ -157,7 +169,7 @@ class _Run:
                 job.restore_left = 0.0
                 continue
             rate, local, accum = self.model.rate(job, new)
-            changed = old is None or old.gpu_type != new.gpu_type or sorted(old.placement) != sorted(new.placement)
+            changed = self.restarts(old, new)
             if changed:
                 if job.starts:
                     job.restarts += 1
@@ -250,6 +262,9 @@ def simulate(
     if not isinstance(fidelity, SimFidelity):
         raise InputError("fidelity", fidelity, "must be a SimFidelity")
     sim_jobs = build_jobs(jobs, cluster, bool(policy.elastic), estimator, fidelity)
+    if policy.name in fidelity.restart_delays:
+        for job in sim_jobs:
+            job.restart_delay = fidelity.restart_delays[policy.name]
     names = [j.name for j in sim_jobs]
     if len(set(names)) != len(names):
         raise InputError("jobs", sorted(n for n in set(names) if names.count(n) > 1)[:5], "job names must be unique")
@@ -257,7 +272,7 @@ def simulate(
     rejected = _reject_infeasible(cluster, sim_jobs, on_infeasible)
     if round_length is not None and abs(L - float(policy.round_length)) > 1e-9:
         log.info("policy %s designed for %.0f s rounds runs with %.0f s rounds", policy.name, policy.round_length, L)
-    run = _Run(cluster, policy, L, sim_jobs, rejected, record)
+    run = _Run(cluster, policy, L, sim_jobs, rejected, record, fidelity.free_moves)
     pending = sorted((j for j in sim_jobs if j.name not in rejected), key=lambda j: (j.ready_time, j.arrival_time))
     run.t = math.ceil(pending[0].ready_time / L - 1e-9) * L if pending else 0.0
     bar = ProgressBar(f"{policy.name:>8}", progress)

@@ -29,7 +29,8 @@ _STATUS = {
     highspy.HighsModelStatus.kModelEmpty: SolveStatus.OPTIMAL,
 }
 
-ALGORITHMS = {"auto": "choose", "simplex": "simplex", "ipm": "ipm", "pdlp": "pdlp"}
+# "ipm-interior": interior point without presolve or crossover (an interior optimum, not a vertex).
+ALGORITHMS = {"auto": "choose", "simplex": "simplex", "ipm": "ipm", "ipm-interior": "ipm", "pdlp": "pdlp"}
 
 
 _banner_lock = threading.Lock()
@@ -132,6 +133,9 @@ def solve_highs(model: Model, options: SolveOptions) -> Solution:
     h.setOptionValue("time_limit", float(options.time_limit))
     h.setOptionValue("mip_rel_gap", float(options.mip_gap))
     h.setOptionValue("solver", ALGORITHMS[options.algorithm])
+    if options.algorithm == "ipm-interior":  # presolve would fix columns at bounds (a vertex)
+        h.setOptionValue("run_crossover", "off")
+        h.setOptionValue("presolve", "off")
     if options.threads is not None:
         # HiGHS keeps one thread pool per process, sized by the first solve; a different
         # size fails the run ("Not Set") unless the pool is reset first.
