@@ -72,6 +72,7 @@ class SimFidelity:
     grad_stats: str = "batch"
     profiling_time: float = 0.0
     free_moves: bool = True
+    epoch_rates: bool = True
     restart_delays: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({"pollux-sia": 30.0}))
 
     def __post_init__(self) -> None:
@@ -104,14 +105,15 @@ class SimFidelity:
                 raise InputError(f"fidelity.restart_delays[{name}]", value, "must be seconds >= 0")
             delays[str(name)] = float(value)
         object.__setattr__(self, "restart_delays", MappingProxyType(delays))
-        if not isinstance(self.free_moves, bool):
-            raise InputError("fidelity.free_moves", self.free_moves, "must be True or False")
+        for name in ("free_moves", "epoch_rates"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"fidelity.{name}", getattr(self, name), "must be True or False")
 
     @classmethod
     def ideal(cls) -> SimFidelity:
         """No slowdown, oracle batch size, median phi table, free profiling, every move a restart."""
         return cls(slowdown={}, batch_size="truth", grad_stats="median", profiling_time=0.0, free_moves=False,
-                   restart_delays={})
+                   epoch_rates=False, restart_delays={})
 
     def slowdown_of(self, application: str) -> float:
         """The slowdown factor of ``application`` (1 when not listed)."""
