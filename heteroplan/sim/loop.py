@@ -7,7 +7,8 @@ checkpoint-restore delay to every job whose placement changed (moves to nodes of
 type and shape are free with ``SimFidelity.free_moves``) (``restart_delay``: the Sia
 applications' measured delays; 0 for throughput-table jobs), and advances every running job
 by the policy's progress model (:mod:`heteroplan.sim.progress_models`): elastic goodput,
-rigid gangs, or HadarE's copies. A job finishes inside a round at the exact time its work
+rigid gangs, or HadarE's copies; with ``SimFidelity.epoch_rates`` the rate is re-evaluated
+at each epoch boundary a job crosses inside the round. A job finishes inside a round at the exact time its work
 runs out. Jobs arriving inside a round are first seen at the next round boundary.
 
 Before the first round the loop refuses what can never run: a job without performance data
