@@ -324,3 +324,32 @@ def test_gavel_sia_never_places_a_job_where_its_rate_is_zero():
     assert any(0.0 in j.throughputs.values() for j in jobs)
     res = simulate(jobs, preset("gavel-108"), make_policy("gavel-sia"), progress=False)
     assert res.stop_reason == "finished" and not res.unfinished
+
+
+def test_rate_changes_at_each_epoch_boundary_inside_a_round():
+    # The artifact's Job.step walks a round epoch by epoch, each at its own statistical
+    # efficiency. Oracle: the sum over epochs of the epoch's work at that epoch's rate (plus the
+    # restore delay of the first start), with no rounds at all. Once-per-round rates (the old
+    # loop, epoch_rates=False) run a 360 s round at epoch 0's efficiency: cifar10 at batch
+    # 4096 takes over twice as long.
+    from heteroplan.sim.job_models import build_jobs
+    from heteroplan.workload.sia import JobSpec
+
+    cluster = Cluster((GPUType("dgx-ext", 80, 8),), tuple(Node(f"d{i}", "dgx-ext", 8) for i in range(2)))
+    spec = JobSpec("c", 0.0, "cifar10", 16, 4096)
+    job = build_jobs([spec], cluster, False, None, SimFidelity())[0]
+    ends = list(job.grad.epoch_ends[job.grad.epoch_ends < 1.0] * job.total_work) + [job.total_work]
+    expected, start = job.restart_delay, 0.0
+    for end in ends:
+        job.done = start * (1 + 1e-12)
+        expected += (end - start) / job.rate_on("dgx-ext", 2, 16)[0]
+        start = end
+    policy = make_policy("gavel-sia")
+    walked = simulate([spec], cluster, policy, progress=False, fidelity=SimFidelity())
+    assert walked.jobs[0].jct == pytest.approx(expected, rel=1e-6)
+    assert walked.jobs[0].jct / 3600 == pytest.approx(0.063, rel=0.05)  # the artifact's Job.step: 0.063 h
+    once = simulate([spec], cluster, make_policy("gavel-sia"), progress=False,
+                    fidelity=SimFidelity(epoch_rates=False))
+    assert once.jobs[0].jct > 2 * expected
+    with pytest.raises(InputError, match="epoch_rates"):
+        SimFidelity(epoch_rates=1)

@@ -82,6 +82,11 @@ class SimJob:
     def ran(self, alloc: Allocation, local: int, accum: int) -> None:
         """Feedback after a round with progress (the job's estimator learns from it)."""
 
+    def next_rate_change(self) -> float:
+        """Work done (work units) at which the job's rate next changes on a fixed allocation
+        (the end of its current epoch); ``inf`` where the rate does not change in steps."""
+        return math.inf
+
     def view(self) -> JobState:
         return JobState(
             job_id=self.name,
@@ -163,6 +168,13 @@ class GoodputJob(SimJob):
         steps = max(1, math.ceil(batch / (k * max_local)))
         local = max(1, math.ceil(batch / (k * steps)))
         return local, steps - 1
+
+    def next_rate_change(self) -> float:
+        """The end of the current epoch (work units) under per-epoch gradient statistics."""
+        if self.grad is None:
+            return math.inf
+        ends = self.grad.epoch_ends[self.grad.epoch_ends > self.fraction_done]
+        return float(ends[0]) * self.total_work if len(ends) and ends[0] < 1.0 else math.inf
 
     def _efficiency(self, batch: int) -> float:
         if self.grad is not None:

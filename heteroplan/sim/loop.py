@@ -7,7 +7,8 @@ checkpoint-restore delay to every job whose placement changed (moves to nodes of
 type and shape are free with ``SimFidelity.free_moves``) (``restart_delay``: the Sia
 applications' measured delays; 0 for throughput-table jobs), and advances every running job
 by the policy's progress model (:mod:`heteroplan.sim.progress_models`): elastic goodput,
-rigid gangs, or HadarE's copies. A job finishes inside a round at the exact time its work
+rigid gangs, or HadarE's copies; with ``SimFidelity.epoch_rates`` the rate is re-evaluated
+at each epoch boundary a job crosses inside the round. A job finishes inside a round at the exact time its work
 runs out. Jobs arriving inside a round are first seen at the next round boundary.
 
 Before the first round the loop refuses what can never run: a job without performance data
@@ -95,9 +96,10 @@ class _Run:
     """Mutable state of one simulation; :meth:`result` freezes it into a :class:`SimResult`."""
 
     def __init__(self, cluster: Cluster, policy: Policy, round_length: float, jobs: list[SimJob],
-                 rejected: dict[str, str], record: bool, free_moves: bool = False) -> None:
+                 rejected: dict[str, str], record: bool, free_moves: bool = False,
+                 epoch_rates: bool = False) -> None:
         self.cluster, self.policy, self.L, self.jobs = cluster, policy, round_length, jobs
-        self.free_moves = free_moves
+        self.free_moves, self.epoch_rates = free_moves, epoch_rates
         self.rejected, self.record = rejected, record
         self.node_type = {n.name: n.gpu_type for n in cluster.nodes}
         self.model: GangProgress = progress_model(cluster, bool(policy.forking))
@@ -150,6 +152,27 @@ class _Run:
             return True
         return sorted(c for _, c in old.placement) != sorted(c for _, c in new.placement)
 
+    def advance(self, job: SimJob, alloc: Allocation, rate: float, seconds: float) -> float | None:
+        """Run ``job`` on ``alloc`` for ``seconds`` starting at ``rate`` (work units/s); the
+        seconds it needed when it finished, else ``None``. With ``epoch_rates`` the rate is
+        re-evaluated at each epoch boundary the job crosses (the artifact's ``Job.step``)."""
+        left = seconds
+        while True:
+            remaining = job.total_work - job.done
+            boundary = job.next_rate_change() if self.epoch_rates else math.inf
+            step = min(remaining, boundary - job.done)
+            if rate * left < step * (1 - 1e-12):
+                job.done += rate * left
+                return None
+            if step >= remaining:
+                return seconds - left + min(left, remaining / rate)
+            left -= step / rate
+            job.done = boundary * (1 + 1e-12)  # just past the boundary: the next epoch's rate
+            rate, local, accum = self.model.rate(job, alloc)
+            job.batch_size = alloc.num_gpus * local * (accum + 1)
+            if rate <= 0:
+                return None
+
     def round(self, active: dict[str, SimJob]) -> None:
         L, t = self.L, self.t
         order = sorted(active.values(), key=lambda j: (j.arrival_time, j.name))
@@ -190,15 +213,14 @@ class _Run:
             if run_time > 0 and rate > 0:
                 job.ran(new, local, accum)
                 job.max_gpus_run = max(job.max_gpus_run, new.num_gpus)
-                remaining = job.total_work - job.done
-                if rate * run_time >= remaining * (1 - 1e-12):
-                    used = restore + min(run_time, remaining / rate)
+                ran_for = self.advance(job, new, rate, run_time)
+                if ran_for is not None:
+                    used = restore + ran_for
                     job.done = job.total_work
                     job.finish_time = t + used
                     job.attained += new.num_gpus * used
                     self.events.append((job.finish_time, job.name, "finish", ""))
                     continue
-                job.done += rate * run_time
             job.attained += new.num_gpus * L
         self.timeline.append((t, in_use, len(order)))
 
@@ -272,7 +294,7 @@ def simulate(
     rejected = _reject_infeasible(cluster, sim_jobs, on_infeasible)
     if round_length is not None and abs(L - float(policy.round_length)) > 1e-9:
         log.info("policy %s designed for %.0f s rounds runs with %.0f s rounds", policy.name, policy.round_length, L)
-    run = _Run(cluster, policy, L, sim_jobs, rejected, record, fidelity.free_moves)
+    run = _Run(cluster, policy, L, sim_jobs, rejected, record, fidelity.free_moves, fidelity.epoch_rates)
     pending = sorted((j for j in sim_jobs if j.name not in rejected), key=lambda j: (j.ready_time, j.arrival_time))
     run.t = math.ceil(pending[0].ready_time / L - 1e-9) * L if pending else 0.0
     bar = ProgressBar(f"{policy.name:>8}", progress)
