@@ -8,6 +8,7 @@ NIC (``nic="shared"``) gives them ``c1`` in all; zone ``b`` is reached at ``cz``
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pytest
@@ -116,6 +117,7 @@ def test_simulate_charges_the_formula_and_bills_cross_zone_bytes(tp) -> None:
 
 
 def test_a_gpu_type_without_calibration_uses_the_default_and_says_so(caplog) -> None:
+    caplog.set_level(logging.DEBUG, logger="heteroplan.planner.api")  # WARNING the first time per process, then DEBUG
     plan = Plan("OPT-350", 64, 2, (Stage(0, 26, (ReplicaGroup("A100-40", "us-central1-a", 1, 1),)),))
     assert "A100-40" not in SHIPPED_PLATFORMS.platforms
     sim = simulate(plan)

@@ -19,6 +19,7 @@ from heteroplan.planner.search import Searcher
 from heteroplan.planner.simulator import simulate
 
 _log = logging.getLogger(__name__)
+_WARNED_UNCALIBRATED: set[tuple[str, ...]] = set()  # GPU-type sets already warned about in this process
 
 __all__ = ["PlanResult", "PlanRequest", "plan", "plan_job", "normalize_pool", "OBJECTIVES"]
 
@@ -157,8 +158,12 @@ def plan(request: PlanRequest) -> PlanResult:
                    config=request.options.config)
     if sim.uncalibrated:
         extra["uncalibrated_gpu_types"] = list(sim.uncalibrated)
-        _log.warning("no simulator calibration for %s: planned with the uncalibrated default constants",
-                     ", ".join(sim.uncalibrated))
+        # once per process and set of types at WARNING (a sweep of plans would repeat it), then DEBUG;
+        # the result itself always names them (extra, to_dict, describe)
+        level = logging.DEBUG if sim.uncalibrated in _WARNED_UNCALIBRATED else logging.WARNING
+        _WARNED_UNCALIBRATED.add(sim.uncalibrated)
+        _log.log(level, "no simulator calibration for %s: planned with the uncalibrated default constants",
+                 ", ".join(sim.uncalibrated))
     return PlanResult(
         best.plan,
         sim.iteration_time,
