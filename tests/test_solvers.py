@@ -278,3 +278,20 @@ def test_cbc_reports_an_infeasible_model_it_crashed_on_without_preprocessing() -
     model = random_milp(5722, 3, 5)  # CBC without preprocessing exits with an error on it
     assert solve(model).status is SolveStatus.INFEASIBLE
     assert solve(model, backend="cbc", mip_gap=0).status is SolveStatus.INFEASIBLE
+
+
+def test_solver_threads_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HETEROPLAN_SOLVER_THREADS (set to 1 in sweep workers) sizes HiGHS's pool when a solve names
+    no threads; switching between it, an explicit count and HiGHS's default keeps the optimum
+    (a pool of the wrong size would fail the solve), and a bad value names the variable."""
+    m = random_milp(4, 5, 3)
+    best = solve(m, mip_gap=0).objective
+    monkeypatch.setenv("HETEROPLAN_SOLVER_THREADS", "1")
+    assert _close(solve(m, mip_gap=0).objective, best)
+    assert _close(solve(m, mip_gap=0, threads=2).objective, best)
+    monkeypatch.delenv("HETEROPLAN_SOLVER_THREADS")
+    assert _close(solve(m, mip_gap=0).objective, best)
+    for bad in ("abc", "0"):
+        monkeypatch.setenv("HETEROPLAN_SOLVER_THREADS", bad)
+        with pytest.raises(InputError, match="HETEROPLAN_SOLVER_THREADS"):
+            solve(m)

@@ -11,7 +11,7 @@ import time
 import highspy
 import numpy as np
 
-from heteroplan.errors import ModelError, SolverError
+from heteroplan.errors import InputError, ModelError, SolverError
 from heteroplan.milp import Model, Solution, SolveStatus, StandardForm, relative_gap
 from heteroplan.solvers.registry import SolveOptions
 
@@ -124,6 +124,34 @@ def build_highs(sf: StandardForm, relax: bool = False, verbose: bool = False) ->
     return h
 
 
+_scheduler_threads: int | None = None  # the size of HiGHS's per-process thread pool, once we set it
+
+
+def default_threads() -> int | None:
+    """HiGHS threads when a solve names none: ``HETEROPLAN_SOLVER_THREADS`` if set (the sweep's
+    worker processes set 1, so N workers use N cores), else ``None`` (HiGHS's own choice)."""
+    text = os.environ.get("HETEROPLAN_SOLVER_THREADS", "").strip()
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise InputError("HETEROPLAN_SOLVER_THREADS", text, "must be a positive integer") from None
+    if value < 1:
+        raise InputError("HETEROPLAN_SOLVER_THREADS", text, "must be a positive integer")
+    return value
+
+
+def _size_scheduler(threads: int | None) -> None:
+    """HiGHS keeps one thread pool per process, sized by the first solve; a different size fails
+    the run ("Not Set") unless the pool is reset first, so reset it when the size changes
+    (``None``: HiGHS's default size)."""
+    global _scheduler_threads
+    if _scheduler_threads != threads:
+        highspy.Highs.resetGlobalScheduler(True)
+        _scheduler_threads = threads
+
+
 def solve_highs(model: Model, options: SolveOptions) -> Solution:
     """Solve ``model`` with HiGHS; see :func:`heteroplan.solvers.solve` for the options."""
     relax = options.relax
@@ -136,11 +164,10 @@ def solve_highs(model: Model, options: SolveOptions) -> Solution:
     if options.algorithm == "ipm-interior":  # presolve would fix columns at bounds (a vertex)
         h.setOptionValue("run_crossover", "off")
         h.setOptionValue("presolve", "off")
-    if options.threads is not None:
-        # HiGHS keeps one thread pool per process, sized by the first solve; a different
-        # size fails the run ("Not Set") unless the pool is reset first.
-        highspy.Highs.resetGlobalScheduler(True)
-        h.setOptionValue("threads", int(options.threads))
+    threads = options.threads if options.threads is not None else default_threads()
+    _size_scheduler(threads)
+    if threads is not None:
+        h.setOptionValue("threads", int(threads))
     if options.warm_start:
         sol = highspy.HighsSolution()
         sol.col_value = model.pack(options.warm_start).tolist()
