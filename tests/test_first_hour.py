@@ -72,6 +72,31 @@ def test_simulate_keeps_finished_policies_when_interrupted(tmp_path: Path, signu
     assert "fifo" in stdout  # the table of what finished is still printed
 
 
+def test_signal_inside_an_extension_import_still_counts_as_interrupted(tmp_path: Path, monkeypatch) -> None:
+    """A SIGTERM landing while highspy's C module initialises surfaces as ``ImportError:
+    initialization failed`` (seen in CI); the command must still stop as interrupted, keep
+    the finished policy and exit 128 + SIGTERM, not die with a traceback."""
+    from heteroplan.cli import main
+    from heteroplan.commands import simulate as command
+    from heteroplan.policies.registry import make_policy
+
+    def make(name: str, **options):
+        if name == "sia":  # what pybind11 does with an exception raised during module init
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+            except command.Interrupted:
+                raise ImportError("initialization failed") from None
+        return make_policy(name, **options)
+
+    monkeypatch.setattr(command, "make_policy", make)
+    out = tmp_path / "out"
+    code = main(["simulate", "--workload", "saturn/workload-1", "--jobs", "4", "--policy", "fifo",
+                 "--policy", "sia", "--out", str(out), "--quiet"])
+    assert code == 128 + signal.SIGTERM
+    run = json.loads((out / "run.json").read_text())
+    assert run["completed"] == ["fifo"] and run["interrupted"] == "SIGTERM"
+
+
 def test_public_names_import_lazily_from_the_package() -> None:
     code = ("import sys, heteroplan\n"
             "assert not any(m.startswith(('heteroplan.', 'numpy', 'torch')) for m in sys.modules), 'eager'\n"

@@ -210,6 +210,25 @@ def test_sigterm_keeps_finished_cells(tmp_path):
     assert [p.stem for p in (tmp_path / "cells").glob("*.json")] == [calls[0].key]
 
 
+def test_signal_swallowed_inside_a_cell_is_not_stored_as_its_failure(tmp_path):
+    """A signal inside a C extension's import comes back as ImportError; the cell must not be
+    recorded as failed (a rerun would skip it), and the sweep must still stop."""
+    calls = []
+
+    def import_interrupted_at_second(cell):
+        calls.append(cell)
+        if len(calls) == 2:
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+            except KeyboardInterrupt:
+                raise ImportError("initialization failed") from None
+        return _fake_metrics(cell)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(TINY, tmp_path, executor="inprocess", cell_fn=import_interrupted_at_second)
+    assert [p.stem for p in (tmp_path / "cells").glob("*.json")] == [calls[0].key]
+
+
 def test_failed_cell_is_recorded_and_the_rest_complete(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("name,time,application,num_replicas,batch_size\nj,0,no-such-app,1,64\n")

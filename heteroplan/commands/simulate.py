@@ -113,12 +113,24 @@ class SignalGuard:
         self._deferring = False
         self._pending: int | None = None
         self._previous: dict[int, Any] = {}
+        self.received: int | None = None
 
     def _handler(self, signum: int, frame: object) -> None:
+        self.received = self.received or signum
         if self._deferring:
             self._pending = self._pending or signum
             return
         raise Interrupted(signum)
+
+    def interruption(self, exc: BaseException) -> Interrupted | None:
+        """``exc`` as the :class:`Interrupted` it stands for, or None when no signal came.
+
+        A signal that lands inside a C extension's import (highspy, numpy) surfaces as that
+        import's ``ImportError`` rather than as :class:`Interrupted`; the signal recorded by the
+        handler says what really happened."""
+        if isinstance(exc, Interrupted):
+            return exc
+        return Interrupted(self.received) if self.received is not None else None
 
     def __enter__(self) -> SignalGuard:
         try:
@@ -162,12 +174,14 @@ def run(args: argparse.Namespace) -> int:
                 if out is not None:
                     with guard.deferred():  # the files of one result are written all or none
                         write_result(out, result, results, meta, pending=policies[len(results):])
-        except Interrupted as exc:
-            stopped = exc
+        except BaseException as exc:
+            stopped = guard.interruption(exc)
+            if stopped is None:
+                raise
             partial = getattr(exc, "result", None)
             if out is not None and partial is not None:  # the policy that was running: what it had done
                 write_json_atomic(out / f"{partial.policy}.partial.json",
-                                  {"meta": meta | {"interrupted": str(exc)}, "result": partial.to_dict()}, default=float)
+                                  {"meta": meta | {"interrupted": str(stopped)}, "result": partial.to_dict()}, default=float)
     if args.json:
         print(json.dumps([r.summary() for r in results], indent=1, default=float))
     elif results:

@@ -82,8 +82,17 @@ def _as_spec(sweep: SweepSpec | Mapping[str, Any] | str | Path) -> SweepSpec:
     return load_sweep(sweep)
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+class _SignalRecorder:
+    """Raises ``KeyboardInterrupt`` on SIGINT/SIGTERM and remembers that one came: a signal
+    landing inside a C extension's import surfaces as that import's ``ImportError``, and a
+    serial cell that failed that way must not be stored as a failed cell."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.received = self.received or signum
+        raise KeyboardInterrupt(f"signal {signum}")
 
 
 def run_sweep(
@@ -128,12 +137,17 @@ def run_sweep(
     bar = tqdm(total=len(todo), desc=spec.name, unit="cell", disable=not (sys.stderr.isatty() if progress is None
                                                                           else progress))
     in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt) if in_main else None
+    recorder = _SignalRecorder()
+    previous = {s: signal.signal(s, recorder) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
     t0 = time.perf_counter()
     records = ex.run(functools.partial(execute_cell, fn=cell_fn), todo)
     try:
         for record in records:
+            if recorder.received is not None and record["status"] != "ok":
+                raise KeyboardInterrupt  # a signal swallowed inside the cell: not the cell's failure
             store.write(record)
+            if recorder.received is not None:
+                raise KeyboardInterrupt
             if record["status"] == "ok":
                 report.computed += 1
             else:
@@ -145,8 +159,8 @@ def run_sweep(
     finally:
         records.close()  # type: ignore[attr-defined]
         bar.close()
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         report.wall_s = time.perf_counter() - t0
         report.workers = int(getattr(ex, "workers", report.workers))
         _write_results(report, plots)
