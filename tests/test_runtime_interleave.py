@@ -81,9 +81,13 @@ def test_each_plan_gets_its_own_times() -> None:
     times = measure_interleaved(plans, task, rounds=3, iterations=2, progress=lines.append)
     assert {n: len(t) for n, t in times.items()} == {n: 6 for n in plans}
     assert len(lines) == 3 and lines[-1].startswith("round 3/3")
-    low = {"mbs 1": 8, "mbs 4": 2, "DP 2, mbs 4": 1, "PP 2, mbs 2": 4}  # sleeps on the critical path
-    for name, t in median_times(times).items():
-        assert low[name] * SLEEP_S <= t <= low[name] * SLEEP_S + 0.045, (name, t)
+    # Sleeps on each plan's critical path. ``time.sleep`` never returns early, so every timed
+    # iteration of a plan lasts at least its sleeps, however loaded the machine: only a lower bound
+    # is asserted (no timing-dependent upper bound). Times credited to the wrong plan break it: the
+    # 1- and 2-sleep plans' iterations are far shorter than the 8-sleep plan's 80 ms.
+    low = {"mbs 1": 8, "mbs 4": 2, "DP 2, mbs 4": 1, "PP 2, mbs 2": 4}
+    for name, samples in times.items():
+        assert min(samples) >= low[name] * SLEEP_S, (name, samples)
 
 
 def test_a_failing_plan_stops_the_measurement_with_its_error() -> None:
