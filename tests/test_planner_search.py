@@ -79,7 +79,7 @@ CASES = [
 @pytest.mark.parametrize("objective,pool,budget,floor,mbs,max_pp", CASES)
 def test_search_equals_exhaustive_enumeration(objective, pool, budget, floor, mbs, max_pp):
     plan, sim = brute_force(OPT, 64, pool, CATALOG, objective, budget, floor, max_pp=max_pp, microbatch_sizes=mbs)
-    exact = SearchOptions(max_pp=max_pp, microbatch_sizes=mbs, prune=False)
+    exact = SearchOptions(max_pp=max_pp, microbatch_sizes=mbs, prune=False, mixed_stages=False)
     res = plan_job("OPT-350", 64, pool, objective, budget, floor, options=exact)
     pruned = plan_job("OPT-350", 64, pool, objective, budget, floor, options=replace(exact, prune=True))
     if objective == "throughput":
@@ -103,7 +103,7 @@ def test_search_equals_exhaustive_enumeration(objective, pool, budget, floor, mb
     mbs=st.sampled_from([2, 4, 8]),
 )
 def test_unpruned_search_equals_enumeration_on_random_pools(pool, objective, mbs):
-    opts = SearchOptions(max_pp=2, microbatch_sizes=(mbs,), prune=False)
+    opts = SearchOptions(max_pp=2, microbatch_sizes=(mbs,), prune=False, mixed_stages=False)
     try:
         plan, sim = brute_force(OPT, 32, pool, CATALOG, objective, max_pp=2, microbatch_sizes=(mbs,))
     except InfeasibleError:

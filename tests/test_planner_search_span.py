@@ -47,7 +47,7 @@ SPAN_CASES = [
 @pytest.mark.parametrize("objective,pool,budget,floor,mbs,max_pp", SPAN_CASES)
 def test_search_with_zone_spanning_equals_exhaustive_enumeration(objective, pool, budget, floor, mbs, max_pp):
     plan, sim = brute_force(OPT, 64, pool, CATALOG, objective, budget, floor, max_pp=max_pp, microbatch_sizes=mbs)
-    opts = SearchOptions(max_pp=max_pp, microbatch_sizes=mbs, prune=False)
+    opts = SearchOptions(max_pp=max_pp, microbatch_sizes=mbs, prune=False, mixed_stages=False)
     res = plan_job("OPT-350", 64, pool, objective, budget, floor, options=opts)
     got, want = (
         (res.iteration_time, sim.iteration_time) if objective == "throughput" else (res.cost_per_iteration, sim.cost_per_iteration)

@@ -39,6 +39,9 @@ class SearchOptions:
         max_blocks: 1 = homogeneous pipelines only, 2 = two (type, zone) blocks.
         span_zones: also homogeneous pipelines whose data-parallel replicas span zones of one
             GPU type (the all-reduce ring crosses the zone links; priced in time and egress).
+        mixed_stages: also plans whose stages mix two pipeline kinds (e.g. A100 and V100 replicas
+            in one stage, faster replicas running more microbatches; :mod:`heteroplan.planner.mixed_stages`).
+            Exact scan without pruning; with pruning, kinds added on the GPUs the best plan leaves idle.
         microbatch_sizes: restrict the microbatch sizes (default: all profiled).
         prune: apply Sailor's pruning (False scans the whole space; slower).
         patience: dp / pp values without improvement before the scan stops.
@@ -52,6 +55,7 @@ class SearchOptions:
     max_pp: int | None = None
     max_blocks: int = 2
     span_zones: bool = True
+    mixed_stages: bool = True
     microbatch_sizes: tuple[int, ...] | None = None
     prune: bool = True
     patience: int = 2

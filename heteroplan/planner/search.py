@@ -35,6 +35,7 @@ import numpy as np
 
 from heteroplan.errors import InfeasibleError
 from heteroplan.planner.comm import allreduce_s, pipeline_bytes, pipeline_send_s
+from heteroplan.planner.mixed_scan import scan_mixed
 from heteroplan.planner.plan import PipelineBlock, Plan, ReplicaGroup, Stage
 from heteroplan.planner.request import PlanRequest, SearchOptions
 from heteroplan.planner.sim_config import as_platforms
@@ -142,6 +143,14 @@ class Searcher:
             self._sync[key] = (y, egress)
         return self._sync[key]
 
+    def send_s(self, blk: PipelineBlock, nxt: PipelineBlock, mbs: int) -> np.ndarray:
+        """``(L+1,)`` seconds to hand one activation from ``blk`` to ``nxt`` when the stage ends at layer ``b``."""
+        key = (blk.pool, nxt.pool, blk.tp, mbs)
+        if key not in self._comm:
+            tab = self.table(blk.pool[0], blk.tp, mbs)
+            self._comm[key] = pipeline_send_s(self.network, blk.pool, nxt.pool, blk.tp, tab.out_bytes, self.cfg.for_gpu(blk.pool[0]))
+        return self._comm[key]
+
     # ---------------------------------------------------------- evaluate
     def lower_bound(self, blocks: list[PipelineBlock], mbs: int, dp: int) -> tuple[float, float]:
         """Lower bounds (iteration time s, $/iteration) of any split of this layout.
@@ -181,12 +190,7 @@ class Searcher:
             tab = self.table(blk.pool[0], blk.tp, mbs)
             if s + 1 < pp:
                 nxt = stages[s + 1]
-                ckey = (blk.pool, nxt.pool, blk.tp, mbs)
-                if ckey not in self._comm:
-                    self._comm[ckey] = pipeline_send_s(
-                        self.network, blk.pool, nxt.pool, blk.tp, tab.out_bytes, self.cfg.for_gpu(blk.pool[0])
-                    )
-                c_out = self._comm[ckey]
+                c_out = self.send_s(blk, nxt, mbs)
                 egress = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
                 egress_t = 2 * pipeline_bytes(tab.out_bytes, blk.tp, self.cfg.for_gpu(blk.pool[0])) * M * dp / 1e9 * egress / rate if egress and rate > 0 else 0.0
             else:
@@ -430,6 +434,8 @@ class Searcher:
             self._seed()
         for blocks in passes:
             self._scan(blocks)
+        if self.options.mixed_stages and max(self.cfg.for_gpu(t).straggler_cv for t, _ in self.pool) == 0:
+            scan_mixed(self)
         stats = {"search_time": time.perf_counter() - t0, "evaluated": self.evaluated, "skipped": self.skipped}
         if self._incumbent is None:
             raise InfeasibleError(self._reason())
