@@ -1,6 +1,6 @@
 """Exhaustive enumeration of the search's plan space — the oracle the DP search is tested against.
 
-Every microbatch size, data-parallel degree, pipeline depth, one- or two-block layout over
+Every microbatch size, data-parallel degree, pipeline depth, layout of up to ``max_blocks`` blocks over
 every (type, zone) pool and TP degree, every homogeneous pipeline whose replicas span a set of
 two or more zones of one type (``span_zones``; replicas placed by
 :func:`~heteroplan.planner.search.spread_replicas`), and every contiguous layer split is built as a
@@ -88,12 +88,20 @@ Kind = tuple[tuple[tuple[str, str], int, int], ...]  # ((pool, tp, stages), ...)
 
 
 def _kinds(pools: list[tuple[str, str]], tps, mbs: int, pp: int, max_blocks: int) -> list[Kind]:
-    """Every one- and two-block pipeline of ``pp`` stages (capacity not checked)."""
+    """Every pipeline of ``pp`` stages in up to ``max_blocks`` (<= 3) blocks whose neighbouring
+    pools differ (capacity not checked)."""
     out: list[Kind] = [((p, tp, pp),) for p in pools for tp in tps(p[0], mbs)]
     if max_blocks >= 2:
         for a, b in itertools.permutations(pools, 2):
             for n1 in range(1, pp):
                 out += [((a, ta, n1), (b, tb, pp - n1)) for ta in tps(a[0], mbs) for tb in tps(b[0], mbs)]
+    if max_blocks >= 3:
+        for a, b, c in itertools.product(pools, repeat=3):
+            if a == b or b == c:
+                continue
+            for n1, n2 in ((i, j) for i in range(1, pp - 1) for j in range(1, pp - i)):
+                out += [((a, ta, n1), (b, tb, n2), (c, tc, pp - n1 - n2))
+                        for ta in tps(a[0], mbs) for tb in tps(b[0], mbs) for tc in tps(c[0], mbs)]
     return out
 
 
@@ -135,7 +143,7 @@ def enumerate_mixed_plans(
     for mbs in (m for m in mbs_all if gbs % m == 0):
         M = gbs // mbs
         for pp in range(1, min(max_pp, L) + 1):
-            kinds = _kinds(pools, tps, mbs, pp, max_blocks)
+            kinds = _kinds(pools, tps, mbs, pp, min(max_blocks, 2))
             for k1, k2 in itertools.combinations(kinds, 2):
                 for dp in range(2, min(M, total) + 1):
                     for d1 in range(1, dp):

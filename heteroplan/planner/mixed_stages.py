@@ -97,34 +97,41 @@ def _pipeline_parts(searcher: Searcher, kind: Kind, mbs: int, bnd: np.ndarray) -
     return step, fixed, egress, mem0, mem1
 
 
-def _ring(searcher: Searcher, h1: PipelineBlock, d1: int, h2: PipelineBlock, d2: int, mbs: int, bnd: np.ndarray, s: int):
-    """(seconds of all-reduce + update, egress $) per split of stage ``s`` whose replicas are ``d1``
-    on ``h1`` then ``d2`` on ``h2`` (the ring as ``simulate`` walks it)."""
-    a, b = bnd[:, s], bnd[:, s + 1]
-    D = d1 + d2
-    cfgs = [searcher.cfg.for_gpu(h1.pool[0]), searcher.cfg.for_gpu(h2.pool[0])]
-    ring_cfg = max(cfgs, key=lambda c: c.allreduce_latency_s)
-    tp = min(h1.tp, h2.tp)
-    params = searcher.profile.size_prefix(tp)[0]
-    grad = ring_cfg.grad_bytes_per_param * (params[b] - params[a])
+def _ring(searcher: Searcher, h1: PipelineBlock, d1: int, h2: PipelineBlock, d2: int, mbs: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(L+1, L+1)`` matrices by layer range of a stage whose replicas are ``d1`` on ``h1`` then
+    ``d2`` on ``h2``: seconds of all-reduce + update, and the ring's egress $ (the ring as
+    ``simulate`` walks it). Cached on the searcher."""
     ends = [h1.pool] * d1 + [h2.pool] * d2
     edges = list(zip(ends, ends[1:] + ends[:1], strict=True))
     links = set(edges)
-    ar = allreduce_s(searcher.network, links, tp, D, grad, ring_cfg)
-    update = np.maximum(searcher.table(h1.pool[0], h1.tp, mbs).update[a, b], searcher.table(h2.pool[0], h2.tp, mbs).update[a, b])
-    egress = np.zeros(len(bnd))
-    for x, y in links:
-        price = searcher.network.egress_per_gb(x[1], y[1])
-        if price:
-            egress += 2 * (D - 1) / D * grad * tp * edges.count((x, y)) / 1e9 * price
-    return ar + update, egress
+    key = ("mixed", h1.pool, h1.tp, h2.pool, h2.tp, d1 + d2, frozenset((e, edges.count(e)) for e in links), mbs)
+    if key not in searcher._sync:
+        D = d1 + d2
+        cfgs = [searcher.cfg.for_gpu(h1.pool[0]), searcher.cfg.for_gpu(h2.pool[0])]
+        ring_cfg = max(cfgs, key=lambda c: c.allreduce_latency_s)
+        tp = min(h1.tp, h2.tp)
+        params = searcher.profile.size_prefix(tp)[0]
+        grad = ring_cfg.grad_bytes_per_param * (params[None, :] - params[:, None])
+        finite = np.triu(np.ones(grad.shape, dtype=bool), 1)
+        grad = np.where(finite, grad, 1.0)
+        ar = allreduce_s(searcher.network, links, tp, D, grad, ring_cfg)
+        update = np.maximum(searcher.table(h1.pool[0], h1.tp, mbs).update, searcher.table(h2.pool[0], h2.tp, mbs).update)
+        egress = np.zeros(grad.shape)
+        for x, y in links:
+            price = searcher.network.egress_per_gb(x[1], y[1])
+            if price:
+                egress += 2 * (D - 1) / D * grad * tp * edges.count((x, y)) / 1e9 * price
+        searcher._sync[key] = (np.where(finite, ar + update, np.inf), egress)
+    return searcher._sync[key]
 
 
 def evaluate_mixed(
-    searcher: Searcher, kinds: tuple[Kind, Kind], counts: tuple[int, int], mbs: int, bnd: np.ndarray
+    searcher: Searcher, kinds: tuple[Kind, Kind], counts: tuple[int, int], mbs: int, bnd: np.ndarray,
+    incumbent: Candidate | None = None,
 ) -> Candidate | None:
     """Best of the splits ``bnd`` (K, pp+1) for ``counts[c]`` replicas of ``kinds[c]``; None if no
-    split fits memory or meets the budget / throughput floor. Assumes no rank speed noise."""
+    split fits memory, meets the budget / throughput floor and beats ``incumbent``. Assumes no
+    rank speed noise."""
     from heteroplan.planner.search import Candidate
 
     d1, d2 = counts
@@ -148,9 +155,10 @@ def evaluate_mixed(
     sync = np.zeros(len(bnd))
     egress = eg1 * big1 + eg2 * big2
     for s in range(pp):
-        y, e = _ring(searcher, hw1[s], d1, hw2[s], d2, mbs, bnd, s)
-        sync = np.maximum(sync, y)
-        egress = egress + e
+        y, e = _ring(searcher, hw1[s], d1, hw2[s], d2, mbs)
+        a, b = bnd[:, s], bnd[:, s + 1]
+        sync = np.maximum(sync, y[a, b])
+        egress = egress + e[a, b]
     t_iter = pipe + sync
     cost = mixed_rate(searcher, kinds, counts) * t_iter + egress
     if searcher.objective == "throughput":
@@ -162,7 +170,9 @@ def evaluate_mixed(
             ok &= 1.0 / t_iter >= searcher.min_throughput * (1 - 1e-12)
         order = np.lexsort((t_iter, np.where(ok, cost, np.inf)))
     k = int(order[0])
-    if not ok[k]:
+    t, c = float(t_iter[k]), float(cost[k])
+    key = (t, c) if searcher.objective == "throughput" else (c, t)
+    if not ok[k] or (incumbent is not None and key >= incumbent.key):
         return None
     bounds = bnd[k]
     stages = tuple(
@@ -171,7 +181,5 @@ def evaluate_mixed(
     micro = class_microbatches(counts, (int(big1[k]), int(big2[k])))
     plan = Plan(searcher.profile.name, searcher.gbs, mbs, stages, micro)
     mems = tuple(float(max(mem1[s, k], mem2[s, k])) for s in range(pp))
-    t, c = float(t_iter[k]), float(cost[k])
-    key = (t, c) if searcher.objective == "throughput" else (c, t)
     return Candidate(key, t, c, mems, plan)
 

@@ -36,7 +36,9 @@ class SearchOptions:
 
     Attributes:
         max_pp: deepest pipeline tried (default: min(layers, 16)).
-        max_blocks: 1 = homogeneous pipelines only, 2 = two (type, zone) blocks.
+        max_blocks: (type, zone) blocks per pipeline: 1 = homogeneous pipelines only, 2, or 3
+            (three-block pipelines: with pruning, over three distinct pools, one chain per
+            sequence of GPU types).
         span_zones: also homogeneous pipelines whose data-parallel replicas span zones of one
             GPU type (the all-reduce ring crosses the zone links; priced in time and egress).
         mixed_stages: also plans whose stages mix two pipeline kinds (e.g. A100 and V100 replicas

@@ -323,7 +323,9 @@ class Searcher:
                     yield rows
             if self.options.span_zones:
                 yield from self._spread_layouts(pp, mbs, dp)
-        if max_blocks < 2 or pp < 2:
+        if max_blocks == 3 and pp >= 3:
+            yield from self._triple_layouts(pp, mbs, dp)
+        if max_blocks != 2 or pp < 2:
             return
         for a, b in self._pairs():
             for n1 in range(1, pp):
@@ -342,6 +344,50 @@ class Searcher:
                         rows.append(row)
                 if rows:
                     yield rows
+
+    def _triples(self) -> list[tuple[Pool, Pool, Pool]]:
+        """Pool chains of three-block pipelines (neighbours differ). With pruning: three distinct
+        pools, not all of one type (zone-spanning covers that), one chain per sequence of types
+        (the largest pools, then the cheapest egress)."""
+        pools = sorted(self.pool)
+        chains = [(a, b, c) for a in pools for b in pools for c in pools if a != b and b != c]
+        if not self.options.prune:
+            return chains
+        chosen: dict[tuple[str, str, str], tuple[Pool, Pool, Pool]] = {}
+        for ch in sorted(
+            (ch for ch in chains if len(set(ch)) == 3 and len({p[0] for p in ch}) > 1),
+            key=lambda ch: (
+                -min(self.pool[p] for p in ch),
+                -sum(self.pool[p] for p in ch),
+                sum(self.network.egress_per_gb(x[1], y[1]) for x, y in zip(ch, ch[1:], strict=False)),
+                ch,
+            ),
+        ):
+            chosen.setdefault(tuple(p[0] for p in ch), ch)
+        return list(chosen.values())
+
+    def _triple_layouts(self, pp: int, mbs: int, dp: int) -> Iterator[list[list[Layout]]]:
+        """Three-block pipelines: a group per (chain, stages per block), rows by the first two
+        blocks' TP, columns by the third's (TP rising)."""
+        for chain in self._triples():
+            for n1 in range(1, pp - 1):
+                for n2 in range(1, pp - n1):
+                    counts = (n1, n2, pp - n1 - n2)
+                    rows: list[list[Layout]] = []
+                    for ta in self._tps(chain[0][0], mbs):
+                        for tb in self._tps(chain[1][0], mbs):
+                            row: list[Layout] = []
+                            for tc in self._tps(chain[2][0], mbs):
+                                blocks = [PipelineBlock(p, t, n) for p, t, n in zip(chain, (ta, tb, tc), counts, strict=True)]
+                                used: dict[Pool, int] = {}
+                                for blk in blocks:
+                                    used[blk.pool] = used.get(blk.pool, 0) + blk.stages * blk.tp * dp
+                                if all(n <= self.pool[p] for p, n in used.items()):
+                                    row.append((blocks, None))
+                            if row:
+                                rows.append(row)
+                    if rows:
+                        yield rows
 
     def _spread_layouts(self, pp: int, mbs: int, dp: int) -> Iterator[list[list[Layout]]]:
         """Homogeneous pipelines whose ``dp`` replicas span two or more zones of one GPU type.
@@ -429,7 +475,7 @@ class Searcher:
         lower bounds of the heterogeneous pass prune against."""
         t0 = time.perf_counter()
         self._incumbent: Candidate | None = None
-        passes = (1, 2) if self.options.max_blocks >= 2 else (1,)
+        passes = tuple(range(1, min(self.options.max_blocks, 3) + 1))
         if self.options.prune:
             self._seed()
         for blocks in passes:
@@ -477,7 +523,7 @@ class Searcher:
             for dp in dps:
                 best_dp: Candidate | None = None
                 stale_pp = 0
-                for pp in range(1, max_pp + 1):
+                for pp in range(3 if max_blocks == 3 else 1, max_pp + 1):  # three blocks need three stages
                     if pp * dp > total or pp > self.L:
                         break
                     best_pp: Candidate | None = None
