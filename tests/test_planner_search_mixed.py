@@ -4,6 +4,7 @@ enumeration of the mixed space, and every mixed plan keeps capacity and each rep
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -110,3 +111,24 @@ def test_mixed_plans_keep_capacity_and_each_replicas_memory(pool, gbs, objective
     assert (sim.details["memory"] <= limit).all()
     assert res.extra["search_iteration_time"] == pytest.approx(sim.iteration_time, rel=1e-9)
     assert res.extra["search_cost"] == pytest.approx(sim.cost_per_iteration, rel=1e-9)
+
+
+THREE_BLOCK_CASES = [
+    # pool, gbs, mbs: the optimum is a three-block pipeline (V100, A100 in one zone, A100 in another)
+    ({(A, ZA): 1, (V, ZA): 2, (A, ZB): 1}, 16, (2,)),
+    ({(A, ZA): 1, (V, ZA): 4, (A, ZB): 2}, 32, (4,)),
+]
+
+
+@pytest.mark.parametrize("pool,gbs,mbs", THREE_BLOCK_CASES)
+def test_three_block_search_equals_exhaustive_enumeration(pool, gbs, mbs):
+    plan, sim = brute_force(OPT, gbs, pool, CATALOG, max_pp=3, microbatch_sizes=mbs, max_blocks=3)
+    assert len({(s.replicas[0].gpu_type, s.replicas[0].zone) for s in plan.stages}) == 3
+    opts = SearchOptions(max_pp=3, microbatch_sizes=mbs, max_blocks=3, mixed_stages=False)
+    exact = plan_job("OPT-350", gbs, pool, options=replace(opts, prune=False))
+    assert exact.iteration_time == pytest.approx(sim.iteration_time, rel=1e-9)
+    assert exact.extra["search_iteration_time"] == pytest.approx(exact.iteration_time, rel=1e-9)
+    # the pruned search finds three blocks too, and they beat every two-block plan
+    pruned = plan_job("OPT-350", gbs, pool, options=opts)
+    two = plan_job("OPT-350", gbs, pool, options=replace(opts, max_blocks=2))
+    assert pruned.iteration_time < two.iteration_time

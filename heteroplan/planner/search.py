@@ -515,17 +515,24 @@ class Searcher:
         total = sum(self.pool.values())
         max_pp = self.options.max_pp or min(self.L, 16)
         patience = self.options.patience if self.options.prune else math.inf
+        inc = self._incumbent
+        near = max_blocks == 3 and self.options.prune and inc is not None
         for mbs in self._microbatch_sizes():
+            if near and mbs != inc.plan.microbatch_size:
+                continue  # three blocks, pruned: around the best plan's microbatch and dp only
             per = self.gbs // mbs
             dps = [d for d in range(1, min(per, total) + 1) if per % d == 0]
+            if near:
+                dps = [d for d in dps if inc.plan.dp // 2 <= d <= 2 * inc.plan.dp]
             best: Candidate | None = None  # best of this mbs: drives the patience counters
             stale_dp = 0
             for dp in dps:
                 best_dp: Candidate | None = None
                 stale_pp = 0
-                for pp in range(3 if max_blocks == 3 else 1, max_pp + 1):  # three blocks need three stages
+                for pp in range(max(3, inc.plan.pp - 1) if near else 3 if max_blocks == 3 else 1, max_pp + 1):
                     if pp * dp > total or pp > self.L:
                         break
+                    before = self._incumbent
                     best_pp: Candidate | None = None
                     for rows in self._layouts(pp, mbs, dp, max_blocks):
                         local = min((c for c in (best_dp, best_pp) if c is not None), default=None)
@@ -533,7 +540,11 @@ class Searcher:
                         self._offer(cand)
                         if cand is not None and (best_pp is None or cand < best_pp):
                             best_pp = cand
-                    if best_pp is not None and (best_dp is None or best_pp < best_dp):
+                    if near and best_pp is not None and not (before is None or best_pp < before):
+                        best_dp, stale_pp = min(best_pp, best_dp or best_pp), stale_pp + 1  # must beat the best plan
+                        if stale_pp >= patience:
+                            break
+                    elif best_pp is not None and (best_dp is None or best_pp < best_dp):
                         best_dp, stale_pp = best_pp, 0
                     elif best_dp is not None or self._incumbent is not None:
                         stale_pp += 1
