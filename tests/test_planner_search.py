@@ -16,7 +16,7 @@ from heteroplan.perf.sailor_profiles import load_model_profile
 from heteroplan.planner import SearchOptions, plan_job, simulate
 from heteroplan.planner.brute_force import brute_force
 from heteroplan.planner.simulator import gpu_catalog
-from heteroplan.planner.split_dp import best_split
+from heteroplan.planner.split_dp import _min_max_batch, best_split
 
 A, V = "A100-40", "V100-16"
 ZA, ZB, ZW = "us-central1-a", "us-central1-b", "us-west1-b"
@@ -64,6 +64,33 @@ def test_split_dp_is_exact_on_random_instances():
                 assert kept is not None and kept.objective == pytest.approx(expected, rel=1e-12)
                 assert best_split(sig, w, y, M, max_dp_calls=None, cutoff=expected * (1 - 1e-9) - 1e-12,
                                   enumerate_up_to=enumerate_up_to) is None
+
+
+def test_least_max_sync_under_a_bottleneck_equals_enumeration():
+    """The bound that prunes (bottleneck, sync) threshold pairs: min over splits with every
+    sigma <= B of max y, batched over B (inf where no split meets B)."""
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        S = int(rng.integers(1, 4))
+        L = int(rng.integers(S, 8))
+        n = L + 1
+        sig, y = rng.random((S, n, n)), rng.random((S, n, n))
+        allowed = np.ones((S, n, n), dtype=bool)
+        for s in range(S):
+            allowed[s][np.tril_indices(n)] = False
+        allowed[0][1:, :] = False
+        allowed[S - 1][:, :L] = False
+        sig, y = np.where(allowed, sig, np.inf), np.where(allowed, y, np.inf)
+        thresholds = np.sort(rng.random(5))
+        want = []
+        for B in thresholds:
+            best = np.inf
+            for cuts in itertools.combinations(range(1, L), S - 1):
+                b = (0, *cuts, L)
+                if all(sig[s, b[s], b[s + 1]] <= B for s in range(S)):
+                    best = min(best, max(y[s, b[s], b[s + 1]] for s in range(S)))
+            want.append(best)
+        assert _min_max_batch(y, sig, thresholds) == pytest.approx(np.array(want))
 
 
 # --------------------------------------------------------- search vs oracle

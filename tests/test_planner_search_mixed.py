@@ -15,7 +15,12 @@ from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_profiles import load_model_profile
 from heteroplan.planner import SearchOptions, plan_job, simulate
 from heteroplan.planner.brute_force import brute_force
-from heteroplan.planner.microbatches import class_microbatches, finish_s, two_class_totals, water_fill
+from heteroplan.planner.microbatches import (
+    class_microbatches,
+    finish_s,
+    two_class_totals,
+    water_fill,
+)
 from heteroplan.planner.simulator import gpu_catalog
 
 A, V = "A100-40", "V100-16"
