@@ -44,6 +44,7 @@ class SearchOptions:
         mixed_stages: also plans whose stages mix two pipeline kinds (e.g. A100 and V100 replicas
             in one stage, faster replicas running more microbatches; :mod:`heteroplan.planner.mixed_stages`).
             Exact scan without pruning; with pruning, kinds added on the GPUs the best plan leaves idle.
+            Needs ``max_blocks >= 2`` (``max_blocks=1`` asks for one (type, zone) per plan).
         microbatch_sizes: restrict the microbatch sizes (default: all profiled).
         prune: apply Sailor's pruning (False scans the whole space; slower).
         patience: dp / pp values without improvement before the scan stops.

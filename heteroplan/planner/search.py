@@ -104,7 +104,7 @@ class Searcher:
         self.evaluated = 0
         self.skipped = 0
         self._comm: dict[tuple, np.ndarray] = {}
-        self._links: dict[tuple, np.ndarray] = {}
+        self._links: dict[tuple, float] = {}
         self.why: dict[str, float] = {}
 
     # ------------------------------------------------------------- tables
@@ -418,12 +418,16 @@ class Searcher:
         """(seconds of the ring's slowest link for the whole model's gradient, egress $/GB summed
         over the ring's edges): how good a zone-spanning ring is, for choosing among zone sets."""
         links = ring_links(gpu, spread)
-        key = (gpu, spread, tp, mbs)
+        return max(self._link_s(link, tp, mbs) for link in links), sum(self.network.egress_per_gb(a[1], b[1]) for a, b in links)
+
+    def _link_s(self, link: tuple[Pool, Pool], tp: int, mbs: int) -> float:
+        """Seconds of a two-replica all-reduce of the whole model's gradient over ``link`` (cached per link)."""
+        key = (link, tp, mbs)
         if key not in self._links:
+            gpu = link[0][0]
             whole = float(self.table(gpu, tp, mbs).grad_bytes[0, self.L])
-            self._links[key] = np.asarray(max(
-                float(allreduce_s(self.network, {link}, tp, 2, whole, self.cfg.for_gpu(gpu))) for link in links))
-        return float(self._links[key]), sum(self.network.egress_per_gb(a[1], b[1]) for a, b in links)
+            self._links[key] = float(allreduce_s(self.network, {link}, tp, 2, whole, self.cfg.for_gpu(gpu)))
+        return self._links[key]
 
     def _scan_group(
         self, rows: list[list[Layout]], mbs: int, dp: int, incumbent: Candidate | None, local: Candidate | None = None
@@ -480,7 +484,7 @@ class Searcher:
             self._seed()
         for blocks in passes:
             self._scan(blocks)
-        if self.options.mixed_stages and max(self.cfg.for_gpu(t).straggler_cv for t, _ in self.pool) == 0:
+        if self.options.mixed_stages and self.options.max_blocks >= 2 and max(self.cfg.for_gpu(t).straggler_cv for t, _ in self.pool) == 0:
             scan_mixed(self)
         stats = {"search_time": time.perf_counter() - t0, "evaluated": self.evaluated, "skipped": self.skipped}
         if self._incumbent is None:

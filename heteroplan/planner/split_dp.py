@@ -249,7 +249,7 @@ def best_split(
         base = lb_b + w_b
         # the least max y of any split under bottleneck B: pairs (B, Y) with Y below it hold no
         # split (one batched min-max DP per B instead of a min-sum DP per such pair)
-        open_b = np.flatnonzero(np.isfinite(base) & (base + y_star < best[0]))
+        open_b = np.flatnonzero(np.isfinite(base) & (base + y_star < best[0]) & (y_b > y_star))
         y_min = np.full(len(b_cands), np.inf)
         if len(open_b) and weight > 0:
             y_min[open_b] = _min_max_batch(yy, sig, b_cands[open_b])
