@@ -64,8 +64,8 @@ SCENARIOS = [
     ("GPT-Neo-2.7 max thr, <= 1.2 $/iter", "GPT-Neo-2.7", GCP, {"budget": 1.2}, None, False),
     ("GPT-Neo-2.7 min cost, >= 0.1 iter/s", "GPT-Neo-2.7", GCP, {"objective": "cost", "min_throughput": 0.1}, None, False),
     # three (type, zone) blocks pay: 96 V100 and 32 A100 in one zone, 32 more A100 in another
-    ("GPT-Neo-2.7 A100 32+32 (2 zones) + V100 96, 3 blocks", "GPT-Neo-2.7", THREE_POOLS, {"max_blocks": 3}, None, False),
-    ("GPT-Neo-2.7 A100 32+32 (2 zones) + V100 96, 2 blocks", "GPT-Neo-2.7", THREE_POOLS, {}, None, False),
+    ("GPT-Neo-2.7 A100 32+32 (2 zones) + V100 96", "GPT-Neo-2.7", THREE_POOLS, {}, None, False),
+    ("GPT-Neo-2.7 A100 32+32 (2 zones) + V100 96, 2 blocks", "GPT-Neo-2.7", THREE_POOLS, {"max_blocks": 2}, None, False),
 ]
 
 
@@ -186,7 +186,7 @@ def main() -> None:
     for name, model, pool, kw, published, baselines in SCENARIOS:
         kw = dict(kw)
         gbs = kw.pop("gbs", GBS[model])
-        blocks = kw.pop("max_blocks", 2)
+        blocks = kw.pop("max_blocks", SearchOptions.max_blocks)
         row = {"scenario": name, "gbs": gbs}
         for label, opts in (("", SearchOptions(max_blocks=blocks)), ("milp_", SearchOptions(max_blocks=blocks, narrow_with_milp=True))):
             try:

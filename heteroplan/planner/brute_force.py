@@ -39,7 +39,7 @@ def enumerate_plans(
     gpu_types: Mapping[str, GPUType],
     max_pp: int,
     microbatch_sizes: tuple[int, ...] | None = None,
-    max_blocks: int = 2,
+    max_blocks: int = 3,
     span_zones: bool = True,
 ) -> Iterator[Plan]:
     """Every plan of the search space that respects GPU counts (memory is not checked here)."""
@@ -121,7 +121,7 @@ def enumerate_mixed_plans(
     gpu_types: Mapping[str, GPUType],
     max_pp: int,
     microbatch_sizes: tuple[int, ...] | None = None,
-    max_blocks: int = 2,
+    max_blocks: int = 3,
     *,
     network: NetworkModel | None = None,
     config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS,
@@ -185,7 +185,7 @@ def brute_force(
     *,
     max_pp: int = 2,
     microbatch_sizes: tuple[int, ...] | None = None,
-    max_blocks: int = 2,
+    max_blocks: int = 3,
     span_zones: bool = True,
     mixed: bool = False,
     network: NetworkModel | None = None,

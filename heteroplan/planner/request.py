@@ -38,7 +38,7 @@ class SearchOptions:
         max_pp: deepest pipeline tried (default: min(layers, 16)).
         max_blocks: (type, zone) blocks per pipeline: 1 = homogeneous pipelines only, 2, or 3
             (three-block pipelines: with pruning, over three distinct pools, one chain per
-            sequence of GPU types).
+            sequence of GPU types, around the best plan's microbatch size and ``dp``).
         span_zones: also homogeneous pipelines whose data-parallel replicas span zones of one
             GPU type (the all-reduce ring crosses the zone links; priced in time and egress).
         mixed_stages: also plans whose stages mix two pipeline kinds (e.g. A100 and V100 replicas
@@ -56,7 +56,7 @@ class SearchOptions:
     """
 
     max_pp: int | None = None
-    max_blocks: int = 2
+    max_blocks: int = 3
     span_zones: bool = True
     mixed_stages: bool = True
     microbatch_sizes: tuple[int, ...] | None = None

@@ -527,7 +527,7 @@ class Searcher:
             per = self.gbs // mbs
             dps = [d for d in range(1, min(per, total) + 1) if per % d == 0]
             if near:
-                dps = [d for d in dps if inc.plan.dp // 2 <= d <= 2 * inc.plan.dp]
+                dps = [d for d in dps if d in (inc.plan.dp, 2 * inc.plan.dp)]
             best: Candidate | None = None  # best of this mbs: drives the patience counters
             stale_dp = 0
             for dp in dps:
