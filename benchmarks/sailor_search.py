@@ -14,7 +14,8 @@ ours must be at least as good (iter/s for throughput, $/iteration for cost) and 
 zone's GPUs. ``sailor_cpp_s`` is Sailor's C++ planner's search time on the same pool (timed on
 this machine, issue 19; its 5-8 s one-time precompute not counted).
 
-``--scaling`` times the search alone over pools of growing GPUs, zones and GPU types.
+``--scaling`` times the search alone over pools of growing GPUs, zones and GPU types: wall time
+and the process's CPU time (on a shared machine the CPU seconds are what an idle core would take).
 
     python benchmarks/sailor_search.py [--repeats 3] [--no-baselines] [--scaling]
 """
@@ -140,14 +141,16 @@ def scaling(repeats: int) -> list[dict]:
         cases.append(("GPT-Neo-2.7", 2048, {(A, Z): total // 4, (V, Z): 3 * total // 4}, f"A100+V100 {total // 4}-{3 * total // 4}"))
     rows = []
     for model, gbs, pool, label in cases:
-        times = []
+        times, cpu = [], []
         for _ in range(repeats):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             res = plan_job(model, gbs, pool)
             times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
         row = {"model": model, "pool": label, "gpus": sum(pool.values()), "zones": len({z for _, z in pool}),
                "types": len({g for g, _ in pool}), "search_s": statistics.median(times),
-               "spread_s": f"{min(times):.3f}-{max(times):.3f}", "search_only_s": res.search_time,
+               "spread_s": f"{min(times):.3f}-{max(times):.3f}", "cpu_s": statistics.median(cpu),
+               "cpu_spread_s": f"{min(cpu):.3f}-{max(cpu):.3f}", "search_only_s": res.search_time,
                "layouts": res.evaluated, "iter_s": res.throughput, "plan": shape(res),
                "sailor_cpp_s": SAILOR_CPP_SCALING.get(label), "max_GPUs_over_zone": over_capacity(res, pool)}
         rows.append(row)
@@ -230,7 +233,8 @@ def main() -> None:
         print()
         scale = scaling(args.repeats)
         print()
-        print_table(scale, ["model", "pool", "gpus", "zones", "types", "search_s", "spread_s", "sailor_cpp_s", "layouts", "iter_s",
+        print_table(scale, ["model", "pool", "gpus", "zones", "types", "search_s", "spread_s", "cpu_s", "cpu_spread_s",
+                            "sailor_cpp_s", "layouts", "iter_s",
                             "max_GPUs_over_zone"])
         write_json("sailor_search_scaling", scale)
 
