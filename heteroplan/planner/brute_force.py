@@ -11,7 +11,7 @@ code path from the search's matrices). Exponential in the pipeline depth: small 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 
 from heteroplan.cluster import GPUType
@@ -32,6 +32,21 @@ from heteroplan.planner.simulator import (
 __all__ = ["enumerate_plans", "enumerate_mixed_plans", "brute_force"]
 
 
+def _space(profile: ModelProfile, gbs: int, pool: Mapping[tuple[str, str], int], gpu_types: Mapping[str, GPUType],
+           microbatch_sizes: tuple[int, ...] | None) -> tuple[list[tuple[str, str]], int, list[int], Callable[[str, int], list[int]]]:
+    """The pools (profiled, non-empty), their GPUs, the microbatch sizes dividing ``gbs`` and the
+    TP degrees of a type at a microbatch size (within a node)."""
+    pools = sorted(k for k, v in pool.items() if v > 0 and k[0] in profile.gpu_types)
+    mbs_all = sorted({m for t, _ in pools for m in profile.microbatch_sizes(t)})
+    if microbatch_sizes:
+        mbs_all = [m for m in mbs_all if m in microbatch_sizes]
+
+    def tps(gpu: str, mbs: int) -> list[int]:
+        return [t for t in profile.tp_degrees(gpu, mbs) if t <= gpu_types[gpu].gpus_per_node]
+
+    return pools, sum(pool[p] for p in pools), [m for m in mbs_all if gbs % m == 0], tps
+
+
 def enumerate_plans(
     profile: ModelProfile,
     gbs: int,
@@ -44,18 +59,8 @@ def enumerate_plans(
 ) -> Iterator[Plan]:
     """Every plan of the search space that respects GPU counts (memory is not checked here)."""
     L = profile.num_layers
-    pools = sorted(k for k, v in pool.items() if v > 0 and k[0] in profile.gpu_types)
-    total = sum(pool[p] for p in pools)
-    mbs_all = sorted({m for t, _ in pools for m in profile.microbatch_sizes(t)})
-    if microbatch_sizes:
-        mbs_all = [m for m in mbs_all if m in microbatch_sizes]
-
-    def tps(gpu: str, mbs: int) -> list[int]:
-        return [t for t in profile.tp_degrees(gpu, mbs) if t <= gpu_types[gpu].gpus_per_node]
-
+    pools, total, mbs_all, tps = _space(profile, gbs, pool, gpu_types, microbatch_sizes)
     for mbs in mbs_all:
-        if gbs % mbs:
-            continue
         per = gbs // mbs
         for dp in (d for d in range(1, min(per, total) + 1) if per % d == 0):
             for pp in range(1, min(max_pp, L) + 1):
@@ -131,16 +136,8 @@ def enumerate_mixed_plans(
     on the per-replica times that :func:`simulate` reports (capacity checked, memory not)."""
     network = network or load_network()
     L = profile.num_layers
-    pools = sorted(k for k, v in pool.items() if v > 0 and k[0] in profile.gpu_types)
-    total = sum(pool[p] for p in pools)
-    mbs_all = sorted({m for t, _ in pools for m in profile.microbatch_sizes(t)})
-    if microbatch_sizes:
-        mbs_all = [m for m in mbs_all if m in microbatch_sizes]
-
-    def tps(gpu: str, mbs: int) -> list[int]:
-        return [t for t in profile.tp_degrees(gpu, mbs) if t <= gpu_types[gpu].gpus_per_node]
-
-    for mbs in (m for m in mbs_all if gbs % m == 0):
+    pools, total, mbs_all, tps = _space(profile, gbs, pool, gpu_types, microbatch_sizes)
+    for mbs in mbs_all:
         M = gbs // mbs
         for pp in range(1, min(max_pp, L) + 1):
             kinds = _kinds(pools, tps, mbs, pp, min(max_blocks, 2))
