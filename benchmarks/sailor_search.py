@@ -14,7 +14,8 @@ ours must be at least as good (iter/s for throughput, $/iteration for cost) and 
 zone's GPUs. ``sailor_cpp_s`` is Sailor's C++ planner's search time on the same pool (timed on
 this machine, issue 19; its 5-8 s one-time precompute not counted).
 
-``--scaling`` times the search alone over pools of growing GPUs, zones and GPU types.
+``--scaling`` times the search alone over pools of growing GPUs, zones and GPU types: wall time
+and the process's CPU time (on a shared machine the CPU seconds are what an idle core would take).
 
     python benchmarks/sailor_search.py [--repeats 3] [--no-baselines] [--scaling]
 """
@@ -22,7 +23,9 @@ this machine, issue 19; its 5-8 s one-time precompute not counted).
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
@@ -41,6 +44,7 @@ FIVE_ZONES = {(A, z): 256 for z in SAILOR_ZONES}
 GCP = preset("sailor-gcp")
 # Sailor's artifact, configs/gpu_trace_2zones_2gpus.csv: the pool of its cost/budget experiments
 TWO_ZONES = {(t, z): 128 for t in (A, V) for z in ("us-central1-a", "us-central1-b")}
+THREE_POOLS = {(A, "us-central1-a"): 32, (V, "us-central1-a"): 96, (A, "us-central1-b"): 32}
 # Sailor's artifact, configs/training_config_*.json: global batch per model
 GBS = {"OPT-350": 1024, "GPT-Neo-2.7": 2048}
 
@@ -60,6 +64,9 @@ SCENARIOS = [
     ("OPT-350 min cost, >= 0.2 iter/s, GBS 2048", "OPT-350", GCP, {"objective": "cost", "min_throughput": 0.2, "gbs": 2048}, None, False),
     ("GPT-Neo-2.7 max thr, <= 1.2 $/iter", "GPT-Neo-2.7", GCP, {"budget": 1.2}, None, False),
     ("GPT-Neo-2.7 min cost, >= 0.1 iter/s", "GPT-Neo-2.7", GCP, {"objective": "cost", "min_throughput": 0.1}, None, False),
+    # three (type, zone) blocks pay: 96 V100 and 32 A100 in one zone, 32 more A100 in another
+    ("GPT-Neo-2.7 A100 32+32 (2 zones) + V100 96", "GPT-Neo-2.7", THREE_POOLS, {}, None, False),
+    ("GPT-Neo-2.7 A100 32+32 (2 zones) + V100 96, 2 blocks", "GPT-Neo-2.7", THREE_POOLS, {"max_blocks": 2}, None, False),
 ]
 
 
@@ -72,6 +79,12 @@ SAILOR_PLANS = {
 }
 # Sailor's C++ planner, search alone, timed on this machine (issue 19)
 SAILOR_CPP_S = {"OPT-350 128xA100": 0.044, "OPT-350 5 zones x 256 A100": 0.15}
+
+
+# Sailor's C++ planner on the scaling pools it was timed on (issue 19): 1 zone x 128 A100 and
+# 5 zones x 256-2048 A100 (0.15-0.24 s; the 512 and 1024 rows take the range's upper end)
+SAILOR_CPP_SCALING = {"1 zone(s) x 128 A100": 0.044, "5 zone(s) x 256 A100": 0.15, "5 zone(s) x 512 A100": 0.24,
+                      "5 zone(s) x 1024 A100": 0.24, "5 zone(s) x 2048 A100": 0.24}
 
 
 def reference(name: str, model: str, gbs: int, kw: dict) -> dict:
@@ -128,22 +141,42 @@ def scaling(repeats: int) -> list[dict]:
         cases.append(("GPT-Neo-2.7", 2048, {(A, Z): total // 4, (V, Z): 3 * total // 4}, f"A100+V100 {total // 4}-{3 * total // 4}"))
     rows = []
     for model, gbs, pool, label in cases:
-        t, res = median_time(lambda model=model, gbs=gbs, pool=pool: plan_job(model, gbs, pool), repeats)
+        times, cpu = [], []
+        for _ in range(repeats):
+            t0, c0 = time.perf_counter(), time.process_time()
+            res = plan_job(model, gbs, pool)
+            times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
         row = {"model": model, "pool": label, "gpus": sum(pool.values()), "zones": len({z for _, z in pool}),
-               "types": len({g for g, _ in pool}), "search_s": t, "search_only_s": res.search_time,
-               "layouts": res.evaluated, "iter_s": res.throughput, "plan": shape(res)}
+               "types": len({g for g, _ in pool}), "search_s": statistics.median(times),
+               "spread_s": f"{min(times):.3f}-{max(times):.3f}", "cpu_s": statistics.median(cpu),
+               "cpu_spread_s": f"{min(cpu):.3f}-{max(cpu):.3f}", "search_only_s": res.search_time,
+               "layouts": res.evaluated, "iter_s": res.throughput, "plan": shape(res),
+               "sailor_cpp_s": SAILOR_CPP_SCALING.get(label), "max_GPUs_over_zone": over_capacity(res, pool)}
         rows.append(row)
-        print(f"{label}: {t:.3g} s  {res.evaluated} layouts  {row['plan']}", flush=True)
+        print(f"{label}: {row['search_s']:.3g} s ({row['spread_s']})  {res.evaluated} layouts  {row['plan']}", flush=True)
     return rows
 
 
 def shape(res) -> str:
     parts = []
     for s in res.plan.stages:
-        where = "+".join(f"{g.gpu_type}@{g.zone[-4:]}" + (f"x{g.count}" if len(s.replicas) > 1 else "") for g in s.replicas)
-        parts.append(f"{where} L{s.first_layer}-{s.last_layer - 1} TP{s.replicas[0].tp}")
+        tps = {g.tp for g in s.replicas}
+        where = "+".join(
+            f"{g.gpu_type}@{g.zone[-4:]}" + (f"x{g.count}" if len(s.replicas) > 1 else "") + (f" TP{g.tp}" if len(tps) > 1 else "")
+            for g in s.replicas
+        )
+        parts.append(f"{where} L{s.first_layer}-{s.last_layer - 1}" + (f" TP{s.replicas[0].tp}" if len(tps) == 1 else ""))
     zones = len({z for _, z in res.plan.gpus_by_type_zone()})
-    return f"PP{res.plan.pp} x DP{res.plan.dp}, mbs {res.plan.microbatch_size}, {res.plan.num_gpus} GPUs, {zones} zone(s): " + "; ".join(parts)
+    micro = set(res.plan.microbatches())
+    uneven = f" (microbatches per replica {min(micro)}-{max(micro)})" if len(micro) > 1 else ""
+    return (f"PP{res.plan.pp} x DP{res.plan.dp}, mbs {res.plan.microbatch_size}, {res.plan.num_gpus} GPUs, {zones} zone(s)"
+            f"{uneven}: " + "; ".join(parts))
+
+
+def over_capacity(res, pool: dict) -> int:
+    """Most GPUs the plan uses beyond a (type, zone)'s count (0: within capacity everywhere)."""
+    return max(0, *(n - pool.get(key, 0) for key, n in res.plan.gpus_by_type_zone().items()))
 
 
 def main() -> None:
@@ -156,8 +189,9 @@ def main() -> None:
     for name, model, pool, kw, published, baselines in SCENARIOS:
         kw = dict(kw)
         gbs = kw.pop("gbs", GBS[model])
+        blocks = kw.pop("max_blocks", SearchOptions.max_blocks)
         row = {"scenario": name, "gbs": gbs}
-        for label, opts in (("", SearchOptions()), ("milp_", SearchOptions(narrow_with_milp=True))):
+        for label, opts in (("", SearchOptions(max_blocks=blocks)), ("milp_", SearchOptions(max_blocks=blocks, narrow_with_milp=True))):
             try:
                 t, res = median_time(lambda opts=opts, model=model, pool=pool, kw=kw, gbs=gbs: plan_job(model, gbs, pool, options=opts, **kw), args.repeats)
             except InfeasibleError as exc:
@@ -169,7 +203,8 @@ def main() -> None:
                 f"{label}usd_iter": res.cost_per_iteration,
             }
             if not label:
-                row |= {"mem_GB": res.peak_memory_gb, "plan": shape(res), "layouts": res.evaluated}
+                row |= {"mem_GB": res.peak_memory_gb, "plan": shape(res), "layouts": res.evaluated,
+                        "max_GPUs_over_zone": over_capacity(res, dict(pool.capacity_by_zone()) if hasattr(pool, "capacity_by_zone") else pool)}
         if published is not None:
             row["published_s"] = published
         if name in SAILOR_CPP_S:
@@ -186,7 +221,7 @@ def main() -> None:
               f"${row.get('usd_iter', float('nan')):.4g}/iter  {row.get('plan', row.get('result'))}", flush=True)
     print()
     print_table(rows, ["scenario", "gbs", "search_s", "sailor_cpp_s", "published_s", "milp_search_s", "iter_s", "milp_iter_s",
-                       "usd_iter", "mem_GB", "layouts"])
+                       "usd_iter", "mem_GB", "layouts", "max_GPUs_over_zone"])
     print()
     print_table([r for r in rows if "ref_plan" in r],
                 ["scenario", "iter_s", "usd_iter", "ref_iter_s", "ref_usd_iter", "ours_ge_ref", "ref_plan"])
@@ -198,7 +233,9 @@ def main() -> None:
         print()
         scale = scaling(args.repeats)
         print()
-        print_table(scale, ["model", "pool", "gpus", "zones", "types", "search_s", "layouts", "iter_s"])
+        print_table(scale, ["model", "pool", "gpus", "zones", "types", "search_s", "spread_s", "cpu_s", "cpu_spread_s",
+                            "sailor_cpp_s", "layouts", "iter_s",
+                            "max_GPUs_over_zone"])
         write_json("sailor_search_scaling", scale)
 
 

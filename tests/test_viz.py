@@ -309,7 +309,7 @@ def test_front_equals_exhaustive_front_on_small_pool(pool):
             everything.append(ParetoPoint(sim.cost_per_iteration, sim.throughput, None))
     exact = non_dominated(everything)
     assert len(exact) >= 4  # a front with several points (4 on pool0 since the per-platform simulator)
-    opts = SearchOptions(max_pp=2, microbatch_sizes=mbs, prune=False)
+    opts = SearchOptions(max_pp=2, microbatch_sizes=mbs, prune=False, mixed_stages=False)
     front = pareto_front("OPT-350", gbs, pool, budgets=[p.cost * (1 + 1e-9) for p in exact], options=opts)
     assert [p.throughput for p in front] == pytest.approx([p.throughput for p in exact], rel=1e-9)
     assert [p.cost for p in front] == pytest.approx([p.cost for p in exact], rel=1e-9)

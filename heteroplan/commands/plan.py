@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         pool: object = parse_gpus(args.gpus)
     else:
         pool = preset(args.cluster) if args.cluster in PRESETS else Cluster.from_json(args.cluster)
-    options = SearchOptions(max_pp=args.max_pp, max_blocks=1 if args.homogeneous else 2, prune=not args.no_prune)
+    options = SearchOptions(max_pp=args.max_pp, max_blocks=1 if args.homogeneous else SearchOptions.max_blocks, prune=not args.no_prune)
     if args.data_dir:  # the simulator constants calibrated for that directory, as plan_job would pick
         options = replace(options, config=load_platforms(args.data_dir))
     request = PlanRequest.build(args.model, args.gbs, pool, args.objective, args.budget, args.min_throughput,  # type: ignore[arg-type]

@@ -1,6 +1,6 @@
 """Exhaustive enumeration of the search's plan space — the oracle the DP search is tested against.
 
-Every microbatch size, data-parallel degree, pipeline depth, one- or two-block layout over
+Every microbatch size, data-parallel degree, pipeline depth, layout of up to ``max_blocks`` blocks over
 every (type, zone) pool and TP degree, every homogeneous pipeline whose replicas span a set of
 two or more zones of one type (``span_zones``; replicas placed by
 :func:`~heteroplan.planner.search.spread_replicas`), and every contiguous layer split is built as a
@@ -11,12 +11,14 @@ code path from the search's matrices). Exponential in the pipeline depth: small 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 
 from heteroplan.cluster import GPUType
 from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile
+from heteroplan.planner.microbatches import class_microbatches, two_class_totals
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.planner.search import spread_replicas
 from heteroplan.planner.simulator import (
@@ -27,7 +29,22 @@ from heteroplan.planner.simulator import (
     simulate,
 )
 
-__all__ = ["enumerate_plans", "brute_force"]
+__all__ = ["enumerate_plans", "enumerate_mixed_plans", "brute_force"]
+
+
+def _space(profile: ModelProfile, gbs: int, pool: Mapping[tuple[str, str], int], gpu_types: Mapping[str, GPUType],
+           microbatch_sizes: tuple[int, ...] | None) -> tuple[list[tuple[str, str]], int, list[int], Callable[[str, int], list[int]]]:
+    """The pools (profiled, non-empty), their GPUs, the microbatch sizes dividing ``gbs`` and the
+    TP degrees of a type at a microbatch size (within a node)."""
+    pools = sorted(k for k, v in pool.items() if v > 0 and k[0] in profile.gpu_types)
+    mbs_all = sorted({m for t, _ in pools for m in profile.microbatch_sizes(t)})
+    if microbatch_sizes:
+        mbs_all = [m for m in mbs_all if m in microbatch_sizes]
+
+    def tps(gpu: str, mbs: int) -> list[int]:
+        return [t for t in profile.tp_degrees(gpu, mbs) if t <= gpu_types[gpu].gpus_per_node]
+
+    return pools, sum(pool[p] for p in pools), [m for m in mbs_all if gbs % m == 0], tps
 
 
 def enumerate_plans(
@@ -37,29 +54,17 @@ def enumerate_plans(
     gpu_types: Mapping[str, GPUType],
     max_pp: int,
     microbatch_sizes: tuple[int, ...] | None = None,
-    max_blocks: int = 2,
+    max_blocks: int = 3,
     span_zones: bool = True,
 ) -> Iterator[Plan]:
     """Every plan of the search space that respects GPU counts (memory is not checked here)."""
     L = profile.num_layers
-    pools = sorted(k for k, v in pool.items() if v > 0 and k[0] in profile.gpu_types)
-    total = sum(pool[p] for p in pools)
-    mbs_all = sorted({m for t, _ in pools for m in profile.microbatch_sizes(t)})
-    if microbatch_sizes:
-        mbs_all = [m for m in mbs_all if m in microbatch_sizes]
-
-    def tps(gpu: str, mbs: int) -> list[int]:
-        return [t for t in profile.tp_degrees(gpu, mbs) if t <= gpu_types[gpu].gpus_per_node]
-
+    pools, total, mbs_all, tps = _space(profile, gbs, pool, gpu_types, microbatch_sizes)
     for mbs in mbs_all:
-        if gbs % mbs:
-            continue
         per = gbs // mbs
         for dp in (d for d in range(1, min(per, total) + 1) if per % d == 0):
             for pp in range(1, min(max_pp, L) + 1):
-                layouts: list[list[tuple[tuple[str, str], int, int]]] = []
-                for p in pools:
-                    layouts += [[(p, tp, pp)] for tp in tps(p[0], mbs) if pp * dp * tp <= pool[p]]
+                layouts = [k for k in _kinds(pools, tps, mbs, pp, max_blocks) if _fits(pool, ((k, dp),))]
                 for gpu in sorted({t for t, _ in pools}) if span_zones else ():
                     zones = [z for t, z in pools if t == gpu]
                     for tp in tps(gpu, mbs):
@@ -73,13 +78,6 @@ def enumerate_plans(
                                 for cuts in itertools.combinations(range(1, L), pp - 1):
                                     bounds = (0, *cuts, L)
                                     yield Plan(profile.name, gbs, mbs, tuple(Stage(bounds[s], bounds[s + 1], groups) for s in range(pp)))
-                if max_blocks >= 2:
-                    for a, b in itertools.permutations(pools, 2):
-                        for n1 in range(1, pp):
-                            for ta in tps(a[0], mbs):
-                                for tb in tps(b[0], mbs):
-                                    if n1 * dp * ta <= pool[a] and (pp - n1) * dp * tb <= pool[b]:
-                                        layouts.append([(a, ta, n1), (b, tb, pp - n1)])
                 for layout in layouts:
                     hw = [(p, tp) for p, tp, n in layout for _ in range(n)]
                     for cuts in itertools.combinations(range(1, L), pp - 1):
@@ -89,6 +87,88 @@ def enumerate_plans(
                             for s in range(pp)
                         )
                         yield Plan(profile.name, gbs, mbs, stages)
+
+
+Kind = tuple[tuple[tuple[str, str], int, int], ...]  # ((pool, tp, stages), ...): one pipeline replica's blocks
+
+
+def _kinds(pools: list[tuple[str, str]], tps, mbs: int, pp: int, max_blocks: int) -> list[Kind]:
+    """Every pipeline of ``pp`` stages in up to ``max_blocks`` (<= 3) blocks whose neighbouring
+    pools differ (capacity not checked)."""
+    out: list[Kind] = [((p, tp, pp),) for p in pools for tp in tps(p[0], mbs)]
+    if max_blocks >= 2:
+        for a, b in itertools.permutations(pools, 2):
+            for n1 in range(1, pp):
+                out += [((a, ta, n1), (b, tb, pp - n1)) for ta in tps(a[0], mbs) for tb in tps(b[0], mbs)]
+    if max_blocks >= 3:
+        for a, b, c in itertools.product(pools, repeat=3):
+            if a == b or b == c:
+                continue
+            for n1, n2 in ((i, j) for i in range(1, pp - 1) for j in range(1, pp - i)):
+                out += [((a, ta, n1), (b, tb, n2), (c, tc, pp - n1 - n2))
+                        for ta in tps(a[0], mbs) for tb in tps(b[0], mbs) for tc in tps(c[0], mbs)]
+    return out
+
+
+def _fits(pool: Mapping[tuple[str, str], int], kinds: tuple[tuple[Kind, int], ...]) -> bool:
+    """Whether ``count`` replicas of each kind fit the pool together."""
+    used: dict[tuple[str, str], int] = {}
+    for kind, count in kinds:
+        for p, tp, n in kind:
+            used[p] = used.get(p, 0) + n * tp * count
+    return all(n <= pool.get(p, 0) for p, n in used.items())
+
+
+def enumerate_mixed_plans(
+    profile: ModelProfile,
+    gbs: int,
+    pool: Mapping[tuple[str, str], int],
+    gpu_types: Mapping[str, GPUType],
+    max_pp: int,
+    microbatch_sizes: tuple[int, ...] | None = None,
+    max_blocks: int = 3,
+    *,
+    network: NetworkModel | None = None,
+    config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS,
+) -> Iterator[Plan]:
+    """Every plan whose stages mix two pipeline kinds (``d1 + d2`` replicas, any ``dp``, one
+    shared split), microbatches shared by :func:`~heteroplan.planner.microbatches.two_class_totals`
+    on the per-replica times that :func:`simulate` reports (capacity checked, memory not)."""
+    network = network or load_network()
+    L = profile.num_layers
+    pools, total, mbs_all, tps = _space(profile, gbs, pool, gpu_types, microbatch_sizes)
+    for mbs in mbs_all:
+        M = gbs // mbs
+        for pp in range(1, min(max_pp, L) + 1):
+            kinds = _kinds(pools, tps, mbs, pp, min(max_blocks, 2))
+            for k1, k2 in itertools.combinations(kinds, 2):
+                for dp in range(2, min(M, total) + 1):
+                    for d1 in range(1, dp):
+                        if not _fits(pool, ((k1, d1), (k2, dp - d1))):
+                            continue
+                        for cuts in itertools.combinations(range(1, L), pp - 1):
+                            yield _mixed_plan(profile, gbs, mbs, (0, *cuts, L), (k1, k2), (d1, dp - d1), network, gpu_types, config)
+
+
+def _mixed_plan(profile, gbs, mbs, bounds, kinds, counts, network, gpu_types, config) -> Plan:
+    """The mixed plan with its microbatches shared on the per-replica times ``simulate`` gives."""
+    hw = [[(p, tp) for p, tp, n in kind for _ in range(n)] for kind in kinds]
+    d1, d2 = counts
+    stages = []
+    for s in range(len(bounds) - 1):
+        (p1, t1), (p2, t2) = hw[0][s], hw[1][s]
+        groups = (ReplicaGroup(p1[0], p1[1], t1, d1), ReplicaGroup(p2[0], p2[1], t2, d2))
+        if (p1, t1) == (p2, t2):
+            groups = (ReplicaGroup(p1[0], p1[1], t1, d1 + d2),)
+        stages.append(Stage(bounds[s], bounds[s + 1], groups))
+    M = gbs // mbs
+    trial = Plan(profile.name, gbs, mbs, tuple(stages), (1,) * (d1 + d2 - 1) + (M - d1 - d2 + 1,))
+    det = simulate(trial, profile=profile, network=network, gpu_types=dict(gpu_types), config=config).details
+    fb, comm = det["stage_compute"], det["comm"]
+    step = (fb + 2 * (comm[:-1] + comm[1:])).max(axis=0)
+    fixed = fb.sum(axis=0) + 2 * comm.sum(axis=0)
+    big1, _ = two_class_totals(step[0], fixed[0], d1, step[d1], fixed[d1], d2, M)
+    return replace(trial, microbatches_per_replica=class_microbatches(counts, (int(big1), M - int(big1))))
 
 
 def brute_force(
@@ -102,20 +182,24 @@ def brute_force(
     *,
     max_pp: int = 2,
     microbatch_sizes: tuple[int, ...] | None = None,
-    max_blocks: int = 2,
+    max_blocks: int = 3,
     span_zones: bool = True,
+    mixed: bool = False,
     network: NetworkModel | None = None,
     config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS,
 ) -> tuple[Plan, SimResult]:
-    """Best plan by exhaustive enumeration (same objective and constraints as the search)."""
+    """Best plan by exhaustive enumeration (same objective and constraints as the search);
+    ``mixed`` adds the plans whose stages mix two pipeline kinds (:func:`enumerate_mixed_plans`)."""
     network = network or load_network()
     best: tuple[tuple[float, float], Plan, SimResult] | None = None
-    for plan in enumerate_plans(profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, span_zones):
+    plans = enumerate_plans(profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, span_zones)
+    if mixed:
+        plans = itertools.chain(plans, enumerate_mixed_plans(
+            profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, network=network, config=config))
+    for plan in plans:
         sim = simulate(plan, profile=profile, network=network, gpu_types=dict(gpu_types), config=config)
-        fits = all(
-            m <= gpu_types[s.replicas[0].gpu_type].memory_gb for m, s in zip(sim.memory_per_stage, plan.stages, strict=True)
-        )
-        if not fits:
+        limit = [[gpu_types[r.gpu_type].memory_gb for r in s.replica_list()] for s in plan.stages]
+        if not (sim.details["memory"] <= limit).all():
             continue
         if objective == "throughput":
             if budget is not None and sim.cost_per_iteration > budget * (1 + 1e-12):

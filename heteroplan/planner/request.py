@@ -36,9 +36,15 @@ class SearchOptions:
 
     Attributes:
         max_pp: deepest pipeline tried (default: min(layers, 16)).
-        max_blocks: 1 = homogeneous pipelines only, 2 = two (type, zone) blocks.
+        max_blocks: (type, zone) blocks per pipeline: 1 = homogeneous pipelines only, 2, or 3
+            (three-block pipelines: with pruning, over three distinct pools, one chain per
+            sequence of GPU types, around the best plan's microbatch size and ``dp``).
         span_zones: also homogeneous pipelines whose data-parallel replicas span zones of one
             GPU type (the all-reduce ring crosses the zone links; priced in time and egress).
+        mixed_stages: also plans whose stages mix two pipeline kinds (e.g. A100 and V100 replicas
+            in one stage, faster replicas running more microbatches; :mod:`heteroplan.planner.mixed_stages`).
+            Exact scan without pruning; with pruning, kinds added on the GPUs the best plan leaves idle.
+            Needs ``max_blocks >= 2`` (``max_blocks=1`` asks for one (type, zone) per plan).
         microbatch_sizes: restrict the microbatch sizes (default: all profiled).
         prune: apply Sailor's pruning (False scans the whole space; slower).
         patience: dp / pp values without improvement before the scan stops.
@@ -50,8 +56,9 @@ class SearchOptions:
     """
 
     max_pp: int | None = None
-    max_blocks: int = 2
+    max_blocks: int = 3
     span_zones: bool = True
+    mixed_stages: bool = True
     microbatch_sizes: tuple[int, ...] | None = None
     prune: bool = True
     patience: int = 2

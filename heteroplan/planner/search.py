@@ -35,6 +35,7 @@ import numpy as np
 
 from heteroplan.errors import InfeasibleError
 from heteroplan.planner.comm import allreduce_s, pipeline_bytes, pipeline_send_s
+from heteroplan.planner.mixed_scan import scan_mixed
 from heteroplan.planner.plan import PipelineBlock, Plan, ReplicaGroup, Stage
 from heteroplan.planner.request import PlanRequest, SearchOptions
 from heteroplan.planner.sim_config import as_platforms
@@ -103,7 +104,7 @@ class Searcher:
         self.evaluated = 0
         self.skipped = 0
         self._comm: dict[tuple, np.ndarray] = {}
-        self._links: dict[tuple, np.ndarray] = {}
+        self._links: dict[tuple, float] = {}
         self.why: dict[str, float] = {}
 
     # ------------------------------------------------------------- tables
@@ -141,6 +142,14 @@ class Searcher:
             egress = 2 * (dp - 1) / dp * float(tab.grad_bytes[0, self.L]) * tp * price / 1e9
             self._sync[key] = (y, egress)
         return self._sync[key]
+
+    def send_s(self, blk: PipelineBlock, nxt: PipelineBlock, mbs: int) -> np.ndarray:
+        """``(L+1,)`` seconds to hand one activation from ``blk`` to ``nxt`` when the stage ends at layer ``b``."""
+        key = (blk.pool, nxt.pool, blk.tp, mbs)
+        if key not in self._comm:
+            tab = self.table(blk.pool[0], blk.tp, mbs)
+            self._comm[key] = pipeline_send_s(self.network, blk.pool, nxt.pool, blk.tp, tab.out_bytes, self.cfg.for_gpu(blk.pool[0]))
+        return self._comm[key]
 
     # ---------------------------------------------------------- evaluate
     def lower_bound(self, blocks: list[PipelineBlock], mbs: int, dp: int) -> tuple[float, float]:
@@ -181,12 +190,7 @@ class Searcher:
             tab = self.table(blk.pool[0], blk.tp, mbs)
             if s + 1 < pp:
                 nxt = stages[s + 1]
-                ckey = (blk.pool, nxt.pool, blk.tp, mbs)
-                if ckey not in self._comm:
-                    self._comm[ckey] = pipeline_send_s(
-                        self.network, blk.pool, nxt.pool, blk.tp, tab.out_bytes, self.cfg.for_gpu(blk.pool[0])
-                    )
-                c_out = self._comm[ckey]
+                c_out = self.send_s(blk, nxt, mbs)
                 egress = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
                 egress_t = 2 * pipeline_bytes(tab.out_bytes, blk.tp, self.cfg.for_gpu(blk.pool[0])) * M * dp / 1e9 * egress / rate if egress and rate > 0 else 0.0
             else:
@@ -319,7 +323,9 @@ class Searcher:
                     yield rows
             if self.options.span_zones:
                 yield from self._spread_layouts(pp, mbs, dp)
-        if max_blocks < 2 or pp < 2:
+        if max_blocks == 3 and pp >= 3:
+            yield from self._triple_layouts(pp, mbs, dp)
+        if max_blocks != 2 or pp < 2:
             return
         for a, b in self._pairs():
             for n1 in range(1, pp):
@@ -338,6 +344,50 @@ class Searcher:
                         rows.append(row)
                 if rows:
                     yield rows
+
+    def _triples(self) -> list[tuple[Pool, Pool, Pool]]:
+        """Pool chains of three-block pipelines (neighbours differ). With pruning: three distinct
+        pools, not all of one type (zone-spanning covers that), one chain per sequence of types
+        (the largest pools, then the cheapest egress)."""
+        pools = sorted(self.pool)
+        chains = [(a, b, c) for a in pools for b in pools for c in pools if a != b and b != c]
+        if not self.options.prune:
+            return chains
+        chosen: dict[tuple[str, str, str], tuple[Pool, Pool, Pool]] = {}
+        for ch in sorted(
+            (ch for ch in chains if len(set(ch)) == 3 and len({p[0] for p in ch}) > 1),
+            key=lambda ch: (
+                -min(self.pool[p] for p in ch),
+                -sum(self.pool[p] for p in ch),
+                sum(self.network.egress_per_gb(x[1], y[1]) for x, y in zip(ch, ch[1:], strict=False)),
+                ch,
+            ),
+        ):
+            chosen.setdefault(tuple(p[0] for p in ch), ch)
+        return list(chosen.values())
+
+    def _triple_layouts(self, pp: int, mbs: int, dp: int) -> Iterator[list[list[Layout]]]:
+        """Three-block pipelines: a group per (chain, stages per block), rows by the first two
+        blocks' TP, columns by the third's (TP rising)."""
+        for chain in self._triples():
+            for n1 in range(1, pp - 1):
+                for n2 in range(1, pp - n1):
+                    counts = (n1, n2, pp - n1 - n2)
+                    rows: list[list[Layout]] = []
+                    for ta in self._tps(chain[0][0], mbs):
+                        for tb in self._tps(chain[1][0], mbs):
+                            row: list[Layout] = []
+                            for tc in self._tps(chain[2][0], mbs):
+                                blocks = [PipelineBlock(p, t, n) for p, t, n in zip(chain, (ta, tb, tc), counts, strict=True)]
+                                used: dict[Pool, int] = {}
+                                for blk in blocks:
+                                    used[blk.pool] = used.get(blk.pool, 0) + blk.stages * blk.tp * dp
+                                if all(n <= self.pool[p] for p, n in used.items()):
+                                    row.append((blocks, None))
+                            if row:
+                                rows.append(row)
+                    if rows:
+                        yield rows
 
     def _spread_layouts(self, pp: int, mbs: int, dp: int) -> Iterator[list[list[Layout]]]:
         """Homogeneous pipelines whose ``dp`` replicas span two or more zones of one GPU type.
@@ -368,12 +418,16 @@ class Searcher:
         """(seconds of the ring's slowest link for the whole model's gradient, egress $/GB summed
         over the ring's edges): how good a zone-spanning ring is, for choosing among zone sets."""
         links = ring_links(gpu, spread)
-        key = (gpu, spread, tp, mbs)
+        return max(self._link_s(link, tp, mbs) for link in links), sum(self.network.egress_per_gb(a[1], b[1]) for a, b in links)
+
+    def _link_s(self, link: tuple[Pool, Pool], tp: int, mbs: int) -> float:
+        """Seconds of a two-replica all-reduce of the whole model's gradient over ``link`` (cached per link)."""
+        key = (link, tp, mbs)
         if key not in self._links:
+            gpu = link[0][0]
             whole = float(self.table(gpu, tp, mbs).grad_bytes[0, self.L])
-            self._links[key] = np.asarray(max(
-                float(allreduce_s(self.network, {link}, tp, 2, whole, self.cfg.for_gpu(gpu))) for link in links))
-        return float(self._links[key]), sum(self.network.egress_per_gb(a[1], b[1]) for a, b in links)
+            self._links[key] = float(allreduce_s(self.network, {link}, tp, 2, whole, self.cfg.for_gpu(gpu)))
+        return self._links[key]
 
     def _scan_group(
         self, rows: list[list[Layout]], mbs: int, dp: int, incumbent: Candidate | None, local: Candidate | None = None
@@ -425,11 +479,13 @@ class Searcher:
         lower bounds of the heterogeneous pass prune against."""
         t0 = time.perf_counter()
         self._incumbent: Candidate | None = None
-        passes = (1, 2) if self.options.max_blocks >= 2 else (1,)
+        passes = tuple(range(1, min(self.options.max_blocks, 3) + 1))
         if self.options.prune:
             self._seed()
         for blocks in passes:
             self._scan(blocks)
+        if self.options.mixed_stages and self.options.max_blocks >= 2 and max(self.cfg.for_gpu(t).straggler_cv for t, _ in self.pool) == 0:
+            scan_mixed(self)
         stats = {"search_time": time.perf_counter() - t0, "evaluated": self.evaluated, "skipped": self.skipped}
         if self._incumbent is None:
             raise InfeasibleError(self._reason())
@@ -463,17 +519,24 @@ class Searcher:
         total = sum(self.pool.values())
         max_pp = self.options.max_pp or min(self.L, 16)
         patience = self.options.patience if self.options.prune else math.inf
+        inc = self._incumbent
+        near = max_blocks == 3 and self.options.prune and inc is not None
         for mbs in self._microbatch_sizes():
+            if near and mbs != inc.plan.microbatch_size:
+                continue  # three blocks, pruned: around the best plan's microbatch and dp only
             per = self.gbs // mbs
             dps = [d for d in range(1, min(per, total) + 1) if per % d == 0]
+            if near:
+                dps = [d for d in dps if d in (inc.plan.dp, 2 * inc.plan.dp)]
             best: Candidate | None = None  # best of this mbs: drives the patience counters
             stale_dp = 0
             for dp in dps:
                 best_dp: Candidate | None = None
                 stale_pp = 0
-                for pp in range(1, max_pp + 1):
+                for pp in range(max(3, inc.plan.pp - 1) if near else 3 if max_blocks == 3 else 1, max_pp + 1):
                     if pp * dp > total or pp > self.L:
                         break
+                    before = self._incumbent
                     best_pp: Candidate | None = None
                     for rows in self._layouts(pp, mbs, dp, max_blocks):
                         local = min((c for c in (best_dp, best_pp) if c is not None), default=None)
@@ -481,7 +544,11 @@ class Searcher:
                         self._offer(cand)
                         if cand is not None and (best_pp is None or cand < best_pp):
                             best_pp = cand
-                    if best_pp is not None and (best_dp is None or best_pp < best_dp):
+                    if near and best_pp is not None and not (before is None or best_pp < before):
+                        best_dp, stale_pp = min(best_pp, best_dp or best_pp), stale_pp + 1  # must beat the best plan
+                        if stale_pp >= patience:
+                            break
+                    elif best_pp is not None and (best_dp is None or best_pp < best_dp):
                         best_dp, stale_pp = best_pp, 0
                     elif best_dp is not None or self._incumbent is not None:
                         stale_pp += 1

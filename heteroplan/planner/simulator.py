@@ -78,7 +78,8 @@ class SimResult:
             ``stage_compute`` (S, D) forward + backward seconds per microbatch,
             ``forward_share`` (S, D) the forward's profiled fraction of it,
             ``comm`` (S + 1, D) activation send seconds, ``comm[s]`` between stages ``s-1`` and ``s``,
-            ``sync`` (S,) all-reduce + update seconds, ``pipeline_times`` (D,) seconds per replica.
+            ``sync`` (S,) all-reduce + update seconds, ``pipeline_times`` (D,) seconds per replica,
+            ``memory`` (S, D) peak GB per GPU of each replica (check each against its own GPU type).
         uncalibrated: GPU types of the plan that had no constants of their own and used the
             uncalibrated default (empty when every type is calibrated).
     """
@@ -199,15 +200,12 @@ def simulate(
     pipe_time = float(clark_max(t_pipe, t_pipe_sd)[0])  # the slowest replica (expected, with stragglers)
     t_iter = pipe_time + float(sync.max())
 
-    mem = []
+    mem_rep = np.zeros((S, D))  # GB per GPU of each (stage, pipeline replica)
     for s, stage in enumerate(plan.stages):
-        worst = 0.0
         for d, r in enumerate(reps[s]):
             inflight = int(min(S - s, micro[d]))
-            worst = max(
-                worst, stage_memory_gb(profile, r.tp, stage.first_layer, stage.last_layer, mbs, inflight, cfg[s][d])
-            )
-        mem.append(worst)
+            mem_rep[s, d] = stage_memory_gb(profile, r.tp, stage.first_layer, stage.last_layer, mbs, inflight, cfg[s][d])
+    mem = [float(m) for m in mem_rep.max(axis=1)]
     price_per_s = sum(n * gpu_types[t].price_per_hour for (t, _), n in plan.gpus_by_type_zone().items()) / 3600
     cost = price_per_s * t_iter + egress_cost
     return SimResult(
@@ -217,6 +215,7 @@ def simulate(
         egress_bytes / 1e9,
         pipe_time,
         float(sync.max()),
-        {"stage_compute": fb, "forward_share": fwd_share, "comm": comm, "sync": sync, "pipeline_times": t_pipe},
+        {"stage_compute": fb, "forward_share": fwd_share, "comm": comm, "sync": sync, "pipeline_times": t_pipe,
+         "memory": mem_rep},
         table.uncalibrated(t for row in reps for t in (r.gpu_type for r in row)),
     )

@@ -90,6 +90,18 @@ def _min_sum_batch(w: np.ndarray, b_thr: np.ndarray, y_thr: np.ndarray, sig: np.
     return prev[:, -1], bounds
 
 
+def _min_max_batch(v: np.ndarray, sig: np.ndarray, b_thr: np.ndarray) -> np.ndarray:
+    """For each threshold ``b_thr[k]``: min over splits with every ``sig <= b_thr[k]`` of
+    ``max_s v`` (inf where no split meets the threshold). Batched :func:`_min_max`."""
+    S, n, _ = v.shape
+    prev = np.full((len(b_thr), n), np.inf)
+    prev[:, 0] = -np.inf
+    for s in range(S):
+        vv = np.where(sig[s][None] <= b_thr[:, None, None], v[s][None], np.inf)
+        prev = np.min(np.maximum(prev[:, :, None], vv), axis=1)
+    return prev[:, -1]
+
+
 @lru_cache(maxsize=256)
 def _all_splits(stages: int, layers: int) -> np.ndarray:
     """Every contiguous split of ``layers`` layers into ``stages`` stages: (K, stages + 1) bounds."""
@@ -235,10 +247,18 @@ def best_split(
     y_cands = np.unique(yy[np.isfinite(yy) & (yy >= y_star)])
     if len(b_cands) and len(y_cands):
         base = lb_b + w_b
+        # the least max y of any split under bottleneck B: pairs (B, Y) with Y below it hold no
+        # split (one batched min-max DP per B instead of a min-sum DP per such pair)
+        open_b = np.flatnonzero(np.isfinite(base) & (base + y_star < best[0]) & (y_b > y_star))
+        y_min = np.full(len(b_cands), np.inf)
+        if len(open_b) and weight > 0:
+            y_min[open_b] = _min_max_batch(yy, sig, b_cands[open_b])
+        elif len(open_b):
+            y_min[open_b] = y_star
         bb, yv = np.meshgrid(np.arange(len(b_cands)), y_cands, indexing="ij")
         # a pair (B, Y) with Y at or above the max y of the split found at B alone finds nothing
         # better: that split already meets Y with the least sum w under B
-        keep = (base[bb] + yv < best[0]) & np.isfinite(base[bb]) & (yv < y_b[bb])
+        keep = (base[bb] + yv < best[0]) & np.isfinite(base[bb]) & (yv < y_b[bb]) & (yv >= y_min[bb])
         bb, yv = bb[keep], yv[keep]
         order = np.argsort(base[bb] + yv, kind="stable")
         bb, yv = bb[order], yv[order]

@@ -1,0 +1,162 @@
+"""Which mixed-type layouts the search prices (:mod:`heteroplan.planner.mixed_stages`).
+
+- Without pruning (``SearchOptions(prune=False)``): every pair of distinct pipeline kinds (one or
+  two blocks, each block one (type, zone) and TP degree), every ``dp`` up to the microbatches,
+  every ``d1 + d2 = dp`` that fits the pool, every layer split: the space of
+  :func:`~heteroplan.planner.brute_force.enumerate_mixed_plans`, exactly.
+- With pruning: the best plan found so far keeps its kind and ``dp``; a second kind (one or two
+  blocks, per GPU type the pool with the most idle GPUs) is added on the GPUs it leaves idle,
+  ``d2`` from the most that fit downwards while it improves (``patience``). The split is exact
+  (every split scored) where the splits are few (``PRUNED_ENUMERATE_UP_TO``), else the incumbent's.
+
+Both skip a layout whose lower bound (:func:`~heteroplan.planner.mixed_stages.mixed_lower_bound`)
+cannot beat the incumbent, exceeds the budget or misses the throughput floor. Depth is limited
+to pipelines whose splits can all be scored (``ENUMERATE_UP_TO``) unless a split is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import combinations
+from math import comb
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from heteroplan.planner.mixed_stages import Kind, evaluate_mixed, mixed_lower_bound
+from heteroplan.planner.plan import PipelineBlock, Plan
+from heteroplan.planner.split_dp import _all_splits
+
+if TYPE_CHECKING:
+    from heteroplan.planner.search import Candidate, Searcher
+
+__all__ = ["scan_mixed", "pipeline_kinds", "kind_of", "ENUMERATE_UP_TO", "PRUNED_ENUMERATE_UP_TO"]
+
+ENUMERATE_UP_TO = 200_000  # splits x stages scored at once per mixed layout (exact scan)
+PRUNED_ENUMERATE_UP_TO = 20_000  # the same with pruning; deeper pipelines keep the incumbent's split
+
+
+def pipeline_kinds(searcher: Searcher, pp: int, mbs: int, capacity: dict[tuple[str, str], int]) -> list[Kind]:
+    """One- and two-block pipelines of ``pp`` stages of which one replica fits ``capacity``."""
+    pools = sorted(p for p, n in capacity.items() if n > 0)
+    kinds: list[Kind] = [(PipelineBlock(p, tp, pp),) for p in pools for tp in searcher._tps(p[0], mbs)]
+    if searcher.options.max_blocks >= 2:
+        for a in pools:
+            for b in pools:
+                if a == b:
+                    continue
+                for n1 in range(1, pp):
+                    kinds += [
+                        (PipelineBlock(a, ta, n1), PipelineBlock(b, tb, pp - n1))
+                        for ta in searcher._tps(a[0], mbs)
+                        for tb in searcher._tps(b[0], mbs)
+                    ]
+    return [k for k in kinds if fits(capacity, ((k, 1),))]
+
+
+def fits(capacity: dict[tuple[str, str], int], kinds: tuple[tuple[Kind, int], ...]) -> bool:
+    """Whether ``count`` replicas of each kind fit ``capacity`` together."""
+    used: dict[tuple[str, str], int] = {}
+    for kind, count in kinds:
+        for b in kind:
+            used[b.pool] = used.get(b.pool, 0) + b.stages * b.tp * count
+    return all(n <= capacity.get(p, 0) for p, n in used.items())
+
+
+def kind_of(plan: Plan) -> Kind | None:
+    """The pipeline kind of a plan whose every stage has one replica group (None otherwise)."""
+    if any(len(s.replicas) != 1 for s in plan.stages):
+        return None
+    blocks: list[PipelineBlock] = []
+    for s in plan.stages:
+        g = s.replicas[0]
+        if blocks and (blocks[-1].pool, blocks[-1].tp) == ((g.gpu_type, g.zone), g.tp):
+            blocks[-1] = PipelineBlock(blocks[-1].pool, g.tp, blocks[-1].stages + 1)
+        else:
+            blocks.append(PipelineBlock((g.gpu_type, g.zone), g.tp, 1))
+    return tuple(blocks)
+
+
+def _splits(searcher: Searcher, pp: int, up_to: int = ENUMERATE_UP_TO) -> np.ndarray | None:
+    if comb(searcher.L - 1, pp - 1) * pp > up_to:
+        return None
+    return _all_splits(pp, searcher.L)
+
+
+Layout = tuple[tuple[Kind, Kind], tuple[int, int], int, np.ndarray]  # kinds, counts, mbs, splits
+
+
+def _groups(searcher: Searcher) -> Iterator[list[Layout]]:
+    """Groups of mixed layouts to price, in the order described in the module docstring; with
+    pruning a group is one second kind with ``d2`` falling from the most that fit."""
+    pool = dict(searcher.pool)
+    if not searcher.options.prune:
+        total = sum(pool.values())
+        max_pp = searcher.options.max_pp or min(searcher.L, 16)
+        for mbs in searcher._microbatch_sizes():
+            M = searcher.gbs // mbs
+            for pp in range(1, min(max_pp, searcher.L) + 1):
+                bnd = _splits(searcher, pp)
+                if bnd is None:
+                    continue
+                for k1, k2 in combinations(pipeline_kinds(searcher, pp, mbs, pool), 2):
+                    for dp in range(2, min(M, total) + 1):
+                        for d1 in range(1, dp):
+                            if fits(pool, ((k1, d1), (k2, dp - d1))):
+                                yield [((k1, k2), (d1, dp - d1), mbs, bnd)]
+        return
+    inc = searcher._incumbent
+    kind = kind_of(inc.plan) if inc is not None else None
+    if inc is None or kind is None:
+        return
+    plan = inc.plan
+    left = {p: n - plan.gpus_by_type_zone().get(p, 0) for p, n in pool.items()}
+    bnd = _splits(searcher, plan.pp, PRUNED_ENUMERATE_UP_TO)
+    if bnd is None:
+        bnd = np.array([[s.first_layer for s in plan.stages] + [searcher.L]], dtype=np.int64)
+    M = searcher.gbs // plan.microbatch_size
+    roomiest: dict[str, tuple[str, str]] = {}  # per GPU type, the pool with the most idle GPUs
+    for p in sorted(left, key=lambda p: (-left[p], p)):
+        if left[p] > 0:
+            roomiest.setdefault(p[0], p)
+    allowed = set(roomiest.values())
+    for k2 in pipeline_kinds(searcher, plan.pp, plan.microbatch_size, {p: left[p] for p in allowed}):
+        if k2 == kind:
+            continue
+        most = 0
+        while plan.dp + most + 1 <= M and fits(left, ((k2, most + 1),)):
+            most += 1
+        yield [((kind, k2), (plan.dp, d2), plan.microbatch_size, bnd) for d2 in range(most, 0, -1)]
+
+
+def scan_mixed(searcher: Searcher) -> None:
+    """Price the mixed layouts and offer each to the searcher's incumbent (with pruning, a group
+    stops after ``patience`` layouts that do not improve on the group's best)."""
+    patience = searcher.options.patience if searcher.options.prune else np.inf
+    for group in _groups(searcher):
+        best, stale = None, 0
+        for layout in group:
+            cand = _price(searcher, *layout)
+            if cand is not None and (best is None or cand < best):
+                best, stale = cand, 0
+                searcher._offer(cand)
+            else:
+                stale += 1
+                if stale >= patience:
+                    break
+
+
+def _price(searcher: Searcher, kinds: tuple[Kind, Kind], counts: tuple[int, int], mbs: int, bnd: np.ndarray) -> Candidate | None:
+    """The mixed layout's best candidate, or None (skipped by its bounds, or nothing fits)."""
+    t_lb, c_lb = mixed_lower_bound(searcher, kinds, counts, mbs)
+    if searcher.objective == "throughput" and searcher.budget is not None and c_lb > searcher.budget:
+        searcher.skipped += 1
+        return None
+    if searcher.objective == "cost" and searcher.min_throughput is not None and t_lb * searcher.min_throughput > 1:
+        searcher.skipped += 1
+        return None
+    inc = searcher._incumbent
+    if inc is not None and (t_lb if searcher.objective == "throughput" else c_lb) >= inc.key[0]:
+        searcher.skipped += 1
+        return None
+    return evaluate_mixed(searcher, kinds, counts, mbs, bnd, inc)

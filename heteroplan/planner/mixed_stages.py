@@ -1,0 +1,185 @@
+"""Plans whose stages mix GPU types: two kinds of pipeline replica over one layer split.
+
+A *mixed layout* is two pipeline kinds (each a list of :class:`PipelineBlock`, same depth) with
+``d1`` and ``d2`` replicas: stage ``s`` then holds ``d1`` replicas on kind 1's stage-``s`` hardware
+and ``d2`` on kind 2's (e.g. Sailor's A100+V100 plan whose last stage mixes both types). Both
+kinds share the layer split. Priced exactly as :func:`~heteroplan.planner.simulator.simulate`
+prices the plan:
+
+- the iteration's microbatches are shared so that the slowest replica finishes first
+  (:func:`~heteroplan.planner.microbatches.two_class_totals`; faster replicas run more);
+- a stage's all-reduce ring runs over its replicas in plan order (kind 1, then kind 2), at the
+  slowest link of the ring, over the smallest TP degree's gradient shard; cross-zone ring edges
+  pay egress;
+- each replica must fit its own GPU's memory, with the microbatches it holds in flight.
+
+:func:`evaluate_mixed` scores every split it is given at once (vectorized) and keeps the best.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from heteroplan.planner.comm import allreduce_s, pipeline_bytes
+from heteroplan.planner.microbatches import class_microbatches, two_class_totals
+from heteroplan.planner.plan import PipelineBlock, Plan, ReplicaGroup, Stage
+
+if TYPE_CHECKING:
+    from heteroplan.planner.search import Candidate, Searcher
+
+__all__ = ["Kind", "stage_hardware", "evaluate_mixed", "mixed_lower_bound", "mixed_groups"]
+
+Kind = tuple[PipelineBlock, ...]  # one pipeline replica's blocks
+
+
+def stage_hardware(kind: Kind) -> list[PipelineBlock]:
+    """The block of each stage of a pipeline kind (blocks expanded, one entry per stage)."""
+    return [b for b in kind for _ in range(b.stages)]
+
+
+def mixed_groups(h1: PipelineBlock, d1: int, h2: PipelineBlock, d2: int) -> tuple[ReplicaGroup, ...]:
+    """A mixed stage's replica groups in plan order (kind 1 first; one group when both agree)."""
+    if (h1.pool, h1.tp) == (h2.pool, h2.tp):
+        return (ReplicaGroup(h1.pool[0], h1.pool[1], h1.tp, d1 + d2),)
+    return (ReplicaGroup(h1.pool[0], h1.pool[1], h1.tp, d1), ReplicaGroup(h2.pool[0], h2.pool[1], h2.tp, d2))
+
+
+def mixed_lower_bound(searcher: Searcher, kinds: tuple[Kind, Kind], counts: tuple[int, int], mbs: int) -> tuple[float, float]:
+    """Lower bounds (iteration seconds, $/iteration) of any split of a mixed layout.
+
+    Kind ``c``'s slowest replica runs ``m_c`` microbatches, ``sum_c d_c m_c >= M``, and takes at
+    least ``(m_c - 1) beta_c + F`` (``beta_c``: :meth:`Searcher.lower_bound`'s bottleneck bound,
+    ``F`` the least whole-model compute of any block); so
+    ``T >= F + (M - D) / sum_c (d_c / beta_c)``."""
+    M = searcher.gbs // mbs
+    speed, least = 0.0, np.inf
+    for kind, d in zip(kinds, counts, strict=True):
+        full = [float(searcher.table(b.pool[0], b.tp, mbs).fb[0, searcher.L]) for b in kind]
+        speed += d * sum(b.stages / max(f, 1e-12) for b, f in zip(kind, full, strict=True))
+        least = min(least, *full)
+    t_lb = least + (M - sum(counts)) / speed
+    return t_lb, mixed_rate(searcher, kinds, counts) * t_lb
+
+
+def mixed_rate(searcher: Searcher, kinds: tuple[Kind, Kind], counts: tuple[int, int]) -> float:
+    """$/s of a mixed layout's GPUs."""
+    return sum(searcher.rate(list(k), d) for k, d in zip(kinds, counts, strict=True))
+
+
+def _pipeline_parts(searcher: Searcher, kind: Kind, mbs: int, bnd: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per split (rows of ``bnd``): step seconds, fill-and-drain seconds, egress $ per microbatch of
+    one replica of ``kind``, and (stages, K) memory GB at 1 and per extra in-flight microbatch."""
+    stages = stage_hardware(kind)
+    K, pp = len(bnd), len(stages)
+    step = np.zeros(K)
+    fixed = np.zeros(K)
+    egress = np.zeros(K)
+    mem0 = np.zeros((pp, K))
+    mem1 = np.zeros((pp, K))
+    c_in = np.zeros(K)
+    for s, blk in enumerate(stages):
+        a, b = bnd[:, s], bnd[:, s + 1]
+        tab = searcher.table(blk.pool[0], blk.tp, mbs)
+        c_out = np.zeros(K)
+        if s + 1 < pp:
+            nxt = stages[s + 1]
+            c_out = searcher.send_s(blk, nxt, mbs)[b]
+            price = searcher.network.egress_per_gb(blk.pool[1], nxt.pool[1])
+            if price:
+                egress += 2 * pipeline_bytes(tab.out_bytes[b], blk.tp, searcher.cfg.for_gpu(blk.pool[0])) / 1e9 * price
+        fb = tab.fb[a, b]
+        step = np.maximum(step, fb + 2 * (c_in + c_out))
+        fixed += fb + 2 * c_out
+        mem0[s], mem1[s] = tab.mem_static[a, b], tab.mem_per_inflight[a, b]
+        c_in = c_out
+    return step, fixed, egress, mem0, mem1
+
+
+def _ring(searcher: Searcher, h1: PipelineBlock, d1: int, h2: PipelineBlock, d2: int, mbs: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(L+1, L+1)`` matrices by layer range of a stage whose replicas are ``d1`` on ``h1`` then
+    ``d2`` on ``h2``: seconds of all-reduce + update, and the ring's egress $ (the ring as
+    ``simulate`` walks it). Cached on the searcher."""
+    ends = [h1.pool] * d1 + [h2.pool] * d2
+    edges = list(zip(ends, ends[1:] + ends[:1], strict=True))
+    links = set(edges)
+    key = ("mixed", h1.pool, h1.tp, h2.pool, h2.tp, d1 + d2, frozenset((e, edges.count(e)) for e in links), mbs)
+    if key not in searcher._sync:
+        D = d1 + d2
+        cfgs = [searcher.cfg.for_gpu(h1.pool[0]), searcher.cfg.for_gpu(h2.pool[0])]
+        ring_cfg = max(cfgs, key=lambda c: c.allreduce_latency_s)
+        tp = min(h1.tp, h2.tp)
+        params = searcher.profile.size_prefix(tp)[0]
+        grad = ring_cfg.grad_bytes_per_param * (params[None, :] - params[:, None])
+        finite = np.triu(np.ones(grad.shape, dtype=bool), 1)
+        grad = np.where(finite, grad, 1.0)
+        ar = allreduce_s(searcher.network, links, tp, D, grad, ring_cfg)
+        update = np.maximum(searcher.table(h1.pool[0], h1.tp, mbs).update, searcher.table(h2.pool[0], h2.tp, mbs).update)
+        egress = np.zeros(grad.shape)
+        for x, y in links:
+            price = searcher.network.egress_per_gb(x[1], y[1])
+            if price:
+                egress += 2 * (D - 1) / D * grad * tp * edges.count((x, y)) / 1e9 * price
+        searcher._sync[key] = (np.where(finite, ar + update, np.inf), egress)
+    return searcher._sync[key]
+
+
+def evaluate_mixed(
+    searcher: Searcher, kinds: tuple[Kind, Kind], counts: tuple[int, int], mbs: int, bnd: np.ndarray,
+    incumbent: Candidate | None = None,
+) -> Candidate | None:
+    """Best of the splits ``bnd`` (K, pp+1) for ``counts[c]`` replicas of ``kinds[c]``; None if no
+    split fits memory, meets the budget / throughput floor and beats ``incumbent``. Assumes no
+    rank speed noise."""
+    from heteroplan.planner.search import Candidate
+
+    d1, d2 = counts
+    M = searcher.gbs // mbs
+    if M < d1 + d2:
+        return None
+    searcher.evaluated += 1
+    st1, fx1, eg1, m0a, m1a = _pipeline_parts(searcher, kinds[0], mbs, bnd)
+    st2, fx2, eg2, m0b, m1b = _pipeline_parts(searcher, kinds[1], mbs, bnd)
+    big1, pipe = two_class_totals(st1, fx1, d1, st2, fx2, d2, M)
+    big2 = M - big1
+    hw1, hw2 = stage_hardware(kinds[0]), stage_hardware(kinds[1])
+    pp = len(hw1)
+    inflight1 = np.minimum(np.arange(pp, 0, -1)[:, None], -(-big1 // d1)[None, :])
+    inflight2 = np.minimum(np.arange(pp, 0, -1)[:, None], -(-big2 // d2)[None, :])
+    mem1 = m0a + m1a * inflight1
+    mem2 = m0b + m1b * inflight2
+    cap1 = np.array([searcher.gpu_types[h.pool[0]].memory_gb for h in hw1])[:, None]
+    cap2 = np.array([searcher.gpu_types[h.pool[0]].memory_gb for h in hw2])[:, None]
+    ok = np.all(mem1 <= cap1, axis=0) & np.all(mem2 <= cap2, axis=0)
+    sync = np.zeros(len(bnd))
+    egress = eg1 * big1 + eg2 * big2
+    for s in range(pp):
+        y, e = _ring(searcher, hw1[s], d1, hw2[s], d2, mbs)
+        a, b = bnd[:, s], bnd[:, s + 1]
+        sync = np.maximum(sync, y[a, b])
+        egress = egress + e[a, b]
+    t_iter = pipe + sync
+    cost = mixed_rate(searcher, kinds, counts) * t_iter + egress
+    if searcher.objective == "throughput":
+        if searcher.budget is not None:
+            ok &= cost <= searcher.budget * (1 + 1e-12)
+        order = np.lexsort((cost, np.where(ok, t_iter, np.inf)))
+    else:
+        if searcher.min_throughput is not None:
+            ok &= 1.0 / t_iter >= searcher.min_throughput * (1 - 1e-12)
+        order = np.lexsort((t_iter, np.where(ok, cost, np.inf)))
+    k = int(order[0])
+    t, c = float(t_iter[k]), float(cost[k])
+    key = (t, c) if searcher.objective == "throughput" else (c, t)
+    if not ok[k] or (incumbent is not None and key >= incumbent.key):
+        return None
+    bounds = bnd[k]
+    stages = tuple(
+        Stage(int(bounds[s]), int(bounds[s + 1]), mixed_groups(hw1[s], d1, hw2[s], d2)) for s in range(pp)
+    )
+    micro = class_microbatches(counts, (int(big1[k]), int(big2[k])))
+    plan = Plan(searcher.profile.name, searcher.gbs, mbs, stages, micro)
+    mems = tuple(float(max(mem1[s, k], mem2[s, k])) for s in range(pp))
+    return Candidate(key, t, c, mems, plan)
+
