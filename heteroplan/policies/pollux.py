@@ -19,6 +19,7 @@ artifact's genetic algorithm.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -34,8 +35,11 @@ from heteroplan.policies.sia_solve import solve_sia
 __all__ = ["PolluxPolicy", "POLLUX_MECHANISMS"]
 
 POLLUX_MECHANISMS = ("pooled-type", "sia-artifact")
+SPEEDUP_BASES = ("one-gpu", "fair-share")
+VNODE_ORDERS = ("node", "shuffled")
 VIRTUAL_NODE_GPUS = 4  # the Sia artifact's Pollux sees 4-GPU nodes only
 ARTIFACT_MAX_REPLICAS = 16
+ARTIFACT_KEEP_ORDER = ("dgx-ext", "azure", "quad", "rtx", "aws")  # ties keep the earlier type
 
 
 @dataclass
@@ -58,12 +62,22 @@ class PolluxPolicy:
     elastic: bool = True
     forking: bool = False
     mechanism: str = "pooled-type"
+    speedup_base: str = "one-gpu"
+    vnode_order: str = "node"
+    seed: int = 0
+    state_after_fixup: bool = False
     _cache: dict[int, ConfigSet] = field(default_factory=dict, repr=False)
     _intended: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict, repr=False)
+    _rng: np.random.Generator = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.mechanism not in POLLUX_MECHANISMS:
             raise InputError("mechanism", self.mechanism, f"choose one of {list(POLLUX_MECHANISMS)}")
+        if self.speedup_base not in SPEEDUP_BASES:
+            raise InputError("speedup_base", self.speedup_base, f"choose one of {list(SPEEDUP_BASES)}")
+        if self.vnode_order not in VNODE_ORDERS:
+            raise InputError("vnode_order", self.vnode_order, f"choose one of {list(VNODE_ORDERS)}")
+        self._rng = np.random.default_rng(self.seed)
 
     def _pooled(self, cluster: Cluster) -> ConfigSet:
         key = id(cluster)
@@ -83,10 +97,14 @@ class PolluxPolicy:
             return {}
         configs = self._pooled(cluster)
         G = np.zeros((len(jobs), len(configs)))
+        base = np.zeros(len(jobs))
+        fair = math.ceil(cluster.num_gpus / len(jobs))
         for i, job in enumerate(jobs):
             ref = job.allocation.gpu_type if job.allocation else _first_type(job, cluster)
             G[i] = goodput_matrix([job], configs, self.scale_up, np.full(len(configs), ref, dtype=object),
                                   scale_from=self.scale_up_from)[0]
+            if self.speedup_base == "fair-share" and job.estimator is not None:
+                base[i] = fair_share_goodput(job, ref, fair)
         current = np.array([configs.index_of("any", self._held(j)) if j.allocation else -1 for j in jobs])
         restart = restart_factor(
             np.array([now - j.arrival_time for j in jobs]),
@@ -95,7 +113,8 @@ class PolluxPolicy:
         )
         pinned = np.array([j.restoring for j in jobs])
         capacity = np.array([float(cluster.num_gpus)])
-        problem = build_sia_model(G, configs, capacity, current, restart, pinned, self.p, self.lam)
+        problem = build_sia_model(G, configs, capacity, current, restart, pinned, self.p, self.lam,
+                                  base if self.speedup_base == "fair-share" else None)
         result = solve_sia(problem, "milp", self.time_limit, self.mip_gap)
         counts = {j.job_id: int(configs.num_gpus[c]) for j, c in zip(jobs, result.choice, strict=True) if c >= 0}
         if self.mechanism == "sia-artifact":
@@ -125,7 +144,8 @@ class PolluxPolicy:
             want = counts.get(j.job_id, 0)
             if want == 0 or j.job_id in intended:
                 continue
-            got = _fewest_virtual_nodes(free, want)
+            order = self._rng.permutation(len(free)) if self.vnode_order == "shuffled" else np.arange(len(free))
+            got = _fewest_virtual_nodes(free, want, order)
             if got is not None:
                 intended[j.job_id] = got
         self._intended = intended
@@ -134,12 +154,14 @@ class PolluxPolicy:
             per_type: dict[str, int] = {}
             for v, c in parts:
                 per_type[vnodes[v][1]] = per_type.get(vnodes[v][1], 0) + c
-            keep = max(per_type, key=lambda t: (per_type[t], -cluster.type_names.index(t)))
+            keep = max(per_type, key=lambda t: (per_type[t], -_keep_rank(t, cluster)))
             per_node: dict[str, int] = {}
             for v, c in parts:
                 if vnodes[v][1] == keep:
                     per_node[vnodes[v][0]] = per_node.get(vnodes[v][0], 0) + c
             out[jid] = Allocation(keep, sum(per_node.values()), tuple(per_node.items()))
+            if self.state_after_fixup:
+                intended[jid] = tuple((v, c) for v, c in parts if vnodes[v][1] == keep)
         return out
 
 
@@ -151,21 +173,42 @@ def _first_type(job: JobState, cluster: Cluster) -> str:
     return cluster.type_names[0]
 
 
-def _fewest_virtual_nodes(free: list[int], want: int) -> tuple[tuple[int, int], ...] | None:
-    """Whole free virtual nodes in order, then the remainder best-fit (Pollux's speed-up model
-    favours few nodes); debits ``free``; ``None`` (no change) when ``want`` GPUs are not free."""
+def _keep_rank(gpu_type: str, cluster: Cluster) -> int:
+    """Tie-break of the majority-type fix-up: the Sia artifact keeps the faster type (dgx-ext,
+    azure, quad, rtx, aws); other types after those, in cluster order."""
+    if gpu_type in ARTIFACT_KEEP_ORDER:
+        return ARTIFACT_KEEP_ORDER.index(gpu_type)
+    return len(ARTIFACT_KEEP_ORDER) + cluster.type_names.index(gpu_type)
+
+
+def fair_share_goodput(job: JobState, gpu_type: str, fair_gpus: int) -> float:
+    """Goodput (estimator units/s) of ``job`` on ``fair_gpus`` GPUs of ``gpu_type`` in one node: the
+    Sia artifact's Pollux measures speed-ups against this fair share (GPUs / active jobs, rounded
+    up, on one node); 0 when the estimator has none."""
+    assert job.estimator is not None
+    value = np.asarray(job.estimator.goodput(np.array([gpu_type], dtype=object), np.array([1]),
+                                             np.array([fair_gpus]), progress=job.progress), dtype=float)
+    return float(value.reshape(-1)[0]) if value.size and np.isfinite(value.reshape(-1)[0]) else 0.0
+
+
+def _fewest_virtual_nodes(free: list[int], want: int, order: np.ndarray) -> tuple[tuple[int, int], ...] | None:
+    """Whole free virtual nodes in ``order``, then the remainder best-fit (Pollux's speed-up model
+    favours few nodes; ties go to the earlier node in ``order``); debits ``free``; ``None`` (no
+    change) when ``want`` GPUs are not free."""
     if sum(free) < want:
         return None
     size = VIRTUAL_NODE_GPUS
+    rank = np.empty(len(free), dtype=int)
+    rank[order] = np.arange(len(free))
     got: list[tuple[int, int]] = []
-    for v in range(len(free)):
+    for v in order:
         if want >= size and free[v] == size:
-            got.append((v, size))
+            got.append((int(v), size))
             free[v] = 0
             want -= size
     while want > 0:
         fits = [v for v in range(len(free)) if free[v] >= want]
-        v = min(fits, key=lambda v: (free[v], v)) if fits else max(range(len(free)), key=lambda v: (free[v], -v))
+        v = min(fits, key=lambda v: (free[v], rank[v])) if fits else max(range(len(free)), key=lambda v: (free[v], -rank[v]))
         c = min(want, free[v])
         got.append((v, c))
         free[v] -= c
