@@ -10,11 +10,17 @@ genetic algorithm, so this is the best Pollux could do with its model. Placement
 
 ``mechanism="sia-artifact"`` (``pollux-sia``) is the Sia artifact's heterogeneity-unaware Pollux:
 the cluster is pooled into identical 4-GPU virtual nodes (8-GPU nodes split in two), a job gets
-at most 16 replicas, its replicas are packed onto the fewest virtual nodes, largest jobs first
-(a job that keeps its GPU count keeps its virtual nodes unless they spanned types), and an allocation spanning GPU types keeps only the GPUs
-of its majority type: the dropped GPUs stay idle and are not counted. (Its 30 s restart delay is
+at most 16 replicas, its replicas are packed onto the fewest virtual nodes, largest jobs first,
+the virtual nodes taken in a seeded random order (``vnode_order="shuffled"``: the artifact's
+genetic algorithm is type-blind and has no node preference; ``"node"``: cluster order), and an
+allocation spanning GPU types keeps only the GPUs of its majority type (ties: the faster type,
+as the artifact's ``prio_order``): the dropped GPUs stay idle and are not counted, and what is
+kept is the job's allocation from then on (the artifact's base state is its repaired
+allocation; a job keeping its GPU count keeps its virtual nodes). (Its 30 s restart delay is
 the simulator's, ``SimFidelity.restart_delays``.) The optimiser is the exact ILP above, not the
-artifact's genetic algorithm.
+artifact's genetic algorithm. ``speedup_base="fair-share"`` measures speed-ups against the
+goodput of a fair share (GPUs / active jobs, rounded up, on one node) as the artifact's fitness
+does; it is off by default (see docs/sia.md for why).
 """
 
 from __future__ import annotations
@@ -39,6 +45,10 @@ SPEEDUP_BASES = ("one-gpu", "fair-share")
 VNODE_ORDERS = ("node", "shuffled")
 VIRTUAL_NODE_GPUS = 4  # the Sia artifact's Pollux sees 4-GPU nodes only
 ARTIFACT_MAX_REPLICAS = 16
+# The artifact's fitness term for a job without GPUs, 1 / (0 + 1e-3), in units of 1 / speed-up
+# (its speed-ups are scaled by virtual nodes / GPUs = 1/4): with speed-ups relative to a fair
+# share a job's 1-GPU term exceeds 1, so Sia's lambda = 1.1 would leave jobs unscheduled.
+FAIR_SHARE_LAMBDA = 250.0
 ARTIFACT_KEEP_ORDER = ("dgx-ext", "azure", "quad", "rtx", "aws")  # ties keep the earlier type
 
 
@@ -52,7 +62,7 @@ class PolluxPolicy:
     """
 
     p: float = -1.0
-    lam: float = 1.1
+    lam: float | None = None
     scale_up: float = 2.0
     scale_up_from: str = "max"
     time_limit: float = 10.0
@@ -63,9 +73,8 @@ class PolluxPolicy:
     forking: bool = False
     mechanism: str = "pooled-type"
     speedup_base: str = "one-gpu"
-    vnode_order: str = "node"
+    vnode_order: str | None = None
     seed: int = 0
-    state_after_fixup: bool = False
     _cache: dict[int, ConfigSet] = field(default_factory=dict, repr=False)
     _intended: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict, repr=False)
     _rng: np.random.Generator = field(init=False, repr=False)
@@ -75,8 +84,12 @@ class PolluxPolicy:
             raise InputError("mechanism", self.mechanism, f"choose one of {list(POLLUX_MECHANISMS)}")
         if self.speedup_base not in SPEEDUP_BASES:
             raise InputError("speedup_base", self.speedup_base, f"choose one of {list(SPEEDUP_BASES)}")
+        if self.vnode_order is None:
+            self.vnode_order = "shuffled" if self.mechanism == "sia-artifact" else "node"
         if self.vnode_order not in VNODE_ORDERS:
             raise InputError("vnode_order", self.vnode_order, f"choose one of {list(VNODE_ORDERS)}")
+        if self.lam is None:
+            self.lam = FAIR_SHARE_LAMBDA if self.speedup_base == "fair-share" else 1.1
         self._rng = np.random.default_rng(self.seed)
 
     def _pooled(self, cluster: Cluster) -> ConfigSet:
@@ -105,7 +118,7 @@ class PolluxPolicy:
                                   scale_from=self.scale_up_from)[0]
             if self.speedup_base == "fair-share" and job.estimator is not None:
                 base[i] = fair_share_goodput(job, ref, fair)
-        current = np.array([configs.index_of("any", self._held(j)) if j.allocation else -1 for j in jobs])
+        current = np.array([configs.index_of("any", j.allocation.num_gpus) if j.allocation else -1 for j in jobs])
         restart = restart_factor(
             np.array([now - j.arrival_time for j in jobs]),
             np.array([j.num_restarts for j in jobs]),
@@ -113,7 +126,7 @@ class PolluxPolicy:
         )
         pinned = np.array([j.restoring for j in jobs])
         capacity = np.array([float(cluster.num_gpus)])
-        problem = build_sia_model(G, configs, capacity, current, restart, pinned, self.p, self.lam,
+        problem = build_sia_model(G, configs, capacity, current, restart, pinned, self.p, float(self.lam or 0.0),
                                   base if self.speedup_base == "fair-share" else None)
         result = solve_sia(problem, "milp", self.time_limit, self.mip_gap)
         counts = {j.job_id: int(configs.num_gpus[c]) for j, c in zip(jobs, result.choice, strict=True) if c >= 0}
@@ -121,22 +134,17 @@ class PolluxPolicy:
             return self._place_virtual(cluster, jobs, counts)
         return place_blind(cluster, jobs, counts)
 
-    def _held(self, job: JobState) -> int:
-        """GPUs the policy gave the job (before the artifact's majority-type fix-up dropped some)."""
-        parts = self._intended.get(job.job_id) if self.mechanism == "sia-artifact" else None
-        return sum(c for _, c in parts) if parts else (job.allocation.num_gpus if job.allocation else 0)
-
     def _place_virtual(self, cluster: Cluster, jobs: Sequence[JobState], counts: dict[str, int]) -> dict[str, Allocation]:
-        """Pack replicas onto 4-GPU virtual nodes in order; keep the majority type's GPUs."""
+        """Pack replicas onto the fewest 4-GPU virtual nodes (in ``vnode_order``), keep the majority
+        type's GPUs; what is kept is the job's state next round (a job keeping its GPU count keeps it)."""
         vnodes = [(n.name, n.gpu_type, min(VIRTUAL_NODE_GPUS, n.num_gpus - start))
                   for n in cluster.nodes for start in range(0, n.num_gpus, VIRTUAL_NODE_GPUS)]
         free = [size for *_, size in vnodes]
         self._intended = {jid: p for jid, p in self._intended.items() if jid in counts}
         intended: dict[str, tuple[tuple[int, int], ...]] = {}
-        for jid, want in counts.items():  # a job keeping its GPU count keeps its virtual nodes (one type)
+        for jid, want in counts.items():  # a job keeping its GPU count keeps its virtual nodes
             prev = self._intended.get(jid)
-            if prev and sum(c for _, c in prev) == want and len({vnodes[v][1] for v, _ in prev}) == 1 \
-                    and all(free[v] >= c for v, c in prev):
+            if prev and sum(c for _, c in prev) == want and all(free[v] >= c for v, c in prev):
                 for v, c in prev:
                     free[v] -= c
                 intended[jid] = prev
@@ -160,8 +168,7 @@ class PolluxPolicy:
                 if vnodes[v][1] == keep:
                     per_node[vnodes[v][0]] = per_node.get(vnodes[v][0], 0) + c
             out[jid] = Allocation(keep, sum(per_node.values()), tuple(per_node.items()))
-            if self.state_after_fixup:
-                intended[jid] = tuple((v, c) for v, c in parts if vnodes[v][1] == keep)
+            intended[jid] = tuple((v, c) for v, c in parts if vnodes[v][1] == keep)  # the artifact's base state
         return out
 
 
