@@ -122,3 +122,30 @@ def test_fixup_tie_keeps_the_faster_type():
 def test_pollux_sia_registry_defaults():
     policy = make_policy("pollux-sia")
     assert (policy.mechanism, policy.vnode_order, policy.speedup_base) == ("sia-artifact", "shuffled", "one-gpu")
+
+
+def test_fair_share_speedups_are_relative_to_gpus_over_jobs_on_one_node(monkeypatch):
+    from heteroplan.cluster import preset
+    from heteroplan.perf.sia_data import bootstrap_model
+    from heteroplan.policies import pollux as pollux_module
+
+    seen = {}
+    real = pollux_module.build_sia_model
+
+    def spy(*args, **kwargs):
+        seen["base"], seen["lam"] = args[8], args[7]
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pollux_module, "build_sia_model", spy)
+    cluster = preset("sia-64")
+    jobs = [JobState(f"j{i}", app, 0.0, estimator=bootstrap_model(app))
+            for i, app in enumerate(("cifar10", "imagenet", "bert"))]
+    policy = PolluxPolicy(mechanism="sia-artifact", speedup_base="fair-share")
+    out = policy.allocate(cluster, jobs, 0.0)
+    fair = -(-64 // 3)  # 22 GPUs: the fair share, on one node, of the job's first known type
+    want = [float(np.ravel(j.estimator.goodput(np.array(["aws"], dtype=object), np.array([1]), np.array([fair])))[0])
+            for j in jobs]
+    assert seen["base"] == pytest.approx(want) and min(want) > 0
+    assert seen["lam"] == 250.0  # the artifact's cost of a job without GPUs
+    assert set(out) == {"j0", "j1", "j2"}  # every job gets GPUs
+    assert PolluxPolicy(mechanism="sia-artifact").lam == 1.1
