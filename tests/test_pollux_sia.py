@@ -75,6 +75,10 @@ def test_shuffled_virtual_nodes_do_not_always_pick_the_first_type():
         PolluxPolicy(mechanism="sia-artifact", vnode_order="random")
     with pytest.raises(InputError, match="speedup_base"):
         PolluxPolicy(speedup_base="half")
+    with pytest.raises(InputError, match="seed"):
+        PolluxPolicy(mechanism="sia-artifact", seed="x")
+    with pytest.raises(InputError, match="lam"):
+        PolluxPolicy(lam=0.0)
 
 
 @settings(max_examples=60, deadline=None)

@@ -90,6 +90,10 @@ class PolluxPolicy:
             raise InputError("vnode_order", self.vnode_order, f"choose one of {list(VNODE_ORDERS)}")
         if self.lam is None:
             self.lam = FAIR_SHARE_LAMBDA if self.speedup_base == "fair-share" else 1.1
+        if isinstance(self.lam, bool) or not isinstance(self.lam, (int, float)) or not (0 < self.lam < math.inf):
+            raise InputError("lam", self.lam, "must be a penalty > 0 per job without GPUs")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise InputError("seed", self.seed, "must be an integer >= 0")
         self._rng = np.random.default_rng(self.seed)
 
     def _pooled(self, cluster: Cluster) -> ConfigSet:
