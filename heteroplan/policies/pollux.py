@@ -196,7 +196,8 @@ def fair_share_goodput(job: JobState, gpu_type: str, fair_gpus: int) -> float:
     """Goodput (estimator units/s) of ``job`` on ``fair_gpus`` GPUs of ``gpu_type`` in one node: the
     Sia artifact's Pollux measures speed-ups against this fair share (GPUs / active jobs, rounded
     up, on one node); 0 when the estimator has none."""
-    assert job.estimator is not None
+    if job.estimator is None:
+        return 0.0
     value = np.asarray(job.estimator.goodput(np.array([gpu_type], dtype=object), np.array([1]),
                                              np.array([fair_gpus]), progress=job.progress), dtype=float)
     return float(value.reshape(-1)[0]) if value.size and np.isfinite(value.reshape(-1)[0]) else 0.0
