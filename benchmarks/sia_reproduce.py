@@ -46,6 +46,8 @@ ARTIFACT = {
     "saturn/workload-1": {"sia": (0.58, 7.7, 12.5, float("nan")), "pollux": (0.868, 13.6, 21.7, 5.10),
                           "gavel": (1.798, 21.8, 27.3, 7.14)},
 }
+# Further runs of the artifact (its Pollux is an unseeded genetic algorithm, so runs differ).
+ARTIFACT_OTHER_RUNS = {"saturn/workload-1": {"pollux": [(0.864, 11.5, 20.3, 4.48)]}}
 # Registry name -> the artifact's/paper's row it stands for (the artifact-faithful baselines).
 STANDS_FOR = {"gavel-sia": "gavel", "pollux-sia": "pollux"}
 ABLATIONS = [  # Sia with each fidelity mechanism switched off in turn
@@ -128,11 +130,14 @@ def main() -> None:
                        "pub_p99", "makespan_h", "art_makespan", "pub_makespan", "gpu_h_per_job", "art_gpu_h",
                        "pub_gpu_h", "restarts", "worst_ftf", "policy_ms_med", "policy_ms_p95"])
     for r in rows:  # targets (issue 21): avg JCT within 10% of the artifact, p99 and makespan within 20%
-        art = ARTIFACT.get(r["workload"], {}).get(STANDS_FOR.get(r["policy"], r["policy"]))
-        if art and r["avg_jct_h"]:
-            errs = [r["avg_jct_h"] / art[0] - 1, r["p99_jct_h"] / art[1] - 1, r["makespan_h"] / art[2] - 1]
+        row = STANDS_FOR.get(r["policy"], r["policy"])
+        art = ARTIFACT.get(r["workload"], {}).get(row)
+        if not (art and r["avg_jct_h"]):
+            continue
+        for run, vals in enumerate([art, *ARTIFACT_OTHER_RUNS.get(r["workload"], {}).get(row, [])], start=1):
+            errs = [r["avg_jct_h"] / vals[0] - 1, r["p99_jct_h"] / vals[1] - 1, r["makespan_h"] / vals[2] - 1]
             ok = abs(errs[0]) <= 0.10 and abs(errs[1]) <= 0.20 and abs(errs[2]) <= 0.20
-            print(f"{r['workload']} {r['policy']} vs artifact: avg {errs[0]:+.0%} p99 {errs[1]:+.0%} "
+            print(f"{r['workload']} {r['policy']} vs artifact run {run}: avg {errs[0]:+.0%} p99 {errs[1]:+.0%} "
                   f"makespan {errs[2]:+.0%} ({'within' if ok else 'OUTSIDE'} 10%/20%)")
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
     for workload in workloads:

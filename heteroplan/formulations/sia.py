@@ -159,6 +159,7 @@ def build_sia_model(
     pinned: np.ndarray | None = None,
     p: float = -0.5,
     lam: float = 1.1,
+    base: np.ndarray | None = None,
 ) -> SiaProblem:
     """Build Sia's ILP.
 
@@ -171,6 +172,8 @@ def build_sia_model(
         pinned: jobs that must keep their current configuration (e.g. restoring).
         p: utility exponent (non-zero); p < 0 is minimized.
         lam: penalty per unallocated job (p < 0 only).
+        base: per job, the goodput (samples/s) its speed-ups are relative to; default (or where
+            <= 0) its smallest positive goodput over ``configs``.
     """
     G = np.asarray(goodput, dtype=float)
     if G.ndim != 2 or G.shape[1] != len(configs):
@@ -188,7 +191,14 @@ def build_sia_model(
     pinned = np.zeros(J, dtype=bool) if pinned is None else np.asarray(pinned, dtype=bool)
 
     valid = G > 0
-    base = np.where(valid, G, np.inf).min(axis=1, initial=np.inf)
+    base_min = np.where(valid, G, np.inf).min(axis=1, initial=np.inf)
+    if base is None:
+        base = base_min
+    else:
+        base = np.asarray(base, dtype=float)
+        if base.shape != (J,):
+            raise InputError("base.shape", base.shape, f"need ({J},)")
+        base = np.where(np.isfinite(base) & (base > 0), base, base_min)
     norm = np.where(valid, G / np.where(np.isfinite(base), base, 1.0)[:, None], 0.0)
     running = current >= 0
     is_current = np.zeros((J, C), dtype=bool)

@@ -10,15 +10,22 @@ genetic algorithm, so this is the best Pollux could do with its model. Placement
 
 ``mechanism="sia-artifact"`` (``pollux-sia``) is the Sia artifact's heterogeneity-unaware Pollux:
 the cluster is pooled into identical 4-GPU virtual nodes (8-GPU nodes split in two), a job gets
-at most 16 replicas, its replicas are packed onto the fewest virtual nodes, largest jobs first
-(a job that keeps its GPU count keeps its virtual nodes unless they spanned types), and an allocation spanning GPU types keeps only the GPUs
-of its majority type: the dropped GPUs stay idle and are not counted. (Its 30 s restart delay is
+at most 16 replicas, its replicas are packed onto the fewest virtual nodes, largest jobs first,
+the virtual nodes taken in a seeded random order (``vnode_order="shuffled"``: the artifact's
+genetic algorithm is type-blind and has no node preference; ``"node"``: cluster order), and an
+allocation spanning GPU types keeps only the GPUs of its majority type (ties: the faster type,
+as the artifact's ``prio_order``): the dropped GPUs stay idle and are not counted, and what is
+kept is the job's allocation from then on (the artifact's base state is its repaired
+allocation; a job keeping its GPU count keeps its virtual nodes). (Its 30 s restart delay is
 the simulator's, ``SimFidelity.restart_delays``.) The optimiser is the exact ILP above, not the
-artifact's genetic algorithm.
+artifact's genetic algorithm. ``speedup_base="fair-share"`` measures speed-ups against the
+goodput of a fair share (GPUs / active jobs, rounded up, on one node) as the artifact's fitness
+does; it is off by default (see docs/sia.md for why).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -34,8 +41,15 @@ from heteroplan.policies.sia_solve import solve_sia
 __all__ = ["PolluxPolicy", "POLLUX_MECHANISMS"]
 
 POLLUX_MECHANISMS = ("pooled-type", "sia-artifact")
+SPEEDUP_BASES = ("one-gpu", "fair-share")
+VNODE_ORDERS = ("node", "shuffled")
 VIRTUAL_NODE_GPUS = 4  # the Sia artifact's Pollux sees 4-GPU nodes only
 ARTIFACT_MAX_REPLICAS = 16
+# The artifact's fitness term for a job without GPUs, 1 / (0 + 1e-3), in units of 1 / speed-up
+# (its speed-ups are scaled by virtual nodes / GPUs = 1/4): with speed-ups relative to a fair
+# share a job's 1-GPU term exceeds 1, so Sia's lambda = 1.1 would leave jobs unscheduled.
+FAIR_SHARE_LAMBDA = 250.0
+ARTIFACT_KEEP_ORDER = ("dgx-ext", "azure", "quad", "rtx", "aws")  # ties keep the earlier type
 
 
 @dataclass
@@ -48,7 +62,7 @@ class PolluxPolicy:
     """
 
     p: float = -1.0
-    lam: float = 1.1
+    lam: float | None = None
     scale_up: float = 2.0
     scale_up_from: str = "max"
     time_limit: float = 10.0
@@ -58,12 +72,29 @@ class PolluxPolicy:
     elastic: bool = True
     forking: bool = False
     mechanism: str = "pooled-type"
+    speedup_base: str = "one-gpu"
+    vnode_order: str | None = None
+    seed: int = 0
     _cache: dict[int, ConfigSet] = field(default_factory=dict, repr=False)
     _intended: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict, repr=False)
+    _rng: np.random.Generator = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.mechanism not in POLLUX_MECHANISMS:
             raise InputError("mechanism", self.mechanism, f"choose one of {list(POLLUX_MECHANISMS)}")
+        if self.speedup_base not in SPEEDUP_BASES:
+            raise InputError("speedup_base", self.speedup_base, f"choose one of {list(SPEEDUP_BASES)}")
+        if self.vnode_order is None:
+            self.vnode_order = "shuffled" if self.mechanism == "sia-artifact" else "node"
+        if self.vnode_order not in VNODE_ORDERS:
+            raise InputError("vnode_order", self.vnode_order, f"choose one of {list(VNODE_ORDERS)}")
+        if self.lam is None:
+            self.lam = FAIR_SHARE_LAMBDA if self.speedup_base == "fair-share" else 1.1
+        if isinstance(self.lam, bool) or not isinstance(self.lam, (int, float)) or not (0 < self.lam < math.inf):
+            raise InputError("lam", self.lam, "must be a penalty > 0 per job without GPUs")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise InputError("seed", self.seed, "must be an integer >= 0")
+        self._rng = np.random.default_rng(self.seed)
 
     def _pooled(self, cluster: Cluster) -> ConfigSet:
         key = id(cluster)
@@ -83,11 +114,15 @@ class PolluxPolicy:
             return {}
         configs = self._pooled(cluster)
         G = np.zeros((len(jobs), len(configs)))
+        base = np.zeros(len(jobs))
+        fair = math.ceil(cluster.num_gpus / len(jobs))
         for i, job in enumerate(jobs):
             ref = job.allocation.gpu_type if job.allocation else _first_type(job, cluster)
             G[i] = goodput_matrix([job], configs, self.scale_up, np.full(len(configs), ref, dtype=object),
                                   scale_from=self.scale_up_from)[0]
-        current = np.array([configs.index_of("any", self._held(j)) if j.allocation else -1 for j in jobs])
+            if self.speedup_base == "fair-share" and job.estimator is not None:
+                base[i] = fair_share_goodput(job, ref, fair)
+        current = np.array([configs.index_of("any", j.allocation.num_gpus) if j.allocation else -1 for j in jobs])
         restart = restart_factor(
             np.array([now - j.arrival_time for j in jobs]),
             np.array([j.num_restarts for j in jobs]),
@@ -95,29 +130,25 @@ class PolluxPolicy:
         )
         pinned = np.array([j.restoring for j in jobs])
         capacity = np.array([float(cluster.num_gpus)])
-        problem = build_sia_model(G, configs, capacity, current, restart, pinned, self.p, self.lam)
+        problem = build_sia_model(G, configs, capacity, current, restart, pinned, self.p, float(self.lam or 0.0),
+                                  base if self.speedup_base == "fair-share" else None)
         result = solve_sia(problem, "milp", self.time_limit, self.mip_gap)
         counts = {j.job_id: int(configs.num_gpus[c]) for j, c in zip(jobs, result.choice, strict=True) if c >= 0}
         if self.mechanism == "sia-artifact":
             return self._place_virtual(cluster, jobs, counts)
         return place_blind(cluster, jobs, counts)
 
-    def _held(self, job: JobState) -> int:
-        """GPUs the policy gave the job (before the artifact's majority-type fix-up dropped some)."""
-        parts = self._intended.get(job.job_id) if self.mechanism == "sia-artifact" else None
-        return sum(c for _, c in parts) if parts else (job.allocation.num_gpus if job.allocation else 0)
-
     def _place_virtual(self, cluster: Cluster, jobs: Sequence[JobState], counts: dict[str, int]) -> dict[str, Allocation]:
-        """Pack replicas onto 4-GPU virtual nodes in order; keep the majority type's GPUs."""
+        """Pack replicas onto the fewest 4-GPU virtual nodes (in ``vnode_order``), keep the majority
+        type's GPUs; what is kept is the job's state next round (a job keeping its GPU count keeps it)."""
         vnodes = [(n.name, n.gpu_type, min(VIRTUAL_NODE_GPUS, n.num_gpus - start))
                   for n in cluster.nodes for start in range(0, n.num_gpus, VIRTUAL_NODE_GPUS)]
         free = [size for *_, size in vnodes]
         self._intended = {jid: p for jid, p in self._intended.items() if jid in counts}
         intended: dict[str, tuple[tuple[int, int], ...]] = {}
-        for jid, want in counts.items():  # a job keeping its GPU count keeps its virtual nodes (one type)
+        for jid, want in counts.items():  # a job keeping its GPU count keeps its virtual nodes
             prev = self._intended.get(jid)
-            if prev and sum(c for _, c in prev) == want and len({vnodes[v][1] for v, _ in prev}) == 1 \
-                    and all(free[v] >= c for v, c in prev):
+            if prev and sum(c for _, c in prev) == want and all(free[v] >= c for v, c in prev):
                 for v, c in prev:
                     free[v] -= c
                 intended[jid] = prev
@@ -125,7 +156,8 @@ class PolluxPolicy:
             want = counts.get(j.job_id, 0)
             if want == 0 or j.job_id in intended:
                 continue
-            got = _fewest_virtual_nodes(free, want)
+            order = self._rng.permutation(len(free)) if self.vnode_order == "shuffled" else np.arange(len(free))
+            got = _fewest_virtual_nodes(free, want, order)
             if got is not None:
                 intended[j.job_id] = got
         self._intended = intended
@@ -134,12 +166,13 @@ class PolluxPolicy:
             per_type: dict[str, int] = {}
             for v, c in parts:
                 per_type[vnodes[v][1]] = per_type.get(vnodes[v][1], 0) + c
-            keep = max(per_type, key=lambda t: (per_type[t], -cluster.type_names.index(t)))
+            keep = max(per_type, key=lambda t: (per_type[t], -_keep_rank(t, cluster)))
             per_node: dict[str, int] = {}
             for v, c in parts:
                 if vnodes[v][1] == keep:
                     per_node[vnodes[v][0]] = per_node.get(vnodes[v][0], 0) + c
             out[jid] = Allocation(keep, sum(per_node.values()), tuple(per_node.items()))
+            intended[jid] = tuple((v, c) for v, c in parts if vnodes[v][1] == keep)  # the artifact's base state
         return out
 
 
@@ -151,21 +184,43 @@ def _first_type(job: JobState, cluster: Cluster) -> str:
     return cluster.type_names[0]
 
 
-def _fewest_virtual_nodes(free: list[int], want: int) -> tuple[tuple[int, int], ...] | None:
-    """Whole free virtual nodes in order, then the remainder best-fit (Pollux's speed-up model
-    favours few nodes); debits ``free``; ``None`` (no change) when ``want`` GPUs are not free."""
+def _keep_rank(gpu_type: str, cluster: Cluster) -> int:
+    """Tie-break of the majority-type fix-up: the Sia artifact keeps the faster type (dgx-ext,
+    azure, quad, rtx, aws); other types after those, in cluster order."""
+    if gpu_type in ARTIFACT_KEEP_ORDER:
+        return ARTIFACT_KEEP_ORDER.index(gpu_type)
+    return len(ARTIFACT_KEEP_ORDER) + cluster.type_names.index(gpu_type)
+
+
+def fair_share_goodput(job: JobState, gpu_type: str, fair_gpus: int) -> float:
+    """Goodput (estimator units/s) of ``job`` on ``fair_gpus`` GPUs of ``gpu_type`` in one node: the
+    Sia artifact's Pollux measures speed-ups against this fair share (GPUs / active jobs, rounded
+    up, on one node); 0 when the estimator has none."""
+    if job.estimator is None:
+        return 0.0
+    value = np.asarray(job.estimator.goodput(np.array([gpu_type], dtype=object), np.array([1]),
+                                             np.array([fair_gpus]), progress=job.progress), dtype=float)
+    return float(value.reshape(-1)[0]) if value.size and np.isfinite(value.reshape(-1)[0]) else 0.0
+
+
+def _fewest_virtual_nodes(free: list[int], want: int, order: np.ndarray) -> tuple[tuple[int, int], ...] | None:
+    """Whole free virtual nodes in ``order``, then the remainder best-fit (Pollux's speed-up model
+    favours few nodes; ties go to the earlier node in ``order``); debits ``free``; ``None`` (no
+    change) when ``want`` GPUs are not free."""
     if sum(free) < want:
         return None
     size = VIRTUAL_NODE_GPUS
+    rank = np.empty(len(free), dtype=int)
+    rank[order] = np.arange(len(free))
     got: list[tuple[int, int]] = []
-    for v in range(len(free)):
+    for v in order:
         if want >= size and free[v] == size:
-            got.append((v, size))
+            got.append((int(v), size))
             free[v] = 0
             want -= size
     while want > 0:
         fits = [v for v in range(len(free)) if free[v] >= want]
-        v = min(fits, key=lambda v: (free[v], v)) if fits else max(range(len(free)), key=lambda v: (free[v], -v))
+        v = min(fits, key=lambda v: (free[v], rank[v])) if fits else max(range(len(free)), key=lambda v: (free[v], -rank[v]))
         c = min(want, free[v])
         got.append((v, c))
         free[v] -= c

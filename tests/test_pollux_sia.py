@@ -1,0 +1,155 @@
+"""The Sia artifact's Pollux (``pollux-sia``): each mechanism pinned by a hand-built instance
+(fair-share speed-ups, type-blind virtual-node choice, policy state after the majority-type
+fix-up, the fix-up's tie-break)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from heteroplan.cluster import Cluster, GPUType, Node
+from heteroplan.errors import InputError
+from heteroplan.formulations.sia import ConfigSet, build_sia_model
+from heteroplan.policies.base import Allocation, JobState
+from heteroplan.policies.pollux import VIRTUAL_NODE_GPUS, PolluxPolicy, _fewest_virtual_nodes
+from heteroplan.policies.registry import make_policy
+from heteroplan.policies.sia_solve import solve_sia
+
+
+def _brute_force(G: np.ndarray, gpus: np.ndarray, capacity: int, base: np.ndarray, lam: float) -> tuple[int, ...]:
+    """Best config per job (-1: none) for p = -1: minimize sum base/G + lam per unallocated job."""
+    best, arg = np.inf, ()
+    for choice in itertools.product(range(-1, G.shape[1]), repeat=G.shape[0]):
+        if sum(gpus[c] for c in choice if c >= 0) > capacity:
+            continue
+        cost = sum(base[j] / G[j, c] if c >= 0 else lam for j, c in enumerate(choice))
+        if cost < best:
+            best, arg = cost, choice
+    return arg
+
+
+def test_fair_share_base_moves_gpus_to_the_job_that_scales():
+    configs = ConfigSet.pooled(4, 4)  # 1, 2, 4 GPUs
+    # Job 0 doubles its goodput on 2 GPUs; job 1 gains 1.5x. Three GPUs for both.
+    G = np.array([[1.0, 2.0, 0.0], [1.0, 1.5, 0.0]])
+    cap = np.array([3.0])
+    one_gpu = solve_sia(build_sia_model(G, configs, cap, p=-1.0, lam=250.0), "milp").choice
+    # Relative to one GPU: (2, 1) costs 1/2 + 1 = 1.5 < (1, 2): 1 + 1/1.5 = 1.67.
+    assert tuple(one_gpu) == (1, 0)
+    # Relative to a fair share with job 1's fair-share goodput 3x its 1-GPU goodput:
+    # (2, 1) costs 1/2 + 3 = 3.5 > (1, 2): 1 + 3/1.5 = 3.
+    base = np.array([1.0, 3.0])
+    fair = solve_sia(build_sia_model(G, configs, cap, p=-1.0, lam=250.0, base=base), "milp").choice
+    assert tuple(fair) == (0, 1)
+    assert tuple(fair) == _brute_force(G, configs.num_gpus, 3, base, 250.0)
+    # A base <= 0 falls back to the job's smallest goodput; a wrong shape is refused.
+    same = solve_sia(build_sia_model(G, configs, cap, p=-1.0, lam=250.0, base=np.array([0.0, -1.0])), "milp")
+    assert tuple(same.choice) == (1, 0)
+    with pytest.raises(InputError, match="base"):
+        build_sia_model(G, configs, cap, p=-1.0, base=np.ones(3))
+
+
+def _mixed_cluster() -> Cluster:
+    """Two slow 4-GPU nodes first, then two fast ones (virtual nodes in this order)."""
+    types = (GPUType("aws", 16, 4), GPUType("dgx-ext", 80, 4))
+    nodes = (Node("s0", "aws", 4), Node("s1", "aws", 4), Node("f0", "dgx-ext", 4), Node("f1", "dgx-ext", 4))
+    return Cluster(types, nodes)
+
+
+def test_shuffled_virtual_nodes_do_not_always_pick_the_first_type():
+    cluster, job = _mixed_cluster(), [JobState("big", "imagenet", 0.0)]
+    in_order = PolluxPolicy(mechanism="sia-artifact", vnode_order="node")
+    # In node order the largest job always takes the first (slow) nodes.
+    assert in_order._place_virtual(cluster, job, {"big": 8})["big"].gpu_type == "aws"
+    kept = {PolluxPolicy(mechanism="sia-artifact", seed=s)._place_virtual(cluster, job, {"big": 8})["big"].gpu_type
+            for s in range(12)}
+    assert kept == {"aws", "dgx-ext"}  # type-blind: either type, as the artifact's GA
+    # Reproducible for a seed.
+    a, b = (PolluxPolicy(mechanism="sia-artifact", seed=7)._place_virtual(cluster, job, {"big": 8}) for _ in range(2))
+    assert a == b
+    with pytest.raises(InputError, match="vnode_order"):
+        PolluxPolicy(mechanism="sia-artifact", vnode_order="random")
+    with pytest.raises(InputError, match="speedup_base"):
+        PolluxPolicy(speedup_base="half")
+    with pytest.raises(InputError, match="seed"):
+        PolluxPolicy(mechanism="sia-artifact", seed="x")
+    with pytest.raises(InputError, match="lam"):
+        PolluxPolicy(lam=0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, VIRTUAL_NODE_GPUS), min_size=1, max_size=8), st.integers(1, 20), st.randoms())
+def test_fewest_virtual_nodes_never_overcommits(free, want, rnd):
+    order = np.array(rnd.sample(range(len(free)), len(free)))
+    before = list(free)
+    got = _fewest_virtual_nodes(free, want, order)
+    if sum(before) < want:
+        assert got is None and free == before
+        return
+    assert got is not None and sum(c for _, c in got) == want
+    for v, c in got:
+        assert 0 < c <= before[v]
+    assert all(f >= 0 for f in free) and sum(before) - sum(free) == want
+    whole = sum(1 for f in before if f == VIRTUAL_NODE_GPUS)
+    if whole * VIRTUAL_NODE_GPUS >= want:  # enough whole nodes: the fewest (ceil(want / 4))
+        assert len(got) == -(-want // VIRTUAL_NODE_GPUS)
+
+
+def test_state_after_fixup_is_the_kept_gpus():
+    # Virtual nodes: a0 (type a, 4 GPUs), b0/0 and b0/1 (type b, 8 GPUs).
+    cluster = Cluster((GPUType("a", 16, 4), GPUType("b", 16, 8)), (Node("a0", "a", 4), Node("b0", "b", 8)))
+    policy = PolluxPolicy(mechanism="sia-artifact", vnode_order="node")
+    views = [JobState("y", "cifar10", 0.0)]
+    out = policy._place_virtual(cluster, views, {"y": 10})
+    assert out["y"] == Allocation("b", 6, (("b0", 6),))  # spans a (4) and b (6): keeps b
+    # The policy's state is what the job runs on (as the artifact's base allocation after its
+    # repair): keeping the 6 GPUs moves nothing; asking 10 again is a new placement.
+    assert sum(c for _, c in policy._intended["y"]) == 6
+    assert policy._place_virtual(cluster, views, {"y": 6}) == out
+
+
+def test_fixup_tie_keeps_the_faster_type():
+    cluster = _mixed_cluster()  # virtual nodes s0, s1 (aws), f0, f1 (dgx-ext)
+    policy = PolluxPolicy(mechanism="sia-artifact", vnode_order="node")
+    policy._intended = {"p": ((0, 4),), "q": ((3, 4),)}  # p holds s0, q holds f1 and both stay
+    views = [JobState(n, "cifar10", 0.0) for n in ("p", "q", "big")]
+    out = policy._place_virtual(cluster, views, {"p": 4, "q": 4, "big": 8})
+    assert out["p"].placement == (("s0", 4),) and out["q"].placement == (("f1", 4),)
+    # big gets s1 and f0: 4 aws + 4 dgx-ext, a tie, and the artifact keeps the faster dgx-ext.
+    assert out["big"] == Allocation("dgx-ext", 4, (("f0", 4),))
+
+
+def test_pollux_sia_registry_defaults():
+    policy = make_policy("pollux-sia")
+    assert (policy.mechanism, policy.vnode_order, policy.speedup_base) == ("sia-artifact", "shuffled", "one-gpu")
+
+
+def test_fair_share_speedups_are_relative_to_gpus_over_jobs_on_one_node(monkeypatch):
+    from heteroplan.cluster import preset
+    from heteroplan.perf.sia_data import bootstrap_model
+    from heteroplan.policies import pollux as pollux_module
+
+    seen = {}
+    real = pollux_module.build_sia_model
+
+    def spy(*args, **kwargs):
+        seen["base"], seen["lam"] = args[8], args[7]
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pollux_module, "build_sia_model", spy)
+    cluster = preset("sia-64")
+    jobs = [JobState(f"j{i}", app, 0.0, estimator=bootstrap_model(app))
+            for i, app in enumerate(("cifar10", "imagenet", "bert"))]
+    policy = PolluxPolicy(mechanism="sia-artifact", speedup_base="fair-share")
+    out = policy.allocate(cluster, jobs, 0.0)
+    fair = -(-64 // 3)  # 22 GPUs: the fair share, on one node, of the job's first known type
+    want = [float(np.ravel(j.estimator.goodput(np.array(["aws"], dtype=object), np.array([1]), np.array([fair])))[0])
+            for j in jobs]
+    assert seen["base"] == pytest.approx(want) and min(want) > 0
+    assert seen["lam"] == 250.0  # the artifact's cost of a job without GPUs
+    assert set(out) == {"j0", "j1", "j2"}  # every job gets GPUs
+    assert PolluxPolicy(mechanism="sia-artifact").lam == 1.1
