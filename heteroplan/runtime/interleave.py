@@ -39,6 +39,7 @@ from heteroplan.runtime.worker import (
     StageTrainer,
     follow_launcher,
     join_process_group,
+    pipeline_choice,
     report_failure_and_exit,
 )
 
@@ -119,7 +120,8 @@ def interleaved_entry(rank: int, world_size: int, init_method: str, plan_dicts: 
         trainers: list[StageTrainer | None] = []
         for plan in map(Plan.from_dict, plan_dicts):
             width = len(rank_layout(plan))
-            groups = create_groups(plan)  # every rank creates every group, in the same order
+            # every rank creates every group, in the same order
+            groups = create_groups(plan, pipelines=pipeline_choice(plan, config).engine == "torch")
             group = dist.new_group(list(range(width))) if 1 < width < world_size else None
             trainers.append(StageTrainer(plan, task, config, rank, groups, group) if rank < width else None)
         steps = [0] * len(trainers)
