@@ -47,9 +47,9 @@ def test_layout_numbers_tp_ranks_of_a_replica_together_and_links_full_activation
 
 def test_pp2_dp2_tp2_matches_single_process_and_rescales_to_tp1_dp4(tmp_path: Path) -> None:
     """8 ranks: PP 2 x DP 2 x TP 2, replicas running 3 and 1 microbatches, give the parameters of one
-    process; its checkpoint (sharded weights and momentum) then resumes on TP 1 x DP 4 (4 ranks, one
-    stage) and the losses continue exactly."""
-    config = RunConfig(device=DEVICE, steps=5, lr=0.05, momentum=0.9, checkpoint_dir=str(tmp_path))
+    process; its checkpoint (sharded weights and both of Adam's moments, DTensor shards) then resumes
+    on TP 1 x DP 4 (4 ranks, one stage) and the losses continue exactly."""
+    config = RunConfig(device=DEVICE, steps=5, optimizer="adam", lr=0.01, checkpoint_dir=str(tmp_path))
     model3, losses3 = train_reference(TASK, GBS, RunConfig(**{**config.__dict__, "steps": 3}))
     model5, losses5 = train_reference(TASK, GBS, config)
     plan = Plan("tiny-gpt", GBS, 2, (Stage(0, 2, (group(2, 1, "fast"), group(2, 1, "slow"))),
