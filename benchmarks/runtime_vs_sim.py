@@ -96,16 +96,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, help="visits (interleaved, default 30) or runs (default 4) of every plan")
     parser.add_argument("--quantile", type=float, default=0.25, help="--method runs: a run counts this quantile of its iterations")
     parser.add_argument("--sweeps", type=int, default=9, help="profiler passes (the fastest of each time is kept)")
+    parser.add_argument("--pipeline", choices=("auto", "torch", "heteroplan"), default="auto",
+                        help="pipeline engine of the measured runs (RunConfig.pipeline)")
     parser.add_argument("--data-dir", help="keep the profile, network and calibration here (default: a temporary directory)")
     args = parser.parse_args()
     interleaved = args.method == "interleaved"
     rounds = args.rounds if args.rounds is not None else (30 if interleaved else 4)
     statistic = statistics.median if interleaved else min
+    run_config = RunConfig(optimizer="sgd", lr=0.01, threads_per_rank=1, pipeline=args.pipeline)
 
     def measure(plans: dict[str, Plan]) -> dict[str, list[float]]:
         if interleaved:  # progress on stderr: "round k/N" after every round
-            return measure_interleaved(plans, task, rounds=rounds, progress=lambda line: show(line.split(":")[0]))
-        return measure_plans(plans, task, rounds=rounds, steps=args.steps, quantile=args.quantile, progress=show)
+            return measure_interleaved(plans, task, rounds=rounds, config=run_config,
+                                       progress=lambda line: show(line.split(":")[0]))
+        return measure_plans(plans, task, rounds=rounds, steps=args.steps, quantile=args.quantile, progress=show,
+                             config=run_config)
 
     def show(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -149,7 +154,7 @@ def main() -> None:
             q25, q75 = statistics.quantiles(samples, n=4)[::2] if len(samples) > 1 else (time, time)
             raw = simulate(plan, config=PROFILED_CONFIG, **sim_kwargs).iteration_time
             cal = simulate(plan, **sim_kwargs).iteration_time  # the directory's sim_config.json
-            engine = pipeline_choice(plan, RunConfig()).engine  # the runtime's default choice
+            engine = pipeline_choice(plan, run_config).engine
             rows.append({"plan": n, "role": roles[n], "processes": plan.num_gpus, "engine": engine, "measured_s": time,
                          "q25_s": q25, "q75_s": q75,
                          "uncalibrated_s": raw, "uncal_error_pct": 100 * (raw / time - 1),
@@ -167,6 +172,7 @@ def main() -> None:
         print(f"held-out plans, {label}: median |error| {summary[label]['median_abs_pct']:.1f}%, "
               f"max {errs[-1]:.1f}% (target: within 15%)")
     payload = {"rows": rows, "cores": args.cores, "gbs": args.gbs, "method": args.method, "rounds": rounds,
+               "pipeline": args.pipeline,
                "summary": summary,
                "fitted": {c: getattr(fit.config, c) for c in fit.constants}}
     print(f"JSON: {write_json('runtime_vs_sim', payload)}")
