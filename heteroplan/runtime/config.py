@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from heteroplan.errors import InputError, check_int, check_seconds
+from heteroplan.runtime.schedule import PIPELINE_ENGINES
 
 __all__ = ["RunConfig", "StepMetrics", "OPTIMIZERS", "make_optimizer"]
 
@@ -68,8 +69,8 @@ class RunConfig:
             raise InputError("config.optimizer", self.optimizer, f"choose one of {OPTIMIZERS}")
         if self.schedule not in ("1f1b", "gpipe"):
             raise InputError("config.schedule", self.schedule, "choose '1f1b' or 'gpipe'")
-        if self.pipeline not in ("auto", "torch", "heteroplan"):
-            raise InputError("config.pipeline", self.pipeline, "choose 'auto', 'torch' or 'heteroplan'")
+        if self.pipeline not in PIPELINE_ENGINES:
+            raise InputError("config.pipeline", self.pipeline, f"choose one of {PIPELINE_ENGINES}")
         if not (isinstance(self.lr, int | float) and self.lr > 0):
             raise InputError("config.lr", self.lr, "must be a number > 0")
         if not (isinstance(self.momentum, int | float) and 0 <= self.momentum < 1):

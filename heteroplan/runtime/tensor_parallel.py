@@ -55,6 +55,8 @@ def create_groups(plan: Plan, pipelines: bool = False) -> ProcessGroups:
         for d in range(dp):
             tp_groups[(s, d)] = dist.new_group(list(range(starts[s] + d * tp, starts[s] + (d + 1) * tp))) if tp > 1 else None
     pipe_groups: dict[tuple[int, int], Any] = {}
+    if pipelines and len(set(tps)) != 1:
+        raise InputError("plan.stages.replicas.tp", tps, "one pipeline per TP index needs one TP degree on every stage")
     if pipelines:
         for d in range(dp):
             for t in range(tps[0]):
