@@ -6,7 +6,8 @@ interleaved passes keeping each time's fastest) and
 times the default calibration plans (``heteroplan.runtime.calibrate.calibration_plans``: 1
 process at mbs 1 and 8, DP 2 and PP 2 at mbs 8 and 1) and a set of *held-out* plans (other microbatch
 sizes, heterogeneous microbatch counts, another pipeline split, tensor parallelism 2 with its own
-TP-2 profile from ``profile_tensor_parallel``).
+TP-2 profile from ``profile_tensor_parallel``). Column ``engine``: which pipeline engine ran the
+plan (``torch``: ``torch.distributed.pipelining``; ``heteroplan``: its own loop).
 
 ``--method interleaved`` (default): all plans live in one set of processes and take turns,
 ``--rounds`` (30) visits each in a random order per round, 1 untimed + 2 timed iterations per
@@ -38,12 +39,13 @@ from heteroplan.cluster import GPUType
 from heteroplan.planner import plan_job, simulate
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.planner.sim_config import PROFILED_CONFIG
-from heteroplan.runtime import TinyGPTTask
+from heteroplan.runtime import RunConfig, TinyGPTTask
 from heteroplan.runtime.calibrate import calibration_plans, fit_runs, measure_plans
 from heteroplan.runtime.interleave import measure_interleaved
 from heteroplan.runtime.netbench import measure_network
 from heteroplan.runtime.profile_tp import profile_tensor_parallel
 from heteroplan.runtime.profiler import profile_layers
+from heteroplan.runtime.worker import pipeline_choice
 
 try:
     from benchmarks._common import print_table, write_json
@@ -94,16 +96,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, help="visits (interleaved, default 30) or runs (default 4) of every plan")
     parser.add_argument("--quantile", type=float, default=0.25, help="--method runs: a run counts this quantile of its iterations")
     parser.add_argument("--sweeps", type=int, default=9, help="profiler passes (the fastest of each time is kept)")
+    parser.add_argument("--pipeline", choices=("auto", "torch", "heteroplan"), default="auto",
+                        help="pipeline engine of the measured runs (RunConfig.pipeline)")
     parser.add_argument("--data-dir", help="keep the profile, network and calibration here (default: a temporary directory)")
     args = parser.parse_args()
     interleaved = args.method == "interleaved"
     rounds = args.rounds if args.rounds is not None else (30 if interleaved else 4)
     statistic = statistics.median if interleaved else min
+    run_config = RunConfig(optimizer="sgd", lr=0.01, threads_per_rank=1, pipeline=args.pipeline)
 
     def measure(plans: dict[str, Plan]) -> dict[str, list[float]]:
         if interleaved:  # progress on stderr: "round k/N" after every round
-            return measure_interleaved(plans, task, rounds=rounds, progress=lambda line: show(line.split(":")[0]))
-        return measure_plans(plans, task, rounds=rounds, steps=args.steps, quantile=args.quantile, progress=show)
+            return measure_interleaved(plans, task, rounds=rounds, config=run_config,
+                                       progress=lambda line: show(line.split(":")[0]))
+        return measure_plans(plans, task, rounds=rounds, steps=args.steps, quantile=args.quantile, progress=show,
+                             config=run_config)
 
     def show(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -147,13 +154,14 @@ def main() -> None:
             q25, q75 = statistics.quantiles(samples, n=4)[::2] if len(samples) > 1 else (time, time)
             raw = simulate(plan, config=PROFILED_CONFIG, **sim_kwargs).iteration_time
             cal = simulate(plan, **sim_kwargs).iteration_time  # the directory's sim_config.json
-            rows.append({"plan": n, "role": roles[n], "processes": plan.num_gpus, "measured_s": time,
+            engine = pipeline_choice(plan, run_config).engine
+            rows.append({"plan": n, "role": roles[n], "processes": plan.num_gpus, "engine": engine, "measured_s": time,
                          "q25_s": q25, "q75_s": q75,
                          "uncalibrated_s": raw, "uncal_error_pct": 100 * (raw / time - 1),
                          "calibrated_s": cal, "error_pct": 100 * (cal / time - 1), "samples_s": samples})
     print(f"method: {args.method}, {rounds} rounds; measured = the "
           + ("median of each plan's timed iterations" if interleaved else "fastest run of each plan"))
-    print_table(rows, ["plan", "role", "processes", "measured_s", "q25_s", "q75_s", "uncalibrated_s",
+    print_table(rows, ["plan", "role", "processes", "engine", "measured_s", "q25_s", "q75_s", "uncalibrated_s",
                        "uncal_error_pct", "calibrated_s", "error_pct"])
     print(f"load average (1 min) before / after the runs: {load_before:.2f} / {os.getloadavg()[0]:.2f}")
     print("fitted on the calibration plans: " + ", ".join(f"{c} = {getattr(fit.config, c):.4g}" for c in fit.constants))
@@ -164,6 +172,7 @@ def main() -> None:
         print(f"held-out plans, {label}: median |error| {summary[label]['median_abs_pct']:.1f}%, "
               f"max {errs[-1]:.1f}% (target: within 15%)")
     payload = {"rows": rows, "cores": args.cores, "gbs": args.gbs, "method": args.method, "rounds": rounds,
+               "pipeline": args.pipeline,
                "summary": summary,
                "fitted": {c: getattr(fit.config, c) for c in fit.constants}}
     print(f"JSON: {write_json('runtime_vs_sim', payload)}")

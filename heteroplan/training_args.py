@@ -24,6 +24,8 @@ def add_training_arguments(p: argparse.ArgumentParser, *, steps: int, optimizer:
     p.add_argument("--optimizer", default=optimizer, choices=("sgd", "adam"))
     p.add_argument("--lr", type=number(0), default=lr, help=f"learning rate (default {lr})")
     p.add_argument("--schedule", default="1f1b", choices=("1f1b", "gpipe"), help="pipeline schedule")
+    p.add_argument("--pipeline", default="auto", choices=("auto", "torch", "heteroplan"),
+                   help="pipeline engine: torch.distributed.pipelining where it can run the plan (auto), or force one")
     p.add_argument("--checkpoint-dir", default=None, help="write (and resume from) checkpoints here")
     p.add_argument("--checkpoint-every", type=integer(0), default=0, help="iterations between checkpoints (0: at the end)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -34,6 +36,7 @@ def run_config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """``RunConfig(**run_config_kwargs(args))`` for flags added by :func:`add_training_arguments`."""
     return {
         "steps": args.steps, "optimizer": args.optimizer, "lr": args.lr, "schedule": args.schedule,
+        "pipeline": args.pipeline,
         "checkpoint_dir": args.checkpoint_dir, "checkpoint_every": args.checkpoint_every,
         "device": args.device, "timeout_s": args.timeout,
     }

@@ -111,3 +111,7 @@ def test_bad_input_names_the_field() -> None:
     with pytest.raises(InputError) as info:  # the tiny GPT has 4 layers, the plan covers 2
         measure_interleaved({"a": _plan(4)}, TinyGPTTask(n_layers=2))
     assert info.value.field == "plans['a'].stages"
+    for pipelines, field in (({"b": "torch"}, "pipelines"), ({"a": "deepspeed"}, "config.pipeline")):
+        with pytest.raises(InputError) as info:
+            measure_interleaved({"a": _plan(4)}, task, pipelines=pipelines)
+        assert info.value.field == field

@@ -12,7 +12,7 @@ pytest.importorskip("torch", reason="the runtime tests need torch: pip install -
 from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
 from heteroplan.runtime.layout import rank_layout  # noqa: E402
-from heteroplan.runtime.schedule import SCHEDULES, gpipe, one_f_one_b  # noqa: E402
+from heteroplan.runtime.schedule import SCHEDULES, choose_pipeline, gpipe, one_f_one_b  # noqa: E402
 
 
 def run_pipeline(num_stages: int, micro: int, schedule) -> int:
@@ -112,3 +112,20 @@ def test_layout_rejects_replicas_of_one_stage_with_different_tp() -> None:
     with pytest.raises(InputError, match="tp"):
         rank_layout(plan)
     assert len(rank_layout(Plan("m", 4, 1, (Stage(0, 2, (ReplicaGroup("A100-40", "z", 2, 2),)),)))) == 4
+
+
+def test_torch_pipelining_runs_equal_tp_plans_and_heteroplan_the_tp_changing_boundaries() -> None:
+    """torch where every stage has one TP degree; Schedule1F1B needs M >= S (torch refuses fewer),
+    so a replica with fewer microbatches runs ScheduleGPipe; a TP 2 -> TP 1 boundary runs heteroplan's loop."""
+    hetero = choose_pipeline([2, 2], [3, 1])
+    assert hetero.engine == "torch" and hetero.schedules == ("Schedule1F1B", "ScheduleGPipe")
+    assert hetero.describe().startswith("torch: replica 0 Schedule1F1B x 3 microbatches, replica 1 ScheduleGPipe x 1")
+    assert choose_pipeline([1, 1, 1], [3, 2], "gpipe").schedules == ("ScheduleGPipe", "ScheduleGPipe")
+    assert choose_pipeline([1], [1, 4]).schedules == ("Schedule1F1B", "Schedule1F1B")
+    changing = choose_pipeline([2, 1], [2])
+    assert changing.engine == "heteroplan" and changing.schedules == ("1f1b",) and "[2, 1]" in changing.reason
+    assert choose_pipeline([2, 2], [3, 1], "gpipe", "heteroplan").schedules == ("gpipe", "gpipe")
+    with pytest.raises(InputError, match="config.pipeline"):
+        choose_pipeline([2, 1], [2], engine="torch")
+    with pytest.raises(InputError, match="config.pipeline"):
+        choose_pipeline([1], [2], engine="deepspeed")

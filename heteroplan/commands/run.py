@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         from heteroplan.runtime import RunConfig, TinyGPTTask, run_plan
         from heteroplan.runtime.layout import load_plan, stage_tp, world_size
+        from heteroplan.runtime.worker import pipeline_choice
     except ImportError as exc:
         raise InputError("runtime", "torch", str(exc)) from None
 
@@ -60,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     print(plan.describe(), file=log)
     print(f"model: GPT-2-style decoder, {task.n_layers} blocks, width {task.d_model}, {task.n_heads} heads, "
           f"sequence {task.seq_len}; {world_size(plan)} processes on this machine (one per planned GPU)", file=log)
+    print(f"pipeline: {pipeline_choice(plan, config).describe()}", file=log)
     print(f"{'step':>6} {'loss':>8} {'ms/iter':>9} {'sync ms':>8}", file=log)
     result = run_plan(plan, task, config, progress=lambda m: print(
         f"{m.step:6d} {m.loss:8.4f} {m.iteration_time * 1e3:9.1f} {m.sync_time * 1e3:8.2f}", file=log, flush=True))
@@ -71,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
             "wall_s": result.wall_time,
             "checkpoint": str(result.checkpoint.path) if result.checkpoint is not None else None,
             "stopped_early": result.stopped_early,
+            "pipeline": result.pipeline,
         }, indent=1))
         return 0 if not result.stopped_early else 130
     if result.steps:

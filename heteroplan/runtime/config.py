@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from heteroplan.errors import InputError, check_int, check_seconds
+from heteroplan.runtime.schedule import PIPELINE_ENGINES
 
 __all__ = ["RunConfig", "StepMetrics", "OPTIMIZERS", "make_optimizer"]
 
@@ -22,6 +23,10 @@ class RunConfig:
             from its checkpoint's iteration).
         optimizer: ``"sgd"`` or ``"adam"``; ``lr`` its learning rate, ``momentum`` SGD's momentum.
         schedule: pipeline schedule, ``"1f1b"`` or ``"gpipe"``.
+        pipeline: which engine runs the pipelines: ``"auto"`` (``torch.distributed.pipelining``
+            where it can express the plan, i.e. the same TP degree on every stage; heteroplan's
+            own loop otherwise), ``"torch"`` or ``"heteroplan"`` (see
+            :func:`heteroplan.runtime.schedule.choose_pipeline`).
         checkpoint_dir: where checkpoints go (``None``: none are written).
         checkpoint_every: iterations between checkpoints (0: only when the run stops).
         keep_checkpoints: newest complete checkpoints kept.
@@ -42,6 +47,7 @@ class RunConfig:
     lr: float = 0.05
     momentum: float = 0.0
     schedule: str = "1f1b"
+    pipeline: str = "auto"
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
     keep_checkpoints: int = 2
@@ -63,6 +69,8 @@ class RunConfig:
             raise InputError("config.optimizer", self.optimizer, f"choose one of {OPTIMIZERS}")
         if self.schedule not in ("1f1b", "gpipe"):
             raise InputError("config.schedule", self.schedule, "choose '1f1b' or 'gpipe'")
+        if self.pipeline not in PIPELINE_ENGINES:
+            raise InputError("config.pipeline", self.pipeline, f"choose one of {PIPELINE_ENGINES}")
         if not (isinstance(self.lr, int | float) and self.lr > 0):
             raise InputError("config.lr", self.lr, "must be a number > 0")
         if not (isinstance(self.momentum, int | float) and 0 <= self.momentum < 1):

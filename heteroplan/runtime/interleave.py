@@ -39,6 +39,7 @@ from heteroplan.runtime.worker import (
     StageTrainer,
     follow_launcher,
     join_process_group,
+    pipeline_choice,
     report_failure_and_exit,
 )
 
@@ -60,7 +61,7 @@ def median_times(times: Mapping[str, Sequence[float]]) -> dict[str, float]:
 def measure_interleaved(
     plans: Mapping[str, Plan], task: TrainTask, *, rounds: int = 30, iterations: int = 2, warmup: int = 1,
     warmup_rounds: int = 1, seed: int = 0, config: RunConfig | None = None,
-    progress: Callable[[str], None] | None = None,
+    pipelines: Mapping[str, str] | None = None, progress: Callable[[str], None] | None = None,
 ) -> dict[str, list[float]]:
     """Time every plan in one set of processes, interleaved; seconds of each timed iteration, by label.
 
@@ -73,6 +74,8 @@ def measure_interleaved(
         warmup_rounds: untimed rounds first (allocator, first use of each link).
         seed: of the visit order.
         config: how to train (default: SGD, one thread per rank); steps and checkpoints are ignored.
+        pipelines: per label, the ``RunConfig.pipeline`` engine of that plan (default: ``config``'s),
+            to compare torch's pipelining with heteroplan's loop on one plan.
         progress: called with a line after every timed round.
 
     Raises :class:`~heteroplan.errors.RankFailure` when a rank fails or stalls for
@@ -88,9 +91,15 @@ def measure_interleaved(
     for name in names:
         check_task(task, plans[name], f"plans[{name!r}].stages")
     run_config = replace(config or RunConfig(optimizer="sgd", lr=0.01, threads_per_rank=1), checkpoint_dir=None)
+    unknown = sorted(set(pipelines or {}) - set(names))
+    if unknown:
+        raise InputError("pipelines", unknown, "must name plans of `plans`")
+    configs = [replace(run_config, pipeline=(pipelines or {}).get(n, run_config.pipeline)) for n in names]
+    for name, plan_config in zip(names, configs, strict=True):
+        pipeline_choice(plans[name], plan_config)  # InputError now, not in the ranks
     world = max(len(rank_layout(plans[n])) for n in names)
     order = visit_order(len(names), rounds, warmup_rounds, seed)
-    ranks = RankProcesses(world, interleaved_entry, ([plans[n].to_dict() for n in names], task, run_config, order,
+    ranks = RankProcesses(world, interleaved_entry, ([plans[n].to_dict() for n in names], task, configs, order,
                                                      warmup, iterations),
                           timeout_s=run_config.timeout_s, startup_timeout_s=run_config.startup_timeout_s)
     times: dict[str, list[float]] = {n: [] for n in names}
@@ -108,18 +117,19 @@ def measure_interleaved(
 
 
 def interleaved_entry(rank: int, world_size: int, init_method: str, plan_dicts: list[dict], task: TrainTask,
-                      config: RunConfig, order: list[tuple[int, bool]], warmup: int, iterations: int,
+                      configs: list[RunConfig], order: list[tuple[int, bool]], warmup: int, iterations: int,
                       stop_event: Any, queue: Any) -> None:
     """Process target of :func:`measure_interleaved`: build every plan's share of this rank, then
     run the visits in ``order``; rank 0 reports ``(visit, plan index, [seconds of each timed
-    iteration])`` after every visit (an empty list for an untimed one)."""
+    iteration])`` after every visit (an empty list for an untimed one). ``configs``: one per plan."""
     try:
         follow_launcher()
-        join_process_group(config, init_method, rank, world_size)
+        join_process_group(configs[0], init_method, rank, world_size)
         trainers: list[StageTrainer | None] = []
-        for plan in map(Plan.from_dict, plan_dicts):
+        for plan, config in zip(map(Plan.from_dict, plan_dicts), configs, strict=True):
             width = len(rank_layout(plan))
-            groups = create_groups(plan)  # every rank creates every group, in the same order
+            # every rank creates every group, in the same order
+            groups = create_groups(plan, pipelines=pipeline_choice(plan, config).engine == "torch")
             group = dist.new_group(list(range(width))) if 1 < width < world_size else None
             trainers.append(StageTrainer(plan, task, config, rank, groups, group) if rank < width else None)
         steps = [0] * len(trainers)

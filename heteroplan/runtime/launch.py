@@ -28,7 +28,7 @@ from heteroplan.runtime.config import RunConfig, StepMetrics
 from heteroplan.runtime.layout import stage_tp, world_size
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.netbench import free_port
-from heteroplan.runtime.worker import rank_entry
+from heteroplan.runtime.worker import pipeline_choice, rank_entry
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,10 @@ class RunResult:
         checkpoint: newest complete checkpoint, if checkpoints were written.
         wall_time: seconds from launch to the last rank's exit (includes start-up).
         world_size: processes (one per GPU of the plan).
+        stopped_early: the run stopped before ``config.steps`` (signal, ``max_seconds``).
+        pipeline: which engine ran the pipelines and each replica's schedule
+            (:meth:`heteroplan.runtime.schedule.PipelineChoice.describe`), e.g. ``"torch: replica 0
+            Schedule1F1B x 3 microbatches, replica 1 ScheduleGPipe x 1 microbatches (...)"``.
     """
 
     steps: list[StepMetrics]
@@ -58,6 +62,7 @@ class RunResult:
     world_size: int
     stopped_early: bool = False
     extra: dict = field(default_factory=dict)
+    pipeline: str = ""
 
     @property
     def losses(self) -> list[float]:
@@ -233,6 +238,8 @@ class RunHandle(RankProcesses):
         check_task(task, plan)
         check_writable(config.checkpoint_dir)
         check_devices(plan, config)
+        self.pipeline = pipeline_choice(plan, config)  # InputError here if config.pipeline cannot run the plan
+        log.info("pipeline: %s", self.pipeline.describe())
         self.plan = plan
         self.config = config
         resume = latest_checkpoint(config.checkpoint_dir) if config.resume else None
@@ -252,7 +259,7 @@ class RunHandle(RankProcesses):
         final = max(self._done.values()) if self._done else self.start_step
         return RunResult(list(self._reports), final, self.start_step, latest_checkpoint(self.config.checkpoint_dir),
                          time.perf_counter() - self._t0, self.world_size, final < self.config.steps,
-                         {"signalled": self.signalled is not None})
+                         {"signalled": self.signalled is not None}, self.pipeline.describe())
 
 
 def check_task(task: TrainTask, plan: Plan | None = None, field: str = "plan.stages") -> None:

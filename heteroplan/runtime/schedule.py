@@ -1,15 +1,24 @@
-"""Pipeline schedules: the order of forward and backward microbatches on one stage.
+"""Pipeline schedules: which engine runs a plan's pipelines, and heteroplan's own order of
+forward and backward microbatches on one stage.
 
-Pure Python (no torch), so schedules can be inspected and tested on their own.
+Pure Python (no torch), so the choice and the schedules can be inspected and tested on their own.
+
+:func:`choose_pipeline` picks, per run, ``torch.distributed.pipelining`` (``PipelineStage`` +
+``Schedule1F1B`` / ``ScheduleGPipe``, one pipeline per data-parallel replica and TP index) where
+it can express the plan, and heteroplan's own loop (:func:`one_f_one_b`, :func:`gpipe`) where it
+cannot: a stage boundary where the tensor-parallel degree changes (a ``PipelineStage`` has one
+peer rank per neighbouring stage; TP 2 -> TP 1 needs a fan-out of the activation and a choice of
+which rank returns the gradient).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from heteroplan.errors import InputError, check_int
 
-__all__ = ["Op", "one_f_one_b", "gpipe", "SCHEDULES"]
+__all__ = ["Op", "one_f_one_b", "gpipe", "SCHEDULES", "PIPELINE_ENGINES", "PipelineChoice", "choose_pipeline"]
 
 
 class Op(NamedTuple):
@@ -53,3 +62,64 @@ def gpipe(num_stages: int, stage: int, num_microbatches: int) -> list[Op]:
 
 
 SCHEDULES = {"1f1b": one_f_one_b, "gpipe": gpipe}
+
+
+PIPELINE_ENGINES = ("auto", "torch", "heteroplan")
+"""``RunConfig.pipeline``: ``"auto"`` (torch where it can express the plan), or force one engine."""
+
+
+@dataclass(frozen=True)
+class PipelineChoice:
+    """Which engine runs a plan's pipelines, and the schedule of each data-parallel replica.
+
+    Attributes:
+        engine: ``"torch"`` (``torch.distributed.pipelining``) or ``"heteroplan"`` (its own loop).
+        schedules: per replica, the schedule class (``"Schedule1F1B"``, ``"ScheduleGPipe"``) or
+            heteroplan's schedule name (``"1f1b"``, ``"gpipe"``).
+        microbatches: per replica, its microbatches per iteration.
+        reason: why this engine (one line, for the log and the run result).
+    """
+
+    engine: Literal["torch", "heteroplan"]
+    schedules: tuple[str, ...]
+    microbatches: tuple[int, ...]
+    reason: str
+
+    def describe(self) -> str:
+        """One line: engine, each replica's schedule and microbatch count, and why."""
+        per_replica = ", ".join(f"replica {d} {s} x {m} microbatches"
+                                for d, (s, m) in enumerate(zip(self.schedules, self.microbatches, strict=True)))
+        return f"{self.engine}: {per_replica} ({self.reason})"
+
+
+def choose_pipeline(stage_tp: list[int], microbatches: list[int], schedule: str = "1f1b",
+                    engine: str = "auto") -> PipelineChoice:
+    """The engine and per-replica schedules for a plan whose stages have tensor-parallel degrees
+    ``stage_tp`` and whose replicas run ``microbatches[d]`` microbatches.
+
+    torch is chosen (``engine="auto"``) when every stage has the same TP degree. Its
+    ``Schedule1F1B`` refuses fewer microbatches than stages, so such a replica runs
+    ``ScheduleGPipe`` (with ``M <= S`` microbatches 1F1B's warm-up covers all of them on the
+    first stages; the gradients are the same either way). ``schedule="gpipe"`` runs
+    ``ScheduleGPipe`` everywhere. ``engine="torch"`` on a plan torch cannot express is an
+    :class:`~heteroplan.errors.InputError`.
+    """
+    if engine not in PIPELINE_ENGINES:
+        raise InputError("config.pipeline", engine, f"choose one of {PIPELINE_ENGINES}")
+    if schedule not in SCHEDULES:
+        raise InputError("config.schedule", schedule, f"choose one of {tuple(SCHEDULES)}")
+    num_stages = len(stage_tp)
+    equal_tp = len(set(stage_tp)) == 1
+    if engine == "heteroplan" or (engine == "auto" and not equal_tp):
+        why = "asked for" if engine == "heteroplan" else \
+            f"TP degrees {list(stage_tp)} change between stages; torch's PipelineStage has one peer per stage"
+        return PipelineChoice("heteroplan", tuple(schedule for _ in microbatches), tuple(microbatches), why)
+    if not equal_tp:
+        raise InputError("config.pipeline", engine, f"torch.distributed.pipelining cannot run stages of TP degrees "
+                         f"{list(stage_tp)} (one peer rank per neighbouring stage); use 'auto' or 'heteroplan'")
+
+    def torch_schedule(m: int) -> str:
+        return "Schedule1F1B" if schedule == "1f1b" and m >= num_stages else "ScheduleGPipe"
+
+    return PipelineChoice("torch", tuple(torch_schedule(m) for m in microbatches), tuple(microbatches),
+                          f"torch.distributed.pipelining, TP {stage_tp[0]} on every stage")

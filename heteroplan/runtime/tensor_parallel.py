@@ -13,7 +13,7 @@ gradient.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch.distributed as dist
@@ -28,18 +28,23 @@ __all__ = ["ProcessGroups", "create_groups", "shard_layers", "local_tensor"]
 
 @dataclass(frozen=True)
 class ProcessGroups:
-    """The plan's data-parallel groups, one per (stage, TP index), and TP groups, one per (stage, replica).
+    """The plan's data-parallel groups, one per (stage, TP index), TP groups, one per (stage, replica),
+    and (for torch's pipelining) pipeline groups, one per (replica, TP index).
 
     Data-parallel group ``(s, t)`` holds TP rank ``t`` of every replica of stage ``s`` (they hold the
-    same shard); ``None`` where it would have a single rank.
+    same shard); ``None`` where it would have a single rank. Pipeline group ``(d, t)`` holds TP rank
+    ``t`` of replica ``d`` on every stage, in stage order (group rank = stage index); only made when
+    asked for (every stage has the same TP degree).
     """
 
     dp: dict[tuple[int, int], Any]
     tp: dict[tuple[int, int], Any]
+    pipe: dict[tuple[int, int], Any] = field(default_factory=dict)
 
 
-def create_groups(plan: Plan) -> ProcessGroups:
-    """Create every group of ``plan`` (all ranks of the world must call this, in the same order)."""
+def create_groups(plan: Plan, pipelines: bool = False) -> ProcessGroups:
+    """Create every group of ``plan`` (all ranks of the world must call this, in the same order);
+    ``pipelines``: also one group per pipeline (replica, TP index), for torch's pipelining."""
     starts, tps, dp = stage_start(plan), stage_tp(plan), plan.dp
     dp_groups: dict[tuple[int, int], Any] = {}
     tp_groups: dict[tuple[int, int], Any] = {}
@@ -49,7 +54,14 @@ def create_groups(plan: Plan) -> ProcessGroups:
             dp_groups[(s, t)] = dist.new_group(ranks) if dp > 1 else None
         for d in range(dp):
             tp_groups[(s, d)] = dist.new_group(list(range(starts[s] + d * tp, starts[s] + (d + 1) * tp))) if tp > 1 else None
-    return ProcessGroups(dp_groups, tp_groups)
+    pipe_groups: dict[tuple[int, int], Any] = {}
+    if pipelines and len(set(tps)) != 1:
+        raise InputError("plan.stages.replicas.tp", tps, "one pipeline per TP index needs one TP degree on every stage")
+    if pipelines:
+        for d in range(dp):
+            for t in range(tps[0]):
+                pipe_groups[(d, t)] = dist.new_group([starts[s] + d * tps[s] + t for s in range(len(tps))])
+    return ProcessGroups(dp_groups, tp_groups, pipe_groups)
 
 
 def shard_layers(layers: nn.Module, group: Any, tp: int, device_type: str) -> None:

@@ -8,6 +8,7 @@ launcher (:mod:`heteroplan.runtime.launch`, one process per rank) and by ``torch
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -35,7 +36,8 @@ from heteroplan.runtime.layout import (
     world_size,
 )
 from heteroplan.runtime.models import TrainTask
-from heteroplan.runtime.schedule import SCHEDULES
+from heteroplan.runtime.pipelining import TorchPipeline
+from heteroplan.runtime.schedule import SCHEDULES, PipelineChoice, choose_pipeline
 from heteroplan.runtime.tensor_parallel import (
     ProcessGroups,
     create_groups,
@@ -44,7 +46,15 @@ from heteroplan.runtime.tensor_parallel import (
 )
 from heteroplan.training_args import add_training_arguments, model_kwargs, run_config_kwargs
 
-__all__ = ["LayerRange", "StageTrainer", "train_rank", "rank_entry", "main"]
+__all__ = ["LayerRange", "StageTrainer", "pipeline_choice", "train_rank", "rank_entry", "main"]
+
+log = logging.getLogger(__name__)
+
+
+def pipeline_choice(plan: Plan, config: RunConfig) -> PipelineChoice:
+    """The engine and per-replica schedules ``plan`` runs with under ``config`` (see
+    :func:`heteroplan.runtime.schedule.choose_pipeline`)."""
+    return choose_pipeline(stage_tp(plan), plan.microbatches(), config.schedule, config.pipeline)
 
 
 def _device(config: RunConfig, rank: int) -> torch.device:
@@ -78,6 +88,11 @@ class StageTrainer:
     plans' ranks too). ``groups`` are the plan's data- and tensor-parallel groups, as
     :func:`~heteroplan.runtime.tensor_parallel.create_groups` returns them; ``group`` the plan's
     ranks for the end-of-iteration control all-reduce (``None``: the default group).
+
+    The forwards and backwards of an iteration run under ``torch.distributed.pipelining`` when
+    :func:`pipeline_choice` says so (``groups`` must then hold the pipeline groups:
+    ``create_groups(plan, pipelines=True)``), else under heteroplan's own schedule; the
+    data-parallel all-reduce, the update and the timing are the same for both.
     """
 
     def __init__(self, plan: Plan, task: TrainTask, config: RunConfig, rank: int, groups: ProcessGroups,
@@ -105,6 +120,14 @@ class StageTrainer:
         self.reports_loss = self.last and self.me.tp_index == 0  # every TP rank computes the same loss
         # gradient noise statistics need each replica's whole gradient on one rank: pure data parallelism
         self.grad_stats = plan.pp == 1 and self.me.tp == 1 and plan.dp > 1
+        self.choice = pipeline_choice(plan, config)
+        self.pipeline: TorchPipeline | None = None
+        if self.choice.engine == "torch":
+            scale = plan.microbatch_size / plan.global_batch_size
+            self.pipeline = TorchPipeline(
+                self.stage, self.me.stage, plan.pp, self.device, groups.pipe[(self.me.replica, self.me.tp_index)],
+                self.me.num_microbatches, self.choice.schedules[self.me.replica],
+                lambda output, target: task.loss(output, target) * scale)
         self.ops = SCHEDULES[config.schedule](plan.pp, self.me.stage, self.me.num_microbatches)
         self.links = Links()
         self.control = torch.zeros(4, dtype=torch.float64, device=self.device)  # stop, loss, |G|^2, tr(Sigma)
@@ -112,8 +135,49 @@ class StageTrainer:
     def step(self, step: int, request_stop: bool = False) -> tuple[StepMetrics, bool]:
         """Train iteration ``step`` (0-based; it picks the data); returns what rank 0 reports
         (``step`` + 1 done, loss, seconds) and whether any rank asked to stop."""
-        me, mbs, gbs, device = self.me, self.plan.microbatch_size, self.plan.global_batch_size, self.device
         t0 = time.perf_counter()
+        loss_sum = self._run_torch_pipeline(step) if self.pipeline is not None else self._run_own_schedule(step)
+        t_sync = time.perf_counter()
+        if self.dp_group is not None:
+            for p in self.params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            grads = [local_tensor(p.grad) for p in self.params]
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            local_sqr = float(flat.double().square().sum()) if self.grad_stats else 0.0
+            dist.all_reduce(flat, group=self.dp_group)
+            for g, summed in zip(grads, torch.split(flat, [g.numel() for g in grads]), strict=True):
+                g.copy_(summed.view_as(g))
+        sync_time = time.perf_counter() - t_sync
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.control.zero_()
+        self.control[0] = 1.0 if request_stop else 0.0
+        if self.reports_loss:
+            self.control[1] = loss_sum
+        if self.grad_stats:
+            self.control[2:] = torch.tensor(self._noise_terms(local_sqr, float(flat.double().square().sum())),
+                                             dtype=torch.float64)
+        if not self.solo:
+            dist.all_reduce(self.control, group=self.group)
+        extra = {"grad_sqr": float(self.control[2]), "grad_var": float(self.control[3])} if self.grad_stats else {}
+        return (StepMetrics(step + 1, float(self.control[1]), time.perf_counter() - t0, sync_time, extra),
+                bool(self.control[0] > 0))
+
+    def _run_torch_pipeline(self, step: int) -> float:
+        """Iteration ``step``'s forwards and backwards under ``torch.distributed.pipelining``;
+        returns the sum of this rank's scaled microbatch losses (0 off the last stage)."""
+        assert self.pipeline is not None
+        me, count = self.me, self.me.num_microbatches * self.plan.microbatch_size
+        batch = self.task.batch(step, me.sample_offset, count) if self.first or self.last else None
+        inputs = batch[0].to(self.device) if self.first and batch is not None else None
+        target = batch[1].to(self.device) if self.last and batch is not None else None
+        return self.pipeline.run(inputs, target)
+
+    def _run_own_schedule(self, step: int) -> float:
+        """Iteration ``step``'s forwards and backwards under heteroplan's schedule (``self.ops``)
+        and point-to-point links; returns the sum of this rank's scaled microbatch losses."""
+        me, mbs, gbs, device = self.me, self.plan.microbatch_size, self.plan.global_batch_size, self.device
         pending: list[PendingSend] = []
         saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         loss_sum = 0.0
@@ -145,32 +209,7 @@ class StageTrainer:
                     pending.extend(self.links.send(x.grad, dst, TAG_GRADIENT) for dst in self.grad_destinations)
         for send in pending:
             send.wait()
-        t_sync = time.perf_counter()
-        if self.dp_group is not None:
-            for p in self.params:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-            grads = [local_tensor(p.grad) for p in self.params]
-            flat = torch.cat([g.reshape(-1) for g in grads])
-            local_sqr = float(flat.double().square().sum()) if self.grad_stats else 0.0
-            dist.all_reduce(flat, group=self.dp_group)
-            for g, summed in zip(grads, torch.split(flat, [g.numel() for g in grads]), strict=True):
-                g.copy_(summed.view_as(g))
-        sync_time = time.perf_counter() - t_sync
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.control.zero_()
-        self.control[0] = 1.0 if request_stop else 0.0
-        if self.reports_loss:
-            self.control[1] = loss_sum
-        if self.grad_stats:
-            self.control[2:] = torch.tensor(self._noise_terms(local_sqr, float(flat.double().square().sum())),
-                                             dtype=torch.float64)
-        if not self.solo:
-            dist.all_reduce(self.control, group=self.group)
-        extra = {"grad_sqr": float(self.control[2]), "grad_var": float(self.control[3])} if self.grad_stats else {}
-        return (StepMetrics(step + 1, float(self.control[1]), time.perf_counter() - t0, sync_time, extra),
-                bool(self.control[0] > 0))
+        return loss_sum
 
     def _noise_terms(self, local_sqr: float, global_sqr: float) -> tuple[float, float]:
         """This replica's share of the mean unbiased estimates of ``|G|^2`` and ``tr(Sigma)`` (the
@@ -205,7 +244,10 @@ def train_rank(
     ckpt.check_writable(config.checkpoint_dir)
     if world != world_size(plan):
         raise RuntimeError(f"world size {world} but the plan has {world_size(plan)} ranks")
-    trainer = StageTrainer(plan, task, config, rank, create_groups(plan))
+    choice = pipeline_choice(plan, config)
+    if rank == 0:
+        log.debug("pipeline: %s", choice.describe())
+    trainer = StageTrainer(plan, task, config, rank, create_groups(plan, pipelines=choice.engine == "torch"))
     start = 0
     resume = ckpt.latest_checkpoint(config.checkpoint_dir) if config.resume else None
     if resume is not None:
@@ -300,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     config = RunConfig(**run_config_kwargs(args))
     task = TinyGPTTask(**model_kwargs(args, plan.num_layers, stage_tp(plan)))
     dist.init_process_group(config.resolved_backend, timeout=timedelta(seconds=config.timeout_s))
+    if dist.get_rank() == 0:
+        print(f"pipeline: {pipeline_choice(plan, config).describe()}", flush=True)
 
     def show(m: StepMetrics) -> None:
         print(f"step {m.step:5d}  loss {m.loss:.4f}  {m.iteration_time * 1e3:8.1f} ms", flush=True)
