@@ -47,6 +47,9 @@ SETS = {  # name: (glob under DATA, model, GPU types of the platform, Sailor's t
 PLATFORM_OF = {"GH200 OPT-350": "GH200", "GH200 GPT-Neo-2.7": "GH200", "MIT OPT-350": "MIT"}
 TIME = ("compute_scale", "microbatch_overhead_s")
 MEMORY = ("overhead_gb", "working_layers")
+# Properties of the software stack, not fitted: both platforms ran Sailor's DeepSpeed engine over
+# NCCL, whose pre-posted buffers (NCCL_BUFFSIZE, 4 MiB by default) take a send without its receiver.
+RUNTIME = {"GH200": {"eager_send_bytes": 4 * 2**20}, "MIT": {"eager_send_bytes": 4 * 2**20}}
 
 
 def load_runs(pattern: str, model: str) -> list[tuple[str, Plan, dict]]:
@@ -66,10 +69,11 @@ def errors(runs, cfg: SimConfig) -> np.ndarray:
     return np.array(out).reshape(-1, 2)
 
 
-def fit(runs) -> tuple[SimConfig, tuple[str, ...]]:
-    """Platform constants fitted on ``runs``: time, then memory; and those that stopped at a bound."""
+def fit(runs, platform: str) -> tuple[SimConfig, tuple[str, ...]]:
+    """Constants of ``platform`` fitted on ``runs`` (over its :data:`RUNTIME` properties): time,
+    then memory; and those that stopped at a bound."""
     plans = [plan for _, plan, _ in runs]
-    base = replace(UNCALIBRATED_CONFIG)
+    base = replace(UNCALIBRATED_CONFIG, **RUNTIME[platform])
     timed = fit_sim_config(plans, [real["real"] for _, _, real in runs], constants=TIME, base=base)
     memory = fit_sim_config(plans, [real["max_mem"] / 1e9 for _, _, real in runs], constants=MEMORY,
                             quantity="peak_memory_gb", base=timed.config)
@@ -88,7 +92,7 @@ def main() -> None:
     by_platform: dict[str, list] = {}
     for name, runs in sets.items():
         by_platform.setdefault(PLATFORM_OF[name], []).extend(runs)
-    fitted = {p: fit(runs) for p, runs in by_platform.items() if runs}
+    fitted = {p: fit(runs, p) for p, runs in by_platform.items() if runs}
 
     summary, per_run = [], []
     for name, runs in sets.items():
@@ -97,7 +101,7 @@ def main() -> None:
             continue
         own = PLATFORM_OF[name]
         others = [p for p in fitted if p != own]
-        loo = np.array([errors([runs[i]], fit(runs[:i] + runs[i + 1:])[0])[0] for i in range(len(runs))]) \
+        loo = np.array([errors([runs[i]], fit(runs[:i] + runs[i + 1:], own)[0])[0] for i in range(len(runs))]) \
             if len(runs) > len(TIME) else np.empty((0, 2))
         rows = {
             "uncalibrated": errors(runs, UNCALIBRATED_CONFIG),
@@ -126,7 +130,7 @@ def main() -> None:
     print()
     constants = {}
     for platform, (cfg, at_bound) in fitted.items():
-        values = {c: getattr(cfg, c) for c in TIME + MEMORY}
+        values = {c: getattr(cfg, c) for c in TIME + MEMORY + tuple(RUNTIME[platform])}
         constants[platform] = {"constants": values, "at_bound": list(at_bound)}
         print(f"{platform}: " + ", ".join(f"{c} = {v:.4g}" for c, v in values.items())
               + (f"  (at the end of the plausible range: {', '.join(at_bound)})" if at_bound else ""))
@@ -138,7 +142,7 @@ def main() -> None:
             if platform not in fitted:
                 continue
             for t in types:
-                rows[t] = {c: getattr(fitted[platform][0], c) for c in TIME + MEMORY}
+                rows[t] = {c: getattr(fitted[platform][0], c) for c in TIME + MEMORY + tuple(RUNTIME[platform])}
                 notes[t] = (f"{platform}: {len(by_platform[platform])} real runs of Sailor's artifact "
                             "(benchmarks/sailor_sim_accuracy.py --write)")
         write_json_atomic(SHIPPED / PLATFORMS_FILE, {"platforms": rows, "fitted_on": notes})

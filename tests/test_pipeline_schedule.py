@@ -4,6 +4,7 @@ and the simulator's closed-form pipeline time against the replay on Sailor's rea
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,9 @@ from hypothesis import strategies as st
 
 from heteroplan.errors import InputError
 from heteroplan.planner import Plan, simulate
+from heteroplan.planner.comm import pipeline_send_buffered
 from heteroplan.planner.pipeline_schedule import one_f_one_b_time, stage_instructions
+from heteroplan.planner.sim_config import SHIPPED_PLATFORMS, PlatformConfigs
 
 DATA = Path(__file__).parent / "data" / "sailor"
 
@@ -67,6 +70,27 @@ def test_replay_is_bounded_by_work_and_by_the_closed_form_for_one_microbatch(sta
         assert t == pytest.approx((f + b).sum() + 2 * c.sum())
 
 
+def test_buffered_send_hides_behind_the_senders_compute_by_hand():
+    # stage 0 (f 1, b 2) is the bottleneck, stage 1 (0.1, 0.2) is fast, 0.5 s per transfer, M = 3.
+    # Buffered: stage 0 sends act0 at 1 and computes F1 [1,2]; grad0 arrives at 2.3 (act0 at 1.5,
+    # F0 B0 on stage 1 until 1.8, +0.5); act1 leaves at 2.3, B0 [2.3,4.3], F2 [4.3,5.3]; grad1
+    # arrived at 3.6, act2 leaves at 5.3, B1 [5.3,7.3]; grad2 arrives at 6.6, B2 [7.3,9.3].
+    assert one_f_one_b_time([1, 0.1], [2, 0.2], [0.5], 3, [True]) == pytest.approx(9.3)
+    # blocking, each transfer holds stage 0 too: (M-1) (3 + 2 * 0.5) + 3.3 + 2 * 0.5 + the wait
+    assert one_f_one_b_time([1, 0.1], [2, 0.2], [0.5], 3, [False]) == pytest.approx(12.0)
+    # a transfer longer than the compute it could hide behind is exposed: M (f + b) + waits
+    assert one_f_one_b_time([1, 0.1], [2, 0.2], [5.0], 3, [True]) > 3 * 3.0 + 2 * 5.0
+
+
+def test_a_rank_message_within_the_transport_buffer_is_buffered():
+    cfg = SHIPPED_PLATFORMS.for_gpu("GH-96")
+    assert cfg.eager_send_bytes == 4 * 2**20 and not cfg.replicated_tp_sends
+    # Sailor's engine partitions the activation over the TP ranks: each sends n / tp
+    assert pipeline_send_buffered(16 * 2**20, 4, cfg)
+    assert not pipeline_send_buffered(16 * 2**20 + 4, 4, cfg)
+    assert not pipeline_send_buffered(16 * 2**20, 4, SHIPPED_PLATFORMS.default)  # uncalibrated: blocking
+
+
 def test_bad_input_is_a_clear_error():
     with pytest.raises(InputError):
         one_f_one_b_time([1, 1], [1, 1], [], 2)
@@ -78,14 +102,27 @@ def test_bad_input_is_a_clear_error():
 
 @pytest.mark.parametrize("pattern", ["plan_config_*.json", "mit/plan_config_*.json"])
 def test_closed_form_pipeline_matches_the_replay_on_real_plans(pattern):
-    """On Sailor's measured plans the simulator's closed form is within 1% of the replay of the
-    schedule that ran them (so its errors there are not the schedule's)."""
+    """On Sailor's measured plans the simulator's closed form (every transfer blocking) is within
+    1% of the replay of the schedule that ran them (so its errors there are not the schedule's)."""
+    blocking = PlatformConfigs({t: replace(c, eager_send_bytes=0.0) for t, c in SHIPPED_PLATFORMS.platforms.items()},
+                               SHIPPED_PLATFORMS.default)
     for path in sorted(DATA.glob(pattern)):
         plan = Plan.from_sailor(json.loads(path.read_text()), "OPT-350")
-        sim = simulate(plan)
+        sim = simulate(plan, config=blocking)
         fb, share, comm = (sim.details[k] for k in ("stage_compute", "forward_share", "comm"))
         replay = max(
             one_f_one_b_time(fb[:, d] * share[:, d], fb[:, d] * (1 - share[:, d]), comm[1:-1, d], m)
             for d, m in enumerate(plan.microbatches())
         )
         assert sim.pipeline_time == pytest.approx(replay, rel=0.01), path.name
+
+
+def test_simulate_replays_a_replica_with_buffered_sends():
+    """MIT N4_D1 (4 stages of TP 8, microbatch 2): each rank sends 2 MiB, buffered; the pipeline
+    time is the buffered replay of the simulator's own stage times."""
+    plan = Plan.from_sailor(json.loads((DATA / "mit" / "plan_config_N4_D1.json").read_text()), "OPT-350")
+    sim = simulate(plan)
+    fb, share, comm = (sim.details[k][:, 0] for k in ("stage_compute", "forward_share", "comm"))
+    m = plan.microbatches()[0]
+    assert sim.pipeline_time == pytest.approx(one_f_one_b_time(fb * share, fb * (1 - share), comm[1:-1], m, [True] * 3))
+    assert sim.pipeline_time < one_f_one_b_time(fb * share, fb * (1 - share), comm[1:-1], m)

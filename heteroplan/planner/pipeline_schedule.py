@@ -12,7 +12,12 @@ this microbatch's activation from it, a backward step first receives the gradien
 ``s + 1`` and then sends it the previous forward's activation. Sailor's ``p2p.send`` and
 ``p2p.recv`` are blocking (``dist.send`` / ``dist.recv``; asynchronous sends are refused), so a
 transfer starts when both stages have reached it and occupies both for its whole duration:
-nothing of a transfer hides behind compute.
+nothing of a transfer hides behind compute -- unless the transport buffers it: a message that
+fits the receiver's pre-posted buffers (NCCL's ``NCCL_BUFFSIZE``, 4 MiB by default) is handed
+over without waiting for the receiver, so the sender goes on computing while it crosses, and the
+receiver waits only for what has not arrived yet (``buffered`` boundaries below): the transfer
+hides behind compute exactly when it is shorter than the compute between the send and the
+matching receive. Buffered sends on one boundary and direction cross one after another.
 
 Units: seconds.
 """
@@ -69,6 +74,7 @@ def stage_instructions(stage: int, stages: int, microbatches: int) -> list[tuple
 
 def one_f_one_b_time(
     forward_s: Sequence[float], backward_s: Sequence[float], transfer_s: Sequence[float], microbatches: int,
+    buffered: Sequence[bool] | None = None,
 ) -> float:
     """Seconds from the first forward to the last backward of one pipeline replica.
 
@@ -77,6 +83,9 @@ def one_f_one_b_time(
         transfer_s: per boundary, seconds of one activation (or gradient) transfer between
             stage ``s`` and ``s + 1`` (``S - 1`` values).
         microbatches: microbatches per iteration (>= 1).
+        buffered: per boundary, whether its sends are buffered (the sender does not wait for the
+            receiver; the data arrives ``transfer_s`` after the send, or after the previous
+            send in the same direction has arrived); default: none (every transfer blocks both ends).
     """
     f = np.asarray(forward_s, dtype=float)
     b = np.asarray(backward_s, dtype=float)
@@ -89,7 +98,12 @@ def one_f_one_b_time(
         raise InputError("stage times", (f.tolist(), b.tolist(), c.tolist()), "must be finite seconds >= 0")
     if isinstance(microbatches, bool) or not isinstance(microbatches, int | np.integer) or microbatches < 1:
         raise InputError("microbatches", microbatches, "must be an integer >= 1")
+    eager = np.zeros(S - 1, dtype=bool) if buffered is None else np.asarray(buffered, dtype=bool)
+    if eager.shape != (S - 1,):
+        raise InputError("buffered", buffered, f"need one flag per boundary ({S - 1})")
     program = [stage_instructions(s, S, int(microbatches)) for s in range(S)]
+    arrival: dict[tuple[int, str, int], float] = {}  # (receiving stage, receive kind, microbatch) -> seconds
+    link_free: dict[tuple[int, int], float] = {}  # (from stage, to stage) -> when its last buffered send arrives
     pc = [0] * S
     clock = [0.0] * S
     remaining = sum(map(len, program))
@@ -106,6 +120,18 @@ def one_f_one_b_time(
                     continue
                 peer_kind, offset = _PEER[kind]
                 o = s + offset
+                if eager[min(s, o)]:
+                    if kind.startswith("send"):  # hand over and go on; it arrives after the previous one
+                        done = max(clock[s], link_free.get((s, o), 0.0)) + c[min(s, o)]
+                        link_free[(s, o)] = arrival[(o, peer_kind, mb)] = done
+                    elif (s, kind, mb) in arrival:
+                        clock[s] = max(clock[s], arrival.pop((s, kind, mb)))
+                    else:
+                        break  # not sent yet
+                    pc[s] += 1
+                    remaining -= 1
+                    moved = True
+                    continue
                 if pc[o] >= len(program[o]) or program[o][pc[o]] != (peer_kind, mb):
                     break  # blocked until the neighbour reaches the matching instruction
                 end = max(clock[s], clock[o]) + c[min(s, o)]

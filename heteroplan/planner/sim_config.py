@@ -74,6 +74,12 @@ class SimConfig:
         allreduce_bucket_bytes: gradient bytes per all-reduce bucket (0: one all-reduce of the
             whole stage); each bucket is a ring of its own, paying the latency and the bandwidth
             of its message size.
+        eager_send_bytes: largest message (bytes, per sending rank) that a pipeline send hands to
+            the transport's pre-posted buffers without waiting for its receiver (NCCL's
+            ``NCCL_BUFFSIZE``: 4 MiB by default); such a send hides behind the sender's compute
+            and the receiver waits only for what has not arrived (:mod:`heteroplan.planner.pipeline_schedule`).
+            0: every pipeline transfer blocks both ends. Not fitted: a property of the
+            communication library.
     """
 
     bytes_per_param: float = 16.0
@@ -90,6 +96,7 @@ class SimConfig:
     straggler_cv: float = 0.0
     replicated_tp_sends: float = 0.0
     allreduce_bucket_bytes: float = 0.0
+    eager_send_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         for name in self.constant_names():
@@ -105,8 +112,9 @@ class SimConfig:
             raise InputError("SimConfig.straggler_cv", self.straggler_cv, "must be >= 0 (a fraction of compute time)")
         if self.replicated_tp_sends not in (0, 1):
             raise InputError("SimConfig.replicated_tp_sends", self.replicated_tp_sends, "must be 0 (send once) or 1")
-        if self.allreduce_bucket_bytes < 0:
-            raise InputError("SimConfig.allreduce_bucket_bytes", self.allreduce_bucket_bytes, "must be >= 0 bytes")
+        for name in ("allreduce_bucket_bytes", "eager_send_bytes"):
+            if getattr(self, name) < 0:
+                raise InputError(f"SimConfig.{name}", getattr(self, name), "must be >= 0 bytes")
 
     def ring_allreduce_s(self, replicas: int, send_s: float | np.ndarray) -> float | np.ndarray:
         """Seconds of a ring all-reduce over ``replicas`` (>= 1) whose whole buffer takes ``send_s``
