@@ -77,7 +77,7 @@ class SimConfig:
         eager_send_bytes: largest message (bytes, per sending rank) that a pipeline send hands to
             the transport's pre-posted buffers without waiting for its receiver (NCCL's
             ``NCCL_BUFFSIZE``: 4 MiB by default); such a send hides behind the sender's compute
-            and the receiver waits only for what has not arrived (:mod:`heteroplan.planner.pipeline_schedule`).
+            and the receiver waits only for what has not arrived (:mod:`heteroplan.planner.pipeline_replay`).
             0: every pipeline transfer blocks both ends. Not fitted: a property of the
             communication library.
     """

@@ -46,7 +46,7 @@ from heteroplan.planner.comm import (
     pipeline_send_buffered,
     pipeline_send_s,
 )
-from heteroplan.planner.pipeline_schedule import one_f_one_b_time
+from heteroplan.planner.pipeline_replay import one_f_one_b_time
 from heteroplan.planner.plan import Plan
 from heteroplan.planner.sim_config import (
     DEFAULT_CONFIG,

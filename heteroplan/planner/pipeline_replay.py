@@ -1,6 +1,7 @@
-"""Discrete-event replay of a 1F1B pipeline with blocking point-to-point transfers.
+"""Discrete-event replay of a 1F1B pipeline's point-to-point transfers (blocking or buffered).
 
-An independent check of the simulator's closed-form pipeline time
+Prices what the closed form cannot (buffered sends) and checks it where it can: the simulator's
+closed-form pipeline time
 (:func:`heteroplan.planner.simulator.simulate`): it executes, stage by stage, the instruction
 stream of DeepSpeed's ``TrainSchedule`` (the pipeline engine of Sailor's runtime, which ran the
 measured GH200 and MIT runs) and lets every transfer block both of its ends until it is done.
@@ -18,6 +19,10 @@ over without waiting for the receiver, so the sender goes on computing while it 
 receiver waits only for what has not arrived yet (``buffered`` boundaries below): the transfer
 hides behind compute exactly when it is shorter than the compute between the send and the
 matching receive. Buffered sends on one boundary and direction cross one after another.
+
+Unlike :mod:`heteroplan.planner.schedule` (a timeline of Megatron's op order for plots, every
+op charging its own transfers), this replays DeepSpeed's instruction stream, where a transfer is
+one event shared by its two stages.
 
 Units: seconds.
 """

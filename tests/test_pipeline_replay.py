@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from heteroplan.errors import InputError
 from heteroplan.planner import Plan, simulate
 from heteroplan.planner.comm import pipeline_send_buffered
-from heteroplan.planner.pipeline_schedule import one_f_one_b_time, stage_instructions
+from heteroplan.planner.pipeline_replay import one_f_one_b_time, stage_instructions
 from heteroplan.planner.sim_config import SHIPPED_PLATFORMS, PlatformConfigs
 
 DATA = Path(__file__).parent / "data" / "sailor"
