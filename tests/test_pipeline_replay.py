@@ -16,7 +16,7 @@ from heteroplan.errors import InputError
 from heteroplan.planner import Plan, simulate
 from heteroplan.planner.comm import pipeline_send_buffered
 from heteroplan.planner.pipeline_replay import one_f_one_b_time, stage_instructions
-from heteroplan.planner.sim_config import SHIPPED_PLATFORMS, PlatformConfigs
+from heteroplan.planner.sim_config import SHIPPED_PLATFORMS, PlatformConfigs, SimConfig
 
 DATA = Path(__file__).parent / "data" / "sailor"
 
@@ -98,6 +98,10 @@ def test_bad_input_is_a_clear_error():
         one_f_one_b_time([1], [-1], [], 2)
     with pytest.raises(InputError):
         one_f_one_b_time([1], [1], [], 0)
+    with pytest.raises(InputError):
+        one_f_one_b_time([1, 1], [1, 1], [0.5], 2, [True, False])
+    with pytest.raises(InputError, match="eager_send_bytes"):
+        SimConfig(eager_send_bytes=-1.0)
 
 
 @pytest.mark.parametrize("pattern", ["plan_config_*.json", "mit/plan_config_*.json"])
