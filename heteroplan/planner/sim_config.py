@@ -2,7 +2,8 @@
 
 :class:`SimConfig` holds the constants of one platform (a GPU type with its software stack:
 bytes per parameter, memory overheads, the compute scale, fixed per-microbatch and per-transfer
-seconds, the ranks' speed noise, how a TP group sends activations). :class:`PlatformConfigs`
+seconds, the ranks' speed noise, how a TP group sends activations and which sends the transport
+buffers). :class:`PlatformConfigs`
 maps GPU types to their :class:`SimConfig`, with an explicit *uncalibrated* default for a type
 that has none (the simulator reports which types used it).
 
