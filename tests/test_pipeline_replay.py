@@ -4,7 +4,6 @@ and the simulator's closed-form pipeline time against the replay on Sailor's rea
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ from heteroplan.errors import InputError
 from heteroplan.planner import Plan, simulate
 from heteroplan.planner.comm import pipeline_send_buffered
 from heteroplan.planner.pipeline_replay import one_f_one_b_time, stage_instructions
-from heteroplan.planner.sim_config import SHIPPED_PLATFORMS, PlatformConfigs, SimConfig
+from heteroplan.planner.sim_config import SHIPPED_PLATFORMS, SimConfig
 
 DATA = Path(__file__).parent / "data" / "sailor"
 
@@ -82,6 +81,13 @@ def test_buffered_send_hides_behind_the_senders_compute_by_hand():
     assert one_f_one_b_time([1, 0.1], [2, 0.2], [5.0], 3, [True]) > 3 * 3.0 + 2 * 5.0
 
 
+def test_with_values_sets_a_constant_on_every_row_and_the_default():
+    blocking = SHIPPED_PLATFORMS.with_values(eager_send_bytes=0.0)
+    assert {c.eager_send_bytes for c in blocking.platforms.values()} == {0.0} and blocking.default.eager_send_bytes == 0
+    assert blocking.for_gpu("GH-96").compute_scale == SHIPPED_PLATFORMS.for_gpu("GH-96").compute_scale
+    assert blocking.uncalibrated(["A100-40"]) == ("A100-40",)
+
+
 def test_a_rank_message_within_the_transport_buffer_is_buffered():
     cfg = SHIPPED_PLATFORMS.for_gpu("GH-96")
     assert cfg.eager_send_bytes == 4 * 2**20 and not cfg.replicated_tp_sends
@@ -108,8 +114,7 @@ def test_bad_input_is_a_clear_error():
 def test_closed_form_pipeline_matches_the_replay_on_real_plans(pattern):
     """On Sailor's measured plans the simulator's closed form (every transfer blocking) is within
     1% of the replay of the schedule that ran them (so its errors there are not the schedule's)."""
-    blocking = PlatformConfigs({t: replace(c, eager_send_bytes=0.0) for t, c in SHIPPED_PLATFORMS.platforms.items()},
-                               SHIPPED_PLATFORMS.default)
+    blocking = SHIPPED_PLATFORMS.with_values(eager_send_bytes=0.0)
     for path in sorted(DATA.glob(pattern)):
         plan = Plan.from_sailor(json.loads(path.read_text()), "OPT-350")
         sim = simulate(plan, config=blocking)

@@ -183,6 +183,12 @@ class PlatformConfigs:
             return ()
         return tuple(sorted({t for t in gpu_types if t not in self.platforms}))
 
+    def with_values(self, **values: float) -> PlatformConfigs:
+        """This table with ``values`` set on every row and on the default (e.g.
+        ``eager_send_bytes=0`` for every transfer blocking)."""
+        return replace(self, platforms={t: replace(c, **values) for t, c in self.platforms.items()},
+                       default=replace(self.default, **values))
+
     def to_dict(self) -> dict[str, object]:
         """The table format of ``platforms.json`` / ``sim_config.json``."""
         out: dict[str, object] = {"platforms": {t: c.to_dict() for t, c in sorted(self.platforms.items())}}
