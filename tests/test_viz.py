@@ -25,6 +25,7 @@ from heteroplan.planner import Plan, ReplicaGroup, SearchOptions, Stage, plan_jo
 from heteroplan.planner.brute_force import enumerate_plans  # noqa: E402
 from heteroplan.planner.pareto import ParetoPoint, non_dominated, pareto_front  # noqa: E402
 from heteroplan.planner.schedule import one_f_one_b_order, pipeline_schedule, schedule_1f1b  # noqa: E402
+from heteroplan.planner.sim_config import SHIPPED_PLATFORMS  # noqa: E402
 from heteroplan.policies.base import Allocation  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "sailor"
@@ -210,9 +211,10 @@ def test_two_uniform_stages_match_simulator_closed_form(M):
 
 
 def test_schedules_of_real_plans_close_to_simulator():
-    """On Sailor's 15 validation plans the explicit schedule is within 1% of the closed form."""
+    """On Sailor's 15 validation plans the explicit schedule is within 1% of the closed form
+    (every transfer blocking, as the schedule lays them out)."""
     for path in sorted(DATA.glob("plan_config_*.json")):
-        sched = pipeline_schedule(Plan.from_json(path))
+        sched = pipeline_schedule(Plan.from_json(path), config=SHIPPED_PLATFORMS.with_values(eager_send_bytes=0.0))
         assert abs(sched.makespan / sched.simulated_time - 1) < 0.01, path.name
         assert sched.makespan <= sched.simulated_time * (1 + 1e-9)
 

@@ -211,21 +211,37 @@ def fit_sim_config(
     x0 = np.array([getattr(base, c) for c in constants], dtype=float)
     bounds = [_BOUNDS[c] for c in constants]
     x0 = np.clip(x0, [b[0] for b in bounds], [b[1] for b in bounds])
-    best, best_value, converged = x0, objective(x0), False
-    for _ in range(_RESTARTS):  # a fresh simplex around the best point: Nelder-Mead stalls on the L1 kinks
-        result = minimize(objective, best, method="Nelder-Mead", bounds=bounds,
-                          options={"maxiter": max_iterations, "xatol": 1e-9, "fatol": 1e-10})
-        converged = bool(result.success)
-        if result.fun >= best_value - 1e-12:
-            break
-        best, best_value = result.x, float(result.fun)
+    lows, highs = np.array([b[0] for b in bounds]), np.array([b[1] for b in bounds])
+
+    def descend(start: np.ndarray) -> tuple[np.ndarray, float, bool]:
+        best, best_value, converged = start, objective(start), False
+        for _ in range(_RESTARTS):  # a fresh simplex around the best point: Nelder-Mead stalls on the L1 kinks
+            result = minimize(objective, best, method="Nelder-Mead", bounds=bounds,
+                              options={"maxiter": max_iterations, "xatol": 1e-9, "fatol": 1e-10})
+            converged = bool(result.success)
+            if result.fun >= best_value - 1e-12:
+                break
+            best, best_value = result.x, float(result.fun)
+        return best, best_value, converged
+
+    best, best_value, converged = descend(x0)
+    stuck = _at_bound(best, lows, highs, 1e-3)
+    if stuck.any():  # a simplex collapsed on (or near) a bound can hide an interior optimum: step 1% inside, retry
+        inside = np.where(best - lows <= highs - best, lows + 0.01 * (highs - lows), highs - 0.01 * (highs - lows))
+        retry = descend(np.where(stuck, inside, best))
+        if retry[1] < best_value - 1e-12:
+            best, best_value, converged = retry
     config = config_at(best)
     after = _predict(plan_list, config, quantity, simulate_kwargs)
-    at_bound = tuple(c for c, v, (lo, hi) in zip(constants, best, bounds, strict=True)
-                     if min(v - lo, hi - v) <= 1e-6 * max(1.0, hi - lo))
+    at_bound = tuple(c for c, stop in zip(constants, _at_bound(best, lows, highs), strict=True) if stop)
     if at_bound:
         _log.warning("calibration stopped at the end of the plausible range of %s", ", ".join(at_bound))
     return Calibration(config, base, constants, names, quantity, y, before, after, converged, at_bound)
+
+
+def _at_bound(x: np.ndarray, lows: np.ndarray, highs: np.ndarray, tol: float = 1e-6) -> np.ndarray:
+    """Which entries of ``x`` sit at an end of their range (within ``tol`` of the range, or of 1)."""
+    return np.minimum(x - lows, highs - x) <= tol * np.maximum(1.0, highs - lows)
 
 
 def _is_number_list(values: object) -> bool:

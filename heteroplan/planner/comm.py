@@ -20,7 +20,11 @@ size; ``k`` concurrent flows share it. A replica group of ``tp`` GPUs sits in on
     allow, and on GH200 (one NIC per GPU) they are no faster than one GPU's NIC allows (a
     scatter of ``n / tp`` over ``tp`` NICs would predict the pipelined runs 10% too fast).
 
-  Plus ``transfer_latency_s`` per transfer.
+  Plus ``transfer_latency_s`` per transfer. Whether a transfer blocks its sender depends on the
+  message each sending rank hands over (:func:`pipeline_rank_message_bytes`: ``n / tp`` when the
+  runtime partitions the activation over the TP ranks, as Sailor's DeepSpeed engine does, ``n``
+  when every rank sends the whole replicated activation): up to ``eager_send_bytes`` the
+  transport buffers it and the sender goes on (:func:`pipeline_send_buffered`).
 - Gradient all-reduce of a stage over ``D`` replicas: TP rank ``i`` of every replica holds the
   same shard of ``G`` bytes; the ``tp`` shards are ``tp`` rings over ``D`` replicas running at once,
   each ring edge the slowest link between consecutive replicas, so each ring gets ``bw_tp / tp``.
@@ -39,7 +43,10 @@ import numpy as np
 from heteroplan.perf.sailor_network import NetworkModel
 from heteroplan.planner.sim_config import SimConfig
 
-__all__ = ["pipeline_bytes", "pipeline_flows", "pipeline_send_s", "allreduce_s"]
+__all__ = [
+    "pipeline_bytes", "pipeline_flows", "pipeline_send_s", "pipeline_rank_message_bytes", "pipeline_send_buffered",
+    "allreduce_s",
+]
 
 Endpoint = tuple[str, str]  # (GPU type, zone)
 
@@ -52,6 +59,18 @@ def pipeline_bytes(nbytes: np.ndarray | float, tp: int, config: SimConfig) -> np
 def pipeline_flows(tp: int, config: SimConfig) -> int:
     """Concurrent flows (GPUs of the node sending) of one pipeline transfer: ``tp`` or 1."""
     return tp if config.replicated_tp_sends else 1
+
+
+def pipeline_rank_message_bytes(nbytes: np.ndarray | float, tp: int, config: SimConfig) -> np.ndarray | float:
+    """Bytes one TP rank sends for an activation of ``nbytes``: the whole replicated activation, or
+    its ``1/tp`` partition (the receiver all-gathers the partitions inside its node)."""
+    return nbytes if config.replicated_tp_sends else nbytes / tp
+
+
+def pipeline_send_buffered(nbytes: float, tp: int, config: SimConfig) -> bool:
+    """Whether a pipeline transfer of ``nbytes`` is buffered by the transport (the sender does not
+    wait for its receiver): each rank's message is at most ``config.eager_send_bytes``."""
+    return bool(pipeline_rank_message_bytes(nbytes, tp, config) <= config.eager_send_bytes)
 
 
 def pipeline_send_s(

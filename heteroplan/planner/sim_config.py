@@ -2,7 +2,8 @@
 
 :class:`SimConfig` holds the constants of one platform (a GPU type with its software stack:
 bytes per parameter, memory overheads, the compute scale, fixed per-microbatch and per-transfer
-seconds, the ranks' speed noise, how a TP group sends activations). :class:`PlatformConfigs`
+seconds, the ranks' speed noise, how a TP group sends activations and which sends the transport
+buffers). :class:`PlatformConfigs`
 maps GPU types to their :class:`SimConfig`, with an explicit *uncalibrated* default for a type
 that has none (the simulator reports which types used it).
 
@@ -74,6 +75,12 @@ class SimConfig:
         allreduce_bucket_bytes: gradient bytes per all-reduce bucket (0: one all-reduce of the
             whole stage); each bucket is a ring of its own, paying the latency and the bandwidth
             of its message size.
+        eager_send_bytes: largest message (bytes, per sending rank) that a pipeline send hands to
+            the transport's pre-posted buffers without waiting for its receiver (NCCL's
+            ``NCCL_BUFFSIZE``: 4 MiB by default); such a send hides behind the sender's compute
+            and the receiver waits only for what has not arrived (:mod:`heteroplan.planner.pipeline_replay`).
+            0: every pipeline transfer blocks both ends. Not fitted: a property of the
+            communication library.
     """
 
     bytes_per_param: float = 16.0
@@ -90,6 +97,7 @@ class SimConfig:
     straggler_cv: float = 0.0
     replicated_tp_sends: float = 0.0
     allreduce_bucket_bytes: float = 0.0
+    eager_send_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         for name in self.constant_names():
@@ -105,8 +113,9 @@ class SimConfig:
             raise InputError("SimConfig.straggler_cv", self.straggler_cv, "must be >= 0 (a fraction of compute time)")
         if self.replicated_tp_sends not in (0, 1):
             raise InputError("SimConfig.replicated_tp_sends", self.replicated_tp_sends, "must be 0 (send once) or 1")
-        if self.allreduce_bucket_bytes < 0:
-            raise InputError("SimConfig.allreduce_bucket_bytes", self.allreduce_bucket_bytes, "must be >= 0 bytes")
+        for name in ("allreduce_bucket_bytes", "eager_send_bytes"):
+            if getattr(self, name) < 0:
+                raise InputError(f"SimConfig.{name}", getattr(self, name), "must be >= 0 bytes")
 
     def ring_allreduce_s(self, replicas: int, send_s: float | np.ndarray) -> float | np.ndarray:
         """Seconds of a ring all-reduce over ``replicas`` (>= 1) whose whole buffer takes ``send_s``
@@ -173,6 +182,12 @@ class PlatformConfigs:
         if self.default_is_calibrated:
             return ()
         return tuple(sorted({t for t in gpu_types if t not in self.platforms}))
+
+    def with_values(self, **values: float) -> PlatformConfigs:
+        """This table with ``values`` set on every row and on the default (e.g.
+        ``eager_send_bytes=0`` for every transfer blocking)."""
+        return replace(self, platforms={t: replace(c, **values) for t, c in self.platforms.items()},
+                       default=replace(self.default, **values))
 
     def to_dict(self) -> dict[str, object]:
         """The table format of ``platforms.json`` / ``sim_config.json``."""

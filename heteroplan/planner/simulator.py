@@ -40,7 +40,13 @@ from heteroplan.cluster import SAILOR_GPU_TYPES, GPUType
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile, load_model_profile
-from heteroplan.planner.comm import allreduce_s, pipeline_bytes, pipeline_send_s
+from heteroplan.planner.comm import (
+    allreduce_s,
+    pipeline_bytes,
+    pipeline_send_buffered,
+    pipeline_send_s,
+)
+from heteroplan.planner.pipeline_replay import one_f_one_b_time
 from heteroplan.planner.plan import Plan
 from heteroplan.planner.sim_config import (
     DEFAULT_CONFIG,
@@ -159,6 +165,7 @@ def simulate(
     fwd_share = np.zeros((S, D))  # forward's share of f + b (for schedules and plots only)
     upd = np.zeros((S, D))
     comm = np.zeros((S + 1, D))  # comm[s+1] is the link between stage s and s+1
+    buffered = np.zeros((max(S - 1, 0), D), dtype=bool)  # sends the transport buffers (sender goes on)
     egress_bytes = 0.0
     egress_cost = 0.0
     for s, stage in enumerate(plan.stages):
@@ -172,6 +179,7 @@ def simulate(
                 nxt = reps[s + 1][d]
                 nbytes = c.act_comm_bytes_per_float * profile.act_out[r.tp][stage.last_layer - 1] * mbs
                 comm[s + 1, d] = float(pipeline_send_s(network, (r.gpu_type, r.zone), (nxt.gpu_type, nxt.zone), r.tp, nbytes, c))
+                buffered[s, d] = pipeline_send_buffered(nbytes, r.tp, c)
                 if r.zone != nxt.zone:
                     sent = 2 * pipeline_bytes(nbytes, r.tp, c) * micro[d]
                     egress_bytes += sent
@@ -179,6 +187,9 @@ def simulate(
     sigma = fb + 2 * (comm[:-1] + comm[1:])
     cv = max(c.straggler_cv for row in cfg for c in row)
     t_pipe, t_pipe_sd = pipeline_times(fb, sigma, fb.sum(axis=0) + 2 * comm.sum(axis=0), micro, cv)
+    for d in np.flatnonzero(buffered.any(axis=0)):  # buffered sends: replay the schedule
+        t_pipe[d] = one_f_one_b_time(fb[:, d] * fwd_share[:, d], fb[:, d] * (1 - fwd_share[:, d]), comm[1:-1, d],
+                                     int(micro[d]), buffered[:, d])
 
     # gradient all-reduce per stage, ring over the stage's replicas in plan order
     sync = np.zeros(S)

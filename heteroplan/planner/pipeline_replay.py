@@ -1,0 +1,150 @@
+"""Discrete-event replay of a 1F1B pipeline's point-to-point transfers (blocking or buffered).
+
+Prices what the closed form cannot (buffered sends) and checks it where it can: the simulator's
+closed-form pipeline time
+(:func:`heteroplan.planner.simulator.simulate`): it executes, stage by stage, the instruction
+stream of DeepSpeed's ``TrainSchedule`` (the pipeline engine of Sailor's runtime, which ran the
+measured GH200 and MIT runs) and lets every transfer block both of its ends until it is done.
+
+Schedule (per stage ``s`` of ``S``, ``M`` microbatches, ``2 (M + S - 1)`` steps): even stages
+run forwards on even steps and backwards on odd ones, odd stages the other way round; a forward
+step first sends the previous microbatch's input gradient to stage ``s - 1`` and then receives
+this microbatch's activation from it, a backward step first receives the gradient from
+``s + 1`` and then sends it the previous forward's activation. Sailor's ``p2p.send`` and
+``p2p.recv`` are blocking (``dist.send`` / ``dist.recv``; asynchronous sends are refused), so a
+transfer starts when both stages have reached it and occupies both for its whole duration:
+nothing of a transfer hides behind compute -- unless the transport buffers it: a message that
+fits the receiver's pre-posted buffers (NCCL's ``NCCL_BUFFSIZE``, 4 MiB by default) is handed
+over without waiting for the receiver, so the sender goes on computing while it crosses, and the
+receiver waits only for what has not arrived yet (``buffered`` boundaries below): the transfer
+hides behind compute exactly when it is shorter than the compute between the send and the
+matching receive. Buffered sends on one boundary and direction cross one after another.
+
+Unlike :mod:`heteroplan.planner.schedule` (a timeline of Megatron's op order for plots, every
+op charging its own transfers), this replays DeepSpeed's instruction stream, where a transfer is
+one event shared by its two stages.
+
+Units: seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from heteroplan.errors import InputError
+
+__all__ = ["stage_instructions", "one_f_one_b_time"]
+
+# instruction -> (matching instruction on the neighbour, neighbour offset)
+_PEER = {"send_act": ("recv_act", 1), "recv_act": ("send_act", -1), "send_grad": ("recv_grad", -1),
+         "recv_grad": ("send_grad", 1)}
+
+
+def stage_instructions(stage: int, stages: int, microbatches: int) -> list[tuple[str, int]]:
+    """Instructions ``(kind, microbatch)`` of ``stage`` in DeepSpeed's 1F1B ``TrainSchedule``.
+
+    Kinds: ``forward``, ``backward``, ``send_act``, ``recv_act`` (with stage ``s - 1``),
+    ``send_grad`` (to ``s - 1``), ``recv_grad`` (from ``s + 1``).
+    """
+    s, S, M = stage, stages, microbatches
+    out: list[tuple[str, int]] = []
+    prev = -1
+    for step in range(2 * (M + S - 1)):
+        forward = step % 2 == s % 2
+        base = step // 2 if step % 2 == 0 else (step - 1) // 2
+        if forward:
+            mb = base - s // 2
+        elif step % 2 == 0:  # odd stage, backward on an even step
+            mb = base - S + (s + 1) // 2
+        else:  # even stage, backward on an odd step
+            mb = base - S + 1 + s // 2
+        valid, prev_valid = 0 <= mb < M, 0 <= prev < M
+        if forward and s > 0:
+            if prev_valid:
+                out.append(("send_grad", prev))
+            if valid:
+                out.append(("recv_act", mb))
+        if not forward and s < S - 1:
+            if valid:
+                out.append(("recv_grad", mb))
+            if prev_valid:
+                out.append(("send_act", prev))
+        if valid:
+            out.append(("forward" if forward else "backward", mb))
+        prev = mb
+    return out
+
+
+def one_f_one_b_time(
+    forward_s: Sequence[float], backward_s: Sequence[float], transfer_s: Sequence[float], microbatches: int,
+    buffered: Sequence[bool] | None = None,
+) -> float:
+    """Seconds from the first forward to the last backward of one pipeline replica.
+
+    Args:
+        forward_s, backward_s: per stage, seconds of one microbatch's forward / backward.
+        transfer_s: per boundary, seconds of one activation (or gradient) transfer between
+            stage ``s`` and ``s + 1`` (``S - 1`` values).
+        microbatches: microbatches per iteration (>= 1).
+        buffered: per boundary, whether its sends are buffered (the sender does not wait for the
+            receiver; the data arrives ``transfer_s`` after the send, or after the previous
+            send in the same direction has arrived); default: none (every transfer blocks both ends).
+    """
+    f = np.asarray(forward_s, dtype=float)
+    b = np.asarray(backward_s, dtype=float)
+    c = np.asarray(transfer_s, dtype=float)
+    S = f.size
+    if S < 1 or b.shape != f.shape or c.shape != (S - 1,):
+        raise InputError("stages", (f.size, b.size, c.size), "need S forwards, S backwards and S - 1 transfers")
+    if not (np.all(np.isfinite(f)) and np.all(np.isfinite(b)) and np.all(np.isfinite(c))) \
+            or min(f.min(), b.min(), c.min(initial=0.0)) < 0:
+        raise InputError("stage times", (f.tolist(), b.tolist(), c.tolist()), "must be finite seconds >= 0")
+    if isinstance(microbatches, bool) or not isinstance(microbatches, int | np.integer) or microbatches < 1:
+        raise InputError("microbatches", microbatches, "must be an integer >= 1")
+    eager = np.zeros(S - 1, dtype=bool) if buffered is None else np.asarray(buffered, dtype=bool)
+    if eager.shape != (S - 1,):
+        raise InputError("buffered", buffered, f"need one flag per boundary ({S - 1})")
+    program = [stage_instructions(s, S, int(microbatches)) for s in range(S)]
+    arrival: dict[tuple[int, str, int], float] = {}  # (receiving stage, receive kind, microbatch) -> seconds
+    link_free: dict[tuple[int, int], float] = {}  # (from stage, to stage) -> when its last buffered send arrives
+    pc = [0] * S
+    clock = [0.0] * S
+    remaining = sum(map(len, program))
+    while remaining:
+        moved = False
+        for s in range(S):
+            while pc[s] < len(program[s]):
+                kind, mb = program[s][pc[s]]
+                if kind in ("forward", "backward"):
+                    clock[s] += f[s] if kind == "forward" else b[s]
+                    pc[s] += 1
+                    remaining -= 1
+                    moved = True
+                    continue
+                peer_kind, offset = _PEER[kind]
+                o = s + offset
+                if eager[min(s, o)]:
+                    if kind.startswith("send"):  # hand over and go on; it arrives after the previous one
+                        done = max(clock[s], link_free.get((s, o), 0.0)) + c[min(s, o)]
+                        link_free[(s, o)] = arrival[(o, peer_kind, mb)] = done
+                    elif (s, kind, mb) in arrival:
+                        clock[s] = max(clock[s], arrival.pop((s, kind, mb)))
+                    else:
+                        break  # not sent yet
+                    pc[s] += 1
+                    remaining -= 1
+                    moved = True
+                    continue
+                if pc[o] >= len(program[o]) or program[o][pc[o]] != (peer_kind, mb):
+                    break  # blocked until the neighbour reaches the matching instruction
+                end = max(clock[s], clock[o]) + c[min(s, o)]
+                clock[s] = clock[o] = end
+                pc[s] += 1
+                pc[o] += 1
+                remaining -= 2
+                moved = True
+        if not moved:  # cannot happen for this schedule; guards the loop
+            raise RuntimeError("1F1B replay deadlocked")
+    return max(clock)
