@@ -17,7 +17,11 @@ allocation spanning GPU types keeps only the GPUs of its majority type (ties: th
 as the artifact's ``prio_order``): the dropped GPUs stay idle and are not counted, and what is
 kept is the job's allocation from then on (the artifact's base state is its repaired
 allocation; a job keeping its GPU count keeps its virtual nodes). (Its 30 s restart delay is
-the simulator's, ``SimFidelity.restart_delays``.) The optimiser is the exact ILP above, not the
+the simulator's, ``SimFidelity.restart_delays``.) The optimiser plans each job with the
+artifact's merged profile (``merged_profile=True``, the default there): one throughput fit per
+job across GPU types, the first observation of a (nodes, GPUs, local batch) shape winning, a
+linear speed-up before any observation (:mod:`heteroplan.policies.pollux_profile`); the
+simulator still runs the job at the true rate of the GPUs it holds. The optimiser is the exact ILP above, not the
 artifact's genetic algorithm. ``speedup_base="fair-share"`` measures speed-ups against the
 goodput of a fair share (GPUs / active jobs, rounded up, on one node) as the artifact's fitness
 does; it is off by default (see docs/sia.md for why).
@@ -121,6 +125,7 @@ class PolluxPolicy:
             return {}
         configs = self._pooled(cluster)
         if self.merged_profile:
+            self._profiles = {j.job_id: self._profiles[j.job_id] for j in jobs if j.job_id in self._profiles}
             jobs = [self._merged_view(job, cluster) for job in jobs]
         G = np.zeros((len(jobs), len(configs)))
         base = np.zeros(len(jobs))
