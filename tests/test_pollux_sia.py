@@ -126,6 +126,9 @@ def test_fixup_tie_keeps_the_faster_type():
 def test_pollux_sia_registry_defaults():
     policy = make_policy("pollux-sia")
     assert (policy.mechanism, policy.vnode_order, policy.speedup_base) == ("sia-artifact", "shuffled", "one-gpu")
+    assert policy.merged_profile and not make_policy("pollux").merged_profile
+    with pytest.raises(InputError, match="merged_profile"):
+        PolluxPolicy(mechanism="sia-artifact", merged_profile="yes")
 
 
 def test_fair_share_speedups_are_relative_to_gpus_over_jobs_on_one_node(monkeypatch):
@@ -144,7 +147,8 @@ def test_fair_share_speedups_are_relative_to_gpus_over_jobs_on_one_node(monkeypa
     cluster = preset("sia-64")
     jobs = [JobState(f"j{i}", app, 0.0, estimator=bootstrap_model(app))
             for i, app in enumerate(("cifar10", "imagenet", "bert"))]
-    policy = PolluxPolicy(mechanism="sia-artifact", speedup_base="fair-share")
+    # The jobs' own (bootstrapped) models, not the merged profile, which has no data yet.
+    policy = PolluxPolicy(mechanism="sia-artifact", speedup_base="fair-share", merged_profile=False)
     out = policy.allocate(cluster, jobs, 0.0)
     fair = -(-64 // 3)  # 22 GPUs: the fair share, on one node, of the job's first known type
     want = [float(np.ravel(j.estimator.goodput(np.array(["aws"], dtype=object), np.array([1]), np.array([fair])))[0])
@@ -153,3 +157,70 @@ def test_fair_share_speedups_are_relative_to_gpus_over_jobs_on_one_node(monkeypa
     assert seen["lam"] == 250.0  # the artifact's cost of a job without GPUs
     assert set(out) == {"j0", "j1", "j2"}  # every job gets GPUs
     assert PolluxPolicy(mechanism="sia-artifact").lam == 1.1
+
+
+def _planned(policy: PolluxPolicy, cluster: Cluster, job: JobState, gpu_type: str, gpus: int) -> float:
+    """Goodput the policy plans with for ``gpus`` GPUs of ``gpu_type`` on one node."""
+    model = policy._merged_view(job, cluster).estimator
+    return float(np.ravel(model.goodput(np.array([gpu_type], dtype=object), np.array([1]), np.array([gpus]),
+                                        progress=0.0))[0])
+
+
+def test_merged_profile_plans_a_fast_type_with_what_was_measured_on_a_slow_one():
+    from heteroplan.perf.fit import fit_throughput_params
+    from heteroplan.perf.goodput import GoodputModel
+    from heteroplan.perf.measurements import Measurements
+    from heteroplan.perf.sia_data import bootstrap_model, true_model
+
+    cluster, truth = _mixed_cluster(), true_model("cifar10")
+    est = bootstrap_model("cifar10")
+    job = JobState("c", "cifar10", 0.0, estimator=est)
+    policy = PolluxPolicy(mechanism="sia-artifact")
+    # Before any observation: linear speed-up (the artifact's lambda n, r: r), whatever the type.
+    assert [_planned(policy, cluster, job, t, k) for t in ("aws", "dgx-ext") for k in (1, 2, 4)] == [1, 2, 4] * 2
+
+    def measure(gpu_type: str, k: int, local: int) -> tuple[float, float]:
+        step = float(truth.step_time(gpu_type, 1, k, local, 0))
+        est.observe(gpu_type, [k], local, step, 0.1 * step)
+        return step, 0.1 * step
+
+    slow = measure("aws", 2, 64)  # first measured on 2 slow T4s
+    one_slow_fit = GoodputModel(est.app, {"aws": fit_throughput_params(
+        Measurements([1], [2], [64], [slow[0]], [slow[1]]))}, est.phi)
+    want = float(np.ravel(one_slow_fit.goodput("aws", 1, 2))[0])
+    fast_planned = _planned(policy, cluster, job, "dgx-ext", 2)
+    assert fast_planned == pytest.approx(want, rel=1e-9)
+    assert _planned(policy, cluster, job, "aws", 2) == pytest.approx(want, rel=1e-9)
+    # The job's own per-type model knows the A100 is several times faster: not what is planned.
+    assert float(np.ravel(est.goodput("dgx-ext", 1, 2))[0]) > 2 * fast_planned
+    # The same shape measured later on A100s does not replace the first observation.
+    measure("dgx-ext", 2, 64)
+    assert _planned(policy, cluster, job, "dgx-ext", 2) == pytest.approx(want, rel=1e-9)
+    # A new shape (another local batch) is added: the one fit moves towards the A100.
+    measure("dgx-ext", 2, 32)
+    assert _planned(policy, cluster, job, "dgx-ext", 2) > 1.02 * want
+
+
+def test_allocate_plans_with_the_merged_profile(monkeypatch):
+    from heteroplan.perf.sia_data import bootstrap_model
+    from heteroplan.policies import pollux as pollux_module
+
+    seen = []
+    real = pollux_module.build_sia_model
+    monkeypatch.setattr(pollux_module, "build_sia_model", lambda *a, **k: seen.append(a[0].copy()) or real(*a, **k))
+    cluster = _mixed_cluster()
+    est = bootstrap_model("cifar10")
+    # Ran on 4 GPUs before (the scale-up rule then allows 8) and measured there on 4 T4s.
+    job = JobState("c", "cifar10", 0.0, estimator=est, max_gpus_run=4, last_gpus=4)
+    policy = PolluxPolicy(mechanism="sia-artifact")
+    policy.allocate(cluster, [job], 0.0)  # first seen: no observation yet, linear speed-up
+    configs = policy._pooled(cluster)
+    assert seen[-1][0] == pytest.approx(np.where(configs.num_gpus <= 8, configs.num_gpus, 0.0))
+    est.observe("aws", [4], 64, 0.5, 0.05)
+    policy.allocate(cluster, [job], 0.0)
+    merged = policy._profiles["c"].model(est, cluster.type_names)
+    want = merged.goodput(np.array(["aws"] * len(configs), dtype=object), configs.num_nodes, configs.num_gpus)
+    assert seen[-1][0] == pytest.approx(np.where(configs.num_gpus <= 8, want, 0.0))
+    # Without merging the optimiser sees the job's bootstrapped per-type model instead.
+    PolluxPolicy(mechanism="sia-artifact", merged_profile=False).allocate(cluster, [job], 0.0)
+    assert not np.allclose(seen[-1][0], seen[-2][0])

@@ -17,7 +17,11 @@ allocation spanning GPU types keeps only the GPUs of its majority type (ties: th
 as the artifact's ``prio_order``): the dropped GPUs stay idle and are not counted, and what is
 kept is the job's allocation from then on (the artifact's base state is its repaired
 allocation; a job keeping its GPU count keeps its virtual nodes). (Its 30 s restart delay is
-the simulator's, ``SimFidelity.restart_delays``.) The optimiser is the exact ILP above, not the
+the simulator's, ``SimFidelity.restart_delays``.) The optimiser plans each job with the
+artifact's merged profile (``merged_profile=True``, the default there): one throughput fit per
+job across GPU types, the first observation of a (nodes, GPUs, local batch) shape winning, a
+linear speed-up before any observation (:mod:`heteroplan.policies.pollux_profile`); the
+simulator still runs the job at the true rate of the GPUs it holds. The optimiser is the exact ILP above, not the
 artifact's genetic algorithm. ``speedup_base="fair-share"`` measures speed-ups against the
 goodput of a fair share (GPUs / active jobs, rounded up, on one node) as the artifact's fitness
 does; it is off by default (see docs/sia.md for why).
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -36,6 +40,7 @@ from heteroplan.errors import InputError
 from heteroplan.formulations.sia import ConfigSet, build_sia_model, restart_factor
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.common import goodput_matrix, place_blind
+from heteroplan.policies.pollux_profile import MergedProfile
 from heteroplan.policies.sia_solve import solve_sia
 
 __all__ = ["PolluxPolicy", "POLLUX_MECHANISMS"]
@@ -75,8 +80,10 @@ class PolluxPolicy:
     speedup_base: str = "one-gpu"
     vnode_order: str | None = None
     seed: int = 0
+    merged_profile: bool | None = None
     _cache: dict[int, ConfigSet] = field(default_factory=dict, repr=False)
     _intended: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict, repr=False)
+    _profiles: dict[str, MergedProfile] = field(default_factory=dict, repr=False)
     _rng: np.random.Generator = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -88,6 +95,10 @@ class PolluxPolicy:
             self.vnode_order = "shuffled" if self.mechanism == "sia-artifact" else "node"
         if self.vnode_order not in VNODE_ORDERS:
             raise InputError("vnode_order", self.vnode_order, f"choose one of {list(VNODE_ORDERS)}")
+        if self.merged_profile is None:
+            self.merged_profile = self.mechanism == "sia-artifact"
+        if not isinstance(self.merged_profile, bool):
+            raise InputError("merged_profile", self.merged_profile, "must be true or false")
         if self.lam is None:
             self.lam = FAIR_SHARE_LAMBDA if self.speedup_base == "fair-share" else 1.1
         if isinstance(self.lam, bool) or not isinstance(self.lam, (int, float)) or not (0 < self.lam < math.inf):
@@ -113,6 +124,9 @@ class PolluxPolicy:
         if not jobs or cluster.num_gpus == 0:  # nothing to give (an empty cluster has no configurations)
             return {}
         configs = self._pooled(cluster)
+        if self.merged_profile:
+            self._profiles = {j.job_id: self._profiles[j.job_id] for j in jobs if j.job_id in self._profiles}
+            jobs = [self._merged_view(job, cluster) for job in jobs]
         G = np.zeros((len(jobs), len(configs)))
         base = np.zeros(len(jobs))
         fair = math.ceil(cluster.num_gpus / len(jobs))
@@ -137,6 +151,20 @@ class PolluxPolicy:
         if self.mechanism == "sia-artifact":
             return self._place_virtual(cluster, jobs, counts)
         return place_blind(cluster, jobs, counts)
+
+    def _merged_view(self, job: JobState, cluster: Cluster) -> JobState:
+        """``job`` with the artifact's merged profile as its estimator (see
+        :mod:`heteroplan.policies.pollux_profile`); unchanged when its estimator does not record
+        observations (an oracle model)."""
+        est = job.estimator
+        if est is None or not hasattr(est, "observations"):
+            return job
+        types = cluster.type_names
+        profile = self._profiles.get(job.job_id)
+        if profile is None:
+            profile = self._profiles[job.job_id] = MergedProfile.start(est, types)
+        profile.update(est, types)
+        return replace(job, estimator=profile.model(est, types))
 
     def _place_virtual(self, cluster: Cluster, jobs: Sequence[JobState], counts: dict[str, int]) -> dict[str, Allocation]:
         """Pack replicas onto the fewest 4-GPU virtual nodes (in ``vnode_order``), keep the majority

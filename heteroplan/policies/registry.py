@@ -93,7 +93,7 @@ POLICIES: Mapping[str, PolicyEntry] = MappingProxyType({e.name: e for e in (
     PolicyEntry("sia-lp", _sia_lp, "Sia with LP relaxation + rounding (elastic)"),
     PolicyEntry("pollux", _pollux(), "Pollux: goodput-optimizing, heterogeneity-unaware (elastic)"),
     PolicyEntry("pollux-sia", _pollux(mechanism="sia-artifact", name="pollux-sia"),
-                "Pollux as the Sia artifact runs it: 4-GPU virtual nodes in a random order, majority-type fix-up (elastic)"),
+                "Pollux as the Sia artifact runs it: one profile merged across GPU types, 4-GPU virtual nodes in a random order, majority-type fix-up (elastic)"),
     PolicyEntry("gavel", _gavel(), "Gavel: max-min fairness LP over time fractions (rigid, 360 s rounds)"),
     PolicyEntry("gavel-agnostic", _gavel(objective="max_min_fairness_agnostic", name="gavel-agnostic"),
                 "Gavel: heterogeneity-agnostic max-min fairness over time shares (rigid)"),
