@@ -18,7 +18,8 @@ fits the receiver's pre-posted buffers (NCCL's ``NCCL_BUFFSIZE``, 4 MiB by defau
 over without waiting for the receiver, so the sender goes on computing while it crosses, and the
 receiver waits only for what has not arrived yet (``buffered`` boundaries below): the transfer
 hides behind compute exactly when it is shorter than the compute between the send and the
-matching receive. Buffered sends on one boundary and direction cross one after another.
+matching receive. Buffered sends on one boundary and direction cross one after another; with
+``shared_nic`` a stage's sends in both directions leave through its one NIC, in issue order.
 
 Unlike :mod:`heteroplan.planner.schedule` (a timeline of Megatron's op order for plots, every
 op charging its own transfers), this replays DeepSpeed's instruction stream, where a transfer is
