@@ -81,6 +81,19 @@ def test_buffered_send_hides_behind_the_senders_compute_by_hand():
     assert one_f_one_b_time([1, 0.1], [2, 0.2], [5.0], 3, [True]) > 3 * 3.0 + 2 * 5.0
 
 
+def test_a_middle_stages_two_sends_share_its_nic_by_hand():
+    # S = 3, M = 2, no compute, buffered, 2 s over boundary 0 and 1 s over boundary 1. Stage 1
+    # gets act0 at 2, sends it on [2,3]; act1 arrives at 4 (stage 0's NIC: act0 [0,2], act1
+    # [2,4]); grad0 from stage 2 arrives at 4; stage 1 sends act1 [4,5], then grad0 to stage 0:
+    # own links: [4,6]; one NIC: after act1 has left, [5,7]. grad1 arrives from stage 2 at 6
+    # (act1 at 5 + 1); grad1 to stage 0: own links [6,8], one NIC [7,9]. Stage 0 ends at 8 / 9.
+    assert one_f_one_b_time([0, 0, 0], [0, 0, 0], [2, 1], 2, [True, True]) == pytest.approx(8.0)
+    assert one_f_one_b_time([0, 0, 0], [0, 0, 0], [2, 1], 2, [True, True], shared_nic=True) == pytest.approx(9.0)
+    # blocking sends never overlap on one stage, so the NIC changes nothing there
+    for f, b, c, m in [([1, 0.5, 2], [2, 1, 3], [0.7, 0.3], 4), ([0, 0, 0], [0, 0, 0], [2, 1], 2)]:
+        assert one_f_one_b_time(f, b, c, m, shared_nic=True) == pytest.approx(one_f_one_b_time(f, b, c, m))
+
+
 def test_with_values_sets_a_constant_on_every_row_and_the_default():
     blocking = SHIPPED_PLATFORMS.with_values(eager_send_bytes=0.0)
     assert {c.eager_send_bytes for c in blocking.platforms.values()} == {0.0} and blocking.default.eager_send_bytes == 0
@@ -133,5 +146,6 @@ def test_simulate_replays_a_replica_with_buffered_sends():
     sim = simulate(plan)
     fb, share, comm = (sim.details[k][:, 0] for k in ("stage_compute", "forward_share", "comm"))
     m = plan.microbatches()[0]
-    assert sim.pipeline_time == pytest.approx(one_f_one_b_time(fb * share, fb * (1 - share), comm[1:-1], m, [True] * 3))
+    assert sim.pipeline_time == pytest.approx(
+        one_f_one_b_time(fb * share, fb * (1 - share), comm[1:-1], m, [True] * 3, shared_nic=True))
     assert sim.pipeline_time < one_f_one_b_time(fb * share, fb * (1 - share), comm[1:-1], m)

@@ -18,7 +18,8 @@ fits the receiver's pre-posted buffers (NCCL's ``NCCL_BUFFSIZE``, 4 MiB by defau
 over without waiting for the receiver, so the sender goes on computing while it crosses, and the
 receiver waits only for what has not arrived yet (``buffered`` boundaries below): the transfer
 hides behind compute exactly when it is shorter than the compute between the send and the
-matching receive. Buffered sends on one boundary and direction cross one after another.
+matching receive. Buffered sends on one boundary and direction cross one after another; with
+``shared_nic`` a stage's sends in both directions leave through its one NIC, in issue order.
 
 Unlike :mod:`heteroplan.planner.schedule` (a timeline of Megatron's op order for plots, every
 op charging its own transfers), this replays DeepSpeed's instruction stream, where a transfer is
@@ -79,7 +80,7 @@ def stage_instructions(stage: int, stages: int, microbatches: int) -> list[tuple
 
 def one_f_one_b_time(
     forward_s: Sequence[float], backward_s: Sequence[float], transfer_s: Sequence[float], microbatches: int,
-    buffered: Sequence[bool] | None = None,
+    buffered: Sequence[bool] | None = None, shared_nic: bool = False,
 ) -> float:
     """Seconds from the first forward to the last backward of one pipeline replica.
 
@@ -91,6 +92,10 @@ def one_f_one_b_time(
         buffered: per boundary, whether its sends are buffered (the sender does not wait for the
             receiver; the data arrives ``transfer_s`` after the send, or after the previous
             send in the same direction has arrived); default: none (every transfer blocks both ends).
+        shared_nic: whether a stage's sends to ``s + 1`` (activations) and to ``s - 1``
+            (gradients) leave through one egress link (its node's NIC): a send then starts only
+            when the stage's previous send has left, in the stage's issue order; default: each
+            boundary and direction has its own link.
     """
     f = np.asarray(forward_s, dtype=float)
     b = np.asarray(backward_s, dtype=float)
@@ -108,7 +113,7 @@ def one_f_one_b_time(
         raise InputError("buffered", buffered, f"need one flag per boundary ({S - 1})")
     program = [stage_instructions(s, S, int(microbatches)) for s in range(S)]
     arrival: dict[tuple[int, str, int], float] = {}  # (receiving stage, receive kind, microbatch) -> seconds
-    link_free: dict[tuple[int, int], float] = {}  # (from stage, to stage) -> when its last buffered send arrives
+    link_free: dict = {}  # sending stage (shared NIC) or (from, to) -> when its last send has left
     pc = [0] * S
     clock = [0.0] * S
     remaining = sum(map(len, program))
@@ -127,8 +132,9 @@ def one_f_one_b_time(
                 o = s + offset
                 if eager[min(s, o)]:
                     if kind.startswith("send"):  # hand over and go on; it arrives after the previous one
-                        done = max(clock[s], link_free.get((s, o), 0.0)) + c[min(s, o)]
-                        link_free[(s, o)] = arrival[(o, peer_kind, mb)] = done
+                        key = s if shared_nic else (s, o)
+                        done = max(clock[s], link_free.get(key, 0.0)) + c[min(s, o)]
+                        link_free[key] = arrival[(o, peer_kind, mb)] = done
                     elif (s, kind, mb) in arrival:
                         clock[s] = max(clock[s], arrival.pop((s, kind, mb)))
                     else:
@@ -139,8 +145,11 @@ def one_f_one_b_time(
                     continue
                 if pc[o] >= len(program[o]) or program[o][pc[o]] != (peer_kind, mb):
                     break  # blocked until the neighbour reaches the matching instruction
-                end = max(clock[s], clock[o]) + c[min(s, o)]
+                sender = s if kind.startswith("send") else o
+                end = max(clock[s], clock[o], link_free.get(sender, 0.0) if shared_nic else 0.0) + c[min(s, o)]
                 clock[s] = clock[o] = end
+                if shared_nic:
+                    link_free[sender] = end
                 pc[s] += 1
                 pc[o] += 1
                 remaining -= 2
