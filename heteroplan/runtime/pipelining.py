@@ -50,6 +50,10 @@ class TorchPipeline:
         samples of the iteration, split into equal microbatches along dimension 0. Returns the sum
         of the microbatches' scaled losses on the last stage, 0 elsewhere."""
         losses: list[torch.Tensor] = []
+        # torch < 2.13 checks each microbatch's strides against the first one's: a slice such as
+        # tokens[:, :-1] (stride seq + 1) fails there with PipeliningShapeError, so pass dense copies
+        inputs = inputs.contiguous() if inputs is not None else None
+        target = target.contiguous() if target is not None else None
         args = (inputs,) if self.first else ()
         if self.last:
             self.schedule.step(*args, target=target, losses=losses, return_outputs=False)
