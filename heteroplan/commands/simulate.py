@@ -10,11 +10,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import signal
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -25,6 +22,7 @@ from heteroplan.atomic_json import write_json_atomic
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.commands.outdir import writable_dir
 from heteroplan.policies.registry import POLICIES, make_policy
+from heteroplan.signals import Interrupted, SignalGuard
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.sim.loop import simulate
 from heteroplan.sim.metrics import SimResult, compare_table
@@ -93,65 +91,6 @@ def run_metadata(args: argparse.Namespace, cluster: Cluster, jobs: list[JobSpec]
                     "fidelity": args.fidelity, "jobs": args.jobs},
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM arrived; ``signum`` says which. A ``KeyboardInterrupt``, so the
-    simulation loop attaches the interrupted run's partial result (``exc.result``)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-class SignalGuard:
-    """Turns SIGINT/SIGTERM into :class:`Interrupted` while active (main thread only);
-    inside :meth:`deferred` a signal waits until the block ends, so a result's files are
-    written all or none."""
-
-    def __init__(self) -> None:
-        self._deferring = False
-        self._pending: int | None = None
-        self._previous: dict[int, Any] = {}
-        self.received: int | None = None
-
-    def _handler(self, signum: int, frame: object) -> None:
-        self.received = self.received or signum
-        if self._deferring:
-            self._pending = self._pending or signum
-            return
-        raise Interrupted(signum)
-
-    def interruption(self, exc: BaseException) -> Interrupted | None:
-        """``exc`` as the :class:`Interrupted` it stands for, or None when no signal came.
-
-        A signal that lands inside a C extension's import (highspy, numpy) surfaces as that
-        import's ``ImportError`` rather than as :class:`Interrupted`; the signal recorded by the
-        handler says what really happened."""
-        if isinstance(exc, Interrupted):
-            return exc
-        return Interrupted(self.received) if self.received is not None else None
-
-    def __enter__(self) -> SignalGuard:
-        try:
-            self._previous = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)}
-        except ValueError:  # not the main thread: leave signals alone
-            self._previous = {}
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for s, h in self._previous.items():
-            signal.signal(s, h)
-
-    @contextmanager
-    def deferred(self) -> Iterator[None]:
-        self._deferring = True
-        try:
-            yield
-        finally:
-            self._deferring = False
-        if self._pending is not None:
-            raise Interrupted(self._pending)
 
 
 def run(args: argparse.Namespace) -> int:

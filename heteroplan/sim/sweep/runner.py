@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import functools
 import logging
-import signal
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from heteroplan.signals import SignalGuard
 from heteroplan.sim.sweep.cell import CellFunction, execute_cell, run_cell
 from heteroplan.sim.sweep.executors import Executor, make_executor
 from heteroplan.sim.sweep.results import (
@@ -82,19 +81,6 @@ def _as_spec(sweep: SweepSpec | Mapping[str, Any] | str | Path) -> SweepSpec:
     return load_sweep(sweep)
 
 
-class _SignalRecorder:
-    """Raises ``KeyboardInterrupt`` on SIGINT/SIGTERM and remembers that one came: a signal
-    landing inside a C extension's import surfaces as that import's ``ImportError``, and a
-    serial cell that failed that way must not be stored as a failed cell."""
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-
-    def __call__(self, signum: int, frame: Any) -> None:
-        self.received = self.received or signum
-        raise KeyboardInterrupt(f"signal {signum}")
-
-
 def run_sweep(
     sweep: SweepSpec | Mapping[str, Any] | str | Path,
     out: str | Path,
@@ -136,34 +122,32 @@ def run_sweep(
     log.info("sweep %s: %d cells, %d finished before, %d to run", spec.name, len(cells), report.skipped, len(todo))
     bar = tqdm(total=len(todo), desc=spec.name, unit="cell", disable=not (sys.stderr.isatty() if progress is None
                                                                           else progress))
-    in_main = threading.current_thread() is threading.main_thread()
-    recorder = _SignalRecorder()
-    previous = {s: signal.signal(s, recorder) for s in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
     t0 = time.perf_counter()
-    records = ex.run(functools.partial(execute_cell, fn=cell_fn), todo)
-    try:
-        for record in records:
-            if recorder.received is not None and record["status"] != "ok":
-                raise KeyboardInterrupt  # a signal swallowed inside the cell: not the cell's failure
-            store.write(record)
-            if recorder.received is not None:
-                raise KeyboardInterrupt
-            if record["status"] == "ok":
-                report.computed += 1
-            else:
-                report.failed += 1
-                log.warning("cell %s (%s) failed: %s", record["key"], record["labels"], record["error"])
-            bar.update(1)
-    except KeyboardInterrupt:
-        report.interrupted = True
-    finally:
-        records.close()  # type: ignore[attr-defined]
-        bar.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        report.wall_s = time.perf_counter() - t0
-        report.workers = int(getattr(ex, "workers", report.workers))
-        _write_results(report, plots)
+    with SignalGuard() as guard:  # SIGINT/SIGTERM -> Interrupted (a KeyboardInterrupt), remembered
+        records = ex.run(functools.partial(execute_cell, fn=cell_fn), todo)
+        try:
+            for record in records:
+                # a signal landing in a C extension's import surfaces as that import's ImportError:
+                # a serial cell that failed so did not fail by itself and is not stored
+                if guard.received is not None and record["status"] != "ok":
+                    raise KeyboardInterrupt
+                store.write(record)
+                if guard.received is not None:
+                    raise KeyboardInterrupt
+                if record["status"] == "ok":
+                    report.computed += 1
+                else:
+                    report.failed += 1
+                    log.warning("cell %s (%s) failed: %s", record["key"], record["labels"], record["error"])
+                bar.update(1)
+        except KeyboardInterrupt:
+            report.interrupted = True
+        finally:
+            records.close()  # type: ignore[attr-defined]
+            bar.close()
+            report.wall_s = time.perf_counter() - t0
+            report.workers = int(getattr(ex, "workers", report.workers))
+            _write_results(report, plots)
     if report.interrupted:
         raise KeyboardInterrupt(f"sweep {spec.name} interrupted: {report.skipped + report.computed} of "
                                 f"{report.cells} cells finished are kept in {out}; rerun to resume")
