@@ -82,13 +82,18 @@ def test_buffered_send_hides_behind_the_senders_compute_by_hand():
 
 
 def test_a_middle_stages_two_sends_share_its_nic_by_hand():
-    # S = 3, M = 2, no compute, buffered, 2 s over boundary 0 and 1 s over boundary 1. Stage 1
-    # gets act0 at 2, sends it on [2,3]; act1 arrives at 4 (stage 0's NIC: act0 [0,2], act1
-    # [2,4]); grad0 from stage 2 arrives at 4; stage 1 sends act1 [4,5], then grad0 to stage 0:
-    # own links: [4,6]; one NIC: after act1 has left, [5,7]. grad1 arrives from stage 2 at 6
-    # (act1 at 5 + 1); grad1 to stage 0: own links [6,8], one NIC [7,9]. Stage 0 ends at 8 / 9.
+    # S = 3, M = 2, no compute, buffered, 2 s over boundary 0 and 1 s over boundary 1.
+    # Own links (one per boundary and direction): stage 1 gets act0 at 2, sends it on [2,3]; act1
+    # arrives at 4 (act0 [0,2], act1 [2,4]); grad0 from stage 2 arrives at 4; stage 1 sends act1
+    # [4,5] and grad0 to stage 0 [4,6]; grad1 arrives from stage 2 at 6 (act1 at 5 + 1) and goes
+    # to stage 0 on [6,8]. Stage 0 ends at 8.
     assert one_f_one_b_time([0, 0, 0], [0, 0, 0], [2, 1], 2, [True, True]) == pytest.approx(8.0)
-    assert one_f_one_b_time([0, 0, 0], [0, 0, 0], [2, 1], 2, [True, True], shared_nic=True) == pytest.approx(9.0)
+    # One NIC per stage, full duplex (its sends queue on its egress, its receives on its
+    # ingress, first issued first served): act0 [0,2] and act1 [2,4] into stage 1; act0 on to
+    # stage 2 [2,3]; grad0, sent by stage 2 at 3, waits for act1 to land on stage 1's ingress:
+    # [4,5]; stage 1 sends act1 [5,6], then grad0 to stage 0 [6,8] (its egress busy until 6);
+    # grad1 from stage 2 [6,7]; grad1 to stage 0 after grad0 has left: [8,10]. Stage 0 ends at 10.
+    assert one_f_one_b_time([0, 0, 0], [0, 0, 0], [2, 1], 2, [True, True], shared_nic=True) == pytest.approx(10.0)
     # blocking sends never overlap on one stage, so the NIC changes nothing there
     for f, b, c, m in [([1, 0.5, 2], [2, 1, 3], [0.7, 0.3], 4), ([0, 0, 0], [0, 0, 0], [2, 1], 2)]:
         assert one_f_one_b_time(f, b, c, m, shared_nic=True) == pytest.approx(one_f_one_b_time(f, b, c, m))

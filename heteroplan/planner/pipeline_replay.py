@@ -19,7 +19,11 @@ over without waiting for the receiver, so the sender goes on computing while it 
 receiver waits only for what has not arrived yet (``buffered`` boundaries below): the transfer
 hides behind compute exactly when it is shorter than the compute between the send and the
 matching receive. Buffered sends on one boundary and direction cross one after another; with
-``shared_nic`` a stage's sends in both directions leave through its one NIC, in issue order.
+``shared_nic`` a stage's sends in both directions leave through its one NIC's egress and its
+receives from both neighbours land through its ingress (full duplex: two queues). A flow holds
+the sender's egress and the receiver's ingress for its whole duration, first issued first
+served; instructions run in time order (the stage with the earliest clock goes next), so flows
+of different stages claim a shared link in the order they were sent.
 
 Unlike :mod:`heteroplan.planner.schedule` (a timeline of Megatron's op order for plots, every
 op charging its own transfers), this replays DeepSpeed's instruction stream, where a transfer is
@@ -30,6 +34,7 @@ Units: seconds.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 import numpy as np
@@ -92,9 +97,9 @@ def one_f_one_b_time(
         buffered: per boundary, whether its sends are buffered (the sender does not wait for the
             receiver; the data arrives ``transfer_s`` after the send, or after the previous
             send in the same direction has arrived); default: none (every transfer blocks both ends).
-        shared_nic: whether a stage's sends to ``s + 1`` (activations) and to ``s - 1``
-            (gradients) leave through one egress link (its node's NIC): a send then starts only
-            when the stage's previous send has left, in the stage's issue order; default: each
+        shared_nic: whether a stage's node has one NIC for both neighbours: its sends to
+            ``s + 1`` (activations) and to ``s - 1`` (gradients) queue on its egress, its
+            receives from both queue on its ingress, first issued first served; default: each
             boundary and direction has its own link.
     """
     f = np.asarray(forward_s, dtype=float)
@@ -113,47 +118,72 @@ def one_f_one_b_time(
         raise InputError("buffered", buffered, f"need one flag per boundary ({S - 1})")
     program = [stage_instructions(s, S, int(microbatches)) for s in range(S)]
     arrival: dict[tuple[int, str, int], float] = {}  # (receiving stage, receive kind, microbatch) -> seconds
-    link_free: dict = {}  # sending stage (shared NIC) or (from, to) -> when its last send has left
+    egress_free: dict = {}  # sending stage (shared NIC) or (from, to) -> when its last send has left
+    ingress_free: dict[int, float] = {}  # receiving stage (shared NIC) -> when its last receive has landed
     pc = [0] * S
     clock = [0.0] * S
-    remaining = sum(map(len, program))
-    while remaining:
-        moved = False
-        for s in range(S):
-            while pc[s] < len(program[s]):
-                kind, mb = program[s][pc[s]]
-                if kind in ("forward", "backward"):
-                    clock[s] += f[s] if kind == "forward" else b[s]
-                    pc[s] += 1
-                    remaining -= 1
-                    moved = True
-                    continue
-                peer_kind, offset = _PEER[kind]
-                o = s + offset
-                if eager[min(s, o)]:
-                    if kind.startswith("send"):  # hand over and go on; it arrives after the previous one
-                        key = s if shared_nic else (s, o)
-                        done = max(clock[s], link_free.get(key, 0.0)) + c[min(s, o)]
-                        link_free[key] = arrival[(o, peer_kind, mb)] = done
-                    elif (s, kind, mb) in arrival:
-                        clock[s] = max(clock[s], arrival.pop((s, kind, mb)))
-                    else:
-                        break  # not sent yet
-                    pc[s] += 1
-                    remaining -= 1
-                    moved = True
-                    continue
-                if pc[o] >= len(program[o]) or program[o][pc[o]] != (peer_kind, mb):
-                    break  # blocked until the neighbour reaches the matching instruction
-                sender = s if kind.startswith("send") else o
-                end = max(clock[s], clock[o], link_free.get(sender, 0.0) if shared_nic else 0.0) + c[min(s, o)]
-                clock[s] = clock[o] = end
-                if shared_nic:
-                    link_free[sender] = end
-                pc[s] += 1
-                pc[o] += 1
-                remaining -= 2
-                moved = True
-        if not moved:  # cannot happen for this schedule; guards the loop
-            raise RuntimeError("1F1B replay deadlocked")
+    waiting: set[int] = set()  # stages stopped at a transfer their neighbour has not reached
+    ready = [(0.0, s) for s in range(S)]  # (clock, stage): stages that can try their next instruction
+    heapq.heapify(ready)
+
+    def link_start(sender: int, receiver: int, at: float) -> float:
+        """When a flow from ``sender`` to ``receiver`` issued at ``at`` gets its links."""
+        if not shared_nic:
+            return max(at, egress_free.get((sender, receiver), 0.0))
+        return max(at, egress_free.get(sender, 0.0), ingress_free.get(receiver, 0.0))
+
+    def occupy(sender: int, receiver: int, end: float) -> None:
+        if shared_nic:
+            egress_free[sender] = ingress_free[receiver] = end
+        else:
+            egress_free[(sender, receiver)] = end
+
+    def wake(o: int, expected: tuple[str, int]) -> None:
+        if o in waiting and pc[o] < len(program[o]) and program[o][pc[o]] == expected:
+            waiting.discard(o)
+            heapq.heappush(ready, (clock[o], o))
+
+    # One instruction at a time from the stage with the earliest clock, so that flows claim
+    # their links in the order they are issued (first come, first served on every link).
+    while ready:
+        _, s = heapq.heappop(ready)
+        if pc[s] >= len(program[s]):
+            continue
+        kind, mb = program[s][pc[s]]
+        if kind in ("forward", "backward"):
+            clock[s] += f[s] if kind == "forward" else b[s]
+            pc[s] += 1
+            heapq.heappush(ready, (clock[s], s))
+            continue
+        peer_kind, offset = _PEER[kind]
+        o = s + offset
+        cost = c[min(s, o)]
+        if eager[min(s, o)]:
+            if kind.startswith("send"):  # hand over and go on; it lands when its links allow
+                done = link_start(s, o, clock[s]) + cost
+                occupy(s, o, done)
+                arrival[(o, peer_kind, mb)] = done
+                wake(o, (peer_kind, mb))
+            elif (s, kind, mb) in arrival:
+                clock[s] = max(clock[s], arrival.pop((s, kind, mb)))
+            else:
+                waiting.add(s)  # not sent yet
+                continue
+            pc[s] += 1
+            heapq.heappush(ready, (clock[s], s))
+            continue
+        if not (o in waiting and pc[o] < len(program[o]) and program[o][pc[o]] == (peer_kind, mb)):
+            waiting.add(s)  # blocked until the neighbour reaches the matching instruction
+            continue
+        sender, receiver = (s, o) if kind.startswith("send") else (o, s)
+        end = link_start(sender, receiver, max(clock[s], clock[o])) + cost
+        occupy(sender, receiver, end)
+        clock[s] = clock[o] = end
+        pc[s] += 1
+        pc[o] += 1
+        waiting.discard(o)
+        heapq.heappush(ready, (clock[s], s))
+        heapq.heappush(ready, (clock[o], o))
+    if any(pc[s] < len(program[s]) for s in range(S)):  # cannot happen for this schedule; guards the loop
+        raise RuntimeError("1F1B replay deadlocked")
     return max(clock)

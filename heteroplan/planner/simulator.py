@@ -187,7 +187,7 @@ def simulate(
     sigma = fb + 2 * (comm[:-1] + comm[1:])
     cv = max(c.straggler_cv for row in cfg for c in row)
     t_pipe, t_pipe_sd = pipeline_times(fb, sigma, fb.sum(axis=0) + 2 * comm.sum(axis=0), micro, cv)
-    for d in np.flatnonzero(buffered.any(axis=0)):  # buffered sends: replay, a stage's sends share its NIC
+    for d in np.flatnonzero(buffered.any(axis=0)):  # buffered sends: replay, a stage's flows share its NIC
         t_pipe[d] = one_f_one_b_time(fb[:, d] * fwd_share[:, d], fb[:, d] * (1 - fwd_share[:, d]), comm[1:-1, d],
                                      int(micro[d]), buffered[:, d], shared_nic=True)
 
