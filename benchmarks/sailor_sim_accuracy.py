@@ -16,7 +16,7 @@ platform are written to ``heteroplan/data/sailor/platforms.json`` with ``--write
 table). Fitted: ``compute_scale`` on time, ``overhead_gb`` and ``working_layers`` on memory
 (:data:`TIME`, :data:`MEMORY`); the software stack's properties (:data:`RUNTIME`) are not fitted.
 
-    python benchmarks/sailor_sim_accuracy.py [--write]
+    python benchmarks/sailor_sim_accuracy.py [--write] [--data DIR]
 """
 
 from __future__ import annotations
@@ -39,10 +39,16 @@ from heteroplan.planner.calibration import fit_sim_config  # noqa: E402
 from heteroplan.planner.sim_config import PLATFORMS_FILE, UNCALIBRATED_CONFIG, SimConfig  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "sailor"
-SETS = {  # name: (glob under DATA, model, GPU types of the platform, Sailor's time / memory MAE %)
-    "GH200 OPT-350": ("plan_config_*.json", "OPT-350", ("GH-96",), "8.9 / 5.9 (hand-tuned profile), 16.0 time (raw)"),
-    "GH200 GPT-Neo-2.7": ("gpt-neo/plan_config_*.json", "GPT-Neo-2.7", ("GH-96",), "18.5 / 16.5"),
-    "MIT OPT-350": ("mit/plan_config_*.json", "OPT-350", ("RTX-2080", "RTX-3090", "Titan-RTX"), "10.3 / 76.0"),
+# name: (globs under the data directory, model, GPU types of the platform, Sailor's time / memory
+# MAE %). The globs take this repository's layout (tests/data/sailor: GH200 runs at the top,
+# mit/, gpt-neo/) and Sailor's (validation/: clariden/OPT-350/N*/, clariden/GPT-NEO/N*/, mit/N*/),
+# so `--data` can point at either; a run found by two globs counts once.
+SETS = {
+    "GH200 OPT-350": (("plan_config_*.json", "clariden/OPT-350/**/plan_config_*.json"), "OPT-350", ("GH-96",),
+                      "8.9 / 5.9 (hand-tuned profile), 16.0 time (raw)"),
+    "GH200 GPT-Neo-2.7": (("gpt-neo/**/plan_config_*.json", "clariden/[Gg][Pp][Tt]-[Nn][Ee][Oo]*/**/plan_config_*.json"),
+                          "GPT-Neo-2.7", ("GH-96",), "18.5 / 16.5"),
+    "MIT OPT-350": (("mit/**/plan_config_*.json",), "OPT-350", ("RTX-2080", "RTX-3090", "Titan-RTX"), "10.3 / 76.0"),
 }
 PLATFORM_OF = {"GH200 OPT-350": "GH200", "GH200 GPT-Neo-2.7": "GH200", "MIT OPT-350": "MIT"}
 # One time constant: with the transfers' physics in place a per-microbatch term only bent to the
@@ -55,9 +61,11 @@ MEMORY = ("overhead_gb", "working_layers")
 RUNTIME = {"GH200": {"eager_send_bytes": 4 * 2**20}, "MIT": {"eager_send_bytes": 4 * 2**20}}
 
 
-def load_runs(pattern: str, model: str) -> list[tuple[str, Plan, dict]]:
+def load_runs(data_dir: Path, patterns: tuple[str, ...], model: str) -> list[tuple[str, Plan, dict]]:
+    """``(run name, plan, measured)`` of every run file under ``data_dir`` matching ``patterns``."""
+    paths = sorted({p.resolve() for pattern in patterns for p in data_dir.glob(pattern)}, key=lambda p: p.stem)
     out = []
-    for p in sorted(DATA.glob(pattern)):
+    for p in paths:
         data = json.loads(p.read_text())
         out.append((p.stem.removeprefix("plan_config_"), Plan.from_sailor(data, model), data))
     return out
@@ -90,8 +98,15 @@ def mae(err: np.ndarray) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--write", action="store_true", help=f"write the fitted constants to the shipped {PLATFORMS_FILE}")
+    ap.add_argument("--data", type=Path, default=DATA,
+                    help="directory of measured runs: this repository's tests/data/sailor (default) or Sailor's "
+                         "validation/ layout (clariden/OPT-350/N*/, clariden/GPT-NEO/N*/, mit/N*/)")
     args = ap.parse_args()
-    sets = {name: load_runs(glob, model) for name, (glob, model, _, _) in SETS.items()}
+    if not args.data.is_dir():
+        ap.error(f"--data: {args.data} is not a directory")
+    if args.write and args.data.resolve() != DATA.resolve():
+        ap.error("--write fits the shipped table on this repository's runs only (copy new runs into tests/data/sailor)")
+    sets = {name: load_runs(args.data, globs, model) for name, (globs, model, _, _) in SETS.items()}
     by_platform: dict[str, list] = {}
     for name, runs in sets.items():
         by_platform.setdefault(PLATFORM_OF[name], []).extend(runs)
@@ -100,15 +115,21 @@ def main() -> None:
     summary, per_run = [], []
     for name, runs in sets.items():
         if not runs:
-            summary.append({"set": name, "runs": 0, "constants": "no runs in tests/data/sailor", "Sailor % (time / mem)": SETS[name][3]})
+            summary.append({"set": name, "runs": 0, "constants": f"no runs in {args.data}", "Sailor % (time / mem)": SETS[name][3]})
             continue
         own = PLATFORM_OF[name]
         others = [p for p in fitted if p != own]
-        loo = np.array([errors([runs[i]], fit(runs[:i] + runs[i + 1:], own)[0])[0] for i in range(len(runs))]) \
-            if len(runs) > len(TIME) else np.empty((0, 2))
+        platform_runs = by_platform[own]  # this set's runs and the platform's other models'
+        other_models = [r for r in platform_runs if all(r is not x for x in runs)]
+        enough = len(platform_runs) > max(len(TIME), len(MEMORY))
+        # leave one run out: fitted on every other run of the platform (other models' included)
+        loo = np.array([errors([run], fit([r for r in platform_runs if r is not run], own)[0])[0] for run in runs]) \
+            if enough else np.empty((0, 2))
         rows = {
             "uncalibrated": errors(runs, UNCALIBRATED_CONFIG),
             **{f"other platform ({p})": errors(runs, fitted[p][0]) for p in others},
+            **({f"this platform, other models only ({own})": errors(runs, fit(other_models, own)[0])}
+               if len(other_models) >= max(len(TIME), len(MEMORY)) else {}),
             "this platform (in sample)": errors(runs, fitted[own][0]),
             "leave one run out": loo,
         }
