@@ -138,8 +138,12 @@ def one_f_one_b_time(
         else:
             egress_free[(sender, receiver)] = end
 
+    def parked_at(o: int, instruction: tuple[str, int]) -> bool:
+        """Whether stage ``o`` waits at ``instruction``."""
+        return o in waiting and pc[o] < len(program[o]) and program[o][pc[o]] == instruction
+
     def wake(o: int, expected: tuple[str, int]) -> None:
-        if o in waiting and pc[o] < len(program[o]) and program[o][pc[o]] == expected:
+        if parked_at(o, expected):
             waiting.discard(o)
             heapq.heappush(ready, (clock[o], o))
 
@@ -172,7 +176,7 @@ def one_f_one_b_time(
             pc[s] += 1
             heapq.heappush(ready, (clock[s], s))
             continue
-        if not (o in waiting and pc[o] < len(program[o]) and program[o][pc[o]] == (peer_kind, mb)):
+        if not parked_at(o, (peer_kind, mb)):
             waiting.add(s)  # blocked until the neighbour reaches the matching instruction
             continue
         sender, receiver = (s, o) if kind.startswith("send") else (o, s)
