@@ -45,6 +45,8 @@ GCP = preset("sailor-gcp")
 # Sailor's artifact, configs/gpu_trace_2zones_2gpus.csv: the pool of its cost/budget experiments
 TWO_ZONES = {(t, z): 128 for t in (A, V) for z in ("us-central1-a", "us-central1-b")}
 THREE_POOLS = {(A, "us-central1-a"): 32, (V, "us-central1-a"): 96, (A, "us-central1-b"): 32}
+# the MIT cluster's three GPU types (the real runs' GBS 256; no prices: 0 $/h)
+MIT = {(t, Z): 16 for t in ("RTX-3090", "Titan-RTX", "RTX-2080")}
 # Sailor's artifact, configs/training_config_*.json: global batch per model
 GBS = {"OPT-350": 1024, "GPT-Neo-2.7": 2048}
 
@@ -67,6 +69,9 @@ SCENARIOS = [
     # three (type, zone) blocks pay: 96 V100 and 32 A100 in one zone, 32 more A100 in another
     ("GPT-Neo-2.7 A100 32+32 (2 zones) + V100 96", "GPT-Neo-2.7", THREE_POOLS, {}, None, False),
     ("GPT-Neo-2.7 A100 32+32 (2 zones) + V100 96, 2 blocks", "GPT-Neo-2.7", THREE_POOLS, {"max_blocks": 2}, None, False),
+    # platforms with buffered pipeline sends: the search splits those layouts on the 1F1B replay
+    ("OPT-350 MIT 16 RTX-3090 + 16 Titan-RTX + 16 RTX-2080", "OPT-350", MIT, {"gbs": 256}, None, False),
+    ("OPT-350 64 GH-96", "OPT-350", {("GH-96", Z): 64}, {}, None, False),
 ]
 
 

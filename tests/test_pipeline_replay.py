@@ -14,7 +14,11 @@ from hypothesis import strategies as st
 from heteroplan.errors import InputError
 from heteroplan.planner import Plan, simulate
 from heteroplan.planner.comm import pipeline_send_buffered
-from heteroplan.planner.pipeline_replay import one_f_one_b_time, stage_instructions
+from heteroplan.planner.pipeline_replay import (
+    one_f_one_b_lower_bound,
+    one_f_one_b_time,
+    stage_instructions,
+)
 from heteroplan.planner.sim_config import SHIPPED_PLATFORMS, SimConfig
 
 DATA = Path(__file__).parent / "data" / "sailor"
@@ -67,6 +71,37 @@ def test_replay_is_bounded_by_work_and_by_the_closed_form_for_one_microbatch(sta
     assert t >= (f + b).sum() + 2 * c.sum() - 1e-9  # one microbatch crosses the pipe and back
     if m == 1:
         assert t == pytest.approx((f + b).sum() + 2 * c.sum())
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0, 1), st.floats(0, 2), st.floats(0, 1), st.booleans()), min_size=1, max_size=5),
+    st.integers(1, 10),
+    st.booleans(),
+)
+def test_lower_bound_never_exceeds_the_replay(stages, m, shared_nic):
+    """The bound the search prunes replayed splits with: below every replay, any buffering."""
+    f, b, c, buf = (np.array(x) for x in zip(*stages, strict=True))
+    c, buf = c[1:], buf[1:]
+    t = one_f_one_b_time(f, b, c, m, buf, shared_nic)
+    lb = float(one_f_one_b_lower_bound(f, b, c, m, buf))
+    assert lb <= t * (1 + 1e-9) + 1e-12
+    # at least the busiest stage's compute, and vectorized rows agree with single calls
+    assert lb >= m * (f + b).max() - 1e-9
+    rows = one_f_one_b_lower_bound(np.stack([f, 2 * f]), np.stack([b, 2 * b]), np.stack([c, 2 * c]), m, np.stack([buf, buf]))
+    assert rows == pytest.approx([lb, 2 * lb])
+
+
+def test_lower_bound_by_hand():
+    # one stage: exact. Blocking, 2 stages, M = 3: stage 1 starts after stage 0's first forward (1),
+    # is held 3 (f + b) + 2 * 3 c = 9 + 6, and stage 0's last backward follows (2): 18, the replay's time
+    assert one_f_one_b_lower_bound([1.0], [2.0], np.zeros(0), 4) == pytest.approx(12.0)
+    assert one_f_one_b_lower_bound([1.0, 1.0], [2.0, 2.0], [1.0], 3, [False]) == pytest.approx(18.0)
+    assert one_f_one_b_time([1.0, 1.0], [2.0, 2.0], [1.0], 3) == pytest.approx(18.0)
+    # buffered, a slow link: 3 activations cross one after another (3 x 5) after stage 0's first
+    # forward (1), then microbatch 2's way down and back: c + f1 + b1 + c + b0 = 5 + 1 + 2 + 5 + 2
+    assert one_f_one_b_lower_bound([1.0, 1.0], [2.0, 2.0], [5.0], 3, [True]) == pytest.approx(1 + 15 + 1 + 2 + 5 + 2)
+    assert one_f_one_b_time([1.0, 1.0], [2.0, 2.0], [5.0], 3, [True]) >= 26.0
 
 
 def test_buffered_send_hides_behind_the_senders_compute_by_hand():

@@ -67,10 +67,12 @@ def pipeline_rank_message_bytes(nbytes: np.ndarray | float, tp: int, config: Sim
     return nbytes if config.replicated_tp_sends else nbytes / tp
 
 
-def pipeline_send_buffered(nbytes: float, tp: int, config: SimConfig) -> bool:
+def pipeline_send_buffered(nbytes: np.ndarray | float, tp: int, config: SimConfig) -> np.ndarray | bool:
     """Whether a pipeline transfer of ``nbytes`` is buffered by the transport (the sender does not
-    wait for its receiver): each rank's message is at most ``config.eager_send_bytes``."""
-    return bool(pipeline_rank_message_bytes(nbytes, tp, config) <= config.eager_send_bytes)
+    wait for its receiver): each rank's message is at most ``config.eager_send_bytes``
+    (vectorized over ``nbytes``; a plain bool for a scalar)."""
+    out = np.asarray(pipeline_rank_message_bytes(nbytes, tp, config)) <= config.eager_send_bytes
+    return bool(out) if out.ndim == 0 else out
 
 
 def pipeline_send_s(

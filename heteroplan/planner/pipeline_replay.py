@@ -36,16 +36,22 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 
 from heteroplan.errors import InputError
 
-__all__ = ["stage_instructions", "one_f_one_b_time"]
+__all__ = ["stage_instructions", "one_f_one_b_time", "one_f_one_b_lower_bound"]
 
 # instruction -> (matching instruction on the neighbour, neighbour offset)
 _PEER = {"send_act": ("recv_act", 1), "recv_act": ("send_act", -1), "send_grad": ("recv_grad", -1),
          "recv_grad": ("send_grad", 1)}
+
+
+@lru_cache(maxsize=4096)
+def _program(stage: int, stages: int, microbatches: int) -> tuple[tuple[str, int], ...]:
+    return tuple(stage_instructions(stage, stages, microbatches))
 
 
 def stage_instructions(stage: int, stages: int, microbatches: int) -> list[tuple[str, int]]:
@@ -116,7 +122,7 @@ def one_f_one_b_time(
     eager = np.zeros(S - 1, dtype=bool) if buffered is None else np.asarray(buffered, dtype=bool)
     if eager.shape != (S - 1,):
         raise InputError("buffered", buffered, f"need one flag per boundary ({S - 1})")
-    program = [stage_instructions(s, S, int(microbatches)) for s in range(S)]
+    program = [_program(s, S, int(microbatches)) for s in range(S)]
     arrival: dict[tuple[int, str, int], float] = {}  # (receiving stage, receive kind, microbatch) -> seconds
     egress_free: dict = {}  # sending stage (shared NIC) or (from, to) -> when its last send has left
     ingress_free: dict[int, float] = {}  # receiving stage (shared NIC) -> when its last receive has landed
@@ -191,3 +197,43 @@ def one_f_one_b_time(
     if any(pc[s] < len(program[s]) for s in range(S)):  # cannot happen for this schedule; guards the loop
         raise RuntimeError("1F1B replay deadlocked")
     return max(clock)
+
+
+def one_f_one_b_lower_bound(forward_s: np.ndarray, backward_s: np.ndarray, transfer_s: np.ndarray,
+                            microbatches: int, buffered: np.ndarray | None = None) -> np.ndarray:
+    """A lower bound on :func:`one_f_one_b_time` (any buffering, any NIC sharing), vectorized over
+    leading axes: ``(..., S)`` forwards and backwards, ``(..., S - 1)`` transfers.
+
+    Per stage ``s``: its first forward waits for microbatch 0 to come down the pipeline
+    (``sum_{j<s} f_j + c_j``); before its last forward it runs ``M`` forwards and the
+    ``k = max(0, M - (S - s))`` backwards 1F1B puts first; its last backward then waits at least for
+    microbatch ``M - 1`` to go down and back up (``sum_{j>s} (f_j + b_j) + 2 sum_{j>=s} c_j``) and
+    for its own other backwards; the gradient then goes back up (``sum_{j<s} b_j + c_j``). A
+    transfer takes at least its own seconds (it can only wait for a link), so each path is a bound.
+    With ``buffered`` (per boundary; default none), a blocking transfer also holds both of its
+    stages: a stage is busy ``M (f + b)`` plus ``2 M c`` per blocking boundary it touches, after
+    microbatch 0 came down and before the last gradient goes up.
+    Per boundary ``j``: its ``M`` activations cross one after another (``M c_j``) between stage
+    ``j``'s first forward and microbatch ``M - 1``'s round trip below it.
+    """
+    f, b, c = (np.asarray(x, dtype=float) for x in (forward_s, backward_s, transfer_s))
+    S, M = f.shape[-1], int(microbatches)
+    zero = np.zeros(c.shape[:-1] + (1,))
+    up_f = np.concatenate([zero, np.cumsum(f[..., :-1] + c, axis=-1)], axis=-1)
+    up_b = np.concatenate([zero, np.cumsum(b[..., :-1] + c, axis=-1)], axis=-1)
+    fb = f + b
+    after = np.cumsum(fb[..., ::-1], axis=-1)[..., ::-1] - fb  # sum_{j>s} fb_j
+    c_after = np.concatenate([np.cumsum(c[..., ::-1], axis=-1)[..., ::-1], zero], axis=-1)  # sum_{j>=s} c_j
+    down = after + 2 * c_after
+    k = np.maximum(0, M - (S - np.arange(S)))
+    per_stage = up_f + M * f + k * b + np.maximum(down, (M - k - 1) * b) + b + up_b
+    # a blocking transfer holds both of its stages: a stage is busy M (f + b) plus twice M per blocking boundary
+    blocking = np.ones(c.shape, dtype=bool) if buffered is None else ~np.broadcast_to(np.asarray(buffered, dtype=bool), c.shape)
+    held = np.where(blocking, c, 0.0)
+    held_in, held_out = np.concatenate([zero, held], axis=-1), np.concatenate([held, zero], axis=-1)
+    busy = up_f + up_b - 2 * held_in + M * fb + 2 * M * (held_in + held_out)
+    per_stage = np.maximum(per_stage, busy)
+    # boundary j carries M activations one after another, the first after stage j's first forward,
+    # the last followed by microbatch M - 1's way down, back and up
+    per_link = (up_f + f + up_b + b)[..., :-1] + (M + 1) * c + fb[..., 1:] + down[..., 1:]
+    return np.maximum(per_stage.max(axis=-1), per_link.max(axis=-1, initial=0.0))

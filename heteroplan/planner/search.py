@@ -34,12 +34,18 @@ from itertools import combinations
 import numpy as np
 
 from heteroplan.errors import InfeasibleError
-from heteroplan.planner.comm import allreduce_s, pipeline_bytes, pipeline_send_s
+from heteroplan.planner.comm import (
+    allreduce_s,
+    pipeline_bytes,
+    pipeline_send_buffered,
+    pipeline_send_s,
+)
 from heteroplan.planner.mixed_scan import scan_mixed
+from heteroplan.planner.pipeline_replay import one_f_one_b_lower_bound, one_f_one_b_time
 from heteroplan.planner.plan import PipelineBlock, Plan, ReplicaGroup, Stage
 from heteroplan.planner.request import PlanRequest, SearchOptions
 from heteroplan.planner.sim_config import as_platforms
-from heteroplan.planner.split_dp import best_split
+from heteroplan.planner.split_dp import _all_splits, best_split
 from heteroplan.planner.stage_tables import StageTable, build_stage_table
 from heteroplan.planner.straggler import clark_max, pipeline_times
 
@@ -48,6 +54,8 @@ __all__ = ["SearchOptions", "Candidate", "Searcher", "spread_replicas", "ring_li
 Pool = tuple[str, str]  # (gpu_type, zone)
 Spread = tuple[tuple[str, int], ...]  # ((zone, replicas), ...) in ring order: a stage's replicas over zones
 Layout = tuple[list[PipelineBlock], Spread | None]
+REPLAY_ENUMERATE_UP_TO = 20_000  # splits x stages bounded at once for a layout with buffered sends (else local moves)
+REPLAY_BUDGET = 256  # most splits replayed per layout (in order of their lower bound)
 
 
 def spread_replicas(capacity: dict[str, int], zones: tuple[str, ...], dp: int) -> Spread | None:
@@ -155,7 +163,8 @@ class Searcher:
     def lower_bound(self, blocks: list[PipelineBlock], mbs: int, dp: int) -> tuple[float, float]:
         """Lower bounds (iteration time s, $/iteration) of any split of this layout.
 
-        ``T >= (M-1) max_s fb_s + sum_s fb_s``; the bottleneck is at least ``1 / sum_k n_k / F_k``
+        ``T >= (M-1) max_s fb_s + sum_s fb_s`` (the closed form; ``M max_s fb_s`` where a send may be
+        buffered and the replay prices it); the bottleneck is at least ``1 / sum_k n_k / F_k``
         and the sum at least ``min_k F_k``, ``F_k`` the whole model's compute on block ``k``'s hardware.
         """
         M = self.gbs // (mbs * dp)
@@ -163,6 +172,8 @@ class Searcher:
         # stage k covers a fraction x_k of the model's compute, x_k * F_k <= max sigma, sum x = 1
         bottleneck = 1.0 / sum(b.stages / max(f, 1e-12) for b, f in zip(blocks, full, strict=True))
         t_lb = (M - 1) * bottleneck + min(full)
+        if self._buffered([blk for blk in blocks for _ in range(blk.stages)], mbs).any():
+            t_lb = M * bottleneck  # the replay's 1F1B can beat the closed form's fill and drain, not the busiest stage
         return t_lb, self.rate(blocks, dp) * t_lb
 
     def rate(self, blocks: list[PipelineBlock], dp: int) -> float:
@@ -207,24 +218,26 @@ class Searcher:
             links[s] = c_out
             c_in = c_out
         self.evaluated += 1
+        buffered = self._buffered(stages, mbs)
         cutoff = self._cutoff(incumbent, rate, ring[1], crosses=any(a.pool[1] != b.pool[1] for a, b in zip(stages, stages[1:], strict=False)))
-        res = best_split(sigma, w, y, M, self.options.max_split_dp_calls, cutoff=cutoff)
-        if res is None:
-            if not np.isfinite(cutoff):
-                self.why["memory"] = self.why.get("memory", 0) + 1
-            return None
-        b = np.asarray(res.bounds)
+        if buffered.any():
+            # the closed form prices a buffered send as blocking: split on the replay's times (what simulate charges)
+            b = self._replay_split(stages, sigma, w, y, links, buffered, mbs, dp, M, rate, cutoff)
+            if b is None:
+                return None
+        else:
+            res = best_split(sigma, w, y, M, self.options.max_split_dp_calls, cutoff=cutoff)
+            if res is None:
+                if not np.isfinite(cutoff):
+                    self.why["memory"] = self.why.get("memory", 0) + 1
+                return None
+            b = np.asarray(res.bounds)
         # w carries egress as its time-equivalent ($ / rate); take it out of the iteration time
-        egress_cost = ring[1]  # the ring's egress does not depend on the split
-        for s in range(pp - 1):
-            blk, nxt = stages[s], stages[s + 1]
-            if blk.pool[1] != nxt.pool[1]:
-                out = self.table(blk.pool[0], blk.tp, mbs).out_bytes[b[s + 1]]
-                price = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
-                egress_cost += 2 * pipeline_bytes(out, blk.tp, self.cfg.for_gpu(blk.pool[0])) * M * dp / 1e9 * price
-        t_iter = res.objective - ((egress_cost - ring[1]) / rate if rate > 0 else 0.0)
-        if self._cv(stages) > 0:  # the split was chosen without the noise; its expected time
-            t_iter = self._expected_time(stages, b, sigma, links, y, mbs, dp, M)
+        egress_cost = ring[1] + self._pipeline_egress(stages, b, mbs, dp, M)  # the ring's does not depend on the split
+        if self._cv(stages) > 0 or buffered.any():  # the split was chosen without the noise / on the replay
+            t_iter = self._split_time(stages, b, sigma, links, y, buffered, mbs, dp, M)
+        else:
+            t_iter = res.objective - ((egress_cost - ring[1]) / rate if rate > 0 else 0.0)
         cost = rate * t_iter + egress_cost
         mems = tuple(
             float(self.table(blk.pool[0], blk.tp, mbs).memory(min(pp - s, M))[b[s], b[s + 1]])
@@ -267,16 +280,105 @@ class Searcher:
             return (ReplicaGroup(blk.pool[0], blk.pool[1], blk.tp, dp),)
         return tuple(ReplicaGroup(blk.pool[0], z, blk.tp, n) for z, n in spread)
 
-    def _expected_time(self, stages: list[PipelineBlock], b: np.ndarray, sigma: np.ndarray, links: np.ndarray,
-                       y: np.ndarray, mbs: int, dp: int, M: int) -> float:
-        """Iteration seconds of the split ``b`` with the ranks' speed noise (as ``simulate`` has it)."""
+    def _buffered(self, stages: list[PipelineBlock], mbs: int) -> np.ndarray:
+        """``(pp-1, L+1)``: whether the send out of stage ``s`` is buffered when the stage ends at layer ``b``."""
+        out = np.zeros((max(len(stages) - 1, 0), self.L + 1), dtype=bool)
+        for s, blk in enumerate(stages[:-1]):
+            tab = self.table(blk.pool[0], blk.tp, mbs)
+            out[s, 1:] = pipeline_send_buffered(tab.out_bytes[1:], blk.tp, self.cfg.for_gpu(blk.pool[0]))
+        return out
+
+    def _pipeline_egress(self, stages: list[PipelineBlock], b: np.ndarray, mbs: int, dp: int, M: int) -> float:
+        """$ per iteration of the activations and gradients that the split ``b`` sends across zones."""
+        cost = 0.0
+        for s in range(len(stages) - 1):
+            blk, nxt = stages[s], stages[s + 1]
+            if blk.pool[1] != nxt.pool[1]:
+                out = self.table(blk.pool[0], blk.tp, mbs).out_bytes[b[s + 1]]
+                price = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
+                cost += 2 * pipeline_bytes(out, blk.tp, self.cfg.for_gpu(blk.pool[0])) * M * dp / 1e9 * price
+        return cost
+
+    def _split_time(self, stages: list[PipelineBlock], b: np.ndarray, sigma: np.ndarray, links: np.ndarray,
+                    y: np.ndarray, buffered: np.ndarray, mbs: int, dp: int, M: int) -> float:
+        """Iteration seconds of the split ``b`` exactly as ``simulate`` prices it: the closed form, or
+        the 1F1B replay where a send is buffered, with the ranks' speed noise."""
         idx = np.arange(len(stages))
-        fb = np.array([self.table(blk.pool[0], blk.tp, mbs).fb[b[s], b[s + 1]] for s, blk in enumerate(stages)])
+        tabs = [self.table(blk.pool[0], blk.tp, mbs) for blk in stages]
+        fb = np.array([t.fb[b[s], b[s + 1]] for s, t in enumerate(tabs)])
         step = sigma[idx, b[:-1], b[1:]]
-        fixed = fb.sum() + 2 * links[idx, b[1:]].sum()
-        mean, sd = pipeline_times(np.repeat(fb[:, None], dp, axis=1), np.repeat(step[:, None], dp, axis=1),
-                                  np.full(dp, fixed), np.full(dp, M), self._cv(stages))
-        return float(clark_max(mean, sd)[0]) + float(y[idx, b[:-1], b[1:]].max())
+        send = links[idx[:-1], b[1:-1]]  # seconds out of stage s
+        mean, sd = pipeline_times(fb[:, None], step[:, None], np.array([fb.sum() + 2 * send.sum()]), np.array([M]),
+                                  self._cv(stages))
+        buf = buffered[idx[:-1], b[1:-1]]
+        if buf.any():
+            share = np.array([t.forward_share[b[s], b[s + 1]] for s, t in enumerate(tabs)])
+            mean = np.array([one_f_one_b_time(fb * share, fb * (1 - share), send, M, buf, shared_nic=True)])
+        pipe = clark_max(np.repeat(mean, dp), np.repeat(sd, dp))[0]
+        return float(pipe) + float(y[idx, b[:-1], b[1:]].max())
+
+    def _replay_split(self, stages: list[PipelineBlock], sigma: np.ndarray, w: np.ndarray, y: np.ndarray,
+                      links: np.ndarray, buffered: np.ndarray, mbs: int, dp: int, M: int, rate: float,
+                      cutoff: float) -> np.ndarray | None:
+        """The split that minimizes the replayed time (+ pipeline egress as time, as the closed form
+        has it); None if none fits memory or none can get below ``cutoff``.
+
+        Where every split can be scored at once (``REPLAY_ENUMERATE_UP_TO`` splits x stages):
+        splits are replayed in order of a lower bound
+        (:func:`~heteroplan.planner.pipeline_replay.one_f_one_b_lower_bound` + the slowest sync)
+        until the bound reaches the best replayed (exact), at most ``REPLAY_BUDGET`` replays. Deeper: the closed form's best split, then moves
+        of one boundary by one layer while they improve (a local search)."""
+        pp = len(stages)
+        idx = np.arange(pp)
+        fb = np.stack([self.table(blk.pool[0], blk.tp, mbs).fb for blk in stages])
+
+        def score(bnd: np.ndarray) -> float:
+            if not np.isfinite(w[idx, bnd[:-1], bnd[1:]]).all():
+                return np.inf
+            egress = self._pipeline_egress(stages, bnd, mbs, dp, M) / rate if rate > 0 else 0.0
+            return self._split_time(stages, bnd, sigma, links, y, buffered, mbs, dp, M) + egress
+
+        if math.comb(self.L - 1, pp - 1) * pp <= REPLAY_ENUMERATE_UP_TO:
+            splits = _all_splits(pp, self.L)
+            a, z = splits[:, :-1], splits[:, 1:]
+            stage_fb = fb[idx, a, z]
+            share = np.stack([self.table(blk.pool[0], blk.tp, mbs).forward_share for blk in stages])[idx, a, z]
+            send, buf = links[idx[:-1], z[:, :-1]], buffered[idx[:-1], z[:, :-1]]
+            closed = (M - 1) * sigma[idx, a, z].max(axis=1) + stage_fb.sum(axis=1) + 2 * send.sum(axis=1)
+            replayed = one_f_one_b_lower_bound(stage_fb * share, stage_fb * (1 - share), send, M, buf)
+            # a split without a buffered send is priced by the closed form (a bound too: the noise only adds)
+            lb = np.where(buf.any(axis=1), replayed, closed) + y[idx, a, z].max(axis=1)
+            lb = np.where(np.isfinite(w[idx, a, z]).all(axis=1), lb, np.inf)
+            if not np.isfinite(lb).any():
+                self.why["memory"] = self.why.get("memory", 0) + 1
+                return None
+            best, best_score = None, min(cutoff, np.inf)
+            for k in np.argsort(lb, kind="stable")[:REPLAY_BUDGET]:
+                if lb[k] >= best_score:
+                    break
+                t = score(splits[k])
+                if t < best_score:
+                    best, best_score = splits[k], t
+            return best
+        res = best_split(sigma, w, y, M, self.options.max_split_dp_calls)
+        if res is None:
+            self.why["memory"] = self.why.get("memory", 0) + 1
+            return None
+        best = np.asarray(res.bounds)
+        best_score = score(best)
+        improved = True
+        while improved:
+            improved = False
+            for i in range(1, pp):
+                for step in (-1, 1):
+                    trial = best.copy()
+                    trial[i] += step
+                    if not trial[i - 1] < trial[i] < trial[i + 1]:
+                        continue
+                    t = score(trial)
+                    if t < best_score * (1 - 1e-12):
+                        best, best_score, improved = trial, t, True
+        return best if best_score < cutoff else None
 
     def _cv(self, stages: list[PipelineBlock]) -> float:
         """Rank speed noise of a layout: the largest of its GPU types' (as ``simulate`` takes it)."""

@@ -24,6 +24,7 @@ class StageTable:
 
     Attributes:
         fb: fwd+bwd seconds per microbatch (calibrated).
+        forward_share: the forward's share of the profiled fwd+bwd (what the 1F1B replay splits ``fb`` by).
         update: optimizer-update seconds.
         grad_bytes: gradient bytes per GPU all-reduced.
         mem_static: GB per GPU not depending on in-flight microbatches.
@@ -37,6 +38,7 @@ class StageTable:
     tp: int
     mbs: int
     fb: np.ndarray
+    forward_share: np.ndarray
     update: np.ndarray
     grad_bytes: np.ndarray
     mem_static: np.ndarray
@@ -73,6 +75,9 @@ def build_stage_table(
     sizes = profile.size_prefix(tp)
     L = profile.num_layers
     fb = np.maximum(config.compute_scale * _range(comp[0] + comp[1]) + config.microbatch_overhead_s, 0.0)
+    both = _range(comp[0] + comp[1])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        forward_share = np.where((both > 0) & np.isfinite(both), _range(comp[0]) / both, 0.5)
     update = _range(comp[2])
     params = _range(sizes[0])
     act = _range(sizes[1])
@@ -83,5 +88,5 @@ def build_stage_table(
     out_bytes = np.zeros(L + 1)
     out_bytes[1:] = config.act_comm_bytes_per_float * profile.act_out[tp] * mbs
     return StageTable(
-        gpu_type, zone, tp, mbs, fb, update, config.grad_bytes_per_param * params, mem_static, mem_per_inflight, out_bytes
+        gpu_type, zone, tp, mbs, fb, forward_share, update, config.grad_bytes_per_param * params, mem_static, mem_per_inflight, out_bytes
     )
