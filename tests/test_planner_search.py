@@ -15,6 +15,9 @@ from heteroplan.errors import InfeasibleError, InputError
 from heteroplan.perf.sailor_profiles import load_model_profile
 from heteroplan.planner import SearchOptions, plan_job, simulate
 from heteroplan.planner.brute_force import brute_force
+from heteroplan.planner.plan import PipelineBlock
+from heteroplan.planner.request import PlanRequest
+from heteroplan.planner.search import Searcher
 from heteroplan.planner.simulator import gpu_catalog
 from heteroplan.planner.split_dp import _min_max_batch, best_split
 
@@ -161,6 +164,19 @@ def test_search_on_buffered_sends_equals_enumeration(pool, gbs, mbs, max_pp):
                    options=SearchOptions(max_pp=max_pp, microbatch_sizes=mbs, prune=False, mixed_stages=False))
     assert res.iteration_time == pytest.approx(sim.iteration_time, rel=1e-9)
     assert res.extra["search_iteration_time"] == pytest.approx(res.iteration_time, rel=1e-9)
+
+
+def test_replay_split_beats_the_closed_forms_split_and_both_are_priced_as_simulate_does():
+    pool = {(R2, ZA): 8}
+    searcher = Searcher(PlanRequest.build("OPT-350", 32, pool, "throughput"))
+    layout = [PipelineBlock((R2, ZA), 2, 2)]  # TP 2, microbatch 1: 4 MiB per rank, buffered
+    assert searcher._buffered([layout[0]] * 2, 1).any()
+    exact = searcher.evaluate(layout, 1, 2)
+    quick = searcher.evaluate(layout, 1, 2, resplit=False)
+    for cand in (exact, quick):
+        assert cand.iteration_time == pytest.approx(simulate(cand.plan).iteration_time, rel=1e-9)
+    assert exact.iteration_time <= quick.iteration_time
+    assert [s.first_layer for s in exact.plan.stages] != [s.first_layer for s in quick.plan.stages]
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -47,7 +47,9 @@ def replica_kinds(request: PlanRequest, *, max_pp: int = 8) -> list[ReplicaKind]
                 continue
             for tp in (t for t in profile.tp_degrees(gpu, mbs) if t <= gpu_types[gpu].gpus_per_node):
                 for pp in range(1, min(max_pp, profile.num_layers) + 1):
-                    cand = searcher.evaluate([PipelineBlock((gpu, zones[0]), tp, pp)], mbs, 1)
+                    # the closed form's split (priced on the replay where sends are buffered): a rate
+                    # for choosing GPUs; the search on the narrowed pool splits exactly
+                    cand = searcher.evaluate([PipelineBlock((gpu, zones[0]), tp, pp)], mbs, 1, resplit=False)
                     if cand is None:
                         continue
                     rate = gbs / cand.iteration_time

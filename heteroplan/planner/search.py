@@ -181,11 +181,14 @@ class Searcher:
         return dp * sum(b.stages * b.tp * self.gpu_types[b.pool[0]].price_per_hour for b in blocks) / 3600.0
 
     def evaluate(
-        self, blocks: list[PipelineBlock], mbs: int, dp: int, spread: Spread | None = None, incumbent: Candidate | None = None
+        self, blocks: list[PipelineBlock], mbs: int, dp: int, spread: Spread | None = None, incumbent: Candidate | None = None,
+        resplit: bool = True,
     ) -> Candidate | None:
         """Best layer split for a block layout; None if nothing fits memory or nothing beats
         ``incumbent`` (whose key the split search then prunes against). With ``spread`` (one
-        block) the stages' replicas span the zones of ``spread`` instead of the block's zone."""
+        block) the stages' replicas span the zones of ``spread`` instead of the block's zone.
+        ``resplit=False``: a layout with buffered sends keeps the closed form's split (priced on
+        the replay all the same), a quick estimate for ranking layouts."""
         stages = [b for b in blocks for _ in range(b.stages)]
         pp, L = len(stages), self.L
         M = self.gbs // (mbs * dp)
@@ -220,12 +223,14 @@ class Searcher:
         self.evaluated += 1
         buffered = self._buffered(stages, mbs)
         cutoff = self._cutoff(incumbent, rate, ring[1], crosses=any(a.pool[1] != b.pool[1] for a, b in zip(stages, stages[1:], strict=False)))
-        if buffered.any():
+        if buffered.any() and resplit:
             # the closed form prices a buffered send as blocking: split on the replay's times (what simulate charges)
             b = self._replay_split(stages, sigma, w, y, links, buffered, mbs, dp, M, rate, cutoff)
             if b is None:
                 return None
         else:
+            if buffered.any():
+                cutoff = np.inf  # the closed form overestimates a buffered layout: no cut on it
             res = best_split(sigma, w, y, M, self.options.max_split_dp_calls, cutoff=cutoff)
             if res is None:
                 if not np.isfinite(cutoff):
@@ -326,8 +331,9 @@ class Searcher:
         Where every split can be scored at once (``REPLAY_ENUMERATE_UP_TO`` splits x stages):
         splits are replayed in order of a lower bound
         (:func:`~heteroplan.planner.pipeline_replay.one_f_one_b_lower_bound` + the slowest sync)
-        until the bound reaches the best replayed (exact), at most ``REPLAY_BUDGET`` replays. Deeper: the closed form's best split, then moves
-        of one boundary by one layer while they improve (a local search)."""
+        until the bound reaches the best replayed (exact), at most ``REPLAY_BUDGET`` replays.
+        Deeper: the closed form's best split, then moves of one boundary by one layer while they
+        improve (a local search; no new pass after ``REPLAY_BUDGET`` replays)."""
         pp = len(stages)
         idx = np.arange(pp)
         fb = np.stack([self.table(blk.pool[0], blk.tp, mbs).fb for blk in stages])
@@ -366,8 +372,8 @@ class Searcher:
             return None
         best = np.asarray(res.bounds)
         best_score = score(best)
-        improved = True
-        while improved:
+        improved, replays = True, 1
+        while improved and replays < REPLAY_BUDGET:
             improved = False
             for i in range(1, pp):
                 for step in (-1, 1):
@@ -376,6 +382,7 @@ class Searcher:
                     if not trial[i - 1] < trial[i] < trial[i + 1]:
                         continue
                     t = score(trial)
+                    replays += 1
                     if t < best_score * (1 - 1e-12):
                         best, best_score, improved = trial, t, True
         return best if best_score < cutoff else None
