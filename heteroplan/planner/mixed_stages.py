@@ -4,7 +4,8 @@ A *mixed layout* is two pipeline kinds (each a list of :class:`PipelineBlock`, s
 ``d1`` and ``d2`` replicas: stage ``s`` then holds ``d1`` replicas on kind 1's stage-``s`` hardware
 and ``d2`` on kind 2's (e.g. Sailor's A100+V100 plan whose last stage mixes both types). Both
 kinds share the layer split. Priced exactly as :func:`~heteroplan.planner.simulator.simulate`
-prices the plan:
+prices the plan (the split and the sharing are chosen on the closed form; a chosen split with a
+buffered pipeline send is then priced by ``simulate`` itself, which replays that replica):
 
 - the iteration's microbatches are shared so that the slowest replica finishes first
   (:func:`~heteroplan.planner.microbatches.two_class_totals`; faster replicas run more);
@@ -25,6 +26,7 @@ import numpy as np
 from heteroplan.planner.comm import allreduce_s, pipeline_bytes
 from heteroplan.planner.microbatches import class_microbatches, two_class_totals
 from heteroplan.planner.plan import PipelineBlock, Plan, ReplicaGroup, Stage
+from heteroplan.planner.simulator import simulate
 
 if TYPE_CHECKING:
     from heteroplan.planner.search import Candidate, Searcher
@@ -32,6 +34,12 @@ if TYPE_CHECKING:
 __all__ = ["Kind", "stage_hardware", "evaluate_mixed", "mixed_lower_bound", "mixed_groups"]
 
 Kind = tuple[PipelineBlock, ...]  # one pipeline replica's blocks
+
+
+def _buffers(searcher: Searcher, hw1: list[PipelineBlock], hw2: list[PipelineBlock], mbs: int, bounds: np.ndarray) -> bool:
+    """Whether a pipeline send of either kind is buffered under the split ``bounds``."""
+    ends = np.asarray(bounds)[1:-1]
+    return any(bool(searcher._buffered(hw, mbs)[np.arange(len(ends)), ends].any()) for hw in (hw1, hw2))
 
 
 def stage_hardware(kind: Kind) -> list[PipelineBlock]:
@@ -172,7 +180,7 @@ def evaluate_mixed(
     k = int(order[0])
     t, c = float(t_iter[k]), float(cost[k])
     key = (t, c) if searcher.objective == "throughput" else (c, t)
-    if not ok[k] or (incumbent is not None and key >= incumbent.key):
+    if not ok[k] or (incumbent is not None and key >= incumbent.key and not _buffers(searcher, hw1, hw2, mbs, bnd[k])):
         return None
     bounds = bnd[k]
     stages = tuple(
@@ -180,6 +188,19 @@ def evaluate_mixed(
     )
     micro = class_microbatches(counts, (int(big1[k]), int(big2[k])))
     plan = Plan(searcher.profile.name, searcher.gbs, mbs, stages, micro)
+    if _buffers(searcher, hw1, hw2, mbs, bounds):
+        # simulate replays a replica with buffered sends: the split and the sharing stay the
+        # closed form's, the time and cost are simulate's
+        sim = simulate(plan, profile=searcher.profile, network=searcher.network, gpu_types=searcher.gpu_types,
+                       config=searcher.cfg)
+        t, c = sim.iteration_time, sim.cost_per_iteration
+        key = (t, c) if searcher.objective == "throughput" else (c, t)
+        if searcher.objective == "throughput" and searcher.budget is not None and c > searcher.budget * (1 + 1e-12):
+            return None
+        if searcher.objective == "cost" and searcher.min_throughput is not None and 1.0 / t < searcher.min_throughput * (1 - 1e-12):
+            return None
+        if incumbent is not None and key >= incumbent.key:
+            return None
     mems = tuple(float(max(mem1[s, k], mem2[s, k])) for s in range(pp))
     return Candidate(key, t, c, mems, plan)
 
