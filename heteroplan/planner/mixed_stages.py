@@ -180,15 +180,16 @@ def evaluate_mixed(
     k = int(order[0])
     t, c = float(t_iter[k]), float(cost[k])
     key = (t, c) if searcher.objective == "throughput" else (c, t)
-    if not ok[k] or (incumbent is not None and key >= incumbent.key and not _buffers(searcher, hw1, hw2, mbs, bnd[k])):
-        return None
     bounds = bnd[k]
+    replayed = _buffers(searcher, hw1, hw2, mbs, bounds)
+    if not ok[k] or (incumbent is not None and key >= incumbent.key and not replayed):
+        return None
     stages = tuple(
         Stage(int(bounds[s]), int(bounds[s + 1]), mixed_groups(hw1[s], d1, hw2[s], d2)) for s in range(pp)
     )
     micro = class_microbatches(counts, (int(big1[k]), int(big2[k])))
     plan = Plan(searcher.profile.name, searcher.gbs, mbs, stages, micro)
-    if _buffers(searcher, hw1, hw2, mbs, bounds):
+    if replayed:
         # simulate replays a replica with buffered sends: the split and the sharing stay the
         # closed form's, the time and cost are simulate's
         sim = simulate(plan, profile=searcher.profile, network=searcher.network, gpu_types=searcher.gpu_types,

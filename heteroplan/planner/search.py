@@ -358,7 +358,7 @@ class Searcher:
             if not np.isfinite(lb).any():
                 self.why["memory"] = self.why.get("memory", 0) + 1
                 return None
-            best, best_score = None, min(cutoff, np.inf)
+            best, best_score = None, cutoff
             for k in np.argsort(lb, kind="stable")[:REPLAY_BUDGET]:
                 if lb[k] >= best_score:
                     break
