@@ -41,13 +41,14 @@ from heteroplan.planner.comm import (
     pipeline_send_s,
 )
 from heteroplan.planner.mixed_scan import scan_mixed
-from heteroplan.planner.pipeline_replay import one_f_one_b_lower_bound, one_f_one_b_time
+from heteroplan.planner.pipeline_replay import one_f_one_b_lower_bound
 from heteroplan.planner.plan import PipelineBlock, Plan, ReplicaGroup, Stage
 from heteroplan.planner.request import PlanRequest, SearchOptions
 from heteroplan.planner.sim_config import as_platforms
+from heteroplan.planner.simulator import replica_pipeline_times
 from heteroplan.planner.split_dp import _all_splits, best_split
 from heteroplan.planner.stage_tables import StageTable, build_stage_table
-from heteroplan.planner.straggler import clark_max, pipeline_times
+from heteroplan.planner.straggler import clark_max
 
 __all__ = ["SearchOptions", "Candidate", "Searcher", "spread_replicas", "ring_links"]  # SearchOptions lives in planner.request
 
@@ -240,7 +241,7 @@ class Searcher:
         # w carries egress as its time-equivalent ($ / rate); take it out of the iteration time
         egress_cost = ring[1] + self._pipeline_egress(stages, b, mbs, dp, M)  # the ring's does not depend on the split
         if self._cv(stages) > 0 or buffered.any():  # the split was chosen without the noise / on the replay
-            t_iter = self._split_time(stages, b, sigma, links, y, buffered, mbs, dp, M)
+            t_iter = self._split_time(stages, b, links, y, buffered, mbs, dp, M)
         else:
             t_iter = res.objective - ((egress_cost - ring[1]) / rate if rate > 0 else 0.0)
         cost = rate * t_iter + egress_cost
@@ -304,21 +305,18 @@ class Searcher:
                 cost += 2 * pipeline_bytes(out, blk.tp, self.cfg.for_gpu(blk.pool[0])) * M * dp / 1e9 * price
         return cost
 
-    def _split_time(self, stages: list[PipelineBlock], b: np.ndarray, sigma: np.ndarray, links: np.ndarray,
+    def _split_time(self, stages: list[PipelineBlock], b: np.ndarray, links: np.ndarray,
                     y: np.ndarray, buffered: np.ndarray, mbs: int, dp: int, M: int) -> float:
-        """Iteration seconds of the split ``b`` exactly as ``simulate`` prices it: the closed form, or
-        the 1F1B replay where a send is buffered, with the ranks' speed noise."""
+        """Iteration seconds of the split ``b`` exactly as ``simulate`` prices it
+        (:func:`~heteroplan.planner.simulator.replica_pipeline_times`, the slowest of ``dp`` replicas)."""
         idx = np.arange(len(stages))
         tabs = [self.table(blk.pool[0], blk.tp, mbs) for blk in stages]
-        fb = np.array([t.fb[b[s], b[s + 1]] for s, t in enumerate(tabs)])
-        step = sigma[idx, b[:-1], b[1:]]
-        send = links[idx[:-1], b[1:-1]]  # seconds out of stage s
-        mean, sd = pipeline_times(fb[:, None], step[:, None], np.array([fb.sum() + 2 * send.sum()]), np.array([M]),
-                                  self._cv(stages))
-        buf = buffered[idx[:-1], b[1:-1]]
-        if buf.any():
-            share = np.array([t.forward_share[b[s], b[s + 1]] for s, t in enumerate(tabs)])
-            mean = np.array([one_f_one_b_time(fb * share, fb * (1 - share), send, M, buf, shared_nic=True)])
+        fb = np.array([[t.fb[b[s], b[s + 1]]] for s, t in enumerate(tabs)])
+        share = np.array([[t.forward_share[b[s], b[s + 1]]] for s, t in enumerate(tabs)])
+        comm = np.zeros((len(stages) + 1, 1))
+        comm[1:-1, 0] = links[idx[:-1], b[1:-1]]  # seconds out of stage s
+        mean, sd = replica_pipeline_times(fb, share, comm, buffered[idx[:-1], b[1:-1]][:, None], np.array([M]),
+                                          self._cv(stages))
         pipe = clark_max(np.repeat(mean, dp), np.repeat(sd, dp))[0]
         return float(pipe) + float(y[idx, b[:-1], b[1:]].max())
 
@@ -342,7 +340,7 @@ class Searcher:
             if not np.isfinite(w[idx, bnd[:-1], bnd[1:]]).all():
                 return np.inf
             egress = self._pipeline_egress(stages, bnd, mbs, dp, M) / rate if rate > 0 else 0.0
-            return self._split_time(stages, bnd, sigma, links, y, buffered, mbs, dp, M) + egress
+            return self._split_time(stages, bnd, links, y, buffered, mbs, dp, M) + egress
 
         if math.comb(self.L - 1, pp - 1) * pp <= REPLAY_ENUMERATE_UP_TO:
             splits = _all_splits(pp, self.L)

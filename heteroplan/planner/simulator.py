@@ -61,7 +61,7 @@ from heteroplan.planner.straggler import clark_max, pipeline_times
 
 __all__ = [
     "SimConfig", "PlatformConfigs", "SimResult", "simulate", "DEFAULT_CONFIG", "PROFILED_CONFIG",
-    "SHIPPED_PLATFORMS", "gpu_catalog",
+    "SHIPPED_PLATFORMS", "gpu_catalog", "replica_pipeline_times",
 ]
 
 
@@ -107,6 +107,24 @@ class SimResult:
     @property
     def peak_memory_gb(self) -> float:
         return max(self.memory_per_stage)
+
+
+def replica_pipeline_times(
+    fb: np.ndarray, forward_share: np.ndarray, comm: np.ndarray, buffered: np.ndarray, microbatches: np.ndarray, cv: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and spread (seconds, ``(D,)`` each) of each pipeline replica's 1F1B time.
+
+    ``fb``, ``forward_share``: ``(S, D)``; ``comm``: ``(S + 1, D)`` transfer seconds, ``comm[s + 1]``
+    between stage ``s`` and ``s + 1`` (ends 0); ``buffered``: ``(S - 1, D)``. The closed form
+    (:func:`~heteroplan.planner.straggler.pipeline_times`), except that a replica with a buffered
+    send is replayed (:func:`~heteroplan.planner.pipeline_replay.one_f_one_b_time`, a stage's flows
+    sharing its NIC); the spread is the closed form's either way."""
+    sigma = fb + 2 * (comm[:-1] + comm[1:])
+    mean, sd = pipeline_times(fb, sigma, fb.sum(axis=0) + 2 * comm.sum(axis=0), microbatches, cv)
+    for d in np.flatnonzero(buffered.any(axis=0)):
+        mean[d] = one_f_one_b_time(fb[:, d] * forward_share[:, d], fb[:, d] * (1 - forward_share[:, d]),
+                                   comm[1:-1, d], int(microbatches[d]), buffered[:, d], shared_nic=True)
+    return mean, sd
 
 
 def stage_memory_gb(
@@ -184,12 +202,8 @@ def simulate(
                     sent = 2 * pipeline_bytes(nbytes, r.tp, c) * micro[d]
                     egress_bytes += sent
                     egress_cost += sent / 1e9 * network.egress_per_gb(r.zone, nxt.zone)
-    sigma = fb + 2 * (comm[:-1] + comm[1:])
     cv = max(c.straggler_cv for row in cfg for c in row)
-    t_pipe, t_pipe_sd = pipeline_times(fb, sigma, fb.sum(axis=0) + 2 * comm.sum(axis=0), micro, cv)
-    for d in np.flatnonzero(buffered.any(axis=0)):  # buffered sends: replay, a stage's flows share its NIC
-        t_pipe[d] = one_f_one_b_time(fb[:, d] * fwd_share[:, d], fb[:, d] * (1 - fwd_share[:, d]), comm[1:-1, d],
-                                     int(micro[d]), buffered[:, d], shared_nic=True)
+    t_pipe, t_pipe_sd = replica_pipeline_times(fb, fwd_share, comm, buffered, micro, cv)
 
     # gradient all-reduce per stage, ring over the stage's replicas in plan order
     sync = np.zeros(S)
