@@ -1,5 +1,6 @@
-"""The 1F1B replay (DeepSpeed's TrainSchedule, blocking transfers) against hand-computed cases,
-and the simulator's closed-form pipeline time against the replay on Sailor's real plans."""
+"""The 1F1B replay (DeepSpeed's TrainSchedule; blocking, buffered and NIC-sharing transfers)
+against hand-computed cases and invariants, and the simulator's closed-form pipeline time
+against the replay on Sailor's real plans."""
 
 from __future__ import annotations
 
@@ -92,6 +93,22 @@ def test_lower_bound_never_exceeds_the_replay(stages, m, shared_nic):
     assert rows == pytest.approx([lb, 2 * lb])
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0, 1), st.floats(0, 2), st.floats(0, 1), st.booleans()), min_size=2, max_size=5),
+    st.integers(1, 10),
+)
+def test_sharing_a_nic_never_speeds_a_pipeline_up(stages, m):
+    """A flow through a shared NIC crosses at most at its full rate, so no event comes earlier
+    than with a link per boundary and direction; with nothing to share (every transfer
+    blocking, or zero-length) the two are the same."""
+    f, b, c, buf = (np.array(x) for x in zip(*stages, strict=True))
+    c, buf = c[1:], buf[1:]
+    own = one_f_one_b_time(f, b, c, m, buf)
+    assert one_f_one_b_time(f, b, c, m, buf, shared_nic=True) >= own * (1 - 1e-12) - 1e-12
+    assert one_f_one_b_time(f, b, 0 * c, m, buf, shared_nic=True) == pytest.approx(one_f_one_b_time(f, b, 0 * c, m, buf))
+
+
 def test_lower_bound_by_hand():
     # one stage: exact. Blocking, 2 stages, M = 3: stage 1 starts after stage 0's first forward (1),
     # is held 3 (f + b) + 2 * 3 c = 9 + 6, and stage 0's last backward follows (2): 18, the replay's time
@@ -123,15 +140,27 @@ def test_a_middle_stages_two_sends_share_its_nic_by_hand():
     # [4,5] and grad0 to stage 0 [4,6]; grad1 arrives from stage 2 at 6 (act1 at 5 + 1) and goes
     # to stage 0 on [6,8]. Stage 0 ends at 8.
     assert one_f_one_b_time([0, 0, 0], [0, 0, 0], [2, 1], 2, [True, True]) == pytest.approx(8.0)
-    # One NIC per stage, full duplex (its sends queue on its egress, its receives on its
-    # ingress, first issued first served): act0 [0,2] and act1 [2,4] into stage 1; act0 on to
-    # stage 2 [2,3]; grad0, sent by stage 2 at 3, waits for act1 to land on stage 1's ingress:
-    # [4,5]; stage 1 sends act1 [5,6], then grad0 to stage 0 [6,8] (its egress busy until 6);
-    # grad1 from stage 2 [6,7]; grad1 to stage 0 after grad0 has left: [8,10]. Stage 0 ends at 10.
+    # One NIC per stage, full duplex (its sends share its egress, its receives its ingress):
+    # act0 [0,2] and act1 [2,4] into stage 1 (one pair: one after another); act0 on to stage 2
+    # [2,3]; grad0, sent by stage 2 at 3, shares stage 1's ingress with act1 (1 s of it left):
+    # both at half rate, both land at 5; stage 1 sends act1 to stage 2 and grad0 to stage 0 at 5,
+    # sharing its egress: act1 lands at 7, grad0 (1 s left) at 8; grad1 from stage 2 [7,8];
+    # grad1 to stage 0 after grad0 (same pair): [8,10]. Stage 0 ends at 10.
     assert one_f_one_b_time([0, 0, 0], [0, 0, 0], [2, 1], 2, [True, True], shared_nic=True) == pytest.approx(10.0)
     # blocking sends never overlap on one stage, so the NIC changes nothing there
     for f, b, c, m in [([1, 0.5, 2], [2, 1, 3], [0.7, 0.3], 4), ([0, 0, 0], [0, 0, 0], [2, 1], 2)]:
         assert one_f_one_b_time(f, b, c, m, shared_nic=True) == pytest.approx(one_f_one_b_time(f, b, c, m))
+
+
+def test_flows_through_one_nic_share_its_bandwidth_by_hand():
+    # S = 3, M = 2, no compute, buffered, 1 s per transfer on both boundaries. act0 [0,1] and
+    # act1 [1,2] into stage 1; act0 on to stage 2 [1,2]; grad0 from stage 2 [2,3]. At 3 stage 1
+    # sends act1 to stage 2 and grad0 to stage 0 through its one egress: half rate each, both
+    # land at 5 (first come, first served would land act1 at 4 and grad0 at 5). grad1 from
+    # stage 2 [5,6], on to stage 0 [6,7]: 7 s (6 s first come, first served).
+    assert one_f_one_b_time([0, 0, 0], [0, 0, 0], [1, 1], 2, [True, True], shared_nic=True) == pytest.approx(7.0)
+    # own links: act1 and grad0 both cross [3,4]; grad1 [4,5] to stage 1 and [5,6] on to stage 0
+    assert one_f_one_b_time([0, 0, 0], [0, 0, 0], [1, 1], 2, [True, True]) == pytest.approx(6.0)
 
 
 def test_with_values_sets_a_constant_on_every_row_and_the_default():

@@ -18,12 +18,14 @@ fits the receiver's pre-posted buffers (NCCL's ``NCCL_BUFFSIZE``, 4 MiB by defau
 over without waiting for the receiver, so the sender goes on computing while it crosses, and the
 receiver waits only for what has not arrived yet (``buffered`` boundaries below): the transfer
 hides behind compute exactly when it is shorter than the compute between the send and the
-matching receive. Buffered sends on one boundary and direction cross one after another; with
-``shared_nic`` a stage's sends in both directions leave through its one NIC's egress and its
-receives from both neighbours land through its ingress (full duplex: two queues). A flow holds
-the sender's egress and the receiver's ingress for its whole duration, first issued first
-served; instructions run in time order (the stage with the earliest clock goes next), so flows
-of different stages claim a shared link in the order they were sent.
+matching receive. Transfers on one boundary and direction cross one after another (one NCCL
+communicator per pair of neighbours runs its operations in stream order). With ``shared_nic``
+a stage's sends in both directions leave through its one NIC's egress and its receives from both
+neighbours land through its ingress (full duplex: two directions), and flows of different pairs
+that are on one NIC direction at once share it max-min fairly, as TCP or RDMA flows through one
+port do: each direction carries at most one full-rate flow's worth, so two flows through it each
+cross at half their full rate until one lands. Events run in time order (landings first, then
+the stage with the earliest clock), so flows go on the wire in the order they are issued.
 
 Unlike :mod:`heteroplan.planner.schedule` (a timeline of Megatron's op order for plots, every
 op charging its own transfers), this replays DeepSpeed's instruction stream, where a transfer is
@@ -35,7 +37,10 @@ Units: seconds.
 from __future__ import annotations
 
 import heapq
+import math
+from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -47,6 +52,85 @@ __all__ = ["stage_instructions", "one_f_one_b_time", "one_f_one_b_lower_bound"]
 # instruction -> (matching instruction on the neighbour, neighbour offset)
 _PEER = {"send_act": ("recv_act", 1), "recv_act": ("send_act", -1), "send_grad": ("recv_grad", -1),
          "recv_grad": ("send_grad", 1)}
+
+
+@dataclass(eq=False)
+class _Flow:
+    """One transfer on the wire. ``work``: seconds it still needs at its link's full rate."""
+
+    sender: int
+    receiver: int
+    work: float
+    blocking: bool = False
+    delivers: tuple[int, str, int] = (-1, "", -1)  # buffered: (receiving stage, receive kind, microbatch)
+    rate: float = 0.0  # share of its full rate it gets now
+    since: float = 0.0  # when ``work`` was last brought up to date
+    lands: float = math.inf
+
+
+class _Wire:
+    """Transfers in flight. One communicator per (sender, receiver) pair runs its transfers one
+    after another (NCCL executes a communicator's operations in stream order); with
+    ``shared_nic``, flows of different pairs through one stage's egress (or ingress) share it
+    max-min fairly, each NIC direction carrying at most one full-rate flow's worth; otherwise
+    every pair has a link of its own."""
+
+    def __init__(self, shared_nic: bool) -> None:
+        self.shared_nic = shared_nic
+        self.active: list[_Flow] = []
+        self.queued: dict[tuple[int, int], deque[_Flow]] = {}
+        self.first: tuple[float, _Flow | None] = (math.inf, None)  # the next flow to land, and when
+
+    def send(self, flow: _Flow, at: float) -> None:
+        """Issue ``flow`` at ``at`` seconds (not before any earlier event)."""
+        queue = self.queued.setdefault((flow.sender, flow.receiver), deque())
+        queue.append(flow)
+        if len(queue) == 1:
+            self._settle(at)
+            flow.since = at
+            self.active.append(flow)
+            self._share(at)
+
+    def finish(self, flow: _Flow, at: float) -> None:
+        """``flow`` has landed at ``at``: the next one of its pair goes on the wire."""
+        self._settle(at)
+        self.active.remove(flow)
+        queue = self.queued[(flow.sender, flow.receiver)]
+        queue.popleft()
+        if queue:
+            queue[0].since = at
+            self.active.append(queue[0])
+        self._share(at)
+
+    def _settle(self, at: float) -> None:
+        for fl in self.active:
+            fl.work = max(fl.work - fl.rate * (at - fl.since), 0.0)
+            fl.since = at
+
+    def _share(self, at: float) -> None:
+        """Rates by progressive filling: raise every unfrozen flow's rate together until a NIC
+        direction it crosses is full, freeze the flows through it, repeat."""
+        todo = self.active
+        alone = not self.shared_nic or len(todo) == 1
+        for fl in todo:
+            fl.rate = 1.0 if alone else 0.0
+        used: dict[int, float] = {}  # 2 stage: egress, 2 stage + 1: ingress
+        while not alone and todo:
+            users: dict[int, int] = {}
+            for fl in todo:
+                for nic in (2 * fl.sender, 2 * fl.receiver + 1):
+                    users[nic] = users.get(nic, 0) + 1
+            step = min((1.0 - used.get(nic, 0.0)) / n for nic, n in users.items())
+            for fl in todo:
+                fl.rate += step
+            for nic, n in users.items():
+                used[nic] = used.get(nic, 0.0) + step * n
+            todo = [fl for fl in todo if used[2 * fl.sender] < 1 - 1e-12 and used[2 * fl.receiver + 1] < 1 - 1e-12]
+        self.first = (math.inf, None)
+        for fl in self.active:
+            fl.lands = at + fl.work / fl.rate
+            if fl.lands < self.first[0]:
+                self.first = (fl.lands, fl)
 
 
 @lru_cache(maxsize=4096)
@@ -104,9 +188,9 @@ def one_f_one_b_time(
             receiver; the data arrives ``transfer_s`` after the send, or after the previous
             send in the same direction has arrived); default: none (every transfer blocks both ends).
         shared_nic: whether a stage's node has one NIC for both neighbours: its sends to
-            ``s + 1`` (activations) and to ``s - 1`` (gradients) queue on its egress, its
-            receives from both queue on its ingress, first issued first served; default: each
-            boundary and direction has its own link.
+            ``s + 1`` (activations) and to ``s - 1`` (gradients) share its egress, its receives
+            from both share its ingress (max-min fair; a NIC direction carries one full-rate
+            flow's worth); default: each boundary and direction has its own link.
     """
     f = np.asarray(forward_s, dtype=float)
     b = np.asarray(backward_s, dtype=float)
@@ -122,41 +206,54 @@ def one_f_one_b_time(
     eager = np.zeros(S - 1, dtype=bool) if buffered is None else np.asarray(buffered, dtype=bool)
     if eager.shape != (S - 1,):
         raise InputError("buffered", buffered, f"need one flag per boundary ({S - 1})")
-    program = [_program(s, S, int(microbatches)) for s in range(S)]
-    arrival: dict[tuple[int, str, int], float] = {}  # (receiving stage, receive kind, microbatch) -> seconds
-    egress_free: dict = {}  # sending stage (shared NIC) or (from, to) -> when its last send has left
-    ingress_free: dict[int, float] = {}  # receiving stage (shared NIC) -> when its last receive has landed
+    return _replay(f.tolist(), b.tolist(), c.tolist(), eager.tolist(), int(microbatches), shared_nic)
+
+
+def _replay(f: list[float], b: list[float], c: list[float], eager: list[bool], microbatches: int,
+            shared_nic: bool) -> float:
+    """:func:`one_f_one_b_time` on validated plain lists."""
+    S = len(f)
+    program = [_program(s, S, microbatches) for s in range(S)]
+    arrival: dict[tuple[int, str, int], float] = {}  # (receiving stage, receive kind, microbatch) -> landed at
     pc = [0] * S
     clock = [0.0] * S
-    waiting: set[int] = set()  # stages stopped at a transfer their neighbour has not reached
+    waiting: set[int] = set()  # stages stopped at a transfer their neighbour has not reached or sent
     ready = [(0.0, s) for s in range(S)]  # (clock, stage): stages that can try their next instruction
     heapq.heapify(ready)
-
-    def link_start(sender: int, receiver: int, at: float) -> float:
-        """When a flow from ``sender`` to ``receiver`` issued at ``at`` gets its links."""
-        if not shared_nic:
-            return max(at, egress_free.get((sender, receiver), 0.0))
-        return max(at, egress_free.get(sender, 0.0), ingress_free.get(receiver, 0.0))
-
-    def occupy(sender: int, receiver: int, end: float) -> None:
-        if shared_nic:
-            egress_free[sender] = ingress_free[receiver] = end
-        else:
-            egress_free[(sender, receiver)] = end
+    wire = _Wire(shared_nic)
 
     def parked_at(o: int, instruction: tuple[str, int]) -> bool:
         """Whether stage ``o`` waits at ``instruction``."""
         return o in waiting and pc[o] < len(program[o]) and program[o][pc[o]] == instruction
 
-    def wake(o: int, expected: tuple[str, int]) -> None:
-        if parked_at(o, expected):
-            waiting.discard(o)
-            heapq.heappush(ready, (clock[o], o))
+    def land(flow: _Flow, now: float) -> None:
+        """A flow has crossed: a buffered message waits for (or wakes) its receiver, a blocking
+        transfer releases both of its stages."""
+        if flow.blocking:
+            for stage in (flow.sender, flow.receiver):
+                clock[stage] = now
+                pc[stage] += 1
+                heapq.heappush(ready, (now, stage))
+            return
+        arrival[flow.delivers] = now
+        receiver, kind, mb = flow.delivers
+        if parked_at(receiver, (kind, mb)):
+            waiting.discard(receiver)
+            heapq.heappush(ready, (max(clock[receiver], now), receiver))
 
-    # One instruction at a time from the stage with the earliest clock, so that flows claim
-    # their links in the order they are issued (first come, first served on every link).
-    while ready:
-        _, s = heapq.heappop(ready)
+    # Events in time order: a flow that lands before (or when) the next stage goes on is handled
+    # first; then one instruction of the stage with the earliest clock, so flows go on the wire
+    # in the order they are issued.
+    while True:
+        t_flow, flow = wire.first
+        if flow is not None and (not ready or t_flow <= ready[0][0]):
+            wire.finish(flow, t_flow)
+            land(flow, t_flow)
+            continue
+        if not ready:
+            break
+        t, s = heapq.heappop(ready)
+        clock[s] = max(clock[s], t)
         if pc[s] >= len(program[s]):
             continue
         kind, mb = program[s][pc[s]]
@@ -169,15 +266,12 @@ def one_f_one_b_time(
         o = s + offset
         cost = c[min(s, o)]
         if eager[min(s, o)]:
-            if kind.startswith("send"):  # hand over and go on; it lands when its links allow
-                done = link_start(s, o, clock[s]) + cost
-                occupy(s, o, done)
-                arrival[(o, peer_kind, mb)] = done
-                wake(o, (peer_kind, mb))
+            if kind.startswith("send"):  # hand over and go on; it lands when the wire allows
+                wire.send(_Flow(s, o, cost, delivers=(o, peer_kind, mb)), clock[s])
             elif (s, kind, mb) in arrival:
                 clock[s] = max(clock[s], arrival.pop((s, kind, mb)))
             else:
-                waiting.add(s)  # not sent yet
+                waiting.add(s)  # not landed yet
                 continue
             pc[s] += 1
             heapq.heappush(ready, (clock[s], s))
@@ -185,15 +279,9 @@ def one_f_one_b_time(
         if not parked_at(o, (peer_kind, mb)):
             waiting.add(s)  # blocked until the neighbour reaches the matching instruction
             continue
+        waiting.discard(o)  # both ends are held until the flow lands
         sender, receiver = (s, o) if kind.startswith("send") else (o, s)
-        end = link_start(sender, receiver, max(clock[s], clock[o])) + cost
-        occupy(sender, receiver, end)
-        clock[s] = clock[o] = end
-        pc[s] += 1
-        pc[o] += 1
-        waiting.discard(o)
-        heapq.heappush(ready, (clock[s], s))
-        heapq.heappush(ready, (clock[o], o))
+        wire.send(_Flow(sender, receiver, cost, blocking=True), max(clock[s], clock[o]))
     if any(pc[s] < len(program[s]) for s in range(S)):  # cannot happen for this schedule; guards the loop
         raise RuntimeError("1F1B replay deadlocked")
     return max(clock)
