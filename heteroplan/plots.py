@@ -113,9 +113,12 @@ def pipeline_timeline(
 ) -> Any:
     """Gantt chart of the 1F1B schedule of one pipeline replica (seconds).
 
-    One row per stage (stage 0 on top): forward blocks, backward blocks and, in grey, blocking
+    One row per stage (stage 0 on top): forward blocks, backward blocks and, in grey,
     point-to-point transfers; times from the planner simulator's per-stage compute and comm
-    (:func:`heteroplan.planner.schedule.pipeline_schedule`).
+    (:func:`heteroplan.planner.schedule.pipeline_schedule`). Blocking transfers sit behind the
+    ops that receive and send them; on a replayed replica (buffered sends) each transfer is a thin
+    bar under its sender's row, from when it went on the wire to when it landed (it may overlap
+    the sender's compute).
 
     Args:
         plan_or_result: a ``Plan``, a ``PlanResult`` or a ``PipelineSchedule``.
@@ -146,15 +149,18 @@ def pipeline_timeline(
     c = sched.comm
     fs, fe = sched.forward_start[:, :M], sched.forward_end[:, :M]
     bs, be = sched.backward_start[:, :M], sched.backward_end[:, :M]
-    # transfers: receive before each op, send after it (zero-length ones are dropped)
-    recv_f, send_f = np.broadcast_to(c[:S, None], fs.shape), np.broadcast_to(c[1:, None], fs.shape)
-    recv_b, send_b = send_f, recv_f
-    comm_left = np.concatenate([fs - recv_f, fe, bs - recv_b, be], axis=None)
-    comm_width = np.concatenate([recv_f, send_f, recv_b, send_b], axis=None)
-    comm_rows = np.tile(rows, 4)
-    keep = comm_width > 0
     h = 0.8
-    ax.barh(comm_rows[keep], comm_width[keep], left=comm_left[keep], height=h * 0.4, color="0.7", label="comm")
+    if sched.transfers is not None:  # replayed: the transfers as they crossed, under the sender's row
+        t = sched.transfers[(sched.transfers[:, 2] < M) & (sched.transfers[:, 4] > sched.transfers[:, 3])]
+        ax.barh(t[:, 0] + h / 2 + 0.05, t[:, 4] - t[:, 3], left=t[:, 3], height=0.1, color="0.5", label="comm")
+    else:  # blocking: receive before each op, send after it (zero-length ones are dropped)
+        recv_f, send_f = np.broadcast_to(c[:S, None], fs.shape), np.broadcast_to(c[1:, None], fs.shape)
+        recv_b, send_b = send_f, recv_f
+        comm_left = np.concatenate([fs - recv_f, fe, bs - recv_b, be], axis=None)
+        comm_width = np.concatenate([recv_f, send_f, recv_b, send_b], axis=None)
+        comm_rows = np.tile(rows, 4)
+        keep = comm_width > 0
+        ax.barh(comm_rows[keep], comm_width[keep], left=comm_left[keep], height=h * 0.4, color="0.7", label="comm")
     ax.barh(rows, (fe - fs).ravel(), left=fs.ravel(), height=h, color="tab:blue", edgecolor="white", lw=0.5,
             label="forward")
     ax.barh(rows, (be - bs).ravel(), left=bs.ravel(), height=h, color="tab:orange", edgecolor="white", lw=0.5,

@@ -268,6 +268,38 @@ def test_timeline_bars_match_schedule(geo_result):
         plots.pipeline_timeline(sched, max_microbatches=0)
 
 
+def test_a_replayed_replica_is_laid_out_as_the_replay_that_priced_it():
+    """MIT N4_D1 (4 stages of TP 8, 2 MiB per rank: buffered sends) is priced by the 1F1B replay:
+    its timeline ends when the simulator says (the blocking layout runs about 30% longer), ops
+    on a stage never overlap, every transfer lands before the op that needs it, and the plot
+    draws one bar per transfer under its sender's row."""
+    plan = Plan.from_sailor(__import__("json").loads((DATA / "mit" / "plan_config_N4_D1.json").read_text()), "OPT-350")
+    sim = simulate(plan)
+    sched = pipeline_schedule(plan)
+    S, M = sched.num_stages, sched.num_microbatches
+    assert sched.makespan == pytest.approx(sim.pipeline_time, rel=1e-12)
+    blocking = schedule_1f1b(sched.forward, sched.backward, sched.comm, M)
+    assert blocking.makespan > 1.1 * sched.makespan
+    assert sched.transfers.shape == (2 * M * (S - 1), 5)
+    for s in range(S):
+        ops = sorted(zip(np.r_[sched.forward_start[s], sched.backward_start[s]],
+                         np.r_[sched.forward_end[s], sched.backward_end[s]], strict=True))
+        assert all(b0 >= a1 - 1e-9 for (_, a1), (b0, _) in zip(ops, ops[1:], strict=False)), f"stage {s} overlaps"
+    for sender, receiver, mb, on_wire, landed in sched.transfers:
+        s, o, m = int(sender), int(receiver), int(mb)
+        assert landed >= on_wire + sched.comm[max(s, o)] - 1e-9  # never faster than the link's full rate
+        if o == s + 1:  # an activation: sent after the forward, before the next stage's forward
+            assert on_wire >= sched.forward_end[s, m] - 1e-9 and sched.forward_start[o, m] >= landed - 1e-9
+        else:  # a gradient: after the backward, before the previous stage's backward
+            assert on_wire >= sched.backward_end[s, m] - 1e-9 and sched.backward_start[o, m] >= landed - 1e-9
+    fig = plots.pipeline_timeline(sched)
+    comm = _bars(fig.axes[0], "comm")
+    assert len(comm) == len(sched.transfers)
+    drawn = np.array(sorted((round(y), x0, x1) for y, x0, x1 in comm))
+    assert drawn == pytest.approx(np.array(sorted((t[0], t[3], t[4]) for t in sched.transfers)))
+    plt.close(fig)
+
+
 # ------------------------------------------------------------------ pareto
 def _dominates(p, q) -> bool:
     return p.cost <= q.cost and p.throughput >= q.throughput and (p.cost < q.cost or p.throughput > q.throughput)

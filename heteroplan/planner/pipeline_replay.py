@@ -27,9 +27,11 @@ port do: each direction carries at most one full-rate flow's worth, so two flows
 cross at half their full rate until one lands. Events run in time order (landings first, then
 the stage with the earliest clock), so flows go on the wire in the order they are issued.
 
-Unlike :mod:`heteroplan.planner.schedule` (a timeline of Megatron's op order for plots, every
-op charging its own transfers), this replays DeepSpeed's instruction stream, where a transfer is
-one event shared by its two stages.
+Unlike :func:`heteroplan.planner.schedule.schedule_1f1b` (a timeline of Megatron's op order,
+every op charging its own transfers), this replays DeepSpeed's instruction stream, where a
+transfer is one event shared by its two stages; :func:`one_f_one_b_timeline` returns the replay
+op by op, which :func:`heteroplan.planner.schedule.pipeline_schedule` lays out for a replica the
+simulator replays.
 
 Units: seconds.
 """
@@ -47,7 +49,7 @@ import numpy as np
 
 from heteroplan.errors import InputError
 
-__all__ = ["stage_instructions", "one_f_one_b_time", "one_f_one_b_lower_bound"]
+__all__ = ["ReplayTimeline", "stage_instructions", "one_f_one_b_time", "one_f_one_b_timeline", "one_f_one_b_lower_bound"]
 
 # instruction -> (matching instruction on the neighbour, neighbour offset)
 _PEER = {"send_act": ("recv_act", 1), "recv_act": ("send_act", -1), "send_grad": ("recv_grad", -1),
@@ -63,9 +65,11 @@ class _Flow:
     work: float
     blocking: bool = False
     delivers: tuple[int, str, int] = (-1, "", -1)  # buffered: (receiving stage, receive kind, microbatch)
+    microbatch: int = -1  # blocking: the microbatch it carries
     rate: float = 0.0  # share of its full rate it gets now
     since: float = 0.0  # when ``work`` was last brought up to date
     lands: float = math.inf
+    started: float = math.nan  # when it went on the wire
 
 
 class _Wire:
@@ -87,7 +91,7 @@ class _Wire:
         queue.append(flow)
         if len(queue) == 1:
             self._settle(at)
-            flow.since = at
+            flow.since = flow.started = at
             self.active.append(flow)
             self._share(at)
 
@@ -98,7 +102,7 @@ class _Wire:
         queue = self.queued[(flow.sender, flow.receiver)]
         queue.popleft()
         if queue:
-            queue[0].since = at
+            queue[0].since = queue[0].started = at
             self.active.append(queue[0])
         self._share(at)
 
@@ -131,6 +135,47 @@ class _Wire:
             fl.lands = at + fl.work / fl.rate
             if fl.lands < self.first[0]:
                 self.first = (fl.lands, fl)
+
+
+@dataclass(frozen=True)
+class ReplayTimeline:
+    """What one replay did (seconds from the first forward).
+
+    Attributes:
+        forward_start, forward_end, backward_start, backward_end: ``(S, M)`` per stage and
+            microbatch.
+        transfers: ``(K, 5)``, one row per transfer: sending stage, receiving stage (``s + 1``:
+            an activation, ``s - 1``: a gradient), microbatch, when it went on the wire, when it
+            landed.
+    """
+
+    forward_start: np.ndarray
+    forward_end: np.ndarray
+    backward_start: np.ndarray
+    backward_end: np.ndarray
+    transfers: np.ndarray
+
+    @property
+    def makespan(self) -> float:
+        """Seconds until the last backward ends (:func:`one_f_one_b_time`)."""
+        return float(max(self.backward_end.max(), self.forward_end.max()))
+
+
+class _Log:
+    """Collects a replay's intervals for :class:`ReplayTimeline`."""
+
+    def __init__(self, stages: int, microbatches: int) -> None:
+        self.ops = {k: np.full((stages, microbatches), np.nan) for k in
+                    ("forward_start", "forward_end", "backward_start", "backward_end")}
+        self.transfers: list[tuple[float, float, float, float, float]] = []
+
+    def op(self, kind: str, stage: int, mb: int, start: float, end: float) -> None:
+        self.ops[f"{kind}_start"][stage, mb] = start
+        self.ops[f"{kind}_end"][stage, mb] = end
+
+    def timeline(self) -> ReplayTimeline:
+        transfers = np.array(sorted(self.transfers, key=lambda t: (t[3], t[0], t[1])), dtype=float).reshape(-1, 5)
+        return ReplayTimeline(**self.ops, transfers=transfers)
 
 
 @lru_cache(maxsize=4096)
@@ -192,6 +237,26 @@ def one_f_one_b_time(
             from both share its ingress (max-min fair; a NIC direction carries one full-rate
             flow's worth); default: each boundary and direction has its own link.
     """
+    return _replay(*_validated(forward_s, backward_s, transfer_s, microbatches, buffered), shared_nic)
+
+
+def one_f_one_b_timeline(
+    forward_s: Sequence[float], backward_s: Sequence[float], transfer_s: Sequence[float], microbatches: int,
+    buffered: Sequence[bool] | None = None, shared_nic: bool = False,
+) -> ReplayTimeline:
+    """The replay of :func:`one_f_one_b_time` (same arguments), op by op and transfer by
+    transfer, for timelines; its ``makespan`` is :func:`one_f_one_b_time`'s result."""
+    args = _validated(forward_s, backward_s, transfer_s, microbatches, buffered)
+    log = _Log(len(args[0]), args[4])
+    _replay(*args, shared_nic, log)
+    return log.timeline()
+
+
+def _validated(
+    forward_s: Sequence[float], backward_s: Sequence[float], transfer_s: Sequence[float], microbatches: int,
+    buffered: Sequence[bool] | None,
+) -> tuple[list[float], list[float], list[float], list[bool], int]:
+    """The replay's arguments checked (clear errors) and as plain lists."""
     f = np.asarray(forward_s, dtype=float)
     b = np.asarray(backward_s, dtype=float)
     c = np.asarray(transfer_s, dtype=float)
@@ -206,12 +271,12 @@ def one_f_one_b_time(
     eager = np.zeros(S - 1, dtype=bool) if buffered is None else np.asarray(buffered, dtype=bool)
     if eager.shape != (S - 1,):
         raise InputError("buffered", buffered, f"need one flag per boundary ({S - 1})")
-    return _replay(f.tolist(), b.tolist(), c.tolist(), eager.tolist(), int(microbatches), shared_nic)
+    return f.tolist(), b.tolist(), c.tolist(), eager.tolist(), int(microbatches)
 
 
 def _replay(f: list[float], b: list[float], c: list[float], eager: list[bool], microbatches: int,
-            shared_nic: bool) -> float:
-    """:func:`one_f_one_b_time` on validated plain lists."""
+            shared_nic: bool, log: _Log | None = None) -> float:
+    """:func:`one_f_one_b_time` on validated plain lists; ``log`` collects the intervals."""
     S = len(f)
     program = [_program(s, S, microbatches) for s in range(S)]
     arrival: dict[tuple[int, str, int], float] = {}  # (receiving stage, receive kind, microbatch) -> landed at
@@ -229,6 +294,9 @@ def _replay(f: list[float], b: list[float], c: list[float], eager: list[bool], m
     def land(flow: _Flow, now: float) -> None:
         """A flow has crossed: a buffered message waits for (or wakes) its receiver, a blocking
         transfer releases both of its stages."""
+        if log is not None:
+            mb = flow.delivers[2] if not flow.blocking else flow.microbatch
+            log.transfers.append((flow.sender, flow.receiver, mb, flow.started, now))
         if flow.blocking:
             for stage in (flow.sender, flow.receiver):
                 clock[stage] = now
@@ -258,7 +326,10 @@ def _replay(f: list[float], b: list[float], c: list[float], eager: list[bool], m
             continue
         kind, mb = program[s][pc[s]]
         if kind in ("forward", "backward"):
+            start = clock[s]
             clock[s] += f[s] if kind == "forward" else b[s]
+            if log is not None:
+                log.op(kind, s, mb, start, clock[s])
             pc[s] += 1
             heapq.heappush(ready, (clock[s], s))
             continue
@@ -281,7 +352,7 @@ def _replay(f: list[float], b: list[float], c: list[float], eager: list[bool], m
             continue
         waiting.discard(o)  # both ends are held until the flow lands
         sender, receiver = (s, o) if kind.startswith("send") else (o, s)
-        wire.send(_Flow(sender, receiver, cost, blocking=True), max(clock[s], clock[o]))
+        wire.send(_Flow(sender, receiver, cost, blocking=True, microbatch=mb), max(clock[s], clock[o]))
     if any(pc[s] < len(program[s]) for s in range(S)):  # cannot happen for this schedule; guards the loop
         raise RuntimeError("1F1B replay deadlocked")
     return max(clock)

@@ -16,6 +16,12 @@ simulator (each stage step costs ``f + b + 2 (c_{s-1} + c_s)``):
 Units: seconds from the start of the iteration. With equal stages and no communication the
 makespan is ``(M + S - 1) (f + b)``, the simulator's ``T_pipe``; in general the two agree up to
 how the closed form charges the pipeline fill and drain.
+
+A replica with a buffered send (platforms whose small messages the transport buffers, see
+:mod:`heteroplan.planner.pipeline_replay`) is priced by the simulator's 1F1B replay, not the
+closed form; :func:`pipeline_schedule` then lays out that replay itself (DeepSpeed's order, the
+transfers as they crossed, overlapping the sender's compute), so the timeline ends when the
+simulator says.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from heteroplan.errors import InputError
+from heteroplan.planner.pipeline_replay import one_f_one_b_timeline
 from heteroplan.planner.plan import Plan
 from heteroplan.planner.simulator import SHIPPED_PLATFORMS, PlatformConfigs, SimConfig, simulate
 
@@ -43,6 +50,10 @@ class PipelineSchedule:
         replica: the pipeline replica scheduled (``-1`` when built from raw numbers).
         simulated_time: the simulator's ``T_pipe`` of that replica (s), ``nan`` if unknown.
         labels: one label per stage (e.g. ``"A100-40@us-central1-a TP1"``).
+        transfers: ``None`` for the blocking layout (each op receives its input and sends its
+            output, both stages busy: ``comm`` says how long); for a replayed replica, ``(K, 5)``
+            rows of sending stage, receiving stage, microbatch, on the wire from, landed at (s)
+            (:class:`~heteroplan.planner.pipeline_replay.ReplayTimeline`).
     """
 
     forward_start: np.ndarray
@@ -55,6 +66,7 @@ class PipelineSchedule:
     replica: int = -1
     simulated_time: float = float("nan")
     labels: tuple[str, ...] = ()
+    transfers: np.ndarray | None = None
 
     @property
     def num_stages(self) -> int:
@@ -162,10 +174,19 @@ def pipeline_schedule(
         raise InputError("replica", replica, f"must be an integer in [0, {plan.dp})")
     fb = sim.details["stage_compute"][:, replica]
     share = sim.details["forward_share"][:, replica]
-    sched = schedule_1f1b(fb * share, fb * (1 - share), sim.details["comm"][:, replica], plan.microbatches()[replica])
+    comm = sim.details["comm"][:, replica]
+    buffered = sim.details["buffered"][:, replica]
+    m = plan.microbatches()[replica]
     labels = tuple(
         f"{r.gpu_type}@{r.zone} TP{r.tp}" for r in (stage.replica_list()[replica] for stage in plan.stages)
     )
+    if buffered.any():  # the simulator replays this replica: lay out that replay
+        tl = one_f_one_b_timeline(fb * share, fb * (1 - share), comm[1:-1], m, buffered, shared_nic=True)
+        return PipelineSchedule(
+            tl.forward_start, tl.forward_end, tl.backward_start, tl.backward_end, fb * share, fb * (1 - share),
+            comm, int(replica), float(times[replica]), labels, tl.transfers,
+        )
+    sched = schedule_1f1b(fb * share, fb * (1 - share), comm, m)
     return PipelineSchedule(
         sched.forward_start, sched.forward_end, sched.backward_start, sched.backward_end,
         sched.forward, sched.backward, sched.comm, int(replica), float(times[replica]), labels,

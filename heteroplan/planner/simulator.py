@@ -84,6 +84,8 @@ class SimResult:
             ``stage_compute`` (S, D) forward + backward seconds per microbatch,
             ``forward_share`` (S, D) the forward's profiled fraction of it,
             ``comm`` (S + 1, D) activation send seconds, ``comm[s]`` between stages ``s-1`` and ``s``,
+            ``buffered`` (S - 1, D) whether the send from stage ``s`` to ``s + 1`` is buffered (a
+            replica with one is priced by the 1F1B replay),
             ``sync`` (S,) all-reduce + update seconds, ``pipeline_times`` (D,) seconds per replica,
             ``memory`` (S, D) peak GB per GPU of each replica (check each against its own GPU type).
         uncalibrated: GPU types of the plan that had no constants of their own and used the
@@ -240,7 +242,8 @@ def simulate(
         egress_bytes / 1e9,
         pipe_time,
         float(sync.max()),
-        {"stage_compute": fb, "forward_share": fwd_share, "comm": comm, "sync": sync, "pipeline_times": t_pipe,
+        {"stage_compute": fb, "forward_share": fwd_share, "comm": comm, "buffered": buffered, "sync": sync,
+         "pipeline_times": t_pipe,
          "memory": mem_rep},
         table.uncalibrated(t for row in reps for t in (r.gpu_type for r in row)),
     )
