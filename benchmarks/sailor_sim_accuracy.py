@@ -80,15 +80,16 @@ def errors(runs, cfg: SimConfig) -> np.ndarray:
     return np.array(out).reshape(-1, 2)
 
 
-def fit(runs, platform: str) -> tuple[SimConfig, tuple[str, ...]]:
+def fit(runs, platform: str) -> tuple[SimConfig, tuple[str, ...], tuple[str, ...]]:
     """Constants of ``platform`` fitted on ``runs`` (over its :data:`RUNTIME` properties): time,
-    then memory; and those that stopped at a bound."""
-    plans = [plan for _, plan, _ in runs]
+    then memory; those that stopped at a bound; and the runs no constants in their plausible
+    ranges reach (one note per run and quantity)."""
+    plans = {f"{plan.model} {name}": plan for name, plan, _ in runs}  # names repeat across models
     base = replace(UNCALIBRATED_CONFIG, **RUNTIME[platform])
     timed = fit_sim_config(plans, [real["real"] for _, _, real in runs], constants=TIME, base=base)
     memory = fit_sim_config(plans, [real["max_mem"] / 1e9 for _, _, real in runs], constants=MEMORY,
                             quantity="peak_memory_gb", base=timed.config)
-    return memory.config, timed.at_bound + memory.at_bound
+    return memory.config, timed.at_bound + memory.at_bound, tuple(timed.reach_notes() + memory.reach_notes())
 
 
 def mae(err: np.ndarray) -> tuple[float, float]:
@@ -153,11 +154,13 @@ def main() -> None:
     print_table(summary, ["set", "runs", "constants", "time MAE %", "memory MAE %", "Sailor % (time / mem)"])
     print()
     constants = {}
-    for platform, (cfg, at_bound) in fitted.items():
+    for platform, (cfg, at_bound, out_of_reach) in fitted.items():
         values = {c: getattr(cfg, c) for c in TIME + MEMORY + tuple(RUNTIME[platform])}
-        constants[platform] = {"constants": values, "at_bound": list(at_bound)}
+        constants[platform] = {"constants": values, "at_bound": list(at_bound), "out_of_reach": list(out_of_reach)}
         print(f"{platform}: " + ", ".join(f"{c} = {v:.4g}" for c, v in values.items())
               + (f"  (at the end of the plausible range: {', '.join(at_bound)})" if at_bound else ""))
+        for note in out_of_reach:
+            print(f"  out of reach of every constant in its plausible range: {note}")
     write_json("sailor_sim_accuracy", {"runs": per_run, "summary": summary, "constants": constants})
     if args.write:
         rows, notes = {}, {}

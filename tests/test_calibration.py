@@ -128,6 +128,32 @@ def test_fit_of_memory_constants_recovers_them() -> None:
     assert fit.config.working_layers == pytest.approx(1.5, rel=1e-3)
 
 
+def test_a_measurement_no_plausible_constants_reach_is_named(caplog) -> None:
+    """A memory reading below what a plan holds with zero overhead and no working buffers (its
+    weights, Adam state and in-flight activations) is out of reach of the fit: the calibration
+    names it and warns; readings inside the reach are not named."""
+    truth = replace(DEFAULT_CONFIG, overhead_gb=3.0, working_layers=1.5)
+    measured = {n: simulate(p, config=truth).peak_memory_gb for n, p in PLANS.items()}
+    bare = replace(DEFAULT_CONFIG, overhead_gb=0.0, working_layers=0.0)
+    floor = simulate(PLANS["PP4 DP1 mbs4"], config=bare).peak_memory_gb
+    ceiling = simulate(PLANS["PP1 DP4 mbs8"], config=replace(DEFAULT_CONFIG, overhead_gb=16.0, working_layers=8.0)).peak_memory_gb
+    measured["PP4 DP1 mbs4"] = 0.5 * floor  # e.g. another GPU's reading
+    measured["PP1 DP4 mbs8"] = 1.1 * ceiling
+    with caplog.at_level("WARNING"):
+        fit = fit_sim_config(PLANS, list(measured.values()), constants=("overhead_gb", "working_layers"),
+                             quantity="peak_memory_gb", base=DEFAULT_CONFIG)
+    assert sorted(fit.out_of_reach) == ["PP1 DP4 mbs8", "PP4 DP1 mbs4"]
+    row = list(PLANS).index("PP4 DP1 mbs4")
+    assert fit.reach[row, 0] == pytest.approx(floor)
+    assert fit.reach[list(PLANS).index("PP1 DP4 mbs8"), 1] == pytest.approx(ceiling)
+    assert np.all(fit.reach[:, 0] <= fit.reach[:, 1])
+    assert "below the least predicted" in fit.describe() and "above the most predicted" in fit.describe()
+    assert "PP4 DP1 mbs4" in caplog.text and fit.to_dict()["out_of_reach"] == list(fit.out_of_reach)
+    clean = fit_sim_config(PLANS, [simulate(p, config=truth).peak_memory_gb for p in PLANS.values()],
+                           constants=("overhead_gb", "working_layers"), quantity="peak_memory_gb", base=DEFAULT_CONFIG)
+    assert clean.out_of_reach == ()
+
+
 def test_sim_config_file_is_used_by_simulate_and_plan_job(tmp_path) -> None:
     data = tmp_path / "data"
     shutil.copytree(DATA_DIR, data)

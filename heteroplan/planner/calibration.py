@@ -93,6 +93,13 @@ class Calibration:
         predicted_after: simulated with ``config``.
         converged: whether Nelder-Mead met its tolerances.
         at_bound: fitted constants that stopped at an end of their plausible range (:data:`BOUNDS`).
+        reach: ``(plans, 2)`` the least and the most the model predicts for each plan with the
+            fitted constants anywhere in their plausible ranges (every constant of
+            :data:`BOUNDS` raises time or memory, so these are the predictions at the ranges'
+            two ends).
+        out_of_reach: plans whose measurement lies outside ``reach``: no constants in their
+            plausible ranges fit them (a memory reading below what the plan's weights, optimizer
+            state and in-flight activations take, say); the fit keeps them, and says so.
     """
 
     config: SimConfig
@@ -105,6 +112,8 @@ class Calibration:
     predicted_after: np.ndarray
     converged: bool
     at_bound: tuple[str, ...] = ()
+    reach: np.ndarray | None = None
+    out_of_reach: tuple[str, ...] = ()
 
     @property
     def errors_before(self) -> np.ndarray:
@@ -128,7 +137,19 @@ class Calibration:
                      + ("" if self.converged else " (fit stopped at its iteration limit)")
                      + (f" (at the end of its plausible range: {', '.join(self.at_bound)})" if self.at_bound else ""))
         lines += [f"{c} = {getattr(self.base, c):.6g} -> {getattr(self.config, c):.6g}" for c in self.constants]
+        if self.out_of_reach:
+            lines.append(f"out of reach (no constants in their plausible ranges fit them): {', '.join(self.reach_notes())}")
         return "\n".join(lines)
+
+    def reach_notes(self) -> list[str]:
+        """One line per plan out of reach: what was measured and the nearest end of the reach."""
+        unit = "s" if self.quantity == "iteration_time" else "GB"
+        notes = []
+        for name, m, (lo, hi) in zip(self.names, self.measured, self.reach, strict=True):
+            if name in self.out_of_reach:
+                side = f"below the least predicted, {lo:.4g}" if m < lo else f"above the most predicted, {hi:.4g}"
+                notes.append(f"{name} measured {m:.4g} {unit}, {side} {unit}")
+        return notes
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -140,6 +161,7 @@ class Calibration:
             "predicted_after": self.predicted_after.tolist(),
             "converged": self.converged,
             "at_bound": list(self.at_bound),
+            "out_of_reach": list(self.out_of_reach),
         }
 
 
@@ -236,7 +258,16 @@ def fit_sim_config(
     at_bound = tuple(c for c, stop in zip(constants, _at_bound(best, lows, highs), strict=True) if stop)
     if at_bound:
         _log.warning("calibration stopped at the end of the plausible range of %s", ", ".join(at_bound))
-    return Calibration(config, base, constants, names, quantity, y, before, after, converged, at_bound)
+    reach = np.stack([_predict(plan_list, config_at(lows), quantity, simulate_kwargs),
+                      _predict(plan_list, config_at(highs), quantity, simulate_kwargs)], axis=1)
+    out = (y < reach[:, 0] * (1 - 1e-9)) | (y > reach[:, 1] * (1 + 1e-9))
+    out_of_reach = tuple(n for n, o in zip(names, out, strict=True) if o)
+    calibration = Calibration(config, base, constants, names, quantity, y, before, after, converged, at_bound,
+                              reach, out_of_reach)
+    if out_of_reach:
+        _log.warning("no constants in their plausible ranges fit %s: %s", ", ".join(out_of_reach),
+                     "; ".join(calibration.reach_notes()))
+    return calibration
 
 
 def _at_bound(x: np.ndarray, lows: np.ndarray, highs: np.ndarray, tol: float = 1e-6) -> np.ndarray:
