@@ -57,8 +57,11 @@ PLATFORM_OF = {"GH200 OPT-350": "GH200", "GH200 GPT-Neo-2.7": "GH200", "MIT OPT-
 TIME = ("compute_scale",)
 MEMORY = ("overhead_gb", "working_layers")
 # Properties of the software stack, not fitted: both platforms ran Sailor's DeepSpeed engine over
-# NCCL, whose pre-posted buffers (NCCL_BUFFSIZE, 4 MiB by default) take a send without its receiver.
-RUNTIME = {"GH200": {"eager_send_bytes": 4 * 2**20}, "MIT": {"eager_send_bytes": 4 * 2**20}}
+# NCCL, whose pre-posted buffers (NCCL_BUFFSIZE, 4 MiB by default) take a send without its receiver,
+# and whose optimizer ("AdamW" in its ds_config) is DeepSpeed's FusedAdam on fp32 weights: one
+# memory-bound pass reading weight, gradient and two moments and writing three (28 bytes/parameter).
+STACK = {"eager_send_bytes": 4 * 2**20, "update_bytes_per_param": 28.0}
+RUNTIME = {"GH200": STACK, "MIT": STACK}
 
 
 def load_runs(data_dir: Path, patterns: tuple[str, ...], model: str) -> list[tuple[str, Plan, dict]]:

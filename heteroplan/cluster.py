@@ -43,6 +43,8 @@ class GPUType:
         gpus_per_node: GPUs of this type in one node.
         price_per_hour: rental price of one GPU ($/h); 0 when unknown.
         model: human-readable hardware name (e.g. ``"NVIDIA T4"``).
+        memory_bandwidth_gbs: device memory bandwidth (GB/s, the vendor's figure); 0 when
+            unknown. The planner prices a memory-bound optimizer step with it.
     """
 
     name: str
@@ -50,6 +52,7 @@ class GPUType:
     gpus_per_node: int
     price_per_hour: float = 0.0
     model: str = ""
+    memory_bandwidth_gbs: float = 0.0
 
     def __post_init__(self) -> None:
         _check_name("gpu_type.name", self.name)
@@ -58,6 +61,7 @@ class GPUType:
             raise ClusterError(f"gpu_type[{self.name}].memory_gb", self.memory_gb, "must be > 0")
         _check_count(f"gpu_type[{self.name}].gpus_per_node", self.gpus_per_node, minimum=1)
         _check_nonneg(f"gpu_type[{self.name}].price_per_hour", self.price_per_hour)
+        _check_nonneg(f"gpu_type[{self.name}].memory_bandwidth_gbs", self.memory_bandwidth_gbs)
 
 
 @dataclass(frozen=True)
@@ -306,13 +310,14 @@ GAVEL_GPU_TYPES = (
 )
 # Sailor's GCP prices ($/h per GPU) and memories (GB); 4 GPUs per VM for A100/V100 as in its runs.
 # The RTX types are the MIT cluster of Sailor's validation runs (8 per node, no price: 0 $/h).
+# Memory bandwidths (GB/s) are the vendors' figures (A100 40GB SXM, V100 SXM2, GH200 with HBM3).
 SAILOR_GPU_TYPES = (
-    GPUType("A100-40", 40, 4, 3.673, "NVIDIA A100 40GB"),
-    GPUType("V100-16", 16, 4, 2.860, "NVIDIA V100 16GB"),
-    GPUType("GH-96", 96, 4, 11.06, "NVIDIA GH200 96GB"),
-    GPUType("RTX-2080", 11, 8, 0.0, "NVIDIA GeForce RTX 2080 Ti 11GB"),
-    GPUType("RTX-3090", 24, 8, 0.0, "NVIDIA GeForce RTX 3090 24GB"),
-    GPUType("Titan-RTX", 24, 8, 0.0, "NVIDIA Titan RTX 24GB"),
+    GPUType("A100-40", 40, 4, 3.673, "NVIDIA A100 40GB", 1555.0),
+    GPUType("V100-16", 16, 4, 2.860, "NVIDIA V100 16GB", 900.0),
+    GPUType("GH-96", 96, 4, 11.06, "NVIDIA GH200 96GB", 4000.0),
+    GPUType("RTX-2080", 11, 8, 0.0, "NVIDIA GeForce RTX 2080 Ti 11GB", 616.0),
+    GPUType("RTX-3090", 24, 8, 0.0, "NVIDIA GeForce RTX 3090 24GB", 936.0),
+    GPUType("Titan-RTX", 24, 8, 0.0, "NVIDIA Titan RTX 24GB", 672.0),
 )
 SAILOR_ZONES = ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f", "us-west1-b")
 

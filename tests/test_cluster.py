@@ -50,6 +50,7 @@ def test_from_counts_places_every_gpu_once(counts: dict[str, int]) -> None:
         (lambda: GPUType("t", -1, 4), "gpu_type[t].memory_gb", -1),
         (lambda: GPUType("t", 16, 2.5), "gpu_type[t].gpus_per_node", 2.5),
         (lambda: GPUType("t", 16, 4, price_per_hour=-3), "gpu_type[t].price_per_hour", -3),
+        (lambda: GPUType("t", 16, 4, memory_bandwidth_gbs=-1.0), "gpu_type[t].memory_bandwidth_gbs", -1.0),
         (lambda: GPUType("", 16, 4), "gpu_type.name", ""),
         (lambda: Node("n", "t", -2), "node[n].num_gpus", -2),
         (lambda: Cluster(SIA_GPU_TYPES, (Node("n", "h100", 4),)), "node[n].gpu_type", "h100"),

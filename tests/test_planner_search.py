@@ -169,10 +169,10 @@ def test_search_on_buffered_sends_equals_enumeration(pool, gbs, mbs, max_pp):
 def test_replay_split_beats_the_closed_forms_split_and_both_are_priced_as_simulate_does():
     pool = {(R2, ZA): 8}
     searcher = Searcher(PlanRequest.build("OPT-350", 32, pool, "throughput"))
-    layout = [PipelineBlock((R2, ZA), 2, 2)]  # TP 2, microbatch 1: 4 MiB per rank, buffered
+    layout = [PipelineBlock((R2, ZA), 4, 2)]  # TP 4, microbatch 1: 2 MiB per rank, buffered
     assert searcher._buffered([layout[0]] * 2, 1).any()
-    exact = searcher.evaluate(layout, 1, 2)
-    quick = searcher.evaluate(layout, 1, 2, resplit=False)
+    exact = searcher.evaluate(layout, 1, 1)  # splits 14/12, 8.13 s
+    quick = searcher.evaluate(layout, 1, 1, resplit=False)  # the closed form's 13/13, 8.14 s
     for cand in (exact, quick):
         assert cand.iteration_time == pytest.approx(simulate(cand.plan).iteration_time, rel=1e-9)
     assert exact.iteration_time <= quick.iteration_time

@@ -14,6 +14,7 @@ import math
 import pytest
 
 from heteroplan.cluster import GPUType
+from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import NetworkModel
 from heteroplan.planner import Plan, ReplicaGroup, Stage, plan_job, simulate
 from heteroplan.planner.comm import allreduce_s, pipeline_bytes, pipeline_send_s
@@ -167,6 +168,27 @@ def test_shipped_table_has_plausible_constants_for_both_platforms() -> None:
         assert c.replicated_tp_sends == 0  # measured with Sailor's runtime
     assert as_platforms(ONCE).for_gpu("anything") == ONCE
     assert math.isclose(SHIPPED_PLATFORMS.for_gpu("RTX-2080").compute_scale, SHIPPED_PLATFORMS.for_gpu("Titan-RTX").compute_scale)
+
+
+def test_a_fused_optimizer_step_is_priced_by_memory_bandwidth() -> None:
+    """GH200 and MIT ran DeepSpeed's FusedAdam on fp32 weights: one memory-bound pass of 28 bytes
+    per parameter (read weight, gradient and two moments, write three). OPT-350 on one GH-96 at TP 4
+    (no all-reduce): the update is 28 x parameters per GPU / 4000 GB/s; a platform without the
+    constant (and a GPU type without a bandwidth) keeps the profile's measured update."""
+    from heteroplan.perf.sailor_profiles import load_model_profile
+    from heteroplan.planner.simulator import gpu_catalog
+
+    plan = Plan("OPT-350", 64, 4, (Stage(0, 26, (ReplicaGroup("GH-96", "us-central1-a", 4, 1),)),))
+    profile = load_model_profile("OPT-350")
+    params = profile.stage_sizes(4, 0, 26)[0]
+    assert SHIPPED_PLATFORMS.for_gpu("GH-96").update_bytes_per_param == 28
+    assert simulate(plan).sync_time == pytest.approx(28 * params / 4000e9, rel=1e-12)  # about 0.58 ms
+    profiled = profile.stage_compute("GH-96", 4, 4, 0, 26)[2]
+    assert simulate(plan, config=UNCALIBRATED_CONFIG).sync_time == pytest.approx(profiled, rel=1e-12)  # 11.7 ms
+    unknown = {**gpu_catalog(), "GH-96": GPUType("GH-96", 96, 4, 11.06)}  # no bandwidth given
+    assert simulate(plan, gpu_types=unknown).sync_time == pytest.approx(profiled, rel=1e-12)
+    with pytest.raises(InputError, match="update_bytes_per_param"):
+        SimConfig(update_bytes_per_param=-1.0)
 
 
 POOLS = [

@@ -120,7 +120,8 @@ class Searcher:
     def table(self, gpu: str, tp: int, mbs: int) -> StageTable:
         key = (gpu, tp, mbs)
         if key not in self._tables:
-            self._tables[key] = build_stage_table(self.profile, self.network, gpu, "", tp, mbs, self.cfg.for_gpu(gpu))
+            self._tables[key] = build_stage_table(self.profile, self.network, gpu, "", tp, mbs, self.cfg.for_gpu(gpu),
+                                                  self.gpu_types[gpu].memory_bandwidth_gbs)
         return self._tables[key]
 
     def sync_matrix(self, pool: Pool, tp: int, mbs: int, dp: int) -> np.ndarray:

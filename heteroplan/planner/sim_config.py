@@ -81,6 +81,13 @@ class SimConfig:
             and the receiver waits only for what has not arrived (:mod:`heteroplan.planner.pipeline_replay`).
             0: every pipeline transfer blocks both ends. Not fitted: a property of the
             communication library.
+        update_bytes_per_param: bytes the optimizer step moves per parameter when it is one
+            fused, memory-bound kernel (DeepSpeed's ``FusedAdam`` on fp32 weights: reads weight,
+            gradient and both moments, writes weight and moments: 28); a stage's update then
+            takes ``update_bytes_per_param * parameters / memory bandwidth`` of its GPU
+            (:attr:`heteroplan.cluster.GPUType.memory_bandwidth_gbs`) instead of the profile's
+            measured update. 0 (or a GPU type without a bandwidth): the profile's. Not fitted: a
+            property of the training framework.
     """
 
     bytes_per_param: float = 16.0
@@ -98,6 +105,7 @@ class SimConfig:
     replicated_tp_sends: float = 0.0
     allreduce_bucket_bytes: float = 0.0
     eager_send_bytes: float = 0.0
+    update_bytes_per_param: float = 0.0
 
     def __post_init__(self) -> None:
         for name in self.constant_names():
@@ -113,9 +121,19 @@ class SimConfig:
             raise InputError("SimConfig.straggler_cv", self.straggler_cv, "must be >= 0 (a fraction of compute time)")
         if self.replicated_tp_sends not in (0, 1):
             raise InputError("SimConfig.replicated_tp_sends", self.replicated_tp_sends, "must be 0 (send once) or 1")
-        for name in ("allreduce_bucket_bytes", "eager_send_bytes"):
+        for name in ("allreduce_bucket_bytes", "eager_send_bytes", "update_bytes_per_param"):
             if getattr(self, name) < 0:
                 raise InputError(f"SimConfig.{name}", getattr(self, name), "must be >= 0 bytes")
+
+    def update_s(self, profiled_s: float | np.ndarray, params: float | np.ndarray,
+                 memory_bandwidth_gbs: float) -> float | np.ndarray:
+        """Seconds of a stage's optimizer step over ``params`` parameters per GPU: memory-bound,
+        ``update_bytes_per_param * params / bandwidth``, when this platform's step is one fused
+        kernel and the GPU's bandwidth is known; else the profile's ``profiled_s``
+        (works elementwise on arrays)."""
+        if self.update_bytes_per_param > 0 and memory_bandwidth_gbs > 0:
+            return self.update_bytes_per_param * params / (memory_bandwidth_gbs * 1e9)
+        return profiled_s
 
     def ring_allreduce_s(self, replicas: int, send_s: float | np.ndarray) -> float | np.ndarray:
         """Seconds of a ring all-reduce over ``replicas`` (>= 1) whose whole buffer takes ``send_s``

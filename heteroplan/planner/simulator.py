@@ -194,7 +194,8 @@ def simulate(
             f, b, u = profile.stage_compute(r.gpu_type, mbs, r.tp, stage.first_layer, stage.last_layer)
             fb[s, d] = max(c.compute_scale * (f + b) + c.microbatch_overhead_s, 0.0)
             fwd_share[s, d] = f / (f + b) if f + b > 0 else 0.5
-            upd[s, d] = u
+            params = profile.stage_sizes(r.tp, stage.first_layer, stage.last_layer)[0]
+            upd[s, d] = c.update_s(u, params, gpu_types[r.gpu_type].memory_bandwidth_gbs)
             if s + 1 < S:
                 nxt = reps[s + 1][d]
                 nbytes = c.act_comm_bytes_per_float * profile.act_out[r.tp][stage.last_layer - 1] * mbs

@@ -68,9 +68,11 @@ def _range_max(values: np.ndarray) -> np.ndarray:
 
 
 def build_stage_table(
-    profile: ModelProfile, network: NetworkModel, gpu_type: str, zone: str, tp: int, mbs: int, config: SimConfig
+    profile: ModelProfile, network: NetworkModel, gpu_type: str, zone: str, tp: int, mbs: int, config: SimConfig,
+    memory_bandwidth_gbs: float = 0.0,
 ) -> StageTable:
-    """Build the matrices for one stage hardware choice (profile must exist)."""
+    """Build the matrices for one stage hardware choice (profile must exist); the GPU's memory
+    bandwidth (GB/s, 0 if unknown) prices a memory-bound optimizer step (:meth:`SimConfig.update_s`)."""
     comp = profile.compute_prefix(gpu_type, mbs, tp)
     sizes = profile.size_prefix(tp)
     L = profile.num_layers
@@ -78,8 +80,8 @@ def build_stage_table(
     both = _range(comp[0] + comp[1])
     with np.errstate(invalid="ignore", divide="ignore"):
         forward_share = np.where((both > 0) & np.isfinite(both), _range(comp[0]) / both, 0.5)
-    update = _range(comp[2])
     params = _range(sizes[0])
+    update = config.update_s(_range(comp[2]), params, memory_bandwidth_gbs)
     act = _range(sizes[1])
     working = config.working_layers * _range_max(profile.act_mem[tp])
     working[:, L] += config.logits_factor * profile.act_out[tp][L - 1]
