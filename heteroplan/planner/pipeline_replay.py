@@ -63,9 +63,9 @@ class _Flow:
     sender: int
     receiver: int
     work: float
+    microbatch: int
+    receive: str = ""  # buffered: the receiver's instruction that takes it ("recv_act" or "recv_grad")
     blocking: bool = False
-    delivers: tuple[int, str, int] = (-1, "", -1)  # buffered: (receiving stage, receive kind, microbatch)
-    microbatch: int = -1  # blocking: the microbatch it carries
     rate: float = 0.0  # share of its full rate it gets now
     since: float = 0.0  # when ``work`` was last brought up to date
     lands: float = math.inf
@@ -231,7 +231,8 @@ def one_f_one_b_time(
         microbatches: microbatches per iteration (>= 1).
         buffered: per boundary, whether its sends are buffered (the sender does not wait for the
             receiver; the data arrives ``transfer_s`` after the send, or after the previous
-            send in the same direction has arrived); default: none (every transfer blocks both ends).
+            send in the same direction has arrived, later where it shares a NIC); default: none
+            (every transfer blocks both ends).
         shared_nic: whether a stage's node has one NIC for both neighbours: its sends to
             ``s + 1`` (activations) and to ``s - 1`` (gradients) share its egress, its receives
             from both share its ingress (max-min fair; a NIC direction carries one full-rate
@@ -295,17 +296,16 @@ def _replay(f: list[float], b: list[float], c: list[float], eager: list[bool], m
         """A flow has crossed: a buffered message waits for (or wakes) its receiver, a blocking
         transfer releases both of its stages."""
         if log is not None:
-            mb = flow.delivers[2] if not flow.blocking else flow.microbatch
-            log.transfers.append((flow.sender, flow.receiver, mb, flow.started, now))
+            log.transfers.append((flow.sender, flow.receiver, flow.microbatch, flow.started, now))
         if flow.blocking:
             for stage in (flow.sender, flow.receiver):
                 clock[stage] = now
                 pc[stage] += 1
                 heapq.heappush(ready, (now, stage))
             return
-        arrival[flow.delivers] = now
-        receiver, kind, mb = flow.delivers
-        if parked_at(receiver, (kind, mb)):
+        receiver = flow.receiver
+        arrival[(receiver, flow.receive, flow.microbatch)] = now
+        if parked_at(receiver, (flow.receive, flow.microbatch)):
             waiting.discard(receiver)
             heapq.heappush(ready, (max(clock[receiver], now), receiver))
 
@@ -338,7 +338,7 @@ def _replay(f: list[float], b: list[float], c: list[float], eager: list[bool], m
         cost = c[min(s, o)]
         if eager[min(s, o)]:
             if kind.startswith("send"):  # hand over and go on; it lands when the wire allows
-                wire.send(_Flow(s, o, cost, delivers=(o, peer_kind, mb)), clock[s])
+                wire.send(_Flow(s, o, cost, mb, peer_kind), clock[s])
             elif (s, kind, mb) in arrival:
                 clock[s] = max(clock[s], arrival.pop((s, kind, mb)))
             else:
@@ -352,7 +352,7 @@ def _replay(f: list[float], b: list[float], c: list[float], eager: list[bool], m
             continue
         waiting.discard(o)  # both ends are held until the flow lands
         sender, receiver = (s, o) if kind.startswith("send") else (o, s)
-        wire.send(_Flow(sender, receiver, cost, blocking=True, microbatch=mb), max(clock[s], clock[o]))
+        wire.send(_Flow(sender, receiver, cost, mb, blocking=True), max(clock[s], clock[o]))
     if any(pc[s] < len(program[s]) for s in range(S)):  # cannot happen for this schedule; guards the loop
         raise RuntimeError("1F1B replay deadlocked")
     return max(clock)
