@@ -76,8 +76,8 @@ def build_stage_table(
     comp = profile.compute_prefix(gpu_type, mbs, tp)
     sizes = profile.size_prefix(tp)
     L = profile.num_layers
-    fb = np.maximum(config.compute_scale * _range(comp[0] + comp[1]) + config.microbatch_overhead_s, 0.0)
     both = _range(comp[0] + comp[1])
+    fb = np.maximum(config.compute_scale * both + config.microbatch_overhead_s, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         forward_share = np.where((both > 0) & np.isfinite(both), _range(comp[0]) / both, 0.5)
     params = _range(sizes[0])
