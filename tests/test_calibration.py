@@ -143,6 +143,11 @@ def test_a_measurement_no_plausible_constants_reach_is_named(caplog) -> None:
         fit = fit_sim_config(PLANS, list(measured.values()), constants=("overhead_gb", "working_layers"),
                              quantity="peak_memory_gb", base=DEFAULT_CONFIG)
     assert sorted(fit.out_of_reach) == ["PP1 DP4 mbs8", "PP4 DP1 mbs4"]
+    # left out of the fit: the readings in reach give back the true constants
+    assert not fit.fitted_out_of_reach and "left out of the fit" in fit.describe()
+    assert fit.config.overhead_gb == pytest.approx(3.0, rel=1e-3)
+    assert fit.config.working_layers == pytest.approx(1.5, rel=1e-3)
+    assert len(fit.predicted_after) == len(PLANS) and fit.errors_after[list(PLANS).index("PP4 DP1 mbs4")] > 1  # still reported
     row = list(PLANS).index("PP4 DP1 mbs4")
     assert fit.reach[row, 0] == pytest.approx(floor)
     assert fit.reach[list(PLANS).index("PP1 DP4 mbs8"), 1] == pytest.approx(ceiling)
@@ -152,6 +157,11 @@ def test_a_measurement_no_plausible_constants_reach_is_named(caplog) -> None:
     clean = fit_sim_config(PLANS, [simulate(p, config=truth).peak_memory_gb for p in PLANS.values()],
                            constants=("overhead_gb", "working_layers"), quantity="peak_memory_gb", base=DEFAULT_CONFIG)
     assert clean.out_of_reach == ()
+    # too few readings in reach to fit two constants without the bad ones: they are kept, and it says so
+    two = {n: measured[n] for n in ("PP4 DP1 mbs4", "PP1 DP4 mbs8")}
+    kept = fit_sim_config({n: PLANS[n] for n in two}, list(two.values()), constants=("overhead_gb", "working_layers"),
+                          quantity="peak_memory_gb", base=DEFAULT_CONFIG)
+    assert kept.fitted_out_of_reach and "kept in the fit" in kept.describe()
 
 
 def test_sim_config_file_is_used_by_simulate_and_plan_job(tmp_path) -> None:

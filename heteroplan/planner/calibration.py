@@ -9,7 +9,9 @@ have pipelines and data parallelism: :func:`time_constants_for`) to measured ite
 plans, minimising the mean absolute relative error with bounded Nelder-Mead (the simulator is
 only piecewise smooth in them: maxima over stages), starting from ``base`` and restarted from its
 best point until a restart no longer improves. The same function fits
-memory constants to measured peak memory (``quantity="peak_memory_gb"``).
+memory constants to measured peak memory (``quantity="peak_memory_gb"``). A measurement that no
+constants in their plausible ranges reach (:attr:`Calibration.out_of_reach`) is named and left
+out of the fit.
 
 The result is a :class:`Calibration`; ``calibration.config.write(data_dir)`` stores it so that
 ``simulate`` and ``plan_job`` with that ``data_dir`` use it.
@@ -99,7 +101,11 @@ class Calibration:
             two ends).
         out_of_reach: plans whose measurement lies outside ``reach``: no constants in their
             plausible ranges fit them (a memory reading below what the plan's weights, optimizer
-            state and in-flight activations take, say); the fit keeps them, and says so.
+            state and in-flight activations take, say). They are left out of the fit (they could
+            only pull every constant to the end of its range) and named; ``predicted_after`` and
+            the errors still cover them.
+        fitted_out_of_reach: True when too few plans were in reach to fit the constants without
+            them, so the fit kept them.
     """
 
     config: SimConfig
@@ -114,6 +120,7 @@ class Calibration:
     at_bound: tuple[str, ...] = ()
     reach: np.ndarray | None = None
     out_of_reach: tuple[str, ...] = ()
+    fitted_out_of_reach: bool = False
 
     @property
     def errors_before(self) -> np.ndarray:
@@ -138,7 +145,9 @@ class Calibration:
                      + (f" (at the end of its plausible range: {', '.join(self.at_bound)})" if self.at_bound else ""))
         lines += [f"{c} = {getattr(self.base, c):.6g} -> {getattr(self.config, c):.6g}" for c in self.constants]
         if self.out_of_reach:
-            lines.append(f"out of reach (no constants in their plausible ranges fit them): {', '.join(self.reach_notes())}")
+            kept = "kept in the fit: too few plans in reach" if self.fitted_out_of_reach else "left out of the fit"
+            lines.append(f"out of reach (no constants in their plausible ranges fit them; {kept}): "
+                         f"{', '.join(self.reach_notes())}")
         return "\n".join(lines)
 
     def reach_notes(self) -> list[str]:
@@ -162,6 +171,7 @@ class Calibration:
             "converged": self.converged,
             "at_bound": list(self.at_bound),
             "out_of_reach": list(self.out_of_reach),
+            "fitted_out_of_reach": self.fitted_out_of_reach,
         }
 
 
@@ -226,14 +236,20 @@ def fit_sim_config(
     def config_at(x: np.ndarray) -> SimConfig:
         return replace(base, **{c: float(v) for c, v in zip(constants, x, strict=True)})
 
-    def objective(x: np.ndarray) -> float:
-        return float(np.abs(_predict(plan_list, config_at(x), quantity, simulate_kwargs) / y - 1).mean())
-
     before = _predict(plan_list, base, quantity, simulate_kwargs)
     x0 = np.array([getattr(base, c) for c in constants], dtype=float)
     bounds = [_BOUNDS[c] for c in constants]
     x0 = np.clip(x0, [b[0] for b in bounds], [b[1] for b in bounds])
     lows, highs = np.array([b[0] for b in bounds]), np.array([b[1] for b in bounds])
+    reach = np.stack([_predict(plan_list, config_at(lows), quantity, simulate_kwargs),
+                      _predict(plan_list, config_at(highs), quantity, simulate_kwargs)], axis=1)
+    out = (y < reach[:, 0] * (1 - 1e-9)) | (y > reach[:, 1] * (1 + 1e-9))
+    # a measurement no constants reach would only pull them to the end of a range: fit the others
+    fitted = ~out if (~out).sum() >= len(constants) else np.ones(len(plan_list), dtype=bool)
+    fit_plans, fit_y = [p for p, f in zip(plan_list, fitted, strict=True) if f], y[fitted]
+
+    def objective(x: np.ndarray) -> float:
+        return float(np.abs(_predict(fit_plans, config_at(x), quantity, simulate_kwargs) / fit_y - 1).mean())
 
     def descend(start: np.ndarray) -> tuple[np.ndarray, float, bool]:
         best, best_value, converged = start, objective(start), False
@@ -258,14 +274,12 @@ def fit_sim_config(
     at_bound = tuple(c for c, stop in zip(constants, _at_bound(best, lows, highs), strict=True) if stop)
     if at_bound:
         _log.warning("calibration stopped at the end of the plausible range of %s", ", ".join(at_bound))
-    reach = np.stack([_predict(plan_list, config_at(lows), quantity, simulate_kwargs),
-                      _predict(plan_list, config_at(highs), quantity, simulate_kwargs)], axis=1)
-    out = (y < reach[:, 0] * (1 - 1e-9)) | (y > reach[:, 1] * (1 + 1e-9))
     out_of_reach = tuple(n for n, o in zip(names, out, strict=True) if o)
     calibration = Calibration(config, base, constants, names, quantity, y, before, after, converged, at_bound,
-                              reach, out_of_reach)
+                              reach, out_of_reach, bool(fitted.all() and out.any()))
     if out_of_reach:
-        _log.warning("no constants in their plausible ranges fit %s: %s", ", ".join(out_of_reach),
+        _log.warning("no constants in their plausible ranges fit %s (%s the fit): %s", ", ".join(out_of_reach),
+                     "kept in" if calibration.fitted_out_of_reach else "left out of",
                      "; ".join(calibration.reach_notes()))
     return calibration
 
