@@ -43,7 +43,7 @@ def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
         return str(v)
 
     cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
     print("  ".join("-" * w for w in widths))
     for row in cells:
