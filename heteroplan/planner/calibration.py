@@ -239,8 +239,8 @@ def fit_sim_config(
     before = _predict(plan_list, base, quantity, simulate_kwargs)
     x0 = np.array([getattr(base, c) for c in constants], dtype=float)
     bounds = [_BOUNDS[c] for c in constants]
-    x0 = np.clip(x0, [b[0] for b in bounds], [b[1] for b in bounds])
     lows, highs = np.array([b[0] for b in bounds]), np.array([b[1] for b in bounds])
+    x0 = np.clip(x0, lows, highs)
     reach = np.stack([_predict(plan_list, config_at(lows), quantity, simulate_kwargs),
                       _predict(plan_list, config_at(highs), quantity, simulate_kwargs)], axis=1)
     out = (y < reach[:, 0] * (1 - 1e-9)) | (y > reach[:, 1] * (1 + 1e-9))
