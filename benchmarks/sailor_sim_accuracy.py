@@ -7,11 +7,15 @@ For each set, the mean absolute relative error of iteration time and peak memory
 platform constants
 
 - ``uncalibrated``: :data:`UNCALIBRATED_CONFIG` (no fitted constant),
+- ``shipped table``: ``platforms.json`` as shipped, i.e. what a user gets (for runs added to
+  ``--data`` since the table was written, a prediction on data it never saw),
 - ``other platform``: fitted on the other platform's runs only (but for :data:`STACK_MEMORY`),
 - ``this platform``: fitted on all runs of the set (in sample),
 - ``leave one run out``: fitted on the set without the run, then the run predicted,
 
-beside Sailor's own simulator on the same files. The constants fitted on all runs of each
+beside Sailor's own simulator on the same files. A run file that cannot be read, has no measured
+time or memory, or names a GPU type, microbatch or TP the shipped profiles lack is left out and
+named; a platform with fewer runs than constants is predicted with the shipped table only. The constants fitted on all runs of each
 platform are written to ``heteroplan/data/sailor/platforms.json`` with ``--write`` (the shipped
 table). Fitted per platform: ``compute_scale`` on time, ``overhead_gb`` on memory (:data:`TIME`,
 :data:`MEMORY`). ``working_layers`` (backward's transient buffers) is a property of the software
@@ -36,6 +40,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 from _common import print_table, write_json  # noqa: E402
 
 from heteroplan.atomic_json import write_json_atomic  # noqa: E402
+from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.perf.sailor_profiles import DATA_DIR as SHIPPED  # noqa: E402
 from heteroplan.planner import Plan, simulate  # noqa: E402
 from heteroplan.planner.calibration import fit_sim_config  # noqa: E402
@@ -73,18 +78,29 @@ STACK = {"eager_send_bytes": 4 * 2**20, "update_bytes_per_param": 28.0}
 RUNTIME = {"GH200": STACK, "MIT": STACK}
 
 
-def load_runs(data_dir: Path, patterns: tuple[str, ...], model: str) -> list[tuple[str, Plan, dict]]:
-    """``(run name, plan, measured)`` of every run file under ``data_dir`` matching ``patterns``."""
+def load_runs(data_dir: Path, patterns: tuple[str, ...], model: str) -> tuple[list[tuple[str, Plan, dict]], list[str]]:
+    """``(run name, plan, measured)`` of every run file under ``data_dir`` matching ``patterns``, and
+    one line per file left out: unreadable, no measured time or memory, or a plan the shipped
+    profiles cannot simulate (GPU type, microbatch or TP without a profile row)."""
     paths = sorted({p.resolve() for pattern in patterns for p in data_dir.glob(pattern)}, key=lambda p: p.stem)
-    out = []
+    out, skipped = [], []
     for p in paths:
-        data = json.loads(p.read_text())
-        out.append((p.stem.removeprefix("plan_config_"), Plan.from_sailor(data, model), data))
-    return out
+        try:
+            data = json.loads(p.read_text())
+            plan = Plan.from_sailor(data, model)
+            for key in ("real", "max_mem"):
+                if not isinstance(data.get(key), int | float) or data[key] <= 0:
+                    raise InputError(key, data.get(key), "a measured run needs a positive number here")
+            simulate(plan, config=UNCALIBRATED_CONFIG)
+        except (OSError, ValueError) as exc:  # InputError and json's errors are ValueErrors
+            skipped.append(f"{p}: {exc}")
+            continue
+        out.append((p.stem.removeprefix("plan_config_"), plan, data))
+    return out, skipped
 
 
-def errors(runs, cfg: SimConfig) -> np.ndarray:
-    """(runs, 2) relative errors of time and memory."""
+def errors(runs, cfg: SimConfig | None) -> np.ndarray:
+    """(runs, 2) relative errors of time and memory; ``cfg`` None: the shipped table."""
     out = []
     for _, plan, real in runs:
         sim = simulate(plan, config=cfg)
@@ -107,6 +123,13 @@ def fit(runs, platform: str, stack: SimConfig | None = None) -> tuple[SimConfig,
     return memory.config, timed.at_bound + memory.at_bound, tuple(timed.reach_notes() + memory.reach_notes())
 
 
+def enough_to_fit(n_runs: int, platform: str, stack: SimConfig | None) -> bool:
+    """Whether ``n_runs`` runs can fit ``platform``'s constants: each fit needs as many runs as it
+    fits constants (:data:`STACK_MEMORY` come from ``stack`` when given, off the home platform)."""
+    shared = stack is not None and platform != STACK_HOME
+    return n_runs >= max(len(TIME), len(MEMORY) + (0 if shared else len(STACK_MEMORY)))
+
+
 def mae(err: np.ndarray) -> tuple[float, float]:
     return tuple(float(v) for v in 100 * np.abs(err).mean(axis=0)) if len(err) else (float("nan"),) * 2
 
@@ -122,13 +145,20 @@ def main() -> None:
         ap.error(f"--data: {args.data} is not a directory")
     if args.write and args.data.resolve() != DATA.resolve():
         ap.error("--write fits the shipped table on this repository's runs only (copy new runs into tests/data/sailor)")
-    sets = {name: load_runs(args.data, globs, model) for name, (globs, model, _, _) in SETS.items()}
+    sets, skipped = {}, []
+    for name, (globs, model, _, _) in SETS.items():
+        sets[name], left_out = load_runs(args.data, globs, model)
+        skipped += left_out
+    for line in skipped:
+        print(f"left out: {line}")
     by_platform: dict[str, list] = {}
     for name, runs in sets.items():
         by_platform.setdefault(PLATFORM_OF[name], []).extend(runs)
-    fitted = {STACK_HOME: fit(by_platform[STACK_HOME], STACK_HOME)} if by_platform.get(STACK_HOME) else {}
+    home_runs = by_platform.get(STACK_HOME, [])
+    fitted = {STACK_HOME: fit(home_runs, STACK_HOME)} if enough_to_fit(len(home_runs), STACK_HOME, None) else {}
     stack = fitted[STACK_HOME][0] if fitted else None
-    fitted |= {p: fit(runs, p, stack) for p, runs in by_platform.items() if runs and p != STACK_HOME}
+    fitted |= {p: fit(runs, p, stack) for p, runs in by_platform.items()
+               if p != STACK_HOME and enough_to_fit(len(runs), p, stack)}
 
     def own_fit(some_runs, platform: str) -> SimConfig:
         """``platform``'s constants fitted on ``some_runs`` (the stack's from the home fit elsewhere)."""
@@ -143,23 +173,26 @@ def main() -> None:
         others = [p for p in fitted if p != own]
         platform_runs = by_platform[own]  # this set's runs and the platform's other models'
         other_models = [r for r in platform_runs if all(r is not x for x in runs)]
-        enough = len(platform_runs) > max(len(TIME), len(MEMORY + STACK_MEMORY))
+        own_stack = None if own == STACK_HOME else stack
         # leave one run out: fitted on every other run of the platform (other models' included)
         loo = np.array([errors([run], own_fit([r for r in platform_runs if r is not run], own))[0] for run in runs]) \
-            if enough else np.empty((0, 2))
+            if enough_to_fit(len(platform_runs) - 1, own, own_stack) else np.empty((0, 2))
+        too_few = f"too few runs of {own} to fit ({len(platform_runs)})"
         rows = {
             "uncalibrated": errors(runs, UNCALIBRATED_CONFIG),
+            "shipped table (platforms.json)": errors(runs, None),
             **{f"other platform ({p})": errors(runs, fitted[p][0]) for p in others},
             **({f"this platform, other models only ({own})": errors(runs, own_fit(other_models, own))}
-               if len(other_models) >= max(len(TIME), len(MEMORY + STACK_MEMORY)) else {}),
-            "this platform (in sample)": errors(runs, fitted[own][0]),
+               if enough_to_fit(len(other_models), own, own_stack) else {}),
+            "this platform (in sample)" if own in fitted else too_few:
+                errors(runs, fitted[own][0]) if own in fitted else np.empty((0, 2)),
             "leave one run out": loo,
         }
         for label, err in rows.items():
             t, m = mae(err)
             summary.append({"set": name, "runs": len(runs), "constants": label, "time MAE %": t, "memory MAE %": m,
                             "Sailor % (time / mem)": SETS[name][3] if label == "leave one run out" else ""})
-        cfg = fitted[own][0]
+        cfg = fitted[own][0] if own in fitted else None  # the shipped table when this platform can't be fitted
         for (run, plan, real), (et, em), lo in zip(runs, errors(runs, cfg), loo if len(loo) else [(np.nan,) * 2] * len(runs),
                                                   strict=True):
             sim = simulate(plan, config=cfg)
@@ -170,8 +203,9 @@ def main() -> None:
                 "time_loo_err_%": 100 * lo[0], "mem_real_GB": real["max_mem"] / 1e9, "mem_pred_GB": sim.peak_memory_gb,
                 "mem_err_%": 100 * em, "mem_loo_err_%": 100 * lo[1],
             })
-    print_table(per_run, list(per_run[0]))
-    print()
+    if per_run:
+        print_table(per_run, list(per_run[0]))
+        print()
     print_table(summary, ["set", "runs", "constants", "time MAE %", "memory MAE %", "Sailor % (time / mem)"])
     print()
     constants = {}
@@ -182,7 +216,7 @@ def main() -> None:
               + (f"  (at the end of the plausible range: {', '.join(at_bound)})" if at_bound else ""))
         for note in out_of_reach:
             print(f"  out of reach of every constant in its plausible range: {note}")
-    write_json("sailor_sim_accuracy", {"runs": per_run, "summary": summary, "constants": constants})
+    write_json("sailor_sim_accuracy", {"runs": per_run, "summary": summary, "constants": constants, "left_out": skipped})
     if args.write:
         rows, notes = {}, {}
         for name, (_, _, types, _) in SETS.items():
