@@ -15,9 +15,9 @@ platform constants
 
 beside Sailor's own simulator on the same files. A run file that cannot be read, has no measured
 time or memory, or names a GPU type, microbatch or TP the shipped profiles lack is left out and
-named; a platform with fewer runs than constants is predicted with the shipped table only. The constants fitted on all runs of each
-platform are written to ``heteroplan/data/sailor/platforms.json`` with ``--write`` (the shipped
-table). Fitted per platform: ``compute_scale`` on time, ``overhead_gb`` on memory (:data:`TIME`,
+named; a platform with fewer runs than constants is predicted with the shipped table only. The
+constants fitted on all runs of each platform are written to
+``heteroplan/data/sailor/platforms.json`` with ``--write`` (the shipped table). Fitted per platform: ``compute_scale`` on time, ``overhead_gb`` on memory (:data:`TIME`,
 :data:`MEMORY`). ``working_layers`` (backward's transient buffers) is a property of the software
 stack, which both platforms share: it is fitted with the overhead on the platform with the most
 runs (:data:`STACK_HOME`) and used as is by the other (:data:`STACK_MEMORY`). The stack's other
@@ -177,15 +177,15 @@ def main() -> None:
         # leave one run out: fitted on every other run of the platform (other models' included)
         loo = np.array([errors([run], own_fit([r for r in platform_runs if r is not run], own))[0] for run in runs]) \
             if enough_to_fit(len(platform_runs) - 1, own, own_stack) else np.empty((0, 2))
-        too_few = f"too few runs of {own} to fit ({len(platform_runs)})"
+        in_sample = {"this platform (in sample)": errors(runs, fitted[own][0])} if own in fitted \
+            else {f"too few runs of {own} to fit ({len(platform_runs)})": np.empty((0, 2))}
         rows = {
             "uncalibrated": errors(runs, UNCALIBRATED_CONFIG),
             "shipped table (platforms.json)": errors(runs, None),
             **{f"other platform ({p})": errors(runs, fitted[p][0]) for p in others},
             **({f"this platform, other models only ({own})": errors(runs, own_fit(other_models, own))}
                if enough_to_fit(len(other_models), own, own_stack) else {}),
-            "this platform (in sample)" if own in fitted else too_few:
-                errors(runs, fitted[own][0]) if own in fitted else np.empty((0, 2)),
+            **in_sample,
             "leave one run out": loo,
         }
         for label, err in rows.items():
