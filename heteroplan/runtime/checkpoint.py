@@ -9,7 +9,8 @@ TP 2 x DP 2 with 2 stages resumes on TP 1 x DP 4 with 1 stage (rescale, reshardi
 
 A directory without a manifest is an incomplete checkpoint and is skipped; one whose files do not
 match their checksums (truncated, corrupted) is skipped with a warning, so resume falls back to
-the newest good checkpoint. A manifest that is not valid JSON is an :class:`InputError` naming it.
+the newest good checkpoint. A manifest that is not valid JSON is an :class:`InputError` naming it, and
+so is a ``.metadata`` that names anything but DCP's metadata classes (see :mod:`.dcp_safety`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,11 +52,13 @@ class Checkpoint:
 
     def model_state(self) -> dict[str, torch.Tensor]:
         """The full model's ``state_dict`` (keys ``"<layer>.<name>"``, as in ``nn.Sequential``), in this process."""
-        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+        from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
-        with tempfile.TemporaryDirectory() as tmp:
-            dcp_to_torch_save(self.path, Path(tmp) / "full.pt")
-            blob = torch.load(Path(tmp) / "full.pt", map_location="cpu", weights_only=False)
+        from heteroplan.runtime.dcp_safety import SafeEmptyLoadPlanner, SafeReader, read_metadata
+
+        read_metadata(self.path / ".metadata")  # a clear InputError, not DCP's wrapped one
+        blob: dict[str, Any] = {}  # filled with everything saved, as dcp_to_torch_save does
+        _load_state_dict(blob, storage_reader=SafeReader(self.path), planner=SafeEmptyLoadPlanner(), no_dist=True)
         return {k[len("model."):]: v for k, v in _flatten(blob).items() if k.startswith("model.")}
 
 
@@ -135,6 +137,9 @@ def latest_checkpoint(root: str | Path | None, check: bool = True) -> Checkpoint
     for ckpt in sorted(found, key=lambda c: c.step, reverse=True):
         problem = verify(ckpt) if check else None
         if problem is None:
+            from heteroplan.runtime.dcp_safety import read_metadata
+
+            read_metadata(ckpt.path / ".metadata")  # InputError if it names code to run, before any rank loads it
             return ckpt
         log.warning("skipping checkpoint %s: %s", ckpt.path, problem)
     return None
@@ -170,8 +175,11 @@ def load_state(ckpt: Checkpoint, module: nn.Module, optimizer: torch.optim.Optim
         set_optimizer_state_dict,
     )
 
+    from heteroplan.runtime.dcp_safety import SafeLoadPlanner, SafeReader, read_metadata
+
+    read_metadata(ckpt.path / ".metadata")  # a clear InputError, not DCP's wrapped one
     state = _state(module, optimizer)
-    dcp.load(state, checkpoint_id=ckpt.path, process_group=group)
+    dcp.load(state, storage_reader=SafeReader(ckpt.path), planner=SafeLoadPlanner(), process_group=group)
     set_model_state_dict(module, state["model"])
     set_optimizer_state_dict(module, optimizer, state["optim"], options=StateDictOptions(flatten_optimizer_state_dict=True))
 
