@@ -51,6 +51,10 @@ def read_json(path: str | Path, field: str = "path", error: type[InputError] = I
         return json.loads(text, object_pairs_hook=_no_repeats, parse_constant=refuse_constant)
     except json.JSONDecodeError as exc:
         raise error(field, str(path), f"invalid JSON: {exc}") from None
+    except RecursionError:
+        raise error(field, str(path), "invalid JSON: nested too deeply") from None
+    except ValueError as exc:  # an integer of more than 4300 digits (int max_str_digits)
+        raise error(field, str(path), f"invalid JSON: {exc}") from None
     except InputError as exc:
         if isinstance(exc, error):
             raise

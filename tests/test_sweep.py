@@ -231,9 +231,11 @@ def test_signal_swallowed_inside_a_cell_is_not_stored_as_its_failure(tmp_path):
 
 def test_failed_cell_is_recorded_and_the_rest_complete(tmp_path):
     bad = tmp_path / "bad.csv"
+    bad.write_text("name,time,application,num_replicas,batch_size\nj,0,cifar10,1,64\n")
+    sweep = parse_sweep(TINY | {"workloads": [{"bundled": "philly/workload-1"}, {"file": str(bad)}],
+                                "policies": [{"name": "fifo"}, {"name": "tiresias"}]})
+    # a bad application is refused when the sweep file is read; one written after that fails its cells
     bad.write_text("name,time,application,num_replicas,batch_size\nj,0,no-such-app,1,64\n")
-    sweep = TINY | {"workloads": [{"bundled": "philly/workload-1"}, {"file": str(bad)}],
-                    "policies": [{"name": "fifo"}, {"name": "tiresias"}]}
     report = run_sweep(sweep, tmp_path / "out", executor="processes", workers=2)
     assert (report.computed, report.failed) == (2, 2)
     table = report.table()

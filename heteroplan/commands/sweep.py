@@ -6,7 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from heteroplan.argtypes import integer
 from heteroplan.sim.sweep import SweepReport, load_sweep, run_sweep
+from heteroplan.sim.sweep.executors import cores
 from heteroplan.sim.sweep.results import format_summary
 
 
@@ -17,7 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("sweep", help="sweep file (TOML)")
     p.add_argument("--out", default=None, help="result directory (default: sweeps/<sweep name>)")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--workers", type=int, default=None, help="local worker processes (default: all cores)")
+    where.add_argument("--workers", type=integer(1), default=None,
+                       help="local worker processes (default and most: all cores)")
     where.add_argument("--inprocess", action="store_true", help="run cells one by one in this process (debugging)")
     where.add_argument("--ray", metavar="ADDRESS", default=None,
                        help="run on Ray: 'auto' starts a local instance, else the cluster address to join")
@@ -31,6 +34,9 @@ def run(args: argparse.Namespace) -> int:
     spec = load_sweep(args.sweep)
     out = Path(args.out) if args.out else Path("sweeps") / spec.name
     executor = "inprocess" if args.inprocess else "ray" if args.ray else "processes"
+    if executor == "processes" and args.workers is not None and args.workers > cores():
+        print(f"heteroplan sweep: --workers {args.workers} capped at the {cores()} cores of this machine",
+              file=sys.stderr)
     try:
         report = run_sweep(spec, out, executor=executor, workers=args.workers, ray_address=args.ray,
                            progress=False if args.quiet else None, retry_failed=not args.no_retry, plots=args.plots)

@@ -241,7 +241,7 @@ class GavelPolicy:
         self.two_stage = two_stage
         # Objectives reading remaining work change every round.
         self.resolve_every_round = resolve_every_round or objective in ("finish_time_fairness", "min_makespan")
-        self.time_limit = time_limit
+        self.time_limit = check_seconds("time_limit", time_limit)
         self._key: tuple | None = None
         self._x: dict[str, dict[str, float]] = {}
         self._rounds: dict[str, int] = {}

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from heteroplan.cluster import Cluster
-from heteroplan.errors import InputError
+from heteroplan.errors import InputError, check_seconds
 from heteroplan.formulations.sia import ConfigSet, build_sia_model, restart_factor
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.common import goodput_matrix, place_blind
@@ -87,6 +87,8 @@ class PolluxPolicy:
     _rng: np.random.Generator = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        check_seconds("time_limit", self.time_limit)
+        check_seconds("round_length", self.round_length)
         if self.mechanism not in POLLUX_MECHANISMS:
             raise InputError("mechanism", self.mechanism, f"choose one of {list(POLLUX_MECHANISMS)}")
         if self.speedup_base not in SPEEDUP_BASES:

@@ -8,12 +8,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from heteroplan.cluster import Cluster
+from heteroplan.errors import InputError, check_seconds
 from heteroplan.formulations.sia import (
     ConfigSet,
     SiaResult,
     build_sia_model,
     restart_factor,
 )
+from heteroplan.inputs import finite_number
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.common import current_config, goodput_matrix
 from heteroplan.policies.placement import place
@@ -53,6 +55,16 @@ class SiaPolicy:
     forking: bool = False
     last_result: SiaResult | None = field(default=None, repr=False)
     _configs: dict[int, ConfigSet] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:  # options are checked when given, not at the first round
+        if self.mode not in ("auto", "milp", "lp-round"):
+            raise InputError("mode", self.mode, "choose 'auto', 'milp' or 'lp-round'")
+        if self.scale_up_from not in ("max", "current"):
+            raise InputError("scale_up_from", self.scale_up_from, "choose 'max' or 'current'")
+        check_seconds("time_limit", self.time_limit)
+        check_seconds("round_length", self.round_length)
+        finite_number("mip_gap", self.mip_gap, low=0.0)
+        finite_number("scale_up", self.scale_up, low=1.0)
 
     def configs(self, cluster: Cluster) -> ConfigSet:
         key = id(cluster)

@@ -8,10 +8,14 @@ SIGTERM) cancels the cells not started and stops the workers.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import os
 import signal
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from typing import Any, Protocol
@@ -57,14 +61,43 @@ def _one_core_each() -> None:
     os.environ.setdefault("HETEROPLAN_SOLVER_THREADS", "1")
 
 
-def _ignore_sigint() -> None:  # workers leave Ctrl-C to the parent, which stops them
+def _worker_init(parent: int) -> None:
+    """Set up a worker: leave Ctrl-C to the parent (which stops the workers), one solver thread,
+    and exit when the sweep process dies (SIGKILL gives it no chance to stop its workers)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _one_core_each()
+    _exit_with(parent)
+
+
+def _exit_with(parent: int) -> None:
+    """End this process soon after process ``parent`` is gone: at once by ``PR_SET_PDEATHSIG``
+    when it is our parent on Linux, else within a second by polling (forkserver, macOS)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+        except (OSError, AttributeError):
+            pass
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(parent, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:  # alive, another user's: cannot happen for our parent
+                pass
+            if os.getppid() == 1:  # re-parented to init: whoever started us is gone
+                os._exit(1)
+
+    threading.Thread(target=watch, name="heteroplan-parent-watch", daemon=True).start()
 
 
 class ProcessExecutor:
     """Local worker processes (``concurrent.futures``, ``forkserver`` where available, else
-    ``spawn``: no state forked from the parent); ``workers`` defaults to every core."""
+    ``spawn``: no state forked from the parent); ``workers`` defaults to every core and is capped
+    at the cores (``requested`` keeps what was asked) and, per run, at the cells. Workers exit
+    when the sweep process dies, even by SIGKILL."""
 
     def __init__(self, workers: int | None = None, start_method: str | None = None) -> None:
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
@@ -73,14 +106,16 @@ class ProcessExecutor:
         method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
         if method not in methods:
             raise InputError("start_method", method, f"choose one of {methods}")
-        self.workers = workers or cores()
+        self.requested = workers
+        self.workers = min(workers or cores(), cores())  # CPU-bound cells: more processes only contend
         self.start_method = method
 
     def run(self, fn: CellRunner, cells: Sequence[CellSpec]) -> Iterator[dict[str, Any]]:
         if not cells:
             return
         ctx = multiprocessing.get_context(self.start_method)
-        pool = ProcessPoolExecutor(min(self.workers, len(cells)), mp_context=ctx, initializer=_ignore_sigint)
+        pool = ProcessPoolExecutor(min(self.workers, len(cells)), mp_context=ctx, initializer=_worker_init,
+                                   initargs=(os.getpid(),))
         futures: dict[Future[dict[str, Any]], CellSpec] = {pool.submit(fn, c): c for c in cells}
         clean = False
         try:

@@ -40,6 +40,7 @@ from typing import Any
 
 from heteroplan.cluster import PRESETS
 from heteroplan.errors import InputError
+from heteroplan.inputs import read_text
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.workload.sia import BUNDLED_WORKLOADS
 
@@ -60,6 +61,9 @@ Options = tuple[tuple[str, Any], ...]
 _TOP_KEYS = {"name", "simulator", "seeds", "jobs", "max_hours", "round", "workloads", "clusters", "policies",
              "fidelities"}
 _GENERATE_KEYS = {"jobs", "rate", "multi_gpu", "duration_scale"}
+MIN_ROUND_S = 10.0
+"""Shortest scheduling round (s) a sweep, ``simulate`` or ``hadar`` accepts: below it the round
+count explodes (``round = 0.001`` never answers) and no real scheduler reallocates GPUs that often."""
 
 
 def _options(field_name: str, value: object) -> Options:
@@ -227,10 +231,7 @@ class SweepSpec:
 def load_sweep(path: str | Path) -> SweepSpec:
     """Read a sweep TOML file; relative workload/cluster paths are relative to the file."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError("sweep", str(path), f"cannot read: {exc.strerror or exc}") from None
+    text = read_text(path, "sweep")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -261,6 +262,9 @@ def parse_sweep(data: Mapping[str, Any], base: str | Path = ".") -> SweepSpec:
         raise InputError("jobs", jobs, "must be an integer >= 1")
     max_hours = _positive("max_hours", data.get("max_hours"))
     round_length = _positive("round", data.get("round"))
+    if round_length is not None and round_length < MIN_ROUND_S:
+        raise InputError("round", round_length, f"must be >= {MIN_ROUND_S:g} seconds (a scheduling round, not a time step)")
+    name = _sweep_name(data.get("name", "sweep"))
     workloads = tuple(w for i, t in enumerate(_tables(data, "workloads")) for w in _workloads(i, t, simulator, base))
     clusters = tuple(_cluster(i, t, base) for i, t in enumerate(_tables(data, "clusters")))
     policies = tuple(_policy(i, t, simulator) for i, t in enumerate(_tables(data, "policies")))
@@ -272,8 +276,18 @@ def parse_sweep(data: Mapping[str, Any], base: str | Path = ".") -> SweepSpec:
         dup = sorted({x for x in items if items.count(x) > 1})
         if dup:
             raise InputError(f"{what}.label", dup[0], "labels must be unique (set label = ...)")
-    return SweepSpec(str(data.get("name", "sweep")), simulator, workloads, clusters, policies, fidelities,
+    return SweepSpec(name, simulator, workloads, clusters, policies, fidelities,
                      tuple(dict.fromkeys(seeds)), jobs, max_hours, round_length, dict(data))
+
+
+def _sweep_name(value: object) -> str:
+    """The sweep's name: one plain path component, as the default output folder ``sweeps/<name>``
+    must stay inside ``sweeps/`` (``"../x"``, ``"/tmp/x"``, ``""`` and ``"."`` are refused)."""
+    if not isinstance(value, str) or not value.strip() or value in (".", "..") or any(
+            c in value for c in "/\\\0") or value != value.strip():
+        raise InputError("name", value, "must be a non-empty name without '/', '\\' or '..' "
+                         "(it names the output folder sweeps/<name>)")
+    return value
 
 
 def _positive(field_name: str, value: object) -> float | None:
@@ -320,6 +334,11 @@ def _workloads(i: int, t: Mapping[str, Any], simulator: str, base: Path) -> list
             raise InputError(f"{where}.jobs", None, "say how many jobs to generate")
         if isinstance(params["jobs"], bool) or not isinstance(params["jobs"], int) or params["jobs"] < 1:
             raise InputError(f"{where}.jobs", params["jobs"], "must be an integer >= 1")
+        for key in ("rate", "duration_scale"):
+            if key in params:
+                _positive(f"{where}.{key}", params[key])
+        if not isinstance(params.get("multi_gpu", True), bool):
+            raise InputError(f"{where}.multi_gpu", params["multi_gpu"], "must be true or false")
         return [WorkloadSpec("generated", "gavel", family or "gavel", tuple(params.items()))]
     _only(where, t, {kind, "family"})
     if simulator != "sia":
@@ -335,8 +354,23 @@ def _workloads(i: int, t: Mapping[str, Any], simulator: str, base: Path) -> list
             out.append(WorkloadSpec("bundled", n, family or n.split("/")[0]))
         else:
             path = (base / n).resolve()
-            out.append(WorkloadSpec("file", str(path), family or path.stem, (), _digest(f"{where}.file", path)))
+            digest = _digest(f"{where}.file", path)
+            _check_workload_file(f"{where}.file", path)
+            out.append(WorkloadSpec("file", str(path), family or path.stem, (), digest))
     return out
+
+
+def _check_workload_file(field_name: str, path: Path) -> None:
+    """Read a workload CSV now, as its cells will (known applications, batch limits), so a bad
+    row fails the sweep file before any output exists instead of failing every cell."""
+    from heteroplan.perf.applications import APPLICATIONS
+    from heteroplan.workload.sia import read_sia_workload
+
+    limits = {name: app.max_batch_size for name, app in APPLICATIONS.items()}
+    try:
+        read_sia_workload(path, known_apps=set(APPLICATIONS), batch_limits=limits)
+    except InputError as exc:
+        raise InputError(f"{field_name}[{path.name}].{exc.field}", exc.value, exc.reason) from None
 
 
 def _cluster(i: int, t: Mapping[str, Any], base: Path) -> ClusterSpec:
@@ -350,11 +384,22 @@ def _cluster(i: int, t: Mapping[str, Any], base: Path) -> ClusterSpec:
     if "preset" in t:
         if t["preset"] not in PRESETS:
             raise InputError(f"{where}.preset", t["preset"], f"unknown preset; known: {sorted(PRESETS)}")
-        return ClusterSpec("preset", t["preset"], scale)
+        return _built(where, ClusterSpec("preset", t["preset"], scale))
     if not isinstance(t["file"], str):
         raise InputError(f"{where}.file", t["file"], "must be a path")
     path = (base / t["file"]).resolve()
-    return ClusterSpec("file", str(path), scale, _digest(f"{where}.file", path))
+    return _built(where, ClusterSpec("file", str(path), scale, _digest(f"{where}.file", path)))
+
+
+def _built(where: str, spec: ClusterSpec) -> ClusterSpec:
+    """``spec`` once its cluster builds (a bad file, a scale beyond the GPU limit fail here, before any cell runs)."""
+    from heteroplan.sim.sweep.cell import build_cluster
+
+    try:
+        build_cluster(spec)
+    except InputError as exc:
+        raise InputError(f"{where}.{spec.kind}", spec.name, str(exc)) from None
+    return spec
 
 
 def _policy(i: int, t: Mapping[str, Any], simulator: str) -> PolicySpec:

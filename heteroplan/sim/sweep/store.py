@@ -10,7 +10,6 @@ Layout of the output directory::
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError
+from heteroplan.inputs import read_json
 
 __all__ = ["ResultStore"]
 
@@ -39,13 +39,18 @@ class ResultStore:
 
     def load(self, key: str) -> dict[str, Any] | None:
         """The record of cell ``key``, or None (missing or unreadable: then it reruns)."""
+        path = self.path(key)
+        if not path.exists():
+            return None
         try:
-            return json.loads(self.path(key).read_text())
-        except FileNotFoundError:
+            record = read_json(path, "cell record")
+        except InputError as exc:  # truncated, not UTF-8, nested too deep, a 5000-digit number
+            log.warning("ignoring unreadable cell record: %s", exc)
             return None
-        except (OSError, json.JSONDecodeError) as exc:
-            log.warning("ignoring unreadable cell record %s: %s", self.path(key), exc)
+        if not isinstance(record, dict) or not isinstance(record.get("status"), str):
+            log.warning("ignoring cell record %s: not a record (no status)", path)
             return None
+        return record
 
     def status(self, key: str) -> str | None:
         record = self.load(key)
