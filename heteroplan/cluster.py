@@ -25,6 +25,11 @@ def _check_name(field_name: str, value: object) -> None:
         raise ClusterError(field_name, value, "must be a non-empty string")
 
 
+MAX_CLUSTER_GPUS = 1_000_000
+"""Most GPUs a cluster built from counts may have (ten times the largest training clusters):
+a count beyond it is a typo, and would build millions of node objects."""
+
+
 def _check_count(field_name: str, value: object, minimum: int = 0) -> None:
     strict_int(field_name, value, minimum, error=ClusterError)
 
@@ -234,11 +239,16 @@ class Cluster:
         """
         types = {t.name: t for t in gpu_types}
         nodes: list[Node] = []
+        total = 0
         for key, count in counts.items():
             gpu_type, zone = (key, "default") if isinstance(key, str) else key
             _check_count(f"counts[{key!r}]", count)
             if gpu_type not in types:
                 raise ClusterError(f"counts[{key!r}]", gpu_type, f"unknown GPU type; known: {sorted(types)}")
+            total += int(count)
+            if total > MAX_CLUSTER_GPUS:  # before building millions of node objects
+                raise ClusterError(f"counts[{key!r}]", count, f"the cluster would have {total:,} GPUs; at most "
+                                   f"{MAX_CLUSTER_GPUS:,} are modelled (check the count's units)")
             per_node = types[gpu_type].gpus_per_node
             full, rest = divmod(int(count), per_node)
             sizes = [per_node] * full + ([rest] if rest else [])
@@ -266,6 +276,11 @@ class Cluster:
                 nodes = tuple(Node(**n) for n in data["nodes"])
             except TypeError as exc:
                 raise ClusterError("nodes", data["nodes"], f"bad entry: {exc}") from None
+            if not nodes:
+                raise ClusterError("nodes", [], "the cluster has no GPUs")
+            if sum(n.num_gpus for n in nodes) > MAX_CLUSTER_GPUS:
+                raise ClusterError("nodes", f"{sum(n.num_gpus for n in nodes):,} GPUs",
+                                   f"at most {MAX_CLUSTER_GPUS:,} are modelled")
             return cls(types, nodes, zones, name)
         if "counts" in data:
             if not isinstance(data["counts"], Mapping):
@@ -279,7 +294,10 @@ class Cluster:
                     raise ClusterError(f"counts[{key!r}]", count, f"the same GPU type and zone as {seen[canonical]!r}")
                 seen[canonical] = key  # type: ignore[assignment]
                 counts[parsed] = count  # type: ignore[index]
-            return cls.from_counts(types, counts, name, zones)
+            cluster = cls.from_counts(types, counts, name, zones)
+            if cluster.num_gpus == 0:  # every job would be rejected, silently
+                raise ClusterError("counts", dict(data["counts"]), "the cluster has no GPUs")
+            return cluster
         raise ClusterError("nodes", None, "give either 'nodes' or 'counts'")
 
     @classmethod

@@ -11,12 +11,18 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import os
 from pathlib import Path
 from typing import Any
 
 from heteroplan.errors import InputError
 
-__all__ = ["read_text", "read_json", "finite_number", "strict_int"]
+__all__ = ["read_text", "read_json", "finite_number", "strict_int", "local_process_limit", "check_process_count",
+           "MIN_ROUND_S"]
+
+MIN_ROUND_S = 10.0
+"""Shortest scheduling round (s) a sweep, ``simulate`` or ``hadar`` accepts: below it the round
+count explodes (``--round 0.001`` never answers) and no real scheduler reallocates GPUs that often."""
 
 
 def read_text(path: str | Path, field: str = "path", error: type[InputError] = InputError) -> str:
@@ -93,3 +99,22 @@ def strict_int(field: str, value: object, low: int | None = None, error: type[In
     if low is not None and value < low:
         raise error(field, value, f"must be >= {low}")
     return value
+
+
+def local_process_limit() -> int:
+    """The most processes one command starts on this machine: 4 per usable core, at least 16
+    (a training rank or benchmark process per GPU; more only thrash a workstation)."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        usable = os.cpu_count() or 1
+    return max(16, 4 * usable)
+
+
+def check_process_count(field: str, count: int, error: type[InputError] = InputError) -> int:
+    """``count`` local processes, refused (naming ``field``) beyond :func:`local_process_limit`."""
+    limit = local_process_limit()
+    if count > limit:
+        raise error(field, count, f"asks for {count} processes on this machine; at most {limit} are started "
+                    "locally (4 per core): use a smaller plan, or torchrun across machines")
+    return count

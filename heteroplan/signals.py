@@ -25,7 +25,8 @@ class Interrupted(KeyboardInterrupt):
 class SignalGuard:
     """Turns SIGINT/SIGTERM into :class:`Interrupted` while active (main thread only);
     inside :meth:`deferred` a signal waits until the block ends, so a result's files are
-    written all or none."""
+    written all or none. Only the first signal is raised: later ones (a second Ctrl-C 20 ms
+    after the first) are ignored while the run writes what it kept (SIGKILL still stops it)."""
 
     def __init__(self) -> None:
         self._deferring = False
@@ -34,7 +35,9 @@ class SignalGuard:
         self.received: int | None = None
 
     def _handler(self, signum: int, frame: object) -> None:
-        self.received = self.received or signum
+        if self.received is not None:  # already stopping: a second Ctrl-C must not cut the cleanup short
+            return
+        self.received = signum
         if self._deferring:
             self._pending = self._pending or signum
             return

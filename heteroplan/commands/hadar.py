@@ -8,6 +8,8 @@ import sys
 
 from heteroplan.argtypes import integer, number
 from heteroplan.cluster import preset
+from heteroplan.inputs import MIN_ROUND_S
+from heteroplan.signals import Interrupted, SignalGuard
 
 POLICIES = ("hadar", "hadare", "gavel", "yarn-cs", "tiresias")
 
@@ -17,13 +19,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=integer(1), default=60, help="generated jobs (default 60)")
     p.add_argument("--rate", type=number(0), default=6.0, help="arrivals per hour (default 6)")
     p.add_argument("--seed", type=integer(0), default=0)
-    p.add_argument("--round", type=number(0), default=360.0, help="slot length in seconds (default 360)")
+    p.add_argument("--round", type=number(MIN_ROUND_S, strict=False), default=360.0, help="slot length in seconds (default 360)")
     p.add_argument("--policy", action="append", choices=POLICIES, help="repeatable; default all but tiresias")
     p.add_argument("--json", action="store_true", help="print one JSON object per policy's metrics")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from heteroplan.commands.simulate import warn_rejected
     from heteroplan.policies.registry import make_policy
     from heteroplan.sim.loop import simulate
     from heteroplan.workload.gavel import generate_workload, load_throughputs
@@ -38,12 +41,25 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         print(f"{'policy':>9} " + " ".join(f"{c:>20}" for c in cols) + f" {'unfinished':>10}")
     rows = {}
-    for name in names:
-        res = simulate(jobs, cluster, make_policy(name, round_length=args.round), progress=False)
-        m = res.summary()
-        rows[name] = {c: float(m[c]) for c in cols} | {"unfinished": len(res.unfinished)}
-        if not args.json:
-            print(f"{name:>9} " + " ".join(f"{m[c]:>20.3f}" for c in cols) + f" {len(res.unfinished):>10}", flush=True)
-    if args.json:
-        print(json.dumps(rows, indent=1))
+    stopped: Interrupted | None = None
+    with SignalGuard() as guard:  # SIGINT/SIGTERM: the policies that finished are still printed
+        try:
+            for name in names:
+                res = simulate(jobs, cluster, make_policy(name, round_length=args.round), progress=False)
+                warn_rejected(res)
+                m = res.summary()
+                rows[name] = {c: float(m[c]) for c in cols} | {"unfinished": len(res.unfinished)}
+                if not args.json:
+                    print(f"{name:>9} " + " ".join(f"{m[c]:>20.3f}" for c in cols) + f" {len(res.unfinished):>10}",
+                          flush=True)
+        except BaseException as exc:
+            stopped = guard.interruption(exc)
+            if stopped is None:
+                raise
+        if args.json:
+            print(json.dumps(rows, indent=1), flush=True)
+        if stopped is not None:
+            print(f"heteroplan hadar: interrupted by {stopped}; finished policies kept: {', '.join(rows) or 'none'}",
+                  file=sys.stderr)
+            return 128 + stopped.signum
     return 0

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from heteroplan.errors import InputError
+from heteroplan.inputs import check_process_count
 
 DEMO_NAME = "demo-mlp"
 TINY_GPT_NAME = "tiny-gpt"
@@ -94,6 +95,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.seq < 1:
         raise InputError("--seq", args.seq, "must be >= 1")
+    if not args.no_network:  # before any profiling: 500 processes on a workstation is a typo
+        if args.world_size < 2:
+            raise InputError("--world-size", args.world_size, "must be >= 2 (the network needs two processes)")
+        check_process_count("--world-size", args.world_size)
     name, model, make_input = builtin_model(args.seq)
     if args.calibrate and (name != TINY_GPT_NAME or args.device != "cpu" or args.no_network):
         raise InputError("--calibrate", True, "calibrates the built-in tiny GPT on CPU, with the network measured")

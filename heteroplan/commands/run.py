@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from heteroplan.argtypes import int_list, integer
 from heteroplan.errors import InputError
+from heteroplan.inputs import check_process_count
 from heteroplan.training_args import add_training_arguments, model_kwargs, run_config_kwargs
 
 
@@ -33,6 +35,7 @@ def generated_plan(args: argparse.Namespace, num_layers: int):
         raise InputError("--pp", args.pp, f"must be between 1 and the model's {num_layers} layers")
     if args.dp < 1:
         raise InputError("--dp", args.dp, "must be >= 1")
+    check_process_count("--pp x --dp", args.pp * args.dp)  # before building a plan of 100,000 replicas
     micro = tuple(args.microbatches) if args.microbatches else None
     per = micro or (2,) * args.dp
     bounds = [round(i * num_layers / args.pp) for i in range(args.pp + 1)]
@@ -50,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.plan:
         plan = load_plan(args.plan)
+        check_process_count("--plan", world_size(plan))  # one process per planned GPU
     else:
         plan = generated_plan(args, (args.layers if args.layers is not None else 4) + 2)
     model = model_kwargs(args, plan.num_layers, stage_tp(plan))
@@ -65,6 +69,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'step':>6} {'loss':>8} {'ms/iter':>9} {'sync ms':>8}", file=log)
     result = run_plan(plan, task, config, progress=lambda m: print(
         f"{m.step:6d} {m.loss:8.4f} {m.iteration_time * 1e3:9.1f} {m.sync_time * 1e3:8.2f}", file=log, flush=True))
+    diverged = next((i for i, loss in enumerate(result.losses) if not math.isfinite(loss)), None)
+    if diverged is not None:
+        _diverged(args, result, diverged)
+    code = exit_code(result)
     if args.json:
         print(json.dumps({
             "plan": plan.to_dict(), "processes": plan.num_gpus, "steps": result.final_step,
@@ -75,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
             "stopped_early": result.stopped_early,
             "pipeline": result.pipeline,
         }, indent=1))
-        return 0 if not result.stopped_early else 130
+        return code
     if result.steps:
         print(f"{plan.num_gpus} processes, median {result.median_iteration_time() * 1e3:.1f} ms/iteration, "
               f"loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}, wall {result.wall_time:.1f} s")
@@ -83,4 +91,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"stopped early at iteration {result.final_step} of {config.steps}")
     if result.checkpoint is not None:
         print(f"checkpoint: iteration {result.checkpoint.step} in {result.checkpoint.path}")
-    return 0 if not result.stopped_early else 130
+    return code
+
+
+def exit_code(result) -> int:
+    """0 when the run finished; 128 + the signal's number (130 SIGINT, 143 SIGTERM) when one stopped
+    it; 130 when it stopped early otherwise (``max_seconds``)."""
+    if not result.stopped_early:
+        return 0
+    return 128 + (result.extra.get("signal") or 2)
+
+
+def _diverged(args: argparse.Namespace, result, index: int) -> None:
+    """A loss that is not finite: training diverged; say so and fail (the InputError names --lr)."""
+    step = result.start_step + index + 1
+    raise InputError("--lr", args.lr, f"training diverged: the loss is {result.losses[index]} at iteration {step}; "
+                     "lower the learning rate")

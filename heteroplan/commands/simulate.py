@@ -21,6 +21,7 @@ from heteroplan.argtypes import integer, number
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.commands.outdir import writable_dir
+from heteroplan.inputs import MIN_ROUND_S
 from heteroplan.policies.registry import POLICIES, make_policy
 from heteroplan.signals import Interrupted, SignalGuard
 from heteroplan.sim.fidelity import SimFidelity
@@ -46,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser, default_policies: tuple[str, ...] 
     p.add_argument("--policy", action="append", choices=sorted(POLICIES),
                    help=f"policy to run (repeatable; default {', '.join(default_policies)})")
     p.add_argument("--jobs", type=integer(1), default=None, help="only the first N jobs of the workload (N >= 1)")
-    p.add_argument("--round", type=number(0), default=None,
+    p.add_argument("--round", type=number(MIN_ROUND_S, strict=False), default=None,
                    help="round length in seconds (default: the policy's own, 60 s for Sia, 360 s for Gavel)")
     p.add_argument("--max-hours", type=number(0), default=None,
                    help="stop after this many simulated hours (> 0; default 2160 = 90 days)")
@@ -100,9 +101,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"{len(jobs)} jobs of {args.workload} on {cluster.name} ({cluster.num_gpus} GPUs)",
           file=sys.stderr if args.json else sys.stdout)
     meta = run_metadata(args, cluster, jobs, policies)
+    earlier = earlier_results(out, meta, policies) if out is not None else {}
     fidelity = SimFidelity.ideal() if args.fidelity == "ideal" else SimFidelity()
     results: list[SimResult] = []
     stopped: Interrupted | None = None
+    # the guard stays up until run.json says how the run ended: a second signal cannot cut that short
     with SignalGuard() as guard:
         try:
             for name in policies:
@@ -110,9 +113,10 @@ def run(args: argparse.Namespace) -> int:
                                   max_time=args.max_hours * 3600 if args.max_hours is not None else None,
                                   progress=False if args.quiet or args.json else None, fidelity=fidelity)
                 results.append(result)
+                warn_rejected(result)
                 if out is not None:
                     with guard.deferred():  # the files of one result are written all or none
-                        write_result(out, result, results, meta, pending=policies[len(results):])
+                        write_result(out, result, results, meta, pending=policies[len(results):], earlier=earlier)
         except BaseException as exc:
             stopped = guard.interruption(exc)
             if stopped is None:
@@ -121,6 +125,11 @@ def run(args: argparse.Namespace) -> int:
             if out is not None and partial is not None:  # the policy that was running: what it had done
                 write_json_atomic(out / f"{partial.policy}.partial.json",
                                   {"meta": meta | {"interrupted": str(stopped)}, "result": partial.to_dict()}, default=float)
+            if out is not None:
+                done = [r.policy for r in results]
+                write_json_atomic(out / "run.json", meta | {"completed": list(earlier) + done,
+                                                            "pending": [p for p in policies if p not in done],
+                                                            "interrupted": str(stopped)})
     if args.json:
         print(json.dumps([r.summary() for r in results], indent=1, default=float))
     elif results:
@@ -132,20 +141,50 @@ def run(args: argparse.Namespace) -> int:
     if stopped is not None:
         done = ", ".join(r.policy for r in results) or "none"
         print(f"heteroplan simulate: interrupted by {stopped}; finished policies kept: {done}", file=sys.stderr)
-        if out is not None:
-            write_json_atomic(out / "run.json", meta | {"completed": [r.policy for r in results],
-                                                        "interrupted": str(stopped)})
         return 128 + stopped.signum
     return EXIT_STOPPED_EARLY if any(r.error for r in results) else 0
 
 
+def warn_rejected(result: SimResult, limit: int = 5) -> None:
+    """Say on stderr which jobs the policy could never run (also in results.json's ``rejected``)."""
+    if not result.rejected:
+        return
+    shown = "; ".join(f"{job}: {why}" for job, why in list(result.rejected.items())[:limit])
+    more = f" (and {len(result.rejected) - limit} more)" if len(result.rejected) > limit else ""
+    print(f"heteroplan: warning: {result.policy}: {len(result.rejected)} job(s) rejected, they can never run on "
+          f"this cluster: {shown}{more}", file=sys.stderr)
+
+
+def earlier_results(out: Path, meta: dict[str, Any], policies: list[str]) -> dict[str, Any]:
+    """The results already in ``out`` of other policies on the same inputs (kept in results.json
+    beside this run's); an ``out`` holding a run on other inputs or options is refused up front."""
+    from heteroplan.errors import InputError
+    from heteroplan.inputs import read_json
+
+    if not (out / "run.json").exists():
+        return {}
+    before = read_json(out / "run.json", "--out run.json")
+    same = ("inputs_sha256", "seed")
+    if not isinstance(before, dict) or any(before.get(k) != meta[k] for k in same) or \
+            {k: v for k, v in before.get("options", {}).items() if k != "policies"} != \
+            {k: v for k, v in meta["options"].items() if k != "policies"}:
+        raise InputError("--out", str(out), "holds the results of a run on other inputs or options; "
+                         "give another directory (or empty this one)")
+    stored = read_json(out / "results.json", "--out results.json") if (out / "results.json").exists() else {}
+    if not isinstance(stored, dict):
+        raise InputError("--out results.json", str(out / "results.json"), "is not a table of results")
+    return {name: value for name, value in stored.items() if name not in policies}
+
+
 def write_result(out: Path, result: SimResult, results: list[SimResult], meta: dict[str, Any],
-                 pending: list[str]) -> None:
-    """``<policy>.json`` for the newest result, then ``results.json`` and ``run.json`` for all so far."""
+                 pending: list[str], earlier: dict[str, Any] | None = None) -> None:
+    """``<policy>.json`` for the newest result, then ``results.json`` (``earlier`` runs' policies
+    kept) and ``run.json`` for all so far."""
+    earlier = earlier or {}
     write_json_atomic(out / f"{result.policy}.json", {"meta": meta, "result": result.to_dict()}, default=float)
-    write_json_atomic(out / "results.json", {r.policy: r.to_dict() for r in results}, default=float)
-    write_json_atomic(out / "run.json", meta | {"completed": [r.policy for r in results], "pending": pending},
-                      default=float)
+    write_json_atomic(out / "results.json", earlier | {r.policy: r.to_dict() for r in results}, default=float)
+    write_json_atomic(out / "run.json", meta | {"completed": list(earlier) + [r.policy for r in results],
+                                                "pending": pending}, default=float)
 
 
 def write_plots(out: Path, results: list[SimResult]) -> None:

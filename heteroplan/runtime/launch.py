@@ -22,6 +22,7 @@ import numpy as np
 import torch.multiprocessing as mp
 
 from heteroplan.errors import InputError, RankFailure, check_fraction
+from heteroplan.inputs import check_process_count
 from heteroplan.planner.plan import Plan
 from heteroplan.runtime.checkpoint import Checkpoint, check_writable, latest_checkpoint
 from heteroplan.runtime.config import RunConfig, StepMetrics
@@ -177,6 +178,8 @@ class RankProcesses:
 
     signalled: float | None = None
     """When (``time.monotonic()``) SIGTERM/SIGINT asked the run to stop; ``None``: it was not."""
+    signal_number: int | None = None
+    """Which signal that was (``signal.SIGTERM``...)."""
 
     @contextlib.contextmanager
     def _stop_on_signals(self):
@@ -189,6 +192,7 @@ class RankProcesses:
             if self.signalled is None:
                 log.warning("%s: stopping every rank", signal.Signals(signum).name)
                 self.signalled = time.monotonic()
+                self.signal_number = signum
                 self.stop()
 
         previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -236,6 +240,7 @@ class RunHandle(RankProcesses):
         if not isinstance(config, RunConfig):
             raise InputError("config", type(config).__name__, "must be a heteroplan.runtime.RunConfig")
         check_task(task, plan)
+        check_process_count("plan.num_gpus", world_size(plan))  # one process per planned GPU
         check_writable(config.checkpoint_dir)
         check_devices(plan, config)
         self.pipeline = pipeline_choice(plan, config)  # InputError here if config.pipeline cannot run the plan
@@ -259,7 +264,7 @@ class RunHandle(RankProcesses):
         final = max(self._done.values()) if self._done else self.start_step
         return RunResult(list(self._reports), final, self.start_step, latest_checkpoint(self.config.checkpoint_dir),
                          time.perf_counter() - self._t0, self.world_size, final < self.config.steps,
-                         {"signalled": self.signalled is not None}, self.pipeline.describe())
+                         {"signalled": self.signalled is not None, "signal": self.signal_number}, self.pipeline.describe())
 
 
 def check_task(task: TrainTask, plan: Plan | None = None, field: str = "plan.stages") -> None:

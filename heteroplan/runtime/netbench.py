@@ -26,6 +26,7 @@ import numpy as np
 
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError, check_int, check_int_list, check_seconds
+from heteroplan.inputs import check_process_count
 from heteroplan.perf.sailor_network import BandwidthCurve
 from heteroplan.runtime._networker import ping_pong
 
@@ -147,6 +148,7 @@ def measure_network(
     ``timeout_s`` seconds (they are terminated).
     """
     check_int("world_size", world_size, 2)
+    check_process_count("world_size", world_size)
     if backend not in BACKENDS:
         raise InputError("backend", backend, f"must be one of {BACKENDS}")
     sizes_t = check_int_list("sizes", sizes, 4, "message sizes in bytes")

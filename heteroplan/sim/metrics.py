@@ -118,7 +118,8 @@ class SimResult:
         """The papers' metrics over finished jobs.
 
         JCT, makespan (first arrival to last completion) and queuing delay in hours; GPU-hours
-        per job; restarts per job; utilization (GPU-seconds used / (GPUs x makespan));
+        per job; restarts per job; utilization (GPU-seconds used / (GPUs x the span from the first arrival to
+        the last finish, or to ``end_time`` while jobs are unfinished));
         finish-time fairness two ways: ``worst_ftf`` (Sia: JCT over the isolated time times
         the mean number of active jobs) and ``ftf_rho_mean`` / ``ftf_rho_max`` (Hadar, Themis
         rho: JCT over the isolated time with a 1/N share of the cluster's GPUs); policy time
@@ -130,6 +131,12 @@ class SimResult:
         makespan = max((j.finish_time for j in done), default=first) - first
         total_gpus = sum(self.capacity.values())
         used = sum(j.gpu_seconds for j in self.jobs)
+        # utilisation over the window every job's GPU-seconds lie in: from the first admitted arrival
+        # to the last finish, or to the end of the run while jobs are unfinished (the makespan of the
+        # finished jobs alone left out the time unfinished jobs held GPUs: 1.23 was reported)
+        unfinished = len(done) < len(self.jobs)
+        window = (max(max((j.finish_time for j in done), default=0.0), self.end_time if unfinished else 0.0)
+                  - min((j.arrival_time for j in self.jobs), default=0.0))
         finite = [j for j in done if np.isfinite(j.isolated_time) and j.isolated_time > 0]
         ftf = np.array([j.jct / (j.isolated_time * max(1.0, j.avg_active)) for j in finite])
         rho = np.array([j.jct / (j.isolated_time * max(1.0, j.avg_active * j.requested_gpus / max(total_gpus, 1)))
@@ -148,7 +155,7 @@ class SimResult:
             "avg_queuing_delay_h": float(queue.mean() / 3600) if queue.size else nan,
             "gpu_hours_per_job": used / 3600 / max(len(self.jobs), 1),
             "restarts_per_job": float(np.mean([j.restarts for j in self.jobs])) if self.jobs else 0.0,
-            "utilization": used / (total_gpus * makespan) if total_gpus and makespan > 0 else 0.0,
+            "utilization": used / (total_gpus * window) if total_gpus and window > 0 else 0.0,
             "worst_ftf": float(ftf.max()) if ftf.size else nan,
             "ftf_rho_mean": float(rho.mean()) if rho.size else nan,
             "ftf_rho_max": float(rho.max()) if rho.size else nan,

@@ -40,7 +40,7 @@ from typing import Any
 
 from heteroplan.cluster import PRESETS
 from heteroplan.errors import InputError
-from heteroplan.inputs import read_text
+from heteroplan.inputs import MIN_ROUND_S, read_text
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.workload.sia import BUNDLED_WORKLOADS
 
@@ -61,9 +61,6 @@ Options = tuple[tuple[str, Any], ...]
 _TOP_KEYS = {"name", "simulator", "seeds", "jobs", "max_hours", "round", "workloads", "clusters", "policies",
              "fidelities"}
 _GENERATE_KEYS = {"jobs", "rate", "multi_gpu", "duration_scale"}
-MIN_ROUND_S = 10.0
-"""Shortest scheduling round (s) a sweep, ``simulate`` or ``hadar`` accepts: below it the round
-count explodes (``round = 0.001`` never answers) and no real scheduler reallocates GPUs that often."""
 
 
 def _options(field_name: str, value: object) -> Options:
