@@ -1,0 +1,52 @@
+"""Audit (issue 36): ``heteroplan run`` and ``profile`` start a bounded number of local
+processes, exit 128 + signal number when stopped, and fail on a loss that is not finite."""
+
+from __future__ import annotations
+
+import signal
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install torch (CPU build)")
+
+from heteroplan.cli import main  # noqa: E402
+from heteroplan.commands.run import exit_code as run_exit_code  # noqa: E402
+from heteroplan.inputs import local_process_limit  # noqa: E402
+from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
+
+
+def cli_error(argv: list[str], capsys) -> str:
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2, argv
+    return capsys.readouterr().err
+
+
+def test_run_refuses_more_local_processes_than_the_machine_can_hold(tmp_path, capsys) -> None:
+    assert "--pp x --dp=100000" in cli_error(["run", "--pp", "1", "--dp", "100000"], capsys)
+    big = Plan("tiny-gpt", 1024, 1, (Stage(0, 6, (ReplicaGroup("cpu", "local", 1, 512),)),))
+    big.to_json(tmp_path / "plan.json")
+    assert "--plan=512" in cli_error(["run", "--plan", str(tmp_path / "plan.json")], capsys)
+    assert local_process_limit() < 512
+
+
+def test_profile_refuses_500_network_processes(tmp_path, capsys) -> None:
+    err = cli_error(["profile", "--out", str(tmp_path / "d"), "--world-size", "500"], capsys)
+    assert "--world-size=500" in err
+    assert not (tmp_path / "d").exists()  # refused before any profiling
+
+
+def test_run_exit_code_says_which_signal_stopped_it() -> None:
+    stopped = SimpleNamespace(stopped_early=True, extra={"signalled": True, "signal": signal.SIGTERM})
+    assert run_exit_code(stopped) == 143  # docs/errors.md: 130 SIGINT, 143 SIGTERM
+    assert run_exit_code(SimpleNamespace(stopped_early=True, extra={"signal": signal.SIGINT})) == 130
+    assert run_exit_code(SimpleNamespace(stopped_early=False, extra={})) == 0
+
+
+def test_a_diverging_run_fails_with_a_clear_error(capsys) -> None:
+    err = cli_error(["run", "--pp", "1", "--dp", "1", "--layers", "1", "--steps", "3", "--optimizer", "sgd",
+                     "--lr", "1e30", "--mbs", "2"], capsys)
+    assert "--lr=1e+30" in err and "diverged" in err
