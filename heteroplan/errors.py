@@ -36,6 +36,11 @@ class MissingDataError(InputError):
     the first simulated round); the message names the job, its application and the GPU types."""
 
 
+class ModelWarning(UserWarning):
+    """A model the solver will read differently from how it was written (a coefficient it
+    drops as zero, a bound it takes as infinite): the answer may change; rescale the model."""
+
+
 class PolicyError(HeteroplanError):
     """A scheduling policy failed (raised an exception or returned an invalid answer): a bug in
     the policy, not bad input. ``result`` holds what a simulation gathered before it, if any."""

@@ -584,7 +584,13 @@ class Model:
         shape = _as_shape(shape, f"variables[{name}].shape")
         given = []
         for field, value in (("lb", lb), ("ub", ub)):
-            arr = np.asarray(value, dtype=float)
+            try:
+                arr = np.asarray(value, dtype=float)
+            except (TypeError, ValueError):
+                raise ModelError(f"variables[{name}].{field}", value, "must be numbers (a scalar or an array)") from None
+            if np.any(arr == (np.inf if field == "lb" else -np.inf)):
+                raise ModelError(f"variables[{name}].{field}", value,
+                                 "a lower bound of +inf or an upper bound of -inf leaves no value")
             if arr.ndim and arr.shape != shape:
                 try:
                     np.broadcast_shapes(arr.shape, shape)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,16 @@ class PipelineBlock:
     pool: tuple[str, str]
     tp: int
     stages: int
+
+
+_FORMAT_KEYS = {"format", "format_version"}  # reserved for a plan-file format version
+
+
+def _known_keys(where: str, data: Mapping[str, Any], known: set[str]) -> None:
+    """A typo'd key (``microbatches_per_replicas``) is an error naming it, not silently ignored."""
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise InputError(f"{where}.{unknown[0]}", data[unknown[0]], f"unknown plan key; known: {sorted(known - _FORMAT_KEYS)}")
 
 
 @dataclass(frozen=True)
@@ -190,6 +200,10 @@ class Plan:
         ``4.5`` layers or ``tp: true`` are errors, not truncated (``8.0`` is read as 8)."""
         if not isinstance(data, Mapping):
             raise InputError("plan", type(data).__name__, "must be a JSON object")
+        _known_keys("plan", data, {f.name for f in fields(cls)} | _FORMAT_KEYS)
+        for i, s in enumerate(data.get("stages") or ()):
+            if isinstance(s, Mapping):
+                _known_keys(f"plan.stages[{i}]", s, {f.name for f in fields(Stage)})
         try:
             stages = tuple(
                 Stage(s["first_layer"], s["last_layer"], tuple(ReplicaGroup(**g) for g in s["replicas"]))

@@ -8,12 +8,14 @@ and simulator constants. ``dataclasses.replace`` gives variants (another pool, o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InputError
+from heteroplan.inputs import strict_int
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile, load_model_profile
 from heteroplan.planner.sim_config import (
@@ -65,6 +67,20 @@ class SearchOptions:
     max_split_dp_calls: int | None = 4096
     narrow_with_milp: bool = False
     config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS
+
+    def __post_init__(self) -> None:  # as the CLI refuses --max-pp 0: checked where the options enter
+        if self.max_pp is not None:
+            strict_int("options.max_pp", self.max_pp, 1)
+        if not 1 <= strict_int("options.max_blocks", self.max_blocks, 1) <= 3:
+            raise InputError("options.max_blocks", self.max_blocks, "must be 1, 2 or 3")
+        strict_int("options.patience", self.patience, 1)
+        if self.max_split_dp_calls is not None:
+            strict_int("options.max_split_dp_calls", self.max_split_dp_calls, 1)
+        for size in self.microbatch_sizes if self.microbatch_sizes is not None else ():
+            strict_int("options.microbatch_sizes", size, 1)
+        for name in ("span_zones", "mixed_stages", "prune", "narrow_with_milp"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"options.{name}", getattr(self, name), "must be True or False")
 
 
 @dataclass(frozen=True)
@@ -143,8 +159,13 @@ def _check_goal(gbs: int, objective: str, budget: float | None, min_throughput: 
     if isinstance(gbs, bool) or not isinstance(gbs, int) or gbs < 1:
         raise InputError("gbs", gbs, "must be an integer >= 1")
     for name, value in (("budget", budget), ("min_throughput", min_throughput)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0):
-            raise InputError(name, value, "must be a number > 0")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+                                  or not math.isfinite(value)):
+            raise InputError(name, value, "must be a finite number > 0")
+    if budget is not None and objective != "throughput":  # it would be ignored
+        raise InputError("budget", budget, f"applies to objective='throughput', not {objective!r}")
+    if min_throughput is not None and objective != "cost":
+        raise InputError("min_throughput", min_throughput, f"applies to objective='cost', not {objective!r}")
 
 
 def normalize_pool(

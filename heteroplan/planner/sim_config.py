@@ -29,6 +29,7 @@ import numpy as np
 
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError
+from heteroplan.inputs import read_json
 from heteroplan.perf.sailor_profiles import DATA_DIR, resolve_data_dir
 
 __all__ = [
@@ -114,6 +115,10 @@ class SimConfig:
                 raise InputError(f"SimConfig.{name}", value, "must be a finite number")
         if self.compute_scale <= 0:
             raise InputError("SimConfig.compute_scale", self.compute_scale, "must be > 0")
+        for name in ("bytes_per_param", "act_bytes_per_float", "grad_bytes_per_param", "act_comm_bytes_per_float",
+                     "overhead_gb", "working_layers", "logits_factor", "microbatch_overhead_s"):
+            if getattr(self, name) < 0:  # memory and time cannot be negative (it would plan into missing memory)
+                raise InputError(f"SimConfig.{name}", getattr(self, name), "must be >= 0")
         for name in ("transfer_latency_s", "allreduce_latency_s"):
             if getattr(self, name) < 0:
                 raise InputError(f"SimConfig.{name}", getattr(self, name), "must be >= 0 seconds")
@@ -305,10 +310,7 @@ def load_sim_config(data_dir: str | Path, gpu_type: str | None = None) -> SimCon
 
 @lru_cache(maxsize=16)
 def _load(path: str, mtime_ns: int, size: int) -> PlatformConfigs:
-    try:
-        values = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(path, "unreadable", f"not a JSON object of simulator constants: {exc}") from None
+    values = read_json(path, "sim_config")  # InputError: unreadable, not UTF-8, invalid, nested too deep
     try:
         return PlatformConfigs.from_dict(values, PROFILED_CONFIG, "sim_config")
     except InputError as exc:

@@ -17,11 +17,11 @@ rank of the sending stage takes the gradient from the receiving stage's rank ``t
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from heteroplan.errors import InputError
+from heteroplan.inputs import read_json
 from heteroplan.planner.plan import Plan
 
 __all__ = ["RankInfo", "rank_layout", "check_runnable", "stage_tp", "stage_start", "world_size", "neighbours", "load_plan"]
@@ -129,10 +129,7 @@ def neighbours(plan: Plan, me: RankInfo, direction: int, role: str) -> list[int]
 def load_plan(path: str | Path) -> Plan:
     """Read a plan file: what ``heteroplan plan --out`` or :meth:`Plan.to_json` writes, what
     ``heteroplan plan --json`` prints (the plan under ``"plan"``), or a Sailor ``plan_config_*.json``."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError("--plan", str(path), f"cannot read plan JSON: {exc}") from None
+    data = read_json(path, "--plan")  # InputError: unreadable, not UTF-8, invalid, nested too deep
     if isinstance(data, dict) and isinstance(data.get("plan"), dict) and "stages" not in data:
         data = data["plan"]
     if isinstance(data, dict) and "pipeline_list" in data:

@@ -269,6 +269,8 @@ def simulate(
         KeyboardInterrupt: passed on, with ``exc.result`` (``stop_reason="interrupted"``) attached.
     """
     policy = check_policy(policy)
+    if not isinstance(cluster, Cluster):
+        raise InputError("cluster", cluster, "must be a heteroplan.Cluster (heteroplan.cluster.preset(name) for a preset)")
     L = float(policy.round_length if round_length is None else round_length)
     if not (L > 0 and math.isfinite(L)):
         raise InputError("round_length", round_length, "must be a number of seconds > 0")

@@ -7,11 +7,12 @@ import os
 import sys
 import threading
 import time
+import warnings
 
 import highspy
 import numpy as np
 
-from heteroplan.errors import InputError, ModelError, SolverError
+from heteroplan.errors import InputError, ModelError, ModelWarning, SolverError
 from heteroplan.milp import Model, Solution, SolveStatus, StandardForm, relative_gap
 from heteroplan.solvers.registry import SolveOptions
 
@@ -95,9 +96,35 @@ def check_magnitudes(sf: StandardForm) -> None:
                          f"|coefficient| must be finite and < {INFINITE_COST:g}; rescale the model")
 
 
+SMALL_MATRIX_VALUE = 1e-9  # HiGHS's small_matrix_value: smaller entries are dropped
+INFINITE_BOUND = 1e20  # HiGHS's infinite_bound: larger bounds are taken as infinite
+
+
+def warn_numerics(sf: StandardForm) -> None:
+    """A :class:`ModelWarning` for what HiGHS would silently change: a nonzero constraint
+    coefficient below ``1e-9`` (dropped as 0) or a finite bound of ``1e20`` or more (taken as infinite)."""
+    data = np.abs(sf.A.data)
+    tiny = np.flatnonzero((data > 0) & (data < SMALL_MATRIX_VALUE))
+    if tiny.size:
+        k = int(tiny[0])
+        col = int(np.searchsorted(sf.A.indptr, k, side="right") - 1)
+        warnings.warn(f"{tiny.size} constraint coefficient(s) below {SMALL_MATRIX_VALUE:g} (first: row "
+                      f"{int(sf.A.indices[k])}, column {col} = {float(sf.A.data[k]):g}): HiGHS treats them as 0; "
+                      "rescale the model (units)", ModelWarning, stacklevel=4)
+    for what, bounds in (("variable bound", sf.col_lb), ("variable bound", sf.col_ub),
+                         ("row bound", sf.row_lb), ("row bound", sf.row_ub)):
+        huge = np.flatnonzero(np.isfinite(bounds) & (np.abs(bounds) >= INFINITE_BOUND))
+        if huge.size:
+            warnings.warn(f"{huge.size} {what}(s) of {INFINITE_BOUND:g} or more (first: index {int(huge[0])} = "
+                          f"{float(bounds[huge[0]]):g}): HiGHS treats them as infinite; pass inf, or rescale the model",
+                          ModelWarning, stacklevel=4)
+            return
+
+
 def build_highs(sf: StandardForm, relax: bool = False, verbose: bool = False) -> highspy.Highs:
     """A ``Highs`` object holding the model (column-wise arrays, no Python loop); quiet unless ``verbose``."""
     check_magnitudes(sf)
+    warn_numerics(sf)
     h = new_highs(verbose)
     A = sf.A  # column-wise, as HiGHS stores it
     integrality = np.zeros(sf.num_vars, dtype=np.int32) if relax else sf.integrality.astype(np.int32)

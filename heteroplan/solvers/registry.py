@@ -42,6 +42,10 @@ class Capabilities:
     verbose: bool = True
 
 
+MAX_THREADS = 1024
+"""Most solver threads a solve may ask for (a thread pool of 10**9 fails to allocate inside HiGHS)."""
+
+
 @dataclass(frozen=True)
 class SolveOptions:
     """One solve's options (see :func:`heteroplan.solvers.solve` for their meaning).
@@ -72,6 +76,11 @@ class SolveOptions:
             raise ModelError("mip_gap", self.mip_gap, "must be >= 0")
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1):
             raise ModelError("threads", self.threads, "must be a positive integer or None")
+        if self.threads is not None and self.threads > MAX_THREADS:  # 10**9: std::bad_alloc inside HiGHS
+            raise ModelError("threads", self.threads, f"must be at most {MAX_THREADS}")
+        for name in ("relax", "verbose"):  # relax="no" is truthy: it would solve the relaxation
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise ModelError(name, getattr(self, name), "must be True or False")
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,14 @@ from __future__ import annotations
 import csv
 import logging
 import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from heteroplan.errors import InputError
-from heteroplan.inputs import read_text
+from heteroplan.inputs import read_text, strict_int
 
 __all__ = ["JobSpec", "read_sia_workload", "bundled_workload", "BUNDLED_WORKLOADS"]
 
@@ -48,6 +49,22 @@ class JobSpec:
     num_replicas: int
     batch_size: int
     elastic: bool = True
+
+    def __post_init__(self) -> None:  # the API's entry point; CSV rows are checked with their row number first
+        if not isinstance(self.name, str) or not self.name:
+            raise InputError("JobSpec.name", self.name, "must be a non-empty string")
+        where = f"JobSpec[{self.name}]"
+        t = self.arrival_time
+        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not 0 <= t <= MAX_ARRIVAL:  # NaN fails too
+            raise InputError(f"{where}.arrival_time", t, f"must be between 0 and {MAX_ARRIVAL:g} seconds")
+        if not isinstance(self.application, str) or not self.application:
+            raise InputError(f"{where}.application", self.application, "must be an application name")
+        if strict_int(f"{where}.num_replicas", self.num_replicas, 1) > MAX_REPLICAS:
+            raise InputError(f"{where}.num_replicas", self.num_replicas, f"must be <= {MAX_REPLICAS} GPUs")
+        if strict_int(f"{where}.batch_size", self.batch_size, 1) > MAX_BATCH_SIZE:
+            raise InputError(f"{where}.batch_size", self.batch_size, f"must be <= {MAX_BATCH_SIZE} samples")
+        if not isinstance(self.elastic, bool):
+            raise InputError(f"{where}.elastic", self.elastic, "must be True or False")
 
 
 def _parse_row(row: dict[str, str], where: str, known_apps: set[str] | None,
