@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,14 +155,25 @@ def _read_columns(path: str | Path, required: Sequence[str]) -> dict[str, list[s
     path = Path(path)
     if not path.is_file():
         raise InputError("path", str(path), "no such file")
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", newline="") as fh:
-        reader = csv.DictReader(fh)
+    try:
+        data = path.read_bytes()
+        if path.suffix == ".gz":
+            data = gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError: a .gz that is not gzip
+        raise InputError("path", str(path), f"cannot read: {exc}") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError("path", str(path), f"not UTF-8 text (byte {exc.start})") from None
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
         header = [h.strip() for h in (reader.fieldnames or [])]
         for col in required:
             if col not in header:
                 raise InputError(f"{path.name}: column", col, f"missing (header: {header})")
         rows = list(reader)
+    except csv.Error as exc:
+        raise InputError("path", str(path), f"not a CSV file: {exc}") from None
     cols: dict[str, list[str]] = {c: [] for c in required}
     for row in rows:
         row = {k.strip(): v for k, v in row.items() if k is not None}

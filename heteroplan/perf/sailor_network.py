@@ -16,7 +16,6 @@ to the shipped file for any file the directory lacks.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from heteroplan.errors import InputError
+from heteroplan.inputs import read_json
 from heteroplan.perf.sailor_profiles import DATA_DIR, resolve_data_dir
 
 __all__ = ["BandwidthCurve", "NetworkModel", "load_network", "NETWORK_FILES"]
@@ -130,5 +130,14 @@ def load_network(data_dir: str | Path | None = None) -> NetworkModel:
 
 @lru_cache(maxsize=8)
 def _load_network(stamp: tuple) -> NetworkModel:
-    homo, multi, egress = (json.loads(Path(path).read_text()) for path, _, _ in stamp)
-    return NetworkModel(homo, multi, egress)
+    homo, multi, egress = (read_json(path, "network file") for path, _, _ in stamp)
+    for (path, _, _), data in zip(stamp, (homo, multi, egress), strict=True):
+        if not isinstance(data, dict):
+            raise InputError("network file", path, f"must be a JSON object, not {type(data).__name__}")
+    if not isinstance(homo.get("inter"), dict):
+        raise InputError("network file", stamp[0][0], "has no 'inter' table {gpu_type: {gpus: coefficients}}")
+    try:
+        return NetworkModel(homo, multi, egress)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:  # a file of another shape
+        raise InputError("network files", [path for path, _, _ in stamp],
+                         f"malformed ({type(exc).__name__}: {exc}); regenerate them with `heteroplan profile`") from None

@@ -15,7 +15,6 @@ layers ``[a, b)`` is ``prefix[b] - prefix[a]`` — O(1) and vectorizable over ma
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -24,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from heteroplan.errors import InputError
+from heteroplan.inputs import read_json
 
 __all__ = ["DATA_DIR", "ModelProfile", "available_models", "load_model_profile", "resolve_data_dir"]
 
@@ -138,7 +138,10 @@ def _llm_info_at(root: str, stamp: tuple) -> dict:
     path = Path(root) / "llm_info.json"
     if not path.is_file():
         return {}
-    return json.loads(path.read_text())
+    info = read_json(path, "llm_info.json")  # InputError: truncated, not UTF-8, nested too deep
+    if not isinstance(info, dict):
+        raise InputError("llm_info.json", str(path), f"must be a JSON object {{model: ...}}, not {type(info).__name__}")
+    return info
 
 
 def _llm_info(data_dir: str | Path | None = None) -> dict:
@@ -164,7 +167,14 @@ def _load_model_profile(model: str, root_str: str, stamp: tuple) -> ModelProfile
     info = _llm_info_at(root_str, _stamp([root / "llm_info.json"]))
     if model not in info or not (root / "profiles" / model).is_dir():
         raise InputError("model", model, f"unknown model; known: {list(available_models(root))}")
-    sizes = info[model]
+    try:
+        return _build_profile(model, root, info[model])
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:  # a file of another shape
+        raise InputError("profile data", f"{root}: {model}", f"malformed llm_info.json or profile file "
+                         f"({type(exc).__name__}: {exc}); regenerate it with `heteroplan profile`") from None
+
+
+def _build_profile(model: str, root: Path, sizes: dict) -> ModelProfile:
     tps = sorted(int(t) for t in sizes)
     num_layers = len(sizes[str(tps[0])])
 
@@ -177,7 +187,7 @@ def _load_model_profile(model: str, root_str: str, stamp: tuple) -> ModelProfile
     act_mem = {tp: layer_array(tp, "act_mem_floats") for tp in tps}
     compute: dict[tuple[str, int, int], np.ndarray] = {}
     for path in sorted((root / "profiles" / model).glob("*.json")):
-        data = json.loads(path.read_text())
+        data = read_json(path, "profile")
         for mbs, by_tp in data.items():
             for tp, layers in by_tp.items():
                 if len(layers) != num_layers:

@@ -91,10 +91,10 @@ def check_writable(root: str | Path | None) -> None:
 
 def _read_manifest(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text())  # not read_json: a manifest may hold a loss of NaN
         int(data["step"])
         int(data["num_layers"])
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, RecursionError) as exc:
         raise InputError("checkpoint manifest", str(path), f"is corrupt ({exc!r}); delete its directory") from None
     return data
 

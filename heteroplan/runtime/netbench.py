@@ -26,7 +26,7 @@ import numpy as np
 
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError, check_int, check_int_list, check_seconds
-from heteroplan.inputs import check_process_count
+from heteroplan.inputs import check_process_count, read_json
 from heteroplan.perf.sailor_network import BandwidthCurve
 from heteroplan.runtime._networker import ping_pong
 
@@ -102,7 +102,7 @@ class NetworkMeasurement:
 
         def read(name: str) -> dict:
             path = root / name
-            return json.loads(path.read_text()) if path.is_file() else {}
+            return read_json(path, "data_dir") if path.is_file() else {}
 
         entry = self.entry()
         homo = read("network_coeffs_all_homo.json")

@@ -21,7 +21,6 @@ On CUDA, times come from CUDA events between ``torch.cuda.synchronize`` calls; o
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import time
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError, check_int, check_int_list
+from heteroplan.inputs import read_json
 from heteroplan.runtime.config import OPTIMIZERS, RunConfig, make_optimizer
 from heteroplan.runtime.tensor_parallel import local_tensor
 
@@ -156,10 +156,7 @@ class LayerProfile:
 def _read_json(path: Path) -> dict:
     if not path.is_file():
         return {}
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise InputError("data_dir", str(path), f"existing file is not JSON: {exc}") from None
+    data = read_json(path, "data_dir")  # InputError: unreadable, not UTF-8, invalid, nested too deep
     if not isinstance(data, dict):
         raise InputError("data_dir", str(path), "existing file is not a JSON object")
     return data

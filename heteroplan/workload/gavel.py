@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from heteroplan.errors import InputError
+from heteroplan.inputs import read_json
 
 __all__ = [
     "GavelThroughputs",
@@ -104,14 +105,12 @@ def load_throughputs(path: str | Path | None = None) -> GavelThroughputs:
     original ``simulation_throughputs.json`` (keys ``"('job', scale)"`` -> ``{"null": v, ...}``;
     only the consolidated ``k80``/``p100``/``v100``-style keys without ``_unconsolidated``).
     """
-    try:
-        if path is None:
-            text = _SHIPPED.read_text()
-        else:
-            text = Path(path).read_text()
-        data = json.loads(text)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError("path", str(path), f"cannot read throughputs: {exc}") from None
+    if path is None:
+        data = json.loads(_SHIPPED.read_text())
+    else:
+        data = read_json(path, "throughputs")  # InputError: unreadable, not UTF-8, invalid, nested too deep
+    if not isinstance(data, dict):
+        raise InputError("throughputs", str(path), "must be a JSON object")
     if "throughputs" in data:
         return GavelThroughputs(data["throughputs"])
     table: dict[str, dict[str, dict[int, float]]] = {}
