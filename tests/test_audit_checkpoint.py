@@ -61,3 +61,13 @@ def test_a_truncated_metadata_is_an_input_error(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes()[:40])
     with pytest.raises(InputError, match="corrupt"):
         read_metadata(path)
+
+
+def test_a_checkpoint_of_another_model_width_is_a_clear_error(tmp_path: Path) -> None:
+    saved = saved_checkpoint(tmp_path)  # Linear(3, 2)
+    wider = torch.nn.Linear(5, 2)
+    with pytest.raises(InputError, match=r"weight of shape \(2, 3\).*\(2, 5\)"):
+        ckpt.load_state(saved, wider, torch.optim.Adam(wider.parameters()))
+    deeper = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    with pytest.raises(InputError, match="has no parameter '0.weight'"):
+        ckpt.load_state(saved, deeper, torch.optim.Adam(deeper.parameters()))

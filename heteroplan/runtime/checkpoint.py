@@ -177,11 +177,28 @@ def load_state(ckpt: Checkpoint, module: nn.Module, optimizer: torch.optim.Optim
 
     from heteroplan.runtime.dcp_safety import SafeLoadPlanner, SafeReader, read_metadata
 
-    read_metadata(ckpt.path / ".metadata")  # a clear InputError, not DCP's wrapped one
+    metadata = read_metadata(ckpt.path / ".metadata")  # a clear InputError, not DCP's wrapped one
     state = _state(module, optimizer)
+    _check_shapes(metadata, state["model"], ckpt.path)
     dcp.load(state, storage_reader=SafeReader(ckpt.path), planner=SafeLoadPlanner(), process_group=group)
     set_model_state_dict(module, state["model"])
     set_optimizer_state_dict(module, optimizer, state["optim"], options=StateDictOptions(flatten_optimizer_state_dict=True))
+
+
+def _check_shapes(metadata: Any, model_state: dict[str, Any], path: Path) -> None:
+    """:class:`InputError` when a parameter of the model is missing from the checkpoint or has
+    another (global) shape there: a checkpoint of another model width or depth."""
+    saved = metadata.state_dict_metadata
+    for name, value in model_state.items():
+        entry = saved.get(f"model.{name}")
+        if entry is None:
+            raise InputError("checkpoint", str(path), f"has no parameter {name!r} of the model: it was written "
+                             "for another model; resume with that model or use another checkpoint_dir")
+        size = getattr(entry, "size", None)
+        if size is not None and hasattr(value, "shape") and tuple(size) != tuple(value.shape):
+            raise InputError("checkpoint", str(path), f"holds {name} of shape {tuple(size)}, the model's is "
+                             f"{tuple(value.shape)}: it was written for another model (width); resume with "
+                             "that model or use another checkpoint_dir")
 
 
 def write_manifest(root: str | Path, step: int, num_layers: int, extra: dict[str, Any]) -> Checkpoint:
