@@ -10,7 +10,10 @@ import argparse
 import math
 from collections.abc import Callable
 
-__all__ = ["integer", "number", "fraction", "int_list"]
+__all__ = ["integer", "number", "fraction", "int_list", "MAX_TOKENS"]
+
+MAX_TOKENS = 65_536
+"""Longest sequence (tokens) the built-in tiny GPT is asked to run: a typo of 10**9 would fail to allocate."""
 
 
 def integer(low: int = 1, high: int | None = None) -> Callable[[str], int]:

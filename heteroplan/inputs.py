@@ -18,11 +18,15 @@ from typing import Any
 from heteroplan.errors import InputError
 
 __all__ = ["read_text", "read_json", "finite_number", "strict_int", "local_process_limit", "check_process_count",
-           "MIN_ROUND_S"]
+           "MIN_ROUND_S", "MAX_GENERATED_JOBS"]
 
 MIN_ROUND_S = 10.0
 """Shortest scheduling round (s) a sweep, ``simulate`` or ``hadar`` accepts: below it the round
 count explodes (``--round 0.001`` never answers) and no real scheduler reallocates GPUs that often."""
+
+MAX_GENERATED_JOBS = 100_000
+"""Most jobs ``hadar`` or a sweep's ``generate`` table draws (the largest published traces hold
+~100k jobs; a typo of 10**9 would fill memory before the first round)."""
 
 
 def read_text(path: str | Path, field: str = "path", error: type[InputError] = InputError) -> str:

@@ -8,18 +8,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from heteroplan.argtypes import integer, number
+from heteroplan.argtypes import MAX_TOKENS, integer, number
 
 __all__ = ["add_training_arguments", "run_config_kwargs", "model_kwargs"]
 
 
 def add_training_arguments(p: argparse.ArgumentParser, *, steps: int, optimizer: str, lr: float) -> None:
     """Add the flags that map to :class:`heteroplan.runtime.RunConfig` (defaults per caller)."""
-    p.add_argument("--layers", type=integer(1), default=None, help="tiny GPT blocks (>= 1; default: plan layers - 2; 4 for a generated plan)")
-    p.add_argument("--width", type=integer(1), default=None, help="hidden size d_model (default 32)")
-    p.add_argument("--heads", type=integer(1), default=None,
+    p.add_argument("--layers", type=integer(1, 1024), default=None, help="tiny GPT blocks (>= 1; default: plan layers - 2; 4 for a generated plan)")
+    p.add_argument("--width", type=integer(1, 65_536), default=None, help="hidden size d_model (default 32)")
+    p.add_argument("--heads", type=integer(1, 1024), default=None,
                    help="attention heads (default: the least common multiple of 2 and the plan's TP degrees)")
-    p.add_argument("--seq-len", type=integer(1), default=16, help="sequence length (tokens, default 16)")
+    p.add_argument("--seq-len", type=integer(1, MAX_TOKENS), default=16, help="sequence length (tokens, default 16)")
     p.add_argument("--steps", type=integer(1), default=steps, help=f"iterations to train (default {steps})")
     p.add_argument("--optimizer", default=optimizer, choices=("sgd", "adam"))
     p.add_argument("--lr", type=number(0), default=lr, help=f"learning rate (default {lr})")

@@ -198,3 +198,27 @@ def test_sia_options_are_checked_when_given(options, field) -> None:
 
     with pytest.raises(InputError, match=field):
         SiaPolicy(**options)
+
+
+@pytest.mark.parametrize(("argv", "flag"), [
+    (["hadar", "--jobs", "1000000000"], "--jobs"),
+    (["profile", "--out", "x", "--seq", "1000000000"], "--seq"),
+    (["profile", "--out", "x", "--repeats", "0"], "--repeats"),
+    (["profile", "--out", "x", "--world-size", "1"], "--world-size"),
+    (["run", "--width", "10000000"], "--width"),
+    (["run", "--layers", "100000"], "--layers"),
+    (["goodput", "cifar10", "--gpus", "100000000"], "--gpus"),
+])
+def test_sizes_that_would_exhaust_the_machine_are_refused(argv, flag, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert exit_code(argv) == 2
+    assert flag in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_sweep_of_a_million_cells_is_refused() -> None:
+    from heteroplan.sim.sweep import parse_sweep
+
+    with pytest.raises(InputError, match="cells"):
+        parse_sweep({"seeds": list(range(1_000_000)), "workloads": [{"bundled": "philly/workload-1"}],
+                     "clusters": [{"preset": "sia-64"}], "policies": [{"name": "fifo"}]})

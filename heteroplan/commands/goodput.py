@@ -47,7 +47,14 @@ def rows(app: str, gpus: list[int], progress: float, cluster: Cluster) -> list[d
 
 
 def run(args: argparse.Namespace) -> int:
+    from heteroplan.errors import InputError
+    from heteroplan.perf.applications import APPLICATIONS
+
     gpus = args.gpus
+    limit = int(APPLICATIONS[args.app].max_batch_size)  # every GPU needs at least one sample per step
+    if max(gpus) > limit:
+        raise InputError("--gpus", max(gpus), f"{args.app} takes at most {limit} samples per step, so at most "
+                         f"{limit} GPUs (one sample each)")
     cluster = preset(args.cluster) if args.cluster in PRESETS else Cluster.from_json(args.cluster)
     table = rows(args.app, gpus, args.progress, cluster)
     if args.json:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from heteroplan.argtypes import MAX_TOKENS, integer
 from heteroplan.errors import InputError
 from heteroplan.inputs import check_process_count
 
@@ -71,20 +72,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model-name", help=f"name of the profiled model (default: {TINY_GPT_NAME} or {DEMO_NAME})")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:<i>")
     p.add_argument("--mbs", default="1,2,4", help="microbatch sizes, comma-separated (default: 1,2,4)")
-    p.add_argument("--seq", type=int, default=64, help="sequence length of the built-in model's input (tokens)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed runs per measurement")
-    p.add_argument("--repeats", type=int, default=5, help="timed runs per measurement (median kept)")
-    p.add_argument("--sweeps", type=int, default=None,
+    p.add_argument("--seq", type=integer(1, MAX_TOKENS), default=64, help="sequence length of the built-in model's input (tokens)")
+    p.add_argument("--warmup", type=integer(0, 1000), default=2, help="untimed runs per measurement")
+    p.add_argument("--repeats", type=integer(1, 1000), default=5, help="timed runs per measurement (median kept)")
+    p.add_argument("--sweeps", type=integer(1, 1000), default=None,
                    help="interleaved passes over all sizes and layers, the fastest kept (default: 9 with --calibrate, "
                         "else 1; more on a machine whose speed drifts)")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd", help="optimizer whose step is timed")
     p.add_argument("--no-network", action="store_true", help="skip the network measurement")
-    p.add_argument("--world-size", type=int, default=2, help="processes for the network measurement")
+    p.add_argument("--world-size", type=integer(2), default=2, help="processes for the network measurement")
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="torch.distributed backend")
     p.add_argument("--calibrate", action="store_true",
                    help="then run calibration plans of the built-in tiny GPT with the runtime and fit the simulator "
                         "to them (writes sim_config.json)")
-    p.add_argument("--rounds", type=int, default=None,
+    p.add_argument("--rounds", type=integer(1, 100_000), default=None,
                    help="with --calibrate: visits of every calibration plan (default 30; plans take turns)")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of tables")
     p.set_defaults(func=run)

@@ -40,7 +40,7 @@ from typing import Any
 
 from heteroplan.cluster import PRESETS
 from heteroplan.errors import InputError
-from heteroplan.inputs import MIN_ROUND_S, read_text
+from heteroplan.inputs import MAX_GENERATED_JOBS, MIN_ROUND_S, read_text
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.workload.sia import BUNDLED_WORKLOADS
 
@@ -61,6 +61,7 @@ Options = tuple[tuple[str, Any], ...]
 _TOP_KEYS = {"name", "simulator", "seeds", "jobs", "max_hours", "round", "workloads", "clusters", "policies",
              "fidelities"}
 _GENERATE_KEYS = {"jobs", "rate", "multi_gpu", "duration_scale"}
+MAX_CELLS = 100_000  # simulations in one sweep: more is a typo (a seeds array of a million)
 
 
 def _options(field_name: str, value: object) -> Options:
@@ -269,6 +270,9 @@ def parse_sweep(data: Mapping[str, Any], base: str | Path = ".") -> SweepSpec:
     if simulator == "slotted" and "fidelities" in data:
         raise InputError("fidelities", fid_tables, "only the sia simulator has fidelity options")
     fidelities = tuple(_fidelity(i, t) for i, t in enumerate(_tables({"fidelities": fid_tables}, "fidelities")))
+    cells = len(workloads) * len(clusters) * len(policies) * len(fidelities) * len(set(seeds))
+    if cells > MAX_CELLS:
+        raise InputError("sweep", f"{cells:,} cells", f"at most {MAX_CELLS:,} cells in one sweep; split it")
     for what, items in (("policies", [p.label for p in policies]), ("fidelities", [f.label for f in fidelities])):
         dup = sorted({x for x in items if items.count(x) > 1})
         if dup:
@@ -329,8 +333,9 @@ def _workloads(i: int, t: Mapping[str, Any], simulator: str, base: Path) -> list
         params = {k: _plain(f"{where}.{k}", t[k]) for k in sorted(_GENERATE_KEYS) if k in t}
         if "jobs" not in params:
             raise InputError(f"{where}.jobs", None, "say how many jobs to generate")
-        if isinstance(params["jobs"], bool) or not isinstance(params["jobs"], int) or params["jobs"] < 1:
-            raise InputError(f"{where}.jobs", params["jobs"], "must be an integer >= 1")
+        if isinstance(params["jobs"], bool) or not isinstance(params["jobs"], int) or \
+                not 1 <= params["jobs"] <= MAX_GENERATED_JOBS:
+            raise InputError(f"{where}.jobs", params["jobs"], f"must be an integer in [1, {MAX_GENERATED_JOBS}]")
         for key in ("rate", "duration_scale"):
             if key in params:
                 _positive(f"{where}.{key}", params[key])
