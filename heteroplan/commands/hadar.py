@@ -17,7 +17,8 @@ POLICIES = ("hadar", "hadare", "gavel", "yarn-cs", "tiresias")
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("hadar", help="Hadar/HadarE vs Gavel, YARN-CS, Tiresias on a generated Gavel workload")
     p.add_argument("--jobs", type=integer(1, MAX_GENERATED_JOBS), default=60, help="generated jobs (default 60)")
-    p.add_argument("--rate", type=number(0), default=6.0, help="arrivals per hour (default 6)")
+    p.add_argument("--rate", type=number(1e-3, strict=False, high=1e6), default=6.0,
+                   help="arrivals per hour, in [0.001, 1e6] (default 6)")
     p.add_argument("--seed", type=integer(0), default=0)
     p.add_argument("--round", type=number(MIN_ROUND_S, strict=False), default=360.0, help="slot length in seconds (default 360)")
     p.add_argument("--policy", action="append", choices=POLICIES, help="repeatable; default all but tiresias")
