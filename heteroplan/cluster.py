@@ -288,6 +288,8 @@ class Cluster:
             counts: dict[str | tuple[str, str], int] = {}
             seen: dict[tuple[str, str], str] = {}
             for key, count in data["counts"].items():
+                if not isinstance(key, str) or not key:
+                    raise ClusterError(f"counts[{key!r}]", count, "keys are 'type' or 'type@zone' strings")
                 parsed = tuple(key.split("@", 1)) if "@" in key else key
                 canonical = parsed if isinstance(parsed, tuple) else (parsed, "default")
                 if canonical in seen:

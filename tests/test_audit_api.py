@@ -118,3 +118,31 @@ def test_simulate_needs_a_cluster_object() -> None:
 
     with pytest.raises(InputError, match="cluster='x'"):
         simulate([JobSpec("j", 0.0, "cifar10", 1, 128)], "x", make_policy("fifo"), progress=False)
+
+
+# ------------------------------------------------------------------ the second pass over the API
+def test_more_api_inputs_are_clear_errors() -> None:
+    from heteroplan.cluster import Cluster, preset
+    from heteroplan.policies.registry import make_policy
+    from heteroplan.sim.loop import simulate
+    from heteroplan.sim.sweep import parse_sweep
+    from heteroplan.workload.gavel import generate_workload
+
+    with pytest.raises(InputError, match="counts"):
+        Cluster.from_dict({"gpu_types": [{"name": "a", "memory_gb": 16, "gpus_per_node": 4}], "counts": {1: 4}})
+    with pytest.raises(ModelError, match="32-bit"):
+        Model().add_variables("x", 10**12)  # was a MemoryError for 7 TiB
+    with pytest.raises(InputError, match="lam"):
+        make_policy("sia", lam=math.nan)
+    with pytest.raises(InputError, match="p="):
+        make_policy("sia", p="x")
+    with pytest.raises(InputError, match="max_time"):
+        simulate([JobSpec("j", 0.0, "cifar10", 1, 128)], preset("sia-64"), make_policy("fifo"), max_time="1",
+                 progress=False)
+    with pytest.raises(InputError, match="num_jobs"):
+        generate_workload("2", 1.0)
+    with pytest.raises(InputError, match="duration_scale"):
+        generate_workload(2, 1.0, duration_scale=math.inf)
+    with pytest.raises(InputError, match="seeds"):
+        parse_sweep({"seeds": [-1], "workloads": [{"bundled": "philly/workload-1"}],
+                     "clusters": [{"preset": "sia-64"}], "policies": [{"name": "fifo"}]})

@@ -42,7 +42,13 @@ def _as_shape(shape: int | Sequence[int], field: str) -> Shape:
         raise ModelError(field, shape, "must be an int or a sequence of ints") from None
     if any(s < 0 for s in out) or any(int(s) != s for s in shape):
         raise ModelError(field, shape, "dimensions must be non-negative integers")
+    if math.prod(out) > MAX_BLOCK_SIZE:  # before numpy tries to allocate terabytes
+        raise ModelError(field, shape, f"{math.prod(out):,} entries; at most {MAX_BLOCK_SIZE:,} (HiGHS indexes "
+                         "columns and rows with 32-bit integers)")
     return out
+
+
+MAX_BLOCK_SIZE = 2**31 - 1
 
 
 def _size(shape: Shape) -> int:

@@ -64,6 +64,8 @@ class SiaPolicy:
         check_seconds("time_limit", self.time_limit)
         check_seconds("round_length", self.round_length)
         finite_number("mip_gap", self.mip_gap, low=0.0)
+        finite_number("p", self.p)
+        finite_number("lam", self.lam)
         finite_number("scale_up", self.scale_up, low=1.0)
 
     def configs(self, cluster: Cluster) -> ConfigSet:

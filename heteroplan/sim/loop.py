@@ -279,7 +279,7 @@ def simulate(
     if on_infeasible not in _ON_INFEASIBLE:
         raise InputError("on_infeasible", on_infeasible, f"choose one of {list(_ON_INFEASIBLE)}")
     max_time = DEFAULT_MAX_TIME if max_time is None else max_time
-    if not max_time > 0:
+    if isinstance(max_time, bool | str) or not max_time > 0:  # a string would fail deep in the loop
         raise InputError("max_time", max_time, "must be a number of seconds > 0")
     if fidelity is None:
         fidelity = SimFidelity()

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from heteroplan.errors import InputError
-from heteroplan.inputs import read_json
+from heteroplan.inputs import finite_number, read_json, strict_int
 
 __all__ = [
     "GavelThroughputs",
@@ -171,11 +171,10 @@ def generate_workload(
         reference_type: GPU type the sampled duration refers to.
         duration_scale: multiplies every sampled duration (1 = Gavel's distribution).
     """
-    if num_jobs < 0:
-        raise InputError("num_jobs", num_jobs, "must be >= 0")
-    if arrival_rate is not None and not arrival_rate > 0:
+    strict_int("num_jobs", num_jobs, 0)
+    if arrival_rate is not None and not finite_number("arrival_rate", arrival_rate) > 0:
         raise InputError("arrival_rate", arrival_rate, "must be > 0 jobs/hour or None")
-    if not duration_scale > 0:
+    if not finite_number("duration_scale", duration_scale) > 0:  # inf: jobs that never finish
         raise InputError("duration_scale", duration_scale, "must be > 0")
     tp = throughputs or load_throughputs()
     tp._check_gpu(reference_type)

@@ -253,8 +253,9 @@ def parse_sweep(data: Mapping[str, Any], base: str | Path = ".") -> SweepSpec:
     seeds = data.get("seeds", [0])
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         seeds = [seeds]
-    if not isinstance(seeds, list) or not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
-        raise InputError("seeds", seeds, "must be a non-empty array of integers")
+    if not isinstance(seeds, list) or not seeds or any(isinstance(s, bool) or not isinstance(s, int) or s < 0
+                                                       for s in seeds):
+        raise InputError("seeds", seeds, "must be a non-empty array of integers >= 0 (random seeds)")
     jobs = data.get("jobs")
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise InputError("jobs", jobs, "must be an integer >= 1")
