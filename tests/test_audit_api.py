@@ -50,7 +50,7 @@ def test_a_typo_in_a_plan_key_is_an_error_naming_it() -> None:
     assert Plan.from_dict(PLAN).global_batch_size == 8
 
 
-@pytest.mark.parametrize("name", ["overhead_gb", "working_layers", "bytes_per_param", "microbatch_overhead_s"])
+@pytest.mark.parametrize("name", ["overhead_gb", "working_layers", "bytes_per_param", "logits_factor"])
 def test_negative_memory_or_time_constants_are_refused(tmp_path, name) -> None:
     with pytest.raises(InputError, match=name):
         SimConfig(**{name: -1.0})

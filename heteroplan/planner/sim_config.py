@@ -116,8 +116,8 @@ class SimConfig:
         if self.compute_scale <= 0:
             raise InputError("SimConfig.compute_scale", self.compute_scale, "must be > 0")
         for name in ("bytes_per_param", "act_bytes_per_float", "grad_bytes_per_param", "act_comm_bytes_per_float",
-                     "overhead_gb", "working_layers", "logits_factor", "microbatch_overhead_s"):
-            if getattr(self, name) < 0:  # memory and time cannot be negative (it would plan into missing memory)
+                     "overhead_gb", "working_layers", "logits_factor"):
+            if getattr(self, name) < 0:  # memory cannot be negative (it would plan into missing memory)
                 raise InputError(f"SimConfig.{name}", getattr(self, name), "must be >= 0")
         for name in ("transfer_latency_s", "allreduce_latency_s"):
             if getattr(self, name) < 0:
