@@ -222,3 +222,13 @@ def test_a_sweep_of_a_million_cells_is_refused() -> None:
     with pytest.raises(InputError, match="cells"):
         parse_sweep({"seeds": list(range(1_000_000)), "workloads": [{"bundled": "philly/workload-1"}],
                      "clusters": [{"preset": "sia-64"}], "policies": [{"name": "fifo"}]})
+
+
+def test_plan_out_writes_through_a_symlink(tmp_path) -> None:
+    target = tmp_path / "real.json"
+    target.write_text("{}")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    assert exit_code(["plan", "--model", "OPT-350", "--gbs", "64", "--gpus", "A100-40=8", "--out", str(link)]) == 0
+    assert link.is_symlink()  # the link is kept, not replaced by a file
+    assert json.loads(target.read_text())["global_batch_size"] == 64

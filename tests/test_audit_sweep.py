@@ -87,6 +87,12 @@ def test_sweep_files_that_are_not_utf8_are_input_errors(tmp_path) -> None:
     path.write_bytes(b'name = "\xff"\n')
     with pytest.raises(InputError, match="UTF-8"):
         load_sweep(path)
+    path.write_text("x = " + "[" * 10_000 + "]" * 10_000 + "\n")
+    with pytest.raises(InputError, match="nested"):
+        load_sweep(path)
+    path.write_text("jobs = " + "7" * 5000 + "\n")
+    with pytest.raises(InputError, match="digits"):
+        load_sweep(path)
 
 
 @pytest.mark.parametrize("text", ['{"key": "k", "status": "ok"', "[" * 10_000 + "]" * 10_000,

@@ -234,6 +234,10 @@ def load_sweep(path: str | Path) -> SweepSpec:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError("sweep", str(path), f"not valid TOML: {exc}") from None
+    except RecursionError:
+        raise InputError("sweep", str(path), "not valid TOML: nested too deeply") from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        raise InputError("sweep", str(path), f"not valid TOML: {exc}") from None
     data.setdefault("name", path.stem)
     return parse_sweep(data, base=path.parent)
 
