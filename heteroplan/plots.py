@@ -7,7 +7,7 @@ in notebooks and scripts alike; pass ``path`` to save a PNG.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,8 @@ import numpy as np
 
 from heteroplan.errors import InputError
 
-__all__ = ["jct_cdf", "jct_cdf_of", "gpus_over_time", "pipeline_timeline", "cost_throughput_front", "save"]
+__all__ = ["jct_cdf", "jct_cdf_of", "gpus_over_time", "pipeline_timeline", "cost_throughput_front", "policy_colors",
+           "save"]
 
 
 def _axes(ax: Any = None):
@@ -47,30 +48,56 @@ def save(fig: Any, path: str | Path | None) -> Any:
     return fig
 
 
+def policy_colors(policies: Iterable[str]) -> dict[str, str]:
+    """A stable colour per policy: the sorted distinct names take the ``tab10`` colours in turn
+    (``tab20`` beyond ten), so every figure drawn from the same set of policies agrees, whatever
+    order or subset each figure draws them in. Pass the whole run's policies when a figure may
+    lack some of them."""
+    import matplotlib
+
+    names = sorted(set(policies))
+    cmap = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"]
+    return {name: matplotlib.colors.to_hex(cmap(i % cmap.N)) for i, name in enumerate(names)}
+
+
 def jct_cdf(results: Sequence[Any], ax: Any = None, path: str | Path | None = None,
-            title: str | None = None) -> Any:
+            title: str | None = None, colors: Mapping[str, Any] | None = None) -> Any:
     """CDF of job completion times (hours, log scale) for several simulation results.
 
     The log axis is labelled in plain hours (0.1, 1, 10), not powers of ten; the title names
-    the cluster and job count unless ``title`` is given.
+    the cluster and job count unless ``title`` is given; ``colors`` as in :func:`jct_cdf_of`.
     """
     if title is None and results:
         title = f"JCT CDF: {len(results[0].jobs)} jobs on {results[0].cluster}"
-    return jct_cdf_of({res.policy: [j.jct for j in res.finished()] for res in results}, ax, path, title)
+    return jct_cdf_of({res.policy: [j.jct for j in res.finished()] for res in results}, ax, path, title, colors)
 
 
 def jct_cdf_of(jcts: Mapping[str, Sequence[float]], ax: Any = None, path: str | Path | None = None,
-               title: str | None = None) -> Any:
-    """CDF of job completion times (given in seconds, drawn in hours, log scale), one line per label."""
-    from matplotlib.ticker import FuncFormatter
+               title: str | None = None, colors: Mapping[str, Any] | None = None) -> Any:
+    """CDF of job completion times (given in seconds, drawn in hours, log scale), one line per label.
+
+    ``colors``: label -> colour (default :func:`policy_colors` of the labels). Ticks read as
+    plain numbers; when the times span less than a decade the intermediate ticks (2, 3, 5 x
+    a power of ten) are labelled too, so the axis always shows at least two values.
+    """
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     fig, ax = _axes(ax)
+    colors = colors if colors is not None else policy_colors(jcts)
+    low, high = np.inf, -np.inf
     for label, values in jcts.items():
         jct = np.sort(np.asarray(values, dtype=float)) / 3600
+        jct = jct[np.isfinite(jct) & (jct > 0)]
         if jct.size:
-            ax.step(jct, np.arange(1, jct.size + 1) / jct.size, where="post", label=label)
+            ax.step(jct, np.arange(1, jct.size + 1) / jct.size, where="post", label=label, color=colors.get(label))
+            low, high = min(low, jct[0]), max(high, jct[-1])
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(FuncFormatter(_plain_number))
+    if np.isfinite(low) and high / low < 10:  # under a decade: label 2, 3, 5 x 10^k as well
+        ax.xaxis.set_minor_locator(LogLocator(base=10, subs=(2.0, 3.0, 5.0)))
+        ax.xaxis.set_minor_formatter(FuncFormatter(_plain_number))
+    else:
+        ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("job completion time (h, log scale)")
     ax.set_ylabel("fraction of jobs finished")
     ax.set_ylim(0, 1.02)

@@ -265,15 +265,105 @@ def test_summary_t_interval_known_values():
     import pandas as pd
 
     table = pd.DataFrame({"cluster": "c", "fidelity": "f", "policy": "p", "family": "philly", "status": "ok",
-                          "avg_jct_h": [1.0, 2.0, 3.0], "seed": [0, 1, 2]})
+                          "workload": "philly/workload-1", "avg_jct_h": [1.0, 2.0, 3.0], "seed": [0, 1, 2]})
     row = summarize(table).set_index("metric").loc["avg_jct_h"]
-    # mean 2, s = 1, t_{0.975, 2} = 4.302653 -> half-width 4.302653 / sqrt(3) = 2.484138
+    # mean 2, s = 1, t_{0.975, 2} = 4.302653 -> half-width 4.302653 / sqrt(3) = 2.484138 -> low clipped at 0
     assert row["n"] == 3 and row["mean"] == 2.0
-    assert row["ci_low"] == pytest.approx(2 - 2.484138, abs=1e-6)
+    assert row["ci_low"] == 0.0 and row["ci_method"] == "t, clipped to [0, inf]"
     assert row["ci_high"] == pytest.approx(2 + 2.484138, abs=1e-6)
     assert "seed" not in set(summarize(table)["metric"])
-    one = summarize(table.iloc[:1]).set_index("metric").loc["avg_jct_h"]
-    assert one["n"] == 1 and np.isnan(one["ci_low"])
+    shifted = table.assign(avg_jct_h=table["avg_jct_h"] + 10)  # far from 0: the plain t-interval
+    row = summarize(shifted).set_index("metric").loc["avg_jct_h"]
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((12 - 2.484138, 12 + 2.484138), abs=1e-6)
+    assert row["ci_method"] == "t"
+    for n in (1, 2):  # no interval below 3 values
+        few = summarize(table.iloc[:n]).set_index("metric").loc["avg_jct_h"]
+        assert few["n"] == n and np.isnan(few["ci_low"]) and np.isnan(few["ci_high"]) and few["ci_method"] == ""
+
+
+def test_summary_is_per_workload_and_inside_each_metric_range():
+    """Two workloads x three seeds: one interval per workload (n = 3), never pooled, and every
+    interval within its metric's physical range (utilisation in [0, 1], times >= 0)."""
+    import pandas as pd
+
+    from heteroplan.sim.quantities import quantity
+    from heteroplan.sim.sweep.results import format_summary
+
+    rows = []
+    for workload, (jct, util) in {"philly/workload-1": ([0.1, 0.2, 4.0], [0.99, 0.6, 0.97]),
+                                  "philly/workload-2": ([9.0, 1.0, 1.2], [0.1, 0.02, 0.5])}.items():
+        for seed in range(3):
+            rows.append({"cluster": "c", "fidelity": "f", "policy": "p", "family": "philly", "workload": workload,
+                         "seed": seed, "status": "ok", "avg_jct_h": jct[seed], "utilization": util[seed]})
+    summary = summarize(pd.DataFrame(rows))
+    assert len(summary) == 4 and set(summary["n"]) == {3}
+    assert sorted(set(summary["workload"])) == ["philly/workload-1", "philly/workload-2"]
+    for _, r in summary.iterrows():
+        q = quantity(r["metric"])
+        assert q.lower <= r["ci_low"] <= r["mean"] <= r["ci_high"] <= q.upper
+    util = summary[summary["metric"] == "utilization"].set_index("workload")
+    assert util.loc["philly/workload-1", "ci_high"] == 1.0  # the raw t-interval crosses 1
+    text = format_summary(summary)
+    assert "philly/workload-1" in text and "philly/workload-2" in text and "clipped" in text
+
+
+def test_sweep_of_two_workloads_by_three_seeds_prints_per_workload_intervals(tmp_path, capsys):
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('name = "ci"\nsimulator = "slotted"\nseeds = [0, 1, 2]\n'
+                     '[[workloads]]\ngenerate = "gavel"\njobs = 6\nrate = 6.0\nfamily = "a"\n'
+                     '[[workloads]]\ngenerate = "gavel"\njobs = 8\nrate = 20.0\nfamily = "b"\n'
+                     '[[clusters]]\npreset = "gavel-108"\n[[policies]]\nname = "fifo"\n'
+                     '[[policies]]\nname = "yarn-cs"\n')
+    assert main(["sweep", str(sweep), "--out", str(tmp_path / "out"), "--inprocess", "--quiet", "--plots"]) == 0
+    out = capsys.readouterr().out
+    import pandas as pd
+
+    summary = pd.read_csv(tmp_path / "out" / "summary.csv", keep_default_na=False, na_values=[""])
+    assert len(set(summary["workload"])) == 2 and set(summary["n"]) == {3}
+    from heteroplan.sim.quantities import quantity
+
+    for _, r in summary.iterrows():
+        q = quantity(r["metric"])
+        assert q.lower <= r["ci_low"] <= r["ci_high"] <= q.upper, r.to_dict()
+    assert "Student-t interval" in out
+
+
+def test_figures_of_one_sweep_give_each_policy_one_colour(tiny_inprocess):
+    import matplotlib.colors as mcolors
+
+    from heteroplan.sim.sweep import plot_jct_cdf
+
+    _, report = tiny_inprocess
+    summary = report.summary()
+    colors = {}
+    for metric in ("avg_jct_h", "utilization"):
+        ax = plot_bars(summary, metric).axes[0]
+        handles, labels = ax.get_legend_handles_labels()
+        for handle, label in zip(handles, labels, strict=True):
+            colors.setdefault(label, set()).add(mcolors.to_hex(handle.patches[0].get_facecolor()))
+        assert "avg_jct_h" not in ax.get_title() and "utilization" not in ax.get_ylabel()
+        assert "(" in ax.get_ylabel() and ax.get_ylabel() in ax.get_title()  # a unit, on the axis and title
+    for line in plot_jct_cdf(report.records()).axes[0].lines:
+        colors.setdefault(line.get_label(), set()).add(mcolors.to_hex(line.get_color()))
+    assert set(colors) == {"fifo", "tiresias", "sia-lp"}
+    assert all(len(c) == 1 for c in colors.values()), colors
+    assert len({next(iter(c)) for c in colors.values()}) == 3
+
+
+def test_jct_cdf_under_a_decade_labels_plain_ticks():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from heteroplan.plots import jct_cdf_of
+
+    fig = jct_cdf_of({"a": [0.2 * 3600, 0.25 * 3600, 0.45 * 3600]})
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    low, high = ax.get_xlim()
+    labels = [t.get_text() for t in ax.get_xticklabels(minor=True) + ax.get_xticklabels()
+              if low <= t.get_position()[0] <= high and t.get_text()]
+    assert len(labels) >= 2 and not any("10^" in t or "times" in t for t in labels), labels
+    assert {"0.2", "0.3"} <= set(labels)
 
 
 def test_bars_show_the_summary_means(tiny_inprocess):
@@ -325,3 +415,4 @@ def test_docs_page_code_runs():
     exec(compile(blocks[0], "sweeps.md", "exec"), namespace)  # noqa: S102 - our own docs
     assert namespace["report"].computed == 6
     assert set(namespace["summary"]["family"]) == {"philly", "saturn"}
+    assert set(namespace["summary"]["workload"]) == {"philly/workload-1", "philly/workload-2", "saturn/workload-1"}

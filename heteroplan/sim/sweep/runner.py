@@ -69,7 +69,7 @@ class SweepReport:
         return results_table(self.records())
 
     def summary(self, **kwargs: Any) -> Any:
-        """Mean and 95% interval per (cluster, fidelity, policy, family) (see :func:`summarize`)."""
+        """Mean over seeds and 95% interval (n >= 3) per (cluster, fidelity, policy, workload) (see :func:`summarize`)."""
         return summarize(self.table(), **kwargs)
 
 
@@ -163,7 +163,10 @@ def _write_results(report: SweepReport, plots: bool) -> None:
         return
     import matplotlib.pyplot as plt
 
+    from heteroplan.plots import policy_colors
+
+    colors = policy_colors(p.label for p in report.spec.policies)  # one colour per policy in every figure
     for metric in ("avg_jct_h", "p99_jct_h", "makespan_h", "gpu_hours_per_job", "utilization"):
         if metric in set(summary["metric"]):
-            plt.close(plot_bars(summary, metric, path=report.out / f"bars_{metric}.png"))
-    plt.close(plot_jct_cdf(records, path=report.out / "jct_cdf.png"))
+            plt.close(plot_bars(summary, metric, path=report.out / f"bars_{metric}.png", colors=colors))
+    plt.close(plot_jct_cdf(records, path=report.out / "jct_cdf.png", colors=colors))

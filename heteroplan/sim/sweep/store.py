@@ -5,7 +5,7 @@ Layout of the output directory::
     sweep.json            the sweep's name, source tables, version and cell keys
     cells/<key>.json      one record per cell (written atomically when the cell finishes)
     results.csv           the tidy table, a row per cell (+ results.parquet with pyarrow)
-    summary.csv           mean and 95% interval per (policy, workload family)
+    summary.csv           mean over seeds and 95% interval (n >= 3) per (policy, workload)
 """
 
 from __future__ import annotations
