@@ -171,6 +171,57 @@ def test_exports_round_trip(tmp_path) -> None:
     assert len(xs) == m.num_vars and len(prob.constraints) >= m.num_rows
 
 
+def _facility_model():
+    m = Model("facility")
+    opened = m.binary("open", 4)
+    flow = m.continuous("flow", (4, 3), ub=10)
+    m.add_constraints(flow.sum(axis=0) >= np.array([3.0, 4.0, 5.0]), "demand")
+    m.add_constraints(flow.sum(axis=1) <= 10 * opened, "capacity")
+    m.minimize(7 * opened.sum() + flow.sum())
+    return m
+
+
+def test_exports_keep_names_and_read_back_to_the_same_model(tmp_path) -> None:
+    from heteroplan.solvers.exports import file_names
+
+    m = _facility_model()
+    ref = solve(m, mip_gap=0)
+    cols, rows = file_names(m.variable_names()), file_names(m.row_names())
+    assert cols[:2] == ["open(0)", "open(1)"] and "flow(1,2)" in cols and rows[-1] == "capacity(3)"
+    for path in (write_lp(m, tmp_path / "m"), write_mps(m, tmp_path / "m")):
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        assert h.readModel(str(path)) == highspy.HighsStatus.kOk
+        lp = h.getLp()
+        assert (lp.num_col_, lp.num_row_) == (m.num_vars, m.num_rows), path.suffix
+        assert [h.getColName(j)[1] for j in range(m.num_vars)] == cols, path.suffix
+        assert [h.getRowName(i)[1] for i in range(m.num_rows)] == rows, path.suffix
+        h.setOptionValue("mip_rel_gap", 0.0)
+        h.run()
+        assert _close(h.getInfo().objective_function_value, ref.objective), path.suffix
+        assert "c0" not in path.read_text().split()
+
+
+def test_file_names_are_one_to_one_and_valid() -> None:
+    from heteroplan.solvers.exports import file_names
+
+    names = file_names(["a b[0]", "a_b(0)", "1x", "e1", "x[1,2]", "é"])
+    assert len(set(names)) == len(names)
+    assert names[0] == "a_b(0)" and names[1].startswith("a_b(0)~")
+    assert names[2] == "_1x" and names[3] == "_e1" and names[4] == "x(1,2)" and names[5] == "_"
+
+
+def test_integer_blocks_come_back_as_integers() -> None:
+    m = _facility_model()
+    for backend in ("highs", "scipy"):
+        sol = solve(m, backend=backend, mip_gap=0)
+        opened = sol["open"]
+        assert opened.dtype == np.int64, backend
+        assert set(opened.tolist()) <= {0, 1} and not np.signbit(opened).any()
+        assert sol["flow"].dtype == np.float64
+    assert solve(m, relax=True)["open"].dtype == np.float64  # the relaxation: fractions allowed
+
+
 def test_bad_solve_arguments() -> None:
     m = random_milp(1, 3, 1)
     with pytest.raises(ModelError, match="backend"):

@@ -89,4 +89,19 @@ def solve(
     chosen = get_backend(backend)
     options = SolveOptions(time_limit, mip_gap, threads, relax, warm_start, algorithm, verbose)
     chosen.check(model, options)
-    return chosen.solve(model, options)
+    solution = chosen.solve(model, options)
+    if not relax:
+        solution.values = integral_values(model, solution.values)
+    return solution
+
+
+def integral_values(model: Model, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``values`` with every integer block's values as integers (``int64``, rounded to the
+    nearest: a solver's ``0.9999999`` or ``-0.`` of a binary comes back as ``1`` or ``0``);
+    continuous blocks, and integer blocks with values beyond 2**53, as they are."""
+    out = dict(values)
+    for name, block in model.variables.items():
+        v = out.get(name)
+        if block.integer and v is not None and v.size and np.all(np.abs(v) < 2.0**53):
+            out[name] = np.rint(v).astype(np.int64)
+    return out

@@ -17,7 +17,7 @@ import scipy.sparse as sp
 from heteroplan.errors import ModelError
 from heteroplan.milp import Model
 
-__all__ = ["to_scipy", "to_pulp", "to_cvxpy", "write_lp", "write_mps", "write_model"]
+__all__ = ["to_scipy", "to_pulp", "to_cvxpy", "write_lp", "write_mps", "write_model", "file_names"]
 
 
 def to_scipy(model: Model, relax: bool = False) -> dict[str, Any]:
@@ -126,7 +126,11 @@ def to_cvxpy(model: Model, relax: bool = False) -> tuple[Any, Any]:
 
 def write_model(model: Model, path: str | Path) -> Path:
     """Write the model in the format of the file suffix (``.lp`` or ``.mps``) through HiGHS;
-    returns the path written. Missing parent directories are created."""
+    returns the path written. Missing parent directories are created.
+
+    Variables and rows keep their names in the file, spelled as the formats allow
+    (:func:`file_names`: ``open[0]`` becomes ``open(0)``, ``flow[1,2]`` ``flow(1,2)``); reading the
+    file back with HiGHS gives the same model, optimum and names."""
     import highspy
 
     from heteroplan.solvers.highs import build_highs
@@ -141,9 +145,40 @@ def write_model(model: Model, path: str | Path) -> Path:
     except OSError as exc:
         raise ModelError("path", str(path), f"cannot create its directory: {exc.strerror or exc}") from None
     h = build_highs(model.to_standard_form())
+    for j, name in enumerate(file_names(model.variable_names())):
+        h.passColName(j, name)
+    for i, name in enumerate(file_names(model.row_names())):
+        h.passRowName(i, name)
     if h.writeModel(str(path)) == highspy.HighsStatus.kError or not path.exists():
         raise ModelError("path", str(path), "HiGHS could not write the file there")
     return path
+
+
+# Characters a CPLEX LP name may hold besides letters and digits (HiGHS's LP reader and writer
+# follow it; brackets are not among them). Anything else becomes "_".
+_LP_NAME_CHARS = frozenset("!\"#$%&()/,.;?@_`'{}|~")
+_MAX_NAME = 255
+
+
+def file_names(names: list[str]) -> list[str]:
+    """Names as an LP or MPS file can hold them, one-to-one: ``[ ]`` -> ``( )``, other characters
+    outside the LP format's set -> ``_``, a leading digit, ``.`` or an exponent-like ``e``/``E``
+    prefixed with ``_``; a name that collides after that gets ``~k`` (its position) appended."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for k, name in enumerate(names):
+        text = "".join(c if c.isascii() and (c.isalnum() or c in _LP_NAME_CHARS) else _BRACKETS.get(c, "_")
+                       for c in name)[:_MAX_NAME] or "_"
+        if text[0].isdigit() or text[0] == "." or (text[0] in "eE" and (len(text) == 1 or not text[1].isalpha())):
+            text = "_" + text
+        if text in seen:
+            text = f"{text}~{k}"
+        seen.add(text)
+        out.append(text)
+    return out
+
+
+_BRACKETS = {"[": "(", "]": ")"}
 
 
 def _file_in(path: str | Path, model: Model, suffix: str) -> Path:
