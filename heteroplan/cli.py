@@ -2,7 +2,9 @@
 
 Each subcommand lives in its own module under :mod:`heteroplan.commands` exposing
 ``register(subparsers)``; this file only wires them together. Exit codes: 0 done, 1 no
-command, 2 bad input, 3 a simulation stopped early, 130/143 interrupted (docs/errors.md).
+command, 2 bad input, 3 a simulation stopped early, 130/143 interrupted, 141 stdout's reader
+went away (docs/errors.md). With ``--json`` a command prints exactly one JSON document on stdout
+(notes and progress go to stderr).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -35,6 +38,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; a reader that closes the pipe early (``| head -1``) ends it quietly
+    with exit code 141 (128 + SIGPIPE), as a shell tool killed by SIGPIPE would."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit as "Exception ignored ..."
+        return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+# Exit code when stdout's reader went away (a shell reports 128 + SIGPIPE for such a command).
+EXIT_BROKEN_PIPE = 141
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real descriptor (captured in tests)
+        pass
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.verbose:

@@ -68,3 +68,89 @@ def test_hadar_command_compares_policies(capsys) -> None:
     assert all(r[-1] == "0" for r in rows.values())  # every job finished
     # On a lightly loaded cluster, forking onto idle GPUs can only shorten jobs.
     assert float(rows["hadare"][0]) <= float(rows["hadar"][0])
+
+
+# ---------------------------------------------------------------- safe to script
+def _walk(parser, path=("heteroplan",)):
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _walk(sub, (*path, name))
+        else:
+            yield path, action
+
+
+def test_every_option_of_every_command_has_help() -> None:
+    import argparse
+
+    from heteroplan.cli import build_parser
+
+    actions = list(_walk(build_parser()))
+    assert len({p for p, _ in actions}) >= 10  # the top level and every command
+    missing = [(" ".join(p), a.option_strings or a.dest) for p, a in actions
+               if not a.help or a.help == argparse.SUPPRESS]
+    assert missing == []
+
+
+def test_every_command_with_json_has_the_flag_documented_as_one_document() -> None:
+    from heteroplan.cli import build_parser
+
+    with_json = {p[-1] for p, a in _walk(build_parser()) if "--json" in a.option_strings}
+    assert {"clusters", "simulate", "sweep", "hadar", "plan", "goodput"} <= with_json
+
+
+def test_clusters_json_is_one_document_for_all_presets(capsys) -> None:
+    from heteroplan.cluster import PRESETS
+
+    assert main(["clusters", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)  # one document ("Extra data" before)
+    assert set(data) == set(PRESETS)
+    assert sum(n["num_gpus"] for n in data["gavel-108"]["nodes"]) == 108
+
+
+def test_json_output_is_strict_json() -> None:
+    import math
+
+    import numpy as np
+
+    from heteroplan.commands.jsonout import to_json_text
+
+    text = to_json_text({"a": float("nan"), "b": [np.float64(1.5), np.int64(2), math.inf], "c": np.arange(2)})
+    assert json.loads(text) == {"a": None, "b": [1.5, 2, None], "c": [0, 1]}
+
+
+@pytest.mark.parametrize("argv", [["clusters", "--json"], ["clusters"], ["clusters", "sia-64", "--json"]])
+def test_a_closed_pipe_ends_the_command_quietly(argv) -> None:
+    """`heteroplan ... | head -1`: the reader is gone before the command writes (a pipe whose
+    read end is closed): no traceback, exit code 141 (128 + SIGPIPE)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    read, write = os.pipe()
+    os.close(read)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    try:
+        proc = subprocess.run([sys.executable, "-m", "heteroplan", *argv], stdout=write, stderr=subprocess.PIPE,
+                              text=True, env=env, cwd=root, timeout=120)
+    finally:
+        os.close(write)
+    assert proc.stderr == "" and proc.returncode == 141, proc.stderr
+
+
+def test_clusters_json_pipes_into_a_json_reader() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    cmd = (f"{sys.executable} -m heteroplan clusters --json | "
+           f"{sys.executable} -c \"import json,sys; print(len(json.load(sys.stdin)))\"")
+    proc = subprocess.run(cmd, shell=True, capture_output=True, text=True, env=env, cwd=root, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "3", proc.stderr

@@ -326,6 +326,11 @@ def test_sweep_of_two_workloads_by_three_seeds_prints_per_workload_intervals(tmp
         q = quantity(r["metric"])
         assert q.lower <= r["ci_low"] <= r["ci_high"] <= q.upper, r.to_dict()
     assert "Student-t interval" in out
+    # --json: one document (the rerun resumes: nothing computed), the same summary rows
+    assert main(["sweep", str(sweep), "--out", str(tmp_path / "out"), "--inprocess", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["cells"], doc["skipped"], doc["computed"], doc["failed"]) == (12, 12, 0, 0)
+    assert len(doc["summary"]) == len(summary) and {r["n"] for r in doc["summary"]} == {3}
 
 
 def test_figures_of_one_sweep_give_each_policy_one_colour(tiny_inprocess):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 import numpy as np
 
 from heteroplan.argtypes import fraction, int_list
 from heteroplan.cluster import PRESETS, Cluster, preset
+from heteroplan.commands.jsonout import print_json
 from heteroplan.perf.applications import APPLICATIONS
 from heteroplan.perf.sia_data import true_model
 
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = preset(args.cluster) if args.cluster in PRESETS else Cluster.from_json(args.cluster)
     table = rows(args.app, gpus, args.progress, cluster)
     if args.json:
-        print(json.dumps(table, indent=1))
+        print_json(table)
         return 0
     print(f"{args.app} at progress {args.progress:.2f} (goodput in M0-equivalent samples/s)")
     print(f"{'type':8s} {'GPUs':>4s} {'nodes':>5s} {'goodput':>12s} {'batch':>6s} "

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from heteroplan.argtypes import integer, number
 from heteroplan.cluster import preset
+from heteroplan.commands.jsonout import print_json
 from heteroplan.inputs import MAX_GENERATED_JOBS, MIN_ROUND_S
 from heteroplan.signals import Interrupted, SignalGuard
 
@@ -19,10 +19,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=integer(1, MAX_GENERATED_JOBS), default=60, help="generated jobs (default 60)")
     p.add_argument("--rate", type=number(1e-3, strict=False, high=1e6), default=6.0,
                    help="arrivals per hour, in [0.001, 1e6] (default 6)")
-    p.add_argument("--seed", type=integer(0), default=0)
+    p.add_argument("--seed", type=integer(0), default=0, help="seed of the generated workload (default 0)")
     p.add_argument("--round", type=number(MIN_ROUND_S, strict=False), default=360.0, help="slot length in seconds (default 360)")
     p.add_argument("--policy", action="append", choices=POLICIES, help="repeatable; default all but tiresias")
-    p.add_argument("--json", action="store_true", help="print one JSON object per policy's metrics")
+    p.add_argument("--json", action="store_true", help="print one JSON object: each policy's metrics by name")
     p.set_defaults(func=run)
 
 
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             if stopped is None:
                 raise
         if args.json:
-            print(json.dumps(rows, indent=1), flush=True)
+            print_json(rows)
         if stopped is not None:
             print(f"heteroplan hadar: interrupted by {stopped}; finished policies kept: {', '.join(rows) or 'none'}",
                   file=sys.stderr)

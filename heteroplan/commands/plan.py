@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
 from pathlib import Path
 
 from heteroplan.argtypes import integer, number
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.cluster import PRESETS, Cluster, preset
+from heteroplan.commands.jsonout import print_json
 from heteroplan.errors import InputError
 from heteroplan.planner.api import plan
 from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions
@@ -39,7 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--gpus", help="available GPUs: TYPE@ZONE=COUNT,... (e.g. A100-40@us-central1-a=64)")
     src.add_argument("--cluster", help=f"preset ({', '.join(PRESETS)}) or cluster JSON file")
-    p.add_argument("--objective", choices=OBJECTIVES, default="throughput")
+    p.add_argument("--objective", choices=OBJECTIVES, default="throughput",
+                   help="maximize iterations/s (throughput; default, optionally under --budget) or minimize $ per "
+                   "iteration (cost; optionally above --min-throughput)")
     p.add_argument("--budget", type=number(0), help="max $ per iteration (throughput objective only)")
     p.add_argument("--min-throughput", type=number(0), help="min iterations/s (cost objective only)")
     p.add_argument("--max-pp", type=integer(1), help="deepest pipeline to try (>= 1)")
@@ -73,5 +75,8 @@ def run(args: argparse.Namespace) -> int:
             write_json_atomic(Path(args.out), result.plan.to_dict())
         except OSError as exc:
             raise InputError("--out", args.out, f"cannot write the plan: {exc}") from None
-    print(json.dumps(result.to_dict(), indent=2) if args.json else result.describe())
+    if args.json:
+        print_json(result.to_dict())
+    else:
+        print(result.describe())
     return 0

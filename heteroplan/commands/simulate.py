@@ -20,6 +20,7 @@ from heteroplan import __version__
 from heteroplan.argtypes import integer, number
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.cluster import PRESETS, Cluster, preset
+from heteroplan.commands.jsonout import print_json
 from heteroplan.commands.outdir import writable_dir
 from heteroplan.inputs import MIN_ROUND_S
 from heteroplan.policies.registry import POLICIES, make_policy
@@ -131,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
                                                             "pending": [p for p in policies if p not in done],
                                                             "interrupted": str(stopped)})
     if args.json:
-        print(json.dumps([r.summary() for r in results], indent=1, default=float))
+        print_json([r.summary() for r in results])
     elif results:
         print(compare_table(results))
     if out is not None and results:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from heteroplan.argtypes import integer
+from heteroplan.commands.jsonout import print_json
 from heteroplan.sim.sweep import SweepReport, load_sweep, run_sweep
 from heteroplan.sim.sweep.executors import cores
 from heteroplan.sim.sweep.results import format_summary
@@ -27,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-retry", action="store_true", help="keep failed cells as they are instead of rerunning them")
     p.add_argument("--plots", action="store_true", help="also write bars_<metric>.png and jct_cdf.png")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON document (counts, output folder, failed cells, the summary's rows) "
+                   "instead of the table; no progress bar")
     p.set_defaults(func=run)
 
 
@@ -39,10 +43,14 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     try:
         report = run_sweep(spec, out, executor=executor, workers=args.workers, ray_address=args.ray,
-                           progress=False if args.quiet else None, retry_failed=not args.no_retry, plots=args.plots)
+                           progress=False if args.quiet or args.json else None, retry_failed=not args.no_retry,
+                           plots=args.plots)
     except KeyboardInterrupt as exc:
         print(f"heteroplan sweep: {exc}", file=sys.stderr)
         return 130
+    if args.json:
+        print_json(_as_json(report))
+        return 0 if report.failed == 0 else 3
     print(f"{spec.name}: {report.cells} cells: {report.skipped} already done, {report.computed} computed, "
           f"{report.failed} failed, in {report.wall_s:.1f} s on {report.workers} workers")
     print(format_summary(report.summary(metrics=_headline(report))))
@@ -51,6 +59,18 @@ def run(args: argparse.Namespace) -> int:
             print(f"! {record['key']} {record['labels']}: {record['error']}", file=sys.stderr)
     print(f"wrote {out / 'results.csv'}, {out / 'summary.csv'} and {out / 'cells'}/")
     return 0 if report.failed == 0 else 3
+
+
+def _as_json(report: SweepReport) -> dict:
+    """The run's counts, where its files are, its failed cells and the summary (a row per group
+    and metric: n, mean, ci_low, ci_high, ci_method)."""
+    return {
+        "name": report.spec.name, "out": str(report.out), "cells": report.cells, "skipped": report.skipped,
+        "computed": report.computed, "failed": report.failed, "wall_s": report.wall_s, "workers": report.workers,
+        "failed_cells": [{"key": r["key"], "labels": r["labels"], "error": r["error"]}
+                         for r in report.records() if r["status"] != "ok"],
+        "summary": report.summary().to_dict(orient="records"),
+    }
 
 
 def _headline(report: SweepReport) -> list[str]:
