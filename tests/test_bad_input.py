@@ -212,5 +212,5 @@ def test_write_lp_and_mps_into_a_directory_write_inside_it(tmp_path) -> None:
     target.mkdir()
     lp, mps = write_lp(small_model(), target), write_mps(small_model(), target)
     assert lp == target / "small.lp" and mps == target / "small.mps"
-    assert "r2: +1 c2 <= +5" in lp.read_text()  # the model, not an empty file
+    assert "cap(2): +1 x(2) <= +5" in lp.read_text()  # the model (with its names), not an empty file
     assert sorted(p.name for p in tmp_path.iterdir()) == ["models"]  # no sibling models.lp

@@ -5,6 +5,10 @@ Every stage has the same data-parallel degree ``dp``; pipeline replica ``d`` run
 the ``d``-th replica of every stage (replica groups expanded in order). Replicas may
 differ in GPU type and zone; ``microbatches_per_replica`` lets faster replicas take
 more microbatches so all finish together (heterogeneous data parallelism).
+
+Plan files (:meth:`Plan.to_json`) are format version 2: each stage's ``"layers": [first, last]``
+includes both ends, as :meth:`Plan.describe` prints them. Version-1 files (no
+``format_version``; ``first_layer`` and an exclusive ``last_layer``) still read.
 """
 
 from __future__ import annotations
@@ -65,7 +69,9 @@ class ReplicaGroup:
 
 @dataclass(frozen=True)
 class Stage:
-    """Layers ``[first_layer, last_layer)`` run on the replica groups ``replicas``."""
+    """Layers ``[first_layer, last_layer)`` (``last_layer`` excluded, as in ``range``) run on the
+    replica groups ``replicas``; plan files (version 2) write them as ``layers: [first, last]``,
+    both included, the way :meth:`Plan.describe` prints them."""
 
     first_layer: int
     last_layer: int
@@ -192,18 +198,32 @@ class Plan:
 
     # -------------------------------------------------------------- serialize
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The plan-file form, format version 2: each stage's ``layers`` is ``[first, last]``,
+        both included, as :meth:`describe` prints them ("layers 0-33")."""
+        data = asdict(self)
+        data["stages"] = [_stage_v2(st) for st in data["stages"]]
+        return {"format_version": FORMAT_VERSION, **data}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Plan:
         """Build from :meth:`to_dict`'s form. Numbers are taken as written: ``8.9`` samples,
-        ``4.5`` layers or ``tp: true`` are errors, not truncated (``8.0`` is read as 8)."""
+        ``4.5`` layers or ``tp: true`` are errors, not truncated (``8.0`` is read as 8).
+
+        Version 2 (``"format_version": 2``) stages give ``"layers": [first, last]``, both
+        included; files without ``format_version`` are version 1, whose stages give
+        ``first_layer`` and an exclusive ``last_layer`` (read as before)."""
         if not isinstance(data, Mapping):
             raise InputError("plan", type(data).__name__, "must be a JSON object")
         _known_keys("plan", data, {f.name for f in fields(cls)} | _FORMAT_KEYS)
-        for i, s in enumerate(data.get("stages") or ()):
+        v1 = _as_v1(data)
+        for i, s in enumerate(v1.get("stages") or ()):
             if isinstance(s, Mapping):
                 _known_keys(f"plan.stages[{i}]", s, {f.name for f in fields(Stage)})
+        return cls._from_v1(v1)
+
+    @classmethod
+    def _from_v1(cls, data: Mapping[str, Any]) -> Plan:
+        """Build from the version-1 form (stages with ``first_layer``, exclusive ``last_layer``)."""
         try:
             stages = tuple(
                 Stage(s["first_layer"], s["last_layer"], tuple(ReplicaGroup(**g) for g in s["replicas"]))
@@ -303,6 +323,47 @@ class Plan:
 
     def _repr_html_(self) -> str:
         return self.html_title() + self.html_table()
+
+
+# Plan files: version 2 writes each stage's layers as an inclusive [first, last] pair; version 1
+# (no "format_version" key) wrote first_layer and an exclusive last_layer.
+FORMAT_VERSION = 2
+
+
+def _stage_v2(stage: dict[str, Any]) -> dict[str, Any]:
+    """A stage dict of ``asdict`` (``first_layer``, exclusive ``last_layer``) in the version-2 form."""
+    rest = {k: v for k, v in stage.items() if k not in ("first_layer", "last_layer")}
+    return {"layers": [stage["first_layer"], stage["last_layer"] - 1], **rest}
+
+
+def _as_v1(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A plan file's dict in the version-1 form the reader builds from (version 1 as it is)."""
+    version = data.get("format_version", 1)
+    if isinstance(version, bool) or version not in (1, 2):
+        raise InputError("plan.format_version", version, f"unknown plan-file version; this heteroplan reads 1 and "
+                         f"{FORMAT_VERSION} (a newer heteroplan wrote it?)")
+    rest = {k: v for k, v in data.items() if k != "format_version"}
+    if version == 1:
+        return rest
+    stages = rest.get("stages")
+    if not isinstance(stages, list):
+        raise InputError("plan.stages", stages, "must be a list of stages")
+    out = []
+    for i, stage in enumerate(stages):
+        if not isinstance(stage, Mapping):
+            raise InputError(f"plan.stages[{i}]", stage, "must be an object")
+        if "first_layer" in stage or "last_layer" in stage:
+            raise InputError(f"plan.stages[{i}]", sorted(stage), "a version-2 plan gives layers: [first, last] "
+                             "(both included), not first_layer/last_layer")
+        layers = stage.get("layers")
+        if not isinstance(layers, list | tuple) or len(layers) != 2:
+            raise InputError(f"plan.stages[{i}].layers", layers, "must be [first, last], both included")
+        first = strict_int(f"plan.stages[{i}].layers[0]", layers[0], 0)
+        last = strict_int(f"plan.stages[{i}].layers[1]", layers[1], 0)
+        if last < first:
+            raise InputError(f"plan.stages[{i}].layers", list(layers), "need first <= last (both included)")
+        out.append({"first_layer": first, "last_layer": last + 1, **{k: v for k, v in stage.items() if k != "layers"}})
+    return {**rest, "stages": out}
 
 
 def _runs(values: tuple[int, ...]) -> str:
