@@ -63,11 +63,21 @@ def test_unknown_policy_is_rejected(capsys) -> None:
 
 def test_hadar_command_compares_policies(capsys) -> None:
     assert main(["hadar", "--jobs", "8", "--seed", "1"]) == 0
-    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[2:]}
+    lines = capsys.readouterr().out.splitlines()
+    # the same table as `simulate`'s: a header of metric names, a rule of dashes, a row per policy
+    assert lines[1].split()[:3] == ["policy", "finished", "avg_jct_h"] and set(lines[2]) == {"-", " "}
+    rows = {line.split()[0]: line.split()[1:] for line in lines[3:]}
     assert set(rows) == {"hadar", "hadare", "gavel", "yarn-cs"}
-    assert all(r[-1] == "0" for r in rows.values())  # every job finished
+    assert all(r[0] == "8" for r in rows.values())  # every job finished
     # On a lightly loaded cluster, forking onto idle GPUs can only shorten jobs.
-    assert float(rows["hadare"][0]) <= float(rows["hadar"][0])
+    assert float(rows["hadare"][1]) <= float(rows["hadar"][1])
+
+
+def test_hadar_json_is_one_document(capsys) -> None:
+    assert main(["hadar", "--jobs", "4", "--policy", "yarn-cs", "--policy", "gavel", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert set(rows) == {"yarn-cs", "gavel"} and rows["gavel"]["unfinished"] == 0
+    assert "avg_queueing_delay_h" in rows["gavel"]
 
 
 # ---------------------------------------------------------------- safe to script

@@ -42,11 +42,12 @@ def test_jupyter_page_code_blocks_run(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     text = (ROOT / "docs" / "jupyter.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     namespace: dict[str, object] = {}
-    for code in blocks:  # the second block uses the first one's pool
+    for code in blocks:  # the third block uses the second one's pool
         exec(compile(code, "jupyter.md", "exec"), namespace)  # noqa: S102 - our own docs
     front, result = namespace["front"], namespace["result"]
+    assert [r.summary().finished for r in namespace["results"]] == [6, 6]  # the summary block
     assert result.cost_per_iteration <= 0.07
     # the page's claims: the budget plan is on the front and pipelines over both A100 zones
     assert any(abs(p.throughput - result.throughput) < 1e-9 for p in front)
@@ -56,7 +57,7 @@ def test_jupyter_page_code_blocks_run(tmp_path: Path, monkeypatch) -> None:
 
 def test_runtime_page_code_blocks_run(tmp_path: Path, monkeypatch) -> None:
     """The runtime guide's examples train for real and end where the page says."""
-    pytest.importorskip("torch", reason="the runtime tests need torch: pip install -e '.[runtime]'")
+    pytest.importorskip("torch", reason="the runtime tests need torch: pip install torch==2.13.0 (CPU wheel: --index-url https://download.pytorch.org/whl/cpu)")
     monkeypatch.chdir(tmp_path)
     text = (ROOT / "docs" / "runtime.md").read_text()
     blocks = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "__main__" in b]

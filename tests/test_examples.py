@@ -94,7 +94,7 @@ def test_plan_geo_budget_example(tmp_path: Path) -> None:
 
 
 def test_train_plan_example_matches_single_process(tmp_path: Path) -> None:
-    pytest.importorskip("torch", reason="the runtime tests need torch: pip install -e '.[runtime]'")
+    pytest.importorskip("torch", reason="the runtime tests need torch: pip install torch==2.13.0 (CPU wheel: --index-url https://download.pytorch.org/whl/cpu)")
     out = run_example("train_plan.py", "--steps", "4", cwd=tmp_path)
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit() and len(line.split()) == 4]
     assert [int(r[0]) for r in rows] == [1, 2, 3, 4] and [int(r[1]) for r in rows] == [4, 4, 2, 2]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install -e '.[runtime]'")
+torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install torch==2.13.0 (CPU wheel: --index-url https://download.pytorch.org/whl/cpu)")
 
 
 from heteroplan.errors import InputError  # noqa: E402

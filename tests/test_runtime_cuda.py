@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install -e '.[runtime]'")
+torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install torch==2.13.0 (CPU wheel: --index-url https://download.pytorch.org/whl/cpu)")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU (none visible)", allow_module_level=True)
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install -e '.[runtime]'")
+torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install torch==2.13.0 (CPU wheel: --index-url https://download.pytorch.org/whl/cpu)")
 from torch import nn  # noqa: E402
 
 from heteroplan.cli import main  # noqa: E402

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 # the schedules are pure Python, but heteroplan.runtime (their package) needs torch to import
-pytest.importorskip("torch", reason="the runtime tests need torch: pip install -e '.[runtime]'")
+pytest.importorskip("torch", reason="the runtime tests need torch: pip install torch==2.13.0 (CPU wheel: --index-url https://download.pytorch.org/whl/cpu)")
 
 from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402

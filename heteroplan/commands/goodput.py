@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--progress", type=fraction, default=0.0, help="fraction of training done, in [0, 1]")
     p.add_argument("--cluster", default="sia-64",
                    help="preset or cluster JSON giving GPUs per node (default sia-64)")
-    p.add_argument("--json", action="store_true", help="print rows as JSON")
+    p.add_argument("--json", action="store_true",
+                   help="print the rows as one JSON document (goodput in M0-equivalent samples/s, step_time_s in s)")
     p.set_defaults(func=run)
 
 
@@ -41,7 +42,7 @@ def rows(app: str, gpus: list[int], progress: float, cluster: Cluster) -> list[d
                 "gpu_type": gpu_type.name, "num_gpus": int(k[i]), "num_nodes": int(n[i]),
                 "goodput": float(good[i]), "local_bsz": int(local[i]),
                 "accum_steps": int(accum[i]), "batch_size": int(k[i] * local[i] * (accum[i] + 1)),
-                "step_time": step,
+                "step_time_s": step,
             })
     return out
 
@@ -66,5 +67,5 @@ def run(args: argparse.Namespace) -> int:
     for r in table:
         print(f"{r['gpu_type']:8s} {r['num_gpus']:4d} {r['num_nodes']:5d} {r['goodput']:12.1f} "
               f"{r['batch_size']:6d} {r['local_bsz']:6d} {r['accum_steps']:5d} "
-              f"{r['step_time']:8.4f}")
+              f"{r['step_time_s']:8.4f}")
     return 0

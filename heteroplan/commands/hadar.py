@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     names = args.policy or [p for p in POLICIES if p != "tiresias"]
     print(f"{len(jobs)} generated jobs at {args.rate:g}/h on {cluster.name} ({cluster.num_gpus} GPUs), "
           f"slots of {args.round:g} s", file=sys.stderr if args.json else sys.stdout)
-    cols = ("avg_jct_h", "makespan_h", "avg_queuing_delay_h", "ftf_rho_mean", "utilization")
+    cols = ("avg_jct_h", "makespan_h", "avg_queueing_delay_h", "ftf_rho_mean", "utilization")
     if not args.json:
         print(f"{'policy':>9} " + " ".join(f"{c:>20}" for c in cols) + f" {'unfinished':>10}")
     rows = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -19,7 +20,7 @@ def print_json(obj: Any) -> None:
 
 
 def _plain(obj: Any) -> Any:
-    if isinstance(obj, dict):
+    if isinstance(obj, Mapping):
         return {str(k): _plain(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         return [_plain(v) for v in obj]

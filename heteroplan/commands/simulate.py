@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
                                                             "pending": [p for p in policies if p not in done],
                                                             "interrupted": str(stopped)})
     if args.json:
-        print_json([r.summary() for r in results])
+        print_json([r.summary().to_dict() for r in results])
     elif results:
         print(compare_table(results))
     if out is not None and results:

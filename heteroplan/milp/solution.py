@@ -24,7 +24,7 @@ class SolveStatus(enum.Enum):
     ERROR = "error"
 
 
-@dataclass
+@dataclass(repr=False)
 class Solution:
     """Outcome of solving a :class:`~heteroplan.milp.model.Model`.
 
@@ -75,6 +75,12 @@ class Solution:
         if self.status is SolveStatus.TIME_LIMIT:
             text += " (time limit hit: " + ("best incumbent returned)" if self.has_solution else "no incumbent)")
         return text
+
+    def __repr__(self) -> str:
+        """The summary and each block's shape and type, not its values (a few lines)."""
+        blocks = ", ".join(f"{name} {v.shape} {v.dtype}" for name, v in list(self.values.items())[:8])
+        more = f", ... ({len(self.values)} blocks)" if len(self.values) > 8 else ""
+        return f"Solution({self.summary()})" + (f"\n  values: {blocks}{more}" if self.values else "")
 
     def _repr_html_(self) -> str:
         return f"<code>{html.escape(self.summary())}</code>"

@@ -24,7 +24,7 @@ _WARNED_UNCALIBRATED: set[tuple[str, ...]] = set()  # GPU-type sets already warn
 __all__ = ["PlanResult", "PlanRequest", "plan", "plan_job", "normalize_pool", "OBJECTIVES"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class PlanResult:
     """The plan found and what the simulator predicts for it.
 
@@ -34,6 +34,11 @@ class PlanResult:
         throughput: iterations per second.
         cost_per_iteration: $ per iteration (GPU rental + egress).
         memory_per_gpu: peak GB per GPU of each stage.
+
+    :meth:`to_dict` (what ``heteroplan plan --json`` prints) names each number with its unit:
+    ``iteration_time_s``, ``throughput_iter_s``, ``cost_per_iteration_usd``, ``memory_per_gpu_gb``,
+    ``peak_memory_gb``, ``search_time_s`` (``cost_per_iteration``, the former key, is kept as a
+    deprecated alias of ``cost_per_iteration_usd``).
         search_time: seconds the search took.
         evaluated: block layouts whose layer split was optimized.
     """
@@ -56,7 +61,8 @@ class PlanResult:
             "plan": self.plan.to_dict(),
             "iteration_time_s": self.iteration_time,
             "throughput_iter_s": self.throughput,
-            "cost_per_iteration": self.cost_per_iteration,
+            "cost_per_iteration_usd": self.cost_per_iteration,
+            "cost_per_iteration": self.cost_per_iteration,  # deprecated: the same, without its unit
             "memory_per_gpu_gb": list(self.memory_per_gpu),
             "peak_memory_gb": self.peak_memory_gb,
             "search_time_s": self.search_time,
@@ -65,7 +71,11 @@ class PlanResult:
             "uncalibrated_gpu_types": list(self.extra.get("uncalibrated_gpu_types", [])),
         }
 
+    def __repr__(self) -> str:
+        return self.describe()
+
     def describe(self) -> str:
+        """A few lines: the plan's stages, the predicted time, cost and memory, the search."""
         lines = [self.plan.describe()]
         lines.append(
             f"  predicted: {self.iteration_time:.4g} s/iteration = {self.throughput:.4g} iter/s, "
@@ -74,8 +84,7 @@ class PlanResult:
         )
         lines.append(f"  search: {self.search_time:.3g} s, {self.evaluated} layouts")
         if self.extra.get("uncalibrated_gpu_types"):
-            lines.append("  no simulator calibration for " + ", ".join(self.extra["uncalibrated_gpu_types"])
-                         + ": predicted with the uncalibrated default constants")
+            lines.append("  " + uncalibrated_note(self.extra["uncalibrated_gpu_types"]))
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -162,8 +171,7 @@ def plan(request: PlanRequest) -> PlanResult:
         # the result itself always names them (extra, to_dict, describe)
         level = logging.DEBUG if sim.uncalibrated in _WARNED_UNCALIBRATED else logging.WARNING
         _WARNED_UNCALIBRATED.add(sim.uncalibrated)
-        _log.log(level, "no simulator calibration for %s: planned with the uncalibrated default constants",
-                 ", ".join(sim.uncalibrated))
+        _log.log(level, "%s", uncalibrated_note(sim.uncalibrated), extra={"uncalibrated": sim.uncalibrated})
     return PlanResult(
         best.plan,
         sim.iteration_time,
@@ -174,6 +182,14 @@ def plan(request: PlanRequest) -> PlanResult:
         stats["evaluated"],
         extra | {"search_iteration_time": best.iteration_time, "search_cost": best.cost_per_iteration},
     )
+
+
+def uncalibrated_note(gpu_types: Any) -> str:
+    """What a plan on GPU types without fitted simulator constants means, and how to fit them."""
+    names = ", ".join(gpu_types)
+    return (f"no simulator calibration for {names} (no real runs to fit; predicted from the profiles with the "
+            f"default constants): to calibrate, run `heteroplan profile --device cuda --gpu-type TYPE --calibrate "
+            f"--out DIR` on such a GPU and plan with `--data-dir DIR`")
 
 
 def _explain(exc: InfeasibleError, request: PlanRequest) -> InfeasibleError:

@@ -35,7 +35,7 @@ class ParetoPoint(NamedTuple):
     result: PlanResult
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ParetoFront:
     """Non-dominated plans sorted by cost (cheapest first), and every plan the sweep found.
 
@@ -72,6 +72,9 @@ class ParetoFront:
             )
             for p in self.points
         ]
+
+    def __repr__(self) -> str:
+        return self.describe()  # a line per plan of the front, not every plan found with its records
 
     def describe(self) -> str:
         """Text table of the front, one plan per line."""

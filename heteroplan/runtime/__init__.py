@@ -1,6 +1,7 @@
 """Thin PyTorch runtime: execute plans (pipeline + heterogeneous data + tensor parallelism) for real.
 
-Needs the ``[runtime]`` extra (``pip install 'heteroplan[runtime]'``, torch >= 2.5).
+Needs PyTorch >= 2.5: ``pip install torch==2.13.0`` (on a machine without a GPU the CPU wheel,
+``--index-url https://download.pytorch.org/whl/cpu``); the ``[runtime]`` extra would pull a CUDA build on Linux.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ try:
     import torch  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised only without torch
     raise ImportError(
-        "heteroplan.runtime needs PyTorch: pip install 'heteroplan[runtime]' (or pip install torch)"
+        "heteroplan.runtime needs PyTorch: pip install torch==2.13.0 (the CPU wheel without a GPU: "
+        "--index-url https://download.pytorch.org/whl/cpu)"
     ) from exc
 
 from heteroplan.runtime.checkpoint import Checkpoint, latest_checkpoint

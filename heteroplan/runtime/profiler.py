@@ -47,7 +47,8 @@ def _torch() -> Any:
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is installed with the runtime extra
-        raise InputError("torch", None, "the profiler needs PyTorch: pip install 'heteroplan[runtime]'") from None
+        raise InputError("torch", None, "the profiler needs PyTorch: pip install torch==2.13.0 "
+                         "(the CPU wheel without a GPU: --index-url https://download.pytorch.org/whl/cpu)") from None
     return torch
 
 

@@ -15,8 +15,9 @@ import numpy as np
 
 from heteroplan._html import table, title
 from heteroplan.policies.base import Allocation
+from heteroplan.sim.summary import SimSummary
 
-__all__ = ["JobRecord", "SimResult", "compare_table"]
+__all__ = ["JobRecord", "SimResult", "SimSummary", "compare_table"]
 
 
 
@@ -58,7 +59,7 @@ class JobRecord:
         return None if self.start_time is None else self.start_time - self.arrival_time
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SimResult:
     """Everything a simulation produced: per-job records and per-round logs (plain data).
 
@@ -114,10 +115,11 @@ class SimResult:
         return sorted(j.name for j in self.jobs if j.finish_time is None)
 
     # ------------------------------------------------------------ metrics
-    def summary(self) -> dict[str, Any]:
-        """The papers' metrics over finished jobs.
+    def summary(self) -> SimSummary:
+        """The papers' metrics over finished jobs, as a :class:`~heteroplan.sim.summary.SimSummary`
+        (typed attributes; also a read-only mapping from metric name to value; prints in a few lines).
 
-        JCT, makespan (first arrival to last completion) and queuing delay in hours; GPU-hours
+        JCT, makespan (first arrival to last completion) and queueing delay in hours; GPU-hours
         per job; restarts per job; utilization (GPU-seconds used / (GPUs x the span from the first arrival to
         the last finish, or to ``end_time`` while jobs are unfinished));
         finish-time fairness two ways: ``worst_ftf`` (Sia: JCT over the isolated time times
@@ -144,28 +146,28 @@ class SimResult:
         queue = np.array([j.queueing_delay for j in done])
         pt = np.array(self.policy_times) if self.policy_times else np.zeros(1)
         nan = float("nan")
-        return {
-            "policy": self.policy,
-            "jobs": len(self.jobs),
-            "finished": len(done),
-            "rejected": len(self.rejected),
-            "avg_jct_h": float(jct.mean() / 3600) if jct.size else nan,
-            "p99_jct_h": artifact_p99(jct) / 3600 if jct.size else nan,
-            "makespan_h": makespan / 3600,
-            "avg_queuing_delay_h": float(queue.mean() / 3600) if queue.size else nan,
-            "gpu_hours_per_job": used / 3600 / max(len(self.jobs), 1),
-            "restarts_per_job": float(np.mean([j.restarts for j in self.jobs])) if self.jobs else 0.0,
-            "utilization": used / (total_gpus * window) if total_gpus and window > 0 else 0.0,
-            "worst_ftf": float(ftf.max()) if ftf.size else nan,
-            "ftf_rho_mean": float(rho.mean()) if rho.size else nan,
-            "ftf_rho_max": float(rho.max()) if rho.size else nan,
-            "policy_ms_median": float(np.median(pt) * 1e3),
-            "policy_ms_p95": float(np.percentile(pt, 95) * 1e3),
-            "policy_time_s": float(sum(self.policy_times)),
-            "rounds": self.rounds,
-            "stop_reason": self.stop_reason,
-            "error": self.error,
-        }
+        return SimSummary(
+            policy=self.policy,
+            jobs=len(self.jobs),
+            finished=len(done),
+            rejected=len(self.rejected),
+            avg_jct_h=float(jct.mean() / 3600) if jct.size else nan,
+            p99_jct_h=artifact_p99(jct) / 3600 if jct.size else nan,
+            makespan_h=float(makespan / 3600),
+            avg_queueing_delay_h=float(queue.mean() / 3600) if queue.size else nan,
+            gpu_hours_per_job=float(used / 3600 / max(len(self.jobs), 1)),
+            restarts_per_job=float(np.mean([j.restarts for j in self.jobs])) if self.jobs else 0.0,
+            utilization=float(used / (total_gpus * window)) if total_gpus and window > 0 else 0.0,
+            worst_ftf=float(ftf.max()) if ftf.size else nan,
+            ftf_rho_mean=float(rho.mean()) if rho.size else nan,
+            ftf_rho_max=float(rho.max()) if rho.size else nan,
+            policy_ms_median=float(np.median(pt) * 1e3),
+            policy_ms_p95=float(np.percentile(pt, 95) * 1e3),
+            policy_time_s=float(sum(self.policy_times)),
+            rounds=self.rounds,
+            stop_reason=self.stop_reason,
+            error=self.error,
+        )
 
     def gpus_over_time(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Times (s) and GPUs in use per type at each round."""
@@ -176,7 +178,7 @@ class SimResult:
     # ------------------------------------------------------------ output
     def to_dict(self) -> dict[str, Any]:
         return {
-            "summary": self.summary(),
+            "summary": self.summary().to_dict(),
             "jobs": [asdict(j) | {"jct": j.jct} for j in self.jobs],
             "rejected": dict(self.rejected),
             "timeline": [{"time": t, "in_use": dict(u), "active": n} for t, u, n in self.timeline],
@@ -201,6 +203,12 @@ class SimResult:
             raise InputError("what", what, f"choose one of {sorted(frames)}")
         return frames[what](self)
 
+    def __repr__(self) -> str:
+        """A few lines: what ran, where, how far, and the summary (the records stay out of it)."""
+        head = (f"SimResult({self.policy} on {self.cluster}: {len(self.jobs)} jobs, {self.rounds} rounds of "
+                f"{self.round_length:g} s to {self.end_time / 3600:.3g} h)")
+        return head + "\n" + repr(self.summary())
+
     def _repr_html_(self) -> str:
         return title(f"Simulation: {self.policy} on {self.cluster}") + table(("metric", "value"), self.summary().items())
 
@@ -209,13 +217,14 @@ COLUMNS = ("policy", "finished", "avg_jct_h", "p99_jct_h", "makespan_h", "gpu_ho
            "utilization", "worst_ftf", "ftf_rho_mean", "policy_ms_median", "policy_ms_p95")
 
 
-def compare_table(results: list[SimResult]) -> str:
-    """A text table of the summaries side by side."""
+def compare_table(results: list[SimResult], columns: tuple[str, ...] = COLUMNS) -> str:
+    """A text table of the summaries side by side: a row per result, ``columns`` (metric names,
+    units in them) right-aligned, 3 significant digits; the errors of runs that stopped early below."""
     rows = [r.summary() for r in results]
-    widths = {c: max(len(c), *(len(_fmt(r[c])) for r in rows)) for c in COLUMNS}
-    lines = ["  ".join(c.rjust(widths[c]) for c in COLUMNS), "  ".join("-" * widths[c] for c in COLUMNS)]
+    widths = {c: max(len(c), *(len(_fmt(r[c])) for r in rows)) for c in columns}
+    lines = ["  ".join(c.rjust(widths[c]) for c in columns), "  ".join("-" * widths[c] for c in columns)]
     for r in rows:
-        lines.append("  ".join(_fmt(r[c]).rjust(widths[c]) for c in COLUMNS))
+        lines.append("  ".join(_fmt(r[c]).rjust(widths[c]) for c in columns))
     for r in rows:
         if r["error"]:
             lines.append(f"! {r['policy']}: {r['error']}")

@@ -44,7 +44,7 @@ def summary_frame(results: Iterable[Any]) -> pd.DataFrame:
     """One row per result (index: policy) with the paper's metrics (:meth:`SimResult.summary`)."""
     import pandas as pd
 
-    return pd.DataFrame([r.summary() for r in results]).set_index("policy")
+    return pd.DataFrame([r.summary().to_dict() for r in results]).set_index("policy")
 
 
 class Comparison(list):
@@ -63,6 +63,16 @@ class Comparison(list):
         from heteroplan.errors import InputError
 
         raise InputError("what", what, "choose 'summary' or 'jobs'")
+
+    def __repr__(self) -> str:
+        """The summaries side by side (a row per policy), not every job record."""
+        from heteroplan.sim.metrics import compare_table
+
+        if not self:
+            return "Comparison([])"
+        first = self[0]
+        return (f"Comparison of {len(self)} policies on {first.cluster} ({len(first.jobs)} jobs):\n"
+                + compare_table(list(self)))
 
     def _repr_html_(self) -> str:
         return summary_frame(self).to_html(float_format=lambda v: f"{v:.3g}", na_rep="-")

@@ -34,12 +34,20 @@ def results_table(records: Iterable[dict[str, Any]]) -> Any:
     """A pandas DataFrame with a row per cell record (JCT lists stay in the records)."""
     import pandas as pd
 
-    rows = [{**r["labels"], "key": r["key"], "status": r["status"], **r.get("metrics", {}),
+    rows = [{**r["labels"], "key": r["key"], "status": r["status"], **_current_names(r.get("metrics", {})),
              "wall_s": r.get("wall_s"), "error": r.get("error")} for r in records]
     table = pd.DataFrame(rows)
     if table.empty:
         return pd.DataFrame(columns=[*LABELS, "key", "status", "wall_s", "error"])
     return table
+
+
+def _current_names(metrics: dict[str, Any]) -> dict[str, Any]:
+    """A stored record's metrics under today's names (records written before a rename keep
+    their old keys: ``avg_queuing_delay_h`` -> ``avg_queueing_delay_h``)."""
+    from heteroplan.sim.summary import DEPRECATED_NAMES
+
+    return {DEPRECATED_NAMES.get(k, k): v for k, v in metrics.items()}
 
 
 def summarize(table: Any, metrics: Sequence[str] | None = None, by: Sequence[str] = GROUP,
