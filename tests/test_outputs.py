@@ -118,3 +118,10 @@ def test_skip_and_error_messages_do_not_suggest_the_cuda_pulling_extra() -> None
     offenders = [str(p.relative_to(root)) for folder in ("heteroplan", "tests") for p in (root / folder).rglob("*.py")
                  if p.name != "test_outputs.py" and any(b in p.read_text() for b in bad)]
     assert offenders == []
+
+
+def test_pipeline_schedule_repr_is_one_line() -> None:
+    from heteroplan.planner.schedule import schedule_1f1b
+
+    sched = schedule_1f1b([0.1, 0.2], [0.2, 0.4], [0.0, 0.01, 0.0], 64)
+    assert repr(sched).count("\n") == 0 and "2 stages x 64 microbatches" in repr(sched)

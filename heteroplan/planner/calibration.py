@@ -80,7 +80,7 @@ def time_constants_for(plans: Sequence[Plan] | Mapping[str, Plan]) -> tuple[str,
     return tuple(out)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Calibration:
     """A fitted :class:`SimConfig` and how well it explains the measurements.
 
@@ -131,6 +131,9 @@ class Calibration:
     def errors_after(self) -> np.ndarray:
         """Relative errors (predicted / measured - 1) with the fitted config."""
         return self.predicted_after / self.measured - 1
+
+    def __repr__(self) -> str:
+        return self.describe()
 
     def describe(self) -> str:
         """A table of measured vs predicted values, before and after the fit, and the constants."""
@@ -273,7 +276,9 @@ def fit_sim_config(
     after = _predict(plan_list, config, quantity, simulate_kwargs)
     at_bound = tuple(c for c, stop in zip(constants, _at_bound(best, lows, highs), strict=True) if stop)
     if at_bound:
-        _log.warning("calibration stopped at the end of the plausible range of %s", ", ".join(at_bound))
+        _log.warning("calibration stopped at the end of the plausible range of %s: the measurements ask for more "
+                     "than that range; check them before using the fit (noisy: more `--rounds`; a drifting "
+                     "machine: more `--sweeps`)", ", ".join(at_bound))
     out_of_reach = tuple(n for n, o in zip(names, out, strict=True) if o)
     calibration = Calibration(config, base, constants, names, quantity, y, before, after, converged, at_bound,
                               reach, out_of_reach, bool(fitted.all() and out.any()))

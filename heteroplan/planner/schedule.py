@@ -39,7 +39,7 @@ from heteroplan.planner.simulator import SHIPPED_PLATFORMS, PlatformConfigs, Sim
 __all__ = ["PipelineSchedule", "one_f_one_b_order", "schedule_1f1b", "pipeline_schedule"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class PipelineSchedule:
     """Start and end times (s) of every forward and backward, arrays ``(S stages, M microbatches)``.
 
@@ -67,6 +67,12 @@ class PipelineSchedule:
     simulated_time: float = float("nan")
     labels: tuple[str, ...] = ()
     transfers: np.ndarray | None = None
+
+    def __repr__(self) -> str:
+        """One line: its shape and makespan, not its arrays."""
+        which = f"replica {self.replica}, " if self.replica >= 0 else ""
+        return (f"PipelineSchedule({which}{self.num_stages} stages x {self.num_microbatches} microbatches, "
+                f"makespan {self.makespan:.4g} s)")
 
     @property
     def num_stages(self) -> int:

@@ -125,7 +125,8 @@ def format_summary(summary: Any, metrics: Sequence[str] | None = None) -> str:
     wide = sub.pivot_table(index=[*by, "n"], columns="metric", values="value", aggfunc="first", sort=False)
     wide = wide.reindex(columns=[m for m in metrics if m in wide.columns])
     text = pd.DataFrame(wide).reset_index().to_string(index=False)
-    clipped = sorted({m for m, method in zip(sub["metric"], sub["ci_method"], strict=True) if "clipped" in method})
+    methods = sub["ci_method"] if "ci_method" in sub else [""] * len(sub)  # a summary.csv of an older version
+    clipped = sorted({m for m, method in zip(sub["metric"], methods, strict=True) if "clipped" in str(method)})
     note = (f"mean [95% Student-t interval over the n seeds of each workload; none for n < {MIN_N}"
             + (f"; clipped to the metric's range: {', '.join(clipped)}" if clipped else "") + "]")
     return f"{text}\n{note}"

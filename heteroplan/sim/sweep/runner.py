@@ -138,7 +138,8 @@ def run_sweep(
                     report.computed += 1
                 else:
                     report.failed += 1
-                    log.warning("cell %s (%s) failed: %s", record["key"], record["labels"], record["error"])
+                    log.warning("cell %s (%s) failed: %s (fix its input; a rerun retries failed cells)",
+                                record["key"], record["labels"], record["error"])
                 bar.update(1)
         except KeyboardInterrupt:
             report.interrupted = True

@@ -45,10 +45,12 @@ class ResultStore:
         try:
             record = read_json(path, "cell record")
         except InputError as exc:  # truncated, not UTF-8, nested too deep, a 5000-digit number
-            log.warning("ignoring unreadable cell record: %s", exc)
+            log.warning("ignoring unreadable cell record: %s; the cell runs again and its new record replaces the "
+                        "file", exc)
             return None
         if not isinstance(record, dict) or not isinstance(record.get("status"), str):
-            log.warning("ignoring cell record %s: not a record (no status)", path)
+            log.warning("ignoring cell record %s: not a record (no status); the cell runs again and its new record "
+                        "replaces the file", path)
             return None
         return record
 
