@@ -164,3 +164,15 @@ def test_clusters_json_pipes_into_a_json_reader() -> None:
            f"{sys.executable} -c \"import json,sys; print(len(json.load(sys.stdin)))\"")
     proc = subprocess.run(cmd, shell=True, capture_output=True, text=True, env=env, cwd=root, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "3", proc.stderr
+
+
+def test_simulate_json_is_one_strict_document(capsys) -> None:
+    """Nothing finishes in 36 simulated seconds: the JCTs are missing, null in strict JSON (NaN before)."""
+    assert main(["simulate", "--workload", "saturn/workload-2", "--jobs", "2", "--max-hours", "0.01",
+                 "--policy", "fifo", "--json"]) == 0
+
+    def refuse(text):
+        raise AssertionError(f"not strict JSON: {text}")
+
+    (summary,) = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    assert summary["finished"] == 0 and summary["avg_jct_h"] is None and "avg_queueing_delay_h" in summary
