@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from heteroplan.commands.simulate import warn_rejected
     from heteroplan.policies.registry import make_policy
     from heteroplan.sim.loop import simulate
+    from heteroplan.sim.metrics import table_header, table_row, table_widths
     from heteroplan.workload.gavel import generate_workload, load_throughputs
     from heteroplan.workload.rigid import rigid_jobs_from_gavel
 
@@ -38,9 +39,10 @@ def run(args: argparse.Namespace) -> int:
     names = args.policy or [p for p in POLICIES if p != "tiresias"]
     print(f"{len(jobs)} generated jobs at {args.rate:g}/h on {cluster.name} ({cluster.num_gpus} GPUs), "
           f"slots of {args.round:g} s", file=sys.stderr if args.json else sys.stdout)
-    cols = ("avg_jct_h", "makespan_h", "avg_queueing_delay_h", "ftf_rho_mean", "utilization")
+    cols = ("policy", "finished", "avg_jct_h", "makespan_h", "avg_queueing_delay_h", "ftf_rho_mean", "utilization")
+    widths = table_widths(cols, names)  # `simulate`'s table, a row printed as each policy finishes
     if not args.json:
-        print(f"{'policy':>9} " + " ".join(f"{c:>20}" for c in cols) + f" {'unfinished':>10}")
+        print("\n".join(table_header(cols, widths)), flush=True)
     rows = {}
     stopped: Interrupted | None = None
     with SignalGuard() as guard:  # SIGINT/SIGTERM: the policies that finished are still printed
@@ -49,10 +51,9 @@ def run(args: argparse.Namespace) -> int:
                 res = simulate(jobs, cluster, make_policy(name, round_length=args.round), progress=False)
                 warn_rejected(res)
                 m = res.summary()
-                rows[name] = {c: float(m[c]) for c in cols} | {"unfinished": len(res.unfinished)}
+                rows[name] = {c: m[c] for c in cols[2:]} | {"unfinished": len(res.unfinished)}
                 if not args.json:
-                    print(f"{name:>9} " + " ".join(f"{m[c]:>20.3f}" for c in cols) + f" {len(res.unfinished):>10}",
-                          flush=True)
+                    print(table_row(m, cols, widths), flush=True)
         except BaseException as exc:
             stopped = guard.interruption(exc)
             if stopped is None:

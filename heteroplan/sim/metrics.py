@@ -222,13 +222,30 @@ def compare_table(results: list[SimResult], columns: tuple[str, ...] = COLUMNS) 
     units in them) right-aligned, 3 significant digits; the errors of runs that stopped early below."""
     rows = [r.summary() for r in results]
     widths = {c: max(len(c), *(len(_fmt(r[c])) for r in rows)) for c in columns}
-    lines = ["  ".join(c.rjust(widths[c]) for c in columns), "  ".join("-" * widths[c] for c in columns)]
-    for r in rows:
-        lines.append("  ".join(_fmt(r[c]).rjust(widths[c]) for c in columns))
+    lines = [*table_header(columns, widths), *(table_row(r, columns, widths) for r in rows)]
     for r in rows:
         if r["error"]:
             lines.append(f"! {r['policy']}: {r['error']}")
     return "\n".join(lines)
+
+
+def table_widths(columns: tuple[str, ...], policies: list[str]) -> dict[str, int]:
+    """Column widths that fit any 3-significant-digit number (and these policy names): for a
+    table printed a row at a time, as each result arrives, in :func:`compare_table`'s format."""
+    widths = {c: max(len(c), 9) for c in columns}
+    if "policy" in widths:
+        widths["policy"] = max(len("policy"), *map(len, policies))
+    return widths
+
+
+def table_header(columns: tuple[str, ...], widths: dict[str, int]) -> list[str]:
+    """The header line (column names) and the rule of dashes under it."""
+    return ["  ".join(c.rjust(widths[c]) for c in columns), "  ".join("-" * widths[c] for c in columns)]
+
+
+def table_row(summary: Mapping[str, Any], columns: tuple[str, ...], widths: dict[str, int]) -> str:
+    """One result's line of the table."""
+    return "  ".join(_fmt(summary[c]).rjust(widths[c]) for c in columns)
 
 
 def _fmt(v: Any) -> str:
