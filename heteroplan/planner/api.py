@@ -187,9 +187,9 @@ def plan(request: PlanRequest) -> PlanResult:
 def uncalibrated_note(gpu_types: Any) -> str:
     """What a plan on GPU types without fitted simulator constants means, and how to fit them."""
     names = ", ".join(gpu_types)
-    return (f"no simulator calibration for {names} (no real runs to fit; predicted from the profiles with the "
-            f"default constants): to calibrate, run `heteroplan profile --device cuda --gpu-type TYPE --calibrate "
-            f"--out DIR` on such a GPU and plan with `--data-dir DIR`")
+    return (f"no simulator calibration for {names} (no real runs to fit): predicted from the profiles with the "
+            f"uncalibrated default constants; to calibrate, run `heteroplan profile --device cuda --gpu-type TYPE "
+            f"--calibrate --out DIR` on such a GPU and plan with `--data-dir DIR`")
 
 
 def _explain(exc: InfeasibleError, request: PlanRequest) -> InfeasibleError:
