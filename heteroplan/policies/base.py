@@ -17,8 +17,8 @@ from heteroplan._html import table, title
 from heteroplan.cluster import Cluster
 from heteroplan.errors import ClusterError, InputError, PolicyError
 
-__all__ = ["Allocation", "AllocationError", "JobState", "Policy", "PerfModel", "GoodputEstimator", "check_allocations",
-           "counts_by_type"]
+__all__ = ["Allocation", "AllocationError", "JobState", "Policy", "PolicyBase", "PerfModel", "GoodputEstimator",
+           "check_allocations", "counts_by_type"]
 
 
 class AllocationError(PolicyError, InputError):
@@ -157,6 +157,43 @@ class Policy(Protocol):
     ) -> Mapping[str, Allocation]:
         """Allocations for this round keyed by ``job_id``, with placements filled in."""
         ...
+
+
+class PolicyBase:
+    """A base class that gives a custom policy the defaults a round loop reads; override what
+    differs (class attributes or constructor arguments) and write :meth:`allocate`.
+
+    Attributes:
+        name: short name (default: the class name in lower case).
+        round_length: seconds per round (60).
+        elastic: it chooses elastic jobs' GPU counts (``False``: rigid, every job runs on its
+            ``requested_gpus``).
+        forking: it may give a rigid job several gangs of ``requested_gpus`` (``False``).
+        restart_delay_s: seconds every (re)start of its jobs costs, or ``None``: each job's own
+            measured delay.
+    """
+
+    name: str = ""
+    round_length: float = 60.0
+    elastic: bool = False
+    forking: bool = False
+    restart_delay_s: float | None = None
+
+    def __init__(self, **options: Any) -> None:
+        for key, value in options.items():
+            if key not in ("name", "round_length", "elastic", "forking", "restart_delay_s"):
+                raise InputError(f"policy.{key}", value, "unknown option; PolicyBase takes name, round_length, "
+                                 "elastic, forking, restart_delay_s")
+            setattr(self, key, value)
+        if not self.name:
+            self.name = type(self).__name__.lower()
+        if isinstance(self.round_length, bool) or not isinstance(self.round_length, int | float) \
+                or not self.round_length > 0:
+            raise InputError("policy.round_length", self.round_length, "must be a number of seconds > 0")
+
+    def allocate(self, cluster: Cluster, jobs: Sequence[JobState], now: float) -> Mapping[str, Allocation]:
+        """Allocations for this round keyed by ``job_id``, with placements filled in."""
+        raise NotImplementedError(f"{type(self).__name__}.allocate")
 
 
 def counts_by_type(allocation: Allocation, cluster: Cluster) -> dict[str, int]:

@@ -24,7 +24,10 @@ round to the next (or to its finish) count at the next :meth:`round`, :meth:`fin
 "most GPUs run" grows, so elastic policies keep scaling it up (Sia doubles at most per round).
 Its progress stays at what was last reported. The session warns once per job
 (:class:`UnreportedJobWarning`); pass ``assume_progress=False`` to treat such a round as no
-progress instead (the job then stays at the GPUs it last proved it ran on).
+progress instead. Either way the session carries the job's allocation and last GPU count from
+round to round, which is what a policy's scale-up rule starts from (a caller rebuilding
+:class:`~heteroplan.policies.base.JobState` records each round without them kept every job on
+one GPU).
 
 **Restart cost.** A (re)start pays a checkpoint-restore delay: the session's
 ``restart_delay_s`` when given (one value for every job and policy of a run), else the policy's
@@ -269,7 +272,7 @@ class SchedulingSession:
         self.settle(now)
         order = sorted((j for j in self._jobs.values() if j.finish_time is None and j.arrival_time <= now),
                        key=lambda j: (j.arrival_time, j.job_id))
-        allocations, seconds = self._allocate(order, now)
+        allocations, seconds = self._allocate(order, now) if order else ({}, 0.0)  # nobody active: no policy call
         decisions = []
         for job in order:
             job.active_rounds += 1
@@ -298,13 +301,15 @@ class SchedulingSession:
         self._last_round = float(now)
 
     def _unreported(self, job: _Job) -> None:
-        if not self.assume_progress or job.allocation is None:
+        if job.allocation is None:
             return
-        job.max_gpus_run = max(job.max_gpus_run, job.allocation.num_gpus)
+        if self.assume_progress:
+            job.max_gpus_run = max(job.max_gpus_run, job.allocation.num_gpus)
         if not job.warned:
             job.warned = True
+            assumed = "assuming it ran" if self.assume_progress else "counting no progress"
             warnings.warn(f"job {job.job_id!r} held {job.allocation.num_gpus} GPUs for a round without a progress "
-                          "report; assuming it ran (report work_done or steps_done each round)",
+                          f"report; {assumed} (report work_done or steps_done each round)",
                           UnreportedJobWarning, stacklevel=3)
 
     def _allocate(self, order: list[_Job], now: float) -> tuple[dict[str, Allocation], float]:
@@ -503,7 +508,14 @@ def _resolve_model(job_id: str, application: str, perf_model: PerfModel | str) -
     if not callable(getattr(perf_model, "goodput", None)):
         raise InputError(f"job[{job_id}].perf_model", type(perf_model).__name__,
                          "must be a PerfModel (goodput(gpu_type, num_nodes, num_gpus, progress))")
-    return ("table" if type(perf_model) is ThroughputTable else "object"), perf_model
+    from heteroplan.perf.bootstrap import BootstrappedModel
+
+    if type(perf_model) is ThroughputTable:
+        return "table", perf_model
+    if type(perf_model) is BootstrappedModel and _app_or_none(application) is not None \
+            and perf_model.app.name == application:  # its state is saved; the application rebuilds the rest
+        return "bootstrap", perf_model
+    return "object", perf_model
 
 
 def _alloc_to_json(alloc: Allocation | None) -> Any:

@@ -1,15 +1,19 @@
 """The round loop: admission, allocation, placement, progress, metrics -- for every policy.
 
-Each round (the policy's ``round_length``, or the one given) the loop admits the jobs that
-have arrived, shows the policy a :class:`~heteroplan.policies.base.JobState` per active job,
-checks its answer (:func:`~heteroplan.policies.base.check_allocations`), charges a
-checkpoint-restore delay to every job whose placement changed (moves to nodes of the same
-type and shape are free with ``SimFidelity.free_moves``) (``restart_delay``: the Sia
-applications' measured delays; 0 for throughput-table jobs), and advances every running job
-by the policy's progress model (:mod:`heteroplan.sim.progress_models`): elastic goodput,
-rigid gangs, or HadarE's copies; with ``SimFidelity.epoch_rates`` the rate is re-evaluated
-at each epoch boundary a job crosses inside the round. A job finishes inside a round at the exact time its work
-runs out. Jobs arriving inside a round are first seen at the next round boundary.
+The loop is a driver of a :class:`~heteroplan.scheduling.SchedulingSession`, which keeps every
+job's bookkeeping (allocation, restarts, restore left, most GPUs run, service) and turns the
+policy's answer into typed decisions. Each round (the policy's ``round_length``, or the one
+given) the loop submits the jobs that have arrived, asks the session for the round's decisions
+(the policy sees a :class:`~heteroplan.policies.base.JobState` per active job; its answer is
+checked by :func:`~heteroplan.policies.base.check_allocations`; a job whose placement changed
+pays a checkpoint-restore delay -- moves to nodes of the same type and shape are free with
+``SimFidelity.free_moves`` -- its own measured delay, 0 for throughput-table jobs, unless the
+policy's or the run's ``restart_delay_s`` option says otherwise), and advances every running job
+by the policy's progress model (:class:`~heteroplan.sim.training.SimulatedTraining`: elastic
+goodput, rigid gangs, or HadarE's copies; with ``SimFidelity.epoch_rates`` the rate is
+re-evaluated at each epoch boundary a job crosses inside the round), reporting what it measured
+to the session. A job finishes inside a round at the exact time its work runs out. Jobs
+arriving inside a round are first seen at the next round boundary.
 
 Before the first round the loop refuses what can never run: a job without performance data
 for one of the cluster's GPU types is a :class:`~heteroplan.errors.MissingDataError` naming
@@ -35,7 +39,7 @@ from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.sim.job_models import SimJob, build_jobs
 from heteroplan.sim.metrics import SimResult
 from heteroplan.sim.progress import ProgressBar
-from heteroplan.sim.progress_models import GangProgress, progress_model
+from heteroplan.sim.training import SimulatedTraining
 from heteroplan.workload.rigid import RigidJob
 from heteroplan.workload.sia import JobSpec
 
@@ -89,11 +93,10 @@ class _Run:
     def __init__(self, cluster: Cluster, policy: Policy, round_length: float, jobs: list[SimJob],
                  rejected: dict[str, str], record: bool, fidelity: SimFidelity) -> None:
         self.cluster, self.policy, self.L, self.jobs = cluster, policy, round_length, jobs
-        self.epoch_rates = fidelity.epoch_rates
         self.rejected, self.record = rejected, record
         self.session = SchedulingSession(cluster, policy, free_moves=fidelity.free_moves,
                                          restart_delay_s=fidelity.restart_delay_s)
-        self.model: GangProgress = progress_model(cluster, bool(policy.forking))
+        self.training = SimulatedTraining(cluster, bool(policy.forking), fidelity.epoch_rates)
         self.timeline: list[tuple[float, dict[str, int], int]] = []
         self.policy_times: list[float] = []
         self.events: list[tuple[float, str, str, str]] = []
@@ -126,30 +129,9 @@ class _Run:
             schedule=tuple(self.schedule),
         )
 
-    def advance(self, job: SimJob, alloc: Allocation, rate: float, seconds: float) -> float | None:
-        """Run ``job`` on ``alloc`` for ``seconds`` starting at ``rate`` (work units/s); the
-        seconds it needed when it finished, else ``None``. With ``epoch_rates`` the rate is
-        re-evaluated at each epoch boundary the job crosses (the artifact's ``Job.step``)."""
-        left = seconds
-        while True:
-            remaining = job.total_work - job.done
-            boundary = job.next_rate_change() if self.epoch_rates else math.inf
-            step = min(remaining, boundary - job.done)
-            if rate * left < step * (1 - 1e-12):
-                job.done += rate * left
-                return None
-            if step >= remaining:
-                return seconds - left + min(left, remaining / rate)
-            left -= step / rate
-            job.done = boundary * (1 + 1e-12)  # just past the boundary: the next epoch's rate
-            rate, local, accum = self.model.rate(job, alloc)
-            job.batch_size = alloc.num_gpus * local * (accum + 1)
-            if rate <= 0:
-                return None
-
     def round(self, active: dict[str, SimJob]) -> list[str]:
         """One round at ``self.t``: the session decides, the jobs progress; the jobs that finished."""
-        L, t = self.L, self.t
+        t = self.t
         decisions = self.session.round(t)
         self.policy_times.append(decisions.policy_seconds)
         if self.record:
@@ -163,28 +145,16 @@ class _Run:
                     old = d.previous
                     self.events.append((t, job.name, "preempt", f"{old.num_gpus}x{old.gpu_type}"))
                 continue
-            rate, local, accum = self.model.rate(job, new)
             if d.kind is not DecisionKind.KEEP:
                 self.events.append((t, job.name, "restart" if d.restart else "start",
                                     f"{new.num_gpus}x{new.gpu_type} on {len(new.placement)} nodes"))
             for gpu_type, count in counts_by_type(new, self.cluster).items():
                 in_use[gpu_type] += count
-            run_time = max(0.0, L - d.restore_s)
-            restore = min(d.restore_s, L)
-            job.batch_size = new.num_gpus * local * (accum + 1)
-            if run_time > 0 and rate > 0:
-                timing, phi = job.ran(new, local, accum)
-                self.session.report(job.name, step_timing=timing, phi=phi)
-                ran_for = self.advance(job, new, rate, run_time)
-                if ran_for is not None:
-                    job.done = job.total_work
-                    end = t + (restore + ran_for)
-                    self.session.report(job.name, work_done=job.total_work, batch_size=job.batch_size)
-                    self.session.finish(job.name, end)
-                    self.events.append((end, job.name, "finish", ""))
-                    finished.append(job.name)
-                    continue
-            self.session.report(job.name, work_done=job.done, batch_size=job.batch_size)
+            used = self.training.run(job, d, self.L, self.session.report)
+            if used is not None:
+                self.session.finish(job.name, t + used)
+                self.events.append((t + used, job.name, "finish", ""))
+                finished.append(job.name)
         self.timeline.append((t, in_use, len(decisions)))
         return finished
 
