@@ -140,7 +140,7 @@ class SchedulingSession:
 
     # ------------------------------------------------------------------ submit/report
     def submit(self, job_id: str, *, arrival_time: float, application: str = "custom",
-               perf_model: PerfModel | str = "bootstrap", requested_gpus: int = 1, max_gpus: int | None = None,
+               perf_model: PerfModel | str | None = "bootstrap", requested_gpus: int = 1, max_gpus: int | None = None,
                elastic: bool = True, batch_size: int = 0, total_work: float | None = None,
                restart_delay_s: float | None = None) -> None:
         """Add a job.
@@ -154,7 +154,8 @@ class SchedulingSession:
                 :class:`~heteroplan.policies.base.PerfModel` object (e.g. a
                 :class:`~heteroplan.perf.goodput.ThroughputTable` of work units/s per type), or
                 for a Sia application ``"bootstrap"`` (Sia's 1-GPU profiles, refit from reported
-                step timings) or ``"oracle"`` (the application's fitted ground truth).
+                step timings) or ``"oracle"`` (the application's fitted ground truth); ``None``
+                for a policy that reads none (FIFO).
             requested_gpus: its gang size (GPUs a rigid policy gives it).
             max_gpus: most GPUs it may use (default: the application's maximum batch size, else
                 ``requested_gpus``).
@@ -430,7 +431,7 @@ class SchedulingSession:
                 state["model"] = dict(j.estimator.rates)  # type: ignore[union-attr]
             elif j.model_kind == "bootstrap":
                 state["model"] = j.estimator.state()  # type: ignore[union-attr]
-            else:  # oracle: only the measured noise scale changes
+            elif j.model_kind == "oracle":  # only the measured noise scale changes
                 state["model"] = {"measured_phi": j.estimator.measured_phi}  # type: ignore[union-attr]
             jobs.append(state)
         data = {"format": SESSION_FORMAT, "cluster": self.cluster.name, "policy": self.policy.name,
@@ -456,7 +457,7 @@ class SchedulingSession:
         for state in data["jobs"]:
             kind = state["model_kind"]
             model = state.pop("model", None)
-            perf: PerfModel | str = kind
+            perf: PerfModel | str | None = None if kind == "none" else kind
             if kind == "table":
                 from heteroplan.perf.goodput import ThroughputTable
 
@@ -491,10 +492,12 @@ def _app_or_none(application: str) -> Any:
         return None
 
 
-def _resolve_model(job_id: str, application: str, perf_model: PerfModel | str) -> tuple[str, PerfModel | None]:
+def _resolve_model(job_id: str, application: str, perf_model: PerfModel | str | None) -> tuple[str, PerfModel | None]:
     """(kind, model object) of a submitted performance model."""
     from heteroplan.perf.goodput import ThroughputTable
 
+    if perf_model is None:  # policies that need no model (FIFO, YARN-CS)
+        return "none", None
     if isinstance(perf_model, str):
         if perf_model not in _MODEL_KINDS:
             raise InputError(f"job[{job_id}].perf_model", perf_model,

@@ -173,7 +173,7 @@ class GoodputJob(SimJob):
         return self._timing(est, alloc, local), phi
 
     def _timing(self, est: GoodputModel, alloc: Allocation, local: int) -> StepTiming | None:
-        if getattr(est, "observe", None) is None or local <= 0 or "+" in alloc.gpu_type:  # BootstrappedModel only
+        if getattr(est, "observe", None) is None or local <= 0 or alloc.mixed:  # BootstrappedModel only
             return None
         placement = tuple(sorted((c for _, c in alloc.placement), reverse=True))
         key = (alloc.gpu_type, placement)
