@@ -9,7 +9,8 @@ See ``docs/own_loop.md``.
 from heteroplan.scheduling.decisions import Decision, DecisionKind, RoundDecisions, StepTiming
 from heteroplan.scheduling.policy_check import check_policy, restart_delay_of
 from heteroplan.scheduling.records import JobRecord
-from heteroplan.scheduling.session import SESSION_FORMAT, SchedulingSession, UnreportedJobWarning
+from heteroplan.scheduling.session import SchedulingSession, UnreportedJobWarning
+from heteroplan.scheduling.storage import SESSION_FORMAT
 
 __all__ = [
     "Decision",

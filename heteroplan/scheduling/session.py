@@ -40,7 +40,6 @@ the policy object is given again at load (a policy's own state between rounds is
 
 from __future__ import annotations
 
-import json
 import math
 import time
 import warnings
@@ -55,9 +54,8 @@ from heteroplan.scheduling.decisions import Decision, DecisionKind, RoundDecisio
 from heteroplan.scheduling.policy_check import check_policy, restart_delay_of
 from heteroplan.scheduling.records import JobRecord
 
-__all__ = ["SchedulingSession", "UnreportedJobWarning", "SESSION_FORMAT"]
+__all__ = ["SchedulingSession", "UnreportedJobWarning"]
 
-SESSION_FORMAT = 1  # version of the saved-session file
 _MODEL_KINDS = ("bootstrap", "oracle")
 
 
@@ -418,65 +416,17 @@ class SchedulingSession:
     # ------------------------------------------------------------------- save / load
     def save(self, path: str | Path) -> Path:
         """Write the session to a JSON file (atomically); :meth:`load` takes it back."""
-        from heteroplan.atomic_json import write_json_atomic
+        from heteroplan.scheduling.storage import save_session
 
-        jobs = []
-        for j in self._jobs.values():
-            if j.model_kind == "object":
-                raise InputError(f"job[{j.job_id}].perf_model", type(j.estimator).__name__,
-                                 "cannot be saved; submit a ThroughputTable, 'bootstrap' or 'oracle'")
-            state: dict[str, Any] = {k: v for k, v in vars(j).items() if k not in ("estimator", "allocation")}
-            state["allocation"] = _alloc_to_json(j.allocation)
-            if j.model_kind == "table":
-                state["model"] = dict(j.estimator.rates)  # type: ignore[union-attr]
-            elif j.model_kind == "bootstrap":
-                state["model"] = j.estimator.state()  # type: ignore[union-attr]
-            elif j.model_kind == "oracle":  # only the measured noise scale changes
-                state["model"] = {"measured_phi": j.estimator.measured_phi}  # type: ignore[union-attr]
-            jobs.append(state)
-        data = {"format": SESSION_FORMAT, "cluster": self.cluster.name, "policy": self.policy.name,
-                "free_moves": self.free_moves, "restart_delay_s": self.restart_delay_s,
-                "assume_progress": self.assume_progress, "last_round": self._last_round, "rounds": self.rounds,
-                "jobs": jobs}
-        path = Path(path)
-        write_json_atomic(path, data)
-        return path
+        return save_session(self, path)
 
     @classmethod
     def load(cls, path: str | Path, cluster: Cluster, policy: Policy) -> SchedulingSession:
         """A session saved by :meth:`save`, on ``cluster`` under ``policy`` (given again: a policy is
         code, not data). Its next :meth:`round` decides as the saved session's would have."""
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise InputError("path", str(path), f"cannot read a saved session: {exc}") from None
-        if not isinstance(data, dict) or data.get("format") != SESSION_FORMAT:
-            raise InputError("path", str(path), f"not a saved session (format {SESSION_FORMAT})")
-        session = cls(cluster, policy, free_moves=data["free_moves"], restart_delay_s=data["restart_delay_s"],
-                      assume_progress=data["assume_progress"])
-        for state in data["jobs"]:
-            kind = state["model_kind"]
-            model = state.pop("model", None)
-            perf: PerfModel | str | None = None if kind == "none" else kind
-            if kind == "table":
-                from heteroplan.perf.goodput import ThroughputTable
+        from heteroplan.scheduling.storage import load_session
 
-                perf = ThroughputTable(model)
-            session.submit(state["job_id"], arrival_time=state["arrival_time"], application=state["application"],
-                           perf_model=perf, requested_gpus=state["requested_gpus"], max_gpus=state["max_gpus"],
-                           batch_size=state["given_batch"], total_work=state["total_work"],
-                           restart_delay_s=state["own_restart_delay"])
-            job = session._jobs[state["job_id"]]
-            if kind == "bootstrap":
-                job.estimator.restore_state(model)  # type: ignore[union-attr]
-            elif kind == "oracle" and model["measured_phi"] is not None:
-                job.estimator.set_measured_phi(model["measured_phi"])  # type: ignore[union-attr]
-            for key, value in state.items():
-                if key not in ("estimator", "model_kind", "job_id"):
-                    setattr(job, key, _alloc_from_json(value) if key == "allocation" else value)
-        session._last_round = data["last_round"]
-        session.rounds = data["rounds"]
-        return session
+        return load_session(path, cluster, policy)
 
     def __repr__(self) -> str:
         return (f"SchedulingSession(policy={self.policy.name!r}, cluster={self.cluster.name!r}, "
@@ -519,16 +469,3 @@ def _resolve_model(job_id: str, application: str, perf_model: PerfModel | str | 
             and perf_model.app.name == application:  # its state is saved; the application rebuilds the rest
         return "bootstrap", perf_model
     return "object", perf_model
-
-
-def _alloc_to_json(alloc: Allocation | None) -> Any:
-    if alloc is None:
-        return None
-    return {"gpu_type": alloc.gpu_type, "num_gpus": alloc.num_gpus, "placement": [list(p) for p in alloc.placement]}
-
-
-def _alloc_from_json(data: Any) -> Allocation | None:
-    if data is None:
-        return None
-    return Allocation(data["gpu_type"], int(data["num_gpus"]), tuple((str(n), int(c)) for n, c in data["placement"]))
-
