@@ -267,3 +267,18 @@ def test_a_policy_from_an_installed_package_is_a_cli_and_sweep_name(tmp_path: Pa
     assert swept.returncode == 0, swept.stderr[-2000:]
     results = list((tmp_path / "out").rglob("*.json"))
     assert any("plugin-fifo" in p.read_text() for p in results)
+
+
+def test_mixed_type_allocation_is_typed() -> None:
+    cluster = preset("sia-64")
+    aws, rtx = (next(n.name for n in cluster.nodes if n.gpu_type == t) for t in ("aws", "rtx"))
+    mixed = Allocation.spanning(["aws", "rtx"], ((aws, 4), (rtx, 2)))
+    assert mixed.mixed and mixed.gpu_types == ("aws", "rtx") and mixed.num_gpus == 6
+    single = Allocation("rtx", 2, ((rtx, 2),))
+    assert not single.mixed and single.gpu_types == ("rtx",)
+    from heteroplan.policies.base import check_allocations, counts_by_type
+
+    assert counts_by_type(mixed, cluster) == {"aws": 4, "rtx": 2}
+    assert check_allocations(cluster, {"j": mixed}, ["j"]) == {"j": mixed}
+    with pytest.raises(InputError, match="gpu_types"):
+        Allocation.spanning([], ())
