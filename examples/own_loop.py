@@ -14,9 +14,8 @@ import argparse
 import math
 
 from heteroplan import DecisionKind, SchedulingSession, bundled_workload, make_policy, preset
-from heteroplan.sim import SimFidelity
+from heteroplan.sim import SimFidelity, SimulatedTraining
 from heteroplan.sim.job_models import build_jobs
-from heteroplan.sim.training import SimulatedTraining
 
 
 def run(policy_name: str = "sia", num_jobs: int = 8, verbose: bool = False) -> float:
