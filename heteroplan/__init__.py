@@ -9,6 +9,7 @@ Subpackages:
     solvers        Model -> Solution (HiGHS by default; pulp, cvxpy, scipy exports)
     perf           performance models (Pollux/Sia goodput, Sailor profiles and networks)
     policies       round-based cluster schedulers behind one Policy protocol
+    scheduling     the scheduling session: one place that tracks each job's life between rounds
     planner        Sailor: plans, iteration-time/memory simulator, search
     sim            discrete-event cluster simulator and metrics
     runtime        thin PyTorch runtime (extra ``[runtime]``)
@@ -32,7 +33,12 @@ _PUBLIC = {
     "JobSpec": "heteroplan.workload.sia", "bundled_workload": "heteroplan.workload.sia",
     "read_sia_workload": "heteroplan.workload.sia",
     "Allocation": "heteroplan.policies.base", "JobState": "heteroplan.policies.base",
-    "Policy": "heteroplan.policies.base",
+    "Policy": "heteroplan.policies.base", "PolicyBase": "heteroplan.policies.base",
+    "register_policy": "heteroplan.policies.registry",
+    "SchedulingSession": "heteroplan.scheduling", "Decision": "heteroplan.scheduling",
+    "DecisionKind": "heteroplan.scheduling", "RoundDecisions": "heteroplan.scheduling",
+    "StepTiming": "heteroplan.scheduling", "JobRecord": "heteroplan.scheduling",
+    "UnreportedJobWarning": "heteroplan.scheduling",
     "Plan": "heteroplan.planner.plan", "Stage": "heteroplan.planner.plan",
     "ReplicaGroup": "heteroplan.planner.plan", "plan_job": "heteroplan.planner.api",
     "compare_policies": "heteroplan.sim.compare", "make_policy": "heteroplan.sim.compare",
@@ -61,6 +67,15 @@ __all__ = [
     "Allocation",
     "JobState",
     "Policy",
+    "PolicyBase",
+    "register_policy",
+    "SchedulingSession",
+    "Decision",
+    "DecisionKind",
+    "RoundDecisions",
+    "StepTiming",
+    "JobRecord",
+    "UnreportedJobWarning",
     "Plan",
     "Stage",
     "ReplicaGroup",
@@ -91,7 +106,17 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from heteroplan.milp import Model
     from heteroplan.planner.api import plan_job
     from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
-    from heteroplan.policies.base import Allocation, JobState, Policy
+    from heteroplan.policies.base import Allocation, JobState, Policy, PolicyBase
+    from heteroplan.policies.registry import register_policy
+    from heteroplan.scheduling import (
+        Decision,
+        DecisionKind,
+        JobRecord,
+        RoundDecisions,
+        SchedulingSession,
+        StepTiming,
+        UnreportedJobWarning,
+    )
     from heteroplan.sim.compare import compare_policies, make_policy
     from heteroplan.sim.metrics import SimResult, compare_table
     from heteroplan.solvers import Solution, SolveStatus, solve

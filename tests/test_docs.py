@@ -75,7 +75,7 @@ def test_runtime_page_code_blocks_run(tmp_path: Path, monkeypatch) -> None:
     exec(compile(blocks[3], "runtime.md", "exec"), {"__name__": "docs"})  # noqa: S102 - our own docs
 
 
-@pytest.mark.parametrize("page", ["model", "sailor", "goodput", "hadar"])
+@pytest.mark.parametrize("page", ["model", "sailor", "goodput", "hadar", "own_loop"])
 def test_guide_code_blocks_run(page: str, tmp_path: Path, monkeypatch) -> None:
     """Every Python block of the page runs as written (one namespace per page, in order),
     from any directory: no path into the checkout (an installed wheel has no tests/ or docs/)."""

@@ -42,6 +42,11 @@ def test_custom_policy_example(tmp_path: Path) -> None:
     assert finished_column(out, "maxmin") == 6 and finished_column(out, "sia") == 6
 
 
+def test_own_loop_example(tmp_path: Path) -> None:
+    out = run_example("own_loop.py", "--policy", "fifo", "--jobs", "4", "--verbose", cwd=tmp_path)
+    assert "start" in out and "fifo: average JCT" in out
+
+
 @pytest.mark.parametrize("notebook", sorted(p.name for p in (EXAMPLES / "notebooks").glob("*.ipynb")))
 def test_notebooks_execute(notebook: str, tmp_path: Path) -> None:
     import nbformat

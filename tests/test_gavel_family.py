@@ -298,19 +298,23 @@ def test_pollux_sia_keeps_majority_type_and_leaves_the_rest_idle():
         PolluxPolicy(mechanism="genetic")
 
 
-def test_fixed_restart_delay_per_policy():
+def test_fixed_restart_delay_as_policy_option_or_run_option():
     from heteroplan.workload.sia import JobSpec
 
     cluster = Cluster((GPUType("dgx-ext", 80, 8),), (Node("d0", "dgx-ext", 8),))
     job = [JobSpec("c", 0.0, "cifar10", 1, 128)]
-    fixed = simulate(job, cluster, make_policy("gavel"), round_length=60.0, max_rounds=1, progress=False,
-                     fidelity=SimFidelity(restart_delays={"gavel": 0.0}))
-    measured = simulate(job, cluster, make_policy("gavel"), round_length=60.0, max_rounds=1, progress=False,
-                        fidelity=SimFidelity(restart_delays={}))
+    run = dict(round_length=60.0, max_rounds=1, progress=False)
+    fixed = simulate(job, cluster, make_policy("gavel", restart_delay_s=0.0), **run)
+    measured = simulate(job, cluster, make_policy("gavel"), **run)
+    whole_run = simulate(job, cluster, make_policy("gavel", restart_delay_s=40.0), **run,
+                         fidelity=SimFidelity(restart_delay_s=0.0))
     # Same rate; the measured restore delay (cifar10: 50 s of a 60 s round) is gone with 0 s.
     assert fixed.jobs[0].fraction_done / measured.jobs[0].fraction_done == pytest.approx(60.0 / 10.0, rel=0.05)
-    with pytest.raises(InputError, match="restart_delays"):
-        SimFidelity(restart_delays={"x": -1.0})
+    assert whole_run.jobs[0].fraction_done == fixed.jobs[0].fraction_done  # the run's option wins
+    with pytest.raises(InputError, match="restart_delay_s"):
+        SimFidelity(restart_delay_s=-1.0)
+    with pytest.raises(InputError, match="restart_delay_s"):
+        make_policy("gavel", restart_delay_s=-1.0)
 
 
 def test_gavel_sia_never_places_a_job_where_its_rate_is_zero():

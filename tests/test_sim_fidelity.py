@@ -219,7 +219,14 @@ def test_scale_up_limit_is_twice_the_most_gpus_ever_run() -> None:
 
 def test_simulator_reports_the_most_gpus_a_job_ran_on() -> None:
     spec = [JobSpec("c", 0.0, "cifar10", 1, 128)]
-    jobs = build_jobs(spec, CLUSTER, True, None, SimFidelity())
-    simulate(jobs, CLUSTER, FixedPolicy("dgx-ext", 8), max_time=300, progress=False)
-    view = jobs[0].view()
-    assert view.max_gpus_run == 8 and view.last_gpus == 8 and view.batch_size > 0
+    seen = []
+
+    class Recording(FixedPolicy):
+        def allocate(self, cluster, jobs, now):
+            seen.extend(jobs)
+            return super().allocate(cluster, jobs, now)
+
+    simulate(spec, CLUSTER, Recording("dgx-ext", 8), max_time=300, progress=False)
+    first, later = seen[0], seen[-1]  # the session carries the bookkeeping between rounds
+    assert first.max_gpus_run == 0 and first.last_gpus == 0
+    assert later.max_gpus_run == 8 and later.last_gpus == 8 and later.batch_size > 0

@@ -73,6 +73,8 @@ def tiny_inprocess(tmp_path_factory):
     ({"policies": [{"name": "tiresias", "options": {"thresholds": "soon"}}]}, "policies[0].options"),
     ({"fidelities": [{"batch_size": "guess"}]}, "fidelities[0].batch_size"),
     ({"fidelities": [{"preset": "perfect"}]}, "fidelities[0].preset"),
+    ({"fidelities": [{"restart_delay_s": -5}]}, "fidelities[0].restart_delay_s"),
+    ({"policies": [{"name": "fifo", "options": {"restart_delay_s": -5}}]}, "policies[0].options.restart_delay_s"),
     ({"policies": []}, "policies"),
 ])
 def test_bad_sweep_names_field_and_value(change, field):

@@ -131,6 +131,36 @@ class BootstrappedModel(GoodputModel):
         self._refresh()
         return self._source.get(gpu_type, "unknown")
 
+    # -- state (a scheduling session saves and restores it) -------------------------------
+    def state(self) -> dict[str, Any]:
+        """The learned state as plain JSON-able data: observations per type, fits, the types
+        awaiting a refit, and the measured noise scale (see :meth:`restore_state`)."""
+        cols = ("num_nodes", "num_gpus", "local_bsz", "step_time", "sync_time")
+        return {
+            "observations": {t: {c: getattr(m, c).tolist() for c in cols} for t, m in self._obs.items()},
+            "fits": {t: p.to_dict() for t, p in self._fits.items()},
+            "stale": sorted(self._stale),
+            "measured_phi": self._measured_phi,
+        }
+
+    def restore_state(self, state: Mapping[str, Any]) -> None:
+        """Take back a :meth:`state`: the model then answers exactly as the one that saved it."""
+        try:
+            self._obs = {t: Measurements(**{c: np.asarray(v, dtype=float) for c, v in m.items()})
+                         for t, m in state["observations"].items()}
+            self._fits = {t: ThroughputParams.from_dict(p) for t, p in state["fits"].items()}
+            stale = set(state["stale"])
+            phi = state["measured_phi"]
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise InputError("model_state", type(state).__name__, f"is not a BootstrappedModel state ({exc})") from None
+        self._stale = set()
+        self._compute_cache.clear()
+        counts = {t: int(np.count_nonzero(m.num_gpus > 1)) for t, m in self._obs.items()}
+        reference = max((t for t in counts if counts[t] > 0), key=lambda t: counts[t], default=None)
+        self._assemble(reference, set())
+        self._stale = stale
+        self._measured_phi = None if phi is None else float(phi)
+
     # -- fitting -----------------------------------------------------------------------
     def _refresh(self) -> None:
         if not self._stale:
@@ -149,6 +179,11 @@ class BootstrappedModel(GoodputModel):
             if counts[gpu_type] == 0:
                 self._fits.pop(gpu_type, None)
         self._stale.clear()
+        self._assemble(reference, refit)
+
+    def _assemble(self, reference: str | None, refit: set[str]) -> None:
+        """Every type's parameters from the fits (fitting only the types in ``refit`` or unfitted)."""
+        counts = {t: int(np.count_nonzero(m.num_gpus > 1)) for t, m in self._obs.items()}
         params: dict[str, ThroughputParams] = {}
         for gpu_type, meas in self._obs.items():
             projected = None

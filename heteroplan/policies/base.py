@@ -17,8 +17,8 @@ from heteroplan._html import table, title
 from heteroplan.cluster import Cluster
 from heteroplan.errors import ClusterError, InputError, PolicyError
 
-__all__ = ["Allocation", "AllocationError", "JobState", "Policy", "PerfModel", "GoodputEstimator", "check_allocations",
-           "counts_by_type"]
+__all__ = ["Allocation", "AllocationError", "JobState", "Policy", "PolicyBase", "PerfModel", "GoodputEstimator",
+           "check_allocations", "counts_by_type"]
 
 
 class AllocationError(PolicyError, InputError):
@@ -31,8 +31,9 @@ class Allocation:
 
     Attributes:
         gpu_type: GPU type name (all GPUs of a job share one type), or, for a task-level
-            heterogeneous allocation (Hadar), the types joined by ``"+"`` (e.g. ``"k80+v100"``);
-            then ``placement`` carries the truth (see :func:`counts_by_type`).
+            heterogeneous allocation (Hadar), a label of its types (``"k80+v100"``): build it with
+            :meth:`spanning`, read it with :attr:`gpu_types` / :attr:`mixed`; then ``placement``
+            carries the truth (see :func:`counts_by_type`).
         num_gpus: number of GPUs.
         placement: ``(node name, GPUs on that node)`` pairs; empty until placed.
     """
@@ -40,6 +41,26 @@ class Allocation:
     gpu_type: str
     num_gpus: int
     placement: tuple[tuple[str, int], ...] = ()
+
+    TYPE_SEPARATOR = "+"  # joins the types of a mixed allocation's label; never part of a type name
+
+    @classmethod
+    def spanning(cls, gpu_types: Sequence[str], placement: tuple[tuple[str, int], ...]) -> Allocation:
+        """A gang over several GPU types (task-level heterogeneity): ``gpu_types`` in the cluster's
+        order, ``placement`` the (node, GPUs) pairs that carry the truth."""
+        if not gpu_types:
+            raise InputError("allocation.gpu_types", gpu_types, "must name at least one GPU type")
+        return cls(cls.TYPE_SEPARATOR.join(gpu_types), sum(c for _, c in placement), tuple(placement))
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        """The GPU types of the gang: one, or several for a mixed (task-level heterogeneous) one."""
+        return tuple(self.gpu_type.split(self.TYPE_SEPARATOR))
+
+    @property
+    def mixed(self) -> bool:
+        """The gang spans several GPU types."""
+        return self.TYPE_SEPARATOR in self.gpu_type
 
     @property
     def num_nodes(self) -> int:
@@ -159,13 +180,50 @@ class Policy(Protocol):
         ...
 
 
+class PolicyBase:
+    """A base class that gives a custom policy the defaults a round loop reads; override what
+    differs (class attributes or constructor arguments) and write :meth:`allocate`.
+
+    Attributes:
+        name: short name (default: the class name in lower case).
+        round_length: seconds per round (60).
+        elastic: it chooses elastic jobs' GPU counts (``False``: rigid, every job runs on its
+            ``requested_gpus``).
+        forking: it may give a rigid job several gangs of ``requested_gpus`` (``False``).
+        restart_delay_s: seconds every (re)start of its jobs costs, or ``None``: each job's own
+            measured delay.
+    """
+
+    name: str = ""
+    round_length: float = 60.0
+    elastic: bool = False
+    forking: bool = False
+    restart_delay_s: float | None = None
+
+    def __init__(self, **options: Any) -> None:
+        for key, value in options.items():
+            if key not in ("name", "round_length", "elastic", "forking", "restart_delay_s"):
+                raise InputError(f"policy.{key}", value, "unknown option; PolicyBase takes name, round_length, "
+                                 "elastic, forking, restart_delay_s")
+            setattr(self, key, value)
+        if not self.name:
+            self.name = type(self).__name__.lower()
+        if isinstance(self.round_length, bool) or not isinstance(self.round_length, int | float) \
+                or not self.round_length > 0:
+            raise InputError("policy.round_length", self.round_length, "must be a number of seconds > 0")
+
+    def allocate(self, cluster: Cluster, jobs: Sequence[JobState], now: float) -> Mapping[str, Allocation]:
+        """Allocations for this round keyed by ``job_id``, with placements filled in."""
+        raise NotImplementedError(f"{type(self).__name__}.allocate")
+
+
 def counts_by_type(allocation: Allocation, cluster: Cluster) -> dict[str, int]:
     """GPUs per type of an allocation, from its placement (node types) when it has one.
 
     Unplaced allocations must name a single type. Unknown nodes raise ``ClusterError``.
     """
     if not allocation.placement:
-        if "+" in allocation.gpu_type:
+        if allocation.mixed:
             raise InputError("allocation.placement", (), f"mixed type {allocation.gpu_type!r} needs a placement")
         return {allocation.gpu_type: allocation.num_gpus} if allocation.num_gpus else {}
     types = {n.name: n.gpu_type for n in cluster.nodes}
@@ -192,7 +250,7 @@ def check_allocations(cluster: Cluster, allocations: Any, active: Iterable[str])
             raise AllocationError(f"allocation[{jid}]", alloc, "must be an Allocation with num_gpus > 0")
         if sum(c for _, c in alloc.placement) != alloc.num_gpus:
             raise AllocationError(f"allocation[{jid}].placement", alloc.placement, f"must hold {alloc.num_gpus} GPUs")
-        allowed = set(alloc.gpu_type.split("+"))
+        allowed = set(alloc.gpu_types)
         for node, count in alloc.placement:
             if not count > 0:
                 raise AllocationError(f"allocation[{jid}].placement", alloc.placement, f"{node}: GPU count must be > 0")

@@ -54,8 +54,7 @@ def make_allocation(placement: tuple[tuple[str, int], ...], cluster: Cluster) ->
     """An :class:`Allocation` whose ``gpu_type`` lists the placement's types (``"k80+v100"``)."""
     node_type = {n.name: n.gpu_type for n in cluster.nodes}
     used = {node_type[n] for n, _ in placement}
-    label = "+".join(t for t in cluster.type_names if t in used)
-    return Allocation(label, sum(c for _, c in placement), tuple(placement))
+    return Allocation.spanning([t for t in cluster.type_names if t in used], tuple(placement))
 
 
 def rate_of(estimator: object, gpu_type: str, gpus: int, gpus_per_node: int) -> float:

@@ -17,7 +17,7 @@ allocation spanning GPU types keeps only the GPUs of its majority type (ties: th
 as the artifact's ``prio_order``): the dropped GPUs stay idle and are not counted, and what is
 kept is the job's allocation from then on (the artifact's base state is its repaired
 allocation; a job keeping its GPU count keeps its virtual nodes). (Its 30 s restart delay is
-the simulator's, ``SimFidelity.restart_delays``.) The optimiser plans each job with the
+the registry's ``restart_delay_s`` option of ``pollux-sia``.) The optimiser plans each job with the
 artifact's merged profile (``merged_profile=True``, the default there): one throughput fit per
 job across GPU types, the first observation of a (nodes, GPUs, local batch) shape winning, a
 linear speed-up before any observation (:mod:`heteroplan.policies.pollux_profile`); the

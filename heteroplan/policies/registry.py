@@ -1,29 +1,42 @@
-"""One policy registry: name -> factory with options, for the CLI, the simulator and the runtime.
+"""One open policy registry: name -> factory with options, for the CLI, the simulator and the runtime.
 
 ``make_policy("gavel", round_length=120)`` builds a policy by name; options go to its
-constructor (``round_length`` is understood by every policy: Hadar's slot is its round).
+constructor (``round_length`` is understood by every policy: Hadar's slot is its round), except
+``restart_delay_s``, understood by every policy too: seconds every (re)start of its jobs costs
+(set on the built policy; see :class:`~heteroplan.scheduling.SchedulingSession`).
+
+The registry is open: :func:`register_policy` adds a name in this process, and an installed
+package adds names through the entry-point group :data:`ENTRY_POINT_GROUP` (``heteroplan.policies``;
+each entry point names a factory -- a callable taking the options as keywords, e.g. a
+policy class). Entry points are listed lazily (on the first lookup) and imported only when
+their policy is built, so ``heteroplan simulate --policy NAME`` and sweep files accept them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
+from importlib import metadata
 from typing import Any
 
 from heteroplan.errors import InputError
 from heteroplan.policies.base import Policy
 
-__all__ = ["PolicyEntry", "POLICIES", "make_policy", "policy_names"]
+__all__ = ["ENTRY_POINT_GROUP", "PolicyEntry", "POLICIES", "make_policy", "policy_names", "register_policy"]
+
+ENTRY_POINT_GROUP = "heteroplan.policies"
 
 
 @dataclass(frozen=True)
 class PolicyEntry:
-    """A registered policy: ``factory(**options)`` builds it; ``summary`` says what it is."""
+    """A registered policy: ``factory(**options)`` builds it; ``summary`` says what it is;
+    ``restart_delay_s``: the restart delay (s) its policies get unless an option says otherwise
+    (``None``: each job's own)."""
 
     name: str
     factory: Callable[..., Policy]
     summary: str
+    restart_delay_s: float | None = None
 
 
 def _sia(**options: Any) -> Policy:
@@ -88,12 +101,13 @@ def _hadar(**defaults: Any) -> Callable[..., Policy]:
     return make
 
 
-POLICIES: Mapping[str, PolicyEntry] = MappingProxyType({e.name: e for e in (
+_BUILTIN: dict[str, PolicyEntry] = {e.name: e for e in (
     PolicyEntry("sia", _sia, "Sia: heterogeneity- and adaptivity-aware ILP over goodput (elastic)"),
     PolicyEntry("sia-lp", _sia_lp, "Sia with LP relaxation + rounding (elastic)"),
     PolicyEntry("pollux", _pollux(), "Pollux: goodput-optimizing, heterogeneity-unaware (elastic)"),
     PolicyEntry("pollux-sia", _pollux(mechanism="sia-artifact", name="pollux-sia"),
-                "Pollux as the Sia artifact runs it: one profile merged across GPU types, 4-GPU virtual nodes in a random order, majority-type fix-up (elastic)"),
+                "Pollux as the Sia artifact runs it: one profile merged across GPU types, 4-GPU virtual nodes in a random order, majority-type fix-up, 30 s restarts (elastic)",
+                restart_delay_s=30.0),
     PolicyEntry("gavel", _gavel(), "Gavel: max-min fairness LP over time fractions (rigid, 360 s rounds)"),
     PolicyEntry("gavel-agnostic", _gavel(objective="max_min_fairness_agnostic", name="gavel-agnostic"),
                 "Gavel: heterogeneity-agnostic max-min fairness over time shares (rigid)"),
@@ -113,7 +127,71 @@ POLICIES: Mapping[str, PolicyEntry] = MappingProxyType({e.name: e for e in (
     PolicyEntry("hadar", _hadar(), "Hadar: online primal-dual, task-level heterogeneous (rigid, 360 s slots)"),
     PolicyEntry("hadar-replan", _hadar(replan=True), "Hadar re-planning every active job each round (rigid)"),
     PolicyEntry("hadare", _hadar(forking=True), "HadarE: Hadar with job forking onto idle GPUs (rigid)"),
-)})
+)}
+
+
+class _Registry(Mapping[str, PolicyEntry]):
+    """Built-in policies, those added by :func:`register_policy`, and installed packages' entry
+    points (listed on first use, imported when built)."""
+
+    def __init__(self) -> None:
+        self._added: dict[str, PolicyEntry] = {}
+        self._plugins: dict[str, PolicyEntry] | None = None
+
+    def _entries(self) -> dict[str, PolicyEntry]:
+        if self._plugins is None:
+            self._plugins = {}
+            for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+                if ep.name not in _BUILTIN:
+                    self._plugins[ep.name] = PolicyEntry(ep.name, _entry_point_factory(ep),
+                                                         f"from package {ep.value} (entry point)")
+        return _BUILTIN | self._plugins | self._added
+
+    def add(self, entry: PolicyEntry) -> None:
+        self._added[entry.name] = entry
+
+    def refresh(self) -> None:
+        """Forget the listed entry points (after installing a package in this process)."""
+        self._plugins = None
+
+    def __getitem__(self, name: str) -> PolicyEntry:
+        return self._entries()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries())
+
+    def __len__(self) -> int:
+        return len(self._entries())
+
+
+def _entry_point_factory(ep: metadata.EntryPoint) -> Callable[..., Policy]:
+    def make(**options: Any) -> Policy:
+        try:
+            factory = ep.load()
+        except Exception as exc:  # a broken plugin: name it
+            raise InputError("policy", ep.name, f"entry point {ep.value!r} failed to load: "
+                             f"{type(exc).__name__}: {exc}") from exc
+        return factory(**options)
+
+    return make
+
+
+POLICIES: _Registry = _Registry()
+
+
+def register_policy(name: str, factory: Callable[..., Policy], summary: str = "",
+                    restart_delay_s: float | None = None) -> None:
+    """Make ``name`` a policy name in this process: ``factory(**options)`` builds the policy (a
+    policy class will do). A built-in name cannot be replaced; registering a name again replaces
+    the earlier registration."""
+    if not isinstance(name, str) or not name or any(c.isspace() for c in name):
+        raise InputError("name", name, "must be a non-empty name without spaces")
+    if name in _BUILTIN:
+        raise InputError("name", name, "is a built-in policy; choose another name")
+    if not callable(factory):
+        raise InputError("factory", factory, "must be callable(**options) -> Policy")
+    POLICIES.add(PolicyEntry(name, factory, summary or (getattr(factory, "__doc__", None) or name).strip().split("\n")[0],
+                             restart_delay_s))
 
 
 def policy_names() -> list[str]:
@@ -127,7 +205,13 @@ def make_policy(name: str, **options: Any) -> Policy:
         entry = POLICIES[name]
     except KeyError:
         raise InputError("policy", name, f"unknown policy; known: {policy_names()}") from None
+    delay = options.pop("restart_delay_s", entry.restart_delay_s)
     try:
-        return entry.factory(**options)
+        policy = entry.factory(**options)
     except TypeError as exc:  # an option the policy does not take
         raise InputError(f"policy[{name}].options", sorted(options), f"not accepted: {exc}") from None
+    if delay is not None:
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or not delay >= 0:
+            raise InputError(f"policy[{name}].options.restart_delay_s", delay, "must be seconds >= 0")
+        policy.restart_delay_s = float(delay)  # type: ignore[attr-defined]
+    return policy

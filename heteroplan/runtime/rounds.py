@@ -1,10 +1,11 @@
 """Round executor: a cluster policy (Sia, Pollux, Gavel, ...) driving real training jobs.
 
-Every ``round_length`` seconds the executor shows the policy the same :class:`JobState`
-views the simulator builds, then applies its allocations to running jobs: a job whose GPU type
-and count are unchanged keeps running; a changed one is stopped at an iteration boundary,
-checkpointed and relaunched with the new data-parallel degree (checkpoint-restore on rescale);
-a job that lost its GPUs is stopped. Each round, the step and synchronization times measured
+The executor is a driver of a :class:`~heteroplan.scheduling.SchedulingSession`, the same one
+the simulator drives, which keeps every job's bookkeeping. Every ``round_length`` seconds it asks
+the session for the round's decisions and applies them to local processes: ``KEEP`` leaves a job
+running; ``RESCALE`` stops it at an iteration boundary, checkpoints and relaunches it with the new
+data-parallel degree (checkpoint-restore on rescale); ``PREEMPT`` stops it; ``START`` launches it
+(resuming from its checkpoint). Moves to other GPUs of the same type and shape are free. Each round, the step and synchronization times measured
 on each running job are fed to its estimator's ``observe`` (Sia's bootstrapped goodput model
 refits from real data). Jobs run as local processes (one per GPU). A job with
 ``adaptive_batch`` runs at the batch the policy's goodput model picks for its allocation
@@ -30,13 +31,16 @@ from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError, check_int, check_seconds
 from heteroplan.perf.measurements import Measurements
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
-from heteroplan.policies.base import Allocation, JobState, Policy, check_allocations
+from heteroplan.policies.base import Allocation, Policy, PolicyBase
 from heteroplan.policies.registry import make_policy
 from heteroplan.runtime.config import RunConfig, StepMetrics, make_optimizer
 from heteroplan.runtime.launch import RunHandle, launch
 from heteroplan.runtime.models import TrainTask
+from heteroplan.scheduling import DecisionKind, JobRecord, SchedulingSession, StepTiming
 
 __all__ = ["RuntimeJob", "RoundExecutor", "RoundLog", "JobOutcome", "data_parallel_plan", "job_plan", "measure_single_gpu"]
+
+JobOutcome = JobRecord  # the former name: one record type for session, simulator and runtime
 
 
 @dataclass(frozen=True)
@@ -86,26 +90,6 @@ class RoundLog:
     time: float
     allocations: dict[str, tuple[str, int]]
     events: tuple[str, ...]
-
-
-@dataclass
-class JobOutcome:
-    """How a job fared: times in seconds since the executor started."""
-
-    job_id: str
-    arrival_time: float
-    finish_time: float | None = None
-    steps_done: int = 0
-    restarts: int = 0
-    gpu_seconds: float = 0.0
-    observations: int = 0
-    phi: float | None = None
-    """Gradient noise scale (samples) last measured from the job's gradients."""
-
-    @property
-    def jct(self) -> float | None:
-        """Job completion time (s), ``None`` if unfinished."""
-        return None if self.finish_time is None else self.finish_time - self.arrival_time
 
 
 def data_parallel_plan(name: str, global_batch_size: int, num_gpus: int, num_layers: int, gpu_type: str,
@@ -164,18 +148,36 @@ class _Running:
     started: float = 0.0
 
 
+class _Declared(PolicyBase):
+    """A policy object that only has ``allocate`` (and maybe ``name``), with the round loop's
+    defaults: the runtime's jobs are elastic (their GPU count may change)."""
+
+    def __init__(self, inner: Any, round_length: float) -> None:
+        super().__init__(name=getattr(inner, "name", type(inner).__name__.lower()), round_length=round_length,
+                         elastic=bool(getattr(inner, "elastic", True)), forking=bool(getattr(inner, "forking", False)),
+                         restart_delay_s=getattr(inner, "restart_delay_s", None))
+        self.inner = inner
+
+    def allocate(self, cluster: Cluster, jobs: Sequence[Any], now: float) -> Any:
+        return self.inner.allocate(cluster, jobs, now)
+
+
 class RoundExecutor:
     """Run ``jobs`` on local processes under ``policy``, one allocation per round.
 
     Args:
         cluster: the GPUs the policy may hand out (one local process per GPU).
-        policy: any :class:`~heteroplan.policies.base.Policy`, or a registered name
-            (:func:`~heteroplan.policies.registry.make_policy`).
+        policy: any :class:`~heteroplan.policies.base.Policy` (an object with only
+            ``allocate`` gets the defaults of :class:`~heteroplan.policies.base.PolicyBase`, elastic),
+            or a registered name (:func:`~heteroplan.policies.registry.make_policy`).
         jobs: the jobs and their arrival times.
         workdir: checkpoints go to ``workdir/<job_id>``.
         round_length: seconds per round.
         max_rounds: stop after this many rounds even if jobs remain.
         progress: called with each :class:`RoundLog`.
+
+    ``session`` is the :class:`~heteroplan.scheduling.SchedulingSession` it drives; ``outcomes``
+    each job's :class:`~heteroplan.scheduling.JobRecord` (times in seconds since the run started).
     """
 
     def __init__(self, cluster: Cluster, policy: Policy | str, jobs: Sequence[RuntimeJob], workdir: str | Path,
@@ -191,13 +193,24 @@ class RoundExecutor:
         if len(set(ids)) != len(ids):
             raise InputError("jobs.job_id", sorted(i for i in ids if ids.count(i) > 1)[0], "job ids must be unique")
         check_seconds("round_length", round_length)
+        if not all(hasattr(policy, a) for a in ("name", "round_length", "elastic", "forking")):
+            policy = _Declared(policy, float(round_length))
         self.cluster, self.policy, self.jobs = cluster, policy, list(jobs)
         self.workdir = Path(workdir)
         self.round_length, self.max_rounds, self.progress = float(round_length), max_rounds, progress
-        self.outcomes = {j.job_id: JobOutcome(j.job_id, j.arrival_time) for j in jobs}
+        self.session = SchedulingSession(cluster, policy, free_moves=True)
+        for j in self.jobs:
+            self.session.submit(j.job_id, arrival_time=float(j.arrival_time), application=j.application,
+                                perf_model=j.estimator, requested_gpus=1, max_gpus=min(j.max_gpus, j.global_batch_size),
+                                batch_size=j.global_batch_size, total_work=float(j.steps * j.global_batch_size),
+                                restart_delay_s=0.0)
         self.log: list[RoundLog] = []
         self._running: dict[str, _Running] = {}
-        self._last: dict[str, Allocation] = {}
+
+    @property
+    def outcomes(self) -> dict[str, JobRecord]:
+        """Each job's record so far (job id -> :class:`~heteroplan.scheduling.JobRecord`)."""
+        return {j.job_id: self.session.record(j.job_id) for j in self.jobs}
 
     # --------------------------------------------------------------------- helpers
     def _config(self, job: RuntimeJob) -> RunConfig:
@@ -208,100 +221,93 @@ class RoundExecutor:
         layers = getattr(job.task, "num_layers", None)
         return layers if isinstance(layers, int) else len(job.task.build_model())
 
-    def _state(self, job: RuntimeJob, now: float) -> JobState:
-        out = self.outcomes[job.job_id]
-        return JobState(job.job_id, job.application, job.arrival_time, requested_gpus=1, elastic=True,
-                        max_gpus=min(job.max_gpus, job.global_batch_size), allocation=self._last.get(job.job_id),
-                        num_restarts=out.restarts, attained_service=out.gpu_seconds,
-                        progress=out.steps_done / job.steps, estimator=job.estimator,
-                        remaining_work=float(max(job.steps - out.steps_done, 0) * job.global_batch_size))
+    def _steps_done(self, job: RuntimeJob) -> int:
+        return self.session.record(job.job_id).steps_done
+
+    def _report_steps(self, job: RuntimeJob, steps: int) -> None:
+        steps = min(steps, job.steps)
+        self.session.report(job.job_id, steps_done=steps, work_done=float(steps * job.global_batch_size))
 
     def _observe(self, job: RuntimeJob, run: _Running) -> None:
-        """Feed the steps measured since the last call to the job's estimator (first step: warm-up),
-        and the gradient noise scale. With ``adaptive_batch`` the step time is per accumulation
-        step of ``local_bsz`` samples (plus the sync); otherwise per iteration of ``global / n``."""
+        """Report the steps measured since the last call (first step: warm-up) to the session, which
+        feeds them to the job's estimator, and the gradient noise scale. With ``adaptive_batch`` the
+        step time is per accumulation step of ``local_bsz`` samples (plus the sync); otherwise per
+        iteration of ``global / n``."""
         steps: list[StepMetrics] = run.handle.steps[max(run.seen, 1):]
         run.seen = len(run.handle.steps)
+        latest = run.handle.steps[-1].step if run.handle.steps else 0  # none yet: still starting (no progress)
+        self._report_steps(job, max(latest, self._steps_done(job)))
         self._observe_noise(job, steps)
-        observe = getattr(job.estimator, "observe", None)
-        if not steps or observe is None or "+" in run.allocation.gpu_type:
+        if not steps or getattr(job.estimator, "observe", None) is None or run.allocation.mixed:
             return
         n, plan = run.allocation.num_gpus, run.handle.plan
-        placement = [c for _, c in run.allocation.placement] or [n]
+        placement = tuple(c for _, c in run.allocation.placement) or (n,)
         rounds = max(plan.microbatches()) if job.adaptive_batch else 1  # accumulation steps + 1
         sync = statistics.median(m.sync_time for m in steps)
         step = statistics.median(m.iteration_time for m in steps)
-        observe(run.allocation.gpu_type, placement, plan.global_batch_size / (n * rounds), (step - sync) / rounds + sync, sync)
-        self.outcomes[job.job_id].observations += 1
+        self.session.report(job.job_id, step_timing=StepTiming(
+            run.allocation.gpu_type, placement, plan.global_batch_size / (n * rounds), (step - sync) / rounds + sync,
+            sync))
 
     def _observe_noise(self, job: RuntimeJob, steps: list[StepMetrics]) -> None:
-        """Gradient noise scale ``tr(Sigma) / |G|^2`` over the round's steps (ratio of means) -> the estimator."""
+        """Gradient noise scale ``tr(Sigma) / |G|^2`` over the round's steps (ratio of means) -> the session."""
         stats = [(m.extra["grad_var"], m.extra["grad_sqr"]) for m in steps if "grad_sqr" in m.extra]
         if not stats:
             return
         var, sqr = (float(np.mean(v)) for v in zip(*stats, strict=True))
         if var > 0 and sqr > 0:
-            self.outcomes[job.job_id].phi = var / sqr
-            setter = getattr(job.estimator, "set_measured_phi", None)
-            if setter is not None:
-                setter(var / sqr)
+            self.session.report(job.job_id, phi=var / sqr)
 
     def _stop(self, job: RuntimeJob, now: float) -> None:
         run = self._running.pop(job.job_id)
         run.handle.stop()
         result = run.handle.wait()
         self._observe(job, run)
-        out = self.outcomes[job.job_id]
-        out.steps_done = result.final_step
-        out.gpu_seconds += run.allocation.num_gpus * (now - run.started)
-        if out.steps_done >= job.steps and out.finish_time is None:
-            out.finish_time = now
+        self._report_steps(job, max(result.final_step, self._steps_done(job)))
+        if result.final_step >= job.steps and self.session.record(job.job_id).finish_time is None:
+            self.session.finish(job.job_id, now)
 
     # ------------------------------------------------------------------------ run
-    def run(self) -> dict[str, JobOutcome]:
-        """Run rounds until every job is done (or ``max_rounds``); returns each job's outcome."""
+    def run(self) -> dict[str, JobRecord]:
+        """Run rounds until every job is done (or ``max_rounds``); returns each job's record."""
         t0 = time.monotonic()
         by_id = {j.job_id: j for j in self.jobs}
         try:
             for index in range(self.max_rounds):
                 now = time.monotonic() - t0
-                active = [j for j in self.jobs if j.arrival_time <= now and self.outcomes[j.job_id].finish_time is None]
-                pending = [j for j in self.jobs if j.arrival_time > now]
-                if not active and not pending:
+                if not self.session.unfinished():
                     break
                 events: list[str] = []
-                allocs = check_allocations(
-                    self.cluster, self.policy.allocate(self.cluster, [self._state(j, now) for j in active], now),
-                    [j.job_id for j in active])
-                for jid in list(self._running):
-                    new = allocs.get(jid)
-                    if new is None or not new.same_resources(self._running[jid].allocation):
-                        self._stop(by_id[jid], time.monotonic() - t0)
-                        events.append(f"stop {jid}" if new is None else f"rescale {jid}")
-                for jid, alloc in allocs.items():
-                    if jid in self._running:
-                        self._running[jid] = replace(self._running[jid], allocation=alloc)
+                decisions = self.session.round(now)
+                for d in decisions:
+                    if d.job_id in self._running and d.kind in (DecisionKind.PREEMPT, DecisionKind.RESCALE):
+                        self._stop(by_id[d.job_id], time.monotonic() - t0)
+                        events.append(f"stop {d.job_id}" if d.kind is DecisionKind.PREEMPT else f"rescale {d.job_id}")
+                for d in decisions:
+                    if d.allocation is None:
                         continue
-                    job = by_id[jid]
-                    if self.outcomes[jid].finish_time is not None:
+                    if d.job_id in self._running:
+                        self._running[d.job_id] = replace(self._running[d.job_id], allocation=d.allocation)
                         continue
-                    plan = job_plan(job, alloc, self._num_layers(job), self.outcomes[jid].steps_done / job.steps)
-                    if jid in self._last or self.outcomes[jid].steps_done:
-                        self.outcomes[jid].restarts += 1
-                    self._running[jid] = _Running(launch(plan, job.task, self._config(job)), alloc,
-                                                  started=time.monotonic() - t0)
-                    events.append(f"start {jid} on {alloc.num_gpus} x {alloc.gpu_type}")
-                self._last = {jid: a for jid, a in allocs.items()}
+                    job = by_id[d.job_id]
+                    if self.session.record(d.job_id).finish_time is not None:
+                        continue
+                    plan = job_plan(job, d.allocation, self._num_layers(job), self._steps_done(job) / job.steps)
+                    self._running[d.job_id] = _Running(launch(plan, job.task, self._config(job)), d.allocation,
+                                                       started=time.monotonic() - t0)
+                    events.append(f"start {d.job_id} on {d.allocation.num_gpus} x {d.allocation.gpu_type}")
                 self._wait_round(time.monotonic() + self.round_length, by_id, t0, events)
                 for jid, run in self._running.items():
                     self._observe(by_id[jid], run)
-                entry = RoundLog(index, now, {j: (a.gpu_type, a.num_gpus) for j, a in allocs.items()}, tuple(events))
+                entry = RoundLog(index, now, {j: (a.gpu_type, a.num_gpus) for j, a in decisions.allocations.items()},
+                                 tuple(events))
                 self.log.append(entry)
                 if self.progress is not None:
                     self.progress(entry)
         finally:
             for jid in list(self._running):
                 self._stop(by_id[jid], time.monotonic() - t0)
+            self.session.settle(time.monotonic() - t0)
         return self.outcomes
 
     def _wait_round(self, end: float, by_id: Mapping[str, RuntimeJob], t0: float, events: list[str]) -> None:
@@ -310,8 +316,7 @@ class RoundExecutor:
             for jid in list(self._running):
                 if not self._running[jid].handle.poll():
                     self._stop(by_id[jid], time.monotonic() - t0)
-                    self._last.pop(jid, None)
                     events.append(f"finish {jid}")
-            if not self._running and all(o.finish_time is not None for o in self.outcomes.values()):
+            if not self._running and not self.session.unfinished():
                 return
             time.sleep(0.05)

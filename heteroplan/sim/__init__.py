@@ -5,6 +5,8 @@
 - :func:`run_policy` / :func:`compare_policies`: by registered name, or several at once.
 - :class:`SimResult`: per-job records and per-round logs; metrics (JCT, makespan, GPU-hours,
   restarts, utilization, FTF, policy time), JSON, plots.
+- :class:`SimulatedTraining` (:mod:`heteroplan.sim.training`): the modelled progress the loop
+  feeds its :class:`~heteroplan.scheduling.SchedulingSession`; a user's own loop can use it too.
 - :mod:`heteroplan.sim.hadar_experiments`: Hadar's pure online algorithm vs the offline MILP.
 """
 
@@ -14,6 +16,7 @@ from heteroplan.sim.compare import POLICY_FACTORIES, compare_policies, run_polic
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.sim.loop import simulate
 from heteroplan.sim.metrics import JobRecord, SimResult, compare_table
+from heteroplan.sim.training import SimulatedTraining
 
 __all__ = [
     "AllocationError",
@@ -22,6 +25,7 @@ __all__ = [
     "POLICY_FACTORIES",
     "SimFidelity",
     "SimResult",
+    "SimulatedTraining",
     "compare_policies",
     "compare_table",
     "make_policy",

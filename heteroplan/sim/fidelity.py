@@ -32,8 +32,10 @@ simulator did before they were modelled (see ``docs/sia.md``, "Reproduction").
   matters most for Gavel's 360 s rounds: cifar10 at batch 4096 on 16 A100s passes its first
   epochs (efficiency 1.8, rising to 31) in seconds, and a whole round at epoch 0's rate made it
   take 0.146 h instead of the artifact's 0.063 h.
-* ``restart_delays`` -- per policy name, a fixed restart delay (s) replacing the applications'
-  measured ones: the artifact's Pollux jobs restart in 30 s (``{"pollux-sia": 30.0}``).
+* ``restart_delay_s`` -- one restart delay (s) for every job of the run, whatever the policy,
+  replacing the policy's ``restart_delay_s`` option and the applications' measured delays
+  (``None``: not replaced). Per-policy delays are the policy's option: the artifact's Pollux
+  jobs restart in 30 s because ``pollux-sia`` is built with ``restart_delay_s=30``.
 
 Mechanisms the loop always has, as the artifact does: the restart delay is charged at the
 start of the round a job (re)starts in, also on its first start; a job arriving inside a
@@ -70,7 +72,8 @@ class SimFidelity:
         profiling_time: seconds per GPU type before a new adaptive job is schedulable (>= 0).
         free_moves: same-type, same-shape moves to other nodes cost no restart.
         epoch_rates: re-evaluate a job's rate at each epoch boundary inside a round.
-        restart_delays: policy name -> seconds every restart of its jobs costs (>= 0).
+        restart_delay_s: seconds every (re)start costs in this run, for every job and policy
+            (>= 0), or ``None``: the policy's option, else the job's own delay.
     """
 
     slowdown: Mapping[str, float] = field(default_factory=lambda: SIA_SLOWDOWNS)
@@ -79,7 +82,7 @@ class SimFidelity:
     profiling_time: float = 0.0
     free_moves: bool = True
     epoch_rates: bool = True
-    restart_delays: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({"pollux-sia": 30.0}))
+    restart_delay_s: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.slowdown, Mapping):
@@ -105,12 +108,11 @@ class SimFidelity:
         if not (t >= 0 and math.isfinite(t)):
             raise InputError("fidelity.profiling_time", self.profiling_time, "must be seconds >= 0")
         object.__setattr__(self, "profiling_time", t)
-        delays: dict[str, float] = {}
-        for name, value in dict(self.restart_delays).items():
-            if not (isinstance(value, (int, float)) and value >= 0 and math.isfinite(value)):
-                raise InputError(f"fidelity.restart_delays[{name}]", value, "must be seconds >= 0")
-            delays[str(name)] = float(value)
-        object.__setattr__(self, "restart_delays", MappingProxyType(delays))
+        delay = self.restart_delay_s
+        if delay is not None:
+            if isinstance(delay, bool) or not (isinstance(delay, int | float) and delay >= 0 and math.isfinite(delay)):
+                raise InputError("fidelity.restart_delay_s", delay, "must be seconds >= 0 or None")
+            object.__setattr__(self, "restart_delay_s", float(delay))
         for name in ("free_moves", "epoch_rates"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"fidelity.{name}", getattr(self, name), "must be True or False")
@@ -120,7 +122,7 @@ class SimFidelity:
         """No slowdown, oracle batch size, median phi table, free profiling, every move a restart,
         one rate per round."""
         return cls(slowdown={}, batch_size="truth", grad_stats="median", profiling_time=0.0, free_moves=False,
-                   epoch_rates=False, restart_delays={})
+                   epoch_rates=False)
 
     def slowdown_of(self, application: str) -> float:
         """The slowdown factor of ``application`` (1 when not listed)."""

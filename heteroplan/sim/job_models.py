@@ -28,6 +28,7 @@ from heteroplan.perf.gradstats import GradStats
 from heteroplan.perf.sia_data import bootstrap_model, grad_stats, true_model
 from heteroplan.perf.throughput import sync_time
 from heteroplan.policies.base import Allocation, JobState, PerfModel
+from heteroplan.scheduling.decisions import StepTiming
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.workload.rigid import RigidJob
 from heteroplan.workload.sia import JobSpec
@@ -53,18 +54,8 @@ class SimJob:
     given_batch: int = 0
     ready_time: float = 0.0
     done: float = 0.0
-    allocation: Allocation | None = None
-    restore_left: float = 0.0
-    restarts: int = 0
-    starts: int = 0
-    attained: float = 0.0
-    start_time: float | None = None
-    finish_time: float | None = None
-    last_gpus: int = 0
-    max_gpus_run: int = 0
     batch_size: int = 0
-    active_rounds: int = 0
-    active_sum: int = 0
+    simulated: bool = False
 
     @property
     def fraction_done(self) -> float:
@@ -79,8 +70,10 @@ class SimJob:
         """(real progress in work units/s, local batch, accumulation steps) on one GPU type."""
         raise NotImplementedError
 
-    def ran(self, alloc: Allocation, local: int, accum: int) -> None:
-        """Feedback after a round with progress (the job's estimator learns from it)."""
+    def ran(self, alloc: Allocation, local: int, accum: int) -> tuple[StepTiming | None, float | None]:
+        """What the job measures when it runs on ``alloc`` (a step timing and the gradient noise
+        scale, samples), for the scheduling session to feed to its estimator."""
+        return None, None
 
     def next_rate_change(self) -> float:
         """Work done (work units) at which the job's rate next changes on a fixed allocation
@@ -88,24 +81,12 @@ class SimJob:
         return math.inf
 
     def view(self) -> JobState:
+        """The policy's view of the job before it is scheduled (the session keeps it after)."""
         return JobState(
-            job_id=self.name,
-            application=self.application,
-            arrival_time=self.arrival_time,
-            requested_gpus=self.requested_gpus,
-            elastic=self.elastic,
-            max_gpus=self.max_gpus,
-            allocation=self.allocation,
-            restoring=self.restore_left > 0,
-            num_restarts=self.restarts,
-            attained_service=self.attained,
-            progress=self.fraction_done,
-            remaining_work=max(0.0, self.total_work - self.done),
-            restart_delay=self.restart_delay,
-            estimator=self.estimator,
-            max_gpus_run=self.max_gpus_run,
-            last_gpus=self.last_gpus,
-            batch_size=self.batch_size or self.given_batch,
+            job_id=self.name, application=self.application, arrival_time=self.arrival_time,
+            requested_gpus=self.requested_gpus, elastic=self.elastic, max_gpus=self.max_gpus,
+            progress=self.fraction_done, remaining_work=max(0.0, self.total_work - self.done),
+            restart_delay=self.restart_delay, estimator=self.estimator, batch_size=self.batch_size or self.given_batch,
         )
 
     def isolated_time(self, cluster: Cluster) -> float:
@@ -130,7 +111,7 @@ class GoodputJob(SimJob):
     fidelity: SimFidelity = field(default_factory=SimFidelity)
     grad: GradStats | None = None
     slowdown: float = 1.0
-    observed: set[tuple[str, str]] = field(default_factory=set)
+    observed: set[tuple[str, tuple[int, ...]]] = field(default_factory=set)
 
     @property
     def known_types(self) -> tuple[str, ...]:
@@ -181,29 +162,28 @@ class GoodputJob(SimJob):
             return self.grad.efficiency(batch, self.fraction_done)
         return float(self.truth.efficiency(batch, self.fraction_done))
 
-    def ran(self, alloc: Allocation, local: int, accum: int) -> None:
-        """Give the estimator the measured step time of a new placement and the noise scale
-        measured at the job's batch (Sia/Pollux learn both online)."""
+    def ran(self, alloc: Allocation, local: int, accum: int) -> tuple[StepTiming | None, float | None]:
+        """The step time of a new placement (the first time the job runs on it) and the noise
+        scale measured at the job's batch: Sia/Pollux learn both online. Nothing when the
+        policies see the ground truth."""
         est = self.estimator
         if est is self.truth or not isinstance(est, GoodputModel):
-            return
-        self._observe(est, alloc, local)
-        if self.grad is not None:
-            est.set_measured_phi(self.grad.phi(self.batch_size, self.fraction_done))
+            return None, None
+        phi = self.grad.phi(self.batch_size, self.fraction_done) if self.grad is not None else None
+        return self._timing(est, alloc, local), phi
 
-    def _observe(self, est: GoodputModel, alloc: Allocation, local: int) -> None:
-        observe = getattr(est, "observe", None)  # BootstrappedModel only
-        if observe is None or local <= 0 or "+" in alloc.gpu_type:
-            return
-        digits = "".join(str(c) for c in sorted((c for _, c in alloc.placement), reverse=True))
-        key = (alloc.gpu_type, digits)
+    def _timing(self, est: GoodputModel, alloc: Allocation, local: int) -> StepTiming | None:
+        if getattr(est, "observe", None) is None or local <= 0 or alloc.mixed:  # BootstrappedModel only
+            return None
+        placement = tuple(sorted((c for _, c in alloc.placement), reverse=True))
+        key = (alloc.gpu_type, placement)
         if key in self.observed:
-            return
+            return None
         self.observed.add(key)
         n, k = alloc.num_nodes, alloc.num_gpus
         step = float(self.truth.step_time(alloc.gpu_type, n, k, local, 0))
         sync = float(sync_time(self.truth.params[alloc.gpu_type], n, k))
-        observe(alloc.gpu_type, digits, local, step, sync)
+        return StepTiming(alloc.gpu_type, placement, local, step, sync)
 
 
 @dataclass(eq=False)
@@ -276,7 +256,7 @@ def build_jobs(jobs: Any, cluster: Cluster, elastic_policy: bool, estimator: str
             raise InputError(f"jobs[{i}]", type(job).__name__,
                              "must be a JobSpec (Sia workload) or a RigidJob (throughput table)")
     if any(isinstance(j, SimJob) for j in jobs):  # a re-run must start from scratch
-        fresh = [j for j in out if j.done == 0 and j.starts == 0]
+        fresh = [j for j in out if j.done == 0 and not j.simulated]
         if len(fresh) != len(out):
             raise InputError("jobs", [j.name for j in out if j not in fresh][:5], "already simulated; build new jobs")
     return out

@@ -1,15 +1,19 @@
 """The round loop: admission, allocation, placement, progress, metrics -- for every policy.
 
-Each round (the policy's ``round_length``, or the one given) the loop admits the jobs that
-have arrived, shows the policy a :class:`~heteroplan.policies.base.JobState` per active job,
-checks its answer (:func:`~heteroplan.policies.base.check_allocations`), charges a
-checkpoint-restore delay to every job whose placement changed (moves to nodes of the same
-type and shape are free with ``SimFidelity.free_moves``) (``restart_delay``: the Sia
-applications' measured delays; 0 for throughput-table jobs), and advances every running job
-by the policy's progress model (:mod:`heteroplan.sim.progress_models`): elastic goodput,
-rigid gangs, or HadarE's copies; with ``SimFidelity.epoch_rates`` the rate is re-evaluated
-at each epoch boundary a job crosses inside the round. A job finishes inside a round at the exact time its work
-runs out. Jobs arriving inside a round are first seen at the next round boundary.
+The loop is a driver of a :class:`~heteroplan.scheduling.SchedulingSession`, which keeps every
+job's bookkeeping (allocation, restarts, restore left, most GPUs run, service) and turns the
+policy's answer into typed decisions. Each round (the policy's ``round_length``, or the one
+given) the loop submits the jobs that have arrived, asks the session for the round's decisions
+(the policy sees a :class:`~heteroplan.policies.base.JobState` per active job; its answer is
+checked by :func:`~heteroplan.policies.base.check_allocations`; a job whose placement changed
+pays a checkpoint-restore delay -- moves to nodes of the same type and shape are free with
+``SimFidelity.free_moves`` -- its own measured delay, 0 for throughput-table jobs, unless the
+policy's or the run's ``restart_delay_s`` option says otherwise), and advances every running job
+by the policy's progress model (:class:`~heteroplan.sim.training.SimulatedTraining`: elastic
+goodput, rigid gangs, or HadarE's copies; with ``SimFidelity.epoch_rates`` the rate is
+re-evaluated at each epoch boundary a job crosses inside the round), reporting what it measured
+to the session. A job finishes inside a round at the exact time its work runs out. Jobs
+arriving inside a round are first seen at the next round boundary.
 
 Before the first round the loop refuses what can never run: a job without performance data
 for one of the cluster's GPU types is a :class:`~heteroplan.errors.MissingDataError` naming
@@ -24,17 +28,18 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from heteroplan.cluster import Cluster
-from heteroplan.errors import HeteroplanError, InputError, MissingDataError, PolicyError
-from heteroplan.policies.base import Allocation, Policy, check_allocations, counts_by_type
+from heteroplan.errors import HeteroplanError, InputError, MissingDataError
+from heteroplan.policies.base import Allocation, Policy, counts_by_type
+from heteroplan.scheduling import DecisionKind, JobRecord, SchedulingSession, check_policy
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.sim.job_models import SimJob, build_jobs
-from heteroplan.sim.metrics import JobRecord, SimResult
+from heteroplan.sim.metrics import SimResult
 from heteroplan.sim.progress import ProgressBar
-from heteroplan.sim.progress_models import GangProgress, progress_model
+from heteroplan.sim.training import SimulatedTraining
 from heteroplan.workload.rigid import RigidJob
 from heteroplan.workload.sia import JobSpec
 
@@ -44,17 +49,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TIME = 90 * 24 * 3600.0  # s; the guard on simulated time when none is given
 _ON_INFEASIBLE = ("reject", "raise")
-
-
-def check_policy(policy: object) -> Policy:
-    """``policy`` if it declares what the loop needs (see :class:`Policy`), else :class:`InputError`."""
-    missing = [a for a in ("name", "round_length", "elastic", "forking", "allocate") if not hasattr(policy, a)]
-    if missing:
-        raise InputError("policy", type(policy).__name__,
-                         f"is not a Policy: it lacks {missing} (declare name, round_length s, elastic, forking)")
-    if not callable(policy.allocate):  # type: ignore[attr-defined]
-        raise InputError("policy.allocate", policy.allocate, "must be callable(cluster, jobs, now)")  # type: ignore[attr-defined]
-    return policy  # type: ignore[return-value]
 
 
 def _check_data(cluster: Cluster, jobs: Sequence[SimJob]) -> None:
@@ -93,16 +87,16 @@ def _reject_infeasible(cluster: Cluster, jobs: list[SimJob], on_infeasible: str)
 
 
 class _Run:
-    """Mutable state of one simulation; :meth:`result` freezes it into a :class:`SimResult`."""
+    """One simulation: drives a :class:`SchedulingSession` (which keeps every job's bookkeeping)
+    and advances the jobs' modelled progress; :meth:`result` freezes it into a :class:`SimResult`."""
 
     def __init__(self, cluster: Cluster, policy: Policy, round_length: float, jobs: list[SimJob],
-                 rejected: dict[str, str], record: bool, free_moves: bool = False,
-                 epoch_rates: bool = False) -> None:
+                 rejected: dict[str, str], record: bool, fidelity: SimFidelity) -> None:
         self.cluster, self.policy, self.L, self.jobs = cluster, policy, round_length, jobs
-        self.free_moves, self.epoch_rates = free_moves, epoch_rates
         self.rejected, self.record = rejected, record
-        self.node_type = {n.name: n.gpu_type for n in cluster.nodes}
-        self.model: GangProgress = progress_model(cluster, bool(policy.forking))
+        self.session = SchedulingSession(cluster, policy, free_moves=fidelity.free_moves,
+                                         restart_delay_s=fidelity.restart_delay_s)
+        self.training = SimulatedTraining(cluster, bool(policy.forking), fidelity.epoch_rates)
         self.timeline: list[tuple[float, dict[str, int], int]] = []
         self.policy_times: list[float] = []
         self.events: list[tuple[float, str, str, str]] = []
@@ -110,15 +104,21 @@ class _Run:
         self.t = 0.0
         self.rounds = 0
 
+    def submit(self, job: SimJob) -> None:
+        """Hand an admitted job to the session (its model object, so that reports refit it)."""
+        job.simulated = True
+        self.session.submit(job.name, arrival_time=job.arrival_time, application=job.application,
+                            perf_model=job.estimator, requested_gpus=job.requested_gpus, max_gpus=job.max_gpus,
+                            elastic=job.elastic, batch_size=job.given_batch, total_work=job.total_work,
+                            restart_delay_s=job.restart_delay)
+
     def result(self, stop_reason: str, error: str | None = None) -> SimResult:
+        self.session.settle(self.t)
+        submitted = set(self.session.job_ids)
         records = tuple(
-            JobRecord(
-                name=j.name, application=j.application, arrival_time=j.arrival_time, start_time=j.start_time,
-                finish_time=j.finish_time, restarts=j.restarts, gpu_seconds=j.attained,
-                fraction_done=j.fraction_done, isolated_time=j.isolated_time(self.cluster),
-                requested_gpus=j.requested_gpus,
-                avg_active=j.active_sum / j.active_rounds if j.active_rounds else 1.0,
-            )
+            replace(self.session.record(j.name), isolated_time=j.isolated_time(self.cluster)) if j.name in submitted
+            else JobRecord(j.name, j.application, j.arrival_time, requested_gpus=j.requested_gpus,
+                           isolated_time=j.isolated_time(self.cluster))
             for j in self.jobs if j.name not in self.rejected
         )
         return SimResult(
@@ -129,100 +129,34 @@ class _Run:
             schedule=tuple(self.schedule),
         )
 
-    def allocate(self, order: list[SimJob]) -> dict[str, Allocation]:
-        views = [j.view() for j in order]
-        t0 = time.perf_counter()
-        try:
-            answer = self.policy.allocate(self.cluster, views, self.t)
-        except HeteroplanError:
-            raise
-        except Exception as exc:  # a bug in the policy: say so, keep the traceback
-            raise PolicyError(f"policy {self.policy.name!r} failed at t={self.t:.0f} s: "
-                              f"{type(exc).__name__}: {exc}") from exc
-        self.policy_times.append(time.perf_counter() - t0)
-        return check_allocations(self.cluster, answer, [j.name for j in order])
-
-    def restarts(self, old: Allocation | None, new: Allocation) -> bool:
-        """A (re)start: first start, other type, or other nodes (unless ``free_moves`` and same shape)."""
-        if old is None or old.gpu_type != new.gpu_type:
-            return True
-        if sorted(old.placement) == sorted(new.placement):
-            return False
-        if not self.free_moves:
-            return True
-        return sorted(c for _, c in old.placement) != sorted(c for _, c in new.placement)
-
-    def advance(self, job: SimJob, alloc: Allocation, rate: float, seconds: float) -> float | None:
-        """Run ``job`` on ``alloc`` for ``seconds`` starting at ``rate`` (work units/s); the
-        seconds it needed when it finished, else ``None``. With ``epoch_rates`` the rate is
-        re-evaluated at each epoch boundary the job crosses (the artifact's ``Job.step``)."""
-        left = seconds
-        while True:
-            remaining = job.total_work - job.done
-            boundary = job.next_rate_change() if self.epoch_rates else math.inf
-            step = min(remaining, boundary - job.done)
-            if rate * left < step * (1 - 1e-12):
-                job.done += rate * left
-                return None
-            if step >= remaining:
-                return seconds - left + min(left, remaining / rate)
-            left -= step / rate
-            job.done = boundary * (1 + 1e-12)  # just past the boundary: the next epoch's rate
-            rate, local, accum = self.model.rate(job, alloc)
-            job.batch_size = alloc.num_gpus * local * (accum + 1)
-            if rate <= 0:
-                return None
-
-    def round(self, active: dict[str, SimJob]) -> None:
-        L, t = self.L, self.t
-        order = sorted(active.values(), key=lambda j: (j.arrival_time, j.name))
-        allocations = self.allocate(order)
+    def round(self, active: dict[str, SimJob]) -> list[str]:
+        """One round at ``self.t``: the session decides, the jobs progress; the jobs that finished."""
+        t = self.t
+        decisions = self.session.round(t)
+        self.policy_times.append(decisions.policy_seconds)
         if self.record:
-            self.schedule.append((t, dict(allocations)))
+            self.schedule.append((t, dict(decisions.allocations)))
         in_use = dict.fromkeys(self.cluster.type_names, 0)
-        for job in order:
-            job.active_rounds += 1
-            job.active_sum += len(order)
-            new = allocations.get(job.name)
-            old = job.allocation
+        finished = []
+        for d in decisions:
+            job, new = active[d.job_id], d.allocation
             if new is None:
-                if old is not None:
+                if d.kind is DecisionKind.PREEMPT:
+                    old = d.previous
                     self.events.append((t, job.name, "preempt", f"{old.num_gpus}x{old.gpu_type}"))
-                job.allocation = None
-                job.restore_left = 0.0
                 continue
-            rate, local, accum = self.model.rate(job, new)
-            changed = self.restarts(old, new)
-            if changed:
-                if job.starts:
-                    job.restarts += 1
-                job.starts += 1
-                job.restore_left = job.restart_delay
-                if job.start_time is None:
-                    job.start_time = t
-                self.events.append((t, job.name, "start" if job.starts == 1 else "restart",
+            if d.kind is not DecisionKind.KEEP:
+                self.events.append((t, job.name, "restart" if d.restart else "start",
                                     f"{new.num_gpus}x{new.gpu_type} on {len(new.placement)} nodes"))
-            job.allocation = new
-            job.last_gpus = new.num_gpus
             for gpu_type, count in counts_by_type(new, self.cluster).items():
                 in_use[gpu_type] += count
-            run_time = max(0.0, L - job.restore_left)
-            restore = min(job.restore_left, L)
-            job.restore_left -= restore
-            job.batch_size = new.num_gpus * local * (accum + 1)
-            if run_time > 0 and rate > 0:
-                job.ran(new, local, accum)
-                job.max_gpus_run = max(job.max_gpus_run, new.num_gpus)
-                ran_for = self.advance(job, new, rate, run_time)
-                if ran_for is not None:
-                    used = restore + ran_for
-                    job.done = job.total_work
-                    job.finish_time = t + used
-                    job.attained += new.num_gpus * used
-                    self.events.append((job.finish_time, job.name, "finish", ""))
-                    continue
-            job.attained += new.num_gpus * L
-        self.timeline.append((t, in_use, len(order)))
+            used = self.training.run(job, d, self.L, self.session.report)
+            if used is not None:
+                self.session.finish(job.name, t + used)
+                self.events.append((t + used, job.name, "finish", ""))
+                finished.append(job.name)
+        self.timeline.append((t, in_use, len(decisions)))
+        return finished
 
 
 def simulate(
@@ -286,9 +220,6 @@ def simulate(
     if not isinstance(fidelity, SimFidelity):
         raise InputError("fidelity", fidelity, "must be a SimFidelity")
     sim_jobs = build_jobs(jobs, cluster, bool(policy.elastic), estimator, fidelity)
-    if policy.name in fidelity.restart_delays:
-        for job in sim_jobs:
-            job.restart_delay = fidelity.restart_delays[policy.name]
     names = [j.name for j in sim_jobs]
     if len(set(names)) != len(names):
         raise InputError("jobs", sorted(n for n in set(names) if names.count(n) > 1)[:5], "job names must be unique")
@@ -296,7 +227,7 @@ def simulate(
     rejected = _reject_infeasible(cluster, sim_jobs, on_infeasible)
     if round_length is not None and abs(L - float(policy.round_length)) > 1e-9:
         log.info("policy %s designed for %.0f s rounds runs with %.0f s rounds", policy.name, policy.round_length, L)
-    run = _Run(cluster, policy, L, sim_jobs, rejected, record, fidelity.free_moves, fidelity.epoch_rates)
+    run = _Run(cluster, policy, L, sim_jobs, rejected, record, fidelity)
     pending = sorted((j for j in sim_jobs if j.name not in rejected), key=lambda j: (j.ready_time, j.arrival_time))
     run.t = math.ceil(pending[0].ready_time / L - 1e-9) * L if pending else 0.0
     bar = ProgressBar(f"{policy.name:>8}", progress)
@@ -313,16 +244,17 @@ def simulate(
                 break
             while nxt < len(pending) and pending[nxt].ready_time <= run.t + 1e-9:
                 active[pending[nxt].name] = pending[nxt]
+                run.submit(pending[nxt])
                 nxt += 1
             if not active:
                 run.t = math.ceil(pending[nxt].ready_time / L - 1e-9) * L
                 continue
             before = sum(j.done for j in active.values())
-            run.round(active)
+            finished = run.round(active)
             run.rounds += 1
             moved = sum(j.done for j in active.values()) > before
             idle = 0 if moved or nxt < len(pending) else idle + 1
-            for name in [n for n, j in active.items() if j.finish_time is not None]:
+            for name in finished:
                 del active[name]
                 unfinished -= 1
             run.t += L

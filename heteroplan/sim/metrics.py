@@ -15,6 +15,7 @@ import numpy as np
 
 from heteroplan._html import table, title
 from heteroplan.policies.base import Allocation
+from heteroplan.scheduling.records import JobRecord
 from heteroplan.sim.summary import SimSummary
 
 __all__ = ["JobRecord", "SimResult", "SimSummary", "compare_table"]
@@ -25,39 +26,6 @@ def artifact_p99(values: np.ndarray) -> float:
     """The 99th percentile as the Sia artifact reports it: ``sorted(values)[int(0.99 N)]`` (no interpolation)."""
     v = np.sort(np.asarray(values, dtype=float).reshape(-1))
     return float(v[min(len(v) - 1, int(0.99 * len(v)))])
-
-@dataclass(frozen=True)
-class JobRecord:
-    """Outcome of one job (seconds, GPU-seconds).
-
-    Attributes:
-        requested_gpus: its gang size (GPUs a rigid scheduler gives it).
-        fraction_done: share of its work done, in ``[0, 1]``.
-        isolated_time: seconds it would take alone on its best GPU type at ``requested_gpus``.
-        avg_active: mean number of active jobs over the rounds it was active (contention).
-    """
-
-    name: str
-    application: str
-    arrival_time: float
-    start_time: float | None
-    finish_time: float | None
-    restarts: int
-    gpu_seconds: float
-    fraction_done: float
-    isolated_time: float
-    requested_gpus: int = 1
-    avg_active: float = 1.0
-
-    @property
-    def jct(self) -> float | None:
-        """Job completion time: finish - arrival (s); None if unfinished."""
-        return None if self.finish_time is None else self.finish_time - self.arrival_time
-
-    @property
-    def queueing_delay(self) -> float | None:
-        return None if self.start_time is None else self.start_time - self.arrival_time
-
 
 @dataclass(frozen=True, repr=False)
 class SimResult:

@@ -47,7 +47,7 @@ def build_policy(spec: PolicySpec, simulator: str = "sia") -> Any:
     from heteroplan.policies.registry import make_policy
 
     default = make_policy(spec.name)
-    accepted = (set(inspect.signature(type(default)).parameters) | {"round_length"}) - {"self"}
+    accepted = (set(inspect.signature(type(default)).parameters) | {"round_length", "restart_delay_s"}) - {"self"}
     for k, v in spec.options:
         if k not in accepted:
             raise InputError(f"policy.options.{k}", v, f"{spec.name} has no such option; known: {sorted(accepted)}")

@@ -1,0 +1,471 @@
+"""The scheduling session: the one place a job's life is tracked between rounds.
+
+A :class:`SchedulingSession` holds the jobs a caller submitted and everything a policy reads
+about them that outlives a round: the allocation each holds, restarts, the checkpoint restore
+still to pay, the most GPUs it ran on, the GPUs of its last allocation, attained service,
+progress and batch size. The caller (heteroplan's simulator, the runtime's round executor, or
+a user's own loop) does four things:
+
+1. :meth:`~SchedulingSession.submit` a job when it arrives;
+2. :meth:`~SchedulingSession.round` at time ``now``: the policy allocates, the session returns a
+   typed :class:`~heteroplan.scheduling.decisions.Decision` per active job (start, keep,
+   rescale, preempt, wait), each with its allocation, placement and restore cost;
+3. :meth:`~SchedulingSession.report` what it observed while the job ran: work or steps done,
+   the batch size, measured step times (which refit the job's performance model) and the
+   gradient noise scale;
+4. :meth:`~SchedulingSession.finish` a job whose work ran out.
+
+Time is the caller's clock (seconds). Service is charged lazily: the GPUs a job held from one
+round to the next (or to its finish) count at the next :meth:`round`, :meth:`finish` or
+:meth:`settle`.
+
+**A job nobody reports on.** A job that held GPUs for a round (past its restore time) but got no
+``work_done`` or ``steps_done`` report before the next round is assumed to have run on them: its
+"most GPUs run" grows, so elastic policies keep scaling it up (Sia doubles at most per round).
+Its progress stays at what was last reported. The session warns once per job
+(:class:`UnreportedJobWarning`); pass ``assume_progress=False`` to treat such a round as no
+progress instead. Either way the session carries the job's allocation and last GPU count from
+round to round, which is what a policy's scale-up rule starts from (a caller rebuilding
+:class:`~heteroplan.policies.base.JobState` records each round without them kept every job on
+one GPU).
+
+**Restart cost.** A (re)start pays a checkpoint-restore delay: the session's
+``restart_delay_s`` when given (one value for every job and policy of a run), else the policy's
+``restart_delay_s`` option when it has one (e.g. the Sia artifact's Pollux: 30 s), else the
+job's own (its application's measured delay, or what :meth:`submit` was given).
+
+The session is saved as JSON (:meth:`save`) and restored (:meth:`load`) in another process;
+the policy object is given again at load (a policy's own state between rounds is its business).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from heteroplan.cluster import Cluster
+from heteroplan.errors import HeteroplanError, InputError, PolicyError
+from heteroplan.policies.base import Allocation, JobState, PerfModel, Policy, check_allocations
+from heteroplan.scheduling.decisions import Decision, DecisionKind, RoundDecisions, StepTiming
+from heteroplan.scheduling.policy_check import check_policy, restart_delay_of
+from heteroplan.scheduling.records import JobRecord
+
+__all__ = ["SchedulingSession", "UnreportedJobWarning"]
+
+_MODEL_KINDS = ("bootstrap", "oracle")
+
+
+class UnreportedJobWarning(UserWarning):
+    """A job held GPUs for a round without any progress report; the session assumed it ran."""
+
+
+@dataclass(eq=False)
+class _Job:
+    """The session's mutable state of one job (see :class:`JobRecord` for the units)."""
+
+    job_id: str
+    application: str
+    arrival_time: float
+    requested_gpus: int
+    max_gpus: int
+    elastic: bool
+    total_work: float
+    own_restart_delay: float
+    estimator: PerfModel | None
+    given_batch: int
+    model_kind: str  # "bootstrap", "oracle", "table" or "object" (not saveable)
+    work_done: float = 0.0
+    steps_done: int = 0
+    allocation: Allocation | None = None
+    restore_left: float = 0.0
+    restarts: int = 0
+    starts: int = 0
+    gpu_seconds: float = 0.0
+    start_time: float | None = None
+    finish_time: float | None = None
+    last_gpus: int = 0
+    max_gpus_run: int = 0
+    batch_size: int = 0
+    active_rounds: int = 0
+    active_sum: int = 0
+    observations: int = 0
+    phi: float | None = None
+    reported: bool = False
+    warned: bool = False
+
+    @property
+    def fraction_done(self) -> float:
+        return min(self.work_done / self.total_work, 1.0)
+
+
+class SchedulingSession:
+    """Jobs, their bookkeeping and a policy, driven one round at a time.
+
+    Args:
+        cluster: the GPUs the policy hands out.
+        policy: any :class:`~heteroplan.policies.base.Policy`.
+        free_moves: moving a job to other nodes of the same GPU type with the same GPUs per node
+            costs no restart (the Sia artifact's simulator; heteroplan's simulator by default);
+            ``False``: every change of nodes is a restart.
+        restart_delay_s: seconds every (re)start costs, for every job, overriding the policy's
+            and the jobs' own delays (``None``: not overridden).
+        assume_progress: a job that held GPUs for a round without a progress report is assumed
+            to have run (see the module doc).
+    """
+
+    def __init__(self, cluster: Cluster, policy: Policy, *, free_moves: bool = False,
+                 restart_delay_s: float | None = None, assume_progress: bool = True) -> None:
+        if not isinstance(cluster, Cluster):
+            raise InputError("cluster", type(cluster).__name__, "must be a heteroplan.cluster.Cluster")
+        self.cluster = cluster
+        self.policy = check_policy(policy)
+        if restart_delay_s is not None and not (isinstance(restart_delay_s, int | float)
+                                                and not isinstance(restart_delay_s, bool)
+                                                and restart_delay_s >= 0 and math.isfinite(restart_delay_s)):
+            raise InputError("restart_delay_s", restart_delay_s, "must be seconds >= 0 (or None)")
+        for name, value in (("free_moves", free_moves), ("assume_progress", assume_progress)):
+            if not isinstance(value, bool):
+                raise InputError(name, value, "must be True or False")
+        self.free_moves, self.assume_progress = free_moves, assume_progress
+        self.restart_delay_s = None if restart_delay_s is None else float(restart_delay_s)
+        self._jobs: dict[str, _Job] = {}
+        self._last_round: float | None = None
+        self.rounds = 0
+
+    # ------------------------------------------------------------------ submit/report
+    def submit(self, job_id: str, *, arrival_time: float, application: str = "custom",
+               perf_model: PerfModel | str | None = "bootstrap", requested_gpus: int = 1, max_gpus: int | None = None,
+               elastic: bool = True, batch_size: int = 0, total_work: float | None = None,
+               restart_delay_s: float | None = None) -> None:
+        """Add a job.
+
+        Args:
+            job_id: unique name.
+            arrival_time: when it arrived (s on the caller's clock); it is active from then on.
+            application: a Sia application name (``"cifar10"``, ``"bert"``, ...) for the named
+                models and defaults below, or any label.
+            perf_model: the job's performance model as the policy sees it: a
+                :class:`~heteroplan.policies.base.PerfModel` object (e.g. a
+                :class:`~heteroplan.perf.goodput.ThroughputTable` of work units/s per type), or
+                for a Sia application ``"bootstrap"`` (Sia's 1-GPU profiles, refit from reported
+                step timings) or ``"oracle"`` (the application's fitted ground truth); ``None``
+                for a policy that reads none (FIFO).
+            requested_gpus: its gang size (GPUs a rigid policy gives it).
+            max_gpus: most GPUs it may use (default: the application's maximum batch size, else
+                ``requested_gpus``).
+            elastic: the policy may change its GPU count (only if the policy is elastic).
+            batch_size: its total batch (samples) until it reports one.
+            total_work: work until done, in the model's units (samples for goodput models,
+                steps or samples for throughput tables); default the application's.
+            restart_delay_s: seconds a (re)start costs it (default the application's measured
+                delay, else 0); the session's and the policy's option take precedence.
+        """
+        if not isinstance(job_id, str) or not job_id:
+            raise InputError("job_id", job_id, "must be a non-empty string")
+        if job_id in self._jobs:
+            raise InputError("job_id", job_id, "already submitted; job ids must be unique")
+        if not (isinstance(arrival_time, int | float) and math.isfinite(arrival_time) and arrival_time >= 0):
+            raise InputError(f"job[{job_id}].arrival_time", arrival_time, "must be seconds >= 0")
+        app = _app_or_none(application)
+        kind, estimator = _resolve_model(job_id, application, perf_model)
+        if total_work is None:
+            if app is None:
+                raise InputError(f"job[{job_id}].total_work", None, "give the work (model units) of a non-Sia job")
+            total_work = app.total_work
+        if not (isinstance(total_work, int | float) and total_work > 0 and math.isfinite(total_work)):
+            raise InputError(f"job[{job_id}].total_work", total_work, "must be > 0 work units")
+        if isinstance(requested_gpus, bool) or not isinstance(requested_gpus, int) or requested_gpus < 1:
+            raise InputError(f"job[{job_id}].requested_gpus", requested_gpus, "must be an integer >= 1")
+        if max_gpus is None:
+            max_gpus = int(app.max_batch_size) if app is not None else requested_gpus
+        if isinstance(max_gpus, bool) or not isinstance(max_gpus, int) or max_gpus < 1:
+            raise InputError(f"job[{job_id}].max_gpus", max_gpus, "must be an integer >= 1")
+        if restart_delay_s is None:
+            restart_delay_s = app.restart_delay if app is not None else 0.0
+        if not (isinstance(restart_delay_s, int | float) and restart_delay_s >= 0 and math.isfinite(restart_delay_s)):
+            raise InputError(f"job[{job_id}].restart_delay_s", restart_delay_s, "must be seconds >= 0")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
+            raise InputError(f"job[{job_id}].batch_size", batch_size, "must be an integer >= 0 samples")
+        self._jobs[job_id] = _Job(
+            job_id=job_id, application=str(application), arrival_time=float(arrival_time),
+            requested_gpus=requested_gpus, max_gpus=max_gpus, elastic=bool(self.policy.elastic) and bool(elastic),
+            total_work=float(total_work), own_restart_delay=float(restart_delay_s), estimator=estimator,
+            given_batch=batch_size, model_kind=kind)
+
+    def report(self, job_id: str, *, work_done: float | None = None, steps_done: int | None = None,
+               batch_size: int | None = None, step_timing: StepTiming | None = None,
+               phi: float | None = None) -> None:
+        """What the caller observed of a running job (any subset, any time between rounds).
+
+        Args:
+            work_done: total work done so far (model units, from the job's start; capped at its
+                total work). More than before while it holds GPUs means it ran on them.
+            steps_done: total training iterations done so far (kept in the record).
+            batch_size: the total batch (samples) it runs with now.
+            step_timing: a measured step; the job's model refits from it (models with ``observe``).
+            phi: gradient noise scale (samples) measured from its gradients (models with
+                ``set_measured_phi``).
+        """
+        job = self._job(job_id)
+        if work_done is not None:
+            if not (isinstance(work_done, int | float) and work_done >= 0 and math.isfinite(work_done)):
+                raise InputError(f"job[{job_id}].work_done", work_done, "must be work units >= 0")
+            if work_done > job.work_done and job.allocation is not None:
+                job.max_gpus_run = max(job.max_gpus_run, job.allocation.num_gpus)
+            job.work_done = float(work_done)
+            job.reported = True
+        if steps_done is not None:
+            if isinstance(steps_done, bool) or not isinstance(steps_done, int) or steps_done < 0:
+                raise InputError(f"job[{job_id}].steps_done", steps_done, "must be an integer >= 0")
+            if work_done is None and steps_done > job.steps_done and job.allocation is not None:
+                job.max_gpus_run = max(job.max_gpus_run, job.allocation.num_gpus)
+            job.steps_done = steps_done
+            job.reported = True
+        if batch_size is not None:
+            if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
+                raise InputError(f"job[{job_id}].batch_size", batch_size, "must be an integer >= 0 samples")
+            job.batch_size = batch_size
+        if step_timing is not None:
+            if not isinstance(step_timing, StepTiming):
+                raise InputError(f"job[{job_id}].step_timing", type(step_timing).__name__, "must be a StepTiming")
+            observe = getattr(job.estimator, "observe", None)
+            if observe is not None:
+                observe(step_timing.gpu_type, list(step_timing.placement), step_timing.local_bsz,
+                        step_timing.step_time, step_timing.sync_time)
+                job.observations += 1
+        if phi is not None:
+            if not (isinstance(phi, int | float) and phi > 0):
+                raise InputError(f"job[{job_id}].phi", phi, "must be a noise scale > 0 samples")
+            job.phi = float(phi)
+            setter = getattr(job.estimator, "set_measured_phi", None)
+            if setter is not None:
+                setter(float(phi))
+
+    def finish(self, job_id: str, at: float) -> JobRecord:
+        """Mark a job done at time ``at`` (s; within the current round); returns its record."""
+        job = self._job(job_id)
+        if job.finish_time is not None:
+            raise InputError(f"job[{job_id}]", job_id, f"already finished at {job.finish_time} s")
+        if job.allocation is not None and self._last_round is not None:
+            job.gpu_seconds += job.allocation.num_gpus * max(0.0, at - self._last_round)
+        job.allocation = None
+        job.restore_left = 0.0
+        job.work_done = job.total_work
+        job.finish_time = float(at)
+        return self.record(job_id)
+
+    # ------------------------------------------------------------------------ rounds
+    def round(self, now: float) -> RoundDecisions:
+        """The policy's allocation for the round starting at ``now`` (s), as one decision per
+        active job (submitted, arrived by ``now``, unfinished), in the order the policy saw them.
+
+        Raises :class:`~heteroplan.errors.PolicyError` when the policy fails or returns an
+        allocation the cluster cannot carry out (``AllocationError``).
+        """
+        if self._last_round is not None and now < self._last_round:
+            raise InputError("now", now, f"is before the previous round ({self._last_round} s)")
+        self.settle(now)
+        order = sorted((j for j in self._jobs.values() if j.finish_time is None and j.arrival_time <= now),
+                       key=lambda j: (j.arrival_time, j.job_id))
+        allocations, seconds = self._allocate(order, now) if order else ({}, 0.0)  # nobody active: no policy call
+        decisions = []
+        for job in order:
+            job.active_rounds += 1
+            job.active_sum += len(order)
+            decisions.append(self._decide(job, allocations.get(job.job_id), now))
+        self._last_round = float(now)
+        self.rounds += 1
+        return RoundDecisions(float(now), tuple(decisions), seconds)
+
+    def settle(self, now: float) -> None:
+        """Charge the GPUs held since the last round through ``now`` (s) and age restores; called
+        by :meth:`round`, and by a caller that stops and wants final records."""
+        if self._last_round is None:
+            return
+        elapsed = max(0.0, now - self._last_round)
+        for job in self._jobs.values():
+            alloc = job.allocation
+            if job.finish_time is not None or alloc is None:
+                job.reported = False
+                continue
+            job.gpu_seconds += alloc.num_gpus * elapsed
+            if not job.reported and elapsed > job.restore_left:
+                self._unreported(job)
+            job.restore_left -= min(job.restore_left, elapsed)
+            job.reported = False
+        self._last_round = float(now)
+
+    def _unreported(self, job: _Job) -> None:
+        if job.allocation is None:
+            return
+        if self.assume_progress:
+            job.max_gpus_run = max(job.max_gpus_run, job.allocation.num_gpus)
+        if not job.warned:
+            job.warned = True
+            assumed = "assuming it ran" if self.assume_progress else "counting no progress"
+            warnings.warn(f"job {job.job_id!r} held {job.allocation.num_gpus} GPUs for a round without a progress "
+                          f"report; {assumed} (report work_done or steps_done each round)",
+                          UnreportedJobWarning, stacklevel=3)
+
+    def _allocate(self, order: list[_Job], now: float) -> tuple[dict[str, Allocation], float]:
+        views = [self._view(j) for j in order]
+        t0 = time.perf_counter()
+        try:
+            answer = self.policy.allocate(self.cluster, views, now)
+        except HeteroplanError:
+            raise
+        except Exception as exc:  # a bug in the policy: say so, keep the traceback
+            raise PolicyError(f"policy {self.policy.name!r} failed at t={now:.0f} s: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        seconds = time.perf_counter() - t0
+        return check_allocations(self.cluster, answer, [j.job_id for j in order]), seconds
+
+    def _moved(self, old: Allocation | None, new: Allocation) -> bool:
+        """A (re)start: first start, other type, or other nodes (unless ``free_moves`` and same shape)."""
+        if old is None or old.gpu_type != new.gpu_type:
+            return True
+        if sorted(old.placement) == sorted(new.placement):
+            return False
+        if not self.free_moves:
+            return True
+        return sorted(c for _, c in old.placement) != sorted(c for _, c in new.placement)
+
+    def _decide(self, job: _Job, new: Allocation | None, now: float) -> Decision:
+        old = job.allocation
+        if new is None:
+            job.allocation = None
+            job.restore_left = 0.0
+            return Decision(job.job_id, DecisionKind.WAIT if old is None else DecisionKind.PREEMPT, None, old)
+        restarted = self._moved(old, new)
+        if restarted:
+            if job.starts:
+                job.restarts += 1
+            job.starts += 1
+            job.restore_left = self.restart_delay(job.job_id)
+            if job.start_time is None:
+                job.start_time = float(now)
+            kind = DecisionKind.START if old is None else DecisionKind.RESCALE
+        else:
+            kind = DecisionKind.KEEP
+        job.allocation = new
+        job.last_gpus = new.num_gpus
+        return Decision(job.job_id, kind, new, old, restarted and job.starts > 1, job.restore_left)
+
+    # ------------------------------------------------------------------------- views
+    def restart_delay(self, job_id: str) -> float:
+        """Seconds a (re)start of ``job_id`` costs (session option, else policy option, else the job's)."""
+        job = self._job(job_id)
+        if self.restart_delay_s is not None:
+            return self.restart_delay_s
+        policy_delay = restart_delay_of(self.policy)
+        return job.own_restart_delay if policy_delay is None else policy_delay
+
+    def _view(self, job: _Job) -> JobState:
+        return JobState(
+            job_id=job.job_id, application=job.application, arrival_time=job.arrival_time,
+            requested_gpus=job.requested_gpus, elastic=job.elastic, max_gpus=job.max_gpus,
+            allocation=job.allocation, restoring=job.restore_left > 0, num_restarts=job.restarts,
+            attained_service=job.gpu_seconds, progress=job.fraction_done,
+            remaining_work=max(0.0, job.total_work - job.work_done), restart_delay=self.restart_delay(job.job_id),
+            estimator=job.estimator, max_gpus_run=job.max_gpus_run, last_gpus=job.last_gpus,
+            batch_size=job.batch_size or job.given_batch,
+        )
+
+    def view(self, job_id: str) -> JobState:
+        """What the policy sees of ``job_id`` at the next round."""
+        return self._view(self._job(job_id))
+
+    def record(self, job_id: str) -> JobRecord:
+        """The job's record so far."""
+        j = self._job(job_id)
+        return JobRecord(
+            job_id=j.job_id, application=j.application, arrival_time=j.arrival_time, start_time=j.start_time,
+            finish_time=j.finish_time, restarts=j.restarts, gpu_seconds=j.gpu_seconds,
+            fraction_done=j.fraction_done, requested_gpus=j.requested_gpus,
+            avg_active=j.active_sum / j.active_rounds if j.active_rounds else 1.0,
+            steps_done=j.steps_done, observations=j.observations, phi=j.phi,
+        )
+
+    def records(self) -> tuple[JobRecord, ...]:
+        """Every submitted job's record, in submission order."""
+        return tuple(self.record(j) for j in self._jobs)
+
+    @property
+    def job_ids(self) -> tuple[str, ...]:
+        """Submitted jobs, in submission order."""
+        return tuple(self._jobs)
+
+    def unfinished(self) -> tuple[str, ...]:
+        """Submitted jobs not yet finished."""
+        return tuple(j.job_id for j in self._jobs.values() if j.finish_time is None)
+
+    def allocation(self, job_id: str) -> Allocation | None:
+        """What ``job_id`` holds now (``None``: nothing)."""
+        return self._job(job_id).allocation
+
+    def _job(self, job_id: str) -> _Job:
+        try:
+            return self._jobs[job_id]
+        except KeyError:
+            raise InputError("job_id", job_id, "not submitted to this session") from None
+
+    # ------------------------------------------------------------------- save / load
+    def save(self, path: str | Path) -> Path:
+        """Write the session to a JSON file (atomically); :meth:`load` takes it back."""
+        from heteroplan.scheduling.storage import save_session
+
+        return save_session(self, path)
+
+    @classmethod
+    def load(cls, path: str | Path, cluster: Cluster, policy: Policy) -> SchedulingSession:
+        """A session saved by :meth:`save`, on ``cluster`` under ``policy`` (given again: a policy is
+        code, not data). Its next :meth:`round` decides as the saved session's would have."""
+        from heteroplan.scheduling.storage import load_session
+
+        return load_session(path, cluster, policy)
+
+    def __repr__(self) -> str:
+        return (f"SchedulingSession(policy={self.policy.name!r}, cluster={self.cluster.name!r}, "
+                f"jobs={len(self._jobs)}, unfinished={len(self.unfinished())}, rounds={self.rounds})")
+
+
+def _app_or_none(application: str) -> Any:
+    from heteroplan.perf.applications import get_app
+
+    try:
+        return get_app(application)
+    except (InputError, KeyError):
+        return None
+
+
+def _resolve_model(job_id: str, application: str, perf_model: PerfModel | str | None) -> tuple[str, PerfModel | None]:
+    """(kind, model object) of a submitted performance model."""
+    from heteroplan.perf.goodput import ThroughputTable
+
+    if perf_model is None:  # policies that need no model (FIFO, YARN-CS)
+        return "none", None
+    if isinstance(perf_model, str):
+        if perf_model not in _MODEL_KINDS:
+            raise InputError(f"job[{job_id}].perf_model", perf_model,
+                             f"choose one of {list(_MODEL_KINDS)} or give a PerfModel object")
+        if _app_or_none(application) is None:
+            raise InputError(f"job[{job_id}].application", application,
+                             f"perf_model={perf_model!r} needs a Sia application; give a PerfModel object instead")
+        from heteroplan.perf.sia_data import bootstrap_model, true_model
+
+        return perf_model, (bootstrap_model(application) if perf_model == "bootstrap" else true_model(application))
+    if not callable(getattr(perf_model, "goodput", None)):
+        raise InputError(f"job[{job_id}].perf_model", type(perf_model).__name__,
+                         "must be a PerfModel (goodput(gpu_type, num_nodes, num_gpus, progress))")
+    from heteroplan.perf.bootstrap import BootstrappedModel
+
+    if type(perf_model) is ThroughputTable:
+        return "table", perf_model
+    if type(perf_model) is BootstrappedModel and _app_or_none(application) is not None \
+            and perf_model.app.name == application:  # its state is saved; the application rebuilds the rest
+        return "bootstrap", perf_model
+    return "object", perf_model

@@ -1,0 +1,95 @@
+"""Saving a scheduling session to JSON and taking it back (no pickle: plain data only)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from heteroplan.atomic_json import write_json_atomic
+from heteroplan.cluster import Cluster
+from heteroplan.errors import InputError
+from heteroplan.policies.base import Allocation, PerfModel, Policy
+
+if TYPE_CHECKING:
+    from heteroplan.scheduling.session import SchedulingSession
+
+__all__ = ["SESSION_FORMAT", "save_session", "load_session"]
+
+SESSION_FORMAT = 1  # version of the saved-session file
+
+
+def save_session(session: SchedulingSession, path: str | Path) -> Path:
+    """Write ``session`` to ``path`` (JSON, atomically): each job's bookkeeping and the state of its
+    model (a bootstrapped model's observations and fits, a table's rates, an oracle's measured
+    noise scale). A job with a model object of another kind cannot be saved (:class:`InputError`)."""
+    jobs = []
+    for j in session._jobs.values():
+        if j.model_kind == "object":
+            raise InputError(f"job[{j.job_id}].perf_model", type(j.estimator).__name__,
+                             "cannot be saved; submit a ThroughputTable, 'bootstrap', 'oracle' or None")
+        state: dict[str, Any] = {k: v for k, v in vars(j).items() if k not in ("estimator", "allocation")}
+        state["allocation"] = _alloc_to_json(j.allocation)
+        if j.model_kind == "table":
+            state["model"] = dict(j.estimator.rates)  # type: ignore[union-attr]
+        elif j.model_kind == "bootstrap":
+            state["model"] = j.estimator.state()  # type: ignore[union-attr]
+        elif j.model_kind == "oracle":  # only the measured noise scale changes
+            state["model"] = {"measured_phi": j.estimator.measured_phi}  # type: ignore[union-attr]
+        jobs.append(state)
+    data = {"format": SESSION_FORMAT, "cluster": session.cluster.name, "policy": session.policy.name,
+            "free_moves": session.free_moves, "restart_delay_s": session.restart_delay_s,
+            "assume_progress": session.assume_progress, "last_round": session._last_round,
+            "rounds": session.rounds, "jobs": jobs}
+    path = Path(path)
+    write_json_atomic(path, data)
+    return path
+
+
+def load_session(path: str | Path, cluster: Cluster, policy: Policy) -> SchedulingSession:
+    """The session saved at ``path``, on ``cluster`` under ``policy``."""
+    from heteroplan.scheduling.session import SchedulingSession
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError("path", str(path), f"cannot read a saved session: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != SESSION_FORMAT:
+        raise InputError("path", str(path), f"not a saved session (format {SESSION_FORMAT})")
+    session = SchedulingSession(cluster, policy, free_moves=data["free_moves"],
+                                restart_delay_s=data["restart_delay_s"], assume_progress=data["assume_progress"])
+    for state in data["jobs"]:
+        kind = state["model_kind"]
+        model = state.pop("model", None)
+        perf: PerfModel | str | None = None if kind == "none" else kind
+        if kind == "table":
+            from heteroplan.perf.goodput import ThroughputTable
+
+            perf = ThroughputTable(model)
+        session.submit(state["job_id"], arrival_time=state["arrival_time"], application=state["application"],
+                       perf_model=perf, requested_gpus=state["requested_gpus"], max_gpus=state["max_gpus"],
+                       batch_size=state["given_batch"], total_work=state["total_work"],
+                       restart_delay_s=state["own_restart_delay"])
+        job = session._jobs[state["job_id"]]
+        if kind == "bootstrap":
+            job.estimator.restore_state(model)  # type: ignore[union-attr]
+        elif kind == "oracle" and model["measured_phi"] is not None:
+            job.estimator.set_measured_phi(model["measured_phi"])  # type: ignore[union-attr]
+        for key, value in state.items():
+            if key not in ("estimator", "model_kind", "job_id"):
+                setattr(job, key, _alloc_from_json(value) if key == "allocation" else value)
+    session._last_round = data["last_round"]
+    session.rounds = data["rounds"]
+    return session
+
+
+def _alloc_to_json(alloc: Allocation | None) -> Any:
+    if alloc is None:
+        return None
+    return {"gpu_type": alloc.gpu_type, "num_gpus": alloc.num_gpus, "placement": [list(p) for p in alloc.placement]}
+
+
+def _alloc_from_json(data: Any) -> Allocation | None:
+    if data is None:
+        return None
+    return Allocation(data["gpu_type"], int(data["num_gpus"]), tuple((str(n), int(c)) for n, c in data["placement"]))
