@@ -7,7 +7,7 @@ import json
 import pytest
 
 from heteroplan.cli import main
-from heteroplan.planner import Plan, SearchOptions, plan_job, simulate
+from heteroplan.planner import Plan, ReplicaGroup, SearchOptions, Stage, plan_job, simulate
 from heteroplan.planner.baselines import homogeneous_plan, uniform_split_plan
 
 A, V, Z = "A100-40", "V100-16", "us-central1-a"
@@ -47,3 +47,25 @@ def test_sailor_search_is_at_least_as_good_as_baselines():
     # the uniform baseline really splits uniformly
     sizes = [s.num_layers for s in uni.plan.stages]
     assert max(sizes) - min(sizes) <= 1
+
+
+def test_cli_evaluate_says_whether_a_plan_file_fits(tmp_path, capsys):
+    big = Plan("GPT-Neo-2.7", 2048, 1, (Stage(0, 34, (ReplicaGroup("V100-16", Z, 1, 8),)),))
+    small = Plan("OPT-350", 64, 2, (Stage(0, 26, (ReplicaGroup(A, Z, 1, 8),)),))
+    big.to_json(tmp_path / "big.json")
+    small.to_json(tmp_path / "small.json")
+    assert main(["plan", "--evaluate", str(tmp_path / "big.json")]) == 1
+    out = capsys.readouterr().out
+    assert "DOES NOT FIT memory" in out and "stage 0 (V100-16)" in out
+    assert main(["plan", "--evaluate", str(tmp_path / "small.json"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["fits_memory"] is True and data["memory_over_gb"] == 0.0
+    assert data["iteration_time_s"] == pytest.approx(simulate(small).iteration_time)
+    assert main(["plan", "--evaluate", str(tmp_path / "small.json"), "--gbs", "128"]) == 2
+
+
+def test_plan_job_answers_fit_their_gpus():
+    res = plan_job("GPT-Neo-2.7", 64, {("V100-16", Z): 16}, options=SearchOptions(max_pp=4))
+    assert res.memory_fit.fits and res.memory_fit.headroom_gb >= 0
+    assert simulate(res.plan).fits
+    assert res.to_dict()["fits_memory"] is True and "fits memory" in res.describe()

@@ -172,3 +172,30 @@ def test_every_sailor_plan_reads_consistently(path):
     assert plan.pp == pipe["num_stages"] and plan.dp == pipe["dp"][0]
     assert [list(range(s.first_layer, s.last_layer)) for s in plan.stages] == pipe["layers_per_stage"]
     assert sum(plan.microbatches()) * plan.microbatch_size == raw["gbs"]
+
+
+def _gpt_neo_on_v100(tp: int, pp: int, dp: int) -> Plan:
+    L = load_model_profile("GPT-Neo-2.7").num_layers
+    bounds = [round(i * L / pp) for i in range(pp + 1)]
+    return Plan("GPT-Neo-2.7", 2048, 1, tuple(Stage(a, b, (ReplicaGroup("V100-16", "us-central1-a", tp, dp),))
+                                             for a, b in zip(bounds, bounds[1:], strict=False)))
+
+
+def test_a_plan_that_does_not_fit_says_so_by_how_much_and_where():
+    """GPT-Neo-2.7 on 8 V100-16 without TP (the issue's example): 70 GB on a 16 GB GPU."""
+    sim = simulate(_gpt_neo_on_v100(tp=1, pp=1, dp=8))
+    fit = sim.memory_fit
+    assert not sim.fits and not fit.fits
+    assert (fit.stage, fit.gpu_type, fit.capacity_gb) == (0, "V100-16", 16.0)
+    assert fit.need_gb == pytest.approx(sim.peak_memory_gb)
+    assert fit.over_gb == pytest.approx(sim.peak_memory_gb - 16.0) and fit.over_gb > 50
+    assert "DOES NOT FIT" in sim.describe() and "stage 0" in sim.describe()
+
+
+def test_memory_fit_names_the_tightest_stage_and_agrees_with_the_per_replica_memory():
+    for tp, pp, dp in ((1, 2, 4), (4, 4, 2), (4, 8, 1), (2, 17, 1)):
+        sim = simulate(_gpt_neo_on_v100(tp, pp, dp))
+        mem, cap = sim.details["memory"], sim.details["memory_capacity"]
+        assert sim.fits == bool((mem <= cap).all())
+        assert sim.memory_fit.stage == int(np.argmax((mem - cap).max(axis=1)))
+        assert sim.memory_fit.headroom_gb == pytest.approx(float((cap - mem).min()))

@@ -15,8 +15,10 @@ from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.commands.jsonout import print_json
 from heteroplan.errors import InputError
 from heteroplan.planner.api import plan
+from heteroplan.planner.plan import Plan
 from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions
 from heteroplan.planner.sim_config import load_platforms
+from heteroplan.planner.simulator import simulate
 
 
 def parse_gpus(text: str) -> dict[tuple[str, str], int]:
@@ -50,11 +52,13 @@ def _log_filtered(logger: str, keep: Callable[[logging.LogRecord], bool]) -> Ite
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="plan one training job over heterogeneous, multi-zone GPUs (Sailor)")
-    p.add_argument("--model", required=True, help="model name (OPT-350, GPT-Neo-2.7, LLAMA-3-8, OPT-30)")
-    p.add_argument("--gbs", type=integer(1), required=True, help="global batch size (samples per iteration)")
+    p.add_argument("--model", help="model name (OPT-350, GPT-Neo-2.7, LLAMA-3-8, OPT-30); required to search")
+    p.add_argument("--gbs", type=integer(1), help="global batch size (samples per iteration); required to search")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--gpus", help="available GPUs: TYPE@ZONE=COUNT,... (e.g. A100-40@us-central1-a=64)")
     src.add_argument("--cluster", help=f"preset ({', '.join(PRESETS)}) or cluster JSON file")
+    src.add_argument("--evaluate", metavar="PLAN",
+                     help="no search: predict time, cost and memory of this plan file and say whether it fits")
     p.add_argument("--objective", choices=OBJECTIVES, default="throughput",
                    help="maximize iterations/s (throughput; default, optionally under --budget) or minimize $ per "
                    "iteration (cost; optionally above --min-throughput)")
@@ -70,6 +74,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.evaluate:
+        return evaluate(args)
+    for name in ("model", "gbs"):
+        if getattr(args, name) is None:
+            raise InputError(f"--{name}", None, "required with --gpus or --cluster")
     if args.budget is not None and args.objective != "throughput":
         raise InputError("--budget", args.budget, f"applies to --objective throughput, not {args.objective}")
     if args.min_throughput is not None and args.objective != "cost":
@@ -97,3 +106,25 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(result.describe())
     return 0
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    """``--evaluate PLAN``: the simulator's prediction of a plan file, memory fit included;
+    exit code 1 when the plan does not fit its GPUs' memory."""
+    loaded = Plan.from_json(args.evaluate)
+    for name, value in (("model", loaded.model), ("gbs", loaded.global_batch_size)):
+        given = getattr(args, name)
+        if given is not None and given != value:
+            raise InputError(f"--{name}", given, f"the plan file {args.evaluate} says {value}")
+    est = simulate(loaded, data_dir=args.data_dir)
+    if args.json:
+        print_json({"plan": loaded.to_dict(), "iteration_time_s": est.iteration_time,
+                    "throughput_iter_s": est.throughput, "cost_per_iteration": est.cost_per_iteration,
+                    "memory_per_gpu_gb": list(est.memory_per_stage), "fits_memory": est.fits,
+                    "memory_over_gb": est.memory_fit.over_gb if est.memory_fit else 0.0,
+                    "tightest_stage": est.memory_fit.stage if est.memory_fit else None,
+                    "uncalibrated_gpu_types": list(est.uncalibrated)})
+    else:
+        print(loaded.describe())
+        print("\n".join("  " + line for line in est.describe().splitlines()))
+    return 0 if est.fits else 1

@@ -16,7 +16,7 @@ from heteroplan.perf.sailor_network import NetworkModel
 from heteroplan.planner.plan import Plan
 from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions, normalize_pool
 from heteroplan.planner.search import Searcher
-from heteroplan.planner.simulator import simulate
+from heteroplan.planner.simulator import MemoryFit, simulate
 
 _log = logging.getLogger(__name__)
 _WARNED_UNCALIBRATED: set[tuple[str, ...]] = set()  # GPU-type sets already warned about in this process
@@ -41,6 +41,7 @@ class PlanResult:
     deprecated alias of ``cost_per_iteration_usd``).
         search_time: seconds the search took.
         evaluated: block layouts whose layer split was optimized.
+        memory_fit: the tightest GPU's memory need against its capacity (a returned plan always fits).
     """
 
     plan: Plan
@@ -51,6 +52,7 @@ class PlanResult:
     search_time: float
     evaluated: int = 0
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    memory_fit: MemoryFit | None = None
 
     @property
     def peak_memory_gb(self) -> float:
@@ -65,6 +67,8 @@ class PlanResult:
             "cost_per_iteration": self.cost_per_iteration,  # deprecated: the same, without its unit
             "memory_per_gpu_gb": list(self.memory_per_gpu),
             "peak_memory_gb": self.peak_memory_gb,
+            "fits_memory": self.memory_fit is None or self.memory_fit.fits,
+            "memory_headroom_gb": None if self.memory_fit is None else self.memory_fit.headroom_gb,
             "search_time_s": self.search_time,
             "evaluated": self.evaluated,
             "gpus": {f"{t}@{z}": n for (t, z), n in self.plan.gpus_by_type_zone().items()},
@@ -82,6 +86,8 @@ class PlanResult:
             f"${self.cost_per_iteration:.4g}/iteration, peak memory {self.peak_memory_gb:.3g} GB/GPU "
             f"(per stage: {', '.join(f'{m:.3g}' for m in self.memory_per_gpu)})"
         )
+        if self.memory_fit is not None:
+            lines.append("  " + self.memory_fit.describe())
         lines.append(f"  search: {self.search_time:.3g} s, {self.evaluated} layouts")
         if self.extra.get("uncalibrated_gpu_types"):
             lines.append("  " + uncalibrated_note(self.extra["uncalibrated_gpu_types"]))
@@ -165,6 +171,8 @@ def plan(request: PlanRequest) -> PlanResult:
             raise _explain(exc, request) from None
     sim = simulate(best.plan, profile=request.profile, network=request.network, gpu_types=dict(request.gpu_types),
                    config=request.options.config)
+    if not sim.fits:  # the search prices memory as simulate does: a broken invariant, not a user error
+        raise InfeasibleError(f"internal error: the search chose a plan that does not fit; {sim.memory_fit.describe()}")
     if sim.uncalibrated:
         extra["uncalibrated_gpu_types"] = list(sim.uncalibrated)
         # once per process and set of types at WARNING (a sweep of plans would repeat it), then DEBUG;
@@ -181,6 +189,7 @@ def plan(request: PlanRequest) -> PlanResult:
         time.perf_counter() - t0,
         stats["evaluated"],
         extra | {"search_iteration_time": best.iteration_time, "search_cost": best.cost_per_iteration},
+        sim.memory_fit,
     )
 
 

@@ -61,12 +61,55 @@ from heteroplan.planner.straggler import clark_max, pipeline_times
 
 __all__ = [
     "SimConfig", "PlatformConfigs", "SimResult", "simulate", "DEFAULT_CONFIG", "PROFILED_CONFIG",
-    "SHIPPED_PLATFORMS", "gpu_catalog", "replica_pipeline_times",
+    "SHIPPED_PLATFORMS", "gpu_catalog", "replica_pipeline_times", "MemoryFit",
 ]
 
 
 def gpu_catalog(gpu_types: tuple[GPUType, ...] = SAILOR_GPU_TYPES) -> dict[str, GPUType]:
     return {t.name: t for t in gpu_types}
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    """Whether a plan fits its GPUs' memory, told by its tightest GPU.
+
+    Attributes:
+        fits: every GPU of every stage needs at most its type's memory.
+        stage: the stage of the tightest GPU (largest need minus capacity).
+        gpu_type: that GPU's type.
+        need_gb: peak GB that GPU needs.
+        capacity_gb: GB of memory of that GPU type.
+    """
+
+    fits: bool
+    stage: int
+    gpu_type: str
+    need_gb: float
+    capacity_gb: float
+
+    @property
+    def over_gb(self) -> float:
+        """GB by which the tightest GPU overflows its memory (0 when the plan fits)."""
+        return max(self.need_gb - self.capacity_gb, 0.0)
+
+    @property
+    def headroom_gb(self) -> float:
+        """GB left on the tightest GPU (negative when the plan does not fit)."""
+        return self.capacity_gb - self.need_gb
+
+    def describe(self) -> str:
+        where = f"stage {self.stage} ({self.gpu_type}): {self.need_gb:.3g} GB needed of {self.capacity_gb:.3g} GB"
+        if self.fits:
+            return f"fits memory: tightest GPU {where}"
+        return f"DOES NOT FIT memory by {self.over_gb:.3g} GB: {where}"
+
+
+def memory_fit(memory: np.ndarray, capacity: np.ndarray, gpu_types: list[list[str]]) -> MemoryFit:
+    """The :class:`MemoryFit` of a plan from its ``(S, D)`` GB per GPU, the ``(S, D)`` GB of each
+    replica's GPU type and the ``[s][d]`` type names (a GPU fits when it needs at most its memory)."""
+    excess = memory - capacity
+    s, d = np.unravel_index(int(np.argmax(excess)), excess.shape)
+    return MemoryFit(bool((excess <= 0).all()), int(s), gpu_types[s][d], float(memory[s, d]), float(capacity[s, d]))
 
 
 @dataclass(frozen=True)
@@ -87,9 +130,11 @@ class SimResult:
             ``buffered`` (S - 1, D) whether the send from stage ``s`` to ``s + 1`` is buffered (a
             replica with one is priced by the 1F1B replay),
             ``sync`` (S,) all-reduce + update seconds, ``pipeline_times`` (D,) seconds per replica,
-            ``memory`` (S, D) peak GB per GPU of each replica (check each against its own GPU type).
+            ``memory`` (S, D) peak GB per GPU of each replica, ``memory_capacity`` (S, D) GB of its GPU type.
         uncalibrated: GPU types of the plan that had no constants of their own and used the
             uncalibrated default (empty when every type is calibrated).
+        memory_fit: whether every GPU fits its memory; if not, by how much and on which stage
+            (:class:`MemoryFit`; a plan that does not fit is still priced, as if it did).
     """
 
     iteration_time: float
@@ -100,6 +145,12 @@ class SimResult:
     sync_time: float
     details: dict = field(default_factory=dict, compare=False)
     uncalibrated: tuple[str, ...] = ()
+    memory_fit: MemoryFit | None = None
+
+    @property
+    def fits(self) -> bool:
+        """Whether every GPU of the plan fits its memory."""
+        return self.memory_fit is None or self.memory_fit.fits
 
     @property
     def throughput(self) -> float:
@@ -109,6 +160,20 @@ class SimResult:
     @property
     def peak_memory_gb(self) -> float:
         return max(self.memory_per_stage)
+
+    def describe(self) -> str:
+        """Multi-line summary: time, cost, memory per stage and whether it fits."""
+        lines = [
+            f"predicted: {self.iteration_time:.4g} s/iteration = {self.throughput:.4g} iter/s, "
+            f"${self.cost_per_iteration:.4g}/iteration, peak memory {self.peak_memory_gb:.3g} GB/GPU "
+            f"(per stage: {', '.join(f'{m:.3g}' for m in self.memory_per_stage)})"
+        ]
+        if self.memory_fit is not None:
+            lines.append(self.memory_fit.describe())
+        if self.uncalibrated:
+            lines.append("no simulator calibration for " + ", ".join(self.uncalibrated)
+                         + ": predicted with the uncalibrated default constants")
+        return "\n".join(lines)
 
 
 def replica_pipeline_times(
@@ -234,6 +299,8 @@ def simulate(
             inflight = int(min(S - s, micro[d]))
             mem_rep[s, d] = stage_memory_gb(profile, r.tp, stage.first_layer, stage.last_layer, mbs, inflight, cfg[s][d])
     mem = [float(m) for m in mem_rep.max(axis=1)]
+    capacity = np.array([[gpu_types[r.gpu_type].memory_gb for r in row] for row in reps], dtype=float).reshape(S, D)
+    fit = memory_fit(mem_rep, capacity, [[r.gpu_type for r in row] for row in reps])
     price_per_s = sum(n * gpu_types[t].price_per_hour for (t, _), n in plan.gpus_by_type_zone().items()) / 3600
     cost = price_per_s * t_iter + egress_cost
     return SimResult(
@@ -245,6 +312,7 @@ def simulate(
         float(sync.max()),
         {"stage_compute": fb, "forward_share": fwd_share, "comm": comm, "buffered": buffered, "sync": sync,
          "pipeline_times": t_pipe,
-         "memory": mem_rep},
+         "memory": mem_rep, "memory_capacity": capacity},
         table.uncalibrated(t for row in reps for t in (r.gpu_type for r in row)),
+        fit,
     )
