@@ -37,8 +37,8 @@ import torch
 
 from heteroplan.cluster import GPUType
 from heteroplan.planner import plan_job, simulate
+from heteroplan.planner.model.sim_config import PROFILED_CONFIG
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
-from heteroplan.planner.sim_config import PROFILED_CONFIG
 from heteroplan.runtime import RunConfig, TinyGPTTask
 from heteroplan.runtime.calibrate import calibration_plans, fit_runs, measure_plans
 from heteroplan.runtime.interleave import measure_interleaved

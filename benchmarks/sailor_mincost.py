@@ -24,9 +24,9 @@ from _common import print_table, write_json  # noqa: E402
 from heteroplan.errors import InfeasibleError  # noqa: E402
 from heteroplan.perf.sailor_profiles import load_model_profile  # noqa: E402
 from heteroplan.planner import plan_job, simulate  # noqa: E402
-from heteroplan.planner.brute_force import brute_force  # noqa: E402
+from heteroplan.planner.model.simulator import DEFAULT_CONFIG, gpu_catalog  # noqa: E402
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
-from heteroplan.planner.simulator import DEFAULT_CONFIG, gpu_catalog  # noqa: E402
+from heteroplan.planner.search.brute_force import brute_force  # noqa: E402
 
 MODEL, A, Z, FLOOR = "OPT-350", "A100-40", "us-central1-a", 0.2
 SHAPES = [  # (pp, dp, tp): 64 GPUs, then 128

@@ -36,8 +36,8 @@ from heteroplan.errors import InfeasibleError, InputError  # noqa: E402
 from heteroplan.perf.sailor_profiles import load_model_profile  # noqa: E402
 from heteroplan.planner import SearchOptions, plan_job, simulate  # noqa: E402
 from heteroplan.planner.baselines import homogeneous_plan, uniform_split_plan  # noqa: E402
+from heteroplan.planner.model.simulator import gpu_catalog  # noqa: E402
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
-from heteroplan.planner.simulator import gpu_catalog  # noqa: E402
 
 A, V, Z = "A100-40", "V100-16", "us-central1-a"
 FIVE_ZONES = {(A, z): 256 for z in SAILOR_ZONES}

@@ -43,8 +43,8 @@ from heteroplan.atomic_json import write_json_atomic  # noqa: E402
 from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.perf.sailor_profiles import DATA_DIR as SHIPPED  # noqa: E402
 from heteroplan.planner import Plan, simulate  # noqa: E402
-from heteroplan.planner.calibration import fit_sim_config  # noqa: E402
-from heteroplan.planner.sim_config import PLATFORMS_FILE, UNCALIBRATED_CONFIG, SimConfig  # noqa: E402
+from heteroplan.planner.model.calibration import fit_sim_config  # noqa: E402
+from heteroplan.planner.model.sim_config import PLATFORMS_FILE, UNCALIBRATED_CONFIG, SimConfig  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "sailor"
 # name: (globs under the data directory, model, GPU types of the platform, Sailor's time / memory

@@ -142,7 +142,7 @@ def pipeline_timeline(
 
     One row per stage (stage 0 on top): forward blocks, backward blocks and, in grey,
     point-to-point transfers; times from the planner simulator's per-stage compute and comm
-    (:func:`heteroplan.planner.schedule.pipeline_schedule`). Blocking transfers sit behind the
+    (:func:`heteroplan.planner.model.schedule.pipeline_schedule`). Blocking transfers sit behind the
     ops that receive and send them; on a replayed replica (buffered sends) each transfer is a thin
     bar under its sender's row, from when it went on the wire to when it landed (it may overlap
     the sender's compute).
@@ -156,7 +156,7 @@ def pipeline_timeline(
 
     The bars are ``ax.containers`` labelled ``"forward"``, ``"backward"``, ``"comm"``.
     """
-    from heteroplan.planner.schedule import PipelineSchedule, pipeline_schedule
+    from heteroplan.planner.model.schedule import PipelineSchedule, pipeline_schedule
 
     sched = (
         plan_or_result

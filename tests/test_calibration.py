@@ -12,15 +12,15 @@ import pytest
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_profiles import DATA_DIR
 from heteroplan.planner import plan_job, simulate
-from heteroplan.planner.calibration import fit_sim_config, relative_errors, time_constants_for
-from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
-from heteroplan.planner.search import SearchOptions
-from heteroplan.planner.sim_config import (
+from heteroplan.planner.model.calibration import fit_sim_config, relative_errors, time_constants_for
+from heteroplan.planner.model.sim_config import (
     DEFAULT_CONFIG,
     PROFILED_CONFIG,
     SimConfig,
     load_sim_config,
 )
+from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
+from heteroplan.planner.search.searcher import SearchOptions
 
 MODEL, GPU, ZONE = "OPT-350", "A100-40", "us-central1-a"
 LAYERS = 26  # OPT-350's plan layers in the shipped profile

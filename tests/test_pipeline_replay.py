@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 
 from heteroplan.errors import InputError
 from heteroplan.planner import Plan, simulate
-from heteroplan.planner.comm import pipeline_send_buffered
-from heteroplan.planner.pipeline_replay import (
+from heteroplan.planner.model.comm import pipeline_send_buffered
+from heteroplan.planner.model.pipeline_replay import (
     one_f_one_b_lower_bound,
     one_f_one_b_time,
     stage_instructions,
 )
-from heteroplan.planner.sim_config import SHIPPED_PLATFORMS, SimConfig
+from heteroplan.planner.model.sim_config import SHIPPED_PLATFORMS, SimConfig
 
 DATA = Path(__file__).parent / "data" / "sailor"
 

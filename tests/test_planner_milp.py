@@ -11,7 +11,7 @@ from heteroplan.errors import InfeasibleError
 from heteroplan.formulations.sailor import ReplicaKind
 from heteroplan.planner import SearchOptions, plan_job
 from heteroplan.planner.request import PlanRequest
-from heteroplan.planner.resources import choose_resources, narrow_pool, replica_kinds
+from heteroplan.planner.search.resources import choose_resources, narrow_pool, replica_kinds
 
 A, V, Z, W = "A100-40", "V100-16", "us-central1-a", "us-west1-b"
 GBS = 512

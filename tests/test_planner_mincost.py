@@ -14,9 +14,9 @@ from heteroplan.cluster import preset
 from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_profiles import load_model_profile
 from heteroplan.planner import SearchOptions, plan_job, simulate
-from heteroplan.planner.brute_force import brute_force
+from heteroplan.planner.model.simulator import DEFAULT_CONFIG, gpu_catalog
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
-from heteroplan.planner.simulator import DEFAULT_CONFIG, gpu_catalog
+from heteroplan.planner.search.brute_force import brute_force
 
 A, Z = "A100-40", "us-central1-a"
 OPT = load_model_profile("OPT-350")

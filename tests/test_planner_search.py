@@ -14,12 +14,12 @@ from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster
 from heteroplan.errors import InfeasibleError, InputError
 from heteroplan.perf.sailor_profiles import load_model_profile
 from heteroplan.planner import SearchOptions, plan_job, simulate
-from heteroplan.planner.brute_force import brute_force
+from heteroplan.planner.model.simulator import gpu_catalog
 from heteroplan.planner.plan import PipelineBlock
 from heteroplan.planner.request import PlanRequest
-from heteroplan.planner.search import Searcher
-from heteroplan.planner.simulator import gpu_catalog
-from heteroplan.planner.split_dp import _min_max_batch, best_split
+from heteroplan.planner.search.brute_force import brute_force
+from heteroplan.planner.search.searcher import Searcher
+from heteroplan.planner.search.split_dp import _min_max_batch, best_split
 
 A, V = "A100-40", "V100-16"
 ZA, ZB, ZW = "us-central1-a", "us-central1-b", "us-west1-b"

@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 
 from heteroplan.perf.sailor_profiles import load_model_profile
 from heteroplan.planner import SearchOptions, plan_job
-from heteroplan.planner.brute_force import brute_force
-from heteroplan.planner.microbatches import (
+from heteroplan.planner.model.microbatches import (
     class_microbatches,
     finish_s,
     two_class_totals,
     water_fill,
 )
-from heteroplan.planner.simulator import gpu_catalog
+from heteroplan.planner.model.simulator import gpu_catalog
+from heteroplan.planner.search.brute_force import brute_force
 
 A, V = "A100-40", "V100-16"
 ZA, ZB = "us-central1-a", "us-central1-b"
@@ -121,11 +121,11 @@ def test_a_mixed_split_with_buffered_sends_is_priced_as_simulate_replays_it():
     """Two TP-8 RTX kinds, 3 stages, microbatch 2: 2 MiB per rank, buffered. The closed form
     put this split at 39.85 s; simulate replays both replicas (shared NICs): 39.77 s."""
     from heteroplan.planner import simulate
-    from heteroplan.planner.mixed_stages import evaluate_mixed
     from heteroplan.planner.plan import PipelineBlock
     from heteroplan.planner.request import PlanRequest
-    from heteroplan.planner.search import Searcher
-    from heteroplan.planner.split_dp import _all_splits
+    from heteroplan.planner.search.mixed_stages import evaluate_mixed
+    from heteroplan.planner.search.searcher import Searcher
+    from heteroplan.planner.search.split_dp import _all_splits
 
     pool = {("RTX-2080", ZA): 48, ("RTX-3090", ZA): 48}
     searcher = Searcher(PlanRequest.build("OPT-350", 256, pool, "throughput"))

@@ -11,10 +11,10 @@ from heteroplan.cluster import SAILOR_ZONES
 from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_profiles import load_model_profile
 from heteroplan.planner import SearchOptions, plan_job, simulate
-from heteroplan.planner.brute_force import brute_force
+from heteroplan.planner.model.simulator import gpu_catalog
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
-from heteroplan.planner.search import ring_links, spread_replicas
-from heteroplan.planner.simulator import gpu_catalog
+from heteroplan.planner.search.brute_force import brute_force
+from heteroplan.planner.search.searcher import ring_links, spread_replicas
 
 A, V = "A100-40", "V100-16"
 ZA, ZB, ZW = "us-central1-a", "us-central1-b", "us-west1-b"

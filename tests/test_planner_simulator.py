@@ -13,7 +13,7 @@ from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import load_network
 from heteroplan.perf.sailor_profiles import load_model_profile
 from heteroplan.planner import Plan, ReplicaGroup, Stage, simulate
-from heteroplan.planner.simulator import DEFAULT_CONFIG, SHIPPED_PLATFORMS
+from heteroplan.planner.model.simulator import DEFAULT_CONFIG, SHIPPED_PLATFORMS
 
 DATA = Path(__file__).parent / "data" / "sailor"
 RUNS = sorted(DATA.glob("plan_config_*.json"))

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip i
 from heteroplan.cluster import GPUType  # noqa: E402
 from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.planner import plan_job, simulate  # noqa: E402
-from heteroplan.planner.sim_config import PROFILED_CONFIG, load_sim_config  # noqa: E402
+from heteroplan.planner.model.sim_config import PROFILED_CONFIG, load_sim_config  # noqa: E402
 from heteroplan.runtime import TinyGPTTask  # noqa: E402
 from heteroplan.runtime.calibrate import best_of, calibrate, calibration_plans  # noqa: E402
 from heteroplan.runtime.netbench import NetworkMeasurement  # noqa: E402

@@ -17,8 +17,8 @@ from heteroplan.cluster import GPUType
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import NetworkModel
 from heteroplan.planner import Plan, ReplicaGroup, Stage, plan_job, simulate
-from heteroplan.planner.comm import allreduce_s, pipeline_bytes, pipeline_send_s
-from heteroplan.planner.sim_config import (
+from heteroplan.planner.model.comm import allreduce_s, pipeline_bytes, pipeline_send_s
+from heteroplan.planner.model.sim_config import (
     SHIPPED_PLATFORMS,
     UNCALIBRATED_CONFIG,
     PlatformConfigs,
@@ -27,7 +27,7 @@ from heteroplan.planner.sim_config import (
     load_platforms,
     write_platform,
 )
-from heteroplan.planner.simulator import stage_memory_gb
+from heteroplan.planner.model.simulator import stage_memory_gb
 
 C1, CZ = 2.0, 0.5  # GB/s
 ONCE, REPLICATED = SimConfig(), SimConfig(replicated_tp_sends=1.0)
@@ -176,7 +176,7 @@ def test_a_fused_optimizer_step_is_priced_by_memory_bandwidth() -> None:
     (no all-reduce): the update is 28 x parameters per GPU / 4000 GB/s; a platform without the
     constant (and a GPU type without a bandwidth) keeps the profile's measured update."""
     from heteroplan.perf.sailor_profiles import load_model_profile
-    from heteroplan.planner.simulator import gpu_catalog
+    from heteroplan.planner.model.simulator import gpu_catalog
 
     plan = Plan("OPT-350", 64, 4, (Stage(0, 26, (ReplicaGroup("GH-96", "us-central1-a", 4, 1),)),))
     profile = load_model_profile("OPT-350")
@@ -203,7 +203,7 @@ POOLS = [
 @pytest.mark.parametrize("objective", ["throughput", "cost"])
 @pytest.mark.parametrize("pool", POOLS, ids=lambda p: "+".join(f"{n}x{t}" for (t, _), n in p.items()))
 def test_every_plan_the_search_returns_fits_memory_under_per_platform_constants(pool, objective) -> None:
-    from heteroplan.planner.simulator import gpu_catalog
+    from heteroplan.planner.model.simulator import gpu_catalog
 
     catalog = gpu_catalog()
     res = plan_job("OPT-350", 64, pool, objective)
@@ -217,7 +217,7 @@ def test_every_plan_the_search_returns_fits_memory_under_per_platform_constants(
 
 
 def test_a_fit_that_stops_at_the_end_of_a_plausible_range_is_reported(caplog) -> None:
-    from heteroplan.planner.calibration import BOUNDS, fit_sim_config
+    from heteroplan.planner.model.calibration import BOUNDS, fit_sim_config
 
     plans = [Plan("OPT-350", 64, m, (Stage(0, 26, (ReplicaGroup("GH-96", "us-central1-a", 4, 1),)),)) for m in (1, 2, 4)]
     truth = SimConfig(compute_scale=6.0)  # beyond the plausible 0.25-4

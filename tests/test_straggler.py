@@ -13,10 +13,10 @@ from scipy import integrate, stats
 
 from heteroplan.errors import InputError
 from heteroplan.planner import plan_job, simulate
+from heteroplan.planner.model.sim_config import DEFAULT_CONFIG, SimConfig
+from heteroplan.planner.model.straggler import clark_max
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
-from heteroplan.planner.search import SearchOptions
-from heteroplan.planner.sim_config import DEFAULT_CONFIG, SimConfig
-from heteroplan.planner.straggler import clark_max
+from heteroplan.planner.search.searcher import SearchOptions
 
 MODEL, GPU, ZONE = "OPT-350", "A100-40", "us-central1-a"
 LAYERS = 26

@@ -22,10 +22,10 @@ from heteroplan.cluster import SAILOR_GPU_TYPES  # noqa: E402
 from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.perf.sailor_profiles import load_model_profile  # noqa: E402
 from heteroplan.planner import Plan, ReplicaGroup, SearchOptions, Stage, plan_job, simulate  # noqa: E402
-from heteroplan.planner.brute_force import enumerate_plans  # noqa: E402
+from heteroplan.planner.model.schedule import one_f_one_b_order, pipeline_schedule, schedule_1f1b  # noqa: E402
+from heteroplan.planner.model.sim_config import SHIPPED_PLATFORMS  # noqa: E402
 from heteroplan.planner.pareto import ParetoPoint, non_dominated, pareto_front  # noqa: E402
-from heteroplan.planner.schedule import one_f_one_b_order, pipeline_schedule, schedule_1f1b  # noqa: E402
-from heteroplan.planner.sim_config import SHIPPED_PLATFORMS  # noqa: E402
+from heteroplan.planner.search.brute_force import enumerate_plans  # noqa: E402
 from heteroplan.policies.base import Allocation  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "sailor"

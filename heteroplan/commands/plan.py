@@ -15,10 +15,10 @@ from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.commands.jsonout import print_json
 from heteroplan.errors import InputError
 from heteroplan.planner.api import plan
+from heteroplan.planner.model.sim_config import load_platforms
+from heteroplan.planner.model.simulator import simulate
 from heteroplan.planner.plan import Plan
 from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions
-from heteroplan.planner.sim_config import load_platforms
-from heteroplan.planner.simulator import simulate
 
 
 def parse_gpus(text: str) -> dict[tuple[str, str], int]:

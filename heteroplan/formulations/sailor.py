@@ -2,7 +2,7 @@
 
 A *replica kind* ``k`` is one homogeneous pipeline replica — GPU type and zone, TP, PP,
 microbatch size — using ``g_k = tp * pp`` GPUs, whose steady-state rate ``r_k`` (samples/s)
-comes from the planner's simulator (:func:`heteroplan.planner.resources.replica_kinds`). Renting ``x_k`` replicas of each kind and
+comes from the planner's simulator (:func:`heteroplan.planner.search.resources.replica_kinds`). Renting ``x_k`` replicas of each kind and
 training them data-parallel with load-balanced microbatches gives
 
     throughput (iter/s)   = sum_k r_k x_k / gbs
@@ -16,7 +16,7 @@ training them data-parallel with load-balanced microbatches gives
   ``min c.x - lam r.x / gbs`` with ``lam`` updated to the ratio of the last solution.
 
 The estimate ignores all-reduce time and pipeline bubbles. This module builds the model and
-decodes its solution; :mod:`heteroplan.planner.resources` simulates the kinds, solves (the
+decodes its solution; :mod:`heteroplan.planner.search.resources` simulates the kinds, solves (the
 Dinkelbach loop) and turns a choice into a smaller pool for the DP search, which then prices
 those exactly.
 """

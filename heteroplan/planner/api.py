@@ -13,10 +13,10 @@ from heteroplan._html import table
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_network import NetworkModel
+from heteroplan.planner.model.simulator import MemoryFit, simulate
 from heteroplan.planner.plan import Plan
 from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions, normalize_pool
-from heteroplan.planner.search import Searcher
-from heteroplan.planner.simulator import MemoryFit, simulate
+from heteroplan.planner.search.searcher import Searcher
 
 _log = logging.getLogger(__name__)
 _WARNED_UNCALIBRATED: set[tuple[str, ...]] = set()  # GPU-type sets already warned about in this process
@@ -154,7 +154,7 @@ def plan(request: PlanRequest) -> PlanResult:
     extra: dict[str, Any] = {}
     narrowed = request
     if request.options.narrow_with_milp:
-        from heteroplan.planner.resources import choose_resources, narrow_pool, replica_kinds
+        from heteroplan.planner.search.resources import choose_resources, narrow_pool, replica_kinds
 
         try:
             choice = choose_resources(replica_kinds(request), request)

@@ -19,10 +19,10 @@ import numpy as np
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InfeasibleError, InputError
 from heteroplan.planner.api import PlanResult, plan
+from heteroplan.planner.model.simulator import simulate
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.planner.request import PlanRequest, SearchOptions, normalize_pool
-from heteroplan.planner.search import Searcher
-from heteroplan.planner.simulator import simulate
+from heteroplan.planner.search.searcher import Searcher
 
 __all__ = ["homogeneous_plan", "uniform_split_plan"]
 

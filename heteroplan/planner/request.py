@@ -1,7 +1,7 @@
 """The planner's request: one job, the GPUs it may use, what to optimize, and the search knobs.
 
 :class:`PlanRequest` is what every planner entry point takes (:func:`heteroplan.planner.api.plan`,
-the :class:`~heteroplan.planner.search.Searcher`, the baselines, the resource MILP); build it
+the :class:`~heteroplan.planner.search.searcher.Searcher`, the baselines, the resource MILP); build it
 with :meth:`PlanRequest.build`, which validates the arguments and loads the profile, network
 and simulator constants. ``dataclasses.replace`` gives variants (another pool, objective).
 """
@@ -18,7 +18,7 @@ from heteroplan.errors import InputError
 from heteroplan.inputs import strict_int
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile, load_model_profile
-from heteroplan.planner.sim_config import (
+from heteroplan.planner.model.sim_config import (
     SHIPPED_PLATFORMS,
     PlatformConfigs,
     SimConfig,
@@ -44,7 +44,7 @@ class SearchOptions:
         span_zones: also homogeneous pipelines whose data-parallel replicas span zones of one
             GPU type (the all-reduce ring crosses the zone links; priced in time and egress).
         mixed_stages: also plans whose stages mix two pipeline kinds (e.g. A100 and V100 replicas
-            in one stage, faster replicas running more microbatches; :mod:`heteroplan.planner.mixed_stages`).
+            in one stage, faster replicas running more microbatches; :mod:`heteroplan.planner.search.mixed_stages`).
             Exact scan without pruning; with pruning, kinds added on the GPUs the best plan leaves idle.
             Needs ``max_blocks >= 2`` (``max_blocks=1`` asks for one (type, zone) per plan).
         microbatch_sizes: restrict the microbatch sizes (default: all profiled).

@@ -5,7 +5,7 @@ small *calibration plans* of the same model with the runtime — by default one 
 smallest and the largest profiled microbatch size, and, with two or more processes, 2
 data-parallel replicas and a 2-stage pipeline at both — measures their iteration time, fits
 the simulator's ``compute_scale``, ``microbatch_overhead_s``, ``transfer_latency_s`` and
-``straggler_cv`` (:func:`heteroplan.planner.calibration.fit_sim_config`) and writes them to the profile's
+``straggler_cv`` (:func:`heteroplan.planner.model.calibration.fit_sim_config`) and writes them to the profile's
 directory (``sim_config.json``), where ``simulate`` and ``plan_job`` pick them up.
 
 By default the plans are timed together in one set of processes, taking turns in short visits
@@ -28,14 +28,14 @@ from pathlib import Path
 from heteroplan.cluster import GPUType
 from heteroplan.errors import InputError, check_fraction, check_int
 from heteroplan.perf.sailor_profiles import load_model_profile
-from heteroplan.planner.calibration import (
+from heteroplan.planner.model.calibration import (
     TIME_CONSTANTS,
     Calibration,
     fit_sim_config,
     time_constants_for,
 )
+from heteroplan.planner.model.sim_config import PROFILED_CONFIG, load_sim_config
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
-from heteroplan.planner.sim_config import PROFILED_CONFIG, load_sim_config
 from heteroplan.runtime.config import RunConfig
 from heteroplan.runtime.interleave import measure_interleaved
 from heteroplan.runtime.launch import run_plan
@@ -178,7 +178,7 @@ def fit_runs(
     """Fit the simulator to measured times of ``plans`` (seconds per iteration by label): each
     plan's ``statistic`` of its times (``min``: the fastest of :func:`measure_plans`'s runs;
     ``statistics.median`` for :func:`~heteroplan.runtime.interleave.measure_interleaved`'s
-    iterations), from the directory's current constants; the constants of :func:`~heteroplan.planner.calibration.time_constants_for` the
+    iterations), from the directory's current constants; the constants of :func:`~heteroplan.planner.model.calibration.time_constants_for` the
     plans, never more than plans. The other time constants start from :data:`PROFILED_CONFIG`'s
     values (a refit keeps nothing of an older calibration's). With ``write``, the fit goes to
     ``data_dir/sim_config.json``.

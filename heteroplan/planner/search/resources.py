@@ -21,7 +21,7 @@ from heteroplan.formulations.sailor import (
 )
 from heteroplan.planner.plan import PipelineBlock
 from heteroplan.planner.request import PlanRequest, SearchOptions
-from heteroplan.planner.search import Searcher
+from heteroplan.planner.search.searcher import Searcher
 from heteroplan.solvers import solve
 
 __all__ = ["replica_kinds", "choose_resources", "narrow_pool"]

@@ -2,7 +2,7 @@
 
 Prices what the closed form cannot (buffered sends) and checks it where it can: the simulator's
 closed-form pipeline time
-(:func:`heteroplan.planner.simulator.simulate`): it executes, stage by stage, the instruction
+(:func:`heteroplan.planner.model.simulator.simulate`): it executes, stage by stage, the instruction
 stream of DeepSpeed's ``TrainSchedule`` (the pipeline engine of Sailor's runtime, which ran the
 measured GH200 and MIT runs) and lets every transfer block both of its ends until it is done.
 
@@ -27,10 +27,10 @@ port do: each direction carries at most one full-rate flow's worth, so two flows
 cross at half their full rate until one lands. Events run in time order (landings first, then
 the stage with the earliest clock), so flows go on the wire in the order they are issued.
 
-Unlike :func:`heteroplan.planner.schedule.schedule_1f1b` (a timeline of Megatron's op order,
+Unlike :func:`heteroplan.planner.model.schedule.schedule_1f1b` (a timeline of Megatron's op order,
 every op charging its own transfers), this replays DeepSpeed's instruction stream, where a
 transfer is one event shared by its two stages; :func:`one_f_one_b_timeline` returns the replay
-op by op, which :func:`heteroplan.planner.schedule.pipeline_schedule` lays out for a replica the
+op by op, which :func:`heteroplan.planner.model.schedule.pipeline_schedule` lays out for a replica the
 simulator replays.
 
 Units: seconds.

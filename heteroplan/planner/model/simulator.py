@@ -6,7 +6,7 @@ Model (units: seconds, bytes, GB, $):
   of its layers' profiled forward/backward times on that replica's GPU type and TP degree.
 - Activations: between stages ``s`` and ``s+1`` the TP group hands one microbatch's output
   (``4 * act_out * mbs`` bytes) to its peer group, and the gradient comes back the same way:
-  ``c_s`` each (:mod:`heteroplan.planner.comm`: one flow of the whole activation, or ``tp``
+  ``c_s`` each (:mod:`heteroplan.planner.model.comm`: one flow of the whole activation, or ``tp``
   replicated flows sharing the node's NIC, plus ``transfer_latency_s``).
 - 1F1B pipeline with blocking point-to-point: a stage's steady-state step is
   ``sigma_s = f_s + b_s + 2 (c_{s-1} + c_s)``; with ``M`` microbatches
@@ -14,11 +14,11 @@ Model (units: seconds, bytes, GB, $):
   ``compute_scale * profiled + microbatch_overhead_s`` (calibrated on real runs).
   The slowest pipeline replica sets the pace. With ``straggler_cv > 0`` each rank's compute
   varies by that fraction per iteration and the maximum over replicas is the expected maximum
-  of normals (:mod:`heteroplan.planner.straggler`; 0 unless calibrated).
+  of normals (:mod:`heteroplan.planner.model.straggler`; 0 unless calibrated).
 - Gradient sync: ring all-reduce per stage over its replicas, ``2 (D-1) (alpha + G / (D bw))``
   per bucket, ``G`` the fp32 gradient bytes of one GPU, ``bw`` the slowest link of the ring
   shared by the ``tp`` rings, ``alpha`` = ``allreduce_latency_s`` per ring step
-  (:mod:`heteroplan.planner.comm`); then the optimizer update.
+  (:mod:`heteroplan.planner.model.comm`); then the optimizer update.
   ``T = max_d T_pipe(d) + max_s (AR_s + U_s)``.
 - Constants per platform: each replica's compute and memory use its GPU type's
   :class:`SimConfig` (:class:`PlatformConfigs`); a transfer uses its sender's, an all-reduce the
@@ -40,15 +40,14 @@ from heteroplan.cluster import SAILOR_GPU_TYPES, GPUType
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile, load_model_profile
-from heteroplan.planner.comm import (
+from heteroplan.planner.model.comm import (
     allreduce_s,
     pipeline_bytes,
     pipeline_send_buffered,
     pipeline_send_s,
 )
-from heteroplan.planner.pipeline_replay import one_f_one_b_time
-from heteroplan.planner.plan import Plan
-from heteroplan.planner.sim_config import (
+from heteroplan.planner.model.pipeline_replay import one_f_one_b_time
+from heteroplan.planner.model.sim_config import (
     DEFAULT_CONFIG,
     PROFILED_CONFIG,
     SHIPPED_PLATFORMS,
@@ -57,7 +56,8 @@ from heteroplan.planner.sim_config import (
     as_platforms,
     load_platforms,
 )
-from heteroplan.planner.straggler import clark_max, pipeline_times
+from heteroplan.planner.model.straggler import clark_max, pipeline_times
+from heteroplan.planner.plan import Plan
 
 __all__ = [
     "SimConfig", "PlatformConfigs", "SimResult", "simulate", "DEFAULT_CONFIG", "PROFILED_CONFIG",
@@ -183,8 +183,8 @@ def replica_pipeline_times(
 
     ``fb``, ``forward_share``: ``(S, D)``; ``comm``: ``(S + 1, D)`` transfer seconds, ``comm[s + 1]``
     between stage ``s`` and ``s + 1`` (ends 0); ``buffered``: ``(S - 1, D)``. The closed form
-    (:func:`~heteroplan.planner.straggler.pipeline_times`), except that a replica with a buffered
-    send is replayed (:func:`~heteroplan.planner.pipeline_replay.one_f_one_b_time`, a stage's flows
+    (:func:`~heteroplan.planner.model.straggler.pipeline_times`), except that a replica with a buffered
+    send is replayed (:func:`~heteroplan.planner.model.pipeline_replay.one_f_one_b_time`, a stage's flows
     sharing its NIC); the spread is the closed form's either way."""
     sigma = fb + 2 * (comm[:-1] + comm[1:])
     mean, sd = pipeline_times(fb, sigma, fb.sum(axis=0) + 2 * comm.sum(axis=0), microbatches, cv)

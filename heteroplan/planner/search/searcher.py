@@ -9,11 +9,11 @@ Plan space searched (see docs/sailor.md):
   (GPU type, zone) pool with one TP degree (TP within a node); all ``dp`` replicas of a stage
   live in the block's zone (replicas of a stage in one region);
 - any contiguous, non-uniform split of the layers into stages, chosen exactly by
-  :func:`heteroplan.planner.split_dp.best_split`;
+  :func:`heteroplan.planner.search.split_dp.best_split`;
 - block ``k`` uses ``n_k * dp * tp_k`` GPUs of its pool, at most the pool's count.
 
 With ``SimConfig.straggler_cv > 0`` the split is chosen on the noise-free times, then the chosen
-split is priced with the ranks' speed noise exactly as :func:`~heteroplan.planner.simulator.simulate`
+split is priced with the ranks' speed noise exactly as :func:`~heteroplan.planner.model.simulator.simulate`
 prices it (the noise only adds time, so the lower bounds below stay valid).
 
 Pruning (``SearchOptions.prune``): one pool per GPU type for single-block plans and one zone
@@ -34,21 +34,21 @@ from itertools import combinations
 import numpy as np
 
 from heteroplan.errors import InfeasibleError
-from heteroplan.planner.comm import (
+from heteroplan.planner.model.comm import (
     allreduce_s,
     pipeline_bytes,
     pipeline_send_buffered,
     pipeline_send_s,
 )
-from heteroplan.planner.mixed_scan import scan_mixed
-from heteroplan.planner.pipeline_replay import one_f_one_b_lower_bound
+from heteroplan.planner.model.pipeline_replay import one_f_one_b_lower_bound
+from heteroplan.planner.model.sim_config import as_platforms
+from heteroplan.planner.model.simulator import replica_pipeline_times
+from heteroplan.planner.model.stage_tables import StageTable, build_stage_table
+from heteroplan.planner.model.straggler import clark_max
 from heteroplan.planner.plan import PipelineBlock, Plan, ReplicaGroup, Stage
 from heteroplan.planner.request import PlanRequest, SearchOptions
-from heteroplan.planner.sim_config import as_platforms
-from heteroplan.planner.simulator import replica_pipeline_times
-from heteroplan.planner.split_dp import _all_splits, best_split
-from heteroplan.planner.stage_tables import StageTable, build_stage_table
-from heteroplan.planner.straggler import clark_max
+from heteroplan.planner.search.mixed_scan import scan_mixed
+from heteroplan.planner.search.split_dp import _all_splits, best_split
 
 __all__ = ["SearchOptions", "Candidate", "Searcher", "spread_replicas", "ring_links"]  # SearchOptions lives in planner.request
 
@@ -76,7 +76,7 @@ def spread_replicas(capacity: dict[str, int], zones: tuple[str, ...], dp: int) -
 
 def ring_links(gpu: str, spread: Spread) -> list[tuple[Pool, Pool]]:
     """Links of the all-reduce ring over replicas grouped by zone in ``spread`` order (as
-    :func:`~heteroplan.planner.simulator.simulate` walks them): one per zone change, plus the
+    :func:`~heteroplan.planner.model.simulator.simulate` walks them): one per zone change, plus the
     zone's own link where it holds two or more replicas."""
     zones = [z for z, _ in spread]
     links = [((gpu, z), (gpu, z)) for z, n in spread if n >= 2]
@@ -309,7 +309,7 @@ class Searcher:
     def _split_time(self, stages: list[PipelineBlock], b: np.ndarray, links: np.ndarray,
                     y: np.ndarray, buffered: np.ndarray, mbs: int, dp: int, M: int) -> float:
         """Iteration seconds of the split ``b`` exactly as ``simulate`` prices it
-        (:func:`~heteroplan.planner.simulator.replica_pipeline_times`, the slowest of ``dp`` replicas)."""
+        (:func:`~heteroplan.planner.model.simulator.replica_pipeline_times`, the slowest of ``dp`` replicas)."""
         idx = np.arange(len(stages))
         tabs = [self.table(blk.pool[0], blk.tp, mbs) for blk in stages]
         fb = np.array([[t.fb[b[s], b[s + 1]]] for s, t in enumerate(tabs)])
@@ -329,7 +329,7 @@ class Searcher:
 
         Where every split can be scored at once (``REPLAY_ENUMERATE_UP_TO`` splits x stages):
         splits are replayed in order of a lower bound
-        (:func:`~heteroplan.planner.pipeline_replay.one_f_one_b_lower_bound` + the slowest sync)
+        (:func:`~heteroplan.planner.model.pipeline_replay.one_f_one_b_lower_bound` + the slowest sync)
         until the bound reaches the best replayed (exact), at most ``REPLAY_BUDGET`` replays.
         Deeper: the closed form's best split, then moves of one boundary by one layer while they
         improve (a local search; no new pass after ``REPLAY_BUDGET`` replays)."""

@@ -3,8 +3,8 @@
 Every microbatch size, data-parallel degree, pipeline depth, layout of up to ``max_blocks`` blocks over
 every (type, zone) pool and TP degree, every homogeneous pipeline whose replicas span a set of
 two or more zones of one type (``span_zones``; replicas placed by
-:func:`~heteroplan.planner.search.spread_replicas`), and every contiguous layer split is built as a
-:class:`Plan` and scored by :func:`heteroplan.planner.simulator.simulate` (an independent
+:func:`~heteroplan.planner.search.searcher.spread_replicas`), and every contiguous layer split is built as a
+:class:`Plan` and scored by :func:`heteroplan.planner.model.simulator.simulate` (an independent
 code path from the search's matrices). Exponential in the pipeline depth: small cases only.
 """
 
@@ -18,16 +18,16 @@ from heteroplan.cluster import GPUType
 from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile
-from heteroplan.planner.microbatches import class_microbatches, two_class_totals
-from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
-from heteroplan.planner.search import spread_replicas
-from heteroplan.planner.simulator import (
+from heteroplan.planner.model.microbatches import class_microbatches, two_class_totals
+from heteroplan.planner.model.simulator import (
     SHIPPED_PLATFORMS,
     PlatformConfigs,
     SimConfig,
     SimResult,
     simulate,
 )
+from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
+from heteroplan.planner.search.searcher import spread_replicas
 
 __all__ = ["enumerate_plans", "enumerate_mixed_plans", "brute_force"]
 
@@ -132,7 +132,7 @@ def enumerate_mixed_plans(
     config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS,
 ) -> Iterator[Plan]:
     """Every plan whose stages mix two pipeline kinds (``d1 + d2`` replicas, any ``dp``, one
-    shared split), microbatches shared by :func:`~heteroplan.planner.microbatches.two_class_totals`
+    shared split), microbatches shared by :func:`~heteroplan.planner.model.microbatches.two_class_totals`
     on the per-replica times that :func:`simulate` reports (capacity checked, memory not)."""
     network = network or load_network()
     L = profile.num_layers

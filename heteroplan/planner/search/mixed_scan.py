@@ -1,15 +1,15 @@
-"""Which mixed-type layouts the search prices (:mod:`heteroplan.planner.mixed_stages`).
+"""Which mixed-type layouts the search prices (:mod:`heteroplan.planner.search.mixed_stages`).
 
 - Without pruning (``SearchOptions(prune=False)``): every pair of distinct pipeline kinds (one or
   two blocks, each block one (type, zone) and TP degree), every ``dp`` up to the microbatches,
   every ``d1 + d2 = dp`` that fits the pool, every layer split: the space of
-  :func:`~heteroplan.planner.brute_force.enumerate_mixed_plans`, exactly.
+  :func:`~heteroplan.planner.search.brute_force.enumerate_mixed_plans`, exactly.
 - With pruning: the best plan found so far keeps its kind and ``dp``; a second kind (one or two
   blocks, per GPU type the pool with the most idle GPUs) is added on the GPUs it leaves idle,
   ``d2`` from the most that fit downwards while it improves (``patience``). The split is exact
   (every split scored) where the splits are few (``PRUNED_ENUMERATE_UP_TO``), else the incumbent's.
 
-Both skip a layout whose lower bound (:func:`~heteroplan.planner.mixed_stages.mixed_lower_bound`)
+Both skip a layout whose lower bound (:func:`~heteroplan.planner.search.mixed_stages.mixed_lower_bound`)
 cannot beat the incumbent, exceeds the budget or misses the throughput floor. Depth is limited
 to pipelines whose splits can all be scored (``ENUMERATE_UP_TO``) unless a split is given.
 """
@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from heteroplan.planner.mixed_stages import Kind, evaluate_mixed, mixed_lower_bound
 from heteroplan.planner.plan import PipelineBlock, Plan
-from heteroplan.planner.split_dp import _all_splits
+from heteroplan.planner.search.mixed_stages import Kind, evaluate_mixed, mixed_lower_bound
+from heteroplan.planner.search.split_dp import _all_splits
 
 if TYPE_CHECKING:
-    from heteroplan.planner.search import Candidate, Searcher
+    from heteroplan.planner.search.searcher import Candidate, Searcher
 
 __all__ = ["scan_mixed", "pipeline_kinds", "kind_of", "ENUMERATE_UP_TO", "PRUNED_ENUMERATE_UP_TO"]
 

@@ -2,7 +2,7 @@
 
 For a model with ``L`` layers every quantity of a stage covering layers ``[a, b)`` is an
 ``(L+1, L+1)`` matrix indexed ``[a, b]`` (``inf`` where ``a >= b``), built once from prefix sums
-and reused by every DP call of the search. Formulas match :mod:`heteroplan.planner.simulator`.
+and reused by every DP call of the search. Formulas match :mod:`heteroplan.planner.model.simulator`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 
 from heteroplan.perf.sailor_network import NetworkModel
 from heteroplan.perf.sailor_profiles import ModelProfile
-from heteroplan.planner.simulator import SimConfig
+from heteroplan.planner.model.simulator import SimConfig
 
 __all__ = ["StageTable", "build_stage_table"]
 
@@ -30,7 +30,7 @@ class StageTable:
         mem_static: GB per GPU not depending on in-flight microbatches.
         mem_per_inflight: GB per GPU per in-flight microbatch.
         out_bytes: ``(L+1,)`` bytes of one activation when a stage ends at layer ``b``
-            (:func:`heteroplan.planner.comm.pipeline_bytes` says how many leave the node).
+            (:func:`heteroplan.planner.model.comm.pipeline_bytes` says how many leave the node).
     """
 
     gpu_type: str

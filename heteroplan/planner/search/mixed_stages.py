@@ -3,12 +3,12 @@
 A *mixed layout* is two pipeline kinds (each a list of :class:`PipelineBlock`, same depth) with
 ``d1`` and ``d2`` replicas: stage ``s`` then holds ``d1`` replicas on kind 1's stage-``s`` hardware
 and ``d2`` on kind 2's (e.g. Sailor's A100+V100 plan whose last stage mixes both types). Both
-kinds share the layer split. Priced exactly as :func:`~heteroplan.planner.simulator.simulate`
+kinds share the layer split. Priced exactly as :func:`~heteroplan.planner.model.simulator.simulate`
 prices the plan (the split and the sharing are chosen on the closed form; a chosen split with a
 buffered pipeline send is then priced by ``simulate`` itself, which replays that replica):
 
 - the iteration's microbatches are shared so that the slowest replica finishes first
-  (:func:`~heteroplan.planner.microbatches.two_class_totals`; faster replicas run more);
+  (:func:`~heteroplan.planner.model.microbatches.two_class_totals`; faster replicas run more);
 - a stage's all-reduce ring runs over its replicas in plan order (kind 1, then kind 2), at the
   slowest link of the ring, over the smallest TP degree's gradient shard; cross-zone ring edges
   pay egress;
@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from heteroplan.planner.comm import allreduce_s, pipeline_bytes
-from heteroplan.planner.microbatches import class_microbatches, two_class_totals
+from heteroplan.planner.model.comm import allreduce_s, pipeline_bytes
+from heteroplan.planner.model.microbatches import class_microbatches, two_class_totals
+from heteroplan.planner.model.simulator import simulate
 from heteroplan.planner.plan import PipelineBlock, Plan, ReplicaGroup, Stage
-from heteroplan.planner.simulator import simulate
 
 if TYPE_CHECKING:
-    from heteroplan.planner.search import Candidate, Searcher
+    from heteroplan.planner.search.searcher import Candidate, Searcher
 
 __all__ = ["Kind", "stage_hardware", "evaluate_mixed", "mixed_lower_bound", "mixed_groups"]
 
@@ -140,7 +140,7 @@ def evaluate_mixed(
     """Best of the splits ``bnd`` (K, pp+1) for ``counts[c]`` replicas of ``kinds[c]``; None if no
     split fits memory, meets the budget / throughput floor and beats ``incumbent``. Assumes no
     rank speed noise."""
-    from heteroplan.planner.search import Candidate
+    from heteroplan.planner.search.searcher import Candidate
 
     d1, d2 = counts
     M = searcher.gbs // mbs

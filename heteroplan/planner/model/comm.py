@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from heteroplan.perf.sailor_network import NetworkModel
-from heteroplan.planner.sim_config import SimConfig
+from heteroplan.planner.model.sim_config import SimConfig
 
 __all__ = [
     "pipeline_bytes", "pipeline_flows", "pipeline_send_s", "pipeline_rank_message_bytes", "pipeline_send_buffered",

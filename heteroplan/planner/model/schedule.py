@@ -1,6 +1,6 @@
 """The 1F1B schedule of one pipeline replica, op by op (for timelines and checks).
 
-The simulator (:mod:`heteroplan.planner.simulator`) prices a pipeline with a closed form; this
+The simulator (:mod:`heteroplan.planner.model.simulator`) prices a pipeline with a closed form; this
 module lays out the same per-stage numbers as an explicit schedule: every stage runs
 ``min(S - s - 1, M)`` warm-up forwards, then alternates one forward and one backward, then
 drains the remaining backwards (PipeDream-flush / Megatron 1F1B). Each op starts when its stage
@@ -18,7 +18,7 @@ makespan is ``(M + S - 1) (f + b)``, the simulator's ``T_pipe``; in general the 
 how the closed form charges the pipeline fill and drain.
 
 A replica with a buffered send (platforms whose small messages the transport buffers, see
-:mod:`heteroplan.planner.pipeline_replay`) is priced by the simulator's 1F1B replay, not the
+:mod:`heteroplan.planner.model.pipeline_replay`) is priced by the simulator's 1F1B replay, not the
 closed form; :func:`pipeline_schedule` then lays out that replay itself (DeepSpeed's order, the
 transfers as they crossed, overlapping the sender's compute), so the timeline ends when the
 simulator says.
@@ -32,9 +32,14 @@ from typing import Any
 import numpy as np
 
 from heteroplan.errors import InputError
-from heteroplan.planner.pipeline_replay import one_f_one_b_timeline
+from heteroplan.planner.model.pipeline_replay import one_f_one_b_timeline
+from heteroplan.planner.model.simulator import (
+    SHIPPED_PLATFORMS,
+    PlatformConfigs,
+    SimConfig,
+    simulate,
+)
 from heteroplan.planner.plan import Plan
-from heteroplan.planner.simulator import SHIPPED_PLATFORMS, PlatformConfigs, SimConfig, simulate
 
 __all__ = ["PipelineSchedule", "one_f_one_b_order", "schedule_1f1b", "pipeline_schedule"]
 
@@ -53,7 +58,7 @@ class PipelineSchedule:
         transfers: ``None`` for the blocking layout (each op receives its input and sends its
             output, both stages busy: ``comm`` says how long); for a replayed replica, ``(K, 5)``
             rows of sending stage, receiving stage, microbatch, on the wire from, landed at (s)
-            (:class:`~heteroplan.planner.pipeline_replay.ReplayTimeline`).
+            (:class:`~heteroplan.planner.model.pipeline_replay.ReplayTimeline`).
     """
 
     forward_start: np.ndarray

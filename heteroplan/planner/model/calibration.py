@@ -29,9 +29,9 @@ import numpy as np
 from scipy.optimize import minimize
 
 from heteroplan.errors import InputError
+from heteroplan.planner.model.sim_config import PROFILED_CONFIG, SimConfig
+from heteroplan.planner.model.simulator import simulate
 from heteroplan.planner.plan import Plan
-from heteroplan.planner.sim_config import PROFILED_CONFIG, SimConfig
-from heteroplan.planner.simulator import simulate
 
 __all__ = [
     "Calibration", "BOUNDS", "TIME_CONSTANTS", "MEMORY_CONSTANTS", "fit_sim_config", "relative_errors", "time_constants_for",

@@ -67,11 +67,11 @@ class SimConfig:
         straggler_cv: coefficient of variation of one rank's compute time over an iteration
             (a fraction: 0.2 = 20%), independent per rank; data-parallel replicas wait for the
             slowest at the all-reduce, so balanced replicas lose time and a replica with slack
-            or a single one loses none (:mod:`heteroplan.planner.straggler`); 0 in Sailor's model.
+            or a single one loses none (:mod:`heteroplan.planner.model.straggler`); 0 in Sailor's model.
         replicated_tp_sends: how a TP group hands an activation (or its gradient) to the next
             stage: 0 = it crosses once, as one flow (Sailor's runtime, the measured runs), 1 =
             every TP rank sends the whole replicated activation to its peer (heteroplan's
-            runtime: ``tp`` flows through the node's NIC at once); see :mod:`heteroplan.planner.comm`.
+            runtime: ``tp`` flows through the node's NIC at once); see :mod:`heteroplan.planner.model.comm`.
             Not fitted: a property of the training framework.
         allreduce_bucket_bytes: gradient bytes per all-reduce bucket (0: one all-reduce of the
             whole stage); each bucket is a ring of its own, paying the latency and the bandwidth
@@ -79,7 +79,7 @@ class SimConfig:
         eager_send_bytes: largest message (bytes, per sending rank) that a pipeline send hands to
             the transport's pre-posted buffers without waiting for its receiver (NCCL's
             ``NCCL_BUFFSIZE``: 4 MiB by default); such a send hides behind the sender's compute
-            and the receiver waits only for what has not arrived (:mod:`heteroplan.planner.pipeline_replay`).
+            and the receiver waits only for what has not arrived (:mod:`heteroplan.planner.model.pipeline_replay`).
             0: every pipeline transfer blocks both ends. Not fitted: a property of the
             communication library.
         update_bytes_per_param: bytes the optimizer step moves per parameter when it is one
