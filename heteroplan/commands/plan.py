@@ -16,7 +16,7 @@ from heteroplan.commands.jsonout import print_json
 from heteroplan.errors import InputError
 from heteroplan.planner.api import plan
 from heteroplan.planner.model.sim_config import load_platforms
-from heteroplan.planner.model.simulator import simulate
+from heteroplan.planner.model.simulator import simulate_plan
 from heteroplan.planner.plan import Plan
 from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions
 
@@ -116,7 +116,7 @@ def evaluate(args: argparse.Namespace) -> int:
         given = getattr(args, name)
         if given is not None and given != value:
             raise InputError(f"--{name}", given, f"the plan file {args.evaluate} says {value}")
-    est = simulate(loaded, data_dir=args.data_dir)
+    est = simulate_plan(loaded, data_dir=args.data_dir)
     if args.json:
         print_json({"plan": loaded.to_dict(), "iteration_time_s": est.iteration_time,
                     "throughput_iter_s": est.throughput, "cost_per_iteration": est.cost_per_iteration,

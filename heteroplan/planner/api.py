@@ -13,7 +13,7 @@ from heteroplan._html import table
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_network import NetworkModel
-from heteroplan.planner.model.simulator import MemoryFit, simulate
+from heteroplan.planner.model.simulator import MemoryFit, simulate_plan
 from heteroplan.planner.plan import Plan
 from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions, normalize_pool
 from heteroplan.planner.search.searcher import Searcher
@@ -169,7 +169,7 @@ def plan(request: PlanRequest) -> PlanResult:
             best, stats = Searcher(request).run()
         except InfeasibleError as exc:
             raise _explain(exc, request) from None
-    sim = simulate(best.plan, profile=request.profile, network=request.network, gpu_types=dict(request.gpu_types),
+    sim = simulate_plan(best.plan, profile=request.profile, network=request.network, gpu_types=dict(request.gpu_types),
                    config=request.options.config)
     if not sim.fits:  # the search prices memory as simulate does: a broken invariant, not a user error
         raise InfeasibleError(f"internal error: the search chose a plan that does not fit; {sim.memory_fit.describe()}")

@@ -19,7 +19,8 @@ import numpy as np
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InfeasibleError, InputError
 from heteroplan.planner.api import PlanResult, plan
-from heteroplan.planner.model.simulator import simulate
+from heteroplan.planner.model.simulator import simulate_plan
+from heteroplan.planner.model.terms import rental_usd_per_s
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.planner.request import PlanRequest, SearchOptions, normalize_pool
 from heteroplan.planner.search.searcher import Searcher
@@ -123,13 +124,13 @@ def uniform_split_plan(
                                     ),
                                 )
                                 try:
-                                    est = simulate(pess, profile=profile, network=network, gpu_types=types)
+                                    est = simulate_plan(pess, profile=profile, network=network, gpu_types=types)
                                 except InputError:
                                     continue
-                                rate = sum(n * types[t].price_per_hour for (t, _), n in real.gpus_by_type_zone().items()) / 3600
-                                cost_est = rate * est.iteration_time + est.cost_per_iteration - est.iteration_time * sum(
+                                rate = rental_usd_per_s(sum(n * types[t].price_per_hour for (t, _), n in real.gpus_by_type_zone().items()))
+                                cost_est = rate * est.iteration_time + est.cost_per_iteration - est.iteration_time * rental_usd_per_s(sum(
                                     n * types[t].price_per_hour for (t, _), n in pess.gpus_by_type_zone().items()
-                                ) / 3600
+                                ))
                                 if objective == "throughput":
                                     if budget is not None and cost_est > budget:
                                         continue
@@ -141,7 +142,7 @@ def uniform_split_plan(
                                 if best is not None and key >= best[0]:
                                     continue
                                 try:
-                                    sim = simulate(real, profile=profile, network=network, gpu_types=types)
+                                    sim = simulate_plan(real, profile=profile, network=network, gpu_types=types)
                                 except InputError:
                                     continue
                                 if any(
@@ -153,7 +154,7 @@ def uniform_split_plan(
                                     best = (key, real)
     if best is None:
         raise InfeasibleError("no feasible plan for the uniform-split baseline")
-    sim = simulate(best[1], profile=profile, network=network, gpu_types=types)
+    sim = simulate_plan(best[1], profile=profile, network=network, gpu_types=types)
     return PlanResult(
         best[1], sim.iteration_time, sim.throughput, sim.cost_per_iteration, sim.memory_per_stage, time.perf_counter() - t0
     )

@@ -30,7 +30,7 @@ from scipy.optimize import minimize
 
 from heteroplan.errors import InputError
 from heteroplan.planner.model.sim_config import PROFILED_CONFIG, SimConfig
-from heteroplan.planner.model.simulator import simulate
+from heteroplan.planner.model.simulator import simulate_plan
 from heteroplan.planner.plan import Plan
 
 __all__ = [
@@ -188,7 +188,7 @@ def relative_errors(
 
 
 def _predict(plans: Sequence[Plan], config: SimConfig, quantity: str, simulate_kwargs: Mapping[str, Any]) -> np.ndarray:
-    return np.array([getattr(simulate(p, config=config, **simulate_kwargs), quantity) for p in plans])
+    return np.array([getattr(simulate_plan(p, config=config, **simulate_kwargs), quantity) for p in plans])
 
 
 def fit_sim_config(

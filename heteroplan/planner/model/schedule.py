@@ -37,7 +37,7 @@ from heteroplan.planner.model.simulator import (
     SHIPPED_PLATFORMS,
     PlatformConfigs,
     SimConfig,
-    simulate,
+    simulate_plan,
 )
 from heteroplan.planner.plan import Plan
 
@@ -177,7 +177,7 @@ def pipeline_schedule(
     plan = getattr(plan_or_result, "plan", plan_or_result)
     if not isinstance(plan, Plan):
         raise InputError("plan_or_result", type(plan_or_result).__name__, "give a Plan or a PlanResult")
-    sim = simulate(plan, config=config, **simulate_kwargs)
+    sim = simulate_plan(plan, config=config, **simulate_kwargs)
     times = sim.details["pipeline_times"]
     if replica is None:
         replica = int(np.argmax(times))

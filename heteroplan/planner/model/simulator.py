@@ -40,12 +40,7 @@ from heteroplan.cluster import SAILOR_GPU_TYPES, GPUType
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile, load_model_profile
-from heteroplan.planner.model.comm import (
-    allreduce_s,
-    pipeline_bytes,
-    pipeline_send_buffered,
-    pipeline_send_s,
-)
+from heteroplan.planner.model.comm import allreduce_s, pipeline_send_buffered, pipeline_send_s
 from heteroplan.planner.model.pipeline_replay import one_f_one_b_time
 from heteroplan.planner.model.sim_config import (
     DEFAULT_CONFIG,
@@ -57,11 +52,22 @@ from heteroplan.planner.model.sim_config import (
     load_platforms,
 )
 from heteroplan.planner.model.straggler import clark_max, pipeline_times
+from heteroplan.planner.model.terms import (
+    activations_gb,
+    allreduce_egress_bytes,
+    compute_s,
+    memory_gb,
+    parameter_state_gb,
+    pipeline_egress_bytes,
+    rental_usd_per_s,
+    working_gb,
+)
 from heteroplan.planner.plan import Plan
 
 __all__ = [
-    "SimConfig", "PlatformConfigs", "SimResult", "simulate", "DEFAULT_CONFIG", "PROFILED_CONFIG",
-    "SHIPPED_PLATFORMS", "gpu_catalog", "replica_pipeline_times", "MemoryFit",
+    "SimConfig", "PlatformConfigs", "PlanEstimate", "simulate_plan", "SimResult", "simulate", "DEFAULT_CONFIG",
+    "PROFILED_CONFIG", "SHIPPED_PLATFORMS", "gpu_catalog", "replica_pipeline_times", "MemoryFit", "TimeTerms",
+    "CostTerms", "MemoryTerms", "StageMemory", "StageTimes", "memory_terms",
 ]
 
 
@@ -113,8 +119,117 @@ def memory_fit(memory: np.ndarray, capacity: np.ndarray, gpu_types: list[list[st
 
 
 @dataclass(frozen=True)
-class SimResult:
-    """What the simulator predicts for one plan.
+class TimeTerms:
+    """Seconds of one iteration by term along its critical path; they add up to the iteration time.
+
+    Attributes:
+        compute: forward + backward of the slowest pipeline replica: its bottleneck stage's
+            ``(M - 1) (f + b)`` in the steady state plus every stage's once (fill and drain).
+        pipeline_send: that replica's activation and gradient transfers, counted the same way
+            (``2 (c_in + c_out)`` per steady step of the bottleneck, ``2 c`` per stage once).
+        schedule: the 1F1B replay's correction of the closed form (<= 0 where buffered sends
+            overlap compute; 0 where every send blocks).
+        straggler: the expected maximum over pipeline replicas with noisy ranks minus the slowest
+            replica's own time (0 without ``straggler_cv``).
+        allreduce: the slowest stage's gradient ring all-reduce.
+        optimizer_update: that stage's optimizer step.
+    """
+
+    compute: float
+    pipeline_send: float
+    schedule: float
+    straggler: float
+    allreduce: float
+    optimizer_update: float
+
+    NAMES = ("compute", "pipeline_send", "schedule", "straggler", "allreduce", "optimizer_update")
+
+    @property
+    def total(self) -> float:
+        return sum(getattr(self, n) for n in self.NAMES)
+
+    def as_dict(self) -> dict[str, float]:
+        return {n: getattr(self, n) for n in self.NAMES}
+
+
+@dataclass(frozen=True)
+class CostTerms:
+    """$ per iteration by term.
+
+    Attributes:
+        rental: GPUs x $/h x iteration seconds / 3600.
+        pipeline_egress: activations and their gradients that cross zones between stages.
+        allreduce_egress: gradient all-reduce ring edges that cross zones.
+    """
+
+    rental: float
+    pipeline_egress: float
+    allreduce_egress: float
+
+    NAMES = ("rental", "pipeline_egress", "allreduce_egress")
+
+    @property
+    def total(self) -> float:
+        return self.rental + (self.pipeline_egress + self.allreduce_egress)
+
+    def as_dict(self) -> dict[str, float]:
+        return {n: getattr(self, n) for n in self.NAMES}
+
+
+@dataclass(frozen=True)
+class MemoryTerms:
+    """GB per GPU of one stage replica by term (:mod:`heteroplan.planner.model.terms`); ``total``
+    is their sum (the peak)."""
+
+    weights: float
+    gradients: float
+    optimizer_state: float
+    activations: float
+    working_buffers: float
+    runtime_overhead: float
+    total: float
+
+    NAMES = ("weights", "gradients", "optimizer_state", "activations", "working_buffers", "runtime_overhead", "total")
+
+
+@dataclass(frozen=True, eq=False)
+class StageMemory:
+    """:class:`MemoryTerms` of every (stage, pipeline replica): ``(S, D)`` GB arrays."""
+
+    weights: np.ndarray
+    gradients: np.ndarray
+    optimizer_state: np.ndarray
+    activations: np.ndarray
+    working_buffers: np.ndarray
+    runtime_overhead: np.ndarray
+    total: np.ndarray
+
+    def at(self, stage: int, replica: int) -> MemoryTerms:
+        return MemoryTerms(*(float(getattr(self, n)[stage, replica]) for n in MemoryTerms.NAMES))
+
+
+@dataclass(frozen=True, eq=False)
+class StageTimes:
+    """Seconds of every term per stage and pipeline replica.
+
+    Attributes:
+        compute: ``(S, D)`` forward + backward per microbatch.
+        pipeline_send: ``(S + 1, D)`` one activation (or gradient) transfer, ``[s]`` into stage ``s``.
+        allreduce: ``(S,)`` the stage's gradient ring all-reduce.
+        optimizer_update: ``(S, D)`` the optimizer step.
+        pipeline: ``(D,)`` each replica's 1F1B time (no stragglers).
+    """
+
+    compute: np.ndarray
+    pipeline_send: np.ndarray
+    allreduce: np.ndarray
+    optimizer_update: np.ndarray
+    pipeline: np.ndarray
+
+
+@dataclass(frozen=True)
+class PlanEstimate:
+    """What the machine model predicts for one plan, in total and by term.
 
     Attributes:
         iteration_time: seconds per iteration.
@@ -135,6 +250,10 @@ class SimResult:
             uncalibrated default (empty when every type is calibrated).
         memory_fit: whether every GPU fits its memory; if not, by how much and on which stage
             (:class:`MemoryFit`; a plan that does not fit is still priced, as if it did).
+        time_terms: the iteration's seconds by term (:class:`TimeTerms`, they add up to it).
+        cost_terms: the iteration's $ by term (:class:`CostTerms`).
+        stage_times: every time term per stage and replica (:class:`StageTimes`).
+        stage_memory: every memory term per stage and replica (:class:`StageMemory`).
     """
 
     iteration_time: float
@@ -146,6 +265,10 @@ class SimResult:
     details: dict = field(default_factory=dict, compare=False)
     uncalibrated: tuple[str, ...] = ()
     memory_fit: MemoryFit | None = None
+    time_terms: TimeTerms | None = field(default=None, compare=False)
+    cost_terms: CostTerms | None = field(default=None, compare=False)
+    stage_times: StageTimes | None = field(default=None, compare=False)
+    stage_memory: StageMemory | None = field(default=None, compare=False)
 
     @property
     def fits(self) -> bool:
@@ -198,16 +321,31 @@ def stage_memory_gb(
     profile: ModelProfile, tp: int, first: int, last: int, mbs: int, inflight: int, config: SimConfig
 ) -> float:
     """Peak GB per GPU of a stage holding ``inflight`` microbatches' activations."""
+    return float(memory_terms(profile, tp, first, last, mbs, inflight, config).total)
+
+
+def _stage_floats(profile: ModelProfile, tp: int, first: int, last: int, config: SimConfig) -> tuple[float, float, float]:
+    """Parameters, kept activation floats per sample and working-buffer floats per sample (per GPU)
+    of the layers ``[first, last)`` at TP ``tp``."""
     params, act = profile.stage_sizes(tp, first, last)
     working = config.working_layers * float(profile.act_mem[tp][first:last].max())
     if last == profile.num_layers:
         working += config.logits_factor * float(profile.act_out[tp][last - 1])
-    return config.overhead_gb + (
-        config.bytes_per_param * params + config.act_bytes_per_float * (act * inflight + working) * mbs
-    ) / 1e9
+    return params, act, working
 
 
-def simulate(
+def memory_terms(
+    profile: ModelProfile, tp: int, first: int, last: int, mbs: int, inflight: int, config: SimConfig
+) -> MemoryTerms:
+    """GB per GPU of a stage by term (:mod:`heteroplan.planner.model.terms`)."""
+    params, act, working = _stage_floats(profile, tp, first, last, config)
+    state = parameter_state_gb(params, config)
+    return MemoryTerms(state["weights"], state["gradients"], state["optimizer_state"],
+                       activations_gb(act, mbs, inflight, config), working_gb(working, mbs, config), config.overhead_gb,
+                       total=memory_gb(params, act, working, mbs, inflight, config))
+
+
+def simulate_plan(
     plan: Plan,
     *,
     profile: ModelProfile | None = None,
@@ -215,8 +353,9 @@ def simulate(
     gpu_types: dict[str, GPUType] | None = None,
     config: SimConfig | PlatformConfigs | None = None,
     data_dir: str | Path | None = None,
-) -> SimResult:
-    """Predict iteration time (s), peak memory per GPU (GB) and $/iteration of ``plan``.
+) -> PlanEstimate:
+    """Predict iteration time (s), peak memory per GPU (GB) and $/iteration of ``plan``, itemised
+    by term (:class:`PlanEstimate`), and whether it fits its GPUs' memory.
 
     ``profile`` and ``network`` default to those of ``data_dir`` (a directory written by
     :mod:`heteroplan.runtime.profiler`; default: the shipped Sailor data). ``config``: one
@@ -252,12 +391,12 @@ def simulate(
     comm = np.zeros((S + 1, D))  # comm[s+1] is the link between stage s and s+1
     buffered = np.zeros((max(S - 1, 0), D), dtype=bool)  # sends the transport buffers (sender goes on)
     egress_bytes = 0.0
-    egress_cost = 0.0
+    pipe_egress_cost = 0.0
     for s, stage in enumerate(plan.stages):
         for d, r in enumerate(reps[s]):
             c = cfg[s][d]
             f, b, u = profile.stage_compute(r.gpu_type, mbs, r.tp, stage.first_layer, stage.last_layer)
-            fb[s, d] = max(c.compute_scale * (f + b) + c.microbatch_overhead_s, 0.0)
+            fb[s, d] = compute_s(f + b, c)
             fwd_share[s, d] = f / (f + b) if f + b > 0 else 0.5
             params = profile.stage_sizes(r.tp, stage.first_layer, stage.last_layer)[0]
             upd[s, d] = c.update_s(u, params, gpu_types[r.gpu_type].memory_bandwidth_gbs)
@@ -267,52 +406,78 @@ def simulate(
                 comm[s + 1, d] = float(pipeline_send_s(network, (r.gpu_type, r.zone), (nxt.gpu_type, nxt.zone), r.tp, nbytes, c))
                 buffered[s, d] = pipeline_send_buffered(nbytes, r.tp, c)
                 if r.zone != nxt.zone:
-                    sent = 2 * pipeline_bytes(nbytes, r.tp, c) * micro[d]
+                    sent = pipeline_egress_bytes(nbytes, r.tp, micro[d], c)
                     egress_bytes += sent
-                    egress_cost += sent / 1e9 * network.egress_per_gb(r.zone, nxt.zone)
+                    pipe_egress_cost += sent / 1e9 * network.egress_per_gb(r.zone, nxt.zone)
     cv = max(c.straggler_cv for row in cfg for c in row)
     t_pipe, t_pipe_sd = replica_pipeline_times(fb, fwd_share, comm, buffered, micro, cv)
 
     # gradient all-reduce per stage, ring over the stage's replicas in plan order
-    sync = np.zeros(S)
+    ar_s = np.zeros(S)
+    ring_egress_cost = 0.0
     for s, stage in enumerate(plan.stages):
         tp = min(r.tp for r in reps[s])
         ring_cfg = max(cfg[s], key=lambda c: c.allreduce_latency_s)
         grad_bytes = ring_cfg.grad_bytes_per_param * profile.stage_sizes(tp, stage.first_layer, stage.last_layer)[0]
-        ar = 0.0
         if D > 1:
             ends = [(r.gpu_type, r.zone) for r in reps[s]]
             edges = list(zip(ends, ends[1:] + ends[:1], strict=True))
-            ar = float(allreduce_s(network, set(edges), tp, D, grad_bytes, ring_cfg))
+            ar_s[s] = float(allreduce_s(network, set(edges), tp, D, grad_bytes, ring_cfg))
             for a, b in set(edges):
                 if a[1] != b[1]:
-                    sent = 2 * (D - 1) / D * grad_bytes * tp * edges.count((a, b))
+                    sent = allreduce_egress_bytes(D, grad_bytes, tp, edges.count((a, b)))
                     egress_bytes += sent
-                    egress_cost += sent / 1e9 * network.egress_per_gb(a[1], b[1])
-        sync[s] = ar + upd[s].max()
+                    ring_egress_cost += sent / 1e9 * network.egress_per_gb(a[1], b[1])
+    update_s = upd.max(axis=1)
+    sync = ar_s + update_s
     pipe_time = float(clark_max(t_pipe, t_pipe_sd)[0])  # the slowest replica (expected, with stragglers)
     t_iter = pipe_time + float(sync.max())
 
-    mem_rep = np.zeros((S, D))  # GB per GPU of each (stage, pipeline replica)
-    for s, stage in enumerate(plan.stages):
-        for d, r in enumerate(reps[s]):
-            inflight = int(min(S - s, micro[d]))
-            mem_rep[s, d] = stage_memory_gb(profile, r.tp, stage.first_layer, stage.last_layer, mbs, inflight, cfg[s][d])
-    mem = [float(m) for m in mem_rep.max(axis=1)]
+    mem = [[memory_terms(profile, r.tp, stage.first_layer, stage.last_layer, mbs, int(min(S - s, micro[d])), cfg[s][d])
+            for d, r in enumerate(reps[s])] for s, stage in enumerate(plan.stages)]
+    stage_memory = StageMemory(*(np.array([[getattr(m, name) for m in row] for row in mem], dtype=float).reshape(S, D)
+                                 for name in MemoryTerms.NAMES))
+    mem_rep = stage_memory.total  # GB per GPU of each (stage, pipeline replica)
     capacity = np.array([[gpu_types[r.gpu_type].memory_gb for r in row] for row in reps], dtype=float).reshape(S, D)
     fit = memory_fit(mem_rep, capacity, [[r.gpu_type for r in row] for row in reps])
-    price_per_s = sum(n * gpu_types[t].price_per_hour for (t, _), n in plan.gpus_by_type_zone().items()) / 3600
-    cost = price_per_s * t_iter + egress_cost
-    return SimResult(
+    price_per_s = rental_usd_per_s(sum(n * gpu_types[t].price_per_hour for (t, _), n in plan.gpus_by_type_zone().items()))
+    rental = price_per_s * t_iter
+    cost = rental + (pipe_egress_cost + ring_egress_cost)
+    stage_times = StageTimes(fb, comm, ar_s, upd, t_pipe)
+    return PlanEstimate(
         t_iter,
-        tuple(mem),
+        tuple(float(m) for m in mem_rep.max(axis=1)),
         cost,
         egress_bytes / 1e9,
         pipe_time,
         float(sync.max()),
         {"stage_compute": fb, "forward_share": fwd_share, "comm": comm, "buffered": buffered, "sync": sync,
-         "pipeline_times": t_pipe,
-         "memory": mem_rep, "memory_capacity": capacity},
+         "pipeline_times": t_pipe, "memory": mem_rep, "memory_capacity": capacity},
         table.uncalibrated(t for row in reps for t in (r.gpu_type for r in row)),
         fit,
+        _critical_path(fb, comm, micro, t_pipe, pipe_time, ar_s, update_s),
+        CostTerms(rental, pipe_egress_cost, ring_egress_cost),
+        stage_times,
+        stage_memory,
     )
+
+
+def _critical_path(fb: np.ndarray, comm: np.ndarray, micro: np.ndarray, t_pipe: np.ndarray, pipe_time: float,
+                   allreduce: np.ndarray, update: np.ndarray) -> TimeTerms:
+    """The iteration's seconds by term along its critical path: the slowest pipeline replica's
+    1F1B closed form split into compute and transfers (its bottleneck stage's share of the steady
+    state plus the fill and drain), the replay's correction where sends are buffered, the straggler
+    term, then the slowest stage's all-reduce and update."""
+    d = int(np.argmax(t_pipe))
+    sigma = fb[:, d] + 2 * (comm[:-1, d] + comm[1:, d])
+    s = int(np.argmax(sigma))
+    steady = micro[d] - 1
+    compute = float(steady * fb[s, d] + fb[:, d].sum())
+    send = float(steady * 2 * (comm[s, d] + comm[s + 1, d]) + 2 * comm[:, d].sum())
+    k = int(np.argmax(allreduce + update))
+    return TimeTerms(compute, send, float(t_pipe[d]) - compute - send, pipe_time - float(t_pipe[d]),
+                     float(allreduce[k]), float(update[k]))
+
+
+simulate = simulate_plan  # the planner's name before the cluster simulator's ``simulate`` made it ambiguous
+SimResult = PlanEstimate

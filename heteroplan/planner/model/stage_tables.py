@@ -2,7 +2,8 @@
 
 For a model with ``L`` layers every quantity of a stage covering layers ``[a, b)`` is an
 ``(L+1, L+1)`` matrix indexed ``[a, b]`` (``inf`` where ``a >= b``), built once from prefix sums
-and reused by every DP call of the search. Formulas match :mod:`heteroplan.planner.model.simulator`.
+and reused by every DP call of the search. The terms are :mod:`heteroplan.planner.model.terms`'s,
+evaluated on every layer range at once.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import numpy as np
 
 from heteroplan.perf.sailor_network import NetworkModel
 from heteroplan.perf.sailor_profiles import ModelProfile
-from heteroplan.planner.model.simulator import SimConfig
+from heteroplan.planner.model.sim_config import SimConfig
+from heteroplan.planner.model.terms import activations_gb, compute_s, static_memory_gb
 
 __all__ = ["StageTable", "build_stage_table"]
 
@@ -77,7 +79,7 @@ def build_stage_table(
     sizes = profile.size_prefix(tp)
     L = profile.num_layers
     both = _range(comp[0] + comp[1])
-    fb = np.maximum(config.compute_scale * both + config.microbatch_overhead_s, 0.0)
+    fb = compute_s(both, config)
     with np.errstate(invalid="ignore", divide="ignore"):
         forward_share = np.where((both > 0) & np.isfinite(both), _range(comp[0]) / both, 0.5)
     params = _range(sizes[0])
@@ -85,8 +87,8 @@ def build_stage_table(
     act = _range(sizes[1])
     working = config.working_layers * _range_max(profile.act_mem[tp])
     working[:, L] += config.logits_factor * profile.act_out[tp][L - 1]
-    mem_static = config.overhead_gb + (config.bytes_per_param * params + config.act_bytes_per_float * working * mbs) / 1e9
-    mem_per_inflight = config.act_bytes_per_float * act * mbs / 1e9
+    mem_static = static_memory_gb(params, working, mbs, config)
+    mem_per_inflight = activations_gb(act, mbs, 1, config)
     out_bytes = np.zeros(L + 1)
     out_bytes[1:] = config.act_comm_bytes_per_float * profile.act_out[tp] * mbs
     return StageTable(

@@ -24,7 +24,7 @@ from heteroplan.planner.model.simulator import (
     PlatformConfigs,
     SimConfig,
     SimResult,
-    simulate,
+    simulate_plan,
 )
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.planner.search.searcher import spread_replicas
@@ -163,7 +163,7 @@ def _mixed_plan(profile, gbs, mbs, bounds, kinds, counts, network, gpu_types, co
         stages.append(Stage(bounds[s], bounds[s + 1], groups))
     M = gbs // mbs
     trial = Plan(profile.name, gbs, mbs, tuple(stages), (1,) * (d1 + d2 - 1) + (M - d1 - d2 + 1,))
-    det = simulate(trial, profile=profile, network=network, gpu_types=dict(gpu_types), config=config).details
+    det = simulate_plan(trial, profile=profile, network=network, gpu_types=dict(gpu_types), config=config).details
     fb, comm = det["stage_compute"], det["comm"]
     step = (fb + 2 * (comm[:-1] + comm[1:])).max(axis=0)
     fixed = fb.sum(axis=0) + 2 * comm.sum(axis=0)
@@ -197,7 +197,7 @@ def brute_force(
         plans = itertools.chain(plans, enumerate_mixed_plans(
             profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, network=network, config=config))
     for plan in plans:
-        sim = simulate(plan, profile=profile, network=network, gpu_types=dict(gpu_types), config=config)
+        sim = simulate_plan(plan, profile=profile, network=network, gpu_types=dict(gpu_types), config=config)
         limit = [[gpu_types[r.gpu_type].memory_gb for r in s.replica_list()] for s in plan.stages]
         if not (sim.details["memory"] <= limit).all():
             continue

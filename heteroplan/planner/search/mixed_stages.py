@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from heteroplan.planner.model.comm import allreduce_s, pipeline_bytes
+from heteroplan.planner.model.comm import allreduce_s
 from heteroplan.planner.model.microbatches import class_microbatches, two_class_totals
-from heteroplan.planner.model.simulator import simulate
+from heteroplan.planner.model.simulator import simulate_plan
+from heteroplan.planner.model.terms import allreduce_egress_bytes, pipeline_egress_bytes
 from heteroplan.planner.plan import PipelineBlock, Plan, ReplicaGroup, Stage
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ def _pipeline_parts(searcher: Searcher, kind: Kind, mbs: int, bnd: np.ndarray) -
             c_out = searcher.send_s(blk, nxt, mbs)[b]
             price = searcher.network.egress_per_gb(blk.pool[1], nxt.pool[1])
             if price:
-                egress += 2 * pipeline_bytes(tab.out_bytes[b], blk.tp, searcher.cfg.for_gpu(blk.pool[0])) / 1e9 * price
+                egress += pipeline_egress_bytes(tab.out_bytes[b], blk.tp, 1, searcher.cfg.for_gpu(blk.pool[0])) / 1e9 * price
         fb = tab.fb[a, b]
         step = np.maximum(step, fb + 2 * (c_in + c_out))
         fixed += fb + 2 * c_out
@@ -128,7 +129,7 @@ def _ring(searcher: Searcher, h1: PipelineBlock, d1: int, h2: PipelineBlock, d2:
         for x, y in links:
             price = searcher.network.egress_per_gb(x[1], y[1])
             if price:
-                egress += 2 * (D - 1) / D * grad * tp * edges.count((x, y)) / 1e9 * price
+                egress += allreduce_egress_bytes(D, grad, tp, edges.count((x, y))) / 1e9 * price
         searcher._sync[key] = (np.where(finite, ar + update, np.inf), egress)
     return searcher._sync[key]
 
@@ -192,7 +193,7 @@ def evaluate_mixed(
     if replayed:
         # simulate replays a replica with buffered sends: the split and the sharing stay the
         # closed form's, the time and cost are simulate's
-        sim = simulate(plan, profile=searcher.profile, network=searcher.network, gpu_types=searcher.gpu_types,
+        sim = simulate_plan(plan, profile=searcher.profile, network=searcher.network, gpu_types=searcher.gpu_types,
                        config=searcher.cfg)
         t, c = sim.iteration_time, sim.cost_per_iteration
         key = (t, c) if searcher.objective == "throughput" else (c, t)

@@ -19,6 +19,7 @@ from heteroplan.formulations.sailor import (
     build_resource_model,
     decode_resource_choice,
 )
+from heteroplan.planner.model.terms import rental_usd_per_s
 from heteroplan.planner.plan import PipelineBlock
 from heteroplan.planner.request import PlanRequest, SearchOptions
 from heteroplan.planner.search.searcher import Searcher
@@ -56,7 +57,7 @@ def replica_kinds(request: PlanRequest, *, max_pp: int = 8) -> list[ReplicaKind]
                     g = tp * pp
                     if g not in best or rate > best[g][0]:
                         best[g] = (rate, tp, pp, mbs)
-        price = gpu_types[gpu].price_per_hour / 3600.0
+        price = rental_usd_per_s(gpu_types[gpu].price_per_hour)
         for rate, tp, pp, mbs in best.values():
             for z in zones:
                 kinds.append(ReplicaKind(gpu, z, tp, pp, mbs, rate, tp * pp * price))

@@ -34,17 +34,17 @@ from itertools import combinations
 import numpy as np
 
 from heteroplan.errors import InfeasibleError
-from heteroplan.planner.model.comm import (
-    allreduce_s,
-    pipeline_bytes,
-    pipeline_send_buffered,
-    pipeline_send_s,
-)
+from heteroplan.planner.model.comm import allreduce_s, pipeline_send_buffered, pipeline_send_s
 from heteroplan.planner.model.pipeline_replay import one_f_one_b_lower_bound
 from heteroplan.planner.model.sim_config import as_platforms
 from heteroplan.planner.model.simulator import replica_pipeline_times
 from heteroplan.planner.model.stage_tables import StageTable, build_stage_table
 from heteroplan.planner.model.straggler import clark_max
+from heteroplan.planner.model.terms import (
+    allreduce_egress_bytes,
+    pipeline_egress_bytes,
+    rental_usd_per_s,
+)
 from heteroplan.planner.plan import PipelineBlock, Plan, ReplicaGroup, Stage
 from heteroplan.planner.request import PlanRequest, SearchOptions
 from heteroplan.planner.search.mixed_scan import scan_mixed
@@ -149,7 +149,7 @@ class Searcher:
             ar = allreduce_s(self.network, set(links), tp, dp, np.where(finite, tab.grad_bytes, 1.0), self.cfg.for_gpu(gpu))
             y = tab.update + np.where(finite, ar, np.inf)
             price = sum(self.network.egress_per_gb(a[1], b[1]) for a, b in links)
-            egress = 2 * (dp - 1) / dp * float(tab.grad_bytes[0, self.L]) * tp * price / 1e9
+            egress = allreduce_egress_bytes(dp, float(tab.grad_bytes[0, self.L]), tp) * price / 1e9
             self._sync[key] = (y, egress)
         return self._sync[key]
 
@@ -180,7 +180,7 @@ class Searcher:
 
     def rate(self, blocks: list[PipelineBlock], dp: int) -> float:
         """$/s of the GPUs of a layout."""
-        return dp * sum(b.stages * b.tp * self.gpu_types[b.pool[0]].price_per_hour for b in blocks) / 3600.0
+        return rental_usd_per_s(dp * sum(b.stages * b.tp * self.gpu_types[b.pool[0]].price_per_hour for b in blocks))
 
     def evaluate(
         self, blocks: list[PipelineBlock], mbs: int, dp: int, spread: Spread | None = None, incumbent: Candidate | None = None,
@@ -208,7 +208,8 @@ class Searcher:
                 nxt = stages[s + 1]
                 c_out = self.send_s(blk, nxt, mbs)
                 egress = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
-                egress_t = 2 * pipeline_bytes(tab.out_bytes, blk.tp, self.cfg.for_gpu(blk.pool[0])) * M * dp / 1e9 * egress / rate if egress and rate > 0 else 0.0
+                egress_t = (pipeline_egress_bytes(tab.out_bytes, blk.tp, M, self.cfg.for_gpu(blk.pool[0])) * dp / 1e9 * egress / rate
+                            if egress and rate > 0 else 0.0)
             else:
                 c_out, egress_t = np.zeros(n), 0.0
             mem = tab.memory(min(pp - s, M))
@@ -303,7 +304,7 @@ class Searcher:
             if blk.pool[1] != nxt.pool[1]:
                 out = self.table(blk.pool[0], blk.tp, mbs).out_bytes[b[s + 1]]
                 price = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
-                cost += 2 * pipeline_bytes(out, blk.tp, self.cfg.for_gpu(blk.pool[0])) * M * dp / 1e9 * price
+                cost += pipeline_egress_bytes(out, blk.tp, M, self.cfg.for_gpu(blk.pool[0])) * dp / 1e9 * price
         return cost
 
     def _split_time(self, stages: list[PipelineBlock], b: np.ndarray, links: np.ndarray,

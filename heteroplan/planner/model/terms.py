@@ -1,0 +1,104 @@
+"""The machine model's cost terms, each written once (units: seconds, bytes, GB, $).
+
+Every function works elementwise on numpy arrays (a stage's layer ranges, the splits the search
+scores) as on scalars. :func:`~heteroplan.planner.model.simulator.simulate_plan` evaluates them on
+one plan and the search (:mod:`heteroplan.planner.search`) on its tables of layer ranges; neither
+has a copy of its own. Transfer times (pipeline send/receive, all-reduce) live in
+:mod:`heteroplan.planner.model.comm`, the optimizer step in :meth:`SimConfig.update_s`, the
+straggler term in :mod:`heteroplan.planner.model.straggler`, the 1F1B schedule in
+:mod:`heteroplan.planner.model.pipeline_replay`.
+
+Time
+    - compute: ``compute_scale * (f + b) + microbatch_overhead_s`` seconds per microbatch and stage
+      (:func:`compute_s`), ``f + b`` the profiled forward + backward of the stage's layers.
+Memory (GB per GPU)
+    - weights, gradients, optimizer state: ``bytes_per_param * params`` shared as mixed-precision
+      Adam holds them (ZeRO, Rajbhandari et al. 2020: 2 + 2 + 12 bytes of 16;
+      :data:`PARAMETER_STATE_SHARES`), :func:`parameter_state_gb`;
+    - activations kept for backward: ``act_bytes_per_float * act * mbs * inflight``,
+      :func:`activations_gb`;
+    - working buffers (backward's transient buffers, the last stage's logits copies):
+      ``act_bytes_per_float * working * mbs``, :func:`working_gb`;
+    - runtime overhead (CUDA context, NCCL buffers, allocator): ``overhead_gb``.
+Money
+    - rental: the GPUs' $/h / 3600 per second (:func:`rental_usd_per_s`);
+    - egress: bytes that cross zones x $/GB: a pipeline boundary sends each microbatch's activation
+      forward and its gradient back (:func:`pipeline_egress_bytes`); a ring all-reduce moves
+      ``2 (D-1)/D x G`` bytes per rank over each ring edge, ``tp`` rings at once
+      (:func:`allreduce_egress_bytes`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from heteroplan.planner.model.comm import pipeline_bytes
+from heteroplan.planner.model.sim_config import SimConfig
+
+__all__ = [
+    "PARAMETER_STATE_SHARES", "compute_s", "parameter_state_gb", "activations_gb", "working_gb", "static_memory_gb", "memory_gb",
+    "pipeline_egress_bytes", "allreduce_egress_bytes", "rental_usd_per_s",
+]
+
+Number = float | np.ndarray
+
+# shares of ``bytes_per_param`` held as weights, gradients and optimizer state (fp16 weights and
+# gradients, fp32 master weights + Adam's two moments: 2 + 2 + 12 of 16 bytes)
+PARAMETER_STATE_SHARES = {"weights": 2 / 16, "gradients": 2 / 16, "optimizer_state": 12 / 16}
+
+
+def compute_s(profiled_fb_s: Number, config: SimConfig) -> Number:
+    """Seconds of one microbatch's forward + backward on a stage: the profiled ``f + b`` seconds
+    scaled to the training loop's speed plus the framework's fixed time per microbatch, never
+    below 0."""
+    return np.maximum(config.compute_scale * profiled_fb_s + config.microbatch_overhead_s, 0.0)
+
+
+def parameter_state_gb(params: Number, config: SimConfig) -> dict[str, Number]:
+    """GB per GPU of weights, gradients and optimizer state of ``params`` parameters (per GPU)."""
+    total = config.bytes_per_param * params / 1e9
+    return {name: share * total for name, share in PARAMETER_STATE_SHARES.items()}
+
+
+def activations_gb(act_floats: Number, mbs: int, inflight: Number, config: SimConfig) -> Number:
+    """GB per GPU of the activations kept for backward: ``act_floats`` per sample of the stage's
+    layers (per GPU), ``mbs`` samples per microbatch, ``inflight`` microbatches held under 1F1B."""
+    return config.act_bytes_per_float * act_floats * mbs / 1e9 * inflight
+
+
+def working_gb(working_floats: Number, mbs: int, config: SimConfig) -> Number:
+    """GB per GPU of transient buffers of ``working_floats`` per sample (backward's working set
+    and the last stage's logits copies), ``mbs`` samples per microbatch."""
+    return config.act_bytes_per_float * working_floats * mbs / 1e9
+
+
+def static_memory_gb(params: Number, working_floats: Number, mbs: int, config: SimConfig) -> Number:
+    """GB per GPU that do not depend on the microbatches in flight: runtime overhead, weights,
+    gradients, optimizer state and working buffers."""
+    return config.overhead_gb + (config.bytes_per_param * params + config.act_bytes_per_float * working_floats * mbs) / 1e9
+
+
+def memory_gb(params: Number, act_floats: Number, working_floats: Number, mbs: int, inflight: Number,
+              config: SimConfig) -> Number:
+    """Peak GB per GPU of a stage: the sum of the memory terms
+    (:func:`static_memory_gb` + :func:`activations_gb`)."""
+    return static_memory_gb(params, working_floats, mbs, config) + activations_gb(act_floats, mbs, inflight, config)
+
+
+def pipeline_egress_bytes(activation_bytes: Number, tp: int, microbatches: Number, config: SimConfig) -> Number:
+    """Bytes per iteration a pipeline boundary sends from a TP group to the next stage's:
+    each of ``microbatches`` sends its activation of ``activation_bytes`` forward and its
+    gradient back (:func:`~heteroplan.planner.model.comm.pipeline_bytes` leave the node each way)."""
+    return 2 * pipeline_bytes(activation_bytes, tp, config) * microbatches
+
+
+def allreduce_egress_bytes(replicas: int, grad_bytes: Number, tp: int, edges: Number = 1) -> Number:
+    """Bytes per iteration a ring all-reduce over ``replicas`` sends over ``edges`` of its ring
+    edges: each rank sends ``2 (D-1)/D`` of its ``grad_bytes`` per edge, and ``tp`` rings (one per
+    TP rank) cross each edge at once."""
+    return 2 * (replicas - 1) / replicas * grad_bytes * tp * edges
+
+
+def rental_usd_per_s(usd_per_hour: Number) -> Number:
+    """$ per second of GPUs whose rental prices add up to ``usd_per_hour`` ($/h)."""
+    return usd_per_hour / 3600.0
