@@ -203,23 +203,12 @@ def uncalibrated_note(gpu_types: Any) -> str:
 
 def _explain(exc: InfeasibleError, request: PlanRequest) -> InfeasibleError:
     """Sharpen a constrained infeasibility with the unconstrained optimum (one more search)."""
-    budget, min_throughput = request.budget, request.min_throughput
-    if request.objective == "throughput" and budget is not None:
-        try:
-            cheapest, _ = Searcher(request.unconstrained("cost")).run()
-        except InfeasibleError:
-            return exc
-        return InfeasibleError(
-            f"no feasible plan: budget too small — the cheapest plan costs "
-            f"${cheapest.cost_per_iteration:.4g}/iteration > budget ${budget:.4g}"
-        )
-    if request.objective == "cost" and min_throughput is not None:
-        try:
-            fastest, _ = Searcher(request.unconstrained("throughput")).run()
-        except InfeasibleError:
-            return exc
-        return InfeasibleError(
-            f"no feasible plan: throughput floor too high — the fastest plan reaches "
-            f"{1 / fastest.iteration_time:.4g} iter/s < {min_throughput:.4g}"
-        )
-    return exc
+    goal = request.goal
+    relaxed = goal.relaxed()
+    if relaxed is None:
+        return exc
+    try:
+        best, _ = Searcher(request.unconstrained(relaxed.value)).run()
+    except InfeasibleError:
+        return exc
+    return InfeasibleError(goal.out_of_reach(best.iteration_time, best.cost_per_iteration))

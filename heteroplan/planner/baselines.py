@@ -19,6 +19,7 @@ import numpy as np
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InfeasibleError, InputError
 from heteroplan.planner.api import PlanResult, plan
+from heteroplan.planner.goal import Goal
 from heteroplan.planner.model.simulator import simulate_plan
 from heteroplan.planner.model.terms import rental_usd_per_s
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
@@ -54,10 +55,8 @@ def homogeneous_plan(
             reasons.append(f"{gpu}: {exc}")
     if not results:
         raise InfeasibleError("no feasible plan on any single GPU type — " + "; ".join(reasons))
-    key = (lambda r: (r.iteration_time, r.cost_per_iteration)) if objective == "throughput" else (
-        lambda r: (r.cost_per_iteration, r.iteration_time)
-    )
-    best = min(results, key=key)
+    goal = Goal.of(objective, budget, min_throughput)
+    best = min(results, key=lambda r: goal.key(r.iteration_time, r.cost_per_iteration))
     return replace(best, search_time=time.perf_counter() - t0)
 
 
@@ -80,6 +79,7 @@ def uniform_split_plan(
     request = PlanRequest.build(model, gbs, pool, objective, budget, min_throughput, gpu_types=gpu_types,
                                 options=SearchOptions(prune=False))
     profile, network, types, usable = request.profile, request.network, dict(request.gpu_types), request.pool
+    goal = request.goal
     searcher = Searcher(request)
     speed = {}
     for t in {k[0] for k in usable}:
@@ -131,14 +131,9 @@ def uniform_split_plan(
                                 cost_est = rate * est.iteration_time + est.cost_per_iteration - est.iteration_time * rental_usd_per_s(sum(
                                     n * types[t].price_per_hour for (t, _), n in pess.gpus_by_type_zone().items()
                                 ))
-                                if objective == "throughput":
-                                    if budget is not None and cost_est > budget:
-                                        continue
-                                    key = (est.iteration_time, cost_est)
-                                else:
-                                    if min_throughput is not None and est.throughput < min_throughput:
-                                        continue
-                                    key = (cost_est, est.iteration_time)
+                                if not goal.meets(est.iteration_time, cost_est, tolerance=0.0):
+                                    continue
+                                key = goal.key(est.iteration_time, cost_est)
                                 if best is not None and key >= best[0]:
                                     continue
                                 try:

@@ -18,6 +18,7 @@ from heteroplan.errors import InputError
 from heteroplan.inputs import strict_int
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile, load_model_profile
+from heteroplan.planner.goal import Goal
 from heteroplan.planner.model.sim_config import (
     SHIPPED_PLATFORMS,
     PlatformConfigs,
@@ -147,6 +148,11 @@ class PlanRequest:
         if options is None:
             options = SearchOptions() if data_dir is None else SearchOptions(config=load_platforms(data_dir))
         return cls(profile, network, types, usable, gbs, objective, budget, min_throughput, options)
+
+    @property
+    def goal(self) -> Goal:
+        """The objective and its constraint (:class:`~heteroplan.planner.goal.Goal`)."""
+        return Goal.of(self.objective, self.budget, self.min_throughput)
 
     def unconstrained(self, objective: str) -> PlanRequest:
         """The same request with ``objective`` and neither budget nor throughput floor."""

@@ -18,6 +18,7 @@ from heteroplan.cluster import GPUType
 from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile
+from heteroplan.planner.goal import Goal
 from heteroplan.planner.model.microbatches import class_microbatches, two_class_totals
 from heteroplan.planner.model.simulator import (
     SHIPPED_PLATFORMS,
@@ -191,6 +192,7 @@ def brute_force(
     """Best plan by exhaustive enumeration (same objective and constraints as the search);
     ``mixed`` adds the plans whose stages mix two pipeline kinds (:func:`enumerate_mixed_plans`)."""
     network = network or load_network()
+    goal = Goal.of(objective, budget, min_throughput)
     best: tuple[tuple[float, float], Plan, SimResult] | None = None
     plans = enumerate_plans(profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, span_zones)
     if mixed:
@@ -201,14 +203,9 @@ def brute_force(
         limit = [[gpu_types[r.gpu_type].memory_gb for r in s.replica_list()] for s in plan.stages]
         if not (sim.details["memory"] <= limit).all():
             continue
-        if objective == "throughput":
-            if budget is not None and sim.cost_per_iteration > budget * (1 + 1e-12):
-                continue
-            key = (sim.iteration_time, sim.cost_per_iteration)
-        else:
-            if min_throughput is not None and sim.throughput < min_throughput * (1 - 1e-12):
-                continue
-            key = (sim.cost_per_iteration, sim.iteration_time)
+        if not goal.meets(sim.iteration_time, sim.cost_per_iteration):
+            continue
+        key = goal.key(sim.iteration_time, sim.cost_per_iteration)
         if best is None or key < best[0]:
             best = (key, plan, sim)
     if best is None:

@@ -149,14 +149,11 @@ def scan_mixed(searcher: Searcher) -> None:
 def _price(searcher: Searcher, kinds: tuple[Kind, Kind], counts: tuple[int, int], mbs: int, bnd: np.ndarray) -> Candidate | None:
     """The mixed layout's best candidate, or None (skipped by its bounds, or nothing fits)."""
     t_lb, c_lb = mixed_lower_bound(searcher, kinds, counts, mbs)
-    if searcher.objective == "throughput" and searcher.budget is not None and c_lb > searcher.budget:
-        searcher.skipped += 1
-        return None
-    if searcher.objective == "cost" and searcher.min_throughput is not None and t_lb * searcher.min_throughput > 1:
+    if searcher.goal.bounds_fail(t_lb, c_lb):
         searcher.skipped += 1
         return None
     inc = searcher._incumbent
-    if inc is not None and (t_lb if searcher.objective == "throughput" else c_lb) >= inc.key[0]:
+    if inc is not None and searcher.goal.primary(t_lb, c_lb) >= inc.key[0]:
         searcher.skipped += 1
         return None
     return evaluate_mixed(searcher, kinds, counts, mbs, bnd, inc)

@@ -170,17 +170,11 @@ def evaluate_mixed(
         egress = egress + e[a, b]
     t_iter = pipe + sync
     cost = mixed_rate(searcher, kinds, counts) * t_iter + egress
-    if searcher.objective == "throughput":
-        if searcher.budget is not None:
-            ok &= cost <= searcher.budget * (1 + 1e-12)
-        order = np.lexsort((cost, np.where(ok, t_iter, np.inf)))
-    else:
-        if searcher.min_throughput is not None:
-            ok &= 1.0 / t_iter >= searcher.min_throughput * (1 - 1e-12)
-        order = np.lexsort((t_iter, np.where(ok, cost, np.inf)))
-    k = int(order[0])
+    goal = searcher.goal
+    ok &= goal.meets(t_iter, cost)
+    k = int(goal.order(t_iter, cost, ok)[0])
     t, c = float(t_iter[k]), float(cost[k])
-    key = (t, c) if searcher.objective == "throughput" else (c, t)
+    key = goal.key(t, c)
     bounds = bnd[k]
     replayed = _buffers(searcher, hw1, hw2, mbs, bounds)
     if not ok[k] or (incumbent is not None and key >= incumbent.key and not replayed):
@@ -196,10 +190,8 @@ def evaluate_mixed(
         sim = simulate_plan(plan, profile=searcher.profile, network=searcher.network, gpu_types=searcher.gpu_types,
                        config=searcher.cfg)
         t, c = sim.iteration_time, sim.cost_per_iteration
-        key = (t, c) if searcher.objective == "throughput" else (c, t)
-        if searcher.objective == "throughput" and searcher.budget is not None and c > searcher.budget * (1 + 1e-12):
-            return None
-        if searcher.objective == "cost" and searcher.min_throughput is not None and 1.0 / t < searcher.min_throughput * (1 - 1e-12):
+        key = goal.key(t, c)
+        if not goal.meets(t, c):
             return None
         if incumbent is not None and key >= incumbent.key:
             return None

@@ -79,7 +79,7 @@ def choose_resources(
     pool, gbs, objective = request.pool, request.gbs, request.objective
     budget, min_throughput = request.budget, request.min_throughput
     total_time = 0.0
-    if objective == "throughput":
+    if request.goal.wants_throughput:
         sol = solve(build_resource_model(kinds, pool, gbs, objective, budget), time_limit=time_limit, mip_gap=mip_gap)
         if not sol.has_solution:
             raise InfeasibleError(f"no feasible resource choice: {sol.status.name.lower()} (budget {budget})")

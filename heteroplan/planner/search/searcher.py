@@ -34,6 +34,7 @@ from itertools import combinations
 import numpy as np
 
 from heteroplan.errors import InfeasibleError
+from heteroplan.planner.goal import Shortfall
 from heteroplan.planner.model.comm import allreduce_s, pipeline_send_buffered, pipeline_send_s
 from heteroplan.planner.model.pipeline_replay import one_f_one_b_lower_bound
 from heteroplan.planner.model.sim_config import as_platforms
@@ -103,8 +104,7 @@ class Searcher:
         self.request = request
         self.profile, self.network, self.gpu_types = request.profile, request.network, dict(request.gpu_types)
         self.pool = {k: v for k, v in request.pool.items() if v > 0}
-        self.gbs, self.objective = request.gbs, request.objective
-        self.budget, self.min_throughput = request.budget, request.min_throughput
+        self.gbs, self.goal = request.gbs, request.goal
         self.options = request.options
         self.cfg = as_platforms(request.options.config)
         self.L = request.profile.num_layers
@@ -114,7 +114,8 @@ class Searcher:
         self.skipped = 0
         self._comm: dict[tuple, np.ndarray] = {}
         self._links: dict[tuple, float] = {}
-        self.why: dict[str, float] = {}
+        self.shortfall = Shortfall()  # how close the plans that missed the goal's constraint came
+        self.memory_misses = 0  # layouts none of whose splits fit memory
 
     # ------------------------------------------------------------- tables
     def table(self, gpu: str, tp: int, mbs: int) -> StageTable:
@@ -237,7 +238,7 @@ class Searcher:
             res = best_split(sigma, w, y, M, self.options.max_split_dp_calls, cutoff=cutoff)
             if res is None:
                 if not np.isfinite(cutoff):
-                    self.why["memory"] = self.why.get("memory", 0) + 1
+                    self.memory_misses += 1
                 return None
             b = np.asarray(res.bounds)
         # w carries egress as its time-equivalent ($ / rate); take it out of the iteration time
@@ -260,27 +261,17 @@ class Searcher:
                 for s, blk in enumerate(stages)
             ),
         )
-        if self.objective == "throughput":
-            if self.budget is not None and cost > self.budget * (1 + 1e-12):
-                self.why["budget"] = min(self.why.get("budget", np.inf), cost)
-                return None
-            key = (t_iter, cost)
-        else:
-            if self.min_throughput is not None and 1.0 / t_iter < self.min_throughput * (1 - 1e-12):
-                self.why["throughput"] = max(self.why.get("throughput", 0.0), 1.0 / t_iter)
-                return None
-            key = (cost, t_iter)
-        return Candidate(key, t_iter, cost, mems, plan)
+        if not self.goal.meets(t_iter, cost):
+            self.goal.note_miss(self.shortfall, t_iter, cost)
+            return None
+        return Candidate(self.goal.key(t_iter, cost), t_iter, cost, mems, plan)
 
     def _cutoff(self, incumbent: Candidate | None, rate: float, ring_egress: float, crosses: bool) -> float:
         """Split objective (seconds: time + pipeline egress / rate) that a split must beat to beat
         ``incumbent``; inf when there is none or when the objective does not bound the key."""
         if incumbent is None:
             return np.inf
-        if self.objective == "throughput":
-            # the split objective adds egress / rate to the time: a bound only without egress
-            return incumbent.key[0] if not crosses else np.inf
-        return (incumbent.key[0] - ring_egress) / rate if rate > 0 else np.inf
+        return self.goal.split_cutoff(incumbent.key[0], rate, ring_egress, crosses)
 
     @staticmethod
     def _groups(blk: PipelineBlock, dp: int, spread: Spread | None) -> tuple[ReplicaGroup, ...]:
@@ -356,7 +347,7 @@ class Searcher:
             lb = np.where(buf.any(axis=1), replayed, closed) + y[idx, a, z].max(axis=1)
             lb = np.where(np.isfinite(w[idx, a, z]).all(axis=1), lb, np.inf)
             if not np.isfinite(lb).any():
-                self.why["memory"] = self.why.get("memory", 0) + 1
+                self.memory_misses += 1
                 return None
             best, best_score = None, cutoff
             for k in np.argsort(lb, kind="stable")[:REPLAY_BUDGET]:
@@ -368,7 +359,7 @@ class Searcher:
             return best
         res = best_split(sigma, w, y, M, self.options.max_split_dp_calls)
         if res is None:
-            self.why["memory"] = self.why.get("memory", 0) + 1
+            self.memory_misses += 1
             return None
         best = np.asarray(res.bounds)
         best_score = score(best)
@@ -553,16 +544,12 @@ class Searcher:
             prev: Candidate | None = None
             for blocks, spread in row:
                 t_lb, c_lb = self.lower_bound(blocks, mbs, dp)
-                if self.objective == "throughput" and self.budget is not None and c_lb > self.budget:
-                    self.why["budget_lb"] = min(self.why.get("budget_lb", np.inf), c_lb)
-                    self.skipped += 1
-                    continue
-                if self.objective == "cost" and self.min_throughput is not None and t_lb * self.min_throughput > 1:
-                    self.why["throughput_ub"] = max(self.why.get("throughput_ub", 0.0), 1.0 / t_lb)
+                if self.goal.bounds_fail(t_lb, c_lb):
+                    self.goal.note_miss(self.shortfall, t_lb, c_lb, bound=True)
                     self.skipped += 1
                     continue
                 inc = min((c for c in (incumbent, best_group, best_row) if c is not None), default=None)
-                if inc is not None and (t_lb if self.objective == "throughput" else c_lb) >= inc.key[0]:
+                if inc is not None and self.goal.primary(t_lb, c_lb) >= inc.key[0]:
                     self.skipped += 1
                     continue
                 cutoff = local if self.options.prune else inc
@@ -671,19 +658,7 @@ class Searcher:
                         break
 
     def _reason(self) -> str:
-        if "budget" in self.why or "budget_lb" in self.why:
-            cheapest = min(self.why.get("budget", np.inf), self.why.get("budget_lb", np.inf))
-            return (
-                f"no feasible plan: budget too small — every plan that fits costs at least "
-                f"${cheapest:.4g}/iteration > budget ${self.budget:.4g}"
-            )
-        if "throughput" in self.why or "throughput_ub" in self.why:
-            fastest = max(self.why.get("throughput", 0.0), self.why.get("throughput_ub", 0.0))
-            return (
-                f"no feasible plan: throughput floor too high — no plan reaches more than "
-                f"{fastest:.4g} iter/s < {self.min_throughput:.4g}"
-            )
-        return (
+        return self.goal.why_infeasible(self.shortfall) or (
             f"no feasible plan: {self.profile.name} does not fit in the memory of the available GPUs "
             f"({', '.join(f'{n} x {t}@{z}' for (t, z), n in sorted(self.pool.items()))}) with any TP/PP split"
         )
