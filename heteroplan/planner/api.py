@@ -13,7 +13,8 @@ from heteroplan._html import table
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_network import NetworkModel
-from heteroplan.planner.model.simulator import MemoryFit, simulate_plan
+from heteroplan.planner.explain import PlanDiff, RunnerUp, diff_plans
+from heteroplan.planner.model.simulator import MemoryFit, PlanEstimate, simulate_plan
 from heteroplan.planner.plan import Plan
 from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions, normalize_pool
 from heteroplan.planner.search.searcher import Searcher
@@ -42,6 +43,10 @@ class PlanResult:
         search_time: seconds the search took.
         evaluated: block layouts whose layer split was optimized.
         memory_fit: the tightest GPU's memory need against its capacity (a returned plan always fits).
+        runner_ups: the best plan the search priced per GPU-type mix and per pipeline depth, other
+            than ``plan`` (:class:`~heteroplan.planner.explain.RunnerUp`; :meth:`explain` prices them
+            by term).
+        estimate: the plan's estimate itemised by term (:class:`PlanEstimate`).
     """
 
     plan: Plan
@@ -53,6 +58,32 @@ class PlanResult:
     evaluated: int = 0
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     memory_fit: MemoryFit | None = None
+    runner_ups: tuple[RunnerUp, ...] = field(default=(), compare=False)
+    estimate: PlanEstimate | None = field(default=None, compare=False, repr=False)
+    request: PlanRequest | None = field(default=None, compare=False, repr=False)
+
+    def simulate(self, other: Plan) -> PlanEstimate:
+        """``other`` priced with this result's data and constants (profile, network, GPU types)."""
+        if self.request is None:
+            return simulate_plan(other)
+        r = self.request
+        return simulate_plan(other, profile=r.profile, network=r.network, gpu_types=dict(r.gpu_types), config=r.options.config)
+
+    def diff(self, other: Plan, labels: tuple[str, str] = ("chosen", "other")) -> PlanDiff:
+        """This plan against ``other``, term by term (:func:`~heteroplan.planner.explain.diff_plans`)."""
+        mine = self.estimate if self.estimate is not None else self.simulate(self.plan)
+        return diff_plans(mine, self.simulate(other), labels, (self.plan, other))
+
+    def explain(self) -> str:
+        """The chosen plan against each runner-up: family, time, cost and the terms that differ most."""
+        lines = [f"chosen: {self.iteration_time:.4g} s/iteration, ${self.cost_per_iteration:.4g}/iteration"]
+        for r in self.runner_ups:
+            d = self.diff(r.plan, ("chosen", r.family))
+            top = ", ".join(f"{t.term} {t.delta:+.3g} s" for t in d.largest("time", 2))
+            lines.append(f"best of {r.family}: PP{r.plan.pp} x DP{r.plan.dp}, {r.plan.num_gpus} GPUs, "
+                         f"{d.b.iteration_time:.4g} s ({d.b.iteration_time / self.iteration_time - 1:+.1%}), "
+                         f"${d.b.cost_per_iteration:.4g}; {top}")
+        return "\n".join(lines)
 
     @property
     def peak_memory_gb(self) -> float:
@@ -163,10 +194,12 @@ def plan(request: PlanRequest) -> PlanResult:
         except InfeasibleError:
             narrowed = request
     try:
-        best, stats = Searcher(narrowed).run()
+        searcher = Searcher(narrowed)
+        best, stats = searcher.run()
     except InfeasibleError:
         try:
-            best, stats = Searcher(request).run()
+            searcher = Searcher(request)
+            best, stats = searcher.run()
         except InfeasibleError as exc:
             raise _explain(exc, request) from None
     sim = simulate_plan(best.plan, profile=request.profile, network=request.network, gpu_types=dict(request.gpu_types),
@@ -190,6 +223,10 @@ def plan(request: PlanRequest) -> PlanResult:
         stats["evaluated"],
         extra | {"search_iteration_time": best.iteration_time, "search_cost": best.cost_per_iteration},
         sim.memory_fit,
+        tuple(RunnerUp(family, c.plan, c.iteration_time, c.cost_per_iteration)
+              for family, c in sorted(searcher.runner_ups.items()) if c.plan != best.plan),
+        sim,
+        request,
     )
 
 

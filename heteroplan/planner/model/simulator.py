@@ -469,13 +469,12 @@ def _critical_path(fb: np.ndarray, comm: np.ndarray, micro: np.ndarray, t_pipe: 
     state plus the fill and drain), the replay's correction where sends are buffered, the straggler
     term, then the slowest stage's all-reduce and update."""
     d = int(np.argmax(t_pipe))
-    sigma = fb[:, d] + 2 * (comm[:-1, d] + comm[1:, d])
-    s = int(np.argmax(sigma))
-    steady = micro[d] - 1
-    compute = float(steady * fb[s, d] + fb[:, d].sum())
-    send = float(steady * 2 * (comm[s, d] + comm[s + 1, d]) + 2 * comm[:, d].sum())
+    sigma = fb + 2 * (comm[:-1] + comm[1:])
+    closed = (micro - 1) * sigma.max(axis=0) + (fb.sum(axis=0) + 2 * comm.sum(axis=0))  # as replica_pipeline_times
+    s = int(np.argmax(sigma[:, d]))
+    compute = float((micro[d] - 1) * fb[s, d] + fb[:, d].sum())
     k = int(np.argmax(allreduce + update))
-    return TimeTerms(compute, send, float(t_pipe[d]) - compute - send, pipe_time - float(t_pipe[d]),
+    return TimeTerms(compute, float(closed[d]) - compute, float(t_pipe[d] - closed[d]), pipe_time - float(t_pipe[d]),
                      float(allreduce[k]), float(update[k]))
 
 

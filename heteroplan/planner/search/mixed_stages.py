@@ -196,5 +196,5 @@ def evaluate_mixed(
         if incumbent is not None and key >= incumbent.key:
             return None
     mems = tuple(float(max(mem1[s, k], mem2[s, k])) for s in range(pp))
-    return Candidate(key, t, c, mems, plan)
+    return searcher.remember(Candidate(key, t, c, mems, plan))
 

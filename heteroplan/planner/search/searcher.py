@@ -34,6 +34,7 @@ from itertools import combinations
 import numpy as np
 
 from heteroplan.errors import InfeasibleError
+from heteroplan.planner.explain import plan_families
 from heteroplan.planner.goal import Shortfall
 from heteroplan.planner.model.comm import allreduce_s, pipeline_send_buffered, pipeline_send_s
 from heteroplan.planner.model.pipeline_replay import one_f_one_b_lower_bound
@@ -116,6 +117,7 @@ class Searcher:
         self._links: dict[tuple, float] = {}
         self.shortfall = Shortfall()  # how close the plans that missed the goal's constraint came
         self.memory_misses = 0  # layouts none of whose splits fit memory
+        self.runner_ups: dict[str, Candidate] = {}  # best candidate priced per family (GPU-type mix, depth)
 
     # ------------------------------------------------------------- tables
     def table(self, gpu: str, tp: int, mbs: int) -> StageTable:
@@ -264,7 +266,7 @@ class Searcher:
         if not self.goal.meets(t_iter, cost):
             self.goal.note_miss(self.shortfall, t_iter, cost)
             return None
-        return Candidate(self.goal.key(t_iter, cost), t_iter, cost, mems, plan)
+        return self.remember(Candidate(self.goal.key(t_iter, cost), t_iter, cost, mems, plan))
 
     def _cutoff(self, incumbent: Candidate | None, rate: float, ring_egress: float, crosses: bool) -> float:
         """Split objective (seconds: time + pipeline egress / rate) that a split must beat to beat
@@ -606,6 +608,15 @@ class Searcher:
         if self.options.microbatch_sizes:
             mbs_all = [m for m in mbs_all if m in self.options.microbatch_sizes]
         return [m for m in mbs_all if self.gbs % m == 0]
+
+    def remember(self, cand: Candidate) -> Candidate:
+        """Keep ``cand`` if it is the best priced so far of one of its families
+        (:func:`~heteroplan.planner.explain.plan_families`); returns it."""
+        for family in plan_families(cand.plan):
+            best = self.runner_ups.get(family)
+            if best is None or cand < best:
+                self.runner_ups[family] = cand
+        return cand
 
     def _offer(self, cand: Candidate | None) -> None:
         if cand is not None and (self._incumbent is None or cand < self._incumbent):

@@ -1,0 +1,129 @@
+"""Why a plan: the runner-ups the search priced, and term-by-term differences of two plans.
+
+:class:`RunnerUp`: the best plan the search priced within one family — a set of GPU types, a
+pipeline depth. The search prunes layouts that cannot beat its best plan, so a runner-up is the
+best of what it priced, an upper bound on how good its family can be, not always the family's
+optimum. :func:`diff_plans` lays two :class:`~heteroplan.planner.model.simulator.PlanEstimate`
+side by side, term by term (seconds, $ and GB per GPU), and names the terms that differ most.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from heteroplan.planner.model.simulator import CostTerms, MemoryTerms, PlanEstimate, TimeTerms
+from heteroplan.planner.plan import Plan
+
+__all__ = ["RunnerUp", "TermDiff", "PlanDiff", "diff_plans", "gpu_mix", "plan_families"]
+
+
+def gpu_mix(plan: Plan) -> str:
+    """The plan's GPU types, sorted and joined by ``+``."""
+    return "+".join(sorted({g.gpu_type for s in plan.stages for g in s.replicas}))
+
+
+def plan_families(plan: Plan) -> tuple[str, str]:
+    """The families a plan competes in for runner-up: its GPU-type mix and its pipeline depth."""
+    return f"GPU types {gpu_mix(plan)}", f"PP {plan.pp}"
+
+
+@dataclass(frozen=True)
+class RunnerUp:
+    """The best plan the search priced in one family (see the module's note on pruning).
+
+    Attributes:
+        family: ``"GPU types A100-40+V100-16"`` or ``"PP 4"``.
+        plan: the plan.
+        iteration_time: seconds per iteration, as the search priced it.
+        cost_per_iteration: $ per iteration, as the search priced it.
+    """
+
+    family: str
+    plan: Plan
+    iteration_time: float
+    cost_per_iteration: float
+
+
+@dataclass(frozen=True)
+class TermDiff:
+    """One term of two plans: ``a`` and ``b`` in ``unit``; ``kind`` is time, cost or memory."""
+
+    kind: str
+    term: str
+    unit: str
+    a: float
+    b: float
+
+    @property
+    def delta(self) -> float:
+        return self.b - self.a
+
+
+@dataclass(frozen=True)
+class PlanDiff:
+    """Two plans' estimates term by term.
+
+    Attributes:
+        labels: names of plan ``a`` and plan ``b``.
+        a, b: their estimates.
+        rows: time terms (s/iteration), cost terms ($/iteration), memory terms of each plan's
+            tightest GPU (GB).
+        shape: PP, DP, GPUs, microbatch size of each plan.
+    """
+
+    labels: tuple[str, str]
+    a: PlanEstimate
+    b: PlanEstimate
+    rows: tuple[TermDiff, ...]
+    shape: tuple[tuple[str, int, int], ...] = ()
+
+    def largest(self, kind: str, n: int = 3) -> list[TermDiff]:
+        """The ``n`` terms of ``kind`` (time, cost, memory) that differ most (by absolute delta)."""
+        rows = [r for r in self.rows if r.kind == kind and r.term != "total"]
+        return sorted(rows, key=lambda r: -abs(r.delta))[:n]
+
+    def describe(self) -> str:
+        """A table of every term and a line naming the time terms that differ most."""
+        a, b = self.labels
+        width = max(len(r.term) for r in self.rows) + 2
+        col = max(14, len(a) + 2, len(b) + 2)
+        lines = [f"{'term':<{width}}{'unit':<14}{a:>{col}}{b:>{col}}{'b - a':>14}"]
+        for name, x, y in self.shape:
+            lines.append(f"{name:<{width}}{'':<14}{x:>{col}}{y:>{col}}{y - x:>+14}")
+        for r in self.rows:
+            lines.append(f"{r.term:<{width}}{r.unit:<14}{r.a:>{col}.4g}{r.b:>{col}.4g}{r.delta:>+14.4g}")
+        top = ", ".join(f"{r.term} {r.delta:+.3g} s" for r in self.largest("time"))
+        lines.append(f"time differs most in: {top}")
+        return "\n".join(lines)
+
+
+def diff_plans(a: PlanEstimate, b: PlanEstimate, labels: tuple[str, str] = ("a", "b"),
+               plans: tuple[Plan, Plan] | None = None) -> PlanDiff:
+    """Term-by-term difference of two estimates (:func:`~heteroplan.planner.model.simulator.simulate_plan`'s).
+
+    Memory compares each plan's tightest GPU (the :attr:`PlanEstimate.memory_fit` stage and
+    replica with the least headroom)."""
+    rows: list[TermDiff] = []
+    for name in TimeTerms.NAMES:
+        rows.append(TermDiff("time", name, "s/iteration", getattr(a.time_terms, name), getattr(b.time_terms, name)))
+    rows.append(TermDiff("time", "total", "s/iteration", a.iteration_time, b.iteration_time))
+    for name in CostTerms.NAMES:
+        rows.append(TermDiff("cost", name, "$/iteration", getattr(a.cost_terms, name), getattr(b.cost_terms, name)))
+    rows.append(TermDiff("cost", "total", "$/iteration", a.cost_per_iteration, b.cost_per_iteration))
+    ma, mb = _tightest(a), _tightest(b)
+    for name in MemoryTerms.NAMES:
+        rows.append(TermDiff("memory", name if name != "total" else "total", "GB (tightest)", getattr(ma, name), getattr(mb, name)))
+    shape: tuple[tuple[str, int, int], ...] = ()
+    if plans is not None:
+        pa, pb = plans
+        shape = (("PP", pa.pp, pb.pp), ("DP", pa.dp, pb.dp), ("GPUs", pa.num_gpus, pb.num_gpus),
+                 ("microbatch size", pa.microbatch_size, pb.microbatch_size))
+    return PlanDiff(labels, a, b, tuple(rows), shape)
+
+
+def _tightest(est: PlanEstimate) -> MemoryTerms:
+    """Memory terms of the GPU with the least headroom."""
+    cap = est.details["memory_capacity"]
+    head = cap - est.stage_memory.total
+    s, d = divmod(int(head.argmin()), head.shape[1])
+    return est.stage_memory.at(s, d)

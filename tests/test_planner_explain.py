@@ -1,0 +1,54 @@
+"""Explanations: runner-up plans per GPU-type mix and pipeline depth, and term-by-term diffs."""
+
+from __future__ import annotations
+
+import pytest
+
+from heteroplan.planner import SearchOptions, plan_job
+from heteroplan.planner.explain import diff_plans, gpu_mix, plan_families
+
+A, V, Z = "A100-40", "V100-16", "us-central1-a"
+
+
+@pytest.fixture(scope="module")
+def result():
+    return plan_job("OPT-350", 256, {(A, Z): 8, (V, Z): 16}, options=SearchOptions(max_pp=4))
+
+
+def test_runner_ups_are_worse_than_the_plan_and_priced_as_simulate_prices_them(result):
+    assert result.runner_ups, "a two-type pool has plans of other mixes and depths"
+    key = result.request.goal.key
+    for r in result.runner_ups:
+        assert r.plan != result.plan
+        assert r.family in plan_families(r.plan)
+        assert key(r.iteration_time, r.cost_per_iteration) >= key(result.iteration_time, result.cost_per_iteration)
+        est = result.simulate(r.plan)
+        assert est.fits
+        assert est.iteration_time == pytest.approx(r.iteration_time, rel=1e-9)
+        assert est.cost_per_iteration == pytest.approx(r.cost_per_iteration, rel=1e-9)
+    families = {r.family for r in result.runner_ups} | set(plan_families(result.plan))
+    assert {f"PP {p}" for p in range(1, 5)} <= families
+    assert f"GPU types {A}" in families and f"GPU types {V}" in families
+
+
+def test_diff_with_itself_is_zero_and_terms_add_up(result):
+    same = result.diff(result.plan)
+    assert all(row.delta == 0 for row in same.rows)
+    other = result.runner_ups[0].plan
+    d = result.diff(other, ("chosen", "other"))
+    time_rows = [r for r in d.rows if r.kind == "time"]
+    total = next(r for r in time_rows if r.term == "total")
+    assert sum(r.delta for r in time_rows if r.term != "total") == pytest.approx(total.delta, rel=1e-9, abs=1e-12)
+    assert total.b == pytest.approx(result.simulate(other).iteration_time)
+    biggest = d.largest("time", 1)[0]
+    assert abs(biggest.delta) == max(abs(r.delta) for r in time_rows if r.term != "total")
+    assert biggest.term in d.describe().splitlines()[-1]
+
+
+def test_diff_of_two_estimates_names_the_mix():
+    res = plan_job("OPT-350", 64, {(A, Z): 8}, options=SearchOptions(max_pp=2))
+    assert gpu_mix(res.plan) == A
+    est = res.estimate
+    d = diff_plans(est, est, ("x", "y"))
+    assert {r.kind for r in d.rows} == {"time", "cost", "memory"}
+    assert next(r for r in d.rows if r.kind == "memory" and r.term == "total").a == pytest.approx(res.memory_fit.need_gb)
