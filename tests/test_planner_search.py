@@ -170,7 +170,7 @@ def test_replay_split_beats_the_closed_forms_split_and_both_are_priced_as_simula
     pool = {(R2, ZA): 8}
     searcher = Searcher(PlanRequest.build("OPT-350", 32, pool, "throughput"))
     layout = [PipelineBlock((R2, ZA), 4, 2)]  # TP 4, microbatch 1: 2 MiB per rank, buffered
-    assert searcher._buffered([layout[0]] * 2, 1).any()
+    assert searcher.buffered([layout[0]] * 2, 1).any()
     exact = searcher.evaluate(layout, 1, 1)  # splits 14/12, 8.13 s
     quick = searcher.evaluate(layout, 1, 1, resplit=False)  # the closed form's 13/13, 8.14 s
     for cand in (exact, quick):

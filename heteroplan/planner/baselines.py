@@ -24,6 +24,7 @@ from heteroplan.planner.model.simulator import simulate_plan
 from heteroplan.planner.model.terms import rental_usd_per_s
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.planner.request import PlanRequest, SearchOptions, normalize_pool
+from heteroplan.planner.search.layouts import layouts
 from heteroplan.planner.search.searcher import Searcher
 
 __all__ = ["homogeneous_plan", "uniform_split_plan"]
@@ -98,7 +99,7 @@ def uniform_split_plan(
                     break
                 bounds = _uniform_bounds(L, pp)
                 for max_blocks in (1, 2):
-                    for rows in searcher._layouts(pp, mbs, dp, max_blocks):
+                    for rows in layouts(searcher, pp, mbs, dp, max_blocks):
                         for row in rows:
                             for blocks, spread in row:
                                 if spread is not None:

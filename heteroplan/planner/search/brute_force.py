@@ -28,7 +28,7 @@ from heteroplan.planner.model.simulator import (
     simulate_plan,
 )
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
-from heteroplan.planner.search.searcher import spread_replicas
+from heteroplan.planner.search.context import spread_replicas
 
 __all__ = ["enumerate_plans", "enumerate_mixed_plans", "brute_force"]
 

@@ -19,16 +19,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from itertools import combinations
 from math import comb
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from heteroplan.planner.plan import PipelineBlock, Plan
+from heteroplan.planner.search.context import Candidate, SearchContext
 from heteroplan.planner.search.mixed_stages import Kind, evaluate_mixed, mixed_lower_bound
 from heteroplan.planner.search.split_dp import _all_splits
-
-if TYPE_CHECKING:
-    from heteroplan.planner.search.searcher import Candidate, Searcher
 
 __all__ = ["scan_mixed", "pipeline_kinds", "kind_of", "ENUMERATE_UP_TO", "PRUNED_ENUMERATE_UP_TO"]
 
@@ -36,10 +33,10 @@ ENUMERATE_UP_TO = 200_000  # splits x stages scored at once per mixed layout (ex
 PRUNED_ENUMERATE_UP_TO = 20_000  # the same with pruning; deeper pipelines keep the incumbent's split
 
 
-def pipeline_kinds(searcher: Searcher, pp: int, mbs: int, capacity: dict[tuple[str, str], int]) -> list[Kind]:
+def pipeline_kinds(searcher: SearchContext, pp: int, mbs: int, capacity: dict[tuple[str, str], int]) -> list[Kind]:
     """One- and two-block pipelines of ``pp`` stages of which one replica fits ``capacity``."""
     pools = sorted(p for p, n in capacity.items() if n > 0)
-    kinds: list[Kind] = [(PipelineBlock(p, tp, pp),) for p in pools for tp in searcher._tps(p[0], mbs)]
+    kinds: list[Kind] = [(PipelineBlock(p, tp, pp),) for p in pools for tp in searcher.tps(p[0], mbs)]
     if searcher.options.max_blocks >= 2:
         for a in pools:
             for b in pools:
@@ -48,8 +45,8 @@ def pipeline_kinds(searcher: Searcher, pp: int, mbs: int, capacity: dict[tuple[s
                 for n1 in range(1, pp):
                     kinds += [
                         (PipelineBlock(a, ta, n1), PipelineBlock(b, tb, pp - n1))
-                        for ta in searcher._tps(a[0], mbs)
-                        for tb in searcher._tps(b[0], mbs)
+                        for ta in searcher.tps(a[0], mbs)
+                        for tb in searcher.tps(b[0], mbs)
                     ]
     return [k for k in kinds if fits(capacity, ((k, 1),))]
 
@@ -77,7 +74,7 @@ def kind_of(plan: Plan) -> Kind | None:
     return tuple(blocks)
 
 
-def _splits(searcher: Searcher, pp: int, up_to: int = ENUMERATE_UP_TO) -> np.ndarray | None:
+def _splits(searcher: SearchContext, pp: int, up_to: int = ENUMERATE_UP_TO) -> np.ndarray | None:
     if comb(searcher.L - 1, pp - 1) * pp > up_to:
         return None
     return _all_splits(pp, searcher.L)
@@ -86,14 +83,14 @@ def _splits(searcher: Searcher, pp: int, up_to: int = ENUMERATE_UP_TO) -> np.nda
 Layout = tuple[tuple[Kind, Kind], tuple[int, int], int, np.ndarray]  # kinds, counts, mbs, splits
 
 
-def _groups(searcher: Searcher) -> Iterator[list[Layout]]:
+def _groups(searcher: SearchContext) -> Iterator[list[Layout]]:
     """Groups of mixed layouts to price, in the order described in the module docstring; with
     pruning a group is one second kind with ``d2`` falling from the most that fit."""
     pool = dict(searcher.pool)
     if not searcher.options.prune:
         total = sum(pool.values())
         max_pp = searcher.options.max_pp or min(searcher.L, 16)
-        for mbs in searcher._microbatch_sizes():
+        for mbs in searcher.microbatch_sizes():
             M = searcher.gbs // mbs
             for pp in range(1, min(max_pp, searcher.L) + 1):
                 bnd = _splits(searcher, pp)
@@ -105,7 +102,7 @@ def _groups(searcher: Searcher) -> Iterator[list[Layout]]:
                             if fits(pool, ((k1, d1), (k2, dp - d1))):
                                 yield [((k1, k2), (d1, dp - d1), mbs, bnd)]
         return
-    inc = searcher._incumbent
+    inc = searcher.incumbent
     kind = kind_of(inc.plan) if inc is not None else None
     if inc is None or kind is None:
         return
@@ -129,7 +126,7 @@ def _groups(searcher: Searcher) -> Iterator[list[Layout]]:
         yield [((kind, k2), (plan.dp, d2), plan.microbatch_size, bnd) for d2 in range(most, 0, -1)]
 
 
-def scan_mixed(searcher: Searcher) -> None:
+def scan_mixed(searcher: SearchContext) -> None:
     """Price the mixed layouts and offer each to the searcher's incumbent (with pruning, a group
     stops after ``patience`` layouts that do not improve on the group's best)."""
     patience = searcher.options.patience if searcher.options.prune else np.inf
@@ -139,20 +136,20 @@ def scan_mixed(searcher: Searcher) -> None:
             cand = _price(searcher, *layout)
             if cand is not None and (best is None or cand < best):
                 best, stale = cand, 0
-                searcher._offer(cand)
+                searcher.offer(cand)
             else:
                 stale += 1
                 if stale >= patience:
                     break
 
 
-def _price(searcher: Searcher, kinds: tuple[Kind, Kind], counts: tuple[int, int], mbs: int, bnd: np.ndarray) -> Candidate | None:
+def _price(searcher: SearchContext, kinds: tuple[Kind, Kind], counts: tuple[int, int], mbs: int, bnd: np.ndarray) -> Candidate | None:
     """The mixed layout's best candidate, or None (skipped by its bounds, or nothing fits)."""
     t_lb, c_lb = mixed_lower_bound(searcher, kinds, counts, mbs)
     if searcher.goal.bounds_fail(t_lb, c_lb):
         searcher.skipped += 1
         return None
-    inc = searcher._incumbent
+    inc = searcher.incumbent
     if inc is not None and searcher.goal.primary(t_lb, c_lb) >= inc.key[0]:
         searcher.skipped += 1
         return None

@@ -19,8 +19,6 @@ buffered pipeline send is then priced by ``simulate`` itself, which replays that
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from heteroplan.planner.model.comm import allreduce_s
@@ -28,19 +26,17 @@ from heteroplan.planner.model.microbatches import class_microbatches, two_class_
 from heteroplan.planner.model.simulator import simulate_plan
 from heteroplan.planner.model.terms import allreduce_egress_bytes, pipeline_egress_bytes
 from heteroplan.planner.plan import PipelineBlock, Plan, ReplicaGroup, Stage
-
-if TYPE_CHECKING:
-    from heteroplan.planner.search.searcher import Candidate, Searcher
+from heteroplan.planner.search.context import Candidate, SearchContext
 
 __all__ = ["Kind", "stage_hardware", "evaluate_mixed", "mixed_lower_bound", "mixed_groups"]
 
 Kind = tuple[PipelineBlock, ...]  # one pipeline replica's blocks
 
 
-def _buffers(searcher: Searcher, hw1: list[PipelineBlock], hw2: list[PipelineBlock], mbs: int, bounds: np.ndarray) -> bool:
+def _buffers(searcher: SearchContext, hw1: list[PipelineBlock], hw2: list[PipelineBlock], mbs: int, bounds: np.ndarray) -> bool:
     """Whether a pipeline send of either kind is buffered under the split ``bounds``."""
     ends = np.asarray(bounds)[1:-1]
-    return any(bool(searcher._buffered(hw, mbs)[np.arange(len(ends)), ends].any()) for hw in (hw1, hw2))
+    return any(bool(searcher.buffered(hw, mbs)[np.arange(len(ends)), ends].any()) for hw in (hw1, hw2))
 
 
 def stage_hardware(kind: Kind) -> list[PipelineBlock]:
@@ -55,11 +51,11 @@ def mixed_groups(h1: PipelineBlock, d1: int, h2: PipelineBlock, d2: int) -> tupl
     return (ReplicaGroup(h1.pool[0], h1.pool[1], h1.tp, d1), ReplicaGroup(h2.pool[0], h2.pool[1], h2.tp, d2))
 
 
-def mixed_lower_bound(searcher: Searcher, kinds: tuple[Kind, Kind], counts: tuple[int, int], mbs: int) -> tuple[float, float]:
+def mixed_lower_bound(searcher: SearchContext, kinds: tuple[Kind, Kind], counts: tuple[int, int], mbs: int) -> tuple[float, float]:
     """Lower bounds (iteration seconds, $/iteration) of any split of a mixed layout.
 
     Kind ``c``'s slowest replica runs ``m_c`` microbatches, ``sum_c d_c m_c >= M``, and takes at
-    least ``(m_c - 1) beta_c + F`` (``beta_c``: :meth:`Searcher.lower_bound`'s bottleneck bound,
+    least ``(m_c - 1) beta_c + F`` (``beta_c``: :meth:`SearchContext.lower_bound`'s bottleneck bound,
     ``F`` the least whole-model compute of any block); so
     ``T >= F + (M - D) / sum_c (d_c / beta_c)``."""
     M = searcher.gbs // mbs
@@ -72,12 +68,12 @@ def mixed_lower_bound(searcher: Searcher, kinds: tuple[Kind, Kind], counts: tupl
     return t_lb, mixed_rate(searcher, kinds, counts) * t_lb
 
 
-def mixed_rate(searcher: Searcher, kinds: tuple[Kind, Kind], counts: tuple[int, int]) -> float:
+def mixed_rate(searcher: SearchContext, kinds: tuple[Kind, Kind], counts: tuple[int, int]) -> float:
     """$/s of a mixed layout's GPUs."""
     return sum(searcher.rate(list(k), d) for k, d in zip(kinds, counts, strict=True))
 
 
-def _pipeline_parts(searcher: Searcher, kind: Kind, mbs: int, bnd: np.ndarray) -> tuple[np.ndarray, ...]:
+def _pipeline_parts(searcher: SearchContext, kind: Kind, mbs: int, bnd: np.ndarray) -> tuple[np.ndarray, ...]:
     """Per split (rows of ``bnd``): step seconds, fill-and-drain seconds, egress $ per microbatch of
     one replica of ``kind``, and (stages, K) memory GB at 1 and per extra in-flight microbatch."""
     stages = stage_hardware(kind)
@@ -106,7 +102,7 @@ def _pipeline_parts(searcher: Searcher, kind: Kind, mbs: int, bnd: np.ndarray) -
     return step, fixed, egress, mem0, mem1
 
 
-def _ring(searcher: Searcher, h1: PipelineBlock, d1: int, h2: PipelineBlock, d2: int, mbs: int) -> tuple[np.ndarray, np.ndarray]:
+def _ring(searcher: SearchContext, h1: PipelineBlock, d1: int, h2: PipelineBlock, d2: int, mbs: int) -> tuple[np.ndarray, np.ndarray]:
     """``(L+1, L+1)`` matrices by layer range of a stage whose replicas are ``d1`` on ``h1`` then
     ``d2`` on ``h2``: seconds of all-reduce + update, and the ring's egress $ (the ring as
     ``simulate`` walks it). Cached on the searcher."""
@@ -114,7 +110,7 @@ def _ring(searcher: Searcher, h1: PipelineBlock, d1: int, h2: PipelineBlock, d2:
     edges = list(zip(ends, ends[1:] + ends[:1], strict=True))
     links = set(edges)
     key = ("mixed", h1.pool, h1.tp, h2.pool, h2.tp, d1 + d2, frozenset((e, edges.count(e)) for e in links), mbs)
-    if key not in searcher._sync:
+    if key not in searcher.cache:
         D = d1 + d2
         cfgs = [searcher.cfg.for_gpu(h1.pool[0]), searcher.cfg.for_gpu(h2.pool[0])]
         ring_cfg = max(cfgs, key=lambda c: c.allreduce_latency_s)
@@ -130,18 +126,17 @@ def _ring(searcher: Searcher, h1: PipelineBlock, d1: int, h2: PipelineBlock, d2:
             price = searcher.network.egress_per_gb(x[1], y[1])
             if price:
                 egress += allreduce_egress_bytes(D, grad, tp, edges.count((x, y))) / 1e9 * price
-        searcher._sync[key] = (np.where(finite, ar + update, np.inf), egress)
-    return searcher._sync[key]
+        searcher.cache[key] = (np.where(finite, ar + update, np.inf), egress)
+    return searcher.cache[key]
 
 
 def evaluate_mixed(
-    searcher: Searcher, kinds: tuple[Kind, Kind], counts: tuple[int, int], mbs: int, bnd: np.ndarray,
+    searcher: SearchContext, kinds: tuple[Kind, Kind], counts: tuple[int, int], mbs: int, bnd: np.ndarray,
     incumbent: Candidate | None = None,
 ) -> Candidate | None:
     """Best of the splits ``bnd`` (K, pp+1) for ``counts[c]`` replicas of ``kinds[c]``; None if no
     split fits memory, meets the budget / throughput floor and beats ``incumbent``. Assumes no
     rank speed noise."""
-    from heteroplan.planner.search.searcher import Candidate
 
     d1, d2 = counts
     M = searcher.gbs // mbs

@@ -16,6 +16,13 @@ With ``SimConfig.straggler_cv > 0`` the split is chosen on the noise-free times,
 split is priced with the ranks' speed noise exactly as :func:`~heteroplan.planner.model.simulator.simulate`
 prices it (the noise only adds time, so the lower bounds below stay valid).
 
+Structure: :class:`Searcher` scans and prices; it is a
+:class:`~heteroplan.planner.search.context.SearchContext` (request, cost tables, caches, incumbent)
+that the layout strategies (:mod:`heteroplan.planner.search.layouts`) and the mixed-kind search
+(:mod:`heteroplan.planner.search.mixed_scan`) read; the goal (objective, budget, floor) is a
+:class:`~heteroplan.planner.goal.Goal`, every cost term the machine model's
+(:mod:`heteroplan.planner.model`).
+
 Pruning (``SearchOptions.prune``): one pool per GPU type for single-block plans and one zone
 pair per type pair for two-block plans; two zones of one type only when one zone cannot hold
 the pipeline; TP from the smallest that fits memory, raised only
@@ -27,142 +34,39 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from itertools import combinations
 
 import numpy as np
 
 from heteroplan.errors import InfeasibleError
-from heteroplan.planner.explain import plan_families
-from heteroplan.planner.goal import Shortfall
-from heteroplan.planner.model.comm import allreduce_s, pipeline_send_buffered, pipeline_send_s
 from heteroplan.planner.model.pipeline_replay import one_f_one_b_lower_bound
-from heteroplan.planner.model.sim_config import as_platforms
 from heteroplan.planner.model.simulator import replica_pipeline_times
-from heteroplan.planner.model.stage_tables import StageTable, build_stage_table
 from heteroplan.planner.model.straggler import clark_max
-from heteroplan.planner.model.terms import (
-    allreduce_egress_bytes,
-    pipeline_egress_bytes,
-    rental_usd_per_s,
-)
+from heteroplan.planner.model.terms import pipeline_egress_bytes
 from heteroplan.planner.plan import PipelineBlock, Plan, ReplicaGroup, Stage
-from heteroplan.planner.request import PlanRequest, SearchOptions
+from heteroplan.planner.request import SearchOptions
+from heteroplan.planner.search.context import (
+    Candidate,
+    SearchContext,
+    Spread,
+    ring_links,
+    spread_replicas,
+)
+from heteroplan.planner.search.layouts import Layout, layouts, single_pools
 from heteroplan.planner.search.mixed_scan import scan_mixed
 from heteroplan.planner.search.split_dp import _all_splits, best_split
 
 __all__ = ["SearchOptions", "Candidate", "Searcher", "spread_replicas", "ring_links"]  # SearchOptions lives in planner.request
 
-Pool = tuple[str, str]  # (gpu_type, zone)
-Spread = tuple[tuple[str, int], ...]  # ((zone, replicas), ...) in ring order: a stage's replicas over zones
-Layout = tuple[list[PipelineBlock], Spread | None]
 REPLAY_ENUMERATE_UP_TO = 20_000  # splits x stages bounded at once for a layout with buffered sends (else local moves)
 REPLAY_BUDGET = 256  # most splits replayed per layout (in order of their lower bound)
 
 
-def spread_replicas(capacity: dict[str, int], zones: tuple[str, ...], dp: int) -> Spread | None:
-    """``dp`` replicas over ``zones`` (each at least one, at most ``capacity[zone]``), filled in
-    order; None if they do not fit. The canonical assignment of the zone-spanning layouts: the
-    simulated time and egress depend on the zones only (and on which zones hold two or more)."""
-    if len(zones) > dp or sum(capacity[z] for z in zones) < dp or min(capacity[z] for z in zones) < 1:
-        return None
-    counts = dict.fromkeys(zones, 1)
-    left = dp - len(zones)
-    for z in zones:
-        extra = min(left, capacity[z] - 1)
-        counts[z] += extra
-        left -= extra
-    return tuple((z, counts[z]) for z in zones)
-
-
-def ring_links(gpu: str, spread: Spread) -> list[tuple[Pool, Pool]]:
-    """Links of the all-reduce ring over replicas grouped by zone in ``spread`` order (as
-    :func:`~heteroplan.planner.model.simulator.simulate` walks them): one per zone change, plus the
-    zone's own link where it holds two or more replicas."""
-    zones = [z for z, _ in spread]
-    links = [((gpu, z), (gpu, z)) for z, n in spread if n >= 2]
-    if len(zones) >= 2:
-        links += [((gpu, a), (gpu, b)) for a, b in zip(zones, zones[1:] + zones[:1], strict=True)]
-    return links
-
-
-@dataclass(frozen=True, order=True)
-class Candidate:
-    """One evaluated plan; ``key`` orders candidates (smaller is better)."""
-
-    key: tuple[float, float]
-    iteration_time: float = field(compare=False)
-    cost_per_iteration: float = field(compare=False)
-    memory_per_stage: tuple[float, ...] = field(compare=False)
-    plan: Plan = field(compare=False)
-
-
-class Searcher:
+class Searcher(SearchContext):
     """Search the best plan of one job over a pool of GPUs."""
 
-    def __init__(self, request: PlanRequest) -> None:
-        self.request = request
-        self.profile, self.network, self.gpu_types = request.profile, request.network, dict(request.gpu_types)
-        self.pool = {k: v for k, v in request.pool.items() if v > 0}
-        self.gbs, self.goal = request.gbs, request.goal
-        self.options = request.options
-        self.cfg = as_platforms(request.options.config)
-        self.L = request.profile.num_layers
-        self._tables: dict[tuple[str, int, int], StageTable] = {}
-        self._sync: dict[tuple[str, int, int, int], np.ndarray] = {}
-        self.evaluated = 0
-        self.skipped = 0
-        self._comm: dict[tuple, np.ndarray] = {}
-        self._links: dict[tuple, float] = {}
-        self.shortfall = Shortfall()  # how close the plans that missed the goal's constraint came
-        self.memory_misses = 0  # layouts none of whose splits fit memory
-        self.runner_ups: dict[str, Candidate] = {}  # best candidate priced per family (GPU-type mix, depth)
 
     # ------------------------------------------------------------- tables
-    def table(self, gpu: str, tp: int, mbs: int) -> StageTable:
-        key = (gpu, tp, mbs)
-        if key not in self._tables:
-            self._tables[key] = build_stage_table(self.profile, self.network, gpu, "", tp, mbs, self.cfg.for_gpu(gpu),
-                                                  self.gpu_types[gpu].memory_bandwidth_gbs)
-        return self._tables[key]
 
-    def sync_matrix(self, pool: Pool, tp: int, mbs: int, dp: int) -> np.ndarray:
-        """All-reduce + update seconds of a stage over ``dp`` replicas inside ``pool``'s zone."""
-        key = (pool[0], tp, mbs, dp)
-        if key not in self._sync:
-            tab = self.table(pool[0], tp, mbs)
-            y = tab.update.copy()
-            if dp > 1:
-                g = np.where(np.isfinite(tab.grad_bytes), tab.grad_bytes, 1.0)
-                ar = allreduce_s(self.network, {(pool, pool)}, tp, dp, g, self.cfg.for_gpu(pool[0]))
-                y = y + np.where(np.isfinite(tab.grad_bytes), ar, np.inf)
-            self._sync[key] = y
-        return self._sync[key]
-
-    def ring_sync(self, gpu: str, spread: Spread, tp: int, mbs: int, dp: int) -> tuple[np.ndarray, float]:
-        """All-reduce + update seconds of a stage whose ``dp`` replicas span the zones of ``spread``
-        (the ring's slowest link sets the pace), and the ring's egress $ per iteration (split-independent:
-        the stages' gradients add up to the model's)."""
-        key = (gpu, spread, tp, mbs, dp)
-        if key not in self._sync:
-            tab = self.table(gpu, tp, mbs)
-            finite = np.isfinite(tab.grad_bytes)
-            links = ring_links(gpu, spread)
-            ar = allreduce_s(self.network, set(links), tp, dp, np.where(finite, tab.grad_bytes, 1.0), self.cfg.for_gpu(gpu))
-            y = tab.update + np.where(finite, ar, np.inf)
-            price = sum(self.network.egress_per_gb(a[1], b[1]) for a, b in links)
-            egress = allreduce_egress_bytes(dp, float(tab.grad_bytes[0, self.L]), tp) * price / 1e9
-            self._sync[key] = (y, egress)
-        return self._sync[key]
-
-    def send_s(self, blk: PipelineBlock, nxt: PipelineBlock, mbs: int) -> np.ndarray:
-        """``(L+1,)`` seconds to hand one activation from ``blk`` to ``nxt`` when the stage ends at layer ``b``."""
-        key = (blk.pool, nxt.pool, blk.tp, mbs)
-        if key not in self._comm:
-            tab = self.table(blk.pool[0], blk.tp, mbs)
-            self._comm[key] = pipeline_send_s(self.network, blk.pool, nxt.pool, blk.tp, tab.out_bytes, self.cfg.for_gpu(blk.pool[0]))
-        return self._comm[key]
 
     # ---------------------------------------------------------- evaluate
     def lower_bound(self, blocks: list[PipelineBlock], mbs: int, dp: int) -> tuple[float, float]:
@@ -177,13 +81,10 @@ class Searcher:
         # stage k covers a fraction x_k of the model's compute, x_k * F_k <= max sigma, sum x = 1
         bottleneck = 1.0 / sum(b.stages / max(f, 1e-12) for b, f in zip(blocks, full, strict=True))
         t_lb = (M - 1) * bottleneck + min(full)
-        if self._buffered([blk for blk in blocks for _ in range(blk.stages)], mbs).any():
+        if self.buffered([blk for blk in blocks for _ in range(blk.stages)], mbs).any():
             t_lb = M * bottleneck  # the replay's 1F1B can beat the closed form's fill and drain, not the busiest stage
         return t_lb, self.rate(blocks, dp) * t_lb
 
-    def rate(self, blocks: list[PipelineBlock], dp: int) -> float:
-        """$/s of the GPUs of a layout."""
-        return rental_usd_per_s(dp * sum(b.stages * b.tp * self.gpu_types[b.pool[0]].price_per_hour for b in blocks))
 
     def evaluate(
         self, blocks: list[PipelineBlock], mbs: int, dp: int, spread: Spread | None = None, incumbent: Candidate | None = None,
@@ -227,7 +128,7 @@ class Searcher:
             links[s] = c_out
             c_in = c_out
         self.evaluated += 1
-        buffered = self._buffered(stages, mbs)
+        buffered = self.buffered(stages, mbs)
         cutoff = self._cutoff(incumbent, rate, ring[1], crosses=any(a.pool[1] != b.pool[1] for a, b in zip(stages, stages[1:], strict=False)))
         if buffered.any() and resplit:
             # the closed form prices a buffered send as blocking: split on the replay's times (what simulate charges)
@@ -245,7 +146,7 @@ class Searcher:
             b = np.asarray(res.bounds)
         # w carries egress as its time-equivalent ($ / rate); take it out of the iteration time
         egress_cost = ring[1] + self._pipeline_egress(stages, b, mbs, dp, M)  # the ring's does not depend on the split
-        if self._cv(stages) > 0 or buffered.any():  # the split was chosen without the noise / on the replay
+        if self.cv(stages) > 0 or buffered.any():  # the split was chosen without the noise / on the replay
             t_iter = self._split_time(stages, b, links, y, buffered, mbs, dp, M)
         else:
             t_iter = res.objective - ((egress_cost - ring[1]) / rate if rate > 0 else 0.0)
@@ -281,13 +182,6 @@ class Searcher:
             return (ReplicaGroup(blk.pool[0], blk.pool[1], blk.tp, dp),)
         return tuple(ReplicaGroup(blk.pool[0], z, blk.tp, n) for z, n in spread)
 
-    def _buffered(self, stages: list[PipelineBlock], mbs: int) -> np.ndarray:
-        """``(pp-1, L+1)``: whether the send out of stage ``s`` is buffered when the stage ends at layer ``b``."""
-        out = np.zeros((max(len(stages) - 1, 0), self.L + 1), dtype=bool)
-        for s, blk in enumerate(stages[:-1]):
-            tab = self.table(blk.pool[0], blk.tp, mbs)
-            out[s, 1:] = pipeline_send_buffered(tab.out_bytes[1:], blk.tp, self.cfg.for_gpu(blk.pool[0]))
-        return out
 
     def _pipeline_egress(self, stages: list[PipelineBlock], b: np.ndarray, mbs: int, dp: int, M: int) -> float:
         """$ per iteration of the activations and gradients that the split ``b`` sends across zones."""
@@ -311,7 +205,7 @@ class Searcher:
         comm = np.zeros((len(stages) + 1, 1))
         comm[1:-1, 0] = links[idx[:-1], b[1:-1]]  # seconds out of stage s
         mean, sd = replica_pipeline_times(fb, share, comm, buffered[idx[:-1], b[1:-1]][:, None], np.array([M]),
-                                          self._cv(stages))
+                                          self.cv(stages))
         pipe = clark_max(np.repeat(mean, dp), np.repeat(sd, dp))[0]
         return float(pipe) + float(y[idx, b[:-1], b[1:]].max())
 
@@ -380,156 +274,9 @@ class Searcher:
                         best, best_score, improved = trial, t, True
         return best if best_score < cutoff else None
 
-    def _cv(self, stages: list[PipelineBlock]) -> float:
-        """Rank speed noise of a layout: the largest of its GPU types' (as ``simulate`` takes it)."""
-        return max(self.cfg.for_gpu(blk.pool[0]).straggler_cv for blk in stages)
 
     # ------------------------------------------------------------- layouts
-    def _tps(self, gpu: str, mbs: int) -> list[int]:
-        per_node = self.gpu_types[gpu].gpus_per_node
-        return [t for t in self.profile.tp_degrees(gpu, mbs) if t <= per_node]
 
-    def _single_pools(self) -> list[Pool]:
-        pools = sorted(self.pool, key=lambda p: (p[0], -self.pool[p], p[1]))
-        if not self.options.prune:
-            return pools
-        seen: dict[str, Pool] = {}
-        for p in pools:
-            seen.setdefault(p[0], p)
-        return list(seen.values())
-
-    def _pairs(self) -> list[tuple[Pool, Pool]]:
-        pools = sorted(self.pool, key=lambda p: (p[0], -self.pool[p], p[1]))
-        pairs = [(a, b) for a in pools for b in pools if a != b]
-        if not self.options.prune:
-            return pairs
-        chosen: dict[tuple[str, str], tuple[Pool, Pool]] = {}
-        for a, b in sorted(
-            pairs,
-            key=lambda ab: (
-                -self.pool[ab[0]],
-                -self.pool[ab[1]],
-                self.network.egress_per_gb(ab[0][1], ab[1][1]),
-                ab,
-            ),
-        ):
-            chosen.setdefault((a[0], b[0]), (a, b))
-        return list(chosen.values())
-
-    def _layouts(self, pp: int, mbs: int, dp: int, max_blocks: int) -> Iterator[list[list[Layout]]]:
-        """Groups of layouts as rows (first block's TP) of columns (second block's TP), TP rising."""
-        if max_blocks == 1:
-            for pool in self._single_pools():
-                rows = [[([PipelineBlock(pool, tp, pp)], None)] for tp in self._tps(pool[0], mbs) if pp * dp * tp <= self.pool[pool]]
-                if rows:
-                    yield rows
-            if self.options.span_zones:
-                yield from self._spread_layouts(pp, mbs, dp)
-        if max_blocks == 3 and pp >= 3:
-            yield from self._triple_layouts(pp, mbs, dp)
-        if max_blocks != 2 or pp < 2:
-            return
-        for a, b in self._pairs():
-            for n1 in range(1, pp):
-                rows = []
-                for ta in self._tps(a[0], mbs):
-                    if n1 * dp * ta > self.pool[a]:
-                        continue
-                    row: list[Layout] = [
-                        ([PipelineBlock(a, ta, n1), PipelineBlock(b, tb, pp - n1)], None)
-                        for tb in self._tps(b[0], mbs)
-                        if (pp - n1) * dp * tb <= self.pool[b]
-                        # same type in two zones only when one zone cannot hold the pipeline
-                        and not (self.options.prune and a[0] == b[0] and (n1 * ta + (pp - n1) * tb) * dp <= self.pool[a])
-                    ]
-                    if row:
-                        rows.append(row)
-                if rows:
-                    yield rows
-
-    def _triples(self) -> list[tuple[Pool, Pool, Pool]]:
-        """Pool chains of three-block pipelines (neighbours differ). With pruning: three distinct
-        pools, not all of one type (zone-spanning covers that), one chain per sequence of types
-        (the largest pools, then the cheapest egress)."""
-        pools = sorted(self.pool)
-        chains = [(a, b, c) for a in pools for b in pools for c in pools if a != b and b != c]
-        if not self.options.prune:
-            return chains
-        chosen: dict[tuple[str, str, str], tuple[Pool, Pool, Pool]] = {}
-        for ch in sorted(
-            (ch for ch in chains if len(set(ch)) == 3 and len({p[0] for p in ch}) > 1),
-            key=lambda ch: (
-                -min(self.pool[p] for p in ch),
-                -sum(self.pool[p] for p in ch),
-                sum(self.network.egress_per_gb(x[1], y[1]) for x, y in zip(ch, ch[1:], strict=False)),
-                ch,
-            ),
-        ):
-            chosen.setdefault(tuple(p[0] for p in ch), ch)
-        return list(chosen.values())
-
-    def _triple_layouts(self, pp: int, mbs: int, dp: int) -> Iterator[list[list[Layout]]]:
-        """Three-block pipelines: a group per (chain, stages per block), rows by the first two
-        blocks' TP, columns by the third's (TP rising)."""
-        for chain in self._triples():
-            for n1 in range(1, pp - 1):
-                for n2 in range(1, pp - n1):
-                    counts = (n1, n2, pp - n1 - n2)
-                    rows: list[list[Layout]] = []
-                    for ta in self._tps(chain[0][0], mbs):
-                        for tb in self._tps(chain[1][0], mbs):
-                            row: list[Layout] = []
-                            for tc in self._tps(chain[2][0], mbs):
-                                blocks = [PipelineBlock(p, t, n) for p, t, n in zip(chain, (ta, tb, tc), counts, strict=True)]
-                                used: dict[Pool, int] = {}
-                                for blk in blocks:
-                                    used[blk.pool] = used.get(blk.pool, 0) + blk.stages * blk.tp * dp
-                                if all(n <= self.pool[p] for p, n in used.items()):
-                                    row.append((blocks, None))
-                            if row:
-                                rows.append(row)
-                    if rows:
-                        yield rows
-
-    def _spread_layouts(self, pp: int, mbs: int, dp: int) -> Iterator[list[list[Layout]]]:
-        """Homogeneous pipelines whose ``dp`` replicas span two or more zones of one GPU type.
-
-        Without pruning: every set of zones that holds the replicas. With pruning: only when no
-        zone holds them alone, the fewest zones that do, and of those the set whose ring is
-        fastest (then cheapest in egress)."""
-        for gpu in sorted({t for t, _ in self.pool}):
-            zones = sorted(z for t, z in self.pool if t == gpu)
-            if len(zones) < 2:
-                continue
-            groups: dict[tuple[str, ...], list[list[Layout]]] = {}
-            for tp in self._tps(gpu, mbs):
-                cap = {z: self.pool[(gpu, z)] // (pp * tp) for z in zones}
-                if self.options.prune and max(cap.values()) >= dp:
-                    continue
-                sets = [c for k in range(2, len(zones) + 1) for c in combinations(zones, k)]
-                spreads = [sp for c in sets if (sp := spread_replicas(cap, c, dp)) is not None]
-                if self.options.prune and spreads:
-                    fewest = min(len(sp) for sp in spreads)
-                    spreads = [min((sp for sp in spreads if len(sp) == fewest), key=lambda sp: self._ring_rank(gpu, sp, tp, mbs))]
-                for sp in spreads:
-                    key = () if self.options.prune else tuple(z for z, _ in sp)
-                    groups.setdefault(key, []).append([([PipelineBlock((gpu, sp[0][0]), tp, pp)], sp)])
-            yield from groups.values()
-
-    def _ring_rank(self, gpu: str, spread: Spread, tp: int, mbs: int) -> tuple[float, float]:
-        """(seconds of the ring's slowest link for the whole model's gradient, egress $/GB summed
-        over the ring's edges): how good a zone-spanning ring is, for choosing among zone sets."""
-        links = ring_links(gpu, spread)
-        return max(self._link_s(link, tp, mbs) for link in links), sum(self.network.egress_per_gb(a[1], b[1]) for a, b in links)
-
-    def _link_s(self, link: tuple[Pool, Pool], tp: int, mbs: int) -> float:
-        """Seconds of a two-replica all-reduce of the whole model's gradient over ``link`` (cached per link)."""
-        key = (link, tp, mbs)
-        if key not in self._links:
-            gpu = link[0][0]
-            whole = float(self.table(gpu, tp, mbs).grad_bytes[0, self.L])
-            self._links[key] = float(allreduce_s(self.network, {link}, tp, 2, whole, self.cfg.for_gpu(gpu)))
-        return self._links[key]
 
     def _scan_group(
         self, rows: list[list[Layout]], mbs: int, dp: int, incumbent: Candidate | None, local: Candidate | None = None
@@ -576,7 +323,7 @@ class Searcher:
         """Scan (mbs, dp, pp, layout); a homogeneous pass first gives the incumbent that the
         lower bounds of the heterogeneous pass prune against."""
         t0 = time.perf_counter()
-        self._incumbent: Candidate | None = None
+        self.incumbent: Candidate | None = None
         passes = tuple(range(1, min(self.options.max_blocks, 3) + 1))
         if self.options.prune:
             self._seed()
@@ -585,50 +332,30 @@ class Searcher:
         if self.options.mixed_stages and self.options.max_blocks >= 2 and max(self.cfg.for_gpu(t).straggler_cv for t, _ in self.pool) == 0:
             scan_mixed(self)
         stats = {"search_time": time.perf_counter() - t0, "evaluated": self.evaluated, "skipped": self.skipped}
-        if self._incumbent is None:
+        if self.incumbent is None:
             raise InfeasibleError(self._reason())
-        return self._incumbent, stats
+        return self.incumbent, stats
 
     def _seed(self) -> None:
         """An early incumbent so that the lower bounds prune small-``dp`` layouts from the start:
         one-stage pipelines on each pool (the pruned pools) at the largest ``dp`` its GPUs hold,
         for every microbatch size and TP degree (cheap: a one-stage split has nothing to choose)."""
-        for mbs in self._microbatch_sizes():
+        for mbs in self.microbatch_sizes():
             per = self.gbs // mbs
-            for pool in self._single_pools():
-                for tp in self._tps(pool[0], mbs):
+            for pool in single_pools(self):
+                for tp in self.tps(pool[0], mbs):
                     dp = max((d for d in range(1, min(per, self.pool[pool] // tp) + 1) if per % d == 0), default=0)
                     if dp:
-                        self._offer(self.evaluate([PipelineBlock(pool, tp, 1)], mbs, dp))
+                        self.offer(self.evaluate([PipelineBlock(pool, tp, 1)], mbs, dp))
 
-    def _microbatch_sizes(self) -> list[int]:
-        """Microbatch sizes to scan: profiled for a pool's type, allowed by the options, dividing the batch."""
-        types = {p[0] for p in self.pool}
-        mbs_all = sorted({m for t in types for m in self.profile.microbatch_sizes(t)})
-        if self.options.microbatch_sizes:
-            mbs_all = [m for m in mbs_all if m in self.options.microbatch_sizes]
-        return [m for m in mbs_all if self.gbs % m == 0]
-
-    def remember(self, cand: Candidate) -> Candidate:
-        """Keep ``cand`` if it is the best priced so far of one of its families
-        (:func:`~heteroplan.planner.explain.plan_families`); returns it."""
-        for family in plan_families(cand.plan):
-            best = self.runner_ups.get(family)
-            if best is None or cand < best:
-                self.runner_ups[family] = cand
-        return cand
-
-    def _offer(self, cand: Candidate | None) -> None:
-        if cand is not None and (self._incumbent is None or cand < self._incumbent):
-            self._incumbent = cand
 
     def _scan(self, max_blocks: int) -> None:
         total = sum(self.pool.values())
         max_pp = self.options.max_pp or min(self.L, 16)
         patience = self.options.patience if self.options.prune else math.inf
-        inc = self._incumbent
+        inc = self.incumbent
         near = max_blocks == 3 and self.options.prune and inc is not None
-        for mbs in self._microbatch_sizes():
+        for mbs in self.microbatch_sizes():
             if near and mbs != inc.plan.microbatch_size:
                 continue  # three blocks, pruned: around the best plan's microbatch and dp only
             per = self.gbs // mbs
@@ -643,12 +370,12 @@ class Searcher:
                 for pp in range(max(3, inc.plan.pp - 1) if near else 3 if max_blocks == 3 else 1, max_pp + 1):
                     if pp * dp > total or pp > self.L:
                         break
-                    before = self._incumbent
+                    before = self.incumbent
                     best_pp: Candidate | None = None
-                    for rows in self._layouts(pp, mbs, dp, max_blocks):
+                    for rows in layouts(self, pp, mbs, dp, max_blocks):
                         local = min((c for c in (best_dp, best_pp) if c is not None), default=None)
-                        cand = self._scan_group(rows, mbs, dp, self._incumbent, local)
-                        self._offer(cand)
+                        cand = self._scan_group(rows, mbs, dp, self.incumbent, local)
+                        self.offer(cand)
                         if cand is not None and (best_pp is None or cand < best_pp):
                             best_pp = cand
                     if near and best_pp is not None and not (before is None or best_pp < before):
@@ -657,7 +384,7 @@ class Searcher:
                             break
                     elif best_pp is not None and (best_dp is None or best_pp < best_dp):
                         best_dp, stale_pp = best_pp, 0
-                    elif best_dp is not None or self._incumbent is not None:
+                    elif best_dp is not None or self.incumbent is not None:
                         stale_pp += 1
                         if stale_pp >= patience:
                             break
