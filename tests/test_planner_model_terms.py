@@ -110,3 +110,17 @@ def test_stage_tables_price_every_layer_range_as_simulate_does(gpu, tp, mbs):
         assert est.stage_times.compute[s, 0] == pytest.approx(tab.fb[a, b], rel=1e-12)
         assert est.stage_times.optimizer_update[s, 0] == pytest.approx(tab.update[a, b], rel=1e-12)
         assert est.stage_memory.total[s, 0] == pytest.approx(float(tab.memory(1)[a, b]), rel=1e-12)
+
+
+@pytest.mark.parametrize("gpu,tp", [(A, 1), (V, 4)])
+def test_balanced_step_bound_is_below_every_two_stage_split(gpu, tp):
+    """The search prunes with it: no split of a 2-stage pipeline has a slowest stage below it."""
+    from heteroplan.planner.model.terms import balanced_step_lower_bound_s
+
+    prof, net, cat = load_model_profile("OPT-350"), load_network(), gpu_catalog()
+    tab = build_stage_table(prof, net, gpu, Z, tp, 4, DEFAULT_CONFIG, cat[gpu].memory_bandwidth_gbs)
+    L = prof.num_layers
+    bound = balanced_step_lower_bound_s([2], [float(tab.fb[0, L])])
+    slowest = [max(tab.fb[0, b], tab.fb[b, L]) for b in range(1, L)]
+    assert min(slowest) >= bound * (1 - 1e-12)
+    assert min(slowest) <= 1.2 * bound  # and it is not far off: OPT-350's layers are even

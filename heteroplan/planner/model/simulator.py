@@ -57,8 +57,10 @@ from heteroplan.planner.model.terms import (
     allreduce_egress_bytes,
     compute_s,
     memory_gb,
+    one_f_one_b_s,
     parameter_state_gb,
     pipeline_egress_bytes,
+    pipeline_step_s,
     rental_usd_per_s,
     working_gb,
 )
@@ -309,7 +311,7 @@ def replica_pipeline_times(
     (:func:`~heteroplan.planner.model.straggler.pipeline_times`), except that a replica with a buffered
     send is replayed (:func:`~heteroplan.planner.model.pipeline_replay.one_f_one_b_time`, a stage's flows
     sharing its NIC); the spread is the closed form's either way."""
-    sigma = fb + 2 * (comm[:-1] + comm[1:])
+    sigma = pipeline_step_s(fb, comm[:-1], comm[1:])
     mean, sd = pipeline_times(fb, sigma, fb.sum(axis=0) + 2 * comm.sum(axis=0), microbatches, cv)
     for d in np.flatnonzero(buffered.any(axis=0)):
         mean[d] = one_f_one_b_time(fb[:, d] * forward_share[:, d], fb[:, d] * (1 - forward_share[:, d]),
@@ -469,8 +471,8 @@ def _critical_path(fb: np.ndarray, comm: np.ndarray, micro: np.ndarray, t_pipe: 
     state plus the fill and drain), the replay's correction where sends are buffered, the straggler
     term, then the slowest stage's all-reduce and update."""
     d = int(np.argmax(t_pipe))
-    sigma = fb + 2 * (comm[:-1] + comm[1:])
-    closed = (micro - 1) * sigma.max(axis=0) + (fb.sum(axis=0) + 2 * comm.sum(axis=0))  # as replica_pipeline_times
+    sigma = pipeline_step_s(fb, comm[:-1], comm[1:])
+    closed = one_f_one_b_s(micro, sigma.max(axis=0), fb.sum(axis=0) + 2 * comm.sum(axis=0))  # as replica_pipeline_times
     s = int(np.argmax(sigma[:, d]))
     compute = float((micro[d] - 1) * fb[s, d] + fb[:, d].sum())
     k = int(np.argmax(allreduce + update))

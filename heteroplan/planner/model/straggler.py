@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import ndtr
 
+from heteroplan.planner.model.terms import one_f_one_b_s
+
 __all__ = ["clark_max", "pipeline_times"]
 
 _INV_SQRT_2PI = 1.0 / np.sqrt(2.0 * np.pi)
@@ -70,7 +72,7 @@ def pipeline_times(
     """
     micro = np.asarray(microbatches, dtype=float)
     bottleneck = step.argmax(axis=0)
-    mean = (micro - 1) * step.max(axis=0) + fixed
+    mean = one_f_one_b_s(micro, step.max(axis=0), fixed)
     busy = compute[bottleneck, np.arange(step.shape[1])]
     sd = cv * ((micro - 1) * busy + np.sqrt((compute**2).sum(axis=0)))
     return mean, sd

@@ -11,6 +11,10 @@ straggler term in :mod:`heteroplan.planner.model.straggler`, the 1F1B schedule i
 Time
     - compute: ``compute_scale * (f + b) + microbatch_overhead_s`` seconds per microbatch and stage
       (:func:`compute_s`), ``f + b`` the profiled forward + backward of the stage's layers.
+    - 1F1B pipeline with blocking sends: a stage's step ``f + b + 2 (c_in + c_out)``
+      (:func:`pipeline_step_s`), ``T = (M - 1) max_s step_s + sum_s (f_s + b_s + 2 c_s)``
+      (:func:`one_f_one_b_s`, :func:`pipeline_fill_s`), bounded below by
+      :func:`balanced_step_lower_bound_s`.
 Memory (GB per GPU)
     - weights, gradients, optimizer state: ``bytes_per_param * params`` shared as mixed-precision
       Adam holds them (ZeRO, Rajbhandari et al. 2020: 2 + 2 + 12 bytes of 16;
@@ -37,7 +41,8 @@ from heteroplan.planner.model.sim_config import SimConfig
 
 __all__ = [
     "PARAMETER_STATE_SHARES", "compute_s", "parameter_state_gb", "activations_gb", "working_gb", "static_memory_gb", "memory_gb",
-    "pipeline_egress_bytes", "allreduce_egress_bytes", "rental_usd_per_s",
+    "pipeline_egress_bytes", "allreduce_egress_bytes", "rental_usd_per_s", "pipeline_step_s", "pipeline_fill_s",
+    "one_f_one_b_s", "balanced_step_lower_bound_s",
 ]
 
 Number = float | np.ndarray
@@ -52,6 +57,32 @@ def compute_s(profiled_fb_s: Number, config: SimConfig) -> Number:
     scaled to the training loop's speed plus the framework's fixed time per microbatch, never
     below 0."""
     return np.maximum(config.compute_scale * profiled_fb_s + config.microbatch_overhead_s, 0.0)
+
+
+def pipeline_step_s(compute: Number, send_in_s: Number, send_out_s: Number) -> Number:
+    """Seconds of a stage's steady-state 1F1B step with blocking sends: its forward + backward and
+    the activation and gradient transfers on both sides, ``f + b + 2 (c_in + c_out)``."""
+    return compute + 2 * (send_in_s + send_out_s)
+
+
+def pipeline_fill_s(compute: Number, send_out_s: Number) -> Number:
+    """A stage's share of the pipeline's fill and drain: its forward + backward and the transfers
+    to the next stage, ``f + b + 2 c_out`` (summed over the stages)."""
+    return compute + 2 * send_out_s
+
+
+def one_f_one_b_s(microbatches: Number, step_max_s: Number, fill_drain_s: Number) -> Number:
+    """Seconds of a 1F1B pipeline replica (closed form): ``(M - 1)`` steps of its slowest stage,
+    then the fill and drain."""
+    return (microbatches - 1) * step_max_s + fill_drain_s
+
+
+def balanced_step_lower_bound_s(stages: list[int], whole_model_s: list[float]) -> float:
+    """Least possible slowest-stage seconds of a layout of blocks with ``stages[k]`` stages on
+    hardware that runs the whole model in ``whole_model_s[k]``: a stage covers a fraction ``x`` of
+    the model's compute, ``x F_k <= step``, the fractions add up to 1, so
+    ``step >= 1 / sum_k (n_k / F_k)``."""
+    return 1.0 / sum(n / max(f, 1e-12) for n, f in zip(stages, whole_model_s, strict=True))
 
 
 def parameter_state_gb(params: Number, config: SimConfig) -> dict[str, Number]:

@@ -24,7 +24,12 @@ import numpy as np
 from heteroplan.planner.model.comm import allreduce_s
 from heteroplan.planner.model.microbatches import class_microbatches, two_class_totals
 from heteroplan.planner.model.simulator import simulate_plan
-from heteroplan.planner.model.terms import allreduce_egress_bytes, pipeline_egress_bytes
+from heteroplan.planner.model.terms import (
+    allreduce_egress_bytes,
+    pipeline_egress_bytes,
+    pipeline_fill_s,
+    pipeline_step_s,
+)
 from heteroplan.planner.plan import PipelineBlock, Plan, ReplicaGroup, Stage
 from heteroplan.planner.search.context import Candidate, SearchContext
 
@@ -95,8 +100,8 @@ def _pipeline_parts(searcher: SearchContext, kind: Kind, mbs: int, bnd: np.ndarr
             if price:
                 egress += pipeline_egress_bytes(tab.out_bytes[b], blk.tp, 1, searcher.cfg.for_gpu(blk.pool[0])) / 1e9 * price
         fb = tab.fb[a, b]
-        step = np.maximum(step, fb + 2 * (c_in + c_out))
-        fixed += fb + 2 * c_out
+        step = np.maximum(step, pipeline_step_s(fb, c_in, c_out))
+        fixed += pipeline_fill_s(fb, c_out)
         mem0[s], mem1[s] = tab.mem_static[a, b], tab.mem_per_inflight[a, b]
         c_in = c_out
     return step, fixed, egress, mem0, mem1

@@ -41,7 +41,13 @@ from heteroplan.errors import InfeasibleError
 from heteroplan.planner.model.pipeline_replay import one_f_one_b_lower_bound
 from heteroplan.planner.model.simulator import replica_pipeline_times
 from heteroplan.planner.model.straggler import clark_max
-from heteroplan.planner.model.terms import pipeline_egress_bytes
+from heteroplan.planner.model.terms import (
+    balanced_step_lower_bound_s,
+    one_f_one_b_s,
+    pipeline_egress_bytes,
+    pipeline_fill_s,
+    pipeline_step_s,
+)
 from heteroplan.planner.plan import PipelineBlock, Plan, ReplicaGroup, Stage
 from heteroplan.planner.request import SearchOptions
 from heteroplan.planner.search.context import (
@@ -79,8 +85,8 @@ class Searcher(SearchContext):
         M = self.gbs // (mbs * dp)
         full = [float(self.table(b.pool[0], b.tp, mbs).fb[0, self.L]) for b in blocks]
         # stage k covers a fraction x_k of the model's compute, x_k * F_k <= max sigma, sum x = 1
-        bottleneck = 1.0 / sum(b.stages / max(f, 1e-12) for b, f in zip(blocks, full, strict=True))
-        t_lb = (M - 1) * bottleneck + min(full)
+        bottleneck = balanced_step_lower_bound_s([b.stages for b in blocks], full)
+        t_lb = one_f_one_b_s(M, bottleneck, min(full))
         if self.buffered([blk for blk in blocks for _ in range(blk.stages)], mbs).any():
             t_lb = M * bottleneck  # the replay's 1F1B can beat the closed form's fill and drain, not the busiest stage
         return t_lb, self.rate(blocks, dp) * t_lb
@@ -122,8 +128,8 @@ class Searcher(SearchContext):
                 ok[1:, :] = False
             if s == pp - 1:
                 ok[:, :L] = False
-            sigma[s] = tab.fb + 2 * (c_in[:, None] + c_out[None, :])
-            w[s] = np.where(ok, tab.fb + 2 * c_out[None, :] + egress_t, np.inf)
+            sigma[s] = pipeline_step_s(tab.fb, c_in[:, None], c_out[None, :])
+            w[s] = np.where(ok, pipeline_fill_s(tab.fb, c_out[None, :]) + egress_t, np.inf)
             y[s] = self.sync_matrix(blk.pool, blk.tp, mbs, dp) if spread is None else ring[0]
             links[s] = c_out
             c_in = c_out
@@ -237,7 +243,7 @@ class Searcher(SearchContext):
             stage_fb = fb[idx, a, z]
             share = np.stack([self.table(blk.pool[0], blk.tp, mbs).forward_share for blk in stages])[idx, a, z]
             send, buf = links[idx[:-1], z[:, :-1]], buffered[idx[:-1], z[:, :-1]]
-            closed = (M - 1) * sigma[idx, a, z].max(axis=1) + stage_fb.sum(axis=1) + 2 * send.sum(axis=1)
+            closed = one_f_one_b_s(M, sigma[idx, a, z].max(axis=1), pipeline_fill_s(stage_fb.sum(axis=1), send.sum(axis=1)))
             replayed = one_f_one_b_lower_bound(stage_fb * share, stage_fb * (1 - share), send, M, buf)
             # a split without a buffered send is priced by the closed form (a bound too: the noise only adds)
             lb = np.where(buf.any(axis=1), replayed, closed) + y[idx, a, z].max(axis=1)
