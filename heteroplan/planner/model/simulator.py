@@ -347,6 +347,29 @@ def memory_terms(
                        total=memory_gb(params, act, working, mbs, inflight, config))
 
 
+def _stage_memory(profile: ModelProfile, plan: Plan, reps: list, cfg: list[list[SimConfig]], micro: np.ndarray) -> StageMemory:
+    """The memory terms of every (stage, replica), ``inflight = min(S - s, M_d)`` microbatches held
+    by stage ``s`` under 1F1B; evaluated on arrays, one platform's constants at a time."""
+    S, D, mbs = plan.pp, plan.dp, plan.microbatch_size
+    floats = np.zeros((3, S, D))  # parameters, kept activation floats, working floats (per GPU)
+    inflight = np.zeros((S, D))
+    for s, stage in enumerate(plan.stages):
+        for d, r in enumerate(reps[s]):
+            floats[:, s, d] = _stage_floats(profile, r.tp, stage.first_layer, stage.last_layer, cfg[s][d])
+            inflight[s, d] = int(min(S - s, micro[d]))
+    terms = {name: np.zeros((S, D)) for name in MemoryTerms.NAMES}
+    for c in {id(c): c for row in cfg for c in row}.values():
+        on = np.array([[x is c for x in row] for row in cfg]).reshape(S, D)
+        params, act, working, held = floats[0][on], floats[1][on], floats[2][on], inflight[on]
+        for name, value in parameter_state_gb(params, c).items():
+            terms[name][on] = value
+        terms["activations"][on] = activations_gb(act, mbs, held, c)
+        terms["working_buffers"][on] = working_gb(working, mbs, c)
+        terms["runtime_overhead"][on] = c.overhead_gb
+        terms["total"][on] = memory_gb(params, act, working, mbs, held, c)
+    return StageMemory(**terms)
+
+
 def simulate_plan(
     plan: Plan,
     *,
@@ -435,10 +458,7 @@ def simulate_plan(
     pipe_time = float(clark_max(t_pipe, t_pipe_sd)[0])  # the slowest replica (expected, with stragglers)
     t_iter = pipe_time + float(sync.max())
 
-    mem = [[memory_terms(profile, r.tp, stage.first_layer, stage.last_layer, mbs, int(min(S - s, micro[d])), cfg[s][d])
-            for d, r in enumerate(reps[s])] for s, stage in enumerate(plan.stages)]
-    stage_memory = StageMemory(*(np.array([[getattr(m, name) for m in row] for row in mem], dtype=float).reshape(S, D)
-                                 for name in MemoryTerms.NAMES))
+    stage_memory = _stage_memory(profile, plan, reps, cfg, micro)
     mem_rep = stage_memory.total  # GB per GPU of each (stage, pipeline replica)
     capacity = np.array([[gpu_types[r.gpu_type].memory_gb for r in row] for row in reps], dtype=float).reshape(S, D)
     fit = memory_fit(mem_rep, capacity, [[r.gpu_type for r in row] for row in reps])
