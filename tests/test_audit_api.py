@@ -11,9 +11,9 @@ import pytest
 
 from heteroplan.errors import InputError, ModelError, ModelWarning
 from heteroplan.milp import Model
+from heteroplan.planner.model.sim_config import SimConfig, load_platforms
 from heteroplan.planner.plan import Plan
 from heteroplan.planner.request import SearchOptions
-from heteroplan.planner.sim_config import SimConfig, load_platforms
 from heteroplan.workload.sia import JobSpec
 
 PLAN = {"model": "m", "global_batch_size": 8, "microbatch_size": 1,

@@ -80,7 +80,7 @@ def test_network_files(tmp_path, content) -> None:
 
 
 def test_sim_config_file(tmp_path) -> None:
-    from heteroplan.planner.sim_config import load_platforms
+    from heteroplan.planner.model.sim_config import load_platforms
 
     for content in BAD_JSON.values():
         (tmp_path / "sim_config.json").write_bytes(content)
