@@ -121,7 +121,7 @@ def test_skip_and_error_messages_do_not_suggest_the_cuda_pulling_extra() -> None
 
 
 def test_pipeline_schedule_repr_is_one_line() -> None:
-    from heteroplan.planner.schedule import schedule_1f1b
+    from heteroplan.planner.model.schedule import schedule_1f1b
 
     sched = schedule_1f1b([0.1, 0.2], [0.2, 0.4], [0.0, 0.01, 0.0], 64)
     assert repr(sched).count("\n") == 0 and "2 stages x 64 microbatches" in repr(sched)
