@@ -28,7 +28,13 @@ from heteroplan.signals import Interrupted, SignalGuard
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.sim.loop import simulate
 from heteroplan.sim.metrics import SimResult, compare_table
-from heteroplan.workload.sia import BUNDLED_WORKLOADS, JobSpec, bundled_workload, read_sia_workload
+from heteroplan.workload.sia import (
+    BUNDLED_WORKLOADS,
+    JobSpec,
+    bundled_workload,
+    is_bundled_workload,
+    read_sia_workload,
+)
 
 # Exit codes (docs/errors.md): 0 every policy ran to the end; 2 bad input; 3 a simulation stopped
 # early (its error is in the table and results.json); 128 + signal number when interrupted.
@@ -43,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def add_arguments(p: argparse.ArgumentParser, default_policies: tuple[str, ...] = ("sia",)) -> None:
     p.add_argument("--workload", default="philly/workload-1",
-                   help=f"Sia workload CSV path, or a bundled one: {', '.join(BUNDLED_WORKLOADS[:2])}, ...")
+                   help=f"Sia workload CSV path, or a bundled one: {', '.join(BUNDLED_WORKLOADS[:2])}, ..., newtrace/seed-0, ...")
     p.add_argument("--cluster", default="sia-64", help=f"preset ({', '.join(PRESETS)}) or cluster JSON file")
     p.add_argument("--policy", action="append", choices=sorted(POLICIES),
                    help=f"policy to run (repeatable; default {', '.join(default_policies)})")
@@ -66,7 +72,7 @@ def load_inputs(args: argparse.Namespace) -> tuple[Cluster, list[JobSpec]]:
     from heteroplan.perf.applications import APPLICATIONS
 
     cluster = preset(args.cluster) if args.cluster in PRESETS else Cluster.from_json(args.cluster)
-    if args.workload in BUNDLED_WORKLOADS:
+    if is_bundled_workload(args.workload):
         jobs = bundled_workload(args.workload)
     else:
         limits = {name: app.max_batch_size for name, app in APPLICATIONS.items()}

@@ -19,7 +19,7 @@ from pathlib import Path
 from heteroplan.errors import InputError
 from heteroplan.inputs import read_text, strict_int
 
-__all__ = ["JobSpec", "read_sia_workload", "bundled_workload", "BUNDLED_WORKLOADS"]
+__all__ = ["JobSpec", "read_sia_workload", "bundled_workload", "is_bundled_workload", "BUNDLED_WORKLOADS"]
 
 COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 # Beyond these a row is a typo, not a job: 1e12 samples per step would simulate for 4e8 hours.
@@ -131,10 +131,25 @@ def _unique_names(jobs: list[JobSpec]) -> list[JobSpec]:
     return out
 
 
+def is_bundled_workload(name: str) -> bool:
+    """Whether :func:`bundled_workload` knows ``name``: a shipped CSV or ``newtrace/seed-<s>``."""
+    from heteroplan.workload.newtrace import newtrace_seed
+
+    return name in BUNDLED_WORKLOADS or newtrace_seed(name) is not None
+
+
 def bundled_workload(name: str = "philly/workload-1") -> list[JobSpec]:
-    """One of the Sia workloads shipped with the package (``philly/workload-N``, ``saturn/workload-N``)."""
+    """One of the Sia workloads shipped with the package (``philly/workload-N``, ``saturn/workload-N``),
+    or the generated newTrace-setting workload ``newtrace/seed-<s>`` (960 jobs over 48 hours, see
+    :func:`heteroplan.workload.newtrace.generate_newtrace`)."""
+    from heteroplan.workload.newtrace import generate_newtrace, newtrace_seed
+
+    seed = newtrace_seed(name)
+    if seed is not None:
+        return generate_newtrace(seed=seed)
     if name not in BUNDLED_WORKLOADS:
-        raise InputError("workload", name, f"unknown bundled workload; known: {list(BUNDLED_WORKLOADS)}")
+        raise InputError("workload", name, f"unknown bundled workload; known: {list(BUNDLED_WORKLOADS)}"
+                                           " and newtrace/seed-<s>")
     ref = resources.files("heteroplan") / "data" / "workloads" / f"{name}.csv"
     with resources.as_file(ref) as path:
         return read_sia_workload(path)

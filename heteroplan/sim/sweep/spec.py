@@ -42,7 +42,7 @@ from heteroplan.cluster import PRESETS
 from heteroplan.errors import InputError
 from heteroplan.inputs import MAX_GENERATED_JOBS, MIN_ROUND_S, read_text
 from heteroplan.sim.fidelity import SimFidelity
-from heteroplan.workload.sia import BUNDLED_WORKLOADS
+from heteroplan.workload.sia import BUNDLED_WORKLOADS, is_bundled_workload
 
 __all__ = [
     "SIMULATORS",
@@ -357,8 +357,9 @@ def _workloads(i: int, t: Mapping[str, Any], simulator: str, base: Path) -> list
     out = []
     for n in names:
         if kind == "bundled":
-            if n not in BUNDLED_WORKLOADS:
-                raise InputError(f"{where}.bundled", n, f"unknown bundled workload; known: {list(BUNDLED_WORKLOADS)}")
+            if not is_bundled_workload(n):
+                raise InputError(f"{where}.bundled", n, f"unknown bundled workload; known: {list(BUNDLED_WORKLOADS)}"
+                                                        " and newtrace/seed-<s>")
             out.append(WorkloadSpec("bundled", n, family or n.split("/")[0]))
         else:
             path = (base / n).resolve()

@@ -1,0 +1,81 @@
+"""The newTrace-setting generator: mix, arrival span, requests, determinism, bad input."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from heteroplan.errors import InputError
+from heteroplan.sim.sweep.spec import parse_sweep
+from heteroplan.workload.newtrace import (
+    NEWTRACE_MIX,
+    REQUEST_WEIGHTS,
+    NewTraceSpec,
+    generate_newtrace,
+)
+from heteroplan.workload.sia import bundled_workload, is_bundled_workload
+
+
+def test_mix_and_arrival_span_for_many_jobs():
+    jobs = generate_newtrace(NewTraceSpec(jobs=40_000, hours=48.0), seed=3)
+    counts = collections.Counter(j.application for j in jobs)
+    total = sum(NEWTRACE_MIX.values())
+    for app, weight in NEWTRACE_MIX.items():
+        assert counts[app] / len(jobs) == pytest.approx(weight / total, abs=0.01), app
+    arrivals = [j.arrival_time for j in jobs]
+    assert arrivals == sorted(arrivals)
+    assert 0.0 <= arrivals[0] < 60.0 and 48 * 3600 - 60.0 < arrivals[-1] < 48 * 3600
+    # uniform: each quarter of the window gets a quarter of the jobs
+    for q in range(4):
+        inside = sum(q * 12 * 3600 <= t < (q + 1) * 12 * 3600 for t in arrivals)
+        assert inside / len(jobs) == pytest.approx(0.25, abs=0.01)
+
+
+def test_requests_come_from_the_bundled_configurations():
+    jobs = generate_newtrace(NewTraceSpec(jobs=20_000), seed=1)
+    assert {j.num_replicas for j in jobs} <= set(range(4, 17))
+    cifar = collections.Counter((j.num_replicas, j.batch_size) for j in jobs if j.application == "cifar10")
+    table = REQUEST_WEIGHTS["cifar10"]
+    n = sum(cifar.values())
+    for config, weight in table.items():
+        assert cifar[config] / n == pytest.approx(weight / sum(table.values()), abs=0.02), config
+    assert set(cifar) == set(table)
+    assert all((j.num_replicas, j.batch_size) in REQUEST_WEIGHTS[j.application] for j in jobs)
+
+
+def test_deterministic_per_seed_and_default_setting():
+    a, b, c = generate_newtrace(seed=7), generate_newtrace(seed=7), generate_newtrace(seed=8)
+    assert a == b and a != c
+    assert len(a) == 960 and len({j.name for j in a}) == 960
+    assert max(j.arrival_time for j in a) < 48 * 3600
+    assert bundled_workload("newtrace/seed-7") == a
+    assert is_bundled_workload("newtrace/seed-7") and not is_bundled_workload("newtrace/seed-07")
+    assert not is_bundled_workload("newtrace/seed-x")
+
+
+def test_sweeps_name_the_family_like_the_bundled_traces(tmp_path):
+    spec = parse_sweep({"name": "n", "simulator": "sia",
+                        "workloads": [{"bundled": ["newtrace/seed-1", "newtrace/seed-2"]}],
+                        "clusters": [{"preset": "sia-64"}], "policies": [{"name": "sia"}]}, tmp_path)
+    assert [c.workload.family for c in spec.cells()] == ["newtrace", "newtrace"]
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"jobs": 0}, "newtrace.jobs"),
+    ({"jobs": 2.5}, "newtrace.jobs"),
+    ({"hours": 0.0}, "newtrace.hours"),
+    ({"hours": float("nan")}, "newtrace.hours"),
+    ({"mix": {"resnet": 1.0}}, "newtrace.mix[resnet]"),
+    ({"mix": {"bert": -1.0}}, "newtrace.mix[bert]"),
+    ({"mix": {"bert": 0.0}}, "newtrace.mix"),
+])
+def test_bad_input_names_the_field(kwargs, field):
+    with pytest.raises(InputError) as err:
+        NewTraceSpec(**kwargs)
+    assert err.value.field == field
+
+
+def test_bad_seed():
+    with pytest.raises(InputError, match="newtrace.seed"):
+        generate_newtrace(seed=-1)
