@@ -32,6 +32,7 @@ class JobRecord:
         steps_done: training iterations reported done (0 where the caller reports work only).
         observations: measured step timings fed to its performance model.
         phi: gradient noise scale (samples) last reported, ``None`` if none.
+        restore_seconds: seconds it held GPUs while restoring a checkpoint ((re)start delays).
     """
 
     job_id: str
@@ -48,6 +49,7 @@ class JobRecord:
     steps_done: int = 0
     observations: int = 0
     phi: float | None = None
+    restore_seconds: float = 0.0
 
     @property
     def name(self) -> str:

@@ -82,6 +82,7 @@ class _Job:
     steps_done: int = 0
     allocation: Allocation | None = None
     restore_left: float = 0.0
+    restored: float = 0.0
     restarts: int = 0
     starts: int = 0
     gpu_seconds: float = 0.0
@@ -252,6 +253,7 @@ class SchedulingSession:
             raise InputError(f"job[{job_id}]", job_id, f"already finished at {job.finish_time} s")
         if job.allocation is not None and self._last_round is not None:
             job.gpu_seconds += job.allocation.num_gpus * max(0.0, at - self._last_round)
+            job.restored += min(job.restore_left, max(0.0, at - self._last_round))
         job.allocation = None
         job.restore_left = 0.0
         job.work_done = job.total_work
@@ -295,7 +297,9 @@ class SchedulingSession:
             job.gpu_seconds += alloc.num_gpus * elapsed
             if not job.reported and elapsed > job.restore_left:
                 self._unreported(job)
-            job.restore_left -= min(job.restore_left, elapsed)
+            spent = min(job.restore_left, elapsed)
+            job.restored += spent
+            job.restore_left -= spent
             job.reported = False
         self._last_round = float(now)
 
@@ -387,7 +391,7 @@ class SchedulingSession:
             finish_time=j.finish_time, restarts=j.restarts, gpu_seconds=j.gpu_seconds,
             fraction_done=j.fraction_done, requested_gpus=j.requested_gpus,
             avg_active=j.active_sum / j.active_rounds if j.active_rounds else 1.0,
-            steps_done=j.steps_done, observations=j.observations, phi=j.phi,
+            steps_done=j.steps_done, observations=j.observations, phi=j.phi, restore_seconds=j.restored,
         )
 
     def records(self) -> tuple[JobRecord, ...]:
