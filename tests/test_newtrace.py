@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 
+import numpy as np
 import pytest
 
 from heteroplan.errors import InputError
@@ -18,7 +19,7 @@ from heteroplan.workload.sia import bundled_workload, is_bundled_workload
 
 
 def test_mix_and_arrival_span_for_many_jobs():
-    jobs = generate_newtrace(NewTraceSpec(jobs=40_000, hours=48.0), seed=3)
+    jobs = generate_newtrace(NewTraceSpec(jobs=40_000, hours=48.0, hourly_dispersion=1.0), seed=3)
     counts = collections.Counter(j.application for j in jobs)
     total = sum(NEWTRACE_MIX.values())
     for app, weight in NEWTRACE_MIX.items():
@@ -30,6 +31,23 @@ def test_mix_and_arrival_span_for_many_jobs():
     for q in range(4):
         inside = sum(q * 12 * 3600 <= t < (q + 1) * 12 * 3600 for t in arrivals)
         assert inside / len(jobs) == pytest.approx(0.25, abs=0.01)
+
+
+@pytest.mark.parametrize("dispersion", [1.0, 4.27])
+def test_hourly_arrival_counts_have_the_asked_dispersion(dispersion):
+    # 20 jobs/h as in the newTrace setting, over 3000 hours: var/mean of the hourly counts.
+    jobs = generate_newtrace(NewTraceSpec(jobs=60_000, hours=3000.0, hourly_dispersion=dispersion), seed=5)
+    counts = np.bincount([int(j.arrival_time // 3600) for j in jobs], minlength=3000)
+    assert counts.mean() == pytest.approx(20.0)
+    assert counts.var() / counts.mean() == pytest.approx(dispersion, rel=0.12)
+    assert max(j.arrival_time for j in jobs) < 3000 * 3600
+
+
+def test_partial_last_hour_gets_its_share():
+    jobs = generate_newtrace(NewTraceSpec(jobs=30_000, hours=1.5, hourly_dispersion=1.0), seed=2)
+    late = sum(j.arrival_time >= 3600 for j in jobs)
+    assert late / len(jobs) == pytest.approx(1 / 3, abs=0.02)
+    assert max(j.arrival_time for j in jobs) < 1.5 * 3600
 
 
 def test_requests_come_from_the_bundled_configurations():
@@ -69,6 +87,8 @@ def test_sweeps_name_the_family_like_the_bundled_traces(tmp_path):
     ({"mix": {"resnet": 1.0}}, "newtrace.mix[resnet]"),
     ({"mix": {"bert": -1.0}}, "newtrace.mix[bert]"),
     ({"mix": {"bert": 0.0}}, "newtrace.mix"),
+    ({"hourly_dispersion": 0.5}, "newtrace.hourly_dispersion"),
+    ({"hourly_dispersion": True}, "newtrace.hourly_dispersion"),
 ])
 def test_bad_input_names_the_field(kwargs, field):
     with pytest.raises(InputError) as err:

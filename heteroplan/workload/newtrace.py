@@ -9,9 +9,12 @@ a job's application fixes its work (the application's epochs over its dataset, s
 is drawn from the application's configurations at 50-80% scaling efficiency on 8-GPU RTX
 nodes, at most 16 GPUs. Those configurations, and how often the artifact drew each, are taken
 from the 16 bundled Philly/Helios workloads (:data:`REQUEST_WEIGHTS`), so a generated job is
-one the bundled traces could hold. Arrival times are uniform over the window (a Poisson process
-conditioned on the job count); the artifact samples them from a production trace's timestamps,
-which are not bundled.
+one the bundled traces could hold. The artifact samples arrival times from a production trace's
+timestamps (not bundled), which come in bursts: the hourly job counts of the bundled workloads
+(20 jobs/h, the newTrace rate) have a variance 2.1-7.4 times their mean (median 4.27; a Poisson
+process has 1). Arrivals here are a Poisson process whose rate is redrawn every hour from a gamma
+distribution with that index of dispersion (``hourly_dispersion``; 1 = uniform arrivals),
+conditioned on the job count.
 
 ``generate_newtrace(seed=s)`` is deterministic per seed; ``bundled_workload("newtrace/seed-s")``
 gives the same jobs, so sweeps name the family like the bundled traces.
@@ -48,6 +51,8 @@ REQUEST_WEIGHTS: Mapping[str, Mapping[tuple[int, int], int]] = MappingProxyType(
     "imagenet": MappingProxyType({(10, 1600): 21, (12, 3200): 15, (14, 3200): 23}),
 })
 
+# Median over the 16 bundled workloads of var/mean of their hourly arrival counts.
+BUNDLED_HOURLY_DISPERSION = 4.27
 MAX_JOBS = 1_000_000
 MAX_HOURS = 10 * 365 * 24.0
 PREFIX = "newtrace/seed-"
@@ -59,14 +64,17 @@ class NewTraceSpec:
 
     Attributes:
         jobs: number of jobs.
-        hours: arrival window (hours); arrivals are uniform on ``[0, hours)``.
+        hours: arrival window (hours); arrivals fall in ``[0, hours)``.
         mix: application -> weight (normalised to fractions); applications must be in
             :data:`REQUEST_WEIGHTS`.
+        hourly_dispersion: variance over mean of the jobs arriving per hour, at the mean rate
+            ``jobs / hours`` (>= 1; 1: uniform arrivals; default: the bundled workloads').
     """
 
     jobs: int = 960
     hours: float = 48.0
     mix: Mapping[str, float] = field(default_factory=lambda: NEWTRACE_MIX)
+    hourly_dispersion: float = BUNDLED_HOURLY_DISPERSION
 
     def __post_init__(self) -> None:
         if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or not 1 <= self.jobs <= MAX_JOBS:
@@ -82,6 +90,9 @@ class NewTraceSpec:
             if isinstance(weight, bool) or not isinstance(weight, int | float) \
                     or not (math.isfinite(weight) and weight >= 0):
                 raise InputError(f"newtrace.mix[{app}]", weight, "must be a finite number >= 0")
+        d = self.hourly_dispersion
+        if isinstance(d, bool) or not isinstance(d, int | float) or not (math.isfinite(d) and 1 <= d <= 1e6):
+            raise InputError("newtrace.hourly_dispersion", d, "must be a number in [1, 1e6]")
         if sum(self.mix.values()) <= 0:
             raise InputError("newtrace.mix", dict(self.mix), "needs a weight > 0")
         object.__setattr__(self, "hours", float(self.hours))
@@ -92,8 +103,9 @@ def generate_newtrace(spec: NewTraceSpec | None = None, seed: int = 0) -> list[J
     """``spec.jobs`` Sia jobs in the newTrace setting, sorted by arrival (deterministic per ``seed``).
 
     Each job's application is drawn from ``spec.mix``, its rigid request from the
-    application's :data:`REQUEST_WEIGHTS`, its arrival uniformly in ``[0, spec.hours)``
-    (seconds, whole). Names are ``<application>-<index in arrival order>``.
+    application's :data:`REQUEST_WEIGHTS`, its arrival in ``[0, spec.hours)`` (whole seconds): an
+    hour is drawn with probability proportional to its gamma-distributed rate, then a uniform
+    time within it. Names are ``<application>-<index in arrival order>``.
     """
     spec = NewTraceSpec() if spec is None else spec
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -102,7 +114,7 @@ def generate_newtrace(spec: NewTraceSpec | None = None, seed: int = 0) -> list[J
     apps = sorted(spec.mix)
     weights = np.array([spec.mix[a] for a in apps], dtype=float)
     drawn = rng.choice(len(apps), size=spec.jobs, p=weights / weights.sum())
-    arrivals = np.sort(np.floor(rng.uniform(0.0, spec.hours * 3600.0, size=spec.jobs)))
+    arrivals = _arrivals(spec, rng)
     requests = {}
     for k, app in enumerate(apps):
         table = REQUEST_WEIGHTS[app]
@@ -116,6 +128,23 @@ def generate_newtrace(spec: NewTraceSpec | None = None, seed: int = 0) -> list[J
         replicas, batch = next(requests[app])
         jobs.append(JobSpec(f"{app}-{i}", float(arrival), app, replicas, batch))
     return jobs
+
+
+def _arrivals(spec: NewTraceSpec, rng: np.random.Generator) -> np.ndarray:
+    """Sorted arrival times (s): hourly rates ``Gamma(k, 1/k)`` with ``1 + (jobs/hours)/k`` the
+    dispersion (a partial last hour weighted by its length), each job in an hour drawn by rate."""
+    bins = math.ceil(spec.hours)
+    width = np.minimum(1.0, spec.hours - np.arange(bins))  # hours in each bin
+    excess = spec.hourly_dispersion - 1.0
+    if excess > 0:
+        shape = (spec.jobs / spec.hours) / excess
+        rate = rng.gamma(shape, 1.0 / shape, size=bins)
+    else:
+        rate = np.ones(bins)
+    weight = rate * width
+    hour = rng.choice(bins, size=spec.jobs, p=weight / weight.sum())
+    seconds = (hour + rng.uniform(0.0, 1.0, size=spec.jobs) * width[hour]) * 3600.0
+    return np.sort(np.minimum(np.floor(seconds), math.ceil(spec.hours * 3600.0) - 1))
 
 
 def newtrace_seed(name: str) -> int | None:
