@@ -149,7 +149,7 @@ def test_fair_share_speedups_are_relative_to_gpus_over_jobs_on_one_node(monkeypa
             for i, app in enumerate(("cifar10", "imagenet", "bert"))]
     # The jobs' own (bootstrapped) models, not the merged profile, which has no data yet.
     policy = PolluxPolicy(mechanism="sia-artifact", speedup_base="fair-share", merged_profile=False)
-    out = policy.allocate(cluster, jobs, 0.0)
+    out = policy.allocate(cluster, jobs, 60.0)  # a minute old: restart factor 60 / (60 + 30) for new jobs
     fair = -(-64 // 3)  # 22 GPUs: the fair share, on one node, of the job's first known type
     want = [float(np.ravel(j.estimator.goodput(np.array(["aws"], dtype=object), np.array([1]), np.array([fair])))[0])
             for j in jobs]
@@ -224,3 +224,33 @@ def test_allocate_plans_with_the_merged_profile(monkeypatch):
     # Without merging the optimiser sees the job's bootstrapped per-type model instead.
     PolluxPolicy(mechanism="sia-artifact", merged_profile=False).allocate(cluster, [job], 0.0)
     assert not np.allclose(seen[-1][0], seen[-2][0])
+
+
+def test_fair_share_fitness_prices_a_job_without_gpus_as_restarting(monkeypatch):
+    # The artifact's GA penalizes any state that differs from the base state; a job without
+    # GPUs has an empty base state, so all its configurations carry the restart factor
+    # max(T - n S, 0) / (T + S) (here S = 30 s, the artifact's fixed Pollux delay).
+    from heteroplan.cluster import preset
+    from heteroplan.perf.sia_data import bootstrap_model
+    from heteroplan.policies import pollux as pollux_module
+
+    seen = []
+    real = pollux_module.build_sia_model
+
+    def spy(*args, **kwargs):
+        seen.append(np.array(args[0]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pollux_module, "build_sia_model", spy)
+    cluster = preset("sia-64")
+    jobs = [JobState("new", "cifar10", 50.0, estimator=bootstrap_model("cifar10"), restart_delay=30.0),
+            JobState("old", "cifar10", 0.0, estimator=bootstrap_model("cifar10"), restart_delay=30.0,
+                     num_restarts=1)]
+    for flag in (False, True):
+        PolluxPolicy(mechanism="sia-artifact", speedup_base="fair-share", merged_profile=False,
+                     restart_unallocated=flag).allocate(cluster, jobs, 110.0)
+    plain, penalized = seen
+    np.testing.assert_allclose(penalized[0], plain[0] * 60 / 90)  # age 60 s, no restarts
+    np.testing.assert_allclose(penalized[1], plain[1] * 80 / 140)  # age 110 s, one restart
+    with pytest.raises(InputError, match="restart_unallocated"):
+        PolluxPolicy(restart_unallocated="yes")

@@ -24,7 +24,9 @@ linear speed-up before any observation (:mod:`heteroplan.policies.pollux_profile
 simulator still runs the job at the true rate of the GPUs it holds. The optimiser is the exact ILP above, not the
 artifact's genetic algorithm. ``speedup_base="fair-share"`` measures speed-ups against the
 goodput of a fair share (GPUs / active jobs, rounded up, on one node) as the artifact's fitness
-does; it is off by default (see docs/sia.md for why).
+does; it is off by default (see docs/sia.md for why). With it, ``restart_unallocated`` (default
+on for ``sia-artifact``) also scales a job without GPUs by its restart factor, as the artifact's
+GA penalizes every state that differs from the job's (empty) base state.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ class PolluxPolicy:
     vnode_order: str | None = None
     seed: int = 0
     merged_profile: bool | None = None
+    restart_unallocated: bool | None = None
     _cache: dict[int, ConfigSet] = field(default_factory=dict, repr=False)
     _intended: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict, repr=False)
     _profiles: dict[str, MergedProfile] = field(default_factory=dict, repr=False)
@@ -101,6 +104,10 @@ class PolluxPolicy:
             self.merged_profile = self.mechanism == "sia-artifact"
         if not isinstance(self.merged_profile, bool):
             raise InputError("merged_profile", self.merged_profile, "must be true or false")
+        if self.restart_unallocated is None:
+            self.restart_unallocated = self.mechanism == "sia-artifact"
+        if not isinstance(self.restart_unallocated, bool):
+            raise InputError("restart_unallocated", self.restart_unallocated, "must be true or false")
         if self.lam is None:
             self.lam = FAIR_SHARE_LAMBDA if self.speedup_base == "fair-share" else 1.1
         if isinstance(self.lam, bool) or not isinstance(self.lam, (int, float)) or not (0 < self.lam < math.inf):
@@ -144,6 +151,11 @@ class PolluxPolicy:
             np.array([j.num_restarts for j in jobs]),
             np.array([j.restart_delay for j in jobs]),
         )
+        if self.restart_unallocated and self.speedup_base == "fair-share":
+            # The artifact's GA penalizes every state that differs from the job's base state,
+            # and a job without GPUs has an empty one: its every configuration is a restart.
+            # Speed-ups are relative to ``base`` here, so scaling the row scales them.
+            G *= np.where(current < 0, restart, 1.0)[:, None]
         pinned = np.array([j.restoring for j in jobs])
         capacity = np.array([float(cluster.num_gpus)])
         problem = build_sia_model(G, configs, capacity, current, restart, pinned, self.p, float(self.lam or 0.0),
