@@ -116,3 +116,24 @@ def test_bad_inputs() -> None:
         build_sia_model(np.ones((2, len(configs))), configs, [4, 4], p=0)
     with pytest.raises(InputError, match="mode"):
         solve_sia(build_sia_model(np.ones((1, len(configs))), configs, [4, 4]), mode="ga")
+
+
+def test_sia_prices_restarts_as_the_artifact_and_spares_young_jobs() -> None:
+    from heteroplan.errors import InputError
+    from heteroplan.policies.base import JobState
+    from heteroplan.policies.sia import SiaPolicy
+
+    jobs = [
+        JobState("c", "cifar10", 0.0, num_restarts=1, restart_delay=50.0),  # priced 30 s, pays 50 s
+        JobState("b", "bert", 0.0, restart_delay=120.0),  # 100 s old: younger than its 120 s price
+        JobState("r", "rigid-x", 0.0, num_restarts=1, restart_delay=10.0),  # not in the table: own delay
+    ]
+    np.testing.assert_allclose(SiaPolicy().restart_factors(jobs, 100.0), [70 / 130, 1.0, 90 / 110])
+    np.testing.assert_allclose(SiaPolicy(young_exempt=False).restart_factors(jobs, 100.0),
+                               [70 / 130, 100 / 220, 90 / 110])
+    np.testing.assert_allclose(SiaPolicy(restart_prices={}, young_exempt=False).restart_factors(jobs, 100.0),
+                               [50 / 150, 100 / 220, 90 / 110])
+    # bert at 130 s is past its price: penalized again
+    np.testing.assert_allclose(SiaPolicy().restart_factors(jobs[1:2], 130.0), [130 / 250])
+    with pytest.raises(InputError, match="restart_prices"):
+        SiaPolicy(restart_prices={"cifar10": -1.0})
