@@ -7,7 +7,14 @@ import json
 import pytest
 
 from heteroplan.errors import InputError
-from heteroplan.planner.plan import OptimizerSharding, Plan, Precision, Recomputation, ReplicaGroup, Stage
+from heteroplan.planner.plan import (
+    OptimizerSharding,
+    Plan,
+    Precision,
+    Recomputation,
+    ReplicaGroup,
+    Stage,
+)
 
 GROUP = (ReplicaGroup("A100-40", "z", 1, 2),)
 

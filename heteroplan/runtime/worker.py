@@ -187,7 +187,7 @@ class StageTrainer:
         if self.reports_loss:
             self.control[1] = loss_sum
         if self.grad_stats:
-            self.control[2:] = torch.tensor(self._noise_terms(local_sqr, float(flat.double().square().sum())),
+            self.control[2:4] = torch.tensor(self._noise_terms(local_sqr, float(flat.double().square().sum())),
                                              dtype=torch.float64)
         if not self.solo:
             dist.all_reduce(self.control, group=self.group)
