@@ -140,3 +140,14 @@ def test_dimensions_the_runtime_cannot_apply_are_refused_before_launch() -> None
     tp_zero = Plan("t", GBS, 2, (Stage(0, 4, (ReplicaGroup("cpu", "local", 2, 2),), "none", "zero1"),))
     with pytest.raises(InputError, match=r"plan.stages\[0\].optimizer_sharding"):
         check_dimensions(tp_zero)
+
+
+def test_model_specs_load_a_task_or_say_what_is_wrong() -> None:
+    from heteroplan.runtime.models import load_task
+
+    assert isinstance(load_task("heteroplan.runtime.models:TinyGPTTask"), TinyGPTTask)
+    for spec, why in (("no_colon", "package.module:factory"), ("heteroplan.nope:x", "cannot import"),
+                      ("heteroplan.runtime.models:tiny_gpt", "returned a module"),
+                      ("heteroplan.runtime.models:__all__", "TrainTask")):
+        with pytest.raises(InputError, match=why):
+            load_task(spec)

@@ -367,7 +367,7 @@ def report_failure_and_exit(queue: Any, rank: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``torchrun ... -m heteroplan.runtime.worker --plan plan.json`` (env:// rendezvous)."""
-    from heteroplan.runtime.models import TinyGPTTask
+    from heteroplan.runtime.models import TinyGPTTask, load_task
 
     parser = argparse.ArgumentParser(prog="python -m heteroplan.runtime.worker")
     parser.add_argument("--plan", required=True, help="plan JSON (plan --out/--json, Plan.to_json or Sailor plan_config)")
@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     plan = load_plan(args.plan)
     config = RunConfig(**run_config_kwargs(args))
-    task = TinyGPTTask(**model_kwargs(args, plan.num_layers, stage_tp(plan)))
+    task = load_task(args.model) if args.model else TinyGPTTask(**model_kwargs(args, plan.num_layers, stage_tp(plan)))
     dist.init_process_group(config.resolved_backend, timeout=timedelta(seconds=config.timeout_s))
     if dist.get_rank() == 0:
         print(f"pipeline: {pipeline_choice(plan, config).describe()}", flush=True)
