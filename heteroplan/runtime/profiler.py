@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError, check_int, check_int_list
 from heteroplan.inputs import read_json
+from heteroplan.planner.plan import Precision
 from heteroplan.runtime.config import OPTIMIZERS, RunConfig, make_optimizer
 from heteroplan.runtime.tensor_parallel import local_tensor
 
@@ -329,6 +330,24 @@ def _time_layer(
     return statistics.median(fwd), statistics.median(bwd), out
 
 
+def _autocast_layer(layer: nn.Module, device_type: str) -> nn.Module:
+    """``layer`` with its forward under bf16 autocast (the parameters are the layer's own)."""
+    from torch import nn
+
+    from heteroplan.runtime.dimensions import compute_context
+
+    class Autocast(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x: Any) -> Any:
+            with compute_context(Precision.BF16, device_type):
+                return self.layer(x)
+
+    return Autocast()
+
+
 def profile_layers(
     model: nn.Sequential,
     make_input: Callable[[int], torch.Tensor],
@@ -339,6 +358,7 @@ def profile_layers(
     repeats: int = 5,
     optimizer: str = "sgd",
     sweeps: int = 1,
+    precision: Precision | str = Precision.FP32,
 ) -> LayerProfile:
     """Measure every layer of ``model`` (moved to ``device``) at each microbatch size.
 
@@ -354,6 +374,10 @@ def profile_layers(
         repeats: timed runs per measurement; the median is kept.
         optimizer: ``"sgd"`` or ``"adam"``, whose ``step()`` is timed per layer (the model's
             weights are restored afterwards).
+        precision: arithmetic of the forwards (and the loss) as a plan of that
+            :class:`~heteroplan.planner.plan.Precision` runs them: ``"bf16"`` under
+            ``torch.autocast`` (times and saved activations in bf16; parameters stay fp32),
+            ``"tf32"`` with TF32 matmuls on CUDA. A plan is predicted from a profile of its precision.
         sweeps: passes over all microbatch sizes and layers; each time keeps its fastest pass's
             median. On a shared machine whose speed drifts over seconds, several interleaved
             sweeps keep one slow spell from skewing one microbatch size against the others.
@@ -370,7 +394,17 @@ def profile_layers(
     dev = check_device(device)
     timer = _Timer(torch, dev)
     model.to(dev)
-    layers = list(model)
+    from heteroplan.runtime.dimensions import compute_context, set_matmul_precision
+
+    precision = Precision(precision)
+    set_matmul_precision(precision)
+    layers = list(model) if precision is not Precision.BF16 else [_autocast_layer(layer, dev.type) for layer in model]
+    if loss_fn is not None and precision is Precision.BF16:
+        scalar_loss = loss_fn
+
+        def loss_fn(out: torch.Tensor) -> torch.Tensor:
+            with compute_context(precision, dev.type):
+                return scalar_loss(out)
     L = len(layers)
     # under tensor parallelism the shard this rank holds
     params = tuple(sum(local_tensor(p).numel() for p in layer.parameters()) for layer in layers)
