@@ -169,6 +169,8 @@ def main() -> None:
     parser.add_argument("--gbs", type=int, default=16)
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--optimizer", choices=("sgd", "adam"), default="adam")
+    parser.add_argument("--timing", choices=("layer", "prefix"), default="prefix",
+                        help="profiler timing (prefix: layers add up to a measured whole pass)")
     parser.add_argument("--only", nargs="*", help="run only the plans whose names contain one of these")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -185,7 +187,8 @@ def main() -> None:
             return task.batch(0, 0, m)[0]
 
         profiles = {pr: profile_layers(task.build_model(), make_input, sizes, mean_ce_loss, device=device, repeats=5,
-                                       optimizer=args.optimizer, precision=pr, sweeps=3)
+                                       optimizer=args.optimizer, precision=pr, sweeps=3,
+                                       timing=args.timing)
                     for pr in (Precision.FP32, Precision.BF16)}
         if any(st.replicas[0].tp > 1 for p in chosen.values() for st in p.stages):
             tp_prof = profile_tensor_parallel(task, 2, sizes, mean_ce_loss, repeats=5, optimizer=args.optimizer,
