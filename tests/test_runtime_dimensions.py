@@ -151,3 +151,45 @@ def test_model_specs_load_a_task_or_say_what_is_wrong() -> None:
                       ("heteroplan.runtime.models:__all__", "TrainTask")):
         with pytest.raises(InputError, match=why):
             load_task(spec)
+
+
+USER_MODEL = '''import torch
+from torch import nn
+from heteroplan.runtime import SequentialTask
+
+
+def build():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Embedding(16, 8), nn.Linear(8, 12), nn.GELU(), nn.Linear(12, 16))
+
+
+def batch(step, start, count):
+    ids = (torch.arange(start, start + count)[:, None] * 3 + torch.arange(5)[None, :] + step) % 16
+    return ids, (ids + 1) % 16
+
+
+def loss(out, target):
+    return nn.functional.cross_entropy(out.reshape(-1, 16), target.reshape(-1))
+
+
+def task():
+    return SequentialTask(build, batch, loss)
+'''
+
+
+def test_profile_cli_profiles_a_user_model_from_its_factory(tmp_path: Path, monkeypatch, capsys) -> None:
+    import json
+
+    from heteroplan.cli import main
+    from heteroplan.perf.sailor_profiles import load_model_profile
+
+    (tmp_path / "user_model_35.py").write_text(USER_MODEL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = main(["profile", "--model", "user_model_35:task", "--out", str(tmp_path / "prof"), "--no-network",
+                 "--mbs", "1,2", "--warmup", "0", "--repeats", "1", "--timing", "prefix", "--json"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["model"] == "task" and summary["layers"] == 4
+    profile = load_model_profile("task", tmp_path / "prof")
+    assert profile.num_layers == 4
+    assert profile.stage_sizes(1, 0, 4)[0] == 16 * 8 + 8 * 12 + 12 + 12 * 16 + 16  # exact parameter count
