@@ -115,10 +115,14 @@ class MemoryTerms:
     bf16_weight_copies: float
     activations_kept: float
     working: float
+    sync_buffer: float
 
     @property
     def total(self) -> float:
-        return sum(dataclasses.astuple(self))
+        """Weights, gradients and state, plus the larger of the backward's and the all-reduce's
+        transient memory (activations are freed before the gradients are all-reduced)."""
+        backward = self.bf16_weight_copies + self.activations_kept + self.working
+        return self.weights + self.gradients + self.optimizer_state + max(backward, self.sync_buffer)
 
 
 def memory_terms(prof: LayerProfile, first: int, last: int, mbs: int, inflight: int, dp: int, tp: int,
@@ -133,7 +137,8 @@ def memory_terms(prof: LayerProfile, first: int, last: int, mbs: int, inflight: 
     so removed from the activations there); activations kept: ``inflight * mbs * sum(act_mem)``
     (recompute: layer inputs + RNG state per layer); working set: one layer's full activations
     when recomputing (the layer being recomputed), plus on the last stage two logits-sized buffers
-    (the logits' gradient and the loss's softmax).
+    (the logits' gradient and the loss's softmax); data-parallel all-reduce: the flat gradient
+    buffer 4P, after the activations are freed.
     """
     params = sum(prof.params_floats[first:last])
     state = {"adam": 8.0 * params, "sgd": 0.0}[optimizer]
@@ -154,7 +159,8 @@ def memory_terms(prof: LayerProfile, first: int, last: int, mbs: int, inflight: 
         working = 0.0
     if is_last:
         working += 2.0 * mbs * prof.act_output_floats[last - 1] * 4.0
-    return MemoryTerms(4.0 * params, 4.0 * params, state, copies, kept, working)
+    sync = 4.0 * params if dp > 1 else 0.0  # the flat gradient buffer of the data-parallel all-reduce
+    return MemoryTerms(4.0 * params, 4.0 * params, state, copies, kept, working, sync)
 
 
 # ------------------------------------------------------------------------------------------ main

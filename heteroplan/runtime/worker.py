@@ -95,6 +95,16 @@ class LayerRange(nn.Module):
             return run_layers(list(self.children()), x, self.recompute)
 
 
+_NORM_CHUNK = 1 << 20
+
+
+def _squared_norm(flat: torch.Tensor) -> float:
+    """``sum(flat ** 2)`` accumulated in float64, a chunk of 2^20 elements at a time: a float64
+    copy of the whole gradient would add 16 bytes per parameter at the peak of the iteration
+    (found by the closed-loop benchmark: DP 2 peaked at 8.47 MB for 0.94 MB of fp32 gradients)."""
+    return float(sum(float(c.double().square().sum()) for c in flat.split(_NORM_CHUNK)))
+
+
 class StageTrainer:
     """This rank's share of ``plan``: its stage's layers (sharded when the stage has ``tp > 1``),
     optimizer and links; :meth:`step` trains one iteration.
@@ -170,7 +180,7 @@ class StageTrainer:
                     p.grad = torch.zeros_like(p)
             grads = [local_tensor(p.grad) for p in self.params]
             flat = torch.cat([g.reshape(-1) for g in grads])
-            local_sqr = float(flat.double().square().sum()) if self.grad_stats else 0.0
+            local_sqr = _squared_norm(flat) if self.grad_stats else 0.0
             dist.all_reduce(flat, group=self.dp_group)
             for g, summed in zip(grads, torch.split(flat, [g.numel() for g in grads]), strict=True):
                 g.copy_(summed.view_as(g))
@@ -187,7 +197,7 @@ class StageTrainer:
         if self.reports_loss:
             self.control[1] = loss_sum
         if self.grad_stats:
-            self.control[2:4] = torch.tensor(self._noise_terms(local_sqr, float(flat.double().square().sum())),
+            self.control[2:4] = torch.tensor(self._noise_terms(local_sqr, _squared_norm(flat)),
                                              dtype=torch.float64)
         if not self.solo:
             dist.all_reduce(self.control, group=self.group)
