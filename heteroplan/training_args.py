@@ -15,6 +15,8 @@ __all__ = ["add_training_arguments", "run_config_kwargs", "model_kwargs"]
 
 def add_training_arguments(p: argparse.ArgumentParser, *, steps: int, optimizer: str, lr: float) -> None:
     """Add the flags that map to :class:`heteroplan.runtime.RunConfig` (defaults per caller)."""
+    p.add_argument("--model", default=None, metavar="PACKAGE.MODULE:FACTORY",
+                   help="your model: a callable returning a TrainTask (default: the built-in GPT-2-style model)")
     p.add_argument("--layers", type=integer(1, 1024), default=None, help="tiny GPT blocks (>= 1; default: plan layers - 2; 4 for a generated plan)")
     p.add_argument("--width", type=integer(1, 65_536), default=None, help="hidden size d_model (default 32)")
     p.add_argument("--heads", type=integer(1, 1024), default=None,

@@ -253,3 +253,26 @@ def test_bad_paths_and_network_inputs(profiled, tmp_path) -> None:
         measure_network(2, sizes=(1_000_000, 2_000_000))  # too few sizes to fit, before spawning
     with pytest.raises(InputError, match="backend"):
         measure_network(2, backend="mpi")
+
+
+def test_prefix_timing_adds_up_to_the_whole_model(monkeypatch) -> None:
+    """A machine where a span of k layers costs k^2 ms (launch and sync costs that a whole pass
+    overlaps differently from layers run alone): per-layer timing sums to L ms, prefix timing's
+    increments (2k - 1 ms) sum to the whole model's L^2 ms, forward and backward."""
+    from heteroplan.runtime import profiler
+
+    model = small_model()
+
+    def fake_time_layer(torch_, timer, layer, inp, index, loss_fn, warmup, repeats):
+        k = sum(1 for child in layer.children() if any(child is m for m in model)) or 1  # model layers in the span
+        return k * k * 1e-3, 2 * k * k * 1e-3, layer(inp)
+
+    monkeypatch.setattr(profiler, "_time_layer", fake_time_layer)
+    L = len(model)
+    per_layer = profile_layers(model, tokens, (2,), warmup=0, repeats=1)
+    prefix = profile_layers(model, tokens, (2,), warmup=0, repeats=1, timing="prefix")
+    assert sum(f for f, _, _ in per_layer.compute[2]) == pytest.approx(L * 1e-3)
+    assert [f for f, _, _ in prefix.compute[2]] == pytest.approx([(2 * k - 1) * 1e-3 for k in range(1, L + 1)])
+    assert sum(b for _, b, _ in prefix.compute[2]) == pytest.approx(2 * L * L * 1e-3)
+    with pytest.raises(InputError, match="timing"):
+        profile_layers(model, tokens, (2,), timing="whole")

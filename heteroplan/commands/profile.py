@@ -54,6 +54,26 @@ def builtin_model(seq: int = 64) -> tuple[str, Any, Callable[[int], Any]]:
         return DEMO_NAME, model, make_input
 
 
+def user_model(spec: str) -> tuple[str, Any, Callable[[int], Any], Callable[[Any], Any]]:
+    """``(name, model, make_input, loss_fn)`` of the task ``"package.module:factory"`` names
+    (:func:`heteroplan.runtime.models.load_task`): its model, the inputs of iteration 0's first
+    samples, and its loss against their targets; the name is the factory's."""
+    from heteroplan.runtime.models import load_task
+
+    task = load_task(spec)
+    model = task.build_model()
+    sample = {}
+
+    def make_input(mbs: int) -> Any:
+        inputs, sample["target"] = task.batch(0, 0, mbs)
+        return inputs
+
+    def loss_fn(output: Any) -> Any:
+        return task.loss(output, sample["target"][: output.shape[0]].to(output.device))
+
+    return spec.split(":")[1], model, make_input, loss_fn
+
+
 def _sizes(text: str) -> tuple[int, ...]:
     try:
         out = tuple(int(x) for x in text.split(",") if x.strip())
@@ -69,6 +89,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="data directory to write (llm_info.json, profiles/, network files)")
     p.add_argument("--gpu-type", default="cpu", help="name of this device type in the plans (default: cpu)")
     p.add_argument("--zone", default="local", help="zone name of this machine (default: local)")
+    p.add_argument("--model", default=None, metavar="PACKAGE.MODULE:FACTORY",
+                   help="profile your model: a callable returning a TrainTask (its build_model() layers, its batch() inputs "
+                        "and loss); default: the built-in tiny GPT")
     p.add_argument("--model-name", help=f"name of the profiled model (default: {TINY_GPT_NAME} or {DEMO_NAME})")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:<i>")
     p.add_argument("--mbs", default="1,2,4", help="microbatch sizes, comma-separated (default: 1,2,4)")
@@ -79,6 +102,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="interleaved passes over all sizes and layers, the fastest kept (default: 9 with --calibrate, "
                         "else 1; more on a machine whose speed drifts)")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd", help="optimizer whose step is timed")
+    p.add_argument("--timing", choices=("layer", "prefix"), default="layer",
+                   help="time each layer alone, or whole prefixes of the model so the layers add up to a measured "
+                        "whole forward and backward (docs/runtime.md)")
+    p.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32",
+                   help="profile the arithmetic a plan of this precision runs (bf16: autocast)")
     p.add_argument("--no-network", action="store_true", help="skip the network measurement")
     p.add_argument("--world-size", type=integer(2), default=2, help="processes for the network measurement")
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="torch.distributed backend")
@@ -100,13 +128,18 @@ def run(args: argparse.Namespace) -> int:
         if args.world_size < 2:
             raise InputError("--world-size", args.world_size, "must be >= 2 (the network needs two processes)")
         check_process_count("--world-size", args.world_size)
-    name, model, make_input = builtin_model(args.seq)
+    loss_fn = None
+    if args.model:
+        name, model, make_input, loss_fn = user_model(args.model)
+    else:
+        name, model, make_input = builtin_model(args.seq)
     if args.calibrate and (name != TINY_GPT_NAME or args.device != "cpu" or args.no_network):
         raise InputError("--calibrate", True, "calibrates the built-in tiny GPT on CPU, with the network measured")
     name = args.model_name or name
     prof = profile_layers(
         model, make_input, _sizes(args.mbs), device=args.device, warmup=args.warmup, repeats=args.repeats,
         optimizer=args.optimizer, sweeps=(9 if args.calibrate else 1) if args.sweeps is None else args.sweeps,
+        loss_fn=loss_fn, timing=args.timing, precision=args.precision,
     )
     path = prof.write(args.out, name, args.gpu_type)
     summary: dict[str, Any] = {

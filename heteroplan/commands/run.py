@@ -1,4 +1,4 @@
-"""``heteroplan run``: train the built-in tiny GPT under a plan on local processes."""
+"""``heteroplan run``: train the built-in tiny GPT (or your model, ``--model``) under a plan on local processes."""
 
 from __future__ import annotations
 
@@ -23,6 +23,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--microbatches", type=int_list(1), default=None,
                    help="microbatches per replica of a generated plan, e.g. 3,1 (heterogeneous DP)")
     p.add_argument("--mbs", type=integer(1), default=4, help="microbatch size of a generated plan (samples)")
+    p.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32",
+                   help="arithmetic of a generated plan (bf16: autocast with fp32 master weights)")
+    p.add_argument("--recompute", choices=("none", "full"), default="none",
+                   help="activation recomputation on every stage of a generated plan")
+    p.add_argument("--optimizer-sharding", choices=("none", "zero1"), default="none",
+                   help="optimizer state of a generated plan's stages sharded over their replicas (zero1)")
     p.add_argument("--json", action="store_true", help="print the run's summary as JSON (steps on stderr)")
     add_training_arguments(p, steps=20, optimizer="adam", lr=0.003)
     p.set_defaults(func=run)
@@ -39,8 +45,9 @@ def generated_plan(args: argparse.Namespace, num_layers: int):
     micro = tuple(args.microbatches) if args.microbatches else None
     per = micro or (2,) * args.dp
     bounds = [round(i * num_layers / args.pp) for i in range(args.pp + 1)]
-    stages = tuple(Stage(a, b, (ReplicaGroup("cpu", "local", 1, args.dp),)) for a, b in zip(bounds, bounds[1:], strict=False))
-    return Plan("tiny-gpt", sum(per) * args.mbs, args.mbs, stages, micro)
+    stages = tuple(Stage(a, b, (ReplicaGroup("cpu", "local", 1, args.dp),), args.recompute, args.optimizer_sharding)
+                   for a, b in zip(bounds, bounds[1:], strict=False))
+    return Plan(args.model or "tiny-gpt", sum(per) * args.mbs, args.mbs, stages, micro, args.precision)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,20 +58,31 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise InputError("runtime", "torch", str(exc)) from None
 
+    user_task = None
+    if args.model:
+        from heteroplan.runtime.models import load_task
+
+        user_task = load_task(args.model)
     if args.plan:
         plan = load_plan(args.plan)
         check_process_count("--plan", world_size(plan))  # one process per planned GPU
+    elif user_task is not None:
+        plan = generated_plan(args, getattr(user_task, "num_layers", None) or len(user_task.build_model()))
     else:
         plan = generated_plan(args, (args.layers if args.layers is not None else 4) + 2)
-    model = model_kwargs(args, plan.num_layers, stage_tp(plan))
-    if model["n_layers"] < 1:
-        raise InputError("--layers", model["n_layers"], "the tiny GPT needs at least 1 block (plans of >= 3 layers)")
-    task = TinyGPTTask(**model)
+    if user_task is not None:
+        task = user_task
+    else:
+        model = model_kwargs(args, plan.num_layers, stage_tp(plan))
+        if model["n_layers"] < 1:
+            raise InputError("--layers", model["n_layers"], "the tiny GPT needs at least 1 block (plans of >= 3 layers)")
+        task = TinyGPTTask(**model)
     config = RunConfig(**run_config_kwargs(args))
     log = sys.stderr if args.json else sys.stdout
     print(plan.describe(), file=log)
-    print(f"model: GPT-2-style decoder, {task.n_layers} blocks, width {task.d_model}, {task.n_heads} heads, "
-          f"sequence {task.seq_len}; {world_size(plan)} processes on this machine (one per planned GPU)", file=log)
+    what = (f"{args.model}" if args.model else f"GPT-2-style decoder, {task.n_layers} blocks, width {task.d_model}, "
+            f"{task.n_heads} heads, sequence {task.seq_len}")
+    print(f"model: {what}; {world_size(plan)} processes on this machine (one per planned GPU)", file=log)
     print(f"pipeline: {pipeline_choice(plan, config).describe()}", file=log)
     print(f"{'step':>6} {'loss':>8} {'ms/iter':>9} {'sync ms':>8}", file=log)
     result = run_plan(plan, task, config, progress=lambda m: print(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
+from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,47 @@ from heteroplan._html import table, title
 from heteroplan.errors import InputError
 from heteroplan.inputs import read_json, strict_int
 
-__all__ = ["ReplicaGroup", "Stage", "Plan", "PipelineBlock"]
+__all__ = ["ReplicaGroup", "Stage", "Plan", "PipelineBlock", "Precision", "Recomputation", "OptimizerSharding"]
+
+
+class Precision(StrEnum):
+    """Arithmetic of a plan's training step (a plan-wide choice: every stage computes alike).
+
+    ``FP32``: float32 everywhere (matmuls in full fp32). ``TF32``: float32 tensors, matmuls and
+    convolutions in TensorFloat-32 on GPUs that have it (``torch.backends.cuda.matmul.allow_tf32``;
+    a no-op on CPU). ``BF16``: bfloat16 mixed precision with ``torch.autocast`` — weights, gradients
+    and optimizer state stay float32 (the master copy), eligible ops (matmuls) compute in bfloat16.
+    """
+
+    FP32 = "fp32"
+    TF32 = "tf32"
+    BF16 = "bf16"
+
+
+class Recomputation(StrEnum):
+    """Activation recomputation of a stage: ``NONE`` keeps every activation the backward needs;
+    ``FULL`` keeps only each layer's input and recomputes the layer's forward in the backward
+    (``torch.utils.checkpoint``, one checkpointed region per plan layer)."""
+
+    NONE = "none"
+    FULL = "full"
+
+
+class OptimizerSharding(StrEnum):
+    """Optimizer state of a stage across its data-parallel replicas: ``NONE`` (every replica holds
+    all of it) or ``ZERO1`` (each replica holds and updates the state of its share of the parameters,
+    ``torch.distributed.optim.ZeroRedundancyOptimizer``; parameters are broadcast after the update)."""
+
+    NONE = "none"
+    ZERO1 = "zero1"
+
+
+def _choice(enum: type[Enum], field: str, value: object) -> Any:
+    """``value`` as a member of ``enum`` (its member or its string value), else :class:`InputError`."""
+    try:
+        return enum(value)
+    except ValueError:
+        raise InputError(field, value, f"choose one of {[m.value for m in enum]}") from None
 
 
 @dataclass(frozen=True)
@@ -70,15 +111,21 @@ class ReplicaGroup:
 @dataclass(frozen=True)
 class Stage:
     """Layers ``[first_layer, last_layer)`` (``last_layer`` excluded, as in ``range``) run on the
-    replica groups ``replicas``; plan files (version 2) write them as ``layers: [first, last]``,
-    both included, the way :meth:`Plan.describe` prints them."""
+    replica groups ``replicas``, with the stage's activation ``recompute`` policy and
+    ``optimizer_sharding`` over its replicas (defaults: none); plan files (version 2) write the
+    layers as ``layers: [first, last]``, both included, the way :meth:`Plan.describe` prints them."""
 
     first_layer: int
     last_layer: int
     replicas: tuple[ReplicaGroup, ...]
+    recompute: Recomputation = Recomputation.NONE
+    optimizer_sharding: OptimizerSharding = OptimizerSharding.NONE
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "replicas", tuple(self.replicas))
+        object.__setattr__(self, "recompute", _choice(Recomputation, "stage.recompute", self.recompute))
+        object.__setattr__(self, "optimizer_sharding",
+                           _choice(OptimizerSharding, "stage.optimizer_sharding", self.optimizer_sharding))
         object.__setattr__(self, "first_layer", strict_int("stage.first_layer", self.first_layer, 0))
         object.__setattr__(self, "last_layer", strict_int("stage.last_layer", self.last_layer, 1))
         if not all(isinstance(g, ReplicaGroup) for g in self.replicas):
@@ -117,6 +164,11 @@ class Plan:
         stages: pipeline stages covering the layers contiguously from 0.
         microbatches_per_replica: microbatches each pipeline replica runs per iteration;
             ``None`` means an even split of ``global_batch_size / microbatch_size``.
+        precision: arithmetic of every stage (:class:`Precision`; default fp32).
+
+    Files: :meth:`to_dict` writes ``precision``, a stage's ``recompute`` and
+    ``optimizer_sharding`` only when they differ from the defaults, so plans without them read and
+    write as before (and Sailor's ``plan_config`` files, which have none, load with the defaults).
     """
 
     model: str
@@ -124,9 +176,11 @@ class Plan:
     microbatch_size: int
     stages: tuple[Stage, ...]
     microbatches_per_replica: tuple[int, ...] | None = None
+    precision: Precision = Precision.FP32
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stages", tuple(self.stages))
+        object.__setattr__(self, "precision", _choice(Precision, "plan.precision", self.precision))
         if not self.stages:
             raise InputError("plan.stages", self.stages, "a plan needs at least one stage")
         if not isinstance(self.model, str) or not self.model:
@@ -199,8 +253,20 @@ class Plan:
     # -------------------------------------------------------------- serialize
     def to_dict(self) -> dict[str, Any]:
         """The plan-file form, format version 2: each stage's ``layers`` is ``[first, last]``,
-        both included, as :meth:`describe` prints them ("layers 0-33")."""
+        both included, as :meth:`describe` prints them ("layers 0-33"); the optional dimensions
+        (precision, recompute, optimizer_sharding) appear only when they differ from the defaults."""
         data = asdict(self)
+        if self.precision is Precision.FP32:
+            del data["precision"]
+        else:
+            data["precision"] = self.precision.value
+        for stage, entry in zip(self.stages, data["stages"], strict=True):
+            for name, default in (("recompute", Recomputation.NONE), ("optimizer_sharding", OptimizerSharding.NONE)):
+                value = getattr(stage, name)
+                if value is default:
+                    del entry[name]
+                else:
+                    entry[name] = value.value
         data["stages"] = [_stage_v2(st) for st in data["stages"]]
         return {"format_version": FORMAT_VERSION, **data}
 
@@ -226,7 +292,8 @@ class Plan:
         """Build from the version-1 form (stages with ``first_layer``, exclusive ``last_layer``)."""
         try:
             stages = tuple(
-                Stage(s["first_layer"], s["last_layer"], tuple(ReplicaGroup(**g) for g in s["replicas"]))
+                Stage(s["first_layer"], s["last_layer"], tuple(ReplicaGroup(**g) for g in s["replicas"]),
+                      s.get("recompute", Recomputation.NONE), s.get("optimizer_sharding", OptimizerSharding.NONE))
                 for s in data["stages"]
             )
             mb = data.get("microbatches_per_replica")
@@ -236,6 +303,7 @@ class Plan:
                 strict_int("plan.microbatch_size", data["microbatch_size"], 1),
                 stages,
                 tuple(mb) if mb is not None else None,
+                data.get("precision", Precision.FP32),
             )
         except (KeyError, TypeError) as exc:
             raise InputError("plan", dict(data), f"malformed plan: {exc!r}") from None
@@ -291,11 +359,11 @@ class Plan:
         """Multi-line human-readable summary."""
         lines = [
             f"Plan for {self.model}: GBS {self.global_batch_size}, microbatch {self.microbatch_size}, "
-            f"PP {self.pp} x DP {self.dp}, {self.num_gpus} GPUs"
+            f"PP {self.pp} x DP {self.dp}, {self.num_gpus} GPUs" + _precision_note(self.precision)
         ]
         for i, s in enumerate(self.stages):
             groups = ", ".join(f"{g.count}x {g.gpu_type}@{g.zone} TP{g.tp}" for g in s.replicas)
-            lines.append(f"  stage {i}: layers {s.first_layer}-{s.last_layer - 1}: {groups}")
+            lines.append(f"  stage {i}: layers {s.first_layer}-{s.last_layer - 1}: {groups}" + _stage_note(s))
         return "\n".join(lines)
 
     def html_table(self, memory_per_stage: tuple[float, ...] | None = None) -> str:
@@ -364,6 +432,21 @@ def _as_v1(data: Mapping[str, Any]) -> Mapping[str, Any]:
             raise InputError(f"plan.stages[{i}].layers", list(layers), "need first <= last (both included)")
         out.append({"first_layer": first, "last_layer": last + 1, **{k: v for k, v in stage.items() if k != "layers"}})
     return {**rest, "stages": out}
+
+
+def _precision_note(precision: Precision) -> str:
+    """``", bf16"`` for a non-default precision, ``""`` for fp32."""
+    return "" if precision is Precision.FP32 else f", {precision.value}"
+
+
+def _stage_note(stage: Stage) -> str:
+    """``"; recompute full, optimizer state zero1"`` for a stage's non-default dimensions, else ``""``."""
+    notes = []
+    if stage.recompute is not Recomputation.NONE:
+        notes.append(f"recompute {stage.recompute.value}")
+    if stage.optimizer_sharding is not OptimizerSharding.NONE:
+        notes.append(f"optimizer state {stage.optimizer_sharding.value}")
+    return "; " + ", ".join(notes) if notes else ""
 
 
 def _runs(values: tuple[int, ...]) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 from heteroplan.errors import InputError, check_int, check_seconds
 from heteroplan.runtime.schedule import PIPELINE_ENGINES
 
-__all__ = ["RunConfig", "StepMetrics", "OPTIMIZERS", "make_optimizer"]
+__all__ = ["RunConfig", "StepMetrics", "OPTIMIZERS", "make_optimizer", "optimizer_class"]
 
 OPTIMIZERS = ("sgd", "adam")
 
@@ -38,6 +38,13 @@ class RunConfig:
         threads_per_rank: torch intra-op threads per process (CPU).
         startup_timeout_s: seconds allowed for start-up (spawn, ``import torch``, rendezvous)
             before the first iteration must finish.
+        memory_step: the iteration (0-based) whose peak memory every rank measures and reports in
+            :attr:`StepMetrics.extra` (``"peak_allocated_bytes"``, ``"peak_reserved_bytes"``: one
+            entry per rank): on CUDA the allocator's peaks (``max_memory_allocated`` /
+            ``max_memory_reserved``) over that iteration, on CPU the bytes alive at the start
+            (parameters, buffers, optimizer state) plus the peak of torch's profiler's allocation
+            record over the iteration (reserved = allocated: the CPU allocator keeps no cache).
+            Its iteration time includes the measurement's overhead. ``None``: no measurement.
         fault: fault injection for tests: ``("exit" | "hang", rank, iteration)`` makes that
             rank die (exit code 17) or hang at the start of that iteration.
     """
@@ -59,6 +66,7 @@ class RunConfig:
     threads_per_rank: int = 1
     startup_timeout_s: float = 120.0
     fault: tuple[str, int, int] | None = None
+    memory_step: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.checkpoint_dir, Path):
@@ -81,6 +89,8 @@ class RunConfig:
             raise InputError("config.fault", self.fault, "must be ('exit' | 'hang', rank, iteration)")
         if self.max_seconds is not None and not (isinstance(self.max_seconds, int | float) and self.max_seconds > 0):
             raise InputError("config.max_seconds", self.max_seconds, "must be a number of seconds > 0 or None")
+        if self.memory_step is not None:
+            check_int("config.memory_step", self.memory_step, 0)
         if self.device not in ("cpu", "cuda"):
             raise InputError("config.device", self.device, "choose 'cpu' or 'cuda'")
         if self.backend is not None and self.backend not in ("gloo", "nccl"):
@@ -111,10 +121,16 @@ class StepMetrics:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def make_optimizer(params: list, config: RunConfig):
-    """The torch optimizer ``config`` asks for, over ``params``."""
+def optimizer_class(config: RunConfig) -> tuple[type, dict[str, Any]]:
+    """The torch optimizer class ``config`` asks for and its keyword arguments."""
     import torch
 
     if config.optimizer == "adam":
-        return torch.optim.Adam(params, lr=config.lr)
-    return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum)
+        return torch.optim.Adam, {"lr": config.lr}
+    return torch.optim.SGD, {"lr": config.lr, "momentum": config.momentum}
+
+
+def make_optimizer(params: list, config: RunConfig):
+    """The torch optimizer ``config`` asks for, over ``params``."""
+    cls, kwargs = optimizer_class(config)
+    return cls(params, **kwargs)

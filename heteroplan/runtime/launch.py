@@ -26,6 +26,7 @@ from heteroplan.inputs import check_process_count
 from heteroplan.planner.plan import Plan
 from heteroplan.runtime.checkpoint import Checkpoint, check_writable, latest_checkpoint
 from heteroplan.runtime.config import RunConfig, StepMetrics
+from heteroplan.runtime.dimensions import check_dimensions
 from heteroplan.runtime.layout import stage_tp, world_size
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.netbench import free_port
@@ -241,6 +242,7 @@ class RunHandle(RankProcesses):
             raise InputError("config", type(config).__name__, "must be a heteroplan.runtime.RunConfig")
         check_task(task, plan)
         check_process_count("plan.num_gpus", world_size(plan))  # one process per planned GPU
+        check_dimensions(plan, _declared_dtype(task))
         check_writable(config.checkpoint_dir)
         check_devices(plan, config)
         self.pipeline = pipeline_choice(plan, config)  # InputError here if config.pipeline cannot run the plan
@@ -281,6 +283,15 @@ def check_task(task: TrainTask, plan: Plan | None = None, field: str = "plan.sta
         for s, tp in enumerate(stage_tp(plan)):
             if heads % tp:
                 raise InputError(f"{field}[{s}].replicas.tp", tp, f"must divide the model's n_heads={heads}")
+
+
+def _declared_dtype(task: TrainTask) -> Any:
+    """The torch dtype a task says its model has (``TinyGPTTask.dtype``), else ``None`` (checked in the ranks)."""
+    import torch
+
+    name = getattr(task, "dtype", None)
+    value = getattr(torch, name, None) if isinstance(name, str) else None
+    return value if isinstance(value, torch.dtype) else None
 
 
 def check_devices(plan: Plan, config: RunConfig) -> None:

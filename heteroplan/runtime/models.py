@@ -19,7 +19,7 @@ from torch.nn import functional as F
 
 from heteroplan.errors import InputError, check_int
 
-__all__ = ["TrainTask", "TinyGPTTask", "SequentialTask", "tiny_gpt", "Embedding", "Block", "Head"]
+__all__ = ["TrainTask", "TinyGPTTask", "SequentialTask", "tiny_gpt", "Embedding", "Block", "Head", "load_task"]
 
 
 @runtime_checkable
@@ -190,3 +190,25 @@ class SequentialTask:
 
     def loss(self, output: Tensor, target: Tensor) -> Tensor:
         return self.loss_fn(output, target)
+
+
+def load_task(spec: str) -> TrainTask:
+    """The task ``"package.module:factory"`` names: ``factory()`` is imported and called, and must return
+    a :class:`TrainTask` (wrap a plain ``nn.Sequential`` in :class:`SequentialTask`). Used by
+    ``heteroplan profile/run --model`` and the torchrun entry point, which call it in every process."""
+    import importlib
+
+    if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
+        raise InputError("--model", spec, "expected 'package.module:factory'")
+    module_name, attr = spec.split(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise InputError("--model", spec, f"cannot import it: {exc}") from None
+    task = factory() if callable(factory) else None
+    if isinstance(task, nn.Module):
+        raise InputError("--model", spec, "returned a module; return a task (e.g. SequentialTask(model_fn, batch_fn, "
+                         "loss_fn)) so the runtime can make batches and losses")
+    if not all(callable(getattr(task, name, None)) for name in ("build_model", "batch", "loss")):
+        raise InputError("--model", spec, "must name a callable returning a TrainTask (build_model, batch, loss)")
+    return task

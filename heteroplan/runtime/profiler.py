@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError, check_int, check_int_list
 from heteroplan.inputs import read_json
+from heteroplan.planner.plan import Precision
 from heteroplan.runtime.config import OPTIMIZERS, RunConfig, make_optimizer
 from heteroplan.runtime.tensor_parallel import local_tensor
 
@@ -330,6 +331,47 @@ def _time_layer(
     return statistics.median(fwd), statistics.median(bwd), out
 
 
+def _prefix_times(torch: Any, timer: _Timer, layers: list, make_input: Callable[[int], Any], mbs: int,
+                  dev: torch.device, loss_fn: Callable | None, warmup: int, repeats: int,
+                  sweeps: int) -> list[tuple[float, float]]:
+    """Per-layer ``(fwd_s, bwd_s)`` at ``mbs`` as increments of whole-prefix times (see ``timing``)."""
+    nn = torch.nn
+    L = len(layers)
+    cumulative = [(math.inf, math.inf)] * L
+    for _ in range(sweeps):
+        x = _make_input(make_input, mbs, dev)
+        for k in range(1, L + 1):
+            fwd, bwd, out = _time_layer(torch, timer, nn.Sequential(*layers[:k]), _leaf_input(torch, x), k - 1,
+                                        loss_fn if k == L else None, warmup, repeats)
+            del out
+            if fwd + bwd < sum(cumulative[k - 1]):
+                cumulative[k - 1] = (fwd, bwd)
+    out: list[tuple[float, float]] = []
+    top_f = top_b = 0.0
+    for f, b in cumulative:
+        out.append((max(f - top_f, 0.0), max(b - top_b, 0.0)))
+        top_f, top_b = max(top_f, f), max(top_b, b)
+    return out
+
+
+def _autocast_layer(layer: nn.Module, device_type: str) -> nn.Module:
+    """``layer`` with its forward under bf16 autocast (the parameters are the layer's own)."""
+    from torch import nn
+
+    from heteroplan.runtime.dimensions import compute_context
+
+    class Autocast(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x: Any) -> Any:
+            with compute_context(Precision.BF16, device_type):
+                return self.layer(x)
+
+    return Autocast()
+
+
 def profile_layers(
     model: nn.Sequential,
     make_input: Callable[[int], torch.Tensor],
@@ -340,6 +382,8 @@ def profile_layers(
     repeats: int = 5,
     optimizer: str = "sgd",
     sweeps: int = 1,
+    precision: Precision | str = Precision.FP32,
+    timing: str = "layer",
 ) -> LayerProfile:
     """Measure every layer of ``model`` (moved to ``device``) at each microbatch size.
 
@@ -355,6 +399,16 @@ def profile_layers(
         repeats: timed runs per measurement; the median is kept.
         optimizer: ``"sgd"`` or ``"adam"``, whose ``step()`` is timed per layer (the model's
             weights are restored afterwards).
+        precision: arithmetic of the forwards (and the loss) as a plan of that
+            :class:`~heteroplan.planner.plan.Precision` runs them: ``"bf16"`` under
+            ``torch.autocast`` (times and saved activations in bf16; parameters stay fp32),
+            ``"tf32"`` with TF32 matmuls on CUDA. A plan is predicted from a profile of its precision.
+        timing: ``"layer"``: each layer timed on its own (one synchronisation per layer);
+            ``"prefix"``: the prefixes ``model[:k]`` timed whole (forward, and backward from their
+            output), layer ``k``'s time being the increase from prefix ``k`` to ``k + 1`` (a running
+            maximum keeps it >= 0), so the times of the layers of any prefix add up to a measured
+            whole forward and backward, without a per-layer launch and synchronisation cost. Costs
+            ``L (L + 1) / 2`` layer runs per measurement instead of ``L``.
         sweeps: passes over all microbatch sizes and layers; each time keeps its fastest pass's
             median. On a shared machine whose speed drifts over seconds, several interleaved
             sweeps keep one slow spell from skewing one microbatch size against the others.
@@ -364,6 +418,8 @@ def profile_layers(
     torch = _torch()
     sizes = _check_args(model, microbatch_sizes, warmup, repeats, optimizer)
     check_int("sweeps", sweeps, 1)
+    if timing not in ("layer", "prefix"):
+        raise InputError("timing", timing, "choose 'layer' or 'prefix'")
     if not callable(make_input):
         raise InputError("make_input", make_input, "must be a function: microbatch size -> input tensor")
     if loss_fn is not None and not callable(loss_fn):
@@ -371,7 +427,17 @@ def profile_layers(
     dev = check_device(device)
     timer = _Timer(torch, dev)
     model.to(dev)
-    layers = list(model)
+    from heteroplan.runtime.dimensions import compute_context, set_matmul_precision
+
+    precision = Precision(precision)
+    set_matmul_precision(precision)
+    layers = list(model) if precision is not Precision.BF16 else [_autocast_layer(layer, dev.type) for layer in model]
+    if loss_fn is not None and precision is Precision.BF16:
+        scalar_loss = loss_fn
+
+        def loss_fn(out: torch.Tensor) -> torch.Tensor:
+            with compute_context(precision, dev.type):
+                return scalar_loss(out)
     L = len(layers)
     # under tensor parallelism the shard this rank holds
     params = tuple(sum(local_tensor(p).numel() for p in layer.parameters()) for layer in layers)
@@ -398,6 +464,9 @@ def profile_layers(
                         best[k][i] = (fwd, bwd)
                     x = out.detach()
                     del out
+    if timing == "prefix":
+        best = [_prefix_times(torch, timer, layers, make_input, mbs, dev, loss_fn, warmup, repeats, sweeps)
+                for mbs in sizes]
     compute = {mbs: tuple((*best[k][i], update[i]) for i in range(L)) for k, mbs in enumerate(sizes)}
     return LayerProfile(
         compute, params, params_bytes, tuple(out_f), tuple(out_b), tuple(in_f), tuple(in_b), tuple(mem_b),

@@ -5,25 +5,36 @@ from __future__ import annotations
 from torch import nn
 
 from heteroplan.errors import check_int
+from heteroplan.planner.plan import Precision, Recomputation
 from heteroplan.runtime.config import RunConfig, make_optimizer
+from heteroplan.runtime.dimensions import compute_context, run_layers, set_matmul_precision
 from heteroplan.runtime.models import TrainTask
 
 __all__ = ["train_reference"]
 
 
-def train_reference(task: TrainTask, global_batch_size: int, config: RunConfig) -> tuple[nn.Sequential, list[float]]:
-    """Train ``task`` for ``config.steps`` iterations of ``global_batch_size`` samples in one process.
+def train_reference(task: TrainTask, global_batch_size: int, config: RunConfig,
+                    precision: Precision = Precision.FP32,
+                    recompute: Recomputation = Recomputation.NONE) -> tuple[nn.Sequential, list[float]]:
+    """Train ``task`` for ``config.steps`` iterations of ``global_batch_size`` samples in one process,
+    the forward and loss under ``precision`` and every layer under ``recompute`` (as a plan's
+    stages apply them, :mod:`heteroplan.runtime.dimensions`).
 
     Returns the model and the loss of each iteration (mean over the batch).
     """
     check_int("global_batch_size", global_batch_size, 1)
+    precision, recompute = Precision(precision), Recomputation(recompute)
+    set_matmul_precision(precision)
     model = task.build_model()
+    layers = list(model)
+    device_type = next((p.device.type for p in model.parameters()), "cpu")
     params = [p for p in model.parameters() if p.requires_grad]
     opt = make_optimizer(params, config)
     losses = []
     for step in range(config.steps):
         x, y = task.batch(step, 0, global_batch_size)
-        loss = task.loss(model(x), y)
+        with compute_context(precision, device_type):
+            loss = task.loss(run_layers(layers, x, recompute), y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

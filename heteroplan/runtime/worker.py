@@ -22,10 +22,19 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from heteroplan.planner.plan import Plan
+from heteroplan.planner.plan import Plan, Precision, Recomputation
 from heteroplan.runtime import checkpoint as ckpt
 from heteroplan.runtime.comm import TAG_ACTIVATION, TAG_GRADIENT, Links, PendingSend
-from heteroplan.runtime.config import RunConfig, StepMetrics, make_optimizer
+from heteroplan.runtime.config import RunConfig, StepMetrics
+from heteroplan.runtime.dimensions import (
+    check_dimensions,
+    compute_context,
+    local_optimizer,
+    loss_under,
+    make_stage_optimizer,
+    run_layers,
+    set_matmul_precision,
+)
 from heteroplan.runtime.layout import (
     RankInfo,
     check_runnable,
@@ -35,6 +44,7 @@ from heteroplan.runtime.layout import (
     stage_tp,
     world_size,
 )
+from heteroplan.runtime.memory import PeakMemory, persistent_bytes
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.pipelining import TorchPipeline
 from heteroplan.runtime.schedule import SCHEDULES, PipelineChoice, choose_pipeline
@@ -67,17 +77,31 @@ def _device(config: RunConfig, rank: int) -> torch.device:
 
 class LayerRange(nn.Module):
     """Layers ``[first, last)`` of a model, registered under their global indices (names ``"3.q.weight"``
-    as in the full ``nn.Sequential``), so checkpoints are keyed by layer whatever the pipeline split."""
+    as in the full ``nn.Sequential``), so checkpoints are keyed by layer whatever the pipeline split.
 
-    def __init__(self, model: nn.Sequential, first: int, last: int) -> None:
+    The forward runs under the plan's ``precision`` (autocast for bf16) and ``recompute`` policy
+    (see :mod:`heteroplan.runtime.dimensions`); neither changes the parameters or their names.
+    """
+
+    def __init__(self, model: nn.Sequential, first: int, last: int, recompute: Recomputation = Recomputation.NONE,
+                 precision: Precision = Precision.FP32, device_type: str = "cpu") -> None:
         super().__init__()
         for i in range(first, last):
             self.add_module(str(i), model[i])
+        self.recompute, self.precision, self.device_type = recompute, precision, device_type
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.children():
-            x = layer(x)
-        return x
+        with compute_context(self.precision, self.device_type):
+            return run_layers(list(self.children()), x, self.recompute)
+
+
+_NORM_CHUNK = 1 << 20
+
+
+def _squared_norm(flat: torch.Tensor) -> float:
+    """``sum(flat ** 2)`` accumulated in float64, a chunk of 2^20 elements at a time: a float64
+    copy of the whole gradient and its square would be 16 transient bytes per parameter."""
+    return float(sum(float(c.double().square().sum()) for c in flat.split(_NORM_CHUNK)))
 
 
 class StageTrainer:
@@ -104,14 +128,20 @@ class StageTrainer:
         self.solo = len(layout) == 1
         self.device = _device(config, rank)
         torch.set_num_threads(config.threads_per_rank)
+        self.config = config
         full = task.build_model()
         check_runnable(plan, len(full))
-        self.stage = LayerRange(full, self.me.first_layer, self.me.last_layer).to(self.device)
+        check_dimensions(plan, next((p.dtype for p in full.parameters() if p.is_floating_point()), None))
+        set_matmul_precision(plan.precision)
+        spec = plan.stages[self.me.stage]
+        self.stage = LayerRange(full, self.me.first_layer, self.me.last_layer, spec.recompute, plan.precision,
+                                self.device.type).to(self.device)
         del full
         if self.me.tp > 1:
             shard_layers(self.stage, groups.tp[(self.me.stage, self.me.replica)], self.me.tp, self.device.type)
         self.params = [p for p in self.stage.parameters() if p.requires_grad]
-        self.optimizer = make_optimizer(self.params, config)
+        self.optimizer = make_stage_optimizer(self.params, config, spec.optimizer_sharding, self.dp_group)
+        self.loss = loss_under(plan.precision, self.device.type, task.loss)
         self.first, self.last = self.me.stage == 0, self.me.stage == plan.pp - 1
         self.act_source = neighbours(plan, self.me, -1, "source")
         self.act_destinations = neighbours(plan, self.me, +1, "destination")
@@ -127,14 +157,19 @@ class StageTrainer:
             self.pipeline = TorchPipeline(
                 self.stage, self.me.stage, plan.pp, self.device, groups.pipe[(self.me.replica, self.me.tp_index)],
                 self.me.num_microbatches, self.choice.schedules[self.me.replica],
-                lambda output, target: task.loss(output, target) * scale)
+                lambda output, target: self.loss(output, target) * scale)
         self.ops = SCHEDULES[config.schedule](plan.pp, self.me.stage, self.me.num_microbatches)
         self.links = Links()
-        self.control = torch.zeros(4, dtype=torch.float64, device=self.device)  # stop, loss, |G|^2, tr(Sigma)
+        # stop, loss, |G|^2, tr(Sigma), then every rank's peak allocated and reserved bytes (memory_step only)
+        self.control = torch.zeros(4 + 2 * len(layout), dtype=torch.float64, device=self.device)
 
     def step(self, step: int, request_stop: bool = False) -> tuple[StepMetrics, bool]:
         """Train iteration ``step`` (0-based; it picks the data); returns what rank 0 reports
         (``step`` + 1 done, loss, seconds) and whether any rank asked to stop."""
+        measure = self.config.memory_step == step
+        peak = PeakMemory(self.device, persistent_bytes(self.stage, local_optimizer(self.optimizer))) if measure else None
+        if peak is not None:
+            peak.start()
         t0 = time.perf_counter()
         loss_sum = self._run_torch_pipeline(step) if self.pipeline is not None else self._run_own_schedule(step)
         t_sync = time.perf_counter()
@@ -144,7 +179,7 @@ class StageTrainer:
                     p.grad = torch.zeros_like(p)
             grads = [local_tensor(p.grad) for p in self.params]
             flat = torch.cat([g.reshape(-1) for g in grads])
-            local_sqr = float(flat.double().square().sum()) if self.grad_stats else 0.0
+            local_sqr = _squared_norm(flat) if self.grad_stats else 0.0
             dist.all_reduce(flat, group=self.dp_group)
             for g, summed in zip(grads, torch.split(flat, [g.numel() for g in grads]), strict=True):
                 g.copy_(summed.view_as(g))
@@ -152,15 +187,24 @@ class StageTrainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.control.zero_()
+        if peak is not None:
+            allocated, reserved = peak.stop()
+            world = (len(self.control) - 4) // 2
+            self.control[4 + self.rank] = allocated
+            self.control[4 + world + self.rank] = reserved
         self.control[0] = 1.0 if request_stop else 0.0
         if self.reports_loss:
             self.control[1] = loss_sum
         if self.grad_stats:
-            self.control[2:] = torch.tensor(self._noise_terms(local_sqr, float(flat.double().square().sum())),
+            self.control[2:4] = torch.tensor(self._noise_terms(local_sqr, _squared_norm(flat)),
                                              dtype=torch.float64)
         if not self.solo:
             dist.all_reduce(self.control, group=self.group)
         extra = {"grad_sqr": float(self.control[2]), "grad_var": float(self.control[3])} if self.grad_stats else {}
+        if measure:
+            world = (len(self.control) - 4) // 2
+            extra["peak_allocated_bytes"] = [int(v) for v in self.control[4:4 + world].tolist()]
+            extra["peak_reserved_bytes"] = [int(v) for v in self.control[4 + world:].tolist()]
         return (StepMetrics(step + 1, float(self.control[1]), time.perf_counter() - t0, sync_time, extra),
                 bool(self.control[0] > 0))
 
@@ -194,7 +238,7 @@ class StageTrainer:
                 y = self.stage(x)
                 if self.last:
                     target = self.task.batch(step, offset, mbs)[1].to(device)
-                    y = self.task.loss(y, target) * (mbs / gbs)
+                    y = self.loss(y, target) * (mbs / gbs)
                     loss_sum += float(y.detach())
                 else:
                     pending.extend(self.links.send(y, dst, TAG_ACTIVATION) for dst in self.act_destinations)
@@ -251,7 +295,7 @@ def train_rank(
     start = 0
     resume = ckpt.latest_checkpoint(config.checkpoint_dir) if config.resume else None
     if resume is not None:
-        ckpt.load_state(resume, trainer.stage, trainer.optimizer, trainer.group)
+        ckpt.load_state(resume, trainer.stage, local_optimizer(trainer.optimizer), trainer.group)
         start = resume.step
     deadline = time.monotonic() + config.max_seconds if config.max_seconds else None
     done = start
@@ -274,7 +318,7 @@ def train_rank(
 
 
 def _checkpoint(plan: Plan, config: RunConfig, trainer: StageTrainer, step: int, loss: float) -> None:
-    ckpt.save_state(config.checkpoint_dir, step, trainer.stage, trainer.optimizer, trainer.group)
+    ckpt.save_state(config.checkpoint_dir, step, trainer.stage, local_optimizer(trainer.optimizer), trainer.group)
     dist.barrier(group=trainer.group)
     if trainer.rank == 0:
         ckpt.write_manifest(config.checkpoint_dir, step, plan.num_layers, {"loss": loss, "plan": plan.to_dict()})
@@ -332,7 +376,7 @@ def report_failure_and_exit(queue: Any, rank: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``torchrun ... -m heteroplan.runtime.worker --plan plan.json`` (env:// rendezvous)."""
-    from heteroplan.runtime.models import TinyGPTTask
+    from heteroplan.runtime.models import TinyGPTTask, load_task
 
     parser = argparse.ArgumentParser(prog="python -m heteroplan.runtime.worker")
     parser.add_argument("--plan", required=True, help="plan JSON (plan --out/--json, Plan.to_json or Sailor plan_config)")
@@ -340,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     plan = load_plan(args.plan)
     config = RunConfig(**run_config_kwargs(args))
-    task = TinyGPTTask(**model_kwargs(args, plan.num_layers, stage_tp(plan)))
+    task = load_task(args.model) if args.model else TinyGPTTask(**model_kwargs(args, plan.num_layers, stage_tp(plan)))
     dist.init_process_group(config.resolved_backend, timeout=timedelta(seconds=config.timeout_s))
     if dist.get_rank() == 0:
         print(f"pipeline: {pipeline_choice(plan, config).describe()}", flush=True)
