@@ -24,7 +24,7 @@ def test_defaults_are_todays_behaviour_and_are_not_written() -> None:
     assert plan.precision is Precision.FP32
     assert all(s.recompute is Recomputation.NONE and s.optimizer_sharding is OptimizerSharding.NONE for s in plan.stages)
     data = json.loads(plan.to_json())
-    assert "precision" not in data and all(set(s) == {"first_layer", "last_layer", "replicas"} for s in data["stages"])
+    assert "precision" not in data and all(set(s) == {"layers", "replicas"} for s in data["stages"])
     # a file written before these fields existed reads as the same plan
     old = {"model": "m", "global_batch_size": 8, "microbatch_size": 2, "microbatches_per_replica": None,
            "stages": [{"first_layer": 0, "last_layer": 2, "replicas": [{"gpu_type": "A100-40", "zone": "z", "tp": 1, "count": 2}]},
