@@ -7,7 +7,8 @@ generator (``heteroplan.workload.newtrace``, issue 34) is available; ``--source 
 that generator when it is importable.
 
 Issue 32 measured on this machine (wall): sia 76 s (3041 rounds), pollux 71 s, gavel 13 s.
-Writes ``benchmarks/results/<--out>.json``; ``--policies`` and ``--seed`` choose the runs.
+Writes ``benchmarks/results/<--out>.json``; ``--policies`` and ``--seed`` choose the runs
+(``name:key=value,...`` passes options, e.g. ``sia:mode=milp,mip_gap=0.001``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,15 @@ def newtrace(num_jobs: int, hours: float, seed: int) -> list[JobSpec]:
     return gen.generate(num_jobs=num_jobs, hours=hours, seed=seed)
 
 
+def _value(text: str) -> object:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policies", nargs="+", default=["sia", "pollux", "gavel"])
@@ -61,15 +71,17 @@ def main() -> None:
     jobs = make(args.jobs, HOURS, args.seed)
     cluster = preset("sia-64")
     rows = []
-    for name in args.policies:
-        policy = make_policy(name)
+    for spec in args.policies:
+        name, _, opts = spec.partition(":")
+        options = {k: _value(v) for k, v in (kv.split("=", 1) for kv in opts.split(",") if kv)}
+        policy = make_policy(name, **options)
         t0, c0 = time.perf_counter(), time.process_time()
         result = simulate(jobs, cluster, policy, progress=False)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         summary = result.summary()
         rows.append({
-            "policy": name, "wall_s": wall, "cpu_s": cpu, "issue_wall_s": ISSUE_WALL_S.get(name, float("nan")),
-            "rounds": result.rounds, "avg_jct_h": summary["avg_jct_h"], "finished": len(result.finished),
+            "policy": spec, "wall_s": wall, "cpu_s": cpu, "issue_wall_s": ISSUE_WALL_S.get(spec, float("nan")),
+            "rounds": result.rounds, "avg_jct_h": summary["avg_jct_h"], "finished": len(result.finished()),
             "policy_s": float(sum(result.policy_times)), "summary": summary,
         })
         print({k: v for k, v in rows[-1].items() if k != "summary"}, flush=True)

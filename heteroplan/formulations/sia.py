@@ -310,12 +310,13 @@ def build_sia_model_pairs(
     model = Model("sia")
     lb = np.where(pin_rows[job_of], 1.0, 0.0)
     x = model.add_variables("x", P, lb=lb, ub=1.0, integer=True)
-    cols = np.arange(P)
-    one = sp.csr_matrix((np.ones(P), (job_of, cols)), shape=(J, P))
-    model.add_matrix_constraints("one_config", one, ub=1.0, columns=x)
-    gpus = sp.csr_matrix((configs.num_gpus[config_of].astype(float), (configs.type_index[config_of], cols)),
+    # One non-zero per column in each block: CSC arrays written directly (no COO sort).
+    per_column = np.arange(P + 1)
+    one = sp.csc_matrix((np.ones(P), job_of, per_column), shape=(J, P))
+    model.add_constraints(one @ x <= 1.0, "one_config")
+    gpus = sp.csc_matrix((configs.num_gpus[config_of].astype(float), configs.type_index[config_of], per_column),
                          shape=(len(cap), P))
-    model.add_matrix_constraints("capacity", gpus, ub=cap, columns=x)
+    model.add_constraints(gpus @ x <= cap, "capacity")
     minimize = p < 0
     if minimize:
         model.minimize(x @ (utility - lam) + lam * J)
@@ -348,4 +349,53 @@ def _round_lp(problem: SiaProblem, xval: np.ndarray, configs: ConfigSet, capacit
                 choice[j] = c
                 used[k] += configs.num_gpus[c]
                 break
+    return _improve(problem, choice, used, capacity, lam)
+
+
+def _improve(problem: SiaProblem, choice: np.ndarray, used: np.ndarray, capacity: np.ndarray, lam: float,
+             max_moves: int = 50, pair_limit: int = 600) -> np.ndarray:
+    """Local search after rounding (rounding leaves idle the GPUs the LP had given to
+    fractional jobs): apply the move -- one job to another configuration (or none), or two
+    jobs at once when the model has at most ``pair_limit`` variables -- that lowers the
+    objective most with every type's GPUs within capacity; stop when none does."""
+    configs = problem.configs
+    J, K = problem.num_jobs, len(capacity)
+    cost = problem.utility - lam if problem.minimize else -problem.utility
+    # Moves: every pair (job to that configuration) and every job to none.
+    move_job = np.concatenate([problem.job_of, np.arange(J)])
+    move_cost = np.concatenate([cost, np.zeros(J)])
+    move_add = np.zeros((len(move_job), K))
+    move_add[np.arange(len(problem.job_of)), configs.type_index[problem.config_of]] = configs.num_gpus[problem.config_of]
+    move_config = np.concatenate([problem.config_of, np.full(J, -1)])
+    pinned = np.zeros(J, dtype=bool)
+    pinned[problem.job_of[problem.model.variables["x"].lb > 0.5]] = True
+    move_ok = ~pinned[move_job]
+    pairs = len(problem.job_of) <= pair_limit
+    for _ in range(max_moves):
+        has = choice >= 0
+        current = np.zeros(J)
+        holds = np.zeros((J, K))
+        chosen = np.flatnonzero(choice[problem.job_of] == problem.config_of)
+        current[problem.job_of[chosen]] = cost[chosen]
+        holds[np.flatnonzero(has), configs.type_index[choice[has]]] = configs.num_gpus[choice[has]]
+        delta = np.where(move_ok, move_cost - current[move_job], np.inf)
+        change = move_add - holds[move_job]  # GPUs per type the move takes (negative: frees)
+        room = capacity + 1e-9 - used
+        single = np.where(np.all(change <= room, axis=1), delta, np.inf)
+        best, best_gain = (int(np.argmin(single)),), float(single.min(initial=np.inf))
+        if pairs:
+            # An improving move that does not fit, with one that frees GPUs for it.
+            want = np.flatnonzero((delta < -1e-12) & ~np.isfinite(single))
+            give = np.flatnonzero(np.isfinite(delta) & np.any(change < 0, axis=1))
+            d = delta[want][:, None] + delta[give][None, :]
+            fits = np.all(change[want][:, None, :] + change[give][None, :, :] <= room, axis=2)
+            d = np.where(fits & (move_job[want][:, None] != move_job[give][None, :]), d, np.inf)
+            if d.size and d.min() < best_gain:
+                a, b = np.unravel_index(int(np.argmin(d)), d.shape)
+                best, best_gain = (int(want[a]), int(give[b])), float(d[a, b])
+        if not best_gain < -1e-12:
+            break
+        for m in best:
+            used += change[m]
+            choice[move_job[m]] = move_config[m]
     return choice

@@ -56,7 +56,8 @@ def solve_sia(problem: SiaProblem, mode: str = "milp", time_limit: float = 10.0,
         return exact
     exact = dataclasses.replace(exact, build_time=exact.build_time + rounded.build_time,
                                 solve_time=exact.solve_time + rounded.solve_time)
-    worse = exact.objective > rounded.objective if problem.minimize else exact.objective < rounded.objective
+    tol = 1e-9 * max(1.0, abs(rounded.objective))
+    worse = exact.objective > rounded.objective + tol if problem.minimize else exact.objective < rounded.objective - tol
     if not sol.has_solution or not exact.objective == exact.objective or worse:  # LP-round's is better
         return dataclasses.replace(rounded, build_time=exact.build_time, solve_time=exact.solve_time)
     return exact
