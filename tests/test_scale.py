@@ -200,3 +200,38 @@ def test_auto_keeps_lp_round_only_within_the_requested_gap():
             auto = solve_sia(problem, "auto", mip_gap=gap)
             assert auto.mode == ("lp-round" if lp.gap <= gap else "milp")
             assert auto.objective <= lp.objective + 1e-9
+
+
+def test_cluster_node_types_and_counts_by_type():
+    from heteroplan.policies.base import counts_by_type
+
+    cluster = preset("sia-64")
+    assert dict(cluster.node_types) == {n.name: n.gpu_type for n in cluster.nodes}
+    a100 = [n.name for n in cluster.nodes if n.gpu_type == "dgx-ext"]
+    alloc = Allocation("dgx-ext", 12, ((a100[0], 8), (a100[1], 4)))
+    assert counts_by_type(alloc, cluster) == {"dgx-ext": 12}
+
+
+def test_cached_rates_follow_the_estimator():
+    """A job's rate after its estimator learns equals that of a job never asked before."""
+    from heteroplan.sim.fidelity import SimFidelity
+    from heteroplan.sim.job_models import build_jobs
+    from heteroplan.workload.sia import JobSpec
+
+    cluster = preset("sia-64")
+    spec = JobSpec("a", 0.0, "cifar10", 2, 256)
+
+    def fresh():
+        return build_jobs([spec], cluster, True, "bootstrap", SimFidelity())[0]
+
+    job = fresh()
+    job.done = 0.3 * job.total_work
+    first = job.rate_on("rtx", 1, 4)
+    assert job.rate_on("rtx", 1, 4) == first
+    job.estimator.observe("rtx", "4", 128, 9.0, 3.0)  # much slower than the bootstrap thought
+    other = fresh()
+    other.done = job.done
+    other.estimator.observe("rtx", "4", 128, 9.0, 3.0)
+    after = job.rate_on("rtx", 1, 4)
+    assert after == other.rate_on("rtx", 1, 4)
+    assert after[1] != first[1]  # the learnt step time changed the batch choice
