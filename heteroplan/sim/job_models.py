@@ -134,6 +134,7 @@ class GoodputJob(SimJob):
     observed: set[tuple[str, str]] = field(default_factory=set)
     _batches: dict[tuple, tuple[int, int, float | None]] = field(default_factory=dict, repr=False)
     _throughputs: dict[tuple, float] = field(default_factory=dict, repr=False)
+    _efficiencies: dict[tuple[int, int], float] = field(default_factory=dict, repr=False)
 
     @property
     def known_types(self) -> tuple[str, ...]:
@@ -220,8 +221,15 @@ class GoodputJob(SimJob):
         return float(ends[0]) * self.total_work if len(ends) and ends[0] < 1.0 else math.inf
 
     def _efficiency(self, batch: int) -> float:
-        if self.grad is not None:
-            return self.grad.efficiency(batch, self.fraction_done)
+        if self.grad is not None:  # constant within an epoch: kept per (batch, epoch)
+            key = (batch, self.grad.epoch(self.fraction_done))
+            value = self._efficiencies.get(key)
+            if value is None:
+                value = self.grad.efficiency(batch, self.fraction_done)
+                if len(self._efficiencies) >= _RATE_CACHE_LIMIT:
+                    self._efficiencies.clear()
+                self._efficiencies[key] = value
+            return value
         return float(self.truth.efficiency(batch, self.fraction_done))
 
     def ran(self, alloc: Allocation, local: int, accum: int) -> None:
