@@ -75,6 +75,9 @@ class SiaPolicy:
         finite_number("p", self.p)
         finite_number("lam", self.lam)
         finite_number("scale_up", self.scale_up, low=1.0)
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or self.threads < 1):
+            raise InputError("threads", self.threads, "must be a positive integer or None")
 
     def configs(self, cluster: Cluster) -> ConfigSet:
         key = id(cluster)
