@@ -2,9 +2,9 @@
 
 The trace: 960 jobs drawn (seeded, without replacement) from the bundled Sia workloads
 (philly/saturn workload files: their application mix and rigid requests), with arrivals spread
-uniformly at random over 48 hours -- a stand-in for Sia's newTrace setting until the newTrace
-generator (``heteroplan.workload.newtrace``, issue 34) is available; ``--source newtrace`` uses
-that generator when it is importable.
+uniformly at random over 48 hours -- a stand-in for Sia's newTrace setting; ``--source newtrace``
+uses the newTrace generator (``heteroplan.workload.newtrace.generate_newtrace``, branch issue-34)
+once it is merged.
 
 Issue 32 measured on this machine (wall): sia 76 s (3041 rounds), pollux 71 s, gavel 13 s.
 Writes ``benchmarks/results/<--out>.json``; ``--policies`` and ``--seed`` choose the runs
@@ -44,10 +44,10 @@ def sampled_trace(num_jobs: int, hours: float, seed: int) -> list[JobSpec]:
 
 
 def newtrace(num_jobs: int, hours: float, seed: int) -> list[JobSpec]:
-    """The issue-34 newTrace generator (raises ImportError until it lands)."""
-    from heteroplan.workload import newtrace as gen  # type: ignore[attr-defined]
+    """The issue-34 newTrace generator (branch issue-34; ImportError until it is merged)."""
+    from heteroplan.workload.newtrace import NewTraceSpec, generate_newtrace  # type: ignore[import-not-found]
 
-    return gen.generate(num_jobs=num_jobs, hours=hours, seed=seed)
+    return generate_newtrace(NewTraceSpec(jobs=num_jobs, hours=hours), seed=seed)
 
 
 def _value(text: str) -> object:
