@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from heteroplan._html import table, title
@@ -112,6 +113,7 @@ class Cluster:
     zones: tuple[Zone, ...] = ()
     name: str = "cluster"
     _types_by_name: dict[str, GPUType] = field(init=False, repr=False, compare=False)
+    _node_types: dict[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpu_types", tuple(self.gpu_types))
@@ -152,6 +154,7 @@ class Cluster:
                     f"exceeds gpus_per_node={by_name[n.gpu_type].gpus_per_node} of type {n.gpu_type}",
                 )
         object.__setattr__(self, "_types_by_name", by_name)
+        object.__setattr__(self, "_node_types", {n.name: n.gpu_type for n in self.nodes})
 
     # ----------------------------------------------------------------- queries
     @property
@@ -170,6 +173,11 @@ class Cluster:
             return self._types_by_name[name]
         except KeyError:
             raise ClusterError("gpu_type", name, f"unknown GPU type; known: {list(self.type_names)}") from None
+
+    @property
+    def node_types(self) -> Mapping[str, str]:
+        """GPU type of each node, by node name (built once per cluster; read-only)."""
+        return MappingProxyType(self._node_types)
 
     def capacity(self) -> dict[str, int]:
         """GPUs per type (every type listed, 0 if it has no node)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -30,7 +31,12 @@ from heteroplan.cluster import Cluster, GPUType
 from heteroplan.errors import InputError
 from heteroplan.milp import Model, Solution, SolveStatus
 
-__all__ = ["ConfigSet", "SiaProblem", "SiaResult", "build_sia_model", "restart_factor"]
+# LP-round searches for better moves after rounding only when its gap to the LP bound is above
+# this (at 2048 GPUs and more the rounding alone is within 0.05%).
+IMPROVE_ABOVE = 1e-3
+
+__all__ = ["ConfigSet", "GoodputPairs", "SiaProblem", "SiaResult", "build_sia_model", "build_sia_model_pairs",
+           "restart_factor"]
 
 
 @dataclass(frozen=True)
@@ -71,17 +77,49 @@ class ConfigSet:
     def __len__(self) -> int:
         return len(self.num_gpus)
 
-    @property
+    @cached_property
     def type_names(self) -> np.ndarray:
-        """GPU type name of each configuration."""
-        return np.array(self.gpu_types, dtype=object)[self.type_index] if len(self) else np.zeros(0, dtype=object)
+        """GPU type name of each configuration (read-only)."""
+        names = np.array(self.gpu_types, dtype=object)[self.type_index] if len(self) else np.zeros(0, dtype=object)
+        names.setflags(write=False)
+        return names
+
+    @cached_property
+    def _by_gpus(self) -> tuple[np.ndarray, np.ndarray, dict]:
+        order = np.argsort(self.num_gpus, kind="stable")
+        return order, self.num_gpus[order], {}
+
+    def columns_up_to(self, num_gpus: int) -> np.ndarray:
+        """Indices (ascending) of the configurations with at most ``num_gpus`` GPUs."""
+        order, counts, memo = self._by_gpus
+        key = ("<=", int(num_gpus))
+        if key not in memo:
+            memo[key] = np.sort(order[: np.searchsorted(counts, num_gpus, side="right")])
+        return memo[key]
+
+    def columns_with(self, num_gpus: int) -> np.ndarray:
+        """Indices (ascending) of the configurations with exactly ``num_gpus`` GPUs."""
+        order, counts, memo = self._by_gpus
+        key = ("==", int(num_gpus))
+        if key not in memo:
+            lo, hi = np.searchsorted(counts, [num_gpus, num_gpus + 0.5])
+            memo[key] = np.sort(order[lo:hi])
+        return memo[key]
+
+    @cached_property
+    def _index(self) -> dict[tuple[int, int], int]:
+        out: dict[tuple[int, int], int] = {}
+        for c, (k, g) in enumerate(zip(self.type_index.tolist(), self.num_gpus.tolist(), strict=True)):
+            out.setdefault((k, g), c)
+        return out
 
     def index_of(self, gpu_type: str, num_gpus: int) -> int:
         """Index of the configuration with this type and GPU count, -1 if absent."""
         if gpu_type not in self.gpu_types:
             return -1
-        hit = np.flatnonzero((self.type_index == self.gpu_types.index(gpu_type)) & (self.num_gpus == num_gpus))
-        return int(hit[0]) if hit.size else -1
+        if num_gpus != int(num_gpus):
+            return -1
+        return self._index.get((self.gpu_types.index(gpu_type), int(num_gpus)), -1)
 
 
 def restart_factor(age: np.ndarray, restarts: np.ndarray, restart_delay: np.ndarray) -> np.ndarray:
@@ -93,7 +131,11 @@ def restart_factor(age: np.ndarray, restarts: np.ndarray, restart_delay: np.ndar
 
 @dataclass
 class SiaResult:
-    """Chosen configuration per job (-1 = none) and solve diagnostics."""
+    """Chosen configuration per job (-1 = none) and solve diagnostics.
+
+    ``gap`` is relative: to ``bound`` (the LP relaxation's optimum for ``mode="lp-round"``, the
+    MIP dual bound for ``"milp"``); times in seconds.
+    """
 
     choice: np.ndarray
     objective: float
@@ -102,6 +144,7 @@ class SiaResult:
     status: SolveStatus
     build_time: float
     solve_time: float
+    mode: str = "milp"
 
 
 @dataclass
@@ -127,6 +170,11 @@ class SiaProblem:
         objective = self.lam * self.num_jobs if self.minimize else 0.0
         return SiaResult(np.full(self.num_jobs, -1), objective, objective, 0.0, SolveStatus.OPTIMAL, 0.0, 0.0)
 
+    def _objective(self, choice: np.ndarray) -> float:
+        chosen = np.flatnonzero(choice[self.job_of] == self.config_of)
+        obj = float(self.utility[chosen].sum())
+        return obj + self.lam * (self.num_jobs - len(chosen)) if self.minimize else obj
+
     def decode(self, sol: Solution, relaxed: bool = False) -> SiaResult:
         """Configuration per job from a solution of ``model`` (``relaxed``: of its LP relaxation,
         whose few fractional jobs are then rounded greedily and capacity repaired)."""
@@ -136,11 +184,11 @@ class SiaProblem:
             return SiaResult(np.full(J, -1), float("nan"), sol.bound, float("nan"), sol.status, sol.build_time, sol.solve_time)
         xval = sol["x"]
         if relaxed:
-            choice = _round_lp(self, xval, self.configs, self.capacity, self.lam)
-            chosen = np.flatnonzero(choice[self.job_of] == self.config_of)
-            obj = float(self.utility[chosen].sum())
-            objective = obj + self.lam * (J - len(chosen)) if self.minimize else obj
-            bound = sol.objective
+            choice, used = _round_lp(self, xval, self.configs, self.capacity, self.lam)
+            objective, bound = self._objective(choice), sol.objective
+            if abs(objective - bound) > IMPROVE_ABOVE * max(abs(objective), 1e-9):
+                choice = _improve(self, choice, used, self.capacity, self.lam)
+                objective = self._objective(choice)
         else:
             pick = xval > 0.5
             choice = np.full(J, -1)
@@ -148,6 +196,34 @@ class SiaProblem:
             objective, bound = sol.objective, sol.bound
         gap = abs(objective - bound) / max(abs(objective), 1e-9)
         return SiaResult(choice, objective, bound, gap, sol.status, sol.build_time, sol.solve_time)
+
+
+@dataclass(frozen=True)
+class GoodputPairs:
+    """The (job, configuration) pairs a job may be given, with their goodput (samples/s).
+
+    A sparse goodput matrix: ``job_of`` and ``config_of`` index the jobs and the configurations
+    of a :class:`ConfigSet`, sorted by job then configuration; pairs absent (or with goodput
+    <= 0) are impossible.
+    """
+
+    num_jobs: int
+    job_of: np.ndarray
+    config_of: np.ndarray
+    goodput: np.ndarray
+
+    @classmethod
+    def from_dense(cls, goodput: np.ndarray) -> GoodputPairs:
+        """The positive entries of a (jobs, configs) goodput matrix."""
+        G = np.asarray(goodput, dtype=float)
+        job_of, config_of = np.nonzero(G > 0)
+        return cls(G.shape[0], job_of, config_of, G[job_of, config_of])
+
+    def dense(self, num_configs: int) -> np.ndarray:
+        """The (jobs, configs) goodput matrix, 0 where a pair is absent."""
+        G = np.zeros((self.num_jobs, num_configs))
+        G[self.job_of, self.config_of] = self.goodput
+        return G
 
 
 def build_sia_model(
@@ -161,7 +237,7 @@ def build_sia_model(
     lam: float = 1.1,
     base: np.ndarray | None = None,
 ) -> SiaProblem:
-    """Build Sia's ILP.
+    """Build Sia's ILP from a dense goodput matrix (see :func:`build_sia_model_pairs`).
 
     Args:
         goodput: (jobs, configs) goodput in samples/s; <= 0 marks impossible configs.
@@ -180,18 +256,46 @@ def build_sia_model(
         raise InputError("goodput.shape", G.shape, f"need (jobs, {len(configs)})")
     if not np.all(np.isfinite(G)):
         raise InputError("goodput", "non-finite", "goodput must be finite")
+    return build_sia_model_pairs(GoodputPairs.from_dense(G), configs, capacity, current, restart, pinned, p, lam,
+                                 base)
+
+
+def build_sia_model_pairs(
+    pairs: GoodputPairs,
+    configs: ConfigSet,
+    capacity: Sequence[float] | np.ndarray,
+    current: np.ndarray | None = None,
+    restart: np.ndarray | None = None,
+    pinned: np.ndarray | None = None,
+    p: float = -0.5,
+    lam: float = 1.1,
+    base: np.ndarray | None = None,
+) -> SiaProblem:
+    """Build Sia's ILP over the (job, configuration) pairs that may be chosen.
+
+    One variable per pair with positive goodput, so building costs time in proportion to the
+    pairs, not to jobs x configurations. Arguments as :func:`build_sia_model`, with
+    ``pairs`` (:class:`GoodputPairs`, sorted by job then configuration) for the goodput matrix.
+    """
     if p == 0 or not np.isfinite(p):
         raise InputError("p", p, "must be a non-zero finite exponent")
     cap = np.asarray(capacity, dtype=float)
     if cap.shape != (len(configs.gpu_types),) or np.any(cap < 0):
         raise InputError("capacity", capacity, f"need {len(configs.gpu_types)} non-negative GPU counts")
-    J, C = G.shape
+    J = int(pairs.num_jobs)
+    gp = np.asarray(pairs.goodput, dtype=float)
+    if not np.all(np.isfinite(gp)):
+        raise InputError("goodput", "non-finite", "goodput must be finite")
+    keep = gp > 0
+    job_of = np.asarray(pairs.job_of, dtype=np.int64)[keep]
+    config_of = np.asarray(pairs.config_of, dtype=np.int64)[keep]
+    gp = gp[keep]
     current = np.full(J, -1) if current is None else np.asarray(current, dtype=int)
     restart = np.ones(J) if restart is None else np.asarray(restart, dtype=float)
     pinned = np.zeros(J, dtype=bool) if pinned is None else np.asarray(pinned, dtype=bool)
 
-    valid = G > 0
-    base_min = np.where(valid, G, np.inf).min(axis=1, initial=np.inf)
+    base_min = np.full(J, np.inf)
+    np.minimum.at(base_min, job_of, gp)
     if base is None:
         base = base_min
     else:
@@ -199,30 +303,29 @@ def build_sia_model(
         if base.shape != (J,):
             raise InputError("base.shape", base.shape, f"need ({J},)")
         base = np.where(np.isfinite(base) & (base > 0), base, base_min)
-    norm = np.where(valid, G / np.where(np.isfinite(base), base, 1.0)[:, None], 0.0)
+    norm = gp / np.where(np.isfinite(base), base, 1.0)[job_of]
     running = current >= 0
-    is_current = np.zeros((J, C), dtype=bool)
-    is_current[np.flatnonzero(running), current[running]] = True
-    penalty = np.where(running[:, None] & ~is_current, restart[:, None], 1.0)
+    is_current = config_of == current[job_of]
+    penalty = np.where(running[job_of] & ~is_current, restart[job_of], 1.0)
     norm = norm * penalty
-    valid &= norm > 0
+    valid = norm > 0
     # Pinned jobs keep their current configuration and nothing else.
-    pin_rows = np.flatnonzero(pinned & running)
-    valid[pin_rows] = is_current[pin_rows]
+    pin_rows = pinned & running
+    valid &= ~pin_rows[job_of] | is_current
+    job_of, config_of, norm = job_of[valid], config_of[valid], norm[valid]
 
-    job_of, config_of = np.nonzero(valid)
-    utility = norm[job_of, config_of] ** p
+    utility = norm ** p
     P = len(job_of)
     model = Model("sia")
-    lb = np.zeros(P)
-    lb[np.isin(job_of, pin_rows)] = 1.0
+    lb = np.where(pin_rows[job_of], 1.0, 0.0)
     x = model.add_variables("x", P, lb=lb, ub=1.0, integer=True)
-    cols = np.arange(P)
-    one = sp.csr_matrix((np.ones(P), (job_of, cols)), shape=(J, P))
-    model.add_matrix_constraints("one_config", one, ub=1.0, columns=x)
-    gpus = sp.csr_matrix((configs.num_gpus[config_of].astype(float), (configs.type_index[config_of], cols)),
+    # One non-zero per column in each block: CSC arrays written directly (no COO sort).
+    per_column = np.arange(P + 1)
+    one = sp.csc_matrix((np.ones(P), job_of, per_column), shape=(J, P))
+    model.add_constraints(one @ x <= 1.0, "one_config")
+    gpus = sp.csc_matrix((configs.num_gpus[config_of].astype(float), configs.type_index[config_of], per_column),
                          shape=(len(cap), P))
-    model.add_matrix_constraints("capacity", gpus, ub=cap, columns=x)
+    model.add_constraints(gpus @ x <= cap, "capacity")
     minimize = p < 0
     if minimize:
         model.minimize(x @ (utility - lam) + lam * J)
@@ -231,8 +334,10 @@ def build_sia_model(
     return SiaProblem(model, job_of, config_of, utility, J, minimize, configs, cap, float(lam))
 
 
-def _round_lp(problem: SiaProblem, xval: np.ndarray, configs: ConfigSet, capacity: np.ndarray, lam: float) -> np.ndarray:
-    """Integral choice from an LP solution: keep integral jobs, place fractional ones greedily."""
+def _round_lp(problem: SiaProblem, xval: np.ndarray, configs: ConfigSet, capacity: np.ndarray,
+              lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """Integral choice from an LP solution (keep integral jobs, place fractional ones greedily)
+    and the GPUs it uses per type."""
     J = problem.num_jobs
     choice = np.full(J, -1)
     whole = xval >= 1 - 1e-6
@@ -255,4 +360,53 @@ def _round_lp(problem: SiaProblem, xval: np.ndarray, configs: ConfigSet, capacit
                 choice[j] = c
                 used[k] += configs.num_gpus[c]
                 break
+    return choice, used
+
+
+def _improve(problem: SiaProblem, choice: np.ndarray, used: np.ndarray, capacity: np.ndarray, lam: float,
+             max_moves: int = 50, pair_limit: int = 600) -> np.ndarray:
+    """Local search after rounding (rounding leaves idle the GPUs the LP had given to
+    fractional jobs): apply the move -- one job to another configuration (or none), or two
+    jobs at once when the model has at most ``pair_limit`` variables -- that lowers the
+    objective most with every type's GPUs within capacity; stop when none does."""
+    configs = problem.configs
+    J, K = problem.num_jobs, len(capacity)
+    cost = problem.utility - lam if problem.minimize else -problem.utility
+    # Moves: every pair (job to that configuration) and every job to none.
+    move_job = np.concatenate([problem.job_of, np.arange(J)])
+    move_cost = np.concatenate([cost, np.zeros(J)])
+    move_add = np.zeros((len(move_job), K))
+    move_add[np.arange(len(problem.job_of)), configs.type_index[problem.config_of]] = configs.num_gpus[problem.config_of]
+    move_config = np.concatenate([problem.config_of, np.full(J, -1)])
+    pinned = np.zeros(J, dtype=bool)
+    pinned[problem.job_of[problem.model.variables["x"].lb > 0.5]] = True
+    move_ok = ~pinned[move_job]
+    pairs = len(problem.job_of) <= pair_limit
+    for _ in range(max_moves):
+        has = choice >= 0
+        current = np.zeros(J)
+        holds = np.zeros((J, K))
+        chosen = np.flatnonzero(choice[problem.job_of] == problem.config_of)
+        current[problem.job_of[chosen]] = cost[chosen]
+        holds[np.flatnonzero(has), configs.type_index[choice[has]]] = configs.num_gpus[choice[has]]
+        delta = np.where(move_ok, move_cost - current[move_job], np.inf)
+        change = move_add - holds[move_job]  # GPUs per type the move takes (negative: frees)
+        room = capacity + 1e-9 - used
+        single = np.where(np.all(change <= room, axis=1), delta, np.inf)
+        best, best_gain = (int(np.argmin(single)),), float(single.min(initial=np.inf))
+        if pairs:
+            # An improving move that does not fit, with one that frees GPUs for it.
+            want = np.flatnonzero((delta < -1e-12) & ~np.isfinite(single))
+            give = np.flatnonzero(np.isfinite(delta) & np.any(change < 0, axis=1))
+            d = delta[want][:, None] + delta[give][None, :]
+            fits = np.all(change[want][:, None, :] + change[give][None, :, :] <= room, axis=2)
+            d = np.where(fits & (move_job[want][:, None] != move_job[give][None, :]), d, np.inf)
+            if d.size and d.min() < best_gain:
+                a, b = np.unravel_index(int(np.argmin(d)), d.shape)
+                best, best_gain = (int(want[a]), int(give[b])), float(d[a, b])
+        if not best_gain < -1e-12:
+            break
+        for m in best:
+            used += change[m]
+            choice[move_job[m]] = move_config[m]
     return choice

@@ -120,7 +120,7 @@ class BootstrappedModel(GoodputModel):
         old = self._obs.get(gpu_type)
         self._obs[gpu_type] = meas if old is None else old.concat(meas)
         self._stale.add(gpu_type)
-        self._cache.clear()
+        self._changed()
 
     def observations(self, gpu_type: str) -> Measurements:
         """All observations of ``gpu_type`` so far."""
@@ -207,7 +207,7 @@ class BootstrappedModel(GoodputModel):
                 params[gpu_type] = ThroughputParams(a, b)
                 self._source[gpu_type] = "profile"
         self._params = params
-        self._cache.clear()
+        self._changed()
 
     def _one_gpu_compute(self, gpu_type: str) -> tuple[float, float, float] | None:
         """``(alpha_c, beta_c, geometric-mean local batch)`` of the type's 1-GPU rows, cached
@@ -237,6 +237,11 @@ class BootstrappedModel(GoodputModel):
     def gpu_types(self) -> tuple[str, ...]:
         self._refresh()
         return tuple(self._params)
+
+    @property
+    def version(self) -> int:
+        self._refresh()
+        return self._version
 
     @property
     def params(self) -> Mapping[str, ThroughputParams]:

@@ -94,6 +94,7 @@ class GoodputModel:
         self._cache: dict[tuple, tuple[np.ndarray, ...]] = {}
         self._frac = np.linspace(0.0, 1.0, batch_grid)[None, :]
         self._measured_phi: float | None = None
+        self._version = 0
 
     @classmethod
     def fit(
@@ -109,6 +110,18 @@ class GoodputModel:
 
     # -- parameters --------------------------------------------------------------------
     @property
+    def version(self) -> int:
+        """A counter that changes whenever the model's throughput parameters change (a refit,
+        :meth:`set_params`): callers may reuse what they computed from the model while it stays
+        the same. Goodput also depends on the noise scale (:meth:`noise_scale`)."""
+        return self._version
+
+    def _changed(self) -> None:
+        """The parameters changed: drop cached grids and advance :attr:`version`."""
+        self._cache.clear()
+        self._version += 1
+
+    @property
     def gpu_types(self) -> tuple[str, ...]:
         """GPU types this model can evaluate."""
         return tuple(self._params)
@@ -123,7 +136,7 @@ class GoodputModel:
         if not isinstance(params, ThroughputParams):
             raise InputError(f"params[{gpu_type}]", params, "must be a ThroughputParams")
         self._params[gpu_type] = params
-        self._cache.clear()
+        self._changed()
 
     @property
     def measured_phi(self) -> float | None:
@@ -153,6 +166,11 @@ class GoodputModel:
         if self._measured_phi is not None:
             return self._measured_phi
         return self.phi.at(p)
+
+    def noise_scale(self, progress: float = 0.0) -> float:
+        """The gradient noise scale phi (samples) in use at ``progress``: the measured one when
+        set, else the table's. With :attr:`version` it determines :meth:`goodput`."""
+        return self._phi_at(progress)
 
     def max_local_bsz(self, gpu_type: str) -> int:
         """Largest local batch on one GPU of ``gpu_type`` (samples; max batch if unlisted)."""

@@ -15,7 +15,7 @@ All times in seconds. Functions broadcast over numpy arrays.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -48,7 +48,8 @@ class ThroughputParams:
     gamma: float = 1.0
 
     def __post_init__(self) -> None:
-        for name, value in asdict(self).items():
+        for name in _FIELDS:  # (asdict would deep-copy: this runs on every refit)
+            value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float | np.floating):
                 raise InputError(f"ThroughputParams.{name}", value, "must be a number")
             if not math.isfinite(value) or value < 0:
@@ -77,6 +78,9 @@ class ThroughputParams:
     def has_sync(self) -> bool:
         """True when any synchronization cost is modelled."""
         return (self.alpha_r + self.beta_r + self.alpha_n + self.beta_n) > 0
+
+
+_FIELDS = tuple(f.name for f in fields(ThroughputParams))
 
 
 def compute_time(p: ThroughputParams, local_bsz: Any) -> np.ndarray:

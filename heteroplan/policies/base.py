@@ -226,7 +226,7 @@ def counts_by_type(allocation: Allocation, cluster: Cluster) -> dict[str, int]:
         if allocation.mixed:
             raise InputError("allocation.placement", (), f"mixed type {allocation.gpu_type!r} needs a placement")
         return {allocation.gpu_type: allocation.num_gpus} if allocation.num_gpus else {}
-    types = {n.name: n.gpu_type for n in cluster.nodes}
+    types = cluster.node_types
     out: dict[str, int] = {}
     for node, count in allocation.placement:
         if node not in types:

@@ -8,11 +8,12 @@ import numpy as np
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError
-from heteroplan.formulations.sia import ConfigSet
+from heteroplan.formulations.sia import ConfigSet, GoodputPairs
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.placement import place
 
-__all__ = ["goodput_matrix", "max_gpus_this_round", "current_config", "place_blind"]
+__all__ = ["GoodputCache", "goodput_matrix", "goodput_pairs", "choosable_columns", "max_gpus_this_round",
+           "current_config", "place_blind"]
 
 
 SCALE_UP_FROM = ("max", "current")
@@ -33,6 +34,88 @@ def max_gpus_this_round(job: JobState, scale_up: float, scale_from: str = "max")
     return int(min(job.max_gpus, max(1, np.floor(scale_up * ref))))
 
 
+def choosable_columns(job: JobState, configs: ConfigSet, scale_up: float | None = 2.0,
+                      scale_from: str = "max") -> np.ndarray:
+    """Indices of the configurations ``job`` may get this round (ascending).
+
+    Rigid jobs: exactly their requested GPU count; elastic jobs: at most
+    :func:`max_gpus_this_round` GPUs (``job.max_gpus`` when ``scale_up`` is None or 0).
+    """
+    if not job.elastic:
+        return configs.columns_with(job.requested_gpus)
+    limit = max_gpus_this_round(job, scale_up, scale_from) if scale_up else job.max_gpus
+    return configs.columns_up_to(limit)
+
+
+class GoodputCache:
+    """Goodputs of each job's choosable configurations, reused across rounds while nothing they
+    depend on changes: the job's estimator (same object, same ``version``), its noise scale
+    (``noise_scale(progress)``; the progress itself for an estimator without one) and the
+    configurations. Estimators without a ``version`` are evaluated every round."""
+
+    def __init__(self) -> None:
+        self._configs: ConfigSet | None = None
+        self._rows: dict[str, tuple] = {}
+
+    def row(self, job: JobState, configs: ConfigSet, cols: np.ndarray, names: np.ndarray) -> np.ndarray:
+        """Goodput (samples/s) of ``job`` on the configurations ``cols`` (type names ``names``)."""
+        if configs is not self._configs:
+            self._configs, self._rows = configs, {}
+        est = job.estimator
+        version = getattr(est, "version", None)
+        if version is None:
+            return _evaluate(job, configs, cols, names)
+        noise = getattr(est, "noise_scale", None)
+        state = (version, noise(job.progress) if noise is not None else job.progress)
+        hit = self._rows.get(job.job_id)
+        if hit is not None and hit[0] is est and hit[1] == state and hit[2] is cols and hit[3] is names:
+            return hit[4]
+        values = _evaluate(job, configs, cols, names)
+        self._rows[job.job_id] = (est, state, cols, names, values)
+        return values
+
+    def keep_only(self, job_ids: Sequence[str]) -> None:
+        """Forget jobs not in ``job_ids`` (finished ones)."""
+        if len(self._rows) > 2 * len(job_ids):
+            wanted = set(job_ids)
+            self._rows = {k: v for k, v in self._rows.items() if k in wanted}
+
+
+def _evaluate(job: JobState, configs: ConfigSet, cols: np.ndarray, names: np.ndarray) -> np.ndarray:
+    return np.asarray(
+        job.estimator.goodput(names[cols], configs.num_nodes[cols], configs.num_gpus[cols], progress=job.progress),
+        dtype=float,
+    ).reshape(len(cols))
+
+
+def goodput_pairs(
+    jobs: Sequence[JobState], configs: ConfigSet, scale_up: float | None = 2.0, types: np.ndarray | None = None,
+    scale_from: str = "max", cache: GoodputCache | None = None,
+) -> GoodputPairs:
+    """Goodput (samples/s) of each job on each configuration it may get this round (see
+    :func:`choosable_columns`), evaluated only there: a job with a scale-up limit costs its
+    few candidate configurations, not the whole cluster's. ``types`` overrides the GPU type
+    asked of the estimator per configuration; ``cache`` reuses rows across rounds.
+    """
+    names = configs.type_names if types is None else np.asarray(types, dtype=object)
+    job_parts, col_parts, val_parts = [], [], []
+    for i, job in enumerate(jobs):
+        if job.estimator is None:
+            continue
+        cols = choosable_columns(job, configs, scale_up, scale_from)
+        if not len(cols):
+            continue
+        values = cache.row(job, configs, cols, names) if cache is not None and types is None \
+            else _evaluate(job, configs, cols, names)
+        job_parts.append(np.full(len(cols), i))
+        col_parts.append(cols)
+        val_parts.append(values)
+    if not job_parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return GoodputPairs(len(jobs), empty, empty, np.zeros(0))
+    return GoodputPairs(len(jobs), np.concatenate(job_parts), np.concatenate(col_parts), np.concatenate(val_parts))
+
+
 def goodput_matrix(
     jobs: Sequence[JobState], configs: ConfigSet, scale_up: float | None = 2.0, types: np.ndarray | None = None,
     scale_from: str = "max",
@@ -42,23 +125,10 @@ def goodput_matrix(
     Rigid jobs only get configurations with exactly their requested GPU count. ``types``
     overrides the GPU type asked of the estimator per configuration (heterogeneity-unaware
     policies ask every configuration as if it were one reference type). ``scale_up`` and
-    ``scale_from`` limit elastic jobs' GPUs (see :func:`max_gpus_this_round`).
+    ``scale_from`` limit elastic jobs' GPUs (see :func:`max_gpus_this_round`). The dense form
+    of :func:`goodput_pairs`.
     """
-    G = np.zeros((len(jobs), len(configs)))
-    names = configs.type_names if types is None else types
-    for i, job in enumerate(jobs):
-        if job.estimator is None:
-            continue
-        row = np.asarray(
-            job.estimator.goodput(names, configs.num_nodes, configs.num_gpus, progress=job.progress), dtype=float
-        )
-        if job.elastic:
-            limit = max_gpus_this_round(job, scale_up, scale_from) if scale_up else job.max_gpus
-            row = np.where(configs.num_gpus <= limit, row, 0.0)
-        else:
-            row = np.where(configs.num_gpus == job.requested_gpus, row, 0.0)
-        G[i] = row
-    return G
+    return goodput_pairs(jobs, configs, scale_up, types, scale_from).dense(len(configs))
 
 
 def current_config(jobs: Sequence[JobState], configs: ConfigSet) -> np.ndarray:

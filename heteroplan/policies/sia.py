@@ -14,12 +14,12 @@ from heteroplan.errors import InputError, check_seconds
 from heteroplan.formulations.sia import (
     ConfigSet,
     SiaResult,
-    build_sia_model,
+    build_sia_model_pairs,
     restart_factor,
 )
 from heteroplan.inputs import finite_number
 from heteroplan.policies.base import Allocation, JobState
-from heteroplan.policies.common import current_config, goodput_matrix
+from heteroplan.policies.common import GoodputCache, current_config, goodput_pairs
 from heteroplan.policies.placement import place
 from heteroplan.policies.sia_solve import solve_sia
 
@@ -49,9 +49,15 @@ class SiaPolicy:
         scale_up: at most this factor more GPUs per round than ``scale_up_from``:
             ``"max"`` (default, the Sia artifact: the most GPUs the job has run on) or
             ``"current"`` (its current or last allocation).
-        mode: ``"milp"``, ``"lp-round"``, or ``"auto"`` (default: the exact MILP while the
-            model has at most ``auto_limit`` variables, LP + rounding above).
-        time_limit: seconds per solve; mip_gap: relative MIP gap.
+        mode: ``"milp"``, ``"lp-round"``, or ``"auto"`` (default: LP + rounding, kept when its
+            measured gap to the LP bound is at most ``mip_gap``; else the exact MILP while the
+            model has at most ``auto_limit`` variables).
+        time_limit: seconds per solve; mip_gap: relative gap requested (default 1%).
+        threads: HiGHS threads (``None``: one for small models, see
+            :func:`heteroplan.solvers.highs.default_threads`).
+
+    ``last_result`` holds the latest round's :class:`~heteroplan.formulations.sia.SiaResult`:
+    which solve chose (``mode``), its objective, bound and gap.
     """
 
     p: float = -0.5
@@ -64,13 +70,15 @@ class SiaPolicy:
     mode: str = "auto"
     auto_limit: int = 20_000
     time_limit: float = 10.0
-    mip_gap: float = 1e-3
+    mip_gap: float = 1e-2
+    threads: int | None = None
     name: str = "sia"
     round_length: float = 60.0
     elastic: bool = True
     forking: bool = False
     last_result: SiaResult | None = field(default=None, repr=False)
     _configs: dict[int, ConfigSet] = field(default_factory=dict, repr=False)
+    _goodputs: GoodputCache = field(default_factory=GoodputCache, repr=False)
 
     def __post_init__(self) -> None:  # options are checked when given, not at the first round
         if self.mode not in ("auto", "milp", "lp-round"):
@@ -91,6 +99,9 @@ class SiaPolicy:
         if not isinstance(self.young_exempt, bool):
             raise InputError("young_exempt", self.young_exempt, "must be true or false")
         self.restart_prices = MappingProxyType(dict(self.restart_prices))
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or self.threads < 1):
+            raise InputError("threads", self.threads, "must be a positive integer or None")
 
     def restart_factors(self, jobs: Sequence[JobState], now: float) -> np.ndarray:
         """Per job, the factor scaling its configurations other than the current one:
@@ -111,18 +122,17 @@ class SiaPolicy:
         if not jobs:
             return {}
         configs = self.configs(cluster)
-        G = goodput_matrix(jobs, configs, self.scale_up, scale_from=self.scale_up_from)
+        self._goodputs.keep_only([j.job_id for j in jobs])
+        pairs = goodput_pairs(jobs, configs, self.scale_up, scale_from=self.scale_up_from, cache=self._goodputs)
         current = current_config(jobs, configs)
         restart = None
         if self.restart_penalty:
             restart = self.restart_factors(jobs, now)
         pinned = np.array([j.restoring for j in jobs])
-        capacity = np.array([cluster.capacity()[t] for t in configs.gpu_types], dtype=float)
-        problem = build_sia_model(G, configs, capacity, current, restart, pinned, self.p, self.lam)
-        mode = self.mode
-        if mode == "auto":
-            mode = "milp" if problem.model.num_vars <= self.auto_limit else "lp-round"
-        result = solve_sia(problem, mode, self.time_limit, self.mip_gap)
+        cap = cluster.capacity()
+        capacity = np.array([cap[t] for t in configs.gpu_types], dtype=float)
+        problem = build_sia_model_pairs(pairs, configs, capacity, current, restart, pinned, self.p, self.lam)
+        result = solve_sia(problem, self.mode, self.time_limit, self.mip_gap, self.threads, self.auto_limit)
         self.last_result = result
         wanted = {
             job.job_id: (configs.gpu_types[configs.type_index[c]], int(configs.num_gpus[c]))

@@ -26,7 +26,7 @@ from heteroplan.perf.applications import AppSpec, get_app
 from heteroplan.perf.goodput import GoodputModel, ThroughputTable
 from heteroplan.perf.gradstats import GradStats
 from heteroplan.perf.sia_data import bootstrap_model, grad_stats, true_model
-from heteroplan.perf.throughput import sync_time
+from heteroplan.perf.throughput import sync_time, throughput
 from heteroplan.policies.base import Allocation, JobState, PerfModel
 from heteroplan.scheduling.decisions import StepTiming
 from heteroplan.sim.fidelity import SimFidelity
@@ -36,6 +36,7 @@ from heteroplan.workload.sia import JobSpec
 __all__ = ["SimJob", "GoodputJob", "TableJob", "build_jobs", "ESTIMATORS"]
 
 ESTIMATORS = ("bootstrap", "oracle")
+_RATE_CACHE_LIMIT = 4096  # rates kept per job (configurations x model states)
 
 
 @dataclass(eq=False)
@@ -112,36 +113,79 @@ class GoodputJob(SimJob):
     grad: GradStats | None = None
     slowdown: float = 1.0
     observed: set[tuple[str, tuple[int, ...]]] = field(default_factory=set)
+    _batches: dict[tuple, tuple[int, int, float | None]] = field(default_factory=dict, repr=False)
+    _throughputs: dict[tuple, float] = field(default_factory=dict, repr=False)
+    _efficiencies: dict[tuple[int, int], float] = field(default_factory=dict, repr=False)
 
     @property
     def known_types(self) -> tuple[str, ...]:
         return tuple(self.truth.gpu_types)
 
+    def _uses_estimate(self, oracle: bool) -> bool:
+        est = self.estimator
+        return (self.elastic and not oracle and self.fidelity.batch_size == "estimated" and est is not self.truth
+                and isinstance(est, GoodputModel))
+
     def rate_on(self, gpu_type: str, num_nodes: int, num_gpus: int, oracle: bool = False) -> tuple[float, int, int]:
         """Elastic jobs pick their batch from their estimator (``fidelity.batch_size ==
         "estimated"``, unless ``oracle``) or from the ground truth; rigid jobs use their
         given batch. The rate is the ground truth's throughput at that batch times the
-        statistical efficiency, divided by the application's slowdown."""
-        truth, n, k = self.truth, num_nodes, num_gpus
+        statistical efficiency, divided by the application's slowdown.
+
+        The batch choice is reused while the model that makes it stays the same (the
+        estimator's version and noise scale, or the truth's noise scale) and the truth's
+        throughput per batch always; arguments are trusted (the round loop checked the
+        allocation)."""
+        progress = self.fraction_done
         if self.elastic:
-            est = self.estimator
-            if not oracle and self.fidelity.batch_size == "estimated" and est is not truth \
-                    and isinstance(est, GoodputModel):
-                _, loc, acc = est.optimize(gpu_type, n, k, progress=self.fraction_done)
-                local, accum = int(loc), int(acc)
-                if local <= 0:  # no model for this type yet: the initial batch size (Sia artifact)
-                    local, accum = self._fixed_batch(gpu_type, k, max(self.app.init_batch_size, k))
-            else:
-                good, loc, acc = truth.optimize(gpu_type, n, k, progress=self.fraction_done)
-                local, accum = int(loc), int(acc)
-                if self.grad is None:
-                    return float(good) / self.slowdown, local, accum
+            local, accum, good = self._batch_choice(gpu_type, num_nodes, num_gpus, oracle, progress)
+            if good is not None:
+                return good / self.slowdown, local, accum
             if local <= 0:
                 return 0.0, 0, 0
         else:
-            local, accum = self._fixed_batch(gpu_type, k, self.given_batch)
-        thr = float(truth.throughput(gpu_type, n, k, local, accum))
-        return thr * self._efficiency(k * local * (accum + 1)) / self.slowdown, local, accum
+            local, accum = self._fixed_batch(gpu_type, num_gpus, self.given_batch)
+        thr = self._throughput(gpu_type, num_nodes, num_gpus, local, accum)
+        return thr * self._efficiency(num_gpus * local * (accum + 1)) / self.slowdown, local, accum
+
+    def _batch_choice(self, gpu_type: str, n: int, k: int, oracle: bool,
+                      progress: float) -> tuple[int, int, float | None]:
+        """An elastic job's (local batch, accumulation steps) on this configuration, and its
+        goodput (samples/s, before the slowdown) when the truth picks the batch and sets the
+        efficiency itself (no per-epoch statistics); kept while the model state stays the same."""
+        truth = self.truth
+        if self._uses_estimate(oracle):
+            est = self.estimator
+            key = (gpu_type, n, k, est.version, est.noise_scale(progress))
+            hit = self._batches.get(key)
+            if hit is None:
+                _, loc, acc = est.optimize(gpu_type, n, k, progress=progress)
+                local, accum = int(loc), int(acc)
+                if local <= 0:  # no model for this type yet: the initial batch size (Sia artifact)
+                    local, accum = self._fixed_batch(gpu_type, k, max(self.app.init_batch_size, k))
+                hit = (local, accum, None)
+        else:
+            key = (gpu_type, n, k, None, truth.noise_scale(progress))
+            hit = self._batches.get(key)
+            if hit is None:
+                good, loc, acc = truth.optimize(gpu_type, n, k, progress=progress)
+                hit = (int(loc), int(acc), float(good) if self.grad is None else None)
+        if len(self._batches) >= _RATE_CACHE_LIMIT:
+            self._batches.clear()
+        self._batches[key] = hit
+        return hit
+
+    def _throughput(self, gpu_type: str, n: int, k: int, local: int, accum: int) -> float:
+        """The truth's samples/s with this batch (it never changes: kept per argument tuple)."""
+        key = (gpu_type, n, k, local, accum)
+        thr = self._throughputs.get(key)
+        if thr is None:
+            params = self.truth.params.get(gpu_type)
+            if params is None:  # no data for this type: the model's own clear error
+                return float(self.truth.throughput(gpu_type, n, k, local, accum))
+            thr = float(throughput(params, n, k, local, accum))
+            self._throughputs[key] = thr
+        return thr
 
     def _fixed_batch(self, gpu_type: str, k: int, batch: int) -> tuple[int, int]:
         """(local batch, accumulation steps) for total batch ``batch`` on ``k`` GPUs of ``gpu_type``."""
@@ -158,8 +202,15 @@ class GoodputJob(SimJob):
         return float(ends[0]) * self.total_work if len(ends) and ends[0] < 1.0 else math.inf
 
     def _efficiency(self, batch: int) -> float:
-        if self.grad is not None:
-            return self.grad.efficiency(batch, self.fraction_done)
+        if self.grad is not None:  # constant within an epoch: kept per (batch, epoch)
+            key = (batch, self.grad.epoch(self.fraction_done))
+            value = self._efficiencies.get(key)
+            if value is None:
+                value = self.grad.efficiency(batch, self.fraction_done)
+                if len(self._efficiencies) >= _RATE_CACHE_LIMIT:
+                    self._efficiencies.clear()
+                self._efficiencies[key] = value
+            return value
         return float(self.truth.efficiency(batch, self.fraction_done))
 
     def ran(self, alloc: Allocation, local: int, accum: int) -> tuple[StepTiming | None, float | None]:

@@ -154,12 +154,19 @@ def build_highs(sf: StandardForm, relax: bool = False, verbose: bool = False) ->
 _scheduler_threads: int | None = None  # the size of HiGHS's per-process thread pool, once we set it
 
 
-def default_threads() -> int | None:
+# Models up to this many columns solve on one thread when no thread count is given: a Sia round
+# on 64 GPUs (~155 binaries) took 8 ms on one thread and 16 ms on HiGHS's default pool, which
+# burnt 1.6x the CPU; the pool pays off only for large branch-and-bound trees.
+SMALL_MODEL_COLUMNS = 20_000
+
+
+def default_threads(num_columns: int | None = None) -> int | None:
     """HiGHS threads when a solve names none: ``HETEROPLAN_SOLVER_THREADS`` if set (the sweep's
-    worker processes set 1, so N workers use N cores), else ``None`` (HiGHS's own choice)."""
+    worker processes set 1, so N workers use N cores); else 1 for a model of at most
+    :data:`SMALL_MODEL_COLUMNS` columns (``num_columns``); else ``None`` (HiGHS's own choice)."""
     text = os.environ.get("HETEROPLAN_SOLVER_THREADS", "").strip()
     if not text:
-        return None
+        return 1 if num_columns is not None and num_columns <= SMALL_MODEL_COLUMNS else None
     try:
         value = int(text)
     except ValueError:
@@ -191,7 +198,7 @@ def solve_highs(model: Model, options: SolveOptions) -> Solution:
     if options.algorithm == "ipm-interior":  # presolve would fix columns at bounds (a vertex)
         h.setOptionValue("run_crossover", "off")
         h.setOptionValue("presolve", "off")
-    threads = options.threads if options.threads is not None else default_threads()
+    threads = options.threads if options.threads is not None else default_threads(sf.num_vars)
     _size_scheduler(threads)
     if threads is not None:
         h.setOptionValue("threads", int(threads))
