@@ -109,7 +109,7 @@ def main() -> None:
         return summary[a][key] / summary[b][key] if a in summary and b in summary and summary[b][key] else None
 
     ours = {}
-    for variant in ("hadar", "hadar-replan"):
+    for variant in ("hadar", "hadar-committed"):
         ours[variant] = {
             "avg_jct: yarn-cs / hadar": ratio("yarn-cs", variant, "avg_jct_h"),
             "avg_jct: gavel / hadar": ratio("gavel", variant, "avg_jct_h"),
@@ -121,10 +121,10 @@ def main() -> None:
             "makespan: gavel-sia / hadar": ratio("gavel-sia", variant, "makespan_h"),
             "queuing: hadar / gavel-sia": ratio(variant, "gavel-sia", "avg_queueing_delay_h"),
         }
-    print(f"\n{'ratio':<30}{'paper':>7}{'ours (hadar)':>14}{'ours (replan)':>15}")
+    print(f"\n{'ratio':<30}{'paper':>7}{'ours (hadar)':>14}{'(committed)':>15}")
     for key in ours["hadar"]:
         paper = PAPER.get(key.replace("gavel-sia", "gavel"), float("nan"))
-        cells = [ours[v][key] for v in ("hadar", "hadar-replan")]
+        cells = [ours[v][key] for v in ("hadar", "hadar-committed")]
         print(f"{key:<30}{paper:>7.2f}" + "".join(f"{c:>14.2f} " if c is not None else f"{'-':>14} " for c in cells))
 
     rows = small_instances(args.small, seed=12345) if args.small else []

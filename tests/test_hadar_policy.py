@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from heteroplan.cluster import Cluster, GPUType, Node, preset
 from heteroplan.errors import InputError
 from heteroplan.policies.base import Allocation, Policy, counts_by_type
-from heteroplan.policies.hadar import HadarPolicy, price
+from heteroplan.policies.hadar import HadarPolicy, Planning, price
 from heteroplan.sim.loop import simulate
 from heteroplan.workload.gavel import generate_workload, load_throughputs
 from heteroplan.workload.rigid import RigidJob, rigid_jobs_from_gavel
@@ -83,10 +83,13 @@ def test_invariants_on_gavel_workloads(seed, forking):
 def test_pure_online_drops_rejected_jobs_and_admitted_ones_finish():
     cluster = two_type_cluster()
     jobs = [RigidJob(f"j{i}", 1, 300.0 * (i + 1), 0.0, {"slow": 1.0, "fast": 3.0}) for i in range(4)]
-    policy = HadarPolicy(slot=100.0, retry=False, lower=0.9)
+    # j0 takes the fast GPU (payoff 5 - 0.9), j1 the slow one (6 - 6 slots - 5.4 price > 0);
+    # with no later start considered, j2 and j3 find both GPUs taken and are dropped.
+    policy = HadarPolicy(slot=100.0, planning=Planning.COMMITTED, retry=False, lower=0.9, upper=50.0, lookahead=0)
     res = simulate(jobs, cluster, policy, round_length=100.0, max_rounds=50)
-    assert set(res.completion) == set(policy.admissions)
-    assert set(res.unfinished) == policy.rejected and policy.rejected
+    assert set(res.completion) == set(policy.admissions) == {"j0", "j1"}
+    assert policy.admissions["j0"].pace == "fast" and policy.admissions["j1"].pace == "slow"
+    assert set(res.unfinished) == policy.rejected == {"j2", "j3"}
 
 
 def test_bad_input_is_rejected_cleanly():

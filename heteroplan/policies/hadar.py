@@ -1,32 +1,39 @@
 """Hadar: online primal-dual, task-level heterogeneity-aware scheduling (and HadarE forking).
 
-The variant heteroplan implements (see ``docs/hadar.md`` and the project's HADAR.md): the
-OASiS-style online primal-dual algorithm made task-level heterogeneous.
+The variant heteroplan implements (derivation in ``docs/hadar.md``; the project's HADAR.md):
+the OASiS-style online primal-dual algorithm made task-level heterogeneous.
 
 - Time is slotted (slot = round length ``slot`` s). Node h (all its GPUs of one type k) has
   ``C_h`` GPUs; ``g_h(t)`` of them are committed in slot t. The price of the next GPU is
-  ``p = L * (U_k / L) ** (g / C_h)``: idle GPUs cost ``L``, a full node ``U_k``.
-- Utility of finishing job j at the end of slot c (decision slot t0): with
-  ``n0 = ceil(E_j / (slot * T_j^best))`` slots on its fastest type,
-  ``f_j(c) = W_j * n0**2 / (c - t0 + 1)`` — GPU-slots earned per GPU-slot spent is at most 1
-  (reached by running at once on the fastest type), so ``U = 1`` and any ``L < 1`` admits a
-  job on an idle cluster.
-- Dual subroutine: a schedule runs the job's W_j tasks in consecutive slots ``[s, s+n_m)`` at
-  pace m (the slowest type it uses; ``n_m = ceil(E_j / (slot * T_j^m))``); in each slot it takes
-  the W_j cheapest GPU units among types at least as fast as m (node prices rise with every
-  unit taken). Starts considered: now and every price breakpoint within ``lookahead`` slots.
-  Payoff = utility - price of the units; the best (start, pace) is kept.
-- Admission: payoff > 0 commits the schedule and raises the prices of the GPUs it uses.
-  ``retry=True`` (default) re-tries waiting jobs each round with utility measured from that
-  round; ``retry=False`` is the pure online algorithm (a job is decided once, at arrival,
-  and dropped if rejected) whose objective the competitive-ratio test checks.
-- HadarE (``forking=True``): after the committed gangs, idle GPUs get extra copies of active
+  ``p = L * (U / L) ** (g / C_h)``: idle GPUs cost ``L``, a full node ``U``.
+- Utility of finishing a job ``d`` slots after the decision slot:
+  ``f = max(0, 2 n_slow - d)`` (:func:`~heteroplan.formulations.hadar.completion_utility`),
+  ``n_slow`` = its slots at its slowest pace. One slot of completion time is worth one unit,
+  so the utility a schedule earns is the completion time it saves.
+- ``L`` and ``U`` (unless given) are the lowest and highest utility per GPU-slot of any
+  schedule the active jobs can run (:func:`~heteroplan.formulations.hadar.density_bounds`;
+  ``L`` halved so the least dense one is strictly admissible): the bounds the
+  competitive-ratio argument asks of the prices. Every pace is then admissible on an idle
+  cluster, and a slower type wins whenever it finishes the job sooner than its cost in price.
+- Dual subroutine: a schedule runs the job's W_j tasks on one placement for consecutive slots
+  ``[s, s+n_m)`` at pace m (the slowest type it uses); the placement takes the W_j GPU units
+  with the lowest price summed over the window among types at least as fast as m. Starts
+  considered: now and every price breakpoint within ``lookahead`` slots. A schedule that does
+  not continue the job's current placement pays its checkpoint-restore delay
+  (``JobState.restart_delay``) in ``n_m``. Payoff = utility - price; the best is kept.
+- :class:`Planning`: ``REPLAN`` (default) drops every commitment each round and re-plans all
+  active jobs, shortest ideal remaining time first, so a job's pace follows the prices;
+  ``COMMITTED`` commits a schedule to completion at admission (the pure OASiS rule) and tries
+  waiting jobs again when prices change (``retry=False``: decided once, dropped if rejected —
+  the algorithm whose objective the competitive-ratio experiments check).
+- HadarE (``forking=True``): after the planned gangs, idle GPUs get extra copies of active
   jobs (W_j GPUs of one type each) for this round; the simulator adds the copies' progress.
 
 The policy reads each job's ``remaining_work`` and per-type rates from its performance model
 (:class:`~heteroplan.policies.base.PerfModel`) in the same units, so it runs on Gavel-style
 throughput tables and on Sia goodput models alike. The experiment harness (the pure online
-algorithm against the offline MILP) is :mod:`heteroplan.sim.hadar_experiments`.
+algorithm against the offline MILP, the Gavel-setting regimes) is
+:mod:`heteroplan.sim.hadar_experiments`.
 
 A job that finishes early (faster types than its pace, or forks) releases what it had committed.
 """
@@ -36,15 +43,24 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 import numpy as np
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError
+from heteroplan.formulations.hadar import completion_utility, density_bounds, pace_slots
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.packing import free_gpus, make_allocation, rate_of, take_gpus
 
-__all__ = ["HadarPolicy", "Admission", "price"]
+__all__ = ["Admission", "HadarPolicy", "Planning", "price"]
+
+
+class Planning(Enum):
+    """How long a Hadar decision holds."""
+
+    REPLAN = "replan"  # every round: release all commitments, re-plan every active job
+    COMMITTED = "committed"  # a schedule admitted once runs to completion (OASiS)
 
 
 def price(committed: np.ndarray, capacity: np.ndarray, lower: float, upper: np.ndarray) -> np.ndarray:
@@ -54,7 +70,7 @@ def price(committed: np.ndarray, capacity: np.ndarray, lower: float, upper: np.n
 
 @dataclass(frozen=True)
 class Admission:
-    """Record of one admitted job (slots are absolute slot indices)."""
+    """Record of one admitted job's latest schedule (slots are absolute slot indices)."""
 
     job_id: str
     decided: int
@@ -63,6 +79,17 @@ class Admission:
     pace: str
     utility: float
     cost: float
+
+
+@dataclass(frozen=True)
+class _Schedule:
+    payoff: float
+    start: int
+    end: int  # exclusive
+    pace: int
+    utility: float
+    cost: float
+    counts: np.ndarray  # GPUs per node, the same placement for the whole window
 
 
 @dataclass
@@ -113,55 +140,61 @@ class _Segments:
             self.usage[i] = self.usage[i] + sign * counts
 
 
+
 class HadarPolicy:
     """Online primal-dual scheduler (Hadar variant); ``forking=True`` gives HadarE.
 
     Args:
         slot: slot (round) length, seconds.
-        lower: price of an idle GPU (``L``), in utility units per GPU-slot.
-        upper: price of a full node (``U``), a number or ``{gpu_type: U_k}``.
-        retry: re-try rejected jobs every round (else drop them, as in pure OASiS).
+        lower: price of an idle GPU (``L``), in utility units (slots) per GPU-slot; ``None``:
+            half the lowest density of the active jobs' schedules, each round.
+        upper: price of a full node (``U``), a number or ``{gpu_type: U_k}``; ``None``: the
+            highest density of the active jobs' schedules, each round.
+        planning: :class:`Planning` (or its value, ``"replan"`` / ``"committed"``).
+        retry: with ``COMMITTED``, re-try rejected jobs when prices change (else drop them).
         lookahead: latest start considered, in slots after the decision slot.
         max_slot: schedules must end before this absolute slot (None: no limit).
         forking: HadarE — give idle GPUs to extra copies of active jobs each round.
-        replan: each round, drop every commitment from this slot on and re-run the dual
-            subroutine for all active jobs, shortest ideal remaining time first (a preemptive
-            variant; ``retry`` is implied).
     """
 
     def __init__(
         self,
         slot: float = 360.0,
-        lower: float = 0.25,
-        upper: float | Mapping[str, float] = 1.0,
+        lower: float | None = None,
+        upper: float | Mapping[str, float] | None = None,
+        planning: Planning | str = Planning.REPLAN,
         retry: bool = True,
         lookahead: int = 48,
         max_slot: int | None = None,
         forking: bool = False,
-        replan: bool = False,
     ) -> None:
         if not slot > 0:
             raise InputError("slot", slot, "must be > 0 s")
-        if not lower > 0:
+        if lower is not None and not lower > 0:
             raise InputError("lower", lower, "must be > 0")
-        uppers = upper.values() if isinstance(upper, Mapping) else [upper]
-        if any(not u >= lower for u in uppers):
-            raise InputError("upper", upper, f"must be >= lower={lower}")
+        if upper is not None:
+            uppers = upper.values() if isinstance(upper, Mapping) else [upper]
+            if any(not u > 0 for u in uppers) or (lower is not None and any(not u >= lower for u in uppers)):
+                raise InputError("upper", upper, f"must be > 0 and >= lower={lower}")
         if lookahead < 0:
             raise InputError("lookahead", lookahead, "must be >= 0 slots")
+        try:
+            self.planning = Planning(planning)
+        except ValueError:
+            raise InputError("planning", planning, f"choose one of {[p.value for p in Planning]}") from None
         self.slot = float(slot)
-        self.lower = float(lower)
+        self.lower = lower
         self.upper = upper
         self.retry = retry
         self.lookahead = int(lookahead)
         self.max_slot = max_slot
         self.forking = forking
-        self.replan = replan
         self.round_length = self.slot  # s; the loop's round is the slot
         self.elastic = False
         self.name = "hadare" if forking else "hadar"
         self.admissions: dict[str, Admission] = {}
         self.rejected: set[str] = set()
+        self.bounds: tuple[float, float] = (math.nan, math.nan)  # (L, max U) of the last round
         self._plans: dict[str, _Plan] = {}
         self._tried: dict[str, int] = {}
         self._version = 0
@@ -172,13 +205,15 @@ class HadarPolicy:
     # ------------------------------------------------------------------ setup
     @property
     def alpha(self) -> float:
-        """``max(1, ln(U/L))``; the pure online algorithm (retry=False) is 2*alpha-competitive in this family."""
-        u = max(self.upper.values()) if isinstance(self.upper, Mapping) else self.upper
-        return max(1.0, math.log(u / self.lower))
+        """``max(1, ln(U/L))`` of the last round's prices; the pure online algorithm
+        (``COMMITTED``, ``retry=False``) is 2*alpha-competitive in this family (small demands)."""
+        lo, hi = self.bounds
+        return max(1.0, math.log(hi / lo)) if lo > 0 else math.nan
 
     def _setup(self, cluster: Cluster, t: int) -> None:
         self._cluster = cluster
         self._nodes = [n.name for n in cluster.nodes]
+        self._node_index = {n: i for i, n in enumerate(self._nodes)}
         self._types = list(cluster.type_names)
         self._node_type = np.array([self._types.index(n.gpu_type) for n in cluster.nodes])
         self._cap = np.array([n.num_gpus for n in cluster.nodes], dtype=float)
@@ -186,11 +221,29 @@ class HadarPolicy:
             missing = [k for k in self._types if k not in self.upper]
             if missing:
                 raise InputError("upper", dict(self.upper), f"no U for GPU type(s) {missing}")
-            u_type = np.array([float(self.upper[k]) for k in self._types])
-        else:
-            u_type = np.full(len(self._types), float(self.upper))
-        self._u_node = u_type[self._node_type]
         self._segments = _Segments(len(self._nodes), t)
+
+    def _set_prices(self, jobs: Sequence[JobState]) -> None:
+        """``L`` and ``U`` per node for this round (given, or the active jobs' density bounds)."""
+        lo = hi = math.nan
+        if (self.lower is None or self.upper is None) and jobs:
+            rates = np.stack([self._job_rates(j, self._cluster) for j in jobs])  # type: ignore[arg-type]
+            remaining = np.array([self._remaining(j) for j in jobs])
+            live = (remaining > 0) & (rates > 0).any(axis=1)
+            if live.any():
+                lo, hi = density_bounds(pace_slots(remaining[live], rates[live], self.slot),
+                                        np.array([j.requested_gpus for j in jobs])[live])
+                lo /= 2.0
+        lower = float(self.lower) if self.lower is not None else (lo if math.isfinite(lo) else 1.0)
+        if isinstance(self.upper, Mapping):
+            u_type = np.array([float(self.upper[k]) for k in self._types])
+        elif self.upper is not None:
+            u_type = np.full(len(self._types), float(self.upper))
+        else:
+            u_type = np.full(len(self._types), max(hi, lower) if math.isfinite(hi) else lower)
+        self._lower = lower
+        self._u_node = np.maximum(u_type[self._node_type], lower)
+        self.bounds = (lower, float(self._u_node.max()))
 
     # --------------------------------------------------------------- helpers
     def _job_rates(self, job: JobState, cluster: Cluster) -> np.ndarray:
@@ -226,13 +279,27 @@ class HadarPolicy:
         As in OASiS, a decision pays the price at the utilization before it, per unit.
         """
         g = usage[:, :, None] + np.zeros(w)[None, None, :]
-        p = self.lower * (self._u_node[None, :, None] / self.lower) ** (g / self._cap[None, :, None])
+        p = self._lower * (self._u_node[None, :, None] / self._lower) ** (g / self._cap[None, :, None])
         room = (usage[:, :, None] + np.arange(w)[None, None, :]) < self._cap[None, :, None]
         return np.where(room, p, np.inf)
 
+    def _current(self, job: JobState) -> tuple[int, np.ndarray] | None:
+        """(pace type, GPUs per node) of the placement the job runs on now; None if not running."""
+        a = job.allocation
+        if a is None or not a.placement or any(n not in self._node_index for n, _ in a.placement):
+            return None
+        counts = np.zeros(len(self._nodes), dtype=np.int64)
+        for n, c in a.placement:
+            counts[self._node_index[n]] += c
+        if counts.sum() != job.requested_gpus:
+            return None
+        rates = self._job_rates(job, self._cluster)  # type: ignore[arg-type]
+        used = np.unique(self._node_type[counts > 0])
+        return int(used[np.argmin(rates[used])]), counts
+
     # ------------------------------------------------------ dual subroutine
-    def best_schedule(self, job: JobState, t0: int) -> tuple[float, dict] | None:
-        """The best (payoff, schedule) for ``job`` decided in slot ``t0``; None if none fits."""
+    def best_schedule(self, job: JobState, t0: int) -> _Schedule | None:
+        """The best schedule for ``job`` decided in slot ``t0`` (highest payoff); None if none fits."""
         seg = self._segments
         assert seg is not None
         w = int(job.requested_gpus)
@@ -241,82 +308,68 @@ class HadarPolicy:
         if remaining <= 0 or not (rates > 0).any():
             return None
         starts = np.array(seg.starts, dtype=np.int64)
-        usage = np.stack(seg.usage).astype(float)
-        prices = self._unit_prices(usage, w)  # (S, H, w)
-        paces = np.flatnonzero(rates > 0)
-        n_slots = np.ceil(remaining / (self.slot * rates[paces]) - 1e-9).astype(np.int64)
-        n0 = int(n_slots.min())
-        lengths = np.diff(starts)
-        cand = starts[(starts > t0) & (starts <= t0 + self.lookahead)]
-        s_all = np.concatenate(([t0], cand))
-        best: tuple[float, dict] | None = None
-        rate_node = rates[self._node_type]
-        for m, n in zip(paces, n_slots, strict=True):
-            ok = rate_node >= rates[m] - 1e-12
-            pm = np.where(ok[None, :, None], prices, np.inf).reshape(len(starts), -1)
-            if pm.shape[1] < w:
-                continue
-            cost = np.partition(pm, w - 1, axis=1)[:, :w].sum(axis=1)  # (S,) per slot
-            bad = ~np.isfinite(cost)
-            cost0 = np.where(bad, 0.0, cost)
-            # prefix sums at segment starts (relative to starts[0])
-            q_cost = np.concatenate(([0.0], np.cumsum(lengths * cost0[:-1])))
-            q_bad = np.concatenate(([0], np.cumsum(lengths * bad[:-1])))
-            e_all = s_all + n
+        prices = self._unit_prices(np.stack(seg.usage).astype(float), w)  # (S, H, w)
+        bad = ~np.isfinite(prices)
+        p0 = np.where(bad, 0.0, prices)
+        lengths = np.diff(starts)[:, None, None]
+        q_cost = np.concatenate((np.zeros((1, *p0.shape[1:])), np.cumsum(lengths * p0[:-1], axis=0)))
+        q_bad = np.concatenate((np.zeros((1, *p0.shape[1:])), np.cumsum(lengths * bad[:-1], axis=0)))
 
-            def prefix(t: np.ndarray, q_cost=q_cost, q_bad=q_bad, cost0=cost0, bad=bad) -> tuple:
+        def window(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+            """(C, H, w) price of each unit summed over [s, e) (inf where it is taken in a slot)."""
+            def at(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
                 i = np.searchsorted(starts, t, side="right") - 1
-                return q_cost[i] + (t - starts[i]) * cost0[i], q_bad[i] + (t - starts[i]) * bad[i]
+                dt = (t - starts[i])[:, None, None]
+                return q_cost[i] + dt * p0[i], q_bad[i] + dt * bad[i]
+            (c1, b1), (c0, b0) = at(e), at(s)
+            return np.where(b1 - b0 > 0, np.inf, c1 - c0)
 
-            c_end, b_end = prefix(e_all)
-            c_start, b_start = prefix(s_all)
-            win_cost = c_end - c_start
-            feasible = (b_end - b_start) == 0
+        n_fresh = pace_slots(np.array([remaining]), rates[None, :], self.slot, job.restart_delay)[0]
+        n_plain = pace_slots(np.array([remaining]), rates[None, :], self.slot)[0]
+        n_slow = float(n_plain[np.isfinite(n_plain)].max())
+        cand = starts[(starts > t0) & (starts <= t0 + self.lookahead)]
+        s_all = np.concatenate(([t0], cand)).astype(np.int64)
+        rate_node = rates[self._node_type]
+        best: _Schedule | None = None
+
+        def consider(payoff: np.ndarray, utility: np.ndarray, cost: np.ndarray, s: np.ndarray, e: np.ndarray,
+                     m: int, counts_of) -> None:
+            nonlocal best
             if self.max_slot is not None:
-                feasible &= e_all <= self.max_slot
-            utility = w * n0 * n0 / (e_all - t0).astype(float)
-            payoff = np.where(feasible, utility - win_cost, -np.inf)
+                payoff = np.where(e <= self.max_slot, payoff, -np.inf)
             k = int(np.argmax(payoff))
-            if np.isfinite(payoff[k]) and (best is None or payoff[k] > best[0]):
-                best = (
-                    float(payoff[k]),
-                    {
-                        "start": int(s_all[k]),
-                        "end": int(e_all[k]),
-                        "pace": int(m),
-                        "utility": float(utility[k]),
-                        "cost": float(win_cost[k]),
-                    },
-                )
+            if np.isfinite(payoff[k]) and (best is None or payoff[k] > best.payoff):
+                best = _Schedule(float(payoff[k]), int(s[k]), int(e[k]), m, float(utility[k]), float(cost[k]),
+                                 counts_of(k))
+
+        for m in np.flatnonzero(rates > 0):
+            ok = rate_node >= rates[m] - 1e-12
+            if self._cap[ok].sum() < w:
+                continue
+            e_all = s_all + int(n_fresh[m])
+            units = np.where(ok[None, :, None], window(s_all, e_all), np.inf).reshape(len(s_all), -1)
+            pick = np.argpartition(units, w - 1, axis=1)[:, :w]
+            cost = np.take_along_axis(units, pick, axis=1).sum(axis=1)
+            utility = completion_utility(e_all - t0, n_slow)
+            consider(utility - cost, utility, cost, s_all, e_all, int(m),
+                     lambda k, pick=pick: np.bincount(pick[k] // w, minlength=len(self._nodes)))
+        current = self._current(job)
+        if current is not None:  # continue the current placement: no restart
+            m, counts = current
+            s, e = np.array([t0]), np.array([t0 + int(n_plain[m])])
+            units = window(s, e)[0]
+            cost = np.array([sum(units[h, :c].sum() for h, c in enumerate(counts) if c)])
+            utility = completion_utility(e - t0, n_slow)
+            consider(utility - cost, utility, cost, s, e, m, lambda k, counts=counts: counts.copy())
         return best
 
-    def _commit(self, job: JobState, sched: dict, t0: int) -> None:
+    def _commit(self, job: JobState, sched: _Schedule, t0: int) -> None:
         seg = self._segments
         assert seg is not None
-        w = int(job.requested_gpus)
-        rates = self._job_rates(job, self._cluster)  # type: ignore[arg-type]
-        ok = rates[self._node_type] >= rates[sched["pace"]] - 1e-12
-        a = seg.split(sched["start"])
-        b = seg.split(sched["end"])
-        plan = _Plan()
-        bounds = seg.starts[a : b + 1]
-        for i, lo, hi in zip(range(a, b), bounds[:-1], bounds[1:], strict=True):
-            p = np.where(ok[None, :, None], self._unit_prices(seg.usage[i][None, :].astype(float), w), np.inf)
-            flat = p.reshape(-1)
-            pick = np.argpartition(flat, w - 1)[:w]
-            counts = np.bincount(pick // w, minlength=len(self._nodes))
-            seg.usage[i] = seg.usage[i] + counts
-            plan.pieces.append((lo, hi, counts))
-        self._plans[job.job_id] = plan
-        self.admissions[job.job_id] = Admission(
-            job.job_id,
-            t0,
-            sched["start"],
-            sched["end"] - 1,
-            self._types[sched["pace"]],
-            sched["utility"],
-            sched["cost"],
-        )
+        seg.add(sched.start, sched.end, sched.counts)
+        self._plans[job.job_id] = _Plan([(sched.start, sched.end, sched.counts)])
+        self.admissions[job.job_id] = Admission(job.job_id, t0, sched.start, sched.end - 1,
+                                                self._types[sched.pace], sched.utility, sched.cost)
 
     def _release(self, job_id: str, t: int) -> None:
         seg = self._segments
@@ -335,14 +388,16 @@ class HadarPolicy:
             self._setup(cluster, t)
         seg = self._segments
         assert seg is not None
+        self._set_prices(jobs)
         active = {j.job_id: j for j in jobs}
         for jid in [j for j in self._plans if j not in active]:
             self._release(jid, t)
         seg.compact()
         if seg.drop_before(t):
             self._version += 1
+        replan = self.planning is Planning.REPLAN
         order = sorted(jobs, key=lambda j: (j.arrival_time, j.job_id))
-        if self.replan:
+        if replan:
             for jid in list(self._plans):
                 self._release(jid, t)
             seg.compact()
@@ -351,12 +406,12 @@ class HadarPolicy:
             jid = job.job_id
             if jid in self._plans or jid in self.rejected:
                 continue
-            if not self.replan and self._tried.get(jid) == self._version:
+            if not replan and self._tried.get(jid) == self._version:
                 continue
             found = self.best_schedule(job, t)
-            if found is not None and found[0] > 0:
-                self._commit(job, found[1], t)
-            elif not self.retry and not self.replan:
+            if found is not None and found.payoff > 0:
+                self._commit(job, found, t)
+            elif not self.retry and not replan:
                 self.rejected.add(jid)
             else:
                 self._tried[jid] = self._version
