@@ -83,12 +83,12 @@ def test_invariants_on_gavel_workloads(seed, forking):
 def test_pure_online_drops_rejected_jobs_and_admitted_ones_finish():
     cluster = two_type_cluster()
     jobs = [RigidJob(f"j{i}", 1, 300.0 * (i + 1), 0.0, {"slow": 1.0, "fast": 3.0}) for i in range(4)]
-    # j0 takes the fast GPU (payoff 5 - 0.9), j1 the slow one (6 - 6 slots - 5.4 price > 0);
-    # with no later start considered, j2 and j3 find both GPUs taken and are dropped.
-    policy = HadarPolicy(slot=100.0, planning=Planning.COMMITTED, retry=False, lower=0.9, upper=50.0, lookahead=0)
+    # Schedules must end by slot 3: j0 takes the fast GPU in slot 0, j1 in slots 1-2 (its slow
+    # pace needs 6 slots); j2 and j3 fit nowhere before the horizon and are dropped.
+    policy = HadarPolicy(slot=100.0, planning=Planning.COMMITTED, retry=False, lower=0.9, upper=50.0, max_slot=3)
     res = simulate(jobs, cluster, policy, round_length=100.0, max_rounds=50)
     assert set(res.completion) == set(policy.admissions) == {"j0", "j1"}
-    assert policy.admissions["j0"].pace == "fast" and policy.admissions["j1"].pace == "slow"
+    assert policy.admissions["j0"].pace == policy.admissions["j1"].pace == "fast"
     assert set(res.unfinished) == policy.rejected == {"j2", "j3"}
 
 

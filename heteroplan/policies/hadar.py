@@ -89,7 +89,6 @@ class _Schedule:
     pace: int
     utility: float
     cost: float
-    counts: np.ndarray  # GPUs per node, the same placement for the whole window
 
 
 @dataclass
@@ -152,7 +151,8 @@ class HadarPolicy:
             highest density of the active jobs' schedules, each round.
         planning: :class:`Planning` (or its value, ``"replan"`` / ``"committed"``).
         retry: with ``COMMITTED``, re-try rejected jobs when prices change (else drop them).
-        lookahead: latest start considered, in slots after the decision slot.
+        lookahead: with ``COMMITTED``, latest start considered, in slots after the decision slot
+            (``REPLAN`` plans from the current slot: a job not run now is planned again next round).
         max_slot: schedules must end before this absolute slot (None: no limit).
         forking: HadarE — give idle GPUs to extra copies of active jobs each round.
     """
@@ -298,76 +298,107 @@ class HadarPolicy:
         return int(used[np.argmin(rates[used])]), counts
 
     # ------------------------------------------------------ dual subroutine
+    def _slot_costs(self, job: JobState, m: int, prices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per segment: price of the W cheapest units of types at least as fast as pace ``m``
+        (the job's current units first on ties), and whether W such units are free."""
+        w = int(job.requested_gpus)
+        rates = self._job_rates(job, self._cluster)  # type: ignore[arg-type]
+        ok = rates[self._node_type] >= rates[m] - 1e-12
+        pm = np.where(ok[None, :, None], prices, np.inf).reshape(len(prices), -1)
+        cost = np.partition(pm, w - 1, axis=1)[:, :w].sum(axis=1)
+        return np.where(np.isfinite(cost), cost, 0.0), np.isfinite(cost)
+
+    def _prices_for(self, job: JobState, usage: np.ndarray) -> np.ndarray:
+        """(S, H, w) unit prices, the job's current units a hair cheaper (to keep its placement)."""
+        prices = self._unit_prices(usage, int(job.requested_gpus))
+        current = self._current(job)
+        if current is not None:
+            keep = np.arange(prices.shape[2])[None, :] < current[1][:, None]  # (H, w)
+            prices = np.where(keep[None], prices * (1 - 1e-9), prices)
+        return prices
+
     def best_schedule(self, job: JobState, t0: int) -> _Schedule | None:
-        """The best schedule for ``job`` decided in slot ``t0`` (highest payoff); None if none fits."""
+        """The best schedule for ``job`` decided in slot ``t0`` (highest payoff); None if none fits.
+
+        A schedule at pace m from start s runs in every slot from s on that has W_j free GPUs
+        of types at least as fast as m (taking the W_j cheapest), and skips the others, until
+        its ``n_m`` slots are done (the greedy of the dual subroutine).
+        """
         seg = self._segments
         assert seg is not None
-        w = int(job.requested_gpus)
         rates = self._job_rates(job, self._cluster)  # type: ignore[arg-type]
         remaining = self._remaining(job)
         if remaining <= 0 or not (rates > 0).any():
             return None
         starts = np.array(seg.starts, dtype=np.int64)
-        prices = self._unit_prices(np.stack(seg.usage).astype(float), w)  # (S, H, w)
-        bad = ~np.isfinite(prices)
-        p0 = np.where(bad, 0.0, prices)
-        lengths = np.diff(starts)[:, None, None]
-        q_cost = np.concatenate((np.zeros((1, *p0.shape[1:])), np.cumsum(lengths * p0[:-1], axis=0)))
-        q_bad = np.concatenate((np.zeros((1, *p0.shape[1:])), np.cumsum(lengths * bad[:-1], axis=0)))
-
-        def window(s: np.ndarray, e: np.ndarray) -> np.ndarray:
-            """(C, H, w) price of each unit summed over [s, e) (inf where it is taken in a slot)."""
-            def at(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-                i = np.searchsorted(starts, t, side="right") - 1
-                dt = (t - starts[i])[:, None, None]
-                return q_cost[i] + dt * p0[i], q_bad[i] + dt * bad[i]
-            (c1, b1), (c0, b0) = at(e), at(s)
-            return np.where(b1 - b0 > 0, np.inf, c1 - c0)
-
+        usage = np.stack(seg.usage).astype(float)
+        prices = self._prices_for(job, usage)
+        lengths = np.diff(np.append(starts, starts[-1] + 10**9)).astype(float)
         n_fresh = pace_slots(np.array([remaining]), rates[None, :], self.slot, job.restart_delay)[0]
         n_plain = pace_slots(np.array([remaining]), rates[None, :], self.slot)[0]
         n_slow = float(n_plain[np.isfinite(n_plain)].max())
-        cand = starts[(starts > t0) & (starts <= t0 + self.lookahead)]
+        # REPLAN decides one slot at a time (a job not run now is planned again next round):
+        # only COMMITTED looks at later starts
+        horizon = self.lookahead if self.planning is Planning.COMMITTED else 0
+        cand = starts[(starts > t0) & (starts <= t0 + horizon)]
         s_all = np.concatenate(([t0], cand)).astype(np.int64)
-        rate_node = rates[self._node_type]
+        current = self._current(job)
+        keeps = current is not None and bool(
+            (usage[0] + current[1] <= self._cap).all())  # its current units are free this slot
         best: _Schedule | None = None
+        for m in np.flatnonzero(rates > 0):
+            cost, feas = self._slot_costs(job, int(m), prices)
+            if not feas.any():
+                continue
+            qf = np.concatenate(([0.0], np.cumsum(lengths * feas)))
+            qc = np.concatenate(([0.0], np.cumsum(lengths * cost * feas)))
 
-        def consider(payoff: np.ndarray, utility: np.ndarray, cost: np.ndarray, s: np.ndarray, e: np.ndarray,
-                     m: int, counts_of) -> None:
-            nonlocal best
+            def at(t: np.ndarray, q: np.ndarray, per: np.ndarray) -> np.ndarray:
+                i = np.searchsorted(starts, t, side="right") - 1
+                return q[i] + (t - starts[i]) * per[i]
+
+            n = np.full(len(s_all), n_fresh[m])
+            if keeps and current is not None and current[0] == m:
+                n[0] = n_plain[m]
+            f0 = at(s_all, qf, feas.astype(float))
+            target = f0 + n
+            i = np.searchsorted(qf, target, side="left") - 1
+            valid = (i < len(starts)) & (i >= 0)
+            i = np.clip(i, 0, len(starts) - 1)
+            e_all = np.where(valid, starts[i] + (target - qf[i]), np.inf)
+            e_int = np.where(valid, e_all, 0).astype(np.int64)
+            win_cost = at(e_int, qc, cost * feas) - at(s_all, qc, cost * feas)
+            utility = completion_utility(np.where(valid, e_all - t0, np.inf), n_slow)
+            payoff = np.where(valid, utility - win_cost, -np.inf)
             if self.max_slot is not None:
-                payoff = np.where(e <= self.max_slot, payoff, -np.inf)
+                payoff = np.where(e_all <= self.max_slot, payoff, -np.inf)
             k = int(np.argmax(payoff))
             if np.isfinite(payoff[k]) and (best is None or payoff[k] > best.payoff):
-                best = _Schedule(float(payoff[k]), int(s[k]), int(e[k]), m, float(utility[k]), float(cost[k]),
-                                 counts_of(k))
-
-        for m in np.flatnonzero(rates > 0):
-            ok = rate_node >= rates[m] - 1e-12
-            if self._cap[ok].sum() < w:
-                continue
-            e_all = s_all + int(n_fresh[m])
-            units = np.where(ok[None, :, None], window(s_all, e_all), np.inf).reshape(len(s_all), -1)
-            pick = np.argpartition(units, w - 1, axis=1)[:, :w]
-            cost = np.take_along_axis(units, pick, axis=1).sum(axis=1)
-            utility = completion_utility(e_all - t0, n_slow)
-            consider(utility - cost, utility, cost, s_all, e_all, int(m),
-                     lambda k, pick=pick: np.bincount(pick[k] // w, minlength=len(self._nodes)))
-        current = self._current(job)
-        if current is not None:  # continue the current placement: no restart
-            m, counts = current
-            s, e = np.array([t0]), np.array([t0 + int(n_plain[m])])
-            units = window(s, e)[0]
-            cost = np.array([sum(units[h, :c].sum() for h, c in enumerate(counts) if c)])
-            utility = completion_utility(e - t0, n_slow)
-            consider(utility - cost, utility, cost, s, e, m, lambda k, counts=counts: counts.copy())
+                best = _Schedule(float(payoff[k]), int(s_all[k]), int(e_int[k]), int(m), float(utility[k]),
+                                 float(win_cost[k]))
         return best
 
     def _commit(self, job: JobState, sched: _Schedule, t0: int) -> None:
+        """Take the W_j cheapest eligible units in every slot of the schedule that has them."""
         seg = self._segments
         assert seg is not None
-        seg.add(sched.start, sched.end, sched.counts)
-        self._plans[job.job_id] = _Plan([(sched.start, sched.end, sched.counts)])
+        w = int(job.requested_gpus)
+        a = seg.split(sched.start)
+        b = seg.split(sched.end)
+        plan = _Plan()
+        bounds = seg.starts[a : b + 1]
+        for i, lo, hi in zip(range(a, b), bounds[:-1], bounds[1:], strict=True):
+            prices = self._prices_for(job, seg.usage[i][None, :].astype(float))
+            rates = self._job_rates(job, self._cluster)  # type: ignore[arg-type]
+            ok = rates[self._node_type] >= rates[sched.pace] - 1e-12
+            flat = np.where(ok[None, :, None], prices, np.inf).reshape(-1)
+            pick = np.argpartition(flat, w - 1)[:w]
+            if not np.isfinite(flat[pick]).all():
+                continue  # the schedule skips this segment
+            counts = np.bincount(pick // w, minlength=len(self._nodes))
+            seg.usage[i] = seg.usage[i] + counts
+            plan.pieces.append((lo, hi, counts))
+        self._plans[job.job_id] = plan
         self.admissions[job.job_id] = Admission(job.job_id, t0, sched.start, sched.end - 1,
                                                 self._types[sched.pace], sched.utility, sched.cost)
 
