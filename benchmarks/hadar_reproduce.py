@@ -1,5 +1,10 @@
 """Hadar / HadarE vs Gavel, YARN-CS and Tiresias on Gavel's simulated cluster.
 
+Hadar: Sultana, Xu, Yuan, Chen, Tzeng, "Hadar: Heterogeneity-Aware Optimization-Based Online
+Scheduling for Deep Learning Cluster", IPDPS 2024. HadarE: Sultana, Pakka, Xu, Yuan, Chen,
+Tzeng, arXiv 2503.10918 (2025). Only the abstracts are public; heteroplan's variant is
+described in docs/hadar.md.
+
 Gavel-108 (36 each of K80, P100, V100), a Gavel-style generated workload (Poisson arrivals,
 Gavel's job types, scale factors and durations, Gavel's measured throughputs), rounds of
 360 s, in the one round loop (:func:`heteroplan.sim.simulate`), rigid gangs (HadarE: copies). Prints avg JCT, makespan (total time duration),
@@ -12,6 +17,13 @@ run over local processes with :func:`heteroplan.sim.sweep.run_sweep` into
 
     python benchmarks/hadar_reproduce.py            # default: 200 jobs, 6 jobs/h, seed 0 (~1.5 min)
     python benchmarks/hadar_reproduce.py --jobs 100 --seeds 0 1 2
+    python benchmarks/hadar_reproduce.py --regime examples/sweeps/hadar_all_at_t0.toml [--seeds 0 1]
+
+``--regime`` runs a regime file (:func:`heteroplan.sim.hadar_experiments.load_regime`: one
+restart delay for every policy, a measured window) and prints every policy beside the floors
+(avg JCT floor: each measured job's solo time on its fastest type plus one restore; makespan
+floor: :func:`~heteroplan.sim.hadar_experiments.makespan_floor`), per workload family, as the
+mean and range over seeds; writes benchmarks/results/hadar_<regime>.json.
 """
 
 from __future__ import annotations
@@ -28,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 from heteroplan.formulations.hadar import HadarInstance, hadar_milp
-from heteroplan.sim.hadar_experiments import evaluate_online
+from heteroplan.sim.hadar_experiments import evaluate_online, load_regime, run_regime
 from heteroplan.sim.sweep import parse_sweep, run_sweep
 from heteroplan.solvers import solve
 
@@ -73,8 +85,61 @@ def small_instances(count: int, seed: int) -> list[dict]:
     return rows
 
 
+REGIME_METRICS = ("avg_jct_h", "window_avg_jct_h", "floor_jct_h", "jct_over_floor", "makespan_h", "floor_makespan_h",
+                  "makespan_over_floor", "avg_queuing_delay_h", "restarts_per_job", "utilization", "util_queued_k80",
+                  "util_queued_p100", "util_queued_v100", "queued_rounds", "window_unfinished", "policy_time_s")
+
+
+def regime(path: str, seeds: list[int] | None, workers: int | None, out_dir: Path) -> dict:
+    """Run one regime file; print mean [min, max] over seeds per (family, policy); return the JSON."""
+    reg = load_regime(path)
+    spec = reg.spec
+    if seeds is not None:
+        from dataclasses import replace
+
+        spec = replace(spec, seeds=tuple(seeds))
+    store = out_dir / "sweeps" / f"{spec.name}_restart{reg.setting.restart_delay_s:g}"
+    report = run_regime(type(reg)(spec, reg.setting), store, workers=workers, progress=False)
+    cells: dict[tuple[str, str], list[dict]] = {}
+    for record in report.records():
+        lab = record["labels"]
+        if record["status"] != "ok":
+            print(f"! {lab['policy']} {lab['family']} seed {lab['seed']}: {record['error']}")
+            continue
+        cells.setdefault((lab["family"], lab["policy"]), []).append(record["metrics"] | {"seed": lab["seed"]})
+    stats = {f"{fam} | {pol}": {k: {"mean": float(np.mean([r[k] for r in rows])), "min": float(np.min([r[k] for r in rows])),
+                                   "max": float(np.max([r[k] for r in rows]))} for k in REGIME_METRICS if k in rows[0]}
+             | {"seeds": sorted(r["seed"] for r in rows)} for (fam, pol), rows in cells.items()}
+    print(f"\n{spec.name}: restart {reg.setting.restart_delay_s:g} s for every policy, window {reg.setting.window}, "
+          f"mean [min, max] over seeds")
+    head = (f"{'family | policy':<18}{'avg JCT h':>24}{'floor h':>9}{'x floor':>8}{'makespan h':>24}"
+            f"{'floor h':>9}{'x floor':>8}{'queue h':>8}{'restarts/job':>13}{'util':>6}  util while queued k80/p100/v100")
+    print(head)
+
+    def cell(st: dict, key: str, fmt: str) -> str:
+        v = st.get(key)
+        return "-" if v is None else (f"{v['mean']:{fmt}} [{v['min']:{fmt}}, {v['max']:{fmt}}]")
+
+    for name, st in stats.items():
+        jct_key = "window_avg_jct_h" if reg.setting.window else "avg_jct_h"
+        print(f"{name:<18}{cell(st, jct_key, '.2f'):>24}{st['floor_jct_h']['mean']:>9.2f}"
+              f"{st['jct_over_floor']['mean']:>8.2f}{cell(st, 'makespan_h', '.1f'):>24}"
+              f"{st['floor_makespan_h']['mean']:>9.1f}{st['makespan_over_floor']['mean']:>8.2f}"
+              f"{st['avg_queuing_delay_h']['mean']:>8.2f}{st['restarts_per_job']['mean']:>13.2f}"
+              f"{st['utilization']['mean']:>6.2f}  " + "/".join(
+                  f"{st[f'util_queued_{k}']['mean']:.2f}" for k in ("k80", "p100", "v100")))
+    out = {"regime": spec.name, "file": str(path), "restart_delay_s": reg.setting.restart_delay_s,
+           "window": reg.setting.window, "seeds": list(spec.seeds), "stats": stats,
+           "per_seed": {f"{f} | {p}": rows for (f, p), rows in cells.items()}}
+    dest = out_dir / f"hadar_{spec.name.removeprefix('hadar_')}.json"
+    dest.write_text(json.dumps(out, indent=1))
+    print(f"wrote {dest}")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--regime", nargs="*", default=None, help="regime files (examples/sweeps/hadar_*.toml) to run instead")
     ap.add_argument("--jobs", type=int, default=200)
     ap.add_argument("--rate", type=float, default=6.0, help="arrivals, jobs/hour")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -86,6 +151,11 @@ def main() -> None:
     ap.add_argument("--store", default=str(Path(__file__).parent / "results" / "sweeps" / "hadar_reproduce"),
                     help="sweep result store")
     args = ap.parse_args()
+    if args.regime is not None:
+        seeds = args.seeds if "--seeds" in sys.argv else None
+        for path in args.regime:
+            regime(path, seeds, args.workers, Path(args.out).parent)
+        return
 
     t_all = time.perf_counter()
     spec = parse_sweep(sweep_tables(args.jobs, args.rate, args.seeds, args.round, args.skip))

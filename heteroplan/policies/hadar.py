@@ -200,7 +200,8 @@ class HadarPolicy:
         self._version = 0
         self._segments: _Segments | None = None
         self._cluster: Cluster | None = None
-        self._rates: dict[str, np.ndarray] = {}
+        self._rates: dict[str, tuple[object, np.ndarray]] = {}
+        self._currents: dict[str, tuple[int, np.ndarray] | None] = {}
 
     # ------------------------------------------------------------------ setup
     @property
@@ -248,11 +249,12 @@ class HadarPolicy:
     # --------------------------------------------------------------- helpers
     def _job_rates(self, job: JobState, cluster: Cluster) -> np.ndarray:
         """Whole-job rate (estimator units/s) at the requested GPU count on each type (0: cannot
-        run); asked of the job's model once per round."""
+        run); asked of the job's model once (again when the job's model object changes)."""
         cached = self._rates.get(job.job_id)
-        if cached is not None:
-            return cached
-        self._rates[job.job_id] = rates = self._ask_rates(job, cluster)
+        if cached is not None and cached[0] is job.estimator:
+            return cached[1]
+        rates = self._ask_rates(job, cluster)
+        self._rates[job.job_id] = (job.estimator, rates)
         return rates
 
     def _ask_rates(self, job: JobState, cluster: Cluster) -> np.ndarray:
@@ -285,6 +287,11 @@ class HadarPolicy:
 
     def _current(self, job: JobState) -> tuple[int, np.ndarray] | None:
         """(pace type, GPUs per node) of the placement the job runs on now; None if not running."""
+        if job.job_id not in self._currents:
+            self._currents[job.job_id] = self._find_current(job)
+        return self._currents[job.job_id]
+
+    def _find_current(self, job: JobState) -> tuple[int, np.ndarray] | None:
         a = job.allocation
         if a is None or not a.placement or any(n not in self._node_index for n, _ in a.placement):
             return None
@@ -385,19 +392,20 @@ class HadarPolicy:
         w = int(job.requested_gpus)
         a = seg.split(sched.start)
         b = seg.split(sched.end)
-        plan = _Plan()
         bounds = seg.starts[a : b + 1]
-        for i, lo, hi in zip(range(a, b), bounds[:-1], bounds[1:], strict=True):
-            prices = self._prices_for(job, seg.usage[i][None, :].astype(float))
-            rates = self._job_rates(job, self._cluster)  # type: ignore[arg-type]
-            ok = rates[self._node_type] >= rates[sched.pace] - 1e-12
-            flat = np.where(ok[None, :, None], prices, np.inf).reshape(-1)
-            pick = np.argpartition(flat, w - 1)[:w]
-            if not np.isfinite(flat[pick]).all():
+        rates = self._job_rates(job, self._cluster)  # type: ignore[arg-type]
+        ok = rates[self._node_type] >= rates[sched.pace] - 1e-12
+        prices = self._prices_for(job, np.stack(seg.usage[a:b]).astype(float))
+        flat = np.where(ok[None, :, None], prices, np.inf).reshape(b - a, -1)
+        pick = np.argpartition(flat, w - 1, axis=1)[:, :w]
+        room = np.isfinite(np.take_along_axis(flat, pick, axis=1)).all(axis=1)
+        plan = _Plan()
+        for r, i in enumerate(range(a, b)):
+            if not room[r]:
                 continue  # the schedule skips this segment
-            counts = np.bincount(pick // w, minlength=len(self._nodes))
+            counts = np.bincount(pick[r] // w, minlength=len(self._nodes))
             seg.usage[i] = seg.usage[i] + counts
-            plan.pieces.append((lo, hi, counts))
+            plan.pieces.append((bounds[r], bounds[r + 1], counts))
         self._plans[job.job_id] = plan
         self.admissions[job.job_id] = Admission(job.job_id, t0, sched.start, sched.end - 1,
                                                 self._types[sched.pace], sched.utility, sched.cost)
@@ -414,7 +422,9 @@ class HadarPolicy:
     # ----------------------------------------------------------------- round
     def allocate(self, cluster: Cluster, jobs: Sequence[JobState], now: float) -> Mapping[str, Allocation]:
         t = int(round(now / self.slot))
-        self._rates = {}
+        self._currents = {}
+        live = {j.job_id for j in jobs}
+        self._rates = {k: v for k, v in self._rates.items() if k in live}
         if self._segments is None or self._cluster is not cluster:
             self._setup(cluster, t)
         seg = self._segments

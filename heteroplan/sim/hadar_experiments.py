@@ -193,12 +193,12 @@ def simulate_gavel(jobs: Sequence[RigidJob], cluster: Cluster, policy: Any, sett
                     fidelity=fidelity, record=True)
 
 
-def makespan_floor(jobs: Sequence[RigidJob], cluster: Cluster, restart_delay_s: float = 0.0, cuts: int = 8) -> float:
-    """Seconds from the first arrival that no policy can beat (HadarE's forks included in the
-    LP part, not in the solo part).
+def makespan_floor(jobs: Sequence[RigidJob], cluster: Cluster, restart_delay_s: float = 0.0, cuts: int = 8,
+                   forking: bool = False) -> float:
+    """Seconds from the first arrival that no policy can beat.
 
     The larger of: each job's arrival plus its solo time (fastest type that holds its gang,
-    plus one restore), and, for ``cuts`` arrival times ``tau`` (quantiles), ``tau`` plus the LP
+    plus one restore; left out with ``forking``: HadarE's copies beat it), and, for ``cuts`` arrival times ``tau`` (quantiles), ``tau`` plus the LP
     bound (:func:`~heteroplan.formulations.hadar.makespan_bound_lp`) of the jobs arriving at or
     after ``tau``.
     """
@@ -213,7 +213,7 @@ def makespan_floor(jobs: Sequence[RigidJob], cluster: Cluster, restart_delay_s: 
     rates = np.array([[j.rate(k) if cap[k] >= j.tasks else 0.0 for k in types] for j in jobs])
     solo = work / rates.max(axis=1) + restart_delay_s
     first = float(arrival.min())
-    bound = float((arrival + solo).max()) - first
+    bound = 0.0 if forking else float((arrival + solo).max()) - first
     for tau in np.unique(np.quantile(arrival, np.linspace(0, 1, cuts, endpoint=False))):
         late = arrival >= tau
         sol = solve(makespan_bound_lp(work[late], rates[late], tasks[late], capacity), time_limit=30.0)
@@ -230,13 +230,17 @@ class Floors:
     makespan_h: float  # :func:`makespan_floor`
 
 
-def floors(jobs: Sequence[RigidJob], cluster: Cluster, setting: GavelSetting) -> Floors:
-    """The floors of ``jobs`` on ``cluster`` (the measured window's jobs for the JCT floor)."""
+def floors(jobs: Sequence[RigidJob], cluster: Cluster, setting: GavelSetting, forking: bool = False) -> Floors:
+    """The floors of ``jobs`` on ``cluster`` (the measured window's jobs for the JCT floor).
+
+    With ``forking`` (HadarE) the makespan floor is the LP part only, and the JCT floor (solo
+    times) is no bound: a forked job can beat its solo time."""
     cap = cluster.capacity()
     measured = _window(jobs, setting)
     solo = [j.total_steps / max(j.rate(k) for k in cluster.type_names if cap[k] >= j.tasks) + setting.restart_delay_s
             for j in measured]
-    return Floors(float(np.mean(solo)) / 3600, makespan_floor(jobs, cluster, setting.restart_delay_s) / 3600)
+    return Floors(float(np.mean(solo)) / 3600,
+                  makespan_floor(jobs, cluster, setting.restart_delay_s, forking=forking) / 3600)
 
 
 def _window(jobs: Sequence[RigidJob], setting: GavelSetting) -> list[RigidJob]:
@@ -249,16 +253,18 @@ def _window(jobs: Sequence[RigidJob], setting: GavelSetting) -> list[RigidJob]:
     return order[first:last]
 
 
-def gavel_metrics(result: SimResult, jobs: Sequence[RigidJob], cluster: Cluster, setting: GavelSetting) -> dict[str, float]:
+def gavel_metrics(result: SimResult, jobs: Sequence[RigidJob], cluster: Cluster, setting: GavelSetting,
+                  forking: bool = False) -> dict[str, float]:
     """The run's summary plus its floors and ratios, the measured window, restarts and per-type
-    utilisation (all rounds, and rounds in which some active job got no GPUs).
+    utilisation (all rounds, and rounds in which some active job got no GPUs). ``forking``: the
+    policy forks jobs (see :func:`floors`).
 
     Keys added: ``floor_jct_h``, ``floor_makespan_h``, ``window_avg_jct_h`` (NaN when a measured
     job did not finish), ``window_unfinished``, ``jct_over_floor``, ``makespan_over_floor``,
     ``restarts``, ``queued_rounds``, ``util_<type>``, ``util_queued_<type>``.
     """
     out = {k: v for k, v in result.summary().items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    fl = floors(jobs, cluster, setting)
+    fl = floors(jobs, cluster, setting, forking)
     measured = {j.job_id for j in _window(jobs, setting)}
     done = {j.name: j.jct for j in result.finished() if j.name in measured}
     window_jct = float(np.mean(list(done.values()))) / 3600 if len(done) == len(measured) else math.nan
@@ -301,7 +307,7 @@ def gavel_cell(cell: CellSpec, setting: GavelSetting) -> dict[str, Any]:
     jobs = rigid_jobs_from_gavel(gavel, load_throughputs())[: cell.jobs]
     max_time = cell.max_hours * 3600 if cell.max_hours is not None else None
     result = simulate_gavel(jobs, cluster, policy, setting, cell.round_length or 360.0, max_time)
-    return {"metrics": gavel_metrics(result, jobs, cluster, setting), "jcts": [j.jct for j in result.finished()],
+    return {"metrics": gavel_metrics(result, jobs, cluster, setting, bool(policy.forking)), "jcts": [j.jct for j in result.finished()],
             "error": result.error}
 
 
