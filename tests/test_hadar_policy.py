@@ -107,6 +107,22 @@ def test_bad_input_is_rejected_cleanly():
         RigidJob("z", 1, 100.0, 0.0, {"slow": 0.0, "fast": 0.0})
     with pytest.raises(InputError, match="lower"):
         HadarPolicy(lower=0.0)
+    with pytest.raises(InputError, match="planning"):
+        HadarPolicy(planning="sometimes")
+    with pytest.raises(InputError, match="order"):
+        HadarPolicy(order="random")
+
+
+def test_replan_order_decides_who_gets_the_fast_gpu():
+    # One fast GPU, two 1-task jobs: 'short' (2 fast slots, 3x slower elsewhere) and 'long'
+    # (10 fast slots, 10x slower elsewhere: the denser one). Shortest-first gives 'short' the fast
+    # GPU first; densest-first gives it to 'long'.
+    cluster = Cluster((GPUType("slow", 16, 1), GPUType("fast", 16, 1)), (Node("s0", "slow", 1), Node("f0", "fast", 1)))
+    jobs = [RigidJob("short", 1, 200.0, 0.0, {"slow": 1 / 3, "fast": 1.0}),
+            RigidJob("long", 1, 1000.0, 0.0, {"slow": 0.1, "fast": 1.0})]
+    for order, first in (("shortest", "short"), ("densest", "long")):
+        res = simulate(jobs, cluster, HadarPolicy(slot=100.0, order=order), round_length=100.0, record=True)
+        assert res.schedule[0][1][first].gpu_type == "fast"
 
 
 def test_counts_by_type_needs_placement_for_mixed_label():

@@ -22,7 +22,8 @@ the OASiS-style online primal-dual algorithm made task-level heterogeneous.
   not continue the job's current placement pays its checkpoint-restore delay
   (``JobState.restart_delay``) in ``n_m``. Payoff = utility - price; the best is kept.
 - :class:`Planning`: ``REPLAN`` (default) drops every commitment each round and re-plans all
-  active jobs, shortest ideal remaining time first, so a job's pace follows the prices;
+  active jobs in :class:`Order` (shortest remaining time first by default), so a job's pace
+  follows the prices;
   ``COMMITTED`` commits a schedule to completion at admission (the pure OASiS rule) and tries
   waiting jobs again when prices change (``retry=False``: decided once, dropped if rejected —
   the algorithm whose objective the competitive-ratio experiments check).
@@ -53,7 +54,7 @@ from heteroplan.formulations.hadar import completion_utility, density_bounds, pa
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.packing import free_gpus, make_allocation, rate_of, take_gpus
 
-__all__ = ["Admission", "HadarPolicy", "Planning", "price"]
+__all__ = ["Admission", "HadarPolicy", "Order", "Planning", "price"]
 
 
 class Planning(Enum):
@@ -61,6 +62,13 @@ class Planning(Enum):
 
     REPLAN = "replan"  # every round: release all commitments, re-plan every active job
     COMMITTED = "committed"  # a schedule admitted once runs to completion (OASiS)
+
+
+class Order(Enum):
+    """The order in which REPLAN plans the active jobs each round (earlier ones get the cheaper GPUs)."""
+
+    SHORTEST_FIRST = "shortest"  # least remaining time on the fastest type (SRPT: avg JCT)
+    DENSEST_FIRST = "densest"  # highest utility per GPU-slot at the best pace (the primal-dual greedy)
 
 
 def price(committed: np.ndarray, capacity: np.ndarray, lower: float, upper: np.ndarray) -> np.ndarray:
@@ -150,6 +158,7 @@ class HadarPolicy:
         upper: price of a full node (``U``), a number or ``{gpu_type: U_k}``; ``None``: the
             highest density of the active jobs' schedules, each round.
         planning: :class:`Planning` (or its value, ``"replan"`` / ``"committed"``).
+        order: :class:`Order` (or its value) in which ``REPLAN`` plans the active jobs.
         retry: with ``COMMITTED``, re-try rejected jobs when prices change (else drop them).
         lookahead: with ``COMMITTED``, latest start considered, in slots after the decision slot
             (``REPLAN`` plans from the current slot: a job not run now is planned again next round).
@@ -163,6 +172,7 @@ class HadarPolicy:
         lower: float | None = None,
         upper: float | Mapping[str, float] | None = None,
         planning: Planning | str = Planning.REPLAN,
+        order: Order | str = Order.SHORTEST_FIRST,
         retry: bool = True,
         lookahead: int = 48,
         max_slot: int | None = None,
@@ -182,6 +192,10 @@ class HadarPolicy:
             self.planning = Planning(planning)
         except ValueError:
             raise InputError("planning", planning, f"choose one of {[p.value for p in Planning]}") from None
+        try:
+            self.order = Order(order)
+        except ValueError:
+            raise InputError("order", order, f"choose one of {[o.value for o in Order]}") from None
         self.slot = float(slot)
         self.lower = lower
         self.upper = upper
@@ -274,6 +288,16 @@ class HadarPolicy:
         """Remaining time on the job's fastest type, in slots."""
         best = float(self._job_rates(job, self._cluster).max())  # type: ignore[arg-type]
         return self._remaining(job) / (self.slot * best) if best > 0 else math.inf
+
+    def _priority(self, job: JobState) -> float:
+        """Sort key of :class:`Order` (smaller plans first)."""
+        if self.order is Order.SHORTEST_FIRST:
+            return self._ideal_slots(job)
+        rates = self._job_rates(job, self._cluster)  # type: ignore[arg-type]
+        if self._remaining(job) <= 0 or not (rates > 0).any():
+            return math.inf
+        n = pace_slots(np.array([self._remaining(job)]), rates[None, :], self.slot)
+        return -density_bounds(n, np.array([job.requested_gpus]))[1]
 
     def _unit_prices(self, usage: np.ndarray, w: int) -> np.ndarray:
         """(S, H, w) prices of up to w units on each node in each segment (inf beyond idle GPUs).
@@ -442,7 +466,7 @@ class HadarPolicy:
             for jid in list(self._plans):
                 self._release(jid, t)
             seg.compact()
-            order = sorted(jobs, key=lambda j: (self._ideal_slots(j), j.arrival_time, j.job_id))
+            order = sorted(jobs, key=lambda j: (self._priority(j), j.arrival_time, j.job_id))
         for job in order:
             jid = job.job_id
             if jid in self._plans or jid in self.rejected:
