@@ -58,20 +58,23 @@ def test_makespan_lp_known_optimum():
 
 
 def test_a_slower_type_is_used_when_it_finishes_sooner():
-    # 'long' holds the only fast GPU in slots 0-9 (it is the shorter job, so re-planning keeps
-    # it). 'x' arrives in slot 1 with 20 fast slots of work: waiting for the fast GPU finishes it
-    # at 3000 s; the slow GPU now takes 25 slots (r = 0.8, done by 2600 s) or 40 (r = 0.5, 4100 s).
-    for slow_rate, expect_slow in ((0.8, True), (0.5, False)):
+    # 'long' holds the only fast GPU (100 steps/slot) in slots 0-10 (30 s restore + 1000 s; it
+    # is the shorter job, so re-planning keeps it). 'x' (2000 steps) arrives in slot 1; every
+    # (re)start costs 30 s. Waiting for the fast GPU finishes x at 1100 + 30 + 2000 = 3130 s. Running on the slow GPU
+    # meanwhile pays a second restore at the switch: worth it at 0.8 steps/s (696 steps in
+    # slots 1-10), not at 0.02 (19 steps < the 30 steps the switch costs).
+    for slow_rate, expect_slow in ((0.8, True), (0.02, False)):
         cluster = two_types()
         jobs = [RigidJob("long", 1, 1000.0, 0.0, {"slow": 0.0, "fast": 1.0}),
                 RigidJob("x", 1, 2000.0, 100.0, {"slow": slow_rate, "fast": 1.0})]
-        res = simulate(jobs, cluster, HadarPolicy(slot=100.0), round_length=100.0, record=True)
+        res = simulate_gavel(jobs, cluster, HadarPolicy(slot=100.0), GavelSetting(restart_delay_s=30.0),
+                             round_length=100.0)
         first = dict(res.schedule[1][1])
-        assert res.completion["long"] == pytest.approx(1000.0)
+        assert res.completion["long"] == pytest.approx(1030.0)
         if expect_slow:
-            assert first["x"].gpu_type == "slow" and res.completion["x"] < 3000.0 - 1e-6
+            assert first["x"].gpu_type == "slow" and res.completion["x"] < 3130.0 - 1e-6
         else:
-            assert "x" not in first and res.completion["x"] == pytest.approx(3000.0)
+            assert "x" not in first and res.completion["x"] == pytest.approx(3130.0)
 
 
 def test_one_restart_delay_for_every_policy():

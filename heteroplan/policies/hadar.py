@@ -94,9 +94,11 @@ class _Schedule:
     payoff: float
     start: int
     end: int  # exclusive
-    pace: int
+    pace: int  # of the first slot
     utility: float
     cost: float
+    # variable pace: (segment start slots, pace from each on); None: ``pace`` throughout
+    paces: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
 
 @dataclass
@@ -377,8 +379,10 @@ class HadarPolicy:
         keeps = current is not None and bool(
             (usage[0] + current[1] <= self._cap).all())  # its current units are free this slot
         best: _Schedule | None = None
+        per_pace = {}
         for m in np.flatnonzero(rates > 0):
             cost, feas = self._slot_costs(job, int(m), prices)
+            per_pace[int(m)] = (cost, feas)
             if not feas.any():
                 continue
             qf = np.concatenate(([0.0], np.cumsum(lengths * feas)))
@@ -407,7 +411,42 @@ class HadarPolicy:
             if np.isfinite(payoff[k]) and (best is None or payoff[k] > best.payoff):
                 best = _Schedule(float(payoff[k]), int(s_all[k]), int(e_int[k]), int(m), float(utility[k]),
                                  float(win_cost[k]))
+        varied = self._variable_pace(job, t0, starts, lengths, per_pace, rates, remaining, n_slow,
+                                     keeps and current is not None, current)
+        if varied is not None and (best is None or varied.payoff > best.payoff):
+            best = varied
         return best
+
+    def _variable_pace(self, job: JobState, t0: int, starts: np.ndarray, lengths: np.ndarray,
+                       per_pace: dict[int, tuple[np.ndarray, np.ndarray]], rates: np.ndarray, remaining: float,
+                       n_slow: float, keeps: bool, current: tuple[int, np.ndarray] | None) -> _Schedule | None:
+        """From now, each slot at the fastest pace that has W_j free GPUs (none: skip the slot):
+        the schedule that changes pace as GPUs free up, paying a restore at each change."""
+        paces = sorted(per_pace, key=lambda m: -rates[m])
+        chosen = np.full(len(starts), -1)
+        for m in paces:
+            chosen = np.where((chosen < 0) & per_pace[m][1], m, chosen)
+        if chosen[0] < 0:
+            return None  # nothing free now: the single-pace schedules cover waiting
+        r_seg = np.where(chosen >= 0, rates[np.maximum(chosen, 0)], 0.0) * self.slot  # work per slot
+        c_seg = np.array([per_pace[int(m)][0][i] if m >= 0 else 0.0 for i, m in enumerate(chosen)])
+        restart = 0.0 if keeps and current is not None and current[0] == chosen[0] else job.restart_delay
+        # a restore at the start (unless it keeps its placement) and at every change of pace
+        changes = np.concatenate(([restart > 0], (chosen[1:] != chosen[:-1]) & (chosen[1:] >= 0)))
+        lost = np.where(changes, job.restart_delay * r_seg / self.slot, 0.0)  # work lost per segment
+        done = np.concatenate(([0.0], np.cumsum(lengths * r_seg - lost)))
+        i = int(np.searchsorted(done, remaining - 1e-9, side="left")) - 1
+        if i >= len(starts) or i < 0 or r_seg[i] <= 0:
+            return None
+        need = remaining + lost[i]  # the restore of the last segment is counted in it
+        end = int(starts[i] + math.ceil((need - done[i]) / r_seg[i] - 1e-9))
+        if self.max_slot is not None and end > self.max_slot:
+            return None
+        cost = float((lengths[:i] * c_seg[:i]).sum() + (end - starts[i]) * c_seg[i])
+        utility = float(completion_utility(np.array([end - t0]), n_slow)[0])
+        keep = slice(0, i + 1)
+        return _Schedule(utility - cost, t0, end, int(chosen[0]), utility, cost,
+                         (tuple(int(x) for x in starts[keep]), tuple(int(x) for x in chosen[keep])))
 
     def _commit(self, job: JobState, sched: _Schedule, t0: int) -> None:
         """Take the W_j cheapest eligible units in every slot of the schedule that has them."""
@@ -418,9 +457,14 @@ class HadarPolicy:
         b = seg.split(sched.end)
         bounds = seg.starts[a : b + 1]
         rates = self._job_rates(job, self._cluster)  # type: ignore[arg-type]
-        ok = rates[self._node_type] >= rates[sched.pace] - 1e-12
+        if sched.paces is None:
+            pace = np.full(b - a, sched.pace)
+        else:
+            seg_starts, seg_paces = (np.array(x) for x in sched.paces)
+            pace = seg_paces[np.searchsorted(seg_starts, np.array(bounds[:-1]), side="right") - 1]
+        ok = rates[self._node_type][None, :] >= rates[pace][:, None] - 1e-12  # (segments, H)
         prices = self._prices_for(job, np.stack(seg.usage[a:b]).astype(float))
-        flat = np.where(ok[None, :, None], prices, np.inf).reshape(b - a, -1)
+        flat = np.where(ok[:, :, None] & (pace >= 0)[:, None, None], prices, np.inf).reshape(b - a, -1)
         pick = np.argpartition(flat, w - 1, axis=1)[:, :w]
         room = np.isfinite(np.take_along_axis(flat, pick, axis=1)).all(axis=1)
         plan = _Plan()
