@@ -123,14 +123,20 @@ REGIME_METRICS = ("avg_jct_h", "window_avg_jct_h", "floor_jct_h", "jct_over_floo
                   "util_queued_p100", "util_queued_v100", "queued_rounds", "window_unfinished", "policy_time_s")
 
 
-def regime(path: str, seeds: list[int] | None, workers: int | None, out_dir: Path) -> dict:
-    """Run one regime file; print mean [min, max] over seeds per (family, policy); return the JSON."""
+def regime(path: str, seeds: list[int] | None, workers: int | None, out_dir: Path, skip: list[str] | None = None,
+           families: list[str] | None = None) -> dict:
+    """Run one regime file (optionally fewer seeds, policies or workload families); print mean
+    [min, max] over seeds per (family, policy); return the JSON."""
+    from dataclasses import replace
+
     reg = load_regime(path)
     spec = reg.spec
     if seeds is not None:
-        from dataclasses import replace
-
         spec = replace(spec, seeds=tuple(seeds))
+    if skip:
+        spec = replace(spec, policies=tuple(p for p in spec.policies if p.label not in skip))
+    if families:
+        spec = replace(spec, workloads=tuple(w for w in spec.workloads if w.family in families))
     store = out_dir / "sweeps" / f"{spec.name}_restart{reg.setting.restart_delay_s:g}"
     report = run_regime(type(reg)(spec, reg.setting), store, workers=workers, progress=False)
     cells: dict[tuple[str, str], list[dict]] = {}
@@ -173,6 +179,7 @@ def regime(path: str, seeds: list[int] | None, workers: int | None, out_dir: Pat
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gap", type=int, default=0, help="only the online/offline study, on this many instances per family")
+    ap.add_argument("--family", nargs="*", default=None, help="with --regime: only these workload families")
     ap.add_argument("--regime", nargs="*", default=None, help="regime files (examples/sweeps/hadar_*.toml) to run instead")
     ap.add_argument("--jobs", type=int, default=200)
     ap.add_argument("--rate", type=float, default=6.0, help="arrivals, jobs/hour")
@@ -197,7 +204,7 @@ def main() -> None:
     if args.regime is not None:
         seeds = args.seeds if "--seeds" in sys.argv else None
         for path in args.regime:
-            regime(path, seeds, args.workers, Path(args.out).parent)
+            regime(path, seeds, args.workers, Path(args.out).parent, args.skip, args.family)
         return
 
     t_all = time.perf_counter()
