@@ -124,7 +124,7 @@ REGIME_METRICS = ("avg_jct_h", "window_avg_jct_h", "floor_jct_h", "jct_over_floo
 
 
 def regime(path: str, seeds: list[int] | None, workers: int | None, out_dir: Path, skip: list[str] | None = None,
-           families: list[str] | None = None) -> dict:
+           families: list[str] | None = None, stored_only: bool = False) -> dict:
     """Run one regime file (optionally fewer seeds, policies or workload families); print mean
     [min, max] over seeds per (family, policy); return the JSON."""
     from dataclasses import replace
@@ -138,9 +138,14 @@ def regime(path: str, seeds: list[int] | None, workers: int | None, out_dir: Pat
     if families:
         spec = replace(spec, workloads=tuple(w for w in spec.workloads if w.family in families))
     store = out_dir / "sweeps" / f"{spec.name}_restart{reg.setting.restart_delay_s:g}"
-    report = run_regime(type(reg)(spec, reg.setting), store, workers=workers, progress=False)
+    if stored_only:  # report the finished cells, run nothing
+        from heteroplan.sim.sweep.store import ResultStore
+
+        records = ResultStore(store).records(c.key for c in spec.cells())
+    else:
+        records = run_regime(type(reg)(spec, reg.setting), store, workers=workers, progress=False).records()
     cells: dict[tuple[str, str], list[dict]] = {}
-    for record in report.records():
+    for record in records:
         lab = record["labels"]
         if record["status"] != "ok":
             print(f"! {lab['policy']} {lab['family']} seed {lab['seed']}: {record['error']}")
@@ -179,6 +184,7 @@ def regime(path: str, seeds: list[int] | None, workers: int | None, out_dir: Pat
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gap", type=int, default=0, help="only the online/offline study, on this many instances per family")
+    ap.add_argument("--stored-only", action="store_true", help="with --regime: report finished cells, run none")
     ap.add_argument("--family", nargs="*", default=None, help="with --regime: only these workload families")
     ap.add_argument("--regime", nargs="*", default=None, help="regime files (examples/sweeps/hadar_*.toml) to run instead")
     ap.add_argument("--jobs", type=int, default=200)
@@ -204,7 +210,7 @@ def main() -> None:
     if args.regime is not None:
         seeds = args.seeds if "--seeds" in sys.argv else None
         for path in args.regime:
-            regime(path, seeds, args.workers, Path(args.out).parent, args.skip, args.family)
+            regime(path, seeds, args.workers, Path(args.out).parent, args.skip, args.family, args.stored_only)
         return
 
     t_all = time.perf_counter()

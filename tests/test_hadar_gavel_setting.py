@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -19,10 +21,10 @@ from heteroplan.sim.hadar_experiments import (
     GavelSetting,
     floors,
     gavel_metrics,
+    load_regime,
     makespan_floor,
     simulate_gavel,
 )
-from heteroplan.sim.loop import simulate
 from heteroplan.solvers import solve
 from heteroplan.workload.gavel import generate_workload, load_throughputs
 from heteroplan.workload.rigid import RigidJob, rigid_jobs_from_gavel
@@ -112,3 +114,13 @@ def test_floors_bound_every_policy_on_a_gavel_workload():
             assert m["avg_jct_h"] >= fl.avg_jct_h * (1 - 1e-9), name
         for k in cluster.type_names:
             assert 0.0 <= m[f"util_{k}"] <= 1.0
+
+
+def test_regime_files_load():
+    root = Path(__file__).resolve().parents[1] / "examples" / "sweeps"
+    files = sorted(p for p in root.glob("hadar_*.toml") if "[gavel_setting]" in p.read_text())
+    assert len(files) == 3
+    for path in files:
+        regime = load_regime(path)
+        assert regime.spec.cells() and regime.spec.simulator == "slotted"
+        assert regime.setting.restart_delay_s == 30.0
