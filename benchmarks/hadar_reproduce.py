@@ -119,7 +119,7 @@ def gap_report(rows: list[dict], label: str) -> None:
 
 
 REGIME_METRICS = ("avg_jct_h", "window_avg_jct_h", "floor_jct_h", "jct_over_floor", "makespan_h", "floor_makespan_h",
-                  "makespan_over_floor", "avg_queuing_delay_h", "restarts_per_job", "utilization", "util_queued_k80",
+                  "makespan_over_floor", "avg_queueing_delay_h", "restarts_per_job", "utilization", "util_queued_k80",
                   "util_queued_p100", "util_queued_v100", "queued_rounds", "window_unfinished", "policy_time_s")
 
 
@@ -150,7 +150,10 @@ def regime(path: str, seeds: list[int] | None, workers: int | None, out_dir: Pat
         if record["status"] != "ok":
             print(f"! {lab['policy']} {lab['family']} seed {lab['seed']}: {record['error']}")
             continue
-        cells.setdefault((lab["family"], lab["policy"]), []).append(record["metrics"] | {"seed": lab["seed"]})
+        metrics = dict(record["metrics"])
+        if "avg_queuing_delay_h" in metrics:  # records stored before the key's rename
+            metrics.setdefault("avg_queueing_delay_h", metrics.pop("avg_queuing_delay_h"))
+        cells.setdefault((lab["family"], lab["policy"]), []).append(metrics | {"seed": lab["seed"]})
     stats = {f"{fam} | {pol}": {k: {"mean": float(np.mean([r[k] for r in rows])), "min": float(np.min([r[k] for r in rows])),
                                    "max": float(np.max([r[k] for r in rows]))} for k in REGIME_METRICS if k in rows[0]}
              | {"seeds": sorted(r["seed"] for r in rows)} for (fam, pol), rows in cells.items()}
@@ -169,7 +172,7 @@ def regime(path: str, seeds: list[int] | None, workers: int | None, out_dir: Pat
         print(f"{name:<18}{cell(st, jct_key, '.2f'):>24}{st['floor_jct_h']['mean']:>9.2f}"
               f"{st['jct_over_floor']['mean']:>8.2f}{cell(st, 'makespan_h', '.1f'):>24}"
               f"{st['floor_makespan_h']['mean']:>9.1f}{st['makespan_over_floor']['mean']:>8.2f}"
-              f"{st['avg_queuing_delay_h']['mean']:>8.2f}{st['restarts_per_job']['mean']:>13.2f}"
+              f"{st['avg_queueing_delay_h']['mean']:>8.2f}{st['restarts_per_job']['mean']:>13.2f}"
               f"{st['utilization']['mean']:>6.2f}  " + "/".join(
                   f"{st[f'util_queued_{k}']['mean']:.2f}" for k in ("k80", "p100", "v100")))
     out = {"regime": spec.name, "file": str(path), "restart_delay_s": reg.setting.restart_delay_s,

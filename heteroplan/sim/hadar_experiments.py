@@ -184,11 +184,11 @@ def simulate_gavel(jobs: Sequence[RigidJob], cluster: Cluster, policy: Any, sett
                    round_length: float = 360.0, max_time: float | None = None) -> SimResult:
     """Run ``policy`` with ``setting.restart_delay_s`` charged to every (re)start of every job.
 
-    The delay reaches the loop as ``SimFidelity(restart_delays={policy.name: delay})`` -- the
-    same value whatever the policy -- so it is one option for all; rounds are recorded for the
-    per-type utilisation while jobs queue.
+    The delay reaches the loop as ``SimFidelity(restart_delay_s=delay)``, the run's one delay for
+    every job whatever the policy (it replaces the policy's own ``restart_delay_s`` option);
+    rounds are recorded for the per-type utilisation while jobs queue.
     """
-    fidelity = SimFidelity(restart_delays={policy.name: float(setting.restart_delay_s)})
+    fidelity = SimFidelity(restart_delay_s=float(setting.restart_delay_s))
     return simulate(jobs, cluster, policy, round_length=round_length, max_time=max_time, progress=False,
                     fidelity=fidelity, record=True)
 
