@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from heteroplan.cluster import Cluster, GPUType, Node, preset
 from heteroplan.errors import InputError
 from heteroplan.policies.base import Allocation, Policy, counts_by_type
-from heteroplan.policies.hadar import HadarPolicy, price
+from heteroplan.policies.hadar import HadarPolicy, Planning, price
 from heteroplan.sim.loop import simulate
 from heteroplan.workload.gavel import generate_workload, load_throughputs
 from heteroplan.workload.rigid import RigidJob, rigid_jobs_from_gavel
@@ -83,10 +83,13 @@ def test_invariants_on_gavel_workloads(seed, forking):
 def test_pure_online_drops_rejected_jobs_and_admitted_ones_finish():
     cluster = two_type_cluster()
     jobs = [RigidJob(f"j{i}", 1, 300.0 * (i + 1), 0.0, {"slow": 1.0, "fast": 3.0}) for i in range(4)]
-    policy = HadarPolicy(slot=100.0, retry=False, lower=0.9)
+    # Schedules must end by slot 3: j0 takes the fast GPU in slot 0, j1 in slots 1-2 (its slow
+    # pace needs 6 slots); j2 and j3 fit nowhere before the horizon and are dropped.
+    policy = HadarPolicy(slot=100.0, planning=Planning.COMMITTED, retry=False, lower=0.9, upper=50.0, max_slot=3)
     res = simulate(jobs, cluster, policy, round_length=100.0, max_rounds=50)
-    assert set(res.completion) == set(policy.admissions)
-    assert set(res.unfinished) == policy.rejected and policy.rejected
+    assert set(res.completion) == set(policy.admissions) == {"j0", "j1"}
+    assert policy.admissions["j0"].pace == policy.admissions["j1"].pace == "fast"
+    assert set(res.unfinished) == policy.rejected == {"j2", "j3"}
 
 
 def test_bad_input_is_rejected_cleanly():
@@ -104,6 +107,22 @@ def test_bad_input_is_rejected_cleanly():
         RigidJob("z", 1, 100.0, 0.0, {"slow": 0.0, "fast": 0.0})
     with pytest.raises(InputError, match="lower"):
         HadarPolicy(lower=0.0)
+    with pytest.raises(InputError, match="planning"):
+        HadarPolicy(planning="sometimes")
+    with pytest.raises(InputError, match="order"):
+        HadarPolicy(order="random")
+
+
+def test_replan_order_decides_who_gets_the_fast_gpu():
+    # One fast GPU, two 1-task jobs: 'short' (2 fast slots, 3x slower elsewhere) and 'long'
+    # (10 fast slots, 10x slower elsewhere: the denser one). Shortest-first gives 'short' the fast
+    # GPU first; densest-first gives it to 'long'.
+    cluster = Cluster((GPUType("slow", 16, 1), GPUType("fast", 16, 1)), (Node("s0", "slow", 1), Node("f0", "fast", 1)))
+    jobs = [RigidJob("short", 1, 200.0, 0.0, {"slow": 1 / 3, "fast": 1.0}),
+            RigidJob("long", 1, 1000.0, 0.0, {"slow": 0.1, "fast": 1.0})]
+    for order, first in (("shortest", "short"), ("densest", "long")):
+        res = simulate(jobs, cluster, HadarPolicy(slot=100.0, order=order), round_length=100.0, record=True)
+        assert res.schedule[0][1][first].gpu_type == "fast"
 
 
 def test_counts_by_type_needs_placement_for_mixed_label():

@@ -396,6 +396,8 @@ def test_example_sweep_files_parse():
     files = sorted(root.glob("*.toml"))
     assert files
     for path in files:
+        if "[gavel_setting]" in path.read_text():  # a Hadar regime: tests/test_hadar_gavel_setting.py
+            continue
         assert load_sweep(path).cells()
 
 

@@ -36,7 +36,8 @@ import scipy.sparse as sp
 from heteroplan.errors import InputError
 from heteroplan.milp import Model
 
-__all__ = ["HadarInstance", "hadar_milp", "hadar_utility"]
+__all__ = ["HadarInstance", "completion_utility", "density_bounds", "hadar_milp", "hadar_utility", "makespan_bound_lp",
+           "pace_slots"]
 
 
 @dataclass(frozen=True)
@@ -88,13 +89,52 @@ class HadarInstance:
             )
 
 
+def pace_slots(remaining: np.ndarray, rates: np.ndarray, slot: float, delay: float | np.ndarray = 0.0) -> np.ndarray:
+    """Slots a job needs at each pace: ``ceil((E / (slot * T) + delay / slot))`` (inf where T = 0).
+
+    ``remaining`` (J,) work left (steps), ``rates`` (J, K) whole-job steps/s per pace, ``slot`` s,
+    ``delay`` s of checkpoint-restore paid before the work (0: none).
+    """
+    rates = np.asarray(rates, dtype=float)
+    work = np.asarray(remaining, dtype=float).reshape(-1, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        seconds = np.where(rates > 0, work / np.where(rates > 0, rates, 1.0), np.inf)
+    return np.ceil((seconds + np.asarray(delay, dtype=float).reshape(-1, 1)) / slot - 1e-9)
+
+
+def completion_utility(slots_to_finish: np.ndarray, slowest_slots: np.ndarray) -> np.ndarray:
+    """``f = max(0, 2 n_slow - d)``: utility of finishing ``d`` slots after the decision, in slots.
+
+    The slope is -1 per slot of completion time, so total utility is a constant minus the sum
+    of JCTs (the offline objective is average JCT). The offset ``2 n_slow`` (twice the job's
+    time at its slowest pace) makes every pace worth at least ``n_slow`` on an idle cluster:
+    a slower type is admissible whenever it finishes the job sooner than waiting (docs/hadar.md).
+    """
+    return np.maximum(0.0, 2.0 * np.asarray(slowest_slots, float) - np.asarray(slots_to_finish, float))
+
+
+def density_bounds(slots: np.ndarray, tasks: np.ndarray) -> tuple[float, float]:
+    """(lowest, highest) utility per GPU-slot of a schedule that starts at once at one pace.
+
+    ``slots`` (J, K): slots at each pace (inf: cannot run); ``tasks`` (J,): W_j. A schedule at
+    pace m uses ``W_j n_jm`` GPU-slots and earns :func:`completion_utility` of ``n_jm``. The
+    primal-dual prices run between these two bounds (L and U).
+    """
+    n = np.asarray(slots, dtype=float)
+    ok = np.isfinite(n)
+    n_slow = np.where(ok, n, -np.inf).max(axis=1, keepdims=True)
+    w = np.asarray(tasks, dtype=float).reshape(-1, 1)
+    dens = completion_utility(np.where(ok, n, 1.0), n_slow) / (w * np.where(ok, n, 1.0))
+    return float(dens[ok].min()), float(dens[ok].max())
+
+
 def hadar_utility(instance: HadarInstance) -> np.ndarray:
-    """``f[j, c] = W_j * n0_j**2 / (c - a_j + 1)`` for c >= a_j (0 before), with
-    ``n0_j = ceil(E_j / (slot * max_k T[j, k]))`` — the utility :class:`HadarPolicy` uses."""
-    best = np.asarray(instance.rates, float).max(axis=1)
-    n0 = np.ceil(instance.steps / (instance.slot * best) - 1e-9)
+    """``f[j, c] = max(0, 2 n_slow_j - (c - a_j + 1))`` for c >= a_j (0 before), with ``n_slow_j``
+    the slots of job j at its slowest pace (:func:`completion_utility`, the utility :class:`HadarPolicy` uses)."""
+    n = pace_slots(instance.steps, instance.rates, instance.slot)
+    n_slow = np.where(np.isfinite(n), n, -np.inf).max(axis=1)
     d = np.arange(instance.slots)[None, :] - np.asarray(instance.arrival)[:, None] + 1
-    return np.where(d >= 1, instance.tasks[:, None] * n0[:, None] ** 2 / np.maximum(d, 1), 0.0)
+    return np.where(d >= 1, completion_utility(d, n_slow[:, None]), 0.0)
 
 
 def hadar_milp(instance: HadarInstance, utility: np.ndarray | None = None) -> Model:
@@ -139,4 +179,33 @@ def hadar_milp(instance: HadarInstance, utility: np.ndarray | None = None) -> Mo
     )
     m.add_constraints(y.sum(axis=2).ravel() + before @ z.ravel() <= 1, name="stop_after_completion")
     m.maximize((z * f).sum())
+    return m
+
+
+def makespan_bound_lp(work: np.ndarray, rates: np.ndarray, tasks: np.ndarray, capacity: np.ndarray) -> Model:
+    """LP lower bound on the time to finish ``work`` with every job present from the start.
+
+    ``y[j, k]`` = seconds job j runs on type k with its ``W_j`` GPUs (``rates[j, k]`` whole-job
+    steps/s, 0: cannot run there); ``T`` = the bound::
+
+        sum_k rates[j,k] y[j,k] >= work_j          every job gets its work done
+        sum_j W_j y[j,k] <= capacity_k T           type k's GPU-seconds within T
+        minimize T
+
+    It drops gangs' sequencing and lets a job's work split across types (as HadarE's copies
+    may), so it bounds every policy; :func:`heteroplan.sim.hadar_experiments.makespan_floor`
+    adds the jobs' arrivals.
+    """
+    r = np.asarray(rates, dtype=float)
+    num_jobs, num_types = r.shape
+    if np.shape(capacity) != (num_types,) or np.shape(tasks) != (num_jobs,) or np.shape(work) != (num_jobs,):
+        raise InputError("makespan_bound_lp.shapes", (np.shape(work), r.shape, np.shape(tasks), np.shape(capacity)),
+                         "need work (J,), rates (J, K), tasks (J,), capacity (K,)")
+    m = Model("hadar_makespan_bound")
+    y = m.add_variables("y", (num_jobs, num_types), lb=0, ub=np.where(r > 0, np.inf, 0.0))
+    t = m.add_variables("T", (1,), lb=0)
+    m.add_constraints((y * r).sum(axis=1) >= np.asarray(work, dtype=float), name="work")
+    cap = np.asarray(capacity, dtype=float)
+    m.add_constraints((y * np.asarray(tasks, float)[:, None]).sum(axis=0) - t * cap <= 0, name="capacity")
+    m.minimize(t.sum())
     return m

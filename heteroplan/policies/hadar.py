@@ -1,32 +1,40 @@
 """Hadar: online primal-dual, task-level heterogeneity-aware scheduling (and HadarE forking).
 
-The variant heteroplan implements (see ``docs/hadar.md`` and the project's HADAR.md): the
-OASiS-style online primal-dual algorithm made task-level heterogeneous.
+The variant heteroplan implements (derivation in ``docs/hadar.md``; the project's HADAR.md):
+the OASiS-style online primal-dual algorithm made task-level heterogeneous.
 
 - Time is slotted (slot = round length ``slot`` s). Node h (all its GPUs of one type k) has
   ``C_h`` GPUs; ``g_h(t)`` of them are committed in slot t. The price of the next GPU is
-  ``p = L * (U_k / L) ** (g / C_h)``: idle GPUs cost ``L``, a full node ``U_k``.
-- Utility of finishing job j at the end of slot c (decision slot t0): with
-  ``n0 = ceil(E_j / (slot * T_j^best))`` slots on its fastest type,
-  ``f_j(c) = W_j * n0**2 / (c - t0 + 1)`` — GPU-slots earned per GPU-slot spent is at most 1
-  (reached by running at once on the fastest type), so ``U = 1`` and any ``L < 1`` admits a
-  job on an idle cluster.
-- Dual subroutine: a schedule runs the job's W_j tasks in consecutive slots ``[s, s+n_m)`` at
-  pace m (the slowest type it uses; ``n_m = ceil(E_j / (slot * T_j^m))``); in each slot it takes
-  the W_j cheapest GPU units among types at least as fast as m (node prices rise with every
-  unit taken). Starts considered: now and every price breakpoint within ``lookahead`` slots.
-  Payoff = utility - price of the units; the best (start, pace) is kept.
-- Admission: payoff > 0 commits the schedule and raises the prices of the GPUs it uses.
-  ``retry=True`` (default) re-tries waiting jobs each round with utility measured from that
-  round; ``retry=False`` is the pure online algorithm (a job is decided once, at arrival,
-  and dropped if rejected) whose objective the competitive-ratio test checks.
-- HadarE (``forking=True``): after the committed gangs, idle GPUs get extra copies of active
+  ``p = L * (U / L) ** (g / C_h)``: idle GPUs cost ``L``, a full node ``U``.
+- Utility of finishing a job ``d`` slots after the decision slot:
+  ``f = max(0, 2 n_slow - d)`` (:func:`~heteroplan.formulations.hadar.completion_utility`),
+  ``n_slow`` = its slots at its slowest pace. One slot of completion time is worth one unit,
+  so the utility a schedule earns is the completion time it saves.
+- ``L`` and ``U`` (unless given) are the lowest and highest utility per GPU-slot of any
+  schedule the active jobs can run (:func:`~heteroplan.formulations.hadar.density_bounds`;
+  ``L`` halved so the least dense one is strictly admissible): the bounds the
+  competitive-ratio argument asks of the prices. Every pace is then admissible on an idle
+  cluster, and a slower type wins whenever it finishes the job sooner than its cost in price.
+- Dual subroutine: a schedule runs the job's W_j tasks on one placement for consecutive slots
+  ``[s, s+n_m)`` at pace m (the slowest type it uses); the placement takes the W_j GPU units
+  with the lowest price summed over the window among types at least as fast as m. Starts
+  considered: now and every price breakpoint within ``lookahead`` slots. A schedule that does
+  not continue the job's current placement pays its checkpoint-restore delay
+  (``JobState.restart_delay``) in ``n_m``. Payoff = utility - price; the best is kept.
+- :class:`Planning`: ``REPLAN`` (default) drops every commitment each round and re-plans all
+  active jobs in :class:`Order` (shortest remaining time first by default), so a job's pace
+  follows the prices;
+  ``COMMITTED`` commits a schedule to completion at admission (the pure OASiS rule) and tries
+  waiting jobs again when prices change (``retry=False``: decided once, dropped if rejected —
+  the algorithm whose objective the competitive-ratio experiments check).
+- HadarE (``forking=True``): after the planned gangs, idle GPUs get extra copies of active
   jobs (W_j GPUs of one type each) for this round; the simulator adds the copies' progress.
 
 The policy reads each job's ``remaining_work`` and per-type rates from its performance model
 (:class:`~heteroplan.policies.base.PerfModel`) in the same units, so it runs on Gavel-style
 throughput tables and on Sia goodput models alike. The experiment harness (the pure online
-algorithm against the offline MILP) is :mod:`heteroplan.sim.hadar_experiments`.
+algorithm against the offline MILP, the Gavel-setting regimes) is
+:mod:`heteroplan.sim.hadar_experiments`.
 
 A job that finishes early (faster types than its pace, or forks) releases what it had committed.
 """
@@ -36,15 +44,31 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 import numpy as np
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError
+from heteroplan.formulations.hadar import completion_utility, density_bounds, pace_slots
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.packing import free_gpus, make_allocation, rate_of, take_gpus
 
-__all__ = ["HadarPolicy", "Admission", "price"]
+__all__ = ["Admission", "HadarPolicy", "Order", "Planning", "price"]
+
+
+class Planning(Enum):
+    """How long a Hadar decision holds."""
+
+    REPLAN = "replan"  # every round: release all commitments, re-plan every active job
+    COMMITTED = "committed"  # a schedule admitted once runs to completion (OASiS)
+
+
+class Order(Enum):
+    """The order in which REPLAN plans the active jobs each round (earlier ones get the cheaper GPUs)."""
+
+    SHORTEST_FIRST = "shortest"  # least remaining time on the fastest type (SRPT: avg JCT)
+    DENSEST_FIRST = "densest"  # highest utility per GPU-slot at the best pace (the primal-dual greedy)
 
 
 def price(committed: np.ndarray, capacity: np.ndarray, lower: float, upper: np.ndarray) -> np.ndarray:
@@ -54,7 +78,7 @@ def price(committed: np.ndarray, capacity: np.ndarray, lower: float, upper: np.n
 
 @dataclass(frozen=True)
 class Admission:
-    """Record of one admitted job (slots are absolute slot indices)."""
+    """Record of one admitted job's latest schedule (slots are absolute slot indices)."""
 
     job_id: str
     decided: int
@@ -63,6 +87,18 @@ class Admission:
     pace: str
     utility: float
     cost: float
+
+
+@dataclass(frozen=True)
+class _Schedule:
+    payoff: float
+    start: int
+    end: int  # exclusive
+    pace: int  # of the first slot
+    utility: float
+    cost: float
+    # variable pace: (segment start slots, pace from each on); None: ``pace`` throughout
+    paces: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
 
 @dataclass
@@ -113,72 +149,88 @@ class _Segments:
             self.usage[i] = self.usage[i] + sign * counts
 
 
+
 class HadarPolicy:
     """Online primal-dual scheduler (Hadar variant); ``forking=True`` gives HadarE.
 
     Args:
         slot: slot (round) length, seconds.
-        lower: price of an idle GPU (``L``), in utility units per GPU-slot.
-        upper: price of a full node (``U``), a number or ``{gpu_type: U_k}``.
-        retry: re-try rejected jobs every round (else drop them, as in pure OASiS).
-        lookahead: latest start considered, in slots after the decision slot.
+        lower: price of an idle GPU (``L``), in utility units (slots) per GPU-slot; ``None``:
+            half the lowest density of the active jobs' schedules, each round.
+        upper: price of a full node (``U``), a number or ``{gpu_type: U_k}``; ``None``: the
+            highest density of the active jobs' schedules, each round.
+        planning: :class:`Planning` (or its value, ``"replan"`` / ``"committed"``).
+        order: :class:`Order` (or its value) in which ``REPLAN`` plans the active jobs.
+        retry: with ``COMMITTED``, re-try rejected jobs when prices change (else drop them).
+        lookahead: with ``COMMITTED``, latest start considered, in slots after the decision slot
+            (``REPLAN`` plans from the current slot: a job not run now is planned again next round).
         max_slot: schedules must end before this absolute slot (None: no limit).
         forking: HadarE — give idle GPUs to extra copies of active jobs each round.
-        replan: each round, drop every commitment from this slot on and re-run the dual
-            subroutine for all active jobs, shortest ideal remaining time first (a preemptive
-            variant; ``retry`` is implied).
     """
 
     def __init__(
         self,
         slot: float = 360.0,
-        lower: float = 0.25,
-        upper: float | Mapping[str, float] = 1.0,
+        lower: float | None = None,
+        upper: float | Mapping[str, float] | None = None,
+        planning: Planning | str = Planning.REPLAN,
+        order: Order | str = Order.SHORTEST_FIRST,
         retry: bool = True,
         lookahead: int = 48,
         max_slot: int | None = None,
         forking: bool = False,
-        replan: bool = False,
     ) -> None:
         if not slot > 0:
             raise InputError("slot", slot, "must be > 0 s")
-        if not lower > 0:
+        if lower is not None and not lower > 0:
             raise InputError("lower", lower, "must be > 0")
-        uppers = upper.values() if isinstance(upper, Mapping) else [upper]
-        if any(not u >= lower for u in uppers):
-            raise InputError("upper", upper, f"must be >= lower={lower}")
+        if upper is not None:
+            uppers = upper.values() if isinstance(upper, Mapping) else [upper]
+            if any(not u > 0 for u in uppers) or (lower is not None and any(not u >= lower for u in uppers)):
+                raise InputError("upper", upper, f"must be > 0 and >= lower={lower}")
         if lookahead < 0:
             raise InputError("lookahead", lookahead, "must be >= 0 slots")
+        try:
+            self.planning = Planning(planning)
+        except ValueError:
+            raise InputError("planning", planning, f"choose one of {[p.value for p in Planning]}") from None
+        try:
+            self.order = Order(order)
+        except ValueError:
+            raise InputError("order", order, f"choose one of {[o.value for o in Order]}") from None
         self.slot = float(slot)
-        self.lower = float(lower)
+        self.lower = lower
         self.upper = upper
         self.retry = retry
         self.lookahead = int(lookahead)
         self.max_slot = max_slot
         self.forking = forking
-        self.replan = replan
         self.round_length = self.slot  # s; the loop's round is the slot
         self.elastic = False
         self.name = "hadare" if forking else "hadar"
         self.admissions: dict[str, Admission] = {}
         self.rejected: set[str] = set()
+        self.bounds: tuple[float, float] = (math.nan, math.nan)  # (L, max U) of the last round
         self._plans: dict[str, _Plan] = {}
         self._tried: dict[str, int] = {}
         self._version = 0
         self._segments: _Segments | None = None
         self._cluster: Cluster | None = None
-        self._rates: dict[str, np.ndarray] = {}
+        self._rates: dict[str, tuple[object, np.ndarray]] = {}
+        self._currents: dict[str, tuple[int, np.ndarray] | None] = {}
 
     # ------------------------------------------------------------------ setup
     @property
     def alpha(self) -> float:
-        """``max(1, ln(U/L))``; the pure online algorithm (retry=False) is 2*alpha-competitive in this family."""
-        u = max(self.upper.values()) if isinstance(self.upper, Mapping) else self.upper
-        return max(1.0, math.log(u / self.lower))
+        """``max(1, ln(U/L))`` of the last round's prices; the pure online algorithm
+        (``COMMITTED``, ``retry=False``) is 2*alpha-competitive in this family (small demands)."""
+        lo, hi = self.bounds
+        return max(1.0, math.log(hi / lo)) if lo > 0 else math.nan
 
     def _setup(self, cluster: Cluster, t: int) -> None:
         self._cluster = cluster
         self._nodes = [n.name for n in cluster.nodes]
+        self._node_index = {n: i for i, n in enumerate(self._nodes)}
         self._types = list(cluster.type_names)
         self._node_type = np.array([self._types.index(n.gpu_type) for n in cluster.nodes])
         self._cap = np.array([n.num_gpus for n in cluster.nodes], dtype=float)
@@ -186,20 +238,39 @@ class HadarPolicy:
             missing = [k for k in self._types if k not in self.upper]
             if missing:
                 raise InputError("upper", dict(self.upper), f"no U for GPU type(s) {missing}")
-            u_type = np.array([float(self.upper[k]) for k in self._types])
-        else:
-            u_type = np.full(len(self._types), float(self.upper))
-        self._u_node = u_type[self._node_type]
         self._segments = _Segments(len(self._nodes), t)
+
+    def _set_prices(self, jobs: Sequence[JobState]) -> None:
+        """``L`` and ``U`` per node for this round (given, or the active jobs' density bounds)."""
+        lo = hi = math.nan
+        if (self.lower is None or self.upper is None) and jobs:
+            rates = np.stack([self._job_rates(j, self._cluster) for j in jobs])  # type: ignore[arg-type]
+            remaining = np.array([self._remaining(j) for j in jobs])
+            live = (remaining > 0) & (rates > 0).any(axis=1)
+            if live.any():
+                lo, hi = density_bounds(pace_slots(remaining[live], rates[live], self.slot),
+                                        np.array([j.requested_gpus for j in jobs])[live])
+                lo /= 2.0
+        lower = float(self.lower) if self.lower is not None else (lo if math.isfinite(lo) else 1.0)
+        if isinstance(self.upper, Mapping):
+            u_type = np.array([float(self.upper[k]) for k in self._types])
+        elif self.upper is not None:
+            u_type = np.full(len(self._types), float(self.upper))
+        else:
+            u_type = np.full(len(self._types), max(hi, lower) if math.isfinite(hi) else lower)
+        self._lower = lower
+        self._u_node = np.maximum(u_type[self._node_type], lower)
+        self.bounds = (lower, float(self._u_node.max()))
 
     # --------------------------------------------------------------- helpers
     def _job_rates(self, job: JobState, cluster: Cluster) -> np.ndarray:
         """Whole-job rate (estimator units/s) at the requested GPU count on each type (0: cannot
-        run); asked of the job's model once per round."""
+        run); asked of the job's model once (again when the job's model object changes)."""
         cached = self._rates.get(job.job_id)
-        if cached is not None:
-            return cached
-        self._rates[job.job_id] = rates = self._ask_rates(job, cluster)
+        if cached is not None and cached[0] is job.estimator:
+            return cached[1]
+        rates = self._ask_rates(job, cluster)
+        self._rates[job.job_id] = (job.estimator, rates)
         return rates
 
     def _ask_rates(self, job: JobState, cluster: Cluster) -> np.ndarray:
@@ -220,103 +291,192 @@ class HadarPolicy:
         best = float(self._job_rates(job, self._cluster).max())  # type: ignore[arg-type]
         return self._remaining(job) / (self.slot * best) if best > 0 else math.inf
 
+    def _priority(self, job: JobState) -> float:
+        """Sort key of :class:`Order` (smaller plans first)."""
+        if self.order is Order.SHORTEST_FIRST:
+            return self._ideal_slots(job)
+        rates = self._job_rates(job, self._cluster)  # type: ignore[arg-type]
+        if self._remaining(job) <= 0 or not (rates > 0).any():
+            return math.inf
+        n = pace_slots(np.array([self._remaining(job)]), rates[None, :], self.slot)
+        return -density_bounds(n, np.array([job.requested_gpus]))[1]
+
     def _unit_prices(self, usage: np.ndarray, w: int) -> np.ndarray:
         """(S, H, w) prices of up to w units on each node in each segment (inf beyond idle GPUs).
 
         As in OASiS, a decision pays the price at the utilization before it, per unit.
         """
         g = usage[:, :, None] + np.zeros(w)[None, None, :]
-        p = self.lower * (self._u_node[None, :, None] / self.lower) ** (g / self._cap[None, :, None])
+        p = self._lower * (self._u_node[None, :, None] / self._lower) ** (g / self._cap[None, :, None])
         room = (usage[:, :, None] + np.arange(w)[None, None, :]) < self._cap[None, :, None]
         return np.where(room, p, np.inf)
 
+    def _current(self, job: JobState) -> tuple[int, np.ndarray] | None:
+        """(pace type, GPUs per node) of the placement the job runs on now; None if not running."""
+        if job.job_id not in self._currents:
+            self._currents[job.job_id] = self._find_current(job)
+        return self._currents[job.job_id]
+
+    def _find_current(self, job: JobState) -> tuple[int, np.ndarray] | None:
+        a = job.allocation
+        if a is None or not a.placement or any(n not in self._node_index for n, _ in a.placement):
+            return None
+        counts = np.zeros(len(self._nodes), dtype=np.int64)
+        for n, c in a.placement:
+            counts[self._node_index[n]] += c
+        if counts.sum() != job.requested_gpus:
+            return None
+        rates = self._job_rates(job, self._cluster)  # type: ignore[arg-type]
+        used = np.unique(self._node_type[counts > 0])
+        return int(used[np.argmin(rates[used])]), counts
+
     # ------------------------------------------------------ dual subroutine
-    def best_schedule(self, job: JobState, t0: int) -> tuple[float, dict] | None:
-        """The best (payoff, schedule) for ``job`` decided in slot ``t0``; None if none fits."""
+    def _slot_costs(self, job: JobState, m: int, prices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per segment: price of the W cheapest units of types at least as fast as pace ``m``
+        (the job's current units first on ties), and whether W such units are free."""
+        w = int(job.requested_gpus)
+        rates = self._job_rates(job, self._cluster)  # type: ignore[arg-type]
+        ok = rates[self._node_type] >= rates[m] - 1e-12
+        pm = np.where(ok[None, :, None], prices, np.inf).reshape(len(prices), -1)
+        cost = np.partition(pm, w - 1, axis=1)[:, :w].sum(axis=1)
+        return np.where(np.isfinite(cost), cost, 0.0), np.isfinite(cost)
+
+    def _prices_for(self, job: JobState, usage: np.ndarray) -> np.ndarray:
+        """(S, H, w) unit prices, the job's current units a hair cheaper (to keep its placement)."""
+        prices = self._unit_prices(usage, int(job.requested_gpus))
+        current = self._current(job)
+        if current is not None:
+            keep = np.arange(prices.shape[2])[None, :] < current[1][:, None]  # (H, w)
+            prices = np.where(keep[None], prices * (1 - 1e-9), prices)
+        return prices
+
+    def best_schedule(self, job: JobState, t0: int) -> _Schedule | None:
+        """The best schedule for ``job`` decided in slot ``t0`` (highest payoff); None if none fits.
+
+        A schedule at pace m from start s runs in every slot from s on that has W_j free GPUs
+        of types at least as fast as m (taking the W_j cheapest), and skips the others, until
+        its ``n_m`` slots are done (the greedy of the dual subroutine).
+        """
         seg = self._segments
         assert seg is not None
-        w = int(job.requested_gpus)
         rates = self._job_rates(job, self._cluster)  # type: ignore[arg-type]
         remaining = self._remaining(job)
         if remaining <= 0 or not (rates > 0).any():
             return None
         starts = np.array(seg.starts, dtype=np.int64)
         usage = np.stack(seg.usage).astype(float)
-        prices = self._unit_prices(usage, w)  # (S, H, w)
-        paces = np.flatnonzero(rates > 0)
-        n_slots = np.ceil(remaining / (self.slot * rates[paces]) - 1e-9).astype(np.int64)
-        n0 = int(n_slots.min())
-        lengths = np.diff(starts)
-        cand = starts[(starts > t0) & (starts <= t0 + self.lookahead)]
-        s_all = np.concatenate(([t0], cand))
-        best: tuple[float, dict] | None = None
-        rate_node = rates[self._node_type]
-        for m, n in zip(paces, n_slots, strict=True):
-            ok = rate_node >= rates[m] - 1e-12
-            pm = np.where(ok[None, :, None], prices, np.inf).reshape(len(starts), -1)
-            if pm.shape[1] < w:
+        prices = self._prices_for(job, usage)
+        lengths = np.diff(np.append(starts, starts[-1] + 10**9)).astype(float)
+        n_fresh = pace_slots(np.array([remaining]), rates[None, :], self.slot, job.restart_delay)[0]
+        n_plain = pace_slots(np.array([remaining]), rates[None, :], self.slot)[0]
+        n_slow = float(n_plain[np.isfinite(n_plain)].max())
+        # REPLAN decides one slot at a time (a job not run now is planned again next round):
+        # only COMMITTED looks at later starts
+        horizon = self.lookahead if self.planning is Planning.COMMITTED else 0
+        cand = starts[(starts > t0) & (starts <= t0 + horizon)]
+        s_all = np.concatenate(([t0], cand)).astype(np.int64)
+        current = self._current(job)
+        keeps = current is not None and bool(
+            (usage[0] + current[1] <= self._cap).all())  # its current units are free this slot
+        best: _Schedule | None = None
+        per_pace = {}
+        for m in np.flatnonzero(rates > 0):
+            cost, feas = self._slot_costs(job, int(m), prices)
+            per_pace[int(m)] = (cost, feas)
+            if not feas.any():
                 continue
-            cost = np.partition(pm, w - 1, axis=1)[:, :w].sum(axis=1)  # (S,) per slot
-            bad = ~np.isfinite(cost)
-            cost0 = np.where(bad, 0.0, cost)
-            # prefix sums at segment starts (relative to starts[0])
-            q_cost = np.concatenate(([0.0], np.cumsum(lengths * cost0[:-1])))
-            q_bad = np.concatenate(([0], np.cumsum(lengths * bad[:-1])))
-            e_all = s_all + n
+            qf = np.concatenate(([0.0], np.cumsum(lengths * feas)))
+            qc = np.concatenate(([0.0], np.cumsum(lengths * cost * feas)))
 
-            def prefix(t: np.ndarray, q_cost=q_cost, q_bad=q_bad, cost0=cost0, bad=bad) -> tuple:
+            def at(t: np.ndarray, q: np.ndarray, per: np.ndarray) -> np.ndarray:
                 i = np.searchsorted(starts, t, side="right") - 1
-                return q_cost[i] + (t - starts[i]) * cost0[i], q_bad[i] + (t - starts[i]) * bad[i]
+                return q[i] + (t - starts[i]) * per[i]
 
-            c_end, b_end = prefix(e_all)
-            c_start, b_start = prefix(s_all)
-            win_cost = c_end - c_start
-            feasible = (b_end - b_start) == 0
+            n = np.full(len(s_all), n_fresh[m])
+            if keeps and current is not None and current[0] == m:
+                n[0] = n_plain[m]
+            f0 = at(s_all, qf, feas.astype(float))
+            target = f0 + n
+            i = np.searchsorted(qf, target, side="left") - 1
+            valid = (i < len(starts)) & (i >= 0)
+            i = np.clip(i, 0, len(starts) - 1)
+            e_all = np.where(valid, starts[i] + (target - qf[i]), np.inf)
+            e_int = np.where(valid, e_all, 0).astype(np.int64)
+            win_cost = at(e_int, qc, cost * feas) - at(s_all, qc, cost * feas)
+            utility = completion_utility(np.where(valid, e_all - t0, np.inf), n_slow)
+            payoff = np.where(valid, utility - win_cost, -np.inf)
             if self.max_slot is not None:
-                feasible &= e_all <= self.max_slot
-            utility = w * n0 * n0 / (e_all - t0).astype(float)
-            payoff = np.where(feasible, utility - win_cost, -np.inf)
+                payoff = np.where(e_all <= self.max_slot, payoff, -np.inf)
             k = int(np.argmax(payoff))
-            if np.isfinite(payoff[k]) and (best is None or payoff[k] > best[0]):
-                best = (
-                    float(payoff[k]),
-                    {
-                        "start": int(s_all[k]),
-                        "end": int(e_all[k]),
-                        "pace": int(m),
-                        "utility": float(utility[k]),
-                        "cost": float(win_cost[k]),
-                    },
-                )
+            if np.isfinite(payoff[k]) and (best is None or payoff[k] > best.payoff):
+                best = _Schedule(float(payoff[k]), int(s_all[k]), int(e_int[k]), int(m), float(utility[k]),
+                                 float(win_cost[k]))
+        varied = self._variable_pace(job, t0, starts, lengths, per_pace, rates, remaining, n_slow,
+                                     keeps and current is not None, current)
+        if varied is not None and (best is None or varied.payoff > best.payoff):
+            best = varied
         return best
 
-    def _commit(self, job: JobState, sched: dict, t0: int) -> None:
+    def _variable_pace(self, job: JobState, t0: int, starts: np.ndarray, lengths: np.ndarray,
+                       per_pace: dict[int, tuple[np.ndarray, np.ndarray]], rates: np.ndarray, remaining: float,
+                       n_slow: float, keeps: bool, current: tuple[int, np.ndarray] | None) -> _Schedule | None:
+        """From now, each slot at the fastest pace that has W_j free GPUs (none: skip the slot):
+        the schedule that changes pace as GPUs free up, paying a restore at each change."""
+        paces = sorted(per_pace, key=lambda m: -rates[m])
+        chosen = np.full(len(starts), -1)
+        for m in paces:
+            chosen = np.where((chosen < 0) & per_pace[m][1], m, chosen)
+        if chosen[0] < 0:
+            return None  # nothing free now: the single-pace schedules cover waiting
+        r_seg = np.where(chosen >= 0, rates[np.maximum(chosen, 0)], 0.0) * self.slot  # work per slot
+        c_seg = np.array([per_pace[int(m)][0][i] if m >= 0 else 0.0 for i, m in enumerate(chosen)])
+        restart = 0.0 if keeps and current is not None and current[0] == chosen[0] else job.restart_delay
+        # a restore at the start (unless it keeps its placement) and at every change of pace
+        changes = np.concatenate(([restart > 0], (chosen[1:] != chosen[:-1]) & (chosen[1:] >= 0)))
+        lost = np.where(changes, job.restart_delay * r_seg / self.slot, 0.0)  # work lost per segment
+        done = np.concatenate(([0.0], np.cumsum(lengths * r_seg - lost)))
+        i = int(np.searchsorted(done, remaining - 1e-9, side="left")) - 1
+        if i >= len(starts) or i < 0 or r_seg[i] <= 0:
+            return None
+        need = remaining + lost[i]  # the restore of the last segment is counted in it
+        end = int(starts[i] + math.ceil((need - done[i]) / r_seg[i] - 1e-9))
+        if self.max_slot is not None and end > self.max_slot:
+            return None
+        cost = float((lengths[:i] * c_seg[:i]).sum() + (end - starts[i]) * c_seg[i])
+        utility = float(completion_utility(np.array([end - t0]), n_slow)[0])
+        keep = slice(0, i + 1)
+        return _Schedule(utility - cost, t0, end, int(chosen[0]), utility, cost,
+                         (tuple(int(x) for x in starts[keep]), tuple(int(x) for x in chosen[keep])))
+
+    def _commit(self, job: JobState, sched: _Schedule, t0: int) -> None:
+        """Take the W_j cheapest eligible units in every slot of the schedule that has them."""
         seg = self._segments
         assert seg is not None
         w = int(job.requested_gpus)
-        rates = self._job_rates(job, self._cluster)  # type: ignore[arg-type]
-        ok = rates[self._node_type] >= rates[sched["pace"]] - 1e-12
-        a = seg.split(sched["start"])
-        b = seg.split(sched["end"])
-        plan = _Plan()
+        a = seg.split(sched.start)
+        b = seg.split(sched.end)
         bounds = seg.starts[a : b + 1]
-        for i, lo, hi in zip(range(a, b), bounds[:-1], bounds[1:], strict=True):
-            p = np.where(ok[None, :, None], self._unit_prices(seg.usage[i][None, :].astype(float), w), np.inf)
-            flat = p.reshape(-1)
-            pick = np.argpartition(flat, w - 1)[:w]
-            counts = np.bincount(pick // w, minlength=len(self._nodes))
+        rates = self._job_rates(job, self._cluster)  # type: ignore[arg-type]
+        if sched.paces is None:
+            pace = np.full(b - a, sched.pace)
+        else:
+            seg_starts, seg_paces = (np.array(x) for x in sched.paces)
+            pace = seg_paces[np.searchsorted(seg_starts, np.array(bounds[:-1]), side="right") - 1]
+        ok = rates[self._node_type][None, :] >= rates[pace][:, None] - 1e-12  # (segments, H)
+        prices = self._prices_for(job, np.stack(seg.usage[a:b]).astype(float))
+        flat = np.where(ok[:, :, None] & (pace >= 0)[:, None, None], prices, np.inf).reshape(b - a, -1)
+        pick = np.argpartition(flat, w - 1, axis=1)[:, :w]
+        room = np.isfinite(np.take_along_axis(flat, pick, axis=1)).all(axis=1)
+        plan = _Plan()
+        for r, i in enumerate(range(a, b)):
+            if not room[r]:
+                continue  # the schedule skips this segment
+            counts = np.bincount(pick[r] // w, minlength=len(self._nodes))
             seg.usage[i] = seg.usage[i] + counts
-            plan.pieces.append((lo, hi, counts))
+            plan.pieces.append((bounds[r], bounds[r + 1], counts))
         self._plans[job.job_id] = plan
-        self.admissions[job.job_id] = Admission(
-            job.job_id,
-            t0,
-            sched["start"],
-            sched["end"] - 1,
-            self._types[sched["pace"]],
-            sched["utility"],
-            sched["cost"],
-        )
+        self.admissions[job.job_id] = Admission(job.job_id, t0, sched.start, sched.end - 1,
+                                                self._types[sched.pace], sched.utility, sched.cost)
 
     def _release(self, job_id: str, t: int) -> None:
         seg = self._segments
@@ -330,33 +490,37 @@ class HadarPolicy:
     # ----------------------------------------------------------------- round
     def allocate(self, cluster: Cluster, jobs: Sequence[JobState], now: float) -> Mapping[str, Allocation]:
         t = int(round(now / self.slot))
-        self._rates = {}
+        self._currents = {}
+        live = {j.job_id for j in jobs}
+        self._rates = {k: v for k, v in self._rates.items() if k in live}
         if self._segments is None or self._cluster is not cluster:
             self._setup(cluster, t)
         seg = self._segments
         assert seg is not None
+        self._set_prices(jobs)
         active = {j.job_id: j for j in jobs}
         for jid in [j for j in self._plans if j not in active]:
             self._release(jid, t)
         seg.compact()
         if seg.drop_before(t):
             self._version += 1
+        replan = self.planning is Planning.REPLAN
         order = sorted(jobs, key=lambda j: (j.arrival_time, j.job_id))
-        if self.replan:
+        if replan:
             for jid in list(self._plans):
                 self._release(jid, t)
             seg.compact()
-            order = sorted(jobs, key=lambda j: (self._ideal_slots(j), j.arrival_time, j.job_id))
+            order = sorted(jobs, key=lambda j: (self._priority(j), j.arrival_time, j.job_id))
         for job in order:
             jid = job.job_id
             if jid in self._plans or jid in self.rejected:
                 continue
-            if not self.replan and self._tried.get(jid) == self._version:
+            if not replan and self._tried.get(jid) == self._version:
                 continue
             found = self.best_schedule(job, t)
-            if found is not None and found[0] > 0:
-                self._commit(job, found[1], t)
-            elif not self.retry and not self.replan:
+            if found is not None and found.payoff > 0:
+                self._commit(job, found, t)
+            elif not self.retry and not replan:
                 self.rejected.add(jid)
             else:
                 self._tried[jid] = self._version

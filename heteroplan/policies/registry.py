@@ -124,8 +124,10 @@ _BUILTIN: dict[str, PolicyEntry] = {e.name: e for e in (
     PolicyEntry("fifo", _yarn("fifo"), "FIFO gang scheduling, no preemption (rigid)"),
     PolicyEntry("yarn-cs", _yarn("yarn-cs"), "YARN capacity scheduler: FIFO + gang (rigid)"),
     PolicyEntry("tiresias", _tiresias, "Tiresias: discretized 2D-LAS (rigid)"),
-    PolicyEntry("hadar", _hadar(), "Hadar: online primal-dual, task-level heterogeneous (rigid, 360 s slots)"),
-    PolicyEntry("hadar-replan", _hadar(replan=True), "Hadar re-planning every active job each round (rigid)"),
+    PolicyEntry("hadar", _hadar(),
+                "Hadar: online primal-dual, task-level heterogeneous, re-planned each round (rigid, 360 s slots)"),
+    PolicyEntry("hadar-committed", _hadar(planning="committed"),
+                "Hadar committing each admitted schedule to completion (OASiS; rigid)"),
     PolicyEntry("hadare", _hadar(forking=True), "HadarE: Hadar with job forking onto idle GPUs (rigid)"),
 )}
 
