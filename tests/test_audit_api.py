@@ -146,3 +146,17 @@ def test_more_api_inputs_are_clear_errors() -> None:
     with pytest.raises(InputError, match="seeds"):
         parse_sweep({"seeds": [-1], "workloads": [{"bundled": "philly/workload-1"}],
                      "clusters": [{"preset": "sia-64"}], "policies": [{"name": "fifo"}]})
+
+
+@pytest.mark.parametrize("round_length", [0.001, 9.99])
+def test_simulate_refuses_rounds_shorter_than_a_scheduling_round(round_length) -> None:
+    """``simulate(round_length=0.001)`` used to loop for ~10^8 rounds; the API now refuses it as
+    the CLI's ``--round`` and sweep files do."""
+    from heteroplan.cluster import preset
+    from heteroplan.sim.compare import make_policy
+    from heteroplan.sim.loop import simulate
+    from heteroplan.workload.sia import bundled_workload
+
+    jobs = bundled_workload("philly/workload-1")[:2]
+    with pytest.raises(InputError, match="round_length"):
+        simulate(jobs, preset("sia-64"), make_policy("fifo"), round_length=round_length)

@@ -33,6 +33,7 @@ from dataclasses import replace
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import HeteroplanError, InputError, MissingDataError
+from heteroplan.inputs import MIN_ROUND_S
 from heteroplan.policies.base import Allocation, Policy, counts_by_type
 from heteroplan.scheduling import DecisionKind, JobRecord, SchedulingSession, check_policy
 from heteroplan.sim.fidelity import SimFidelity
@@ -208,6 +209,9 @@ def simulate(
     L = float(policy.round_length if round_length is None else round_length)
     if not (L > 0 and math.isfinite(L)):
         raise InputError("round_length", round_length, "must be a number of seconds > 0")
+    if L < MIN_ROUND_S:  # a round is a scheduling decision, not a time step: 0.001 s never ends
+        raise InputError("round_length", round_length if round_length is not None else policy.round_length,
+                         f"must be >= {MIN_ROUND_S:g} seconds (a scheduling round, not a time step)")
     if not jobs:
         raise InputError("jobs", jobs, "the workload has no jobs")
     if on_infeasible not in _ON_INFEASIBLE:
