@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install -e '.[runtime]'")
+torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install torch==2.13.0 (CPU wheel: --index-url https://download.pytorch.org/whl/cpu)")
 
 from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.planner.plan import Plan, Precision, Recomputation, ReplicaGroup, Stage  # noqa: E402

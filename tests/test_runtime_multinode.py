@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install -e '.[runtime]'")
+torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install torch==2.13.0 (CPU wheel: --index-url https://download.pytorch.org/whl/cpu)")
 
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
 from heteroplan.runtime import RunConfig, TinyGPTTask, latest_checkpoint, train_reference  # noqa: E402
