@@ -40,6 +40,7 @@ the policy object is given again at load (a policy's own state between rounds is
 
 from __future__ import annotations
 
+import enum
 import math
 import time
 import warnings
@@ -57,6 +58,16 @@ from heteroplan.scheduling.records import JobRecord
 __all__ = ["SchedulingSession", "UnreportedJobWarning"]
 
 _MODEL_KINDS = ("bootstrap", "oracle")
+
+
+class ModelKind(enum.Enum):
+    """What a job's performance model is: it decides how a saved session keeps the model."""
+
+    NONE = "none"  # policies that need no model (FIFO, YARN-CS)
+    BOOTSTRAP = "bootstrap"  # a Sia application's bootstrapped model: its state is saved
+    ORACLE = "oracle"  # the application's true model: only its measured noise scale changes
+    TABLE = "table"  # a ThroughputTable: its rates are saved
+    OBJECT = "object"  # any other PerfModel object: cannot be saved
 
 
 class UnreportedJobWarning(UserWarning):
@@ -77,7 +88,7 @@ class _Job:
     own_restart_delay: float
     estimator: PerfModel | None
     given_batch: int
-    model_kind: str  # "bootstrap", "oracle", "table" or "object" (not saveable)
+    model_kind: ModelKind
     work_done: float = 0.0
     steps_done: int = 0
     allocation: Allocation | None = None
@@ -446,12 +457,13 @@ def _app_or_none(application: str) -> Any:
         return None
 
 
-def _resolve_model(job_id: str, application: str, perf_model: PerfModel | str | None) -> tuple[str, PerfModel | None]:
+def _resolve_model(job_id: str, application: str, perf_model: PerfModel | str | None,
+                   ) -> tuple[ModelKind, PerfModel | None]:
     """(kind, model object) of a submitted performance model."""
     from heteroplan.perf.goodput import ThroughputTable
 
     if perf_model is None:  # policies that need no model (FIFO, YARN-CS)
-        return "none", None
+        return ModelKind.NONE, None
     if isinstance(perf_model, str):
         if perf_model not in _MODEL_KINDS:
             raise InputError(f"job[{job_id}].perf_model", perf_model,
@@ -461,15 +473,16 @@ def _resolve_model(job_id: str, application: str, perf_model: PerfModel | str | 
                              f"perf_model={perf_model!r} needs a Sia application; give a PerfModel object instead")
         from heteroplan.perf.sia_data import bootstrap_model, true_model
 
-        return perf_model, (bootstrap_model(application) if perf_model == "bootstrap" else true_model(application))
+        kind = ModelKind(perf_model)
+        return kind, (bootstrap_model(application) if kind is ModelKind.BOOTSTRAP else true_model(application))
     if not callable(getattr(perf_model, "goodput", None)):
         raise InputError(f"job[{job_id}].perf_model", type(perf_model).__name__,
                          "must be a PerfModel (goodput(gpu_type, num_nodes, num_gpus, progress))")
     from heteroplan.perf.bootstrap import BootstrappedModel
 
     if type(perf_model) is ThroughputTable:
-        return "table", perf_model
+        return ModelKind.TABLE, perf_model
     if type(perf_model) is BootstrappedModel and _app_or_none(application) is not None \
             and perf_model.app.name == application:  # its state is saved; the application rebuilds the rest
-        return "bootstrap", perf_model
-    return "object", perf_model
+        return ModelKind.BOOTSTRAP, perf_model
+    return ModelKind.OBJECT, perf_model

@@ -10,6 +10,7 @@ from heteroplan.atomic_json import write_json_atomic
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError
 from heteroplan.policies.base import Allocation, PerfModel, Policy
+from heteroplan.scheduling.session import ModelKind
 
 if TYPE_CHECKING:
     from heteroplan.scheduling.session import SchedulingSession
@@ -25,16 +26,17 @@ def save_session(session: SchedulingSession, path: str | Path) -> Path:
     noise scale). A job with a model object of another kind cannot be saved (:class:`InputError`)."""
     jobs = []
     for j in session._jobs.values():
-        if j.model_kind == "object":
+        if j.model_kind is ModelKind.OBJECT:
             raise InputError(f"job[{j.job_id}].perf_model", type(j.estimator).__name__,
                              "cannot be saved; submit a ThroughputTable, 'bootstrap', 'oracle' or None")
         state: dict[str, Any] = {k: v for k, v in vars(j).items() if k not in ("estimator", "allocation")}
         state["allocation"] = _alloc_to_json(j.allocation)
-        if j.model_kind == "table":
+        state["model_kind"] = j.model_kind.value
+        if j.model_kind is ModelKind.TABLE:
             state["model"] = dict(j.estimator.rates)  # type: ignore[union-attr]
-        elif j.model_kind == "bootstrap":
+        elif j.model_kind is ModelKind.BOOTSTRAP:
             state["model"] = j.estimator.state()  # type: ignore[union-attr]
-        elif j.model_kind == "oracle":  # only the measured noise scale changes
+        elif j.model_kind is ModelKind.ORACLE:  # only the measured noise scale changes
             state["model"] = {"measured_phi": j.estimator.measured_phi}  # type: ignore[union-attr]
         jobs.append(state)
     data = {"format": SESSION_FORMAT, "cluster": session.cluster.name, "policy": session.policy.name,
@@ -59,10 +61,10 @@ def load_session(path: str | Path, cluster: Cluster, policy: Policy) -> Scheduli
     session = SchedulingSession(cluster, policy, free_moves=data["free_moves"],
                                 restart_delay_s=data["restart_delay_s"], assume_progress=data["assume_progress"])
     for state in data["jobs"]:
-        kind = state["model_kind"]
+        kind = ModelKind(state["model_kind"])
         model = state.pop("model", None)
-        perf: PerfModel | str | None = None if kind == "none" else kind
-        if kind == "table":
+        perf: PerfModel | str | None = None if kind is ModelKind.NONE else kind.value
+        if kind is ModelKind.TABLE:
             from heteroplan.perf.goodput import ThroughputTable
 
             perf = ThroughputTable(model)
@@ -71,9 +73,9 @@ def load_session(path: str | Path, cluster: Cluster, policy: Policy) -> Scheduli
                        batch_size=state["given_batch"], total_work=state["total_work"],
                        restart_delay_s=state["own_restart_delay"])
         job = session._jobs[state["job_id"]]
-        if kind == "bootstrap":
+        if kind is ModelKind.BOOTSTRAP:
             job.estimator.restore_state(model)  # type: ignore[union-attr]
-        elif kind == "oracle" and model["measured_phi"] is not None:
+        elif kind is ModelKind.ORACLE and model["measured_phi"] is not None:
             job.estimator.set_measured_phi(model["measured_phi"])  # type: ignore[union-attr]
         for key, value in state.items():
             if key not in ("estimator", "model_kind", "job_id"):
