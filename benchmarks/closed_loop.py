@@ -22,6 +22,13 @@ Prints a table and writes ``benchmarks/results/closed_loop.json``. On a shared 2
 time column is noisy (load from other processes); the memory column is exact bookkeeping.
 
     python benchmarks/closed_loop.py [--device cpu|cuda] [--steps 8] [--width 64] [--layers 4] [--only NAME ...]
+
+``--mbs 1 2 4 8`` replaces the plan set by one-GPU plans at each microbatch size x precision
+(``--precisions``) x recomputation (``--recompute``), the matrix of the issue's GPU measurement
+(24 blocks, width 1024, 16 heads, sequence 512, vocab 8192, global batch 32)::
+
+    python benchmarks/closed_loop.py --device cuda --layers 24 --width 1024 --heads 16 --seq 512 \
+        --vocab 8192 --gbs 32 --mbs 1 2 4 8 --steps 6
 """
 
 from __future__ import annotations
@@ -35,10 +42,10 @@ import tempfile
 from dataclasses import dataclass
 
 import torch
-from heteroplan.planner.sim_config import PROFILED_CONFIG
 
 from heteroplan.cluster import GPUType
 from heteroplan.planner import simulate
+from heteroplan.planner.model.sim_config import PROFILED_CONFIG
 from heteroplan.planner.plan import (
     OptimizerSharding,
     Plan,
@@ -61,6 +68,13 @@ except ImportError:  # run as a script from benchmarks/
 def mean_ce_loss(out: torch.Tensor) -> torch.Tensor:
     """A scalar loss of the logits for profiling (module level: the TP profiler pickles it)."""
     return out.float().logsumexp(-1).mean()
+
+
+def matrix_plans(layers: int, gbs: int, sizes: list[int], precisions: list[str], recomputes: list[str]) -> dict[str, Plan]:
+    """One-GPU plans at each microbatch size x precision x recomputation."""
+    one = ReplicaGroup("cpu", "local")
+    return {f"1 GPU mbs {m} {pr} {rc}": Plan("bench", gbs, m, (Stage(0, layers, (one,), rc),), precision=pr)
+            for pr in precisions for rc in recomputes for m in sizes}
 
 
 def plans(layers: int, gbs: int, cores: int) -> dict[str, Plan]:
@@ -178,30 +192,51 @@ def main() -> None:
     parser.add_argument("--timing", choices=("layer", "prefix"), default="prefix",
                         help="profiler timing (prefix: layers add up to a measured whole pass)")
     parser.add_argument("--only", nargs="*", help="run only the plans whose names contain one of these")
+    parser.add_argument("--repeats", type=int, default=5, help="profiler: timed runs per measurement")
+    parser.add_argument("--sweeps", type=int, default=3, help="profiler: passes over sizes and layers")
+    parser.add_argument("--warmup", type=int, default=2, help="profiler: untimed runs per measurement")
+    parser.add_argument("--heads", type=int, default=4, help="attention heads")
+    parser.add_argument("--mbs", type=int, nargs="*", help="one-GPU plans at these microbatch sizes (the matrix)")
+    parser.add_argument("--precisions", nargs="*", default=["fp32", "bf16"], help="matrix precisions")
+    parser.add_argument("--recompute", nargs="*", default=["none", "full"], help="matrix recomputation")
+    parser.add_argument("--profile-dir", help="keep the profiles (and network table) in this folder")
+    parser.add_argument("--out", default="closed_loop", help="results name: benchmarks/results/<out>.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    task = TinyGPTTask(vocab=args.vocab, seq_len=args.seq, d_model=args.width, n_layers=args.layers, n_heads=4)
+    task = TinyGPTTask(vocab=args.vocab, seq_len=args.seq, d_model=args.width, n_layers=args.layers, n_heads=args.heads)
     layers = task.num_layers
-    chosen = {n: p for n, p in plans(layers, args.gbs, args.cores if args.device == "cpu" else torch.cuda.device_count()).items()
-              if not args.only or any(o in n for o in args.only)}
+    if args.mbs:
+        every = matrix_plans(layers, args.gbs, args.mbs, args.precisions, args.recompute)
+    else:
+        every = plans(layers, args.gbs, args.cores if args.device == "cpu" else torch.cuda.device_count())
+    chosen = {n: p for n, p in every.items() if not args.only or any(o in n for o in args.only)}
     sizes = sorted({p.microbatch_size for p in chosen.values()})
     device = args.device
     cpu = GPUType("cpu", memory_gb=16, gpus_per_node=max(args.cores, 2), price_per_hour=0.1)
     rows, results = [], []
-    with tempfile.TemporaryDirectory() as data_dir:
+    header = {"device": device, "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+              "torch": torch.__version__, "model": dataclasses.asdict(task), "optimizer": args.optimizer,
+              "timing": args.timing}
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = args.profile_dir or tmp
+        os.makedirs(data_dir, exist_ok=True)
         def make_input(m: int) -> torch.Tensor:
             return task.batch(0, 0, m)[0]
 
-        profiles = {pr: profile_layers(task.build_model(), make_input, sizes, mean_ce_loss, device=device, repeats=5,
-                                       optimizer=args.optimizer, precision=pr, sweeps=3,
+        profiles = {pr: profile_layers(task.build_model(), make_input, sizes, mean_ce_loss, device=device, repeats=args.repeats,
+                                       optimizer=args.optimizer, precision=pr, sweeps=args.sweeps, warmup=args.warmup,
                                        timing=args.timing)
-                    for pr in (Precision.FP32, Precision.BF16)}
+                    for pr in {Precision.BF16 if p.precision is Precision.BF16 else Precision.FP32
+                               for p in chosen.values()}}
+        for pr, prof in profiles.items():
+            prof.write(data_dir, f"profile-{pr.value}", "cpu")
         if any(st.replicas[0].tp > 1 for p in chosen.values() for st in p.stages):
             tp_prof = profile_tensor_parallel(task, 2, sizes, mean_ce_loss, repeats=5, optimizer=args.optimizer,
                                               device=device)
         else:
             tp_prof = None
-        measure_network(world_size=2, backend="nccl" if device == "cuda" else "gloo").write(data_dir, "cpu", "local")
+        nccl = device == "cuda" and torch.cuda.device_count() >= 2  # NCCL refuses two ranks on one GPU
+        measure_network(world_size=2, backend="nccl" if nccl else "gloo").write(data_dir, "cpu", "local")
         for name, plan in chosen.items():
             prof = profiles[plan.precision if plan.precision is Precision.BF16 else Precision.FP32]
             recompute = plan.stages[0].recompute
@@ -245,6 +280,7 @@ def main() -> None:
                 "predicted s": predicted_s, "measured s": measured_s,
                 "time error": f"{(predicted_s - measured_s) / measured_s:+.0%}",
                 "predicted MB (worst rank)": pred_mem[worst].total / 1e6, "measured MB": measured[worst] / 1e6,
+                "allocated MB": allocated[worst] / 1e6,
                 "memory error": f"{(pred_mem[worst].total - measured[worst]) / measured[worst]:+.1%}",
             }
             rows.append(row)
@@ -253,10 +289,10 @@ def main() -> None:
                             "predicted_memory_terms": [dataclasses.asdict(t) for t in pred_mem],
                             "simulated_memory_gb": list(sim.memory_per_stage)})
             print_table(rows[-1:], list(row))
+            write_json(args.out, {**header, "load_average": os.getloadavg(), "rows": results})  # as it goes
     print()
     print_table(rows, list(rows[0]) if rows else [])
-    path = write_json("closed_loop", {"device": device, "torch": torch.__version__, "model": dataclasses.asdict(task),
-                                      "optimizer": args.optimizer, "load_average": os.getloadavg(), "rows": results})
+    path = write_json(args.out, {**header, "load_average": os.getloadavg(), "rows": results})
     print(f"wrote {path}")
 
 
