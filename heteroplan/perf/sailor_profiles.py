@@ -198,15 +198,20 @@ def _build_profile(model: str, root: Path, sizes: dict) -> ModelProfile:
 
 
 def _monotone_in_mbs(compute: dict[tuple[str, int, int], np.ndarray]) -> dict[tuple[str, int, int], np.ndarray]:
-    """Clip each layer's time at a microbatch size to its time at the next larger size.
+    """Clip the model's prefix times at a microbatch size to those at the next larger size.
 
     A microbatch of ``m`` samples cannot take longer than one of ``2m``; profiles at tiny
     microbatches are launch-bound and noisy (OPT-350 on GH-96 with TP4 measures mbs 1 slower
-    than mbs 2), so the larger size's time is the better estimate.
+    than mbs 2), so the larger size's time is the better estimate. The clip acts on the running
+    sums over layers (the prefixes ``[0, k)``) and the layers get their increments back: a
+    prefix-timed profile (``profile_layers(timing="prefix")``) attributes a whole pass's time to
+    layers unevenly, and clipping layer by layer would drop the total at every size whose
+    attribution differs.
     """
     out = dict(compute)
     for gpu, _, tp in {(g, 0, t) for g, _, t in compute}:
         sizes = sorted(m for g, m, t in compute if g == gpu and t == tp)
         for small, large in zip(sizes[-2::-1], sizes[:0:-1], strict=True):
-            out[(gpu, small, tp)] = np.minimum(out[(gpu, small, tp)], out[(gpu, large, tp)])
+            running = np.minimum(np.cumsum(out[(gpu, small, tp)], axis=-1), np.cumsum(out[(gpu, large, tp)], axis=-1))
+            out[(gpu, small, tp)] = np.diff(running, axis=-1, prepend=0.0)
     return out
