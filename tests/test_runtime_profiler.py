@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install torch==2.13.0 (CPU wheel: --index-url https://download.pytorch.org/whl/cpu)")
 from torch import nn  # noqa: E402
@@ -279,3 +281,27 @@ def test_prefix_timing_adds_up_to_the_whole_model(monkeypatch) -> None:
     assert sum(b for _, b, _ in prefix.compute[2]) == pytest.approx(2 * L * L * 1e-3)
     with pytest.raises(InputError, match="timing"):
         profile_layers(model, tokens, (2,), timing="whole")
+
+
+@given(st.lists(st.floats(0.0, 10.0, allow_nan=False), min_size=1, max_size=30))
+@settings(max_examples=200, deadline=None)
+def test_prefix_fit_is_scipys_isotonic_regression(values) -> None:
+    """The nondecreasing fit of noisy prefix times is the least-squares isotonic regression
+    (scipy's, an independent implementation), and its increments are >= 0 and add up to it."""
+    from scipy.optimize import isotonic_regression
+
+    from heteroplan.runtime.profiler import _increments, _nondecreasing
+
+    fit = _nondecreasing(values)
+    np.testing.assert_allclose(fit, isotonic_regression(values).x, atol=1e-9)
+    steps = _increments(fit)
+    assert min(steps) >= 0 and np.cumsum(steps) == pytest.approx(fit)
+
+
+def test_one_slow_prefix_does_not_set_the_whole_pass() -> None:
+    """A spike at prefix 3 of 8 (10 ms where the prefixes grow 1 ms a layer) moves the whole-model
+    time by its share of the pooled block, not to 10 ms as a running maximum would."""
+    from heteroplan.runtime.profiler import _nondecreasing
+
+    times = [1.0, 2.0, 10.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    assert _nondecreasing(times)[-1] == pytest.approx(8.0)

@@ -346,12 +346,29 @@ def _prefix_times(torch: Any, timer: _Timer, layers: list, make_input: Callable[
             del out
             if fwd + bwd < sum(cumulative[k - 1]):
                 cumulative[k - 1] = (fwd, bwd)
-    out: list[tuple[float, float]] = []
-    top_f = top_b = 0.0
-    for f, b in cumulative:
-        out.append((max(f - top_f, 0.0), max(b - top_b, 0.0)))
-        top_f, top_b = max(top_f, f), max(top_b, b)
-    return out
+    fwd = _increments(_nondecreasing([f for f, _ in cumulative]))
+    bwd = _increments(_nondecreasing([b for _, b in cumulative]))
+    return list(zip(fwd, bwd, strict=True))
+
+
+def _nondecreasing(values: list[float]) -> list[float]:
+    """The nondecreasing sequence nearest ``values`` in least squares (pool adjacent violators).
+
+    Prefix times grow with the prefix; noise makes some shrink. A running maximum would let one
+    slow measurement set every later prefix (and the whole pass) to its time; the least-squares
+    fit pools it with its neighbours instead."""
+    blocks: list[list[float]] = []  # [mean, count]
+    for v in values:
+        blocks.append([v, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, n2), (m1, n1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
+    return [m for m, n in blocks for _ in range(int(n))]
+
+
+def _increments(cumulative: list[float]) -> list[float]:
+    """Per-layer times from nondecreasing prefix times (the first prefix is layer 0 alone)."""
+    return [max(c - p, 0.0) for c, p in zip(cumulative, [0.0, *cumulative[:-1]], strict=True)]
 
 
 def _autocast_layer(layer: nn.Module, device_type: str) -> nn.Module:
@@ -405,8 +422,8 @@ def profile_layers(
             ``"tf32"`` with TF32 matmuls on CUDA. A plan is predicted from a profile of its precision.
         timing: ``"layer"``: each layer timed on its own (one synchronisation per layer);
             ``"prefix"``: the prefixes ``model[:k]`` timed whole (forward, and backward from their
-            output), layer ``k``'s time being the increase from prefix ``k`` to ``k + 1`` (a running
-            maximum keeps it >= 0), so the times of the layers of any prefix add up to a measured
+            output), layer ``k``'s time being the increase from prefix ``k`` to ``k + 1`` (of the
+            nondecreasing least-squares fit to the prefix times, so it is >= 0), so the times of the layers of any prefix add up to a measured
             whole forward and backward, without a per-layer launch and synchronisation cost. Costs
             ``L (L + 1) / 2`` layer runs per measurement instead of ``L``.
         sweeps: passes over all microbatch sizes and layers; each time keeps its fastest pass's
