@@ -5,13 +5,9 @@ precision, ZeRO-1 sharded optimizer state) of a GPT-2-style model:
 
 1. **profile** the model's layers with ``profile_layers`` in the plan's precision (fp32 and bf16
    profiles; a TP-2 profile with ``profile_tensor_parallel`` for the TP plan) into a data directory;
-2. **predict** the iteration time with the planner's ``simulate`` (uncalibrated,
-   ``PROFILED_CONFIG``). The planner cannot price recomputation or sharding yet, so this script
-   applies the formulas proposed in docs/runtime.md ("Machine-model terms for the new
-   dimensions") to the *profile* (recomputation: every layer's backward + its forward; ZeRO-1:
-   update time / d plus the parameter broadcast) and says so in the ``prediction`` column.
-   Peak memory per rank is predicted by the memory formula of the same section, from the profile's
-   sizes — the planner's memory term (``stage_memory_gb``) is printed alongside where it applies;
+2. **predict** the iteration time and every rank's peak memory with the planner's ``simulate``
+   (uncalibrated, ``PROFILED_CONFIG``): its machine model prices recomputation, ZeRO-1 and the
+   measured memory terms itself (docs/runtime.md, "Machine-model terms for the new dimensions");
 3. **run** the plan with the runtime (``run_plan``; CPU: gloo, one process per rank; ``--device
    cuda``: NCCL, one GPU per rank) and measure the median iteration time (iterations 2..n-1) and,
    on the last iteration, every rank's peak memory (CPU: torch's profiler's allocation record on
@@ -39,7 +35,6 @@ import os
 import statistics
 import sys
 import tempfile
-from dataclasses import dataclass
 
 import torch
 
@@ -47,17 +42,15 @@ from heteroplan.cluster import GPUType
 from heteroplan.planner import simulate
 from heteroplan.planner.model.sim_config import PROFILED_CONFIG
 from heteroplan.planner.plan import (
-    OptimizerSharding,
     Plan,
     Precision,
-    Recomputation,
     ReplicaGroup,
     Stage,
 )
 from heteroplan.runtime import RunConfig, TinyGPTTask, run_plan
 from heteroplan.runtime.netbench import measure_network
 from heteroplan.runtime.profile_tp import profile_tensor_parallel
-from heteroplan.runtime.profiler import LayerProfile, profile_layers
+from heteroplan.runtime.profiler import profile_layers
 
 try:
     from benchmarks._common import print_table, write_json
@@ -102,79 +95,6 @@ def plans(layers: int, gbs: int, cores: int) -> dict[str, Plan]:
                 (3 * gbs // 8, gbs // 8), "bf16"),
         }
     return out
-
-
-# ------------------------------------------------------------------ the proposed machine-model terms
-RNG_STATE_BYTES = 5056  # torch.get_rng_state() on CPU: what each checkpointed region keeps (+16 per CUDA device)
-
-
-def derived_profile(prof: LayerProfile, recompute: Recomputation) -> LayerProfile:
-    """The profile a stage with ``recompute`` runs: FULL adds each layer's forward to its backward
-    (t_b' = t_b + t_f) and keeps only its input (+ the RNG state per region) for backward."""
-    if recompute is Recomputation.NONE:
-        return prof
-    smallest = min(prof.microbatch_sizes)
-    compute = {m: tuple((f, b + f, u) for f, b, u in rows) for m, rows in prof.compute.items()}
-    kept = tuple(i + -(-RNG_STATE_BYTES // smallest) for i in prof.act_input_bytes)
-    return dataclasses.replace(prof, compute=compute, act_mem_bytes=kept)
-
-
-@dataclass(frozen=True)
-class MemoryTerms:
-    """Bytes per rank of one stage replica at its peak (the proposed memory model)."""
-
-    weights: float
-    gradients: float
-    optimizer_state: float
-    bf16_weight_copies: float
-    activations_kept: float
-    working: float
-    sync_buffer: float
-
-    @property
-    def total(self) -> float:
-        """Weights, gradients and state, plus the larger of the backward's and the all-reduce's
-        transient memory (activations are freed before the gradients are all-reduced)."""
-        backward = self.bf16_weight_copies + self.activations_kept + self.working
-        return self.weights + self.gradients + self.optimizer_state + max(backward, self.sync_buffer)
-
-
-def memory_terms(prof: LayerProfile, first: int, last: int, mbs: int, inflight: int, dp: int, tp: int,
-                 precision: Precision, recompute: Recomputation, sharding: OptimizerSharding,
-                 optimizer: str, is_last: bool) -> MemoryTerms:
-    """Peak bytes of a rank of layers ``[first, last)`` (``prof`` measured in ``precision``; for TP
-    the rank's shard sizes).
-
-    weights 4P, gradients 4P, optimizer state (Adam 8P + 4 per tensor; SGD without momentum 0),
-    divided by ``dp`` under ZeRO-1; bf16: 2P_matmul per microbatch in flight (autocast's weight
-    casts, saved for backward; counted in the profile's saved bytes at its smallest microbatch,
-    so removed from the activations there); activations kept: ``inflight * mbs * sum(act_mem)``
-    (recompute: layer inputs + RNG state per layer); working set: one layer's full activations
-    when recomputing (the layer being recomputed), plus on the last stage two logits-sized buffers
-    (the logits' gradient and the loss's softmax); data-parallel all-reduce: the flat gradient
-    buffer 4P, after the activations are freed.
-    """
-    params = sum(prof.params_floats[first:last])
-    state = {"adam": 8.0 * params, "sgd": 0.0}[optimizer]
-    if sharding is OptimizerSharding.ZERO1:
-        state /= dp
-    smallest = min(prof.microbatch_sizes)
-    copies = 0.0
-    act = [float(a) for a in prof.act_mem_bytes[first:last]]
-    if precision is Precision.BF16:
-        copies = 2.0 * params * inflight
-        # the profile's saved bytes at its smallest microbatch include the weight casts of each layer
-        act = [max(a - 2.0 * p / smallest, 0.0) for a, p in zip(act, prof.params_floats[first:last], strict=True)]
-    if recompute is Recomputation.FULL:
-        kept = inflight * (mbs * sum(prof.act_input_bytes[first:last]) + RNG_STATE_BYTES * (last - first))
-        working = mbs * max(act)
-    else:
-        kept = inflight * mbs * sum(act)
-        working = 0.0
-    if is_last:
-        working += 2.0 * mbs * prof.act_output_floats[last - 1] * 4.0
-    sync = 4.0 * params if dp > 1 else 0.0  # the flat gradient buffer of the data-parallel all-reduce
-    return MemoryTerms(4.0 * params, 4.0 * params, state, copies, kept, working, sync)
 
 
 # ------------------------------------------------------------------------------------------ main
@@ -238,33 +158,15 @@ def main() -> None:
         nccl = device == "cuda" and torch.cuda.device_count() >= 2  # NCCL refuses two ranks on one GPU
         measure_network(world_size=2, backend="nccl" if nccl else "gloo").write(data_dir, "cpu", "local")
         for name, plan in chosen.items():
-            prof = profiles[plan.precision if plan.precision is Precision.BF16 else Precision.FP32]
-            recompute = plan.stages[0].recompute
-            sharding = plan.stages[0].optimizer_sharding
-            model_name = f"bench-{plan.precision.value}-{recompute.value}"
-            derived_profile(prof, recompute).write(data_dir, model_name, "cpu")
-            if tp_prof is not None:
-                derived_profile(tp_prof, recompute).write(data_dir, model_name, "cpu", tp=2)
+            model_name = f"profile-{plan.precision.value}"
+            if any(st.replicas[0].tp > 1 for st in plan.stages) and tp_prof is not None:
+                tp_prof.write(data_dir, model_name, "cpu", tp=2)
             sim = simulate(dataclasses.replace(plan, model=model_name), data_dir=data_dir, gpu_types={"cpu": cpu},
                            config=PROFILED_CONFIG)
             predicted_s = sim.iteration_time
             notes = ["simulate"]
-            if recompute is Recomputation.FULL:
-                notes.append("recompute: profile t_b += t_f (docs formula)")
-            if sharding is OptimizerSharding.ZERO1:
-                notes.append("zero1: state / d in memory (docs formula)")
-            # memory per rank, predicted
-            micro = plan.microbatches()
-            pred_mem = []
-            for s, stage in enumerate(plan.stages):
-                tp = stage.replicas[0].tp
-                sp = tp_prof if tp > 1 and tp_prof is not None else prof
-                for d in range(plan.dp):
-                    inflight = min(plan.pp - s, micro[d])
-                    terms = memory_terms(sp, stage.first_layer, stage.last_layer, plan.microbatch_size, inflight,
-                                         plan.dp, tp, plan.precision, stage.recompute, stage.optimizer_sharding,
-                                         args.optimizer, s == plan.pp - 1)
-                    pred_mem.extend([terms] * tp)
+            pred_mem = [float(sim.stage_memory.total[s, d]) * 1e9 for s, stage in enumerate(plan.stages)
+                        for d in range(plan.dp) for _ in range(stage.replica_list()[d].tp)]
             config = RunConfig(steps=args.steps, optimizer=args.optimizer, lr=1e-3, device=device,
                                memory_step=args.steps - 1, threads_per_rank=1, timeout_s=300)
             print(f"running {name} ...", file=sys.stderr, flush=True)
@@ -274,19 +176,20 @@ def main() -> None:
             extra = result.steps[-1].extra
             measured = extra["peak_reserved_bytes"]
             allocated = extra["peak_allocated_bytes"]
-            worst = max(range(len(measured)), key=lambda r: abs(pred_mem[r].total - measured[r]) / measured[r])
+            worst = max(range(len(measured)), key=lambda r: abs(pred_mem[r] - measured[r]) / measured[r])
             row = {
                 "plan": name, "prediction": "; ".join(notes),
                 "predicted s": predicted_s, "measured s": measured_s,
                 "time error": f"{(predicted_s - measured_s) / measured_s:+.0%}",
-                "predicted MB (worst rank)": pred_mem[worst].total / 1e6, "measured MB": measured[worst] / 1e6,
+                "predicted MB (worst rank)": pred_mem[worst] / 1e6, "measured MB": measured[worst] / 1e6,
                 "allocated MB": allocated[worst] / 1e6,
-                "memory error": f"{(pred_mem[worst].total - measured[worst]) / measured[worst]:+.1%}",
+                "memory error": f"{(pred_mem[worst] - measured[worst]) / measured[worst]:+.1%}",
             }
             rows.append(row)
             results.append({**row, "plan_dict": plan.to_dict(), "iteration_times": result.iteration_times,
                             "peak_reserved_bytes": measured, "peak_allocated_bytes": allocated,
-                            "predicted_memory_terms": [dataclasses.asdict(t) for t in pred_mem],
+                            "predicted_memory_terms": [dataclasses.asdict(sim.stage_memory.at(s, d))
+                                                       for s in range(plan.pp) for d in range(plan.dp)],
                             "simulated_memory_gb": list(sim.memory_per_stage)})
             print_table(rows[-1:], list(row))
             write_json(args.out, {**header, "load_average": os.getloadavg(), "rows": results})  # as it goes

@@ -25,7 +25,7 @@ import numpy as np
 from heteroplan.errors import InputError
 from heteroplan.inputs import read_json
 
-__all__ = ["DATA_DIR", "ModelProfile", "available_models", "load_model_profile", "resolve_data_dir"]
+__all__ = ["DATA_DIR", "MeasuredMemory", "ModelProfile", "available_models", "load_model_profile", "resolve_data_dir"]
 
 DATA_DIR = Path(str(resources.files("heteroplan") / "data" / "sailor"))
 
@@ -34,6 +34,33 @@ def _prefix(values: np.ndarray) -> np.ndarray:
     """Prefix sums along the last axis with a leading 0: ``out[..., b] - out[..., a] = sum values[..., a:b]``."""
     pad = np.zeros(values.shape[:-1] + (1,))
     return np.concatenate([pad, np.cumsum(values, axis=-1)], axis=-1)
+
+
+@dataclass(frozen=True, eq=False)
+class MeasuredMemory:
+    """Bytes a profiler measured per layer, ``{tp: array (L,)}`` each (per GPU of the TP group).
+
+    Attributes:
+        act_input: the layer's input per sample (what a recomputed layer keeps).
+        act_output: the layer's output per sample (its gradient is alive during the layer's backward).
+        act_saved: saved for backward per sample; ``act_saved_fixed`` per microbatch (bf16 weight casts).
+        bwd_working: the backward's transient peak per sample; ``bwd_working_fixed`` per microbatch.
+        update_working: the foreach optimizer step's transient bytes.
+        optimizer_state_per_param: bytes of optimizer state per parameter (Adam 8, SGD 0).
+        overhead: bytes the device holds besides the model's tensors (CUDA: cuBLAS workspaces).
+        precision: what the profile was measured in (``"fp32"``, ``"tf32"``, ``"bf16"``).
+    """
+
+    act_input: dict[int, np.ndarray]
+    act_output: dict[int, np.ndarray]
+    act_saved: dict[int, np.ndarray]
+    act_saved_fixed: dict[int, np.ndarray]
+    bwd_working: dict[int, np.ndarray]
+    bwd_working_fixed: dict[int, np.ndarray]
+    update_working: dict[int, np.ndarray]
+    optimizer_state_per_param: float
+    overhead: float
+    precision: str
 
 
 @dataclass(frozen=True)
@@ -47,6 +74,8 @@ class ModelProfile:
         act_out: ``{tp: floats of a layer's output activation at microbatch 1}``.
         act_mem: ``{tp: floats of activation memory kept for backward at microbatch 1}``.
         compute: ``{(gpu, mbs, tp): array (3, L)}`` fwd, bwd, optimizer-update seconds.
+        measured: the memory :func:`heteroplan.runtime.profiler.profile_layers` measured (bytes;
+            ``None`` for Sailor's shipped data, whose memory the calibrated constants model).
     """
 
     name: str
@@ -55,6 +84,7 @@ class ModelProfile:
     act_out: dict[int, np.ndarray]
     act_mem: dict[int, np.ndarray]
     compute: dict[tuple[str, int, int], np.ndarray]
+    measured: MeasuredMemory | None = None
     _prefix: dict[object, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     # ---------------------------------------------------------------- queries
@@ -186,6 +216,7 @@ def _build_profile(model: str, root: Path, sizes: dict) -> ModelProfile:
     act_out = {tp: layer_array(tp, "act_output_floats") for tp in tps}
     act_mem = {tp: layer_array(tp, "act_mem_floats") for tp in tps}
     compute: dict[tuple[str, int, int], np.ndarray] = {}
+    measured = _measured_memory(sizes, tps, num_layers)
     for path in sorted((root / "profiles" / model).glob("*.json")):
         data = read_json(path, "profile")
         for mbs, by_tp in data.items():
@@ -194,7 +225,25 @@ def _build_profile(model: str, root: Path, sizes: dict) -> ModelProfile:
                     continue
                 arr = np.array([layers[str(i)] for i in range(num_layers)], dtype=float).T
                 compute[(path.stem, int(mbs), int(tp))] = arr
-    return ModelProfile(model, num_layers, params, act_out, act_mem, _monotone_in_mbs(compute))
+    return ModelProfile(model, num_layers, params, act_out, act_mem, _monotone_in_mbs(compute), measured)
+
+
+_MEASURED_KEYS = {"act_input": "act_input_bytes", "act_output": "act_output_bytes", "act_saved": "act_mem_bytes",
+                  "act_saved_fixed": "act_fixed_bytes", "bwd_working": "bwd_working_bytes",
+                  "bwd_working_fixed": "bwd_working_fixed_bytes", "update_working": "update_working_bytes"}
+
+
+def _measured_memory(sizes: dict, tps: list[int], num_layers: int) -> MeasuredMemory | None:
+    """The profiler's memory measurements, when every layer of every TP degree has them."""
+    layers = [sizes[str(tp)][str(i)] for tp in tps for i in range(num_layers)]
+    if not all(all(k in layer for k in _MEASURED_KEYS.values()) for layer in layers):
+        return None
+    arrays = {name: {tp: np.array([float(sizes[str(tp)][str(i)][key]) for i in range(num_layers)]) for tp in tps}
+              for name, key in _MEASURED_KEYS.items()}
+    first = sizes[str(tps[0])]["0"]
+    state = {"adam": 8.0, "sgd": 0.0}.get(str(first.get("optimizer", "adam")), 8.0)
+    return MeasuredMemory(**arrays, optimizer_state_per_param=state, overhead=float(first.get("overhead_bytes", 0)),
+                          precision=str(first.get("precision", "fp32")))
 
 
 def _monotone_in_mbs(compute: dict[tuple[str, int, int], np.ndarray]) -> dict[tuple[str, int, int], np.ndarray]:

@@ -131,6 +131,11 @@ def optimizer_class(config: RunConfig) -> tuple[type, dict[str, Any]]:
 
 
 def make_optimizer(params: list, config: RunConfig):
-    """The torch optimizer ``config`` asks for, over ``params``."""
+    """The torch optimizer ``config`` asks for, over ``params``: foreach (one multi-tensor step, whose
+    transient memory the profiler measures per layer and the planner adds up over a stage) on
+    every device, torch's default only on CUDA; tensor-parallel (DTensor) parameters keep torch's
+    default, foreach refusing their mix with plain tensors."""
     cls, kwargs = optimizer_class(config)
+    if not any(hasattr(p, "to_local") for p in params):
+        kwargs["foreach"] = True
     return cls(params, **kwargs)

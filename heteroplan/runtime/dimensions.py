@@ -91,6 +91,8 @@ def make_stage_optimizer(params: list[nn.Parameter], config: RunConfig, sharding
     if sharding is OptimizerSharding.ZERO1 and dp_group is not None:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
+        if not any(hasattr(p, "to_local") for p in params):
+            kwargs["foreach"] = True  # as make_optimizer
         return ZeroRedundancyOptimizer(params, optimizer_class=cls, process_group=dp_group, **kwargs)
     return cls(params, **kwargs)
 

@@ -74,6 +74,18 @@ class LayerProfile:
         act_mem_bytes: bytes of tensors saved for backward per sample (parameters excluded).
         device: where it was measured (``"cpu"``, ``"cuda:0"``).
         optimizer: optimizer whose update was timed (``"sgd"`` or ``"adam"``).
+        act_fixed_bytes: bytes saved for backward per microbatch whatever its size (bf16: the
+            weight casts autocast saves); with ``act_mem_bytes``, the line through the saved bytes
+            at the smallest and largest profiled microbatch sizes.
+        bwd_working_bytes, bwd_working_fixed_bytes: the layer's backward's transient memory (peak
+            live bytes above those at its start: input and weight gradients, temporaries), per
+            sample and per microbatch, fitted the same way; the gradient of the layer's output,
+            alive at its start, is not in it.
+        update_working_bytes: transient bytes of the optimizer step over the layer's parameters
+            (foreach Adam: one fp32 buffer of the parameters' size); after the first step.
+        overhead_bytes: bytes the device holds outside the model's tensors once profiled (CUDA:
+            the cuBLAS workspaces in the caching allocator; CPU: 0).
+        precision: arithmetic the profile was measured in (``"fp32"``, ``"tf32"``, ``"bf16"``).
     """
 
     compute: dict[int, tuple[tuple[float, float, float], ...]]
@@ -86,6 +98,12 @@ class LayerProfile:
     act_mem_bytes: tuple[int, ...]
     device: str = "cpu"
     optimizer: str = "sgd"
+    act_fixed_bytes: tuple[int, ...] = ()
+    bwd_working_bytes: tuple[int, ...] = ()
+    bwd_working_fixed_bytes: tuple[int, ...] = ()
+    update_working_bytes: tuple[int, ...] = ()
+    overhead_bytes: int = 0
+    precision: str = "fp32"
 
     @property
     def num_layers(self) -> int:
@@ -104,7 +122,13 @@ class LayerProfile:
         """Per-layer sizes as one tp entry of ``llm_info.json``: ``{layer: {params_floats: ..., ...}}``."""
         keys = ("params_floats", "act_output_floats", "act_input_floats", "act_mem_floats")
         keys += tuple(k.replace("floats", "bytes") for k in keys)
-        return {str(i): {k: int(getattr(self, k)[i]) for k in keys} for i in range(self.num_layers)}
+        extra = tuple(k for k in ("act_fixed_bytes", "bwd_working_bytes", "bwd_working_fixed_bytes",
+                                  "update_working_bytes") if len(getattr(self, k)) == self.num_layers)
+        info: dict[str, dict[str, Any]] = {
+            str(i): {k: int(getattr(self, k)[i]) for k in keys + extra} for i in range(self.num_layers)}
+        info["0"] |= {"overhead_bytes": int(self.overhead_bytes), "precision": self.precision,
+                      "optimizer": self.optimizer}
+        return info
 
     def profile_json(self, tp: int = 1) -> dict[str, dict[str, dict[str, list[float]]]]:
         """``{mbs: {tp: {layer: [fwd_s, bwd_s, update_s]}}}``, the format of ``profiles/<model>/<gpu>.json``."""
@@ -459,7 +483,10 @@ def profile_layers(
     # under tensor parallelism the shard this rank holds
     params = tuple(sum(local_tensor(p).numel() for p in layer.parameters()) for layer in layers)
     params_bytes = tuple(sum(local_tensor(p).numel() * p.element_size() for p in layer.parameters()) for layer in layers)
-    out_f, out_b, in_f, in_b, mem_b = ([0] * L for _ in range(5))
+    out_f, out_b, in_f, in_b, update_work = ([0] * L for _ in range(5))
+    ends = {0, len(sizes) - 1}  # memory is measured at the smallest and largest sizes, a line through both
+    saved = {k: [0] * L for k in ends}
+    working = {k: [0] * L for k in ends}
     update = [math.inf] * L
     # best[k][i] = (fwd_s, bwd_s): per microbatch size and layer, the fastest sweep's medians
     best = [[(math.inf, math.inf)] * L for _ in sizes]
@@ -471,11 +498,14 @@ def profile_layers(
                     inp = _leaf_input(torch, x)
                     fwd, bwd, out = _time_layer(torch, timer, layer, inp, i, loss_fn if i == L - 1 else None,
                                                 warmup, repeats)
+                    if sweep == 0 and k in ends:
+                        saved[k][i] = _saved_bytes(torch, layer, inp, i)
+                        working[k][i] = _backward_working_bytes(torch, dev, layer, inp, i, loss_fn if i == L - 1 else None)
                     if k == 0:
                         if sweep == 0:
                             out_f[i], out_b[i] = out.numel() // mbs, out.numel() * out.element_size() // mbs
                             in_f[i], in_b[i] = inp.numel() // mbs, inp.numel() * inp.element_size() // mbs
-                            mem_b[i] = _saved_bytes(torch, layer, inp, i) // mbs
+                            update_work[i] = _update_working_bytes(torch, dev, layer, optimizer)
                         update[i] = min(update[i], _time_update(torch, timer, layer, optimizer, warmup, repeats))
                     if fwd + bwd < sum(best[k][i]):
                         best[k][i] = (fwd, bwd)
@@ -485,7 +515,89 @@ def profile_layers(
         best = [_prefix_times(torch, timer, layers, make_input, mbs, dev, loss_fn, warmup, repeats, sweeps)
                 for mbs in sizes]
     compute = {mbs: tuple((*best[k][i], update[i]) for i in range(L)) for k, mbs in enumerate(sizes)}
+    mem_b, fixed_b = _per_sample_line(saved, sizes)
+    work_b, work_fixed_b = _per_sample_line(working, sizes)
     return LayerProfile(
-        compute, params, params_bytes, tuple(out_f), tuple(out_b), tuple(in_f), tuple(in_b), tuple(mem_b),
-        str(dev), optimizer,
+        compute, params, params_bytes, tuple(out_f), tuple(out_b), tuple(in_f), tuple(in_b), mem_b,
+        str(dev), optimizer, fixed_b, work_b, work_fixed_b, tuple(update_work),
+        _overhead_bytes(torch, dev, model), precision.value,
     )
+
+
+def _per_sample_line(measured: dict[int, list[int]], sizes: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Per layer, ``(bytes per sample, bytes per microbatch)`` of the line through the bytes
+    measured at the smallest and largest microbatch sizes (both >= 0; one size: all per sample)."""
+    lo, hi = min(measured), max(measured)
+    m0, m1 = sizes[lo], sizes[hi]
+    per_sample, fixed = [], []
+    for a, b in zip(measured[lo], measured[hi], strict=True):
+        slope = (b - a) / (m1 - m0) if m1 > m0 else a / m0
+        slope = min(max(slope, 0.0), b / m1)  # keeps the intercept >= 0 too
+        per_sample.append(int(round(slope)))
+        fixed.append(int(round(max(b - slope * m1, 0.0))))
+    return tuple(per_sample), tuple(fixed)
+
+
+def _peak_increase_bytes(torch: Any, dev: torch.device, fn: Callable[[], Any]) -> int:
+    """Peak live bytes on ``dev`` above those at the call's start, while ``fn()`` runs."""
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        base = torch.cuda.memory_allocated(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        fn()
+        torch.cuda.synchronize(dev)
+        return max(int(torch.cuda.max_memory_allocated(dev)) - base, 0)
+    from heteroplan.runtime.memory import peak_increase
+
+    return max(peak_increase(fn)[0], 0)
+
+
+def _backward_working_bytes(torch: Any, dev: torch.device, layer: nn.Module, inp: torch.Tensor, index: int,
+                            loss_fn: Callable[[torch.Tensor], torch.Tensor] | None) -> int:
+    """Transient bytes of the layer's backward on ``inp``, with its parameters' gradients already
+    allocated (as after the first microbatch) and its output's gradient given."""
+    params = [p for p in layer.parameters() if p.requires_grad]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    out = _forward(layer, inp, index)
+    target = loss_fn(out) if loss_fn is not None else out
+    if not target.requires_grad:
+        return 0
+    grad = None if loss_fn is not None else torch.randn_like(target)
+    work = _peak_increase_bytes(torch, dev, lambda: target.backward(grad))
+    for p in params:
+        p.grad = None
+    inp.grad = None
+    return work
+
+
+def _update_working_bytes(torch: Any, dev: torch.device, layer: nn.Module, optimizer: str) -> int:
+    """Transient bytes of a (second, state-holding) optimizer step over the layer's parameters;
+    the weights come back unchanged."""
+    params = [p for p in layer.parameters() if p.requires_grad]
+    if not params:
+        return 0
+    saved = [p.detach().clone() for p in params]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = make_optimizer(params, RunConfig(optimizer=optimizer, lr=1e-3))
+    opt.step()  # creates the state
+    work = _peak_increase_bytes(torch, dev, opt.step)
+    with torch.no_grad():
+        for p, s in zip(params, saved, strict=True):
+            p.copy_(s)
+            p.grad = None
+    return work
+
+
+def _overhead_bytes(torch: Any, dev: torch.device, model: nn.Module) -> int:
+    """Bytes the CUDA caching allocator holds in live blocks beyond the model's parameters and
+    buffers once profiling is done (cuBLAS workspaces); 0 on CPU."""
+    if dev.type != "cuda":
+        return 0
+    import gc
+
+    gc.collect()
+    torch.cuda.synchronize(dev)
+    own = sum(local_tensor(t).numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    return max(int(torch.cuda.memory_allocated(dev)) - own, 0)

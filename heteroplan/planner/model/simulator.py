@@ -54,17 +54,22 @@ from heteroplan.planner.model.sim_config import (
 from heteroplan.planner.model.straggler import clark_max, pipeline_times
 from heteroplan.planner.model.terms import (
     activations_gb,
+    allgather_as_allreduce_bytes,
     allreduce_egress_bytes,
     compute_s,
+    measured_peak_bytes,
+    measured_state_bytes,
     memory_gb,
     one_f_one_b_s,
     parameter_state_gb,
     pipeline_egress_bytes,
     pipeline_step_s,
+    recomputed_compute_s,
     rental_usd_per_s,
+    sharded_update_s,
     working_gb,
 )
-from heteroplan.planner.plan import Plan
+from heteroplan.planner.plan import OptimizerSharding, Plan, Recomputation, Stage
 
 __all__ = [
     "SimConfig", "PlatformConfigs", "PlanEstimate", "simulate_plan", "SimResult", "simulate", "DEFAULT_CONFIG",
@@ -347,10 +352,46 @@ def memory_terms(
                        total=memory_gb(params, act, working, mbs, inflight, config))
 
 
+def measured_memory_terms(profile: ModelProfile, stage: Stage, tp: int, mbs: int, inflight: int, shards: int) -> MemoryTerms:
+    """GB per GPU of a stage by term, from the memory its profile measured
+    (:func:`~heteroplan.planner.model.terms.measured_peak_bytes`): ``shards`` replicas share the
+    optimizer state under ZeRO-1 (1 otherwise)."""
+    mem = profile.measured
+    assert mem is not None
+    a, b = stage.first_layer, stage.last_layer
+    params = float(profile.params[tp][a:b].sum())
+    weights, grads, state = measured_state_bytes(params, mem.optimizer_state_per_param, shards)
+    saved = mbs * mem.act_saved[tp][a:b] + mem.act_saved_fixed[tp][a:b]
+    out_grad = mbs * mem.act_output[tp][a:b].copy()
+    if b == profile.num_layers:
+        out_grad[-1] = 0.0  # the loss's own backward is in the last layer's working set
+    transient = out_grad + mbs * mem.bwd_working[tp][a:b] + mem.bwd_working_fixed[tp][a:b]
+    if stage.recompute is Recomputation.FULL:
+        kept, transient = mbs * mem.act_input[tp][a:b], transient + saved
+    else:
+        kept = saved
+    acts, work = measured_peak_bytes(kept, transient, inflight, float(mem.update_working[tp][a:b].sum()) / shards)
+    gb = [x / 1e9 for x in (weights, grads, state, acts, work, mem.overhead)]
+    return MemoryTerms(*gb, total=sum(gb))
+
+
 def _stage_memory(profile: ModelProfile, plan: Plan, reps: list, cfg: list[list[SimConfig]], micro: np.ndarray) -> StageMemory:
     """The memory terms of every (stage, replica), ``inflight = min(S - s, M_d)`` microbatches held
     by stage ``s`` under 1F1B; evaluated on arrays, one platform's constants at a time."""
     S, D, mbs = plan.pp, plan.dp, plan.microbatch_size
+    if profile.measured is not None:
+        terms = {name: np.zeros((S, D)) for name in MemoryTerms.NAMES}
+        for s, stage in enumerate(plan.stages):
+            shards = D if stage.optimizer_sharding is OptimizerSharding.ZERO1 else 1
+            for d, r in enumerate(reps[s]):
+                one = measured_memory_terms(profile, stage, r.tp, mbs, int(min(S - s, micro[d])), shards)
+                for name in MemoryTerms.NAMES:
+                    terms[name][s, d] = getattr(one, name)
+        return StageMemory(**terms)
+    if any(st.recompute is not Recomputation.NONE or st.optimizer_sharding is not OptimizerSharding.NONE
+           for st in plan.stages):
+        raise InputError("plan.stages", plan.model, "recomputation and optimizer sharding need a profile that "
+                         "measured memory (heteroplan profile, or profile_layers); this one has only sizes")
     floats = np.zeros((3, S, D))  # parameters, kept activation floats, working floats (per GPU)
     inflight = np.zeros((S, D))
     for s, stage in enumerate(plan.stages):
@@ -394,6 +435,10 @@ def simulate_plan(
     gpu_types = gpu_types or gpu_catalog()
     if plan.num_layers != profile.num_layers:
         raise InputError("plan.stages", plan.num_layers, f"{profile.name} has {profile.num_layers} layers")
+    if profile.measured is not None and profile.measured.precision != plan.precision.value:
+        raise InputError("plan.precision", plan.precision.value,
+                         f"{profile.name} was profiled in {profile.measured.precision}: profile it in "
+                         f"{plan.precision.value} (heteroplan profile --precision {plan.precision.value}) under another name")
     mbs = plan.microbatch_size
     S, D = plan.pp, plan.dp
     reps = [s.replica_list() for s in plan.stages]  # reps[s][d]
@@ -421,10 +466,14 @@ def simulate_plan(
         for d, r in enumerate(reps[s]):
             c = cfg[s][d]
             f, b, u = profile.stage_compute(r.gpu_type, mbs, r.tp, stage.first_layer, stage.last_layer)
+            if stage.recompute is Recomputation.FULL:
+                f, b = f, float(recomputed_compute_s(f, b)) - f
             fb[s, d] = compute_s(f + b, c)
             fwd_share[s, d] = f / (f + b) if f + b > 0 else 0.5
             params = profile.stage_sizes(r.tp, stage.first_layer, stage.last_layer)[0]
             upd[s, d] = c.update_s(u, params, gpu_types[r.gpu_type].memory_bandwidth_gbs)
+            if stage.optimizer_sharding is OptimizerSharding.ZERO1:
+                upd[s, d] = sharded_update_s(upd[s, d], D)
             if s + 1 < S:
                 nxt = reps[s + 1][d]
                 nbytes = c.act_comm_bytes_per_float * profile.act_out[r.tp][stage.last_layer - 1] * mbs
@@ -448,6 +497,9 @@ def simulate_plan(
             ends = [(r.gpu_type, r.zone) for r in reps[s]]
             edges = list(zip(ends, ends[1:] + ends[:1], strict=True))
             ar_s[s] = float(allreduce_s(network, set(edges), tp, D, grad_bytes, ring_cfg))
+            if stage.optimizer_sharding is OptimizerSharding.ZERO1:  # + the all-gather of the updated shards
+                fp32_params = 4.0 * profile.stage_sizes(tp, stage.first_layer, stage.last_layer)[0]
+                ar_s[s] += float(allreduce_s(network, set(edges), tp, D, allgather_as_allreduce_bytes(fp32_params), ring_cfg))
             for a, b in set(edges):
                 if a[1] != b[1]:
                     sent = allreduce_egress_bytes(D, grad_bytes, tp, edges.count((a, b)))

@@ -24,6 +24,23 @@ Memory (GB per GPU)
     - working buffers (backward's transient buffers, the last stage's logits copies):
       ``act_bytes_per_float * working * mbs``, :func:`working_gb`;
     - runtime overhead (CUDA context, NCCL buffers, allocator): ``overhead_gb``.
+Memory from a profile that measured it (:class:`~heteroplan.perf.sailor_profiles.MeasuredMemory`,
+bytes per GPU; :func:`measured_state_bytes`, :func:`measured_peak_bytes`)
+    - weights and gradients in fp32 (``4 P`` each, also under bf16 autocast), optimizer state
+      ``s P`` (Adam 8), divided over ``d`` replicas under ZeRO-1;
+    - a microbatch in flight keeps ``m A + C`` per layer (saved per sample and per microbatch: bf16
+      weight casts) or, recomputing, ``m I`` (the layer's input);
+    - the backward of the last microbatch peaks at some layer ``l``: the kept bytes of the earlier
+      microbatches, this one's up to ``l``, and ``l``'s transient: its output's gradient ``m O``,
+      its measured working set ``m W + W_0`` and, recomputing, its re-materialised ``m A + C``;
+    - the optimizer step peaks at the state plus its foreach buffers (divided under ZeRO-1);
+      the peak is the larger of the two, plus the device's measured overhead.
+Time of the new dimensions
+    - recomputation: each layer's forward runs again in its backward, ``b + f``
+      (:func:`recomputed_compute_s`);
+    - ZeRO-1: each replica updates ``1/d`` of the state (:func:`sharded_update_s`) and the
+      updated shards are all-gathered, ``(d-1)/d`` of the parameters' bytes per rank, timed as
+      an all-reduce of half their bytes (:func:`allgather_as_allreduce_bytes`).
 Money
     - rental: the GPUs' $/h / 3600 per second (:func:`rental_usd_per_s`);
     - egress: bytes that cross zones x $/GB: a pipeline boundary sends each microbatch's activation
@@ -42,7 +59,8 @@ from heteroplan.planner.model.sim_config import SimConfig
 __all__ = [
     "PARAMETER_STATE_SHARES", "compute_s", "parameter_state_gb", "activations_gb", "working_gb", "static_memory_gb", "memory_gb",
     "pipeline_egress_bytes", "allreduce_egress_bytes", "rental_usd_per_s", "pipeline_step_s", "pipeline_fill_s",
-    "one_f_one_b_s", "balanced_step_lower_bound_s",
+    "one_f_one_b_s", "balanced_step_lower_bound_s", "measured_state_bytes", "measured_peak_bytes",
+    "recomputed_compute_s", "sharded_update_s", "allgather_as_allreduce_bytes",
 ]
 
 Number = float | np.ndarray
@@ -133,3 +151,43 @@ def allreduce_egress_bytes(replicas: int, grad_bytes: Number, tp: int, edges: Nu
 def rental_usd_per_s(usd_per_hour: Number) -> Number:
     """$ per second of GPUs whose rental prices add up to ``usd_per_hour`` ($/h)."""
     return usd_per_hour / 3600.0
+
+
+def recomputed_compute_s(forward_s: Number, backward_s: Number) -> Number:
+    """Seconds of forward + backward per microbatch when every layer is recomputed in its
+    backward: ``f + (b + f)``."""
+    return 2 * forward_s + backward_s
+
+
+def sharded_update_s(update_s: Number, shards: int) -> Number:
+    """Seconds of the optimizer step when ``shards`` replicas each update ``1/shards`` of the state."""
+    return update_s / shards
+
+
+def allgather_as_allreduce_bytes(param_bytes: Number) -> Number:
+    """The ring all-reduce size that moves what a ring all-gather of ``param_bytes`` does (ZeRO-1's
+    updated shards): the all-gather sends ``(d-1)/d`` of them per rank, an all-reduce
+    ``2 (d-1)/d`` of its size, so half the bytes."""
+    return param_bytes / 2
+
+
+def measured_state_bytes(params: float, state_per_param: float, shards: int) -> tuple[float, float, float]:
+    """Bytes per GPU of fp32 weights, fp32 gradients and optimizer state (``state_per_param`` per
+    parameter, over ``shards`` replicas under ZeRO-1) of ``params`` parameters."""
+    return 4.0 * params, 4.0 * params, state_per_param * params / shards
+
+
+def measured_peak_bytes(
+    kept_per_layer: np.ndarray, transient_per_layer: np.ndarray, inflight: int, update_working: float,
+) -> tuple[float, float]:
+    """``(activations, working)`` bytes per GPU at a stage's peak beyond its weights, gradients
+    and state: the backward of its last microbatch in flight at its worst layer (``inflight - 1``
+    earlier microbatches' ``kept_per_layer``, this one's up to that layer, and the layer's
+    ``transient_per_layer``), or the optimizer step's ``update_working``, whichever is larger."""
+    upto = np.cumsum(kept_per_layer)
+    worst = int(np.argmax(upto + transient_per_layer))
+    activations = (inflight - 1) * float(upto[-1]) + float(upto[worst])
+    working = float(transient_per_layer[worst])
+    if update_working > activations + working:
+        return 0.0, update_working
+    return activations, working
