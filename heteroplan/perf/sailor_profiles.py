@@ -46,6 +46,8 @@ class MeasuredMemory:
         act_saved: saved for backward per sample; ``act_saved_fixed`` per microbatch (bf16 weight casts).
         bwd_working: the backward's transient peak per sample; ``bwd_working_fixed`` per microbatch.
         update_working: the foreach optimizer step's transient bytes.
+        loss_saved: per sample, what the loss saves of the model's output (last layer; kept outside
+            a recomputed layer).
         optimizer_state_per_param: bytes of optimizer state per parameter (Adam 8, SGD 0).
         overhead: bytes the device holds besides the model's tensors (CUDA: cuBLAS workspaces).
         precision: what the profile was measured in (``"fp32"``, ``"tf32"``, ``"bf16"``).
@@ -58,6 +60,7 @@ class MeasuredMemory:
     bwd_working: dict[int, np.ndarray]
     bwd_working_fixed: dict[int, np.ndarray]
     update_working: dict[int, np.ndarray]
+    loss_saved: dict[int, np.ndarray]
     optimizer_state_per_param: float
     overhead: float
     precision: str
@@ -230,7 +233,7 @@ def _build_profile(model: str, root: Path, sizes: dict) -> ModelProfile:
 
 _MEASURED_KEYS = {"act_input": "act_input_bytes", "act_output": "act_output_bytes", "act_saved": "act_mem_bytes",
                   "act_saved_fixed": "act_fixed_bytes", "bwd_working": "bwd_working_bytes",
-                  "bwd_working_fixed": "bwd_working_fixed_bytes", "update_working": "update_working_bytes"}
+                  "bwd_working_fixed": "bwd_working_fixed_bytes", "update_working": "update_working_bytes", "loss_saved": "loss_saved_bytes"}
 
 
 def _measured_memory(sizes: dict, tps: list[int], num_layers: int) -> MeasuredMemory | None:

@@ -71,7 +71,8 @@ class LayerProfile:
         act_output_bytes: bytes of the layer's output per sample.
         act_input_floats: elements of the layer's input per sample.
         act_input_bytes: bytes of the layer's input per sample.
-        act_mem_bytes: bytes of tensors saved for backward per sample (parameters excluded).
+        act_mem_bytes: bytes of tensors saved for backward per sample (parameters excluded; the
+            last layer's include what the loss saves of its output).
         device: where it was measured (``"cpu"``, ``"cuda:0"``).
         optimizer: optimizer whose update was timed (``"sgd"`` or ``"adam"``).
         act_fixed_bytes: bytes saved for backward per microbatch whatever its size (bf16: the
@@ -86,6 +87,8 @@ class LayerProfile:
         overhead_bytes: bytes the device holds outside the model's tensors once profiled (CUDA:
             the cuBLAS workspaces in the caching allocator; CPU: 0).
         precision: arithmetic the profile was measured in (``"fp32"``, ``"tf32"``, ``"bf16"``).
+        loss_saved_bytes: per sample, what the loss saves of the last layer's output (0 for the
+            others): kept outside a recomputed layer.
     """
 
     compute: dict[int, tuple[tuple[float, float, float], ...]]
@@ -104,6 +107,7 @@ class LayerProfile:
     update_working_bytes: tuple[int, ...] = ()
     overhead_bytes: int = 0
     precision: str = "fp32"
+    loss_saved_bytes: tuple[int, ...] = ()
 
     @property
     def num_layers(self) -> int:
@@ -123,7 +127,7 @@ class LayerProfile:
         keys = ("params_floats", "act_output_floats", "act_input_floats", "act_mem_floats")
         keys += tuple(k.replace("floats", "bytes") for k in keys)
         extra = tuple(k for k in ("act_fixed_bytes", "bwd_working_bytes", "bwd_working_fixed_bytes",
-                                  "update_working_bytes") if len(getattr(self, k)) == self.num_layers)
+                                  "update_working_bytes", "loss_saved_bytes") if len(getattr(self, k)) == self.num_layers)
         info: dict[str, dict[str, Any]] = {
             str(i): {k: int(getattr(self, k)[i]) for k in keys + extra} for i in range(self.num_layers)}
         info["0"] |= {"overhead_bytes": int(self.overhead_bytes), "precision": self.precision,
@@ -249,8 +253,10 @@ def _storage_key(t: torch.Tensor) -> tuple[str, int, int]:
     return (str(t.device), s.data_ptr(), s.nbytes())
 
 
-def _saved_bytes(torch: Any, layer: nn.Module, inp: torch.Tensor, index: int) -> int:
-    """Bytes of the distinct storages the layer saves for backward on ``inp`` (parameters excluded)."""
+def _saved_bytes(torch: Any, layer: nn.Module, inp: torch.Tensor, index: int,
+                 loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None) -> int:
+    """Bytes of the distinct storages the layer (and ``loss_fn`` of its output, when given) saves
+    for backward on ``inp`` (parameters excluded)."""
     params = {_storage_key(local_tensor(p)) for p in layer.parameters()}
     seen: dict[tuple[str, int, int], int] = {}
 
@@ -264,7 +270,9 @@ def _saved_bytes(torch: Any, layer: nn.Module, inp: torch.Tensor, index: int) ->
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        _forward(layer, inp, index)
+        out = _forward(layer, inp, index)
+        if loss_fn is not None:
+            loss_fn(out)
     return sum(seen.values())
 
 
@@ -480,6 +488,8 @@ def profile_layers(
             with compute_context(precision, dev.type):
                 return scalar_loss(out)
     L = len(layers)
+    with torch.enable_grad():
+        overhead = _overhead_bytes(torch, dev, model, layers, make_input, sizes[0], loss_fn)
     # under tensor parallelism the shard this rank holds
     params = tuple(sum(local_tensor(p).numel() for p in layer.parameters()) for layer in layers)
     params_bytes = tuple(sum(local_tensor(p).numel() * p.element_size() for p in layer.parameters()) for layer in layers)
@@ -487,6 +497,7 @@ def profile_layers(
     ends = {0, len(sizes) - 1}  # memory is measured at the smallest and largest sizes, a line through both
     saved = {k: [0] * L for k in ends}
     working = {k: [0] * L for k in ends}
+    loss_saved = {k: [0] * L for k in ends}  # what the loss saves of the last layer's output
     update = [math.inf] * L
     # best[k][i] = (fwd_s, bwd_s): per microbatch size and layer, the fastest sweep's medians
     best = [[(math.inf, math.inf)] * L for _ in sizes]
@@ -499,7 +510,9 @@ def profile_layers(
                     fwd, bwd, out = _time_layer(torch, timer, layer, inp, i, loss_fn if i == L - 1 else None,
                                                 warmup, repeats)
                     if sweep == 0 and k in ends:
-                        saved[k][i] = _saved_bytes(torch, layer, inp, i)
+                        saved[k][i] = _saved_bytes(torch, layer, inp, i, loss_fn if i == L - 1 else None)
+                        if i == L - 1 and loss_fn is not None:
+                            loss_saved[k][i] = saved[k][i] - _saved_bytes(torch, layer, inp, i)
                         working[k][i] = _backward_working_bytes(torch, dev, layer, inp, i, loss_fn if i == L - 1 else None)
                     if k == 0:
                         if sweep == 0:
@@ -517,10 +530,11 @@ def profile_layers(
     compute = {mbs: tuple((*best[k][i], update[i]) for i in range(L)) for k, mbs in enumerate(sizes)}
     mem_b, fixed_b = _per_sample_line(saved, sizes)
     work_b, work_fixed_b = _per_sample_line(working, sizes)
+    loss_b = tuple(-(-b // sizes[max(loss_saved)]) for b in loss_saved[max(loss_saved)])
     return LayerProfile(
         compute, params, params_bytes, tuple(out_f), tuple(out_b), tuple(in_f), tuple(in_b), mem_b,
         str(dev), optimizer, fixed_b, work_b, work_fixed_b, tuple(update_work),
-        _overhead_bytes(torch, dev, model), precision.value,
+        overhead, precision.value, loss_b,
     )
 
 
@@ -590,13 +604,22 @@ def _update_working_bytes(torch: Any, dev: torch.device, layer: nn.Module, optim
     return work
 
 
-def _overhead_bytes(torch: Any, dev: torch.device, model: nn.Module) -> int:
-    """Bytes the CUDA caching allocator holds in live blocks beyond the model's parameters and
-    buffers once profiling is done (cuBLAS workspaces); 0 on CPU."""
+def _overhead_bytes(torch: Any, dev: torch.device, model: nn.Module, layers: list, make_input: Callable[[int], Any],
+                    mbs: int, loss_fn: Callable | None) -> int:
+    """Bytes the CUDA caching allocator keeps in live blocks beyond the model's parameters and
+    buffers after one forward and backward of the whole model (cuBLAS workspaces); 0 on CPU.
+    Measured before anything else is profiled: nothing of the profiler's own is alive then."""
     if dev.type != "cuda":
         return 0
     import gc
 
+    x = _make_input(make_input, mbs, dev)
+    for i, layer in enumerate(layers):
+        x = _forward(layer, x, i)
+    (loss_fn(x) if loss_fn is not None else x.float().sum()).backward()
+    del x
+    for p in model.parameters():
+        p.grad = None
     gc.collect()
     torch.cuda.synchronize(dev)
     own = sum(local_tensor(t).numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])

@@ -366,8 +366,8 @@ def measured_memory_terms(profile: ModelProfile, stage: Stage, tp: int, mbs: int
     if b == profile.num_layers:
         out_grad[-1] = 0.0  # the loss's own backward is in the last layer's working set
     transient = out_grad + mbs * mem.bwd_working[tp][a:b] + mem.bwd_working_fixed[tp][a:b]
-    if stage.recompute is Recomputation.FULL:
-        kept, transient = mbs * mem.act_input[tp][a:b], transient + saved
+    if stage.recompute is Recomputation.FULL:  # the loss is outside the recomputed layers
+        kept, transient = mbs * (mem.act_input[tp][a:b] + mem.loss_saved[tp][a:b]), transient + saved
     else:
         kept = saved
     acts, work = measured_peak_bytes(kept, transient, inflight, float(mem.update_working[tp][a:b].sum()) / shards)
