@@ -13,10 +13,19 @@ import pytest
 torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install torch==2.13.0 (CPU wheel: --index-url https://download.pytorch.org/whl/cpu)")
 
 from heteroplan.cluster import GPUType  # noqa: E402
-from heteroplan.planner import simulate  # noqa: E402
+from heteroplan.perf.sailor_network import load_network  # noqa: E402
+from heteroplan.perf.sailor_profiles import load_model_profile  # noqa: E402
+from heteroplan.planner import SearchOptions, plan_job, simulate  # noqa: E402
 from heteroplan.planner.model.sim_config import PROFILED_CONFIG  # noqa: E402
-from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
+from heteroplan.planner.model.stage_tables import build_stage_table  # noqa: E402
+from heteroplan.planner.plan import (  # noqa: E402
+    Plan,
+    Recomputation,  # noqa: E402
+    ReplicaGroup,
+    Stage,
+)
 from heteroplan.runtime import RunConfig, TinyGPTTask, run_plan  # noqa: E402
+from heteroplan.runtime.netbench import NetworkMeasurement  # noqa: E402
 from heteroplan.runtime.profiler import profile_layers  # noqa: E402
 
 TASK = TinyGPTTask(vocab=256, seq_len=32, d_model=64, n_layers=2, n_heads=4)
@@ -35,6 +44,7 @@ def data_dir(tmp_path_factory):
         prof = profile_layers(TASK.build_model(), lambda m: TASK.batch(0, 0, m)[0], (1, 4), loss, warmup=0,
                               repeats=1, optimizer="adam", precision=precision)
         prof.write(root, f"gpt-{precision}", "cpu")
+    NetworkMeasurement((1_000_000,), (2.0,), (5e-4,), (0.0, 0.0, 2.0), 2e9).write(root, "cpu", "local")
     return root
 
 
@@ -63,3 +73,43 @@ def test_a_plan_in_another_precision_than_its_profile_is_refused(data_dir) -> No
     plan = Plan("gpt-fp32", 8, 4, (Stage(0, TASK.num_layers, (ReplicaGroup("cpu", "local"),)),), precision="bf16")
     with pytest.raises(InputError, match="plan.precision"):
         simulate(plan, data_dir=data_dir, gpu_types={"cpu": CPU}, config=PROFILED_CONFIG)
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_the_searchs_memory_tables_are_the_simulators_memory(data_dir, recompute) -> None:
+    """Every layer range [a, b) holding k microbatches: the search's table (all ranges at once)
+    gives the simulator's peak memory of a stage of those layers (an independent per-stage code path)."""
+    profile, network = load_model_profile("gpt-bf16", data_dir), load_network(data_dir)
+    table = build_stage_table(profile, network, "cpu", "", 1, 4, PROFILED_CONFIG, recompute=recompute == "full")
+    L = profile.num_layers
+    for k in (1, 2, 3):
+        mem = table.memory(k)
+        for a in range(L):
+            for b in range(a + 1, L + 1):
+                first = [Stage(0, a, (ReplicaGroup("cpu", "local"),))] if a else []
+                rest = [Stage(b, L, (ReplicaGroup("cpu", "local"),))] if b < L else []
+                stages = (*first, Stage(a, b, (ReplicaGroup("cpu", "local"),), recompute), *rest)
+                plan = Plan("gpt-bf16", 4 * 8, 4, stages, precision="bf16")
+                s = len(first)
+                sim = simulate(plan, data_dir=data_dir, gpu_types={"cpu": CPU}, config=PROFILED_CONFIG)
+                inflight = min(plan.pp - s, 8)
+                if inflight == k:
+                    assert mem[a, b] == pytest.approx(float(sim.stage_memory.total[s, 0]), rel=1e-9), (a, b, k)
+
+
+def test_plan_job_recomputes_when_nothing_fits_otherwise_and_the_runtime_runs_it(data_dir) -> None:
+    """A GPU of 3.5 MB: at microbatch 4 no plan keeps its activations (3.81 MB predicted), so
+    plan_job returns a recomputing plan, says why, and that plan trains with less memory than the
+    plan that keeps them (measured), as predicted within 5%."""
+    tight = GPUType("cpu", memory_gb=0.0035, gpus_per_node=1, price_per_hour=0.1)
+    options = SearchOptions(config=PROFILED_CONFIG, max_blocks=1, mixed_stages=False, microbatch_sizes=(4,))
+    result = plan_job("gpt-fp32", 8, {("cpu", "local"): 1}, gpu_types=(tight,), data_dir=data_dir, options=options)
+    assert [st.recompute for st in result.plan.stages] == [Recomputation.FULL]
+    assert "no plan without recomputation" in result.extra["recompute"]
+    assert result.memory_fit.fits and result.memory_fit.need_gb <= 0.0035
+    pred_none, meas_none = predicted_and_measured(data_dir, "fp32", "none")
+    assert pred_none > 0.0035e9  # the plan keeping activations would not fit
+    run = run_plan(result.plan, TASK, RunConfig(steps=3, optimizer="adam", lr=1e-3, memory_step=2))
+    measured = float(run.steps[-1].extra["peak_allocated_bytes"][0])
+    assert measured < meas_none
+    assert result.memory_fit.need_gb * 1e9 == pytest.approx(measured, rel=0.05)

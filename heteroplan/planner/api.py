@@ -15,7 +15,7 @@ from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_network import NetworkModel
 from heteroplan.planner.explain import PlanDiff, RunnerUp, diff_plans
 from heteroplan.planner.model.simulator import MemoryFit, PlanEstimate, simulate_plan
-from heteroplan.planner.plan import Plan
+from heteroplan.planner.plan import Plan, Recomputation
 from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions, normalize_pool
 from heteroplan.planner.search.searcher import Searcher
 
@@ -194,14 +194,18 @@ def plan(request: PlanRequest) -> PlanResult:
         except InfeasibleError:
             narrowed = request
     try:
-        searcher = Searcher(narrowed)
-        best, stats = searcher.run()
-    except InfeasibleError:
-        try:
-            searcher = Searcher(request)
-            best, stats = searcher.run()
-        except InfeasibleError as exc:
+        searcher, best, stats = _search(narrowed, request)
+    except InfeasibleError as exc:
+        if request.profile.measured is None or request.options.recompute is not Recomputation.NONE:
             raise _explain(exc, request) from None
+        # nothing fits (or meets the goal) keeping every activation: recompute them
+        retry = replace(request, options=replace(request.options, recompute=Recomputation.FULL))
+        try:
+            searcher, best, stats = _search(replace(narrowed, options=retry.options), retry)
+        except InfeasibleError:
+            raise _explain(exc, request) from None
+        extra["recompute"] = f"no plan without recomputation: {exc}"
+        request = retry
     sim = simulate_plan(best.plan, profile=request.profile, network=request.network, gpu_types=dict(request.gpu_types),
                    config=request.options.config)
     if not sim.fits:  # the search prices memory as simulate does: a broken invariant, not a user error
@@ -228,6 +232,17 @@ def plan(request: PlanRequest) -> PlanResult:
         sim,
         request,
     )
+
+
+def _search(narrowed: PlanRequest, request: PlanRequest) -> tuple[Searcher, Any, dict[str, Any]]:
+    """The search over ``narrowed`` (a MILP-narrowed pool), else over the whole ``request``."""
+    try:
+        searcher = Searcher(narrowed)
+        best, stats = searcher.run()
+    except InfeasibleError:
+        searcher = Searcher(request)
+        best, stats = searcher.run()
+    return searcher, best, stats
 
 
 def uncalibrated_note(gpu_types: Any) -> str:

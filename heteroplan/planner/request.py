@@ -25,6 +25,7 @@ from heteroplan.planner.model.sim_config import (
     SimConfig,
     load_platforms,
 )
+from heteroplan.planner.plan import Recomputation
 
 __all__ = ["SearchOptions", "PlanRequest", "normalize_pool", "OBJECTIVES"]
 
@@ -56,6 +57,10 @@ class SearchOptions:
             (:mod:`heteroplan.formulations.sailor`) and search only that part of the pool
             (falls back to the whole pool if nothing fits there).
         config: simulator constants, one for every GPU type or a table per type (default: the shipped table).
+        recompute: activation recomputation of every stage of the plans searched (``FULL`` needs a
+            profile that measured memory: ``profile_layers`` / ``heteroplan profile``).
+            :func:`~heteroplan.planner.plan_job` tries ``FULL`` by itself when no plan fits
+            memory without it.
     """
 
     max_pp: int | None = None
@@ -68,6 +73,7 @@ class SearchOptions:
     max_split_dp_calls: int | None = 4096
     narrow_with_milp: bool = False
     config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS
+    recompute: Recomputation = Recomputation.NONE
 
     def __post_init__(self) -> None:  # as the CLI refuses --max-pp 0: checked where the options enter
         if self.max_pp is not None:

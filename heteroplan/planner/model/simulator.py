@@ -57,6 +57,7 @@ from heteroplan.planner.model.terms import (
     allgather_as_allreduce_bytes,
     allreduce_egress_bytes,
     compute_s,
+    measured_layer_bytes,
     measured_peak_bytes,
     measured_state_bytes,
     memory_gb,
@@ -361,15 +362,7 @@ def measured_memory_terms(profile: ModelProfile, stage: Stage, tp: int, mbs: int
     a, b = stage.first_layer, stage.last_layer
     params = float(profile.params[tp][a:b].sum())
     weights, grads, state = measured_state_bytes(params, mem.optimizer_state_per_param, shards)
-    saved = mbs * mem.act_saved[tp][a:b] + mem.act_saved_fixed[tp][a:b]
-    out_grad = mbs * mem.act_output[tp][a:b].copy()
-    if b == profile.num_layers:
-        out_grad[-1] = 0.0  # the loss's own backward is in the last layer's working set
-    transient = out_grad + mbs * mem.bwd_working[tp][a:b] + mem.bwd_working_fixed[tp][a:b]
-    if stage.recompute is Recomputation.FULL:  # the loss is outside the recomputed layers
-        kept, transient = mbs * (mem.act_input[tp][a:b] + mem.loss_saved[tp][a:b]), transient + saved
-    else:
-        kept = saved
+    kept, transient = (x[a:b] for x in measured_layer_bytes(mem, tp, mbs, stage.recompute is Recomputation.FULL))
     acts, work = measured_peak_bytes(kept, transient, inflight, float(mem.update_working[tp][a:b].sum()) / shards)
     gb = [x / 1e9 for x in (weights, grads, state, acts, work, mem.overhead)]
     return MemoryTerms(*gb, total=sum(gb))

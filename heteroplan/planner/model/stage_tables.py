@@ -12,10 +12,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import NetworkModel
 from heteroplan.perf.sailor_profiles import ModelProfile
 from heteroplan.planner.model.sim_config import SimConfig
-from heteroplan.planner.model.terms import activations_gb, compute_s, static_memory_gb
+from heteroplan.planner.model.terms import (
+    activations_gb,
+    compute_s,
+    measured_layer_bytes,
+    measured_state_bytes,
+    recomputed_compute_s,
+    static_memory_gb,
+)
 
 __all__ = ["StageTable", "build_stage_table"]
 
@@ -33,6 +41,8 @@ class StageTable:
         mem_per_inflight: GB per GPU per in-flight microbatch.
         out_bytes: ``(L+1,)`` bytes of one activation when a stage ends at layer ``b``
             (:func:`heteroplan.planner.model.comm.pipeline_bytes` says how many leave the node).
+        mem_floor: GB per GPU at the optimizer step (a profile that measured memory; else 0): the
+            stage's peak is the larger of this and the backward's.
     """
 
     gpu_type: str
@@ -46,10 +56,11 @@ class StageTable:
     mem_static: np.ndarray
     mem_per_inflight: np.ndarray
     out_bytes: np.ndarray
+    mem_floor: np.ndarray | float = 0.0
 
     def memory(self, inflight: int | np.ndarray) -> np.ndarray:
         """GB per GPU of every layer range holding ``inflight`` microbatches."""
-        return self.mem_static + self.mem_per_inflight * inflight
+        return np.maximum(self.mem_static + self.mem_per_inflight * inflight, self.mem_floor)
 
 
 def _range(prefix: np.ndarray) -> np.ndarray:
@@ -71,14 +82,17 @@ def _range_max(values: np.ndarray) -> np.ndarray:
 
 def build_stage_table(
     profile: ModelProfile, network: NetworkModel, gpu_type: str, zone: str, tp: int, mbs: int, config: SimConfig,
-    memory_bandwidth_gbs: float = 0.0,
+    memory_bandwidth_gbs: float = 0.0, recompute: bool = False,
 ) -> StageTable:
     """Build the matrices for one stage hardware choice (profile must exist); the GPU's memory
-    bandwidth (GB/s, 0 if unknown) prices a memory-bound optimizer step (:meth:`SimConfig.update_s`)."""
+    bandwidth (GB/s, 0 if unknown) prices a memory-bound optimizer step (:meth:`SimConfig.update_s`);
+    ``recompute``: every layer recomputed in its backward (a profile that measured memory)."""
     comp = profile.compute_prefix(gpu_type, mbs, tp)
     sizes = profile.size_prefix(tp)
     L = profile.num_layers
-    both = _range(comp[0] + comp[1])
+    if recompute and profile.measured is None:
+        raise InputError("recompute", profile.name, "recomputation needs a profile that measured memory")
+    both = _range(recomputed_compute_s(comp[0], comp[1]) if recompute else comp[0] + comp[1])
     fb = compute_s(both, config)
     with np.errstate(invalid="ignore", divide="ignore"):
         forward_share = np.where((both > 0) & np.isfinite(both), _range(comp[0]) / both, 0.5)
@@ -89,8 +103,34 @@ def build_stage_table(
     working[:, L] += config.logits_factor * profile.act_out[tp][L - 1]
     mem_static = static_memory_gb(params, working, mbs, config)
     mem_per_inflight = activations_gb(act, mbs, 1, config)
+    mem_floor: np.ndarray | float = 0.0
+    if profile.measured is not None:
+        mem_static, mem_per_inflight, mem_floor = _measured_memory_gb(profile, tp, mbs, recompute, params)
     out_bytes = np.zeros(L + 1)
     out_bytes[1:] = config.act_comm_bytes_per_float * profile.act_out[tp] * mbs
     return StageTable(
-        gpu_type, zone, tp, mbs, fb, forward_share, update, config.grad_bytes_per_param * params, mem_static, mem_per_inflight, out_bytes
+        gpu_type, zone, tp, mbs, fb, forward_share, update, config.grad_bytes_per_param * params, mem_static, mem_per_inflight,
+        out_bytes, mem_floor,
     )
+
+
+def _measured_memory_gb(profile: ModelProfile, tp: int, mbs: int, recompute: bool,
+                        params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(static, per in-flight microbatch, optimizer-step floor)`` GB of every layer range from the
+    memory the profile measured: the peak of ``[a, b)`` holding ``k`` microbatches is
+    ``max(static + k per, floor)`` (:func:`~heteroplan.planner.model.terms.measured_peak_bytes` as
+    ranges: the worst layer's ``max_l (cum_kept[l + 1] + transient_l) - cum_kept[a]``)."""
+    mem = profile.measured
+    assert mem is not None
+    kept, transient = measured_layer_bytes(mem, tp, mbs, recompute)
+    cum = np.concatenate([[0.0], np.cumsum(kept)])
+    with np.errstate(invalid="ignore"):
+        worst = _range_max(cum[1:] + transient) - cum[:, None]
+        weights, grads, state = measured_state_bytes(params, mem.optimizer_state_per_param, 1)
+        persist = weights + grads + state + mem.overhead
+        per = _range(cum)
+        static = persist + worst - per
+        floor = persist + _range(np.concatenate([[0.0], np.cumsum(mem.update_working[tp])]))
+    bad = ~np.isfinite(per)
+    static[bad], floor[bad] = np.inf, np.inf
+    return static / 1e9, per / 1e9, floor / 1e9

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from heteroplan.perf.sailor_profiles import MeasuredMemory
 from heteroplan.planner.model.comm import pipeline_bytes
 from heteroplan.planner.model.sim_config import SimConfig
 
@@ -60,7 +61,7 @@ __all__ = [
     "PARAMETER_STATE_SHARES", "compute_s", "parameter_state_gb", "activations_gb", "working_gb", "static_memory_gb", "memory_gb",
     "pipeline_egress_bytes", "allreduce_egress_bytes", "rental_usd_per_s", "pipeline_step_s", "pipeline_fill_s",
     "one_f_one_b_s", "balanced_step_lower_bound_s", "measured_state_bytes", "measured_peak_bytes",
-    "recomputed_compute_s", "sharded_update_s", "allgather_as_allreduce_bytes",
+    "recomputed_compute_s", "sharded_update_s", "allgather_as_allreduce_bytes", "measured_layer_bytes",
 ]
 
 Number = float | np.ndarray
@@ -191,3 +192,18 @@ def measured_peak_bytes(
     if update_working > activations + working:
         return 0.0, update_working
     return activations, working
+
+
+def measured_layer_bytes(mem: MeasuredMemory, tp: int, mbs: int, recompute: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(kept, transient)`` bytes per layer ``(L,)`` of one microbatch of ``mbs`` samples: what a
+    microbatch in flight keeps of each layer (``m A + C``, or recomputing ``m I`` and what the loss
+    saves of the model's output), and what the layer's backward adds while it runs (its output's
+    gradient ``m O``, none for the model's last layer whose loss is in its working set; its working
+    set ``m W + W_0``; recomputing, its re-materialised ``m A + C``)."""
+    saved = mbs * mem.act_saved[tp] + mem.act_saved_fixed[tp]
+    out_grad = mbs * mem.act_output[tp]
+    out_grad[-1] = 0.0
+    transient = out_grad + mbs * mem.bwd_working[tp] + mem.bwd_working_fixed[tp]
+    if recompute:
+        return mbs * (mem.act_input[tp] + mem.loss_saved[tp]), transient + saved
+    return saved, transient

@@ -18,7 +18,7 @@ from heteroplan.planner.model.comm import allreduce_s, pipeline_send_buffered, p
 from heteroplan.planner.model.sim_config import as_platforms
 from heteroplan.planner.model.stage_tables import StageTable, build_stage_table
 from heteroplan.planner.model.terms import allreduce_egress_bytes, rental_usd_per_s
-from heteroplan.planner.plan import PipelineBlock, Plan
+from heteroplan.planner.plan import PipelineBlock, Plan, Precision, Recomputation
 from heteroplan.planner.request import PlanRequest
 
 __all__ = ["Pool", "Spread", "Candidate", "SearchContext", "spread_replicas", "ring_links"]
@@ -76,6 +76,10 @@ class SearchContext:
         self.options = request.options
         self.cfg = as_platforms(request.options.config)
         self.L = request.profile.num_layers
+        self.recompute = Recomputation(request.options.recompute)
+        # a profile that measured memory was measured in one precision: its plans compute in it
+        measured = request.profile.measured
+        self.precision = Precision(measured.precision) if measured is not None else Precision.FP32
         self._tables: dict[tuple[str, int, int], StageTable] = {}
         self.cache: dict[tuple[str, int, int, int], np.ndarray] = {}
         self.evaluated = 0
@@ -91,7 +95,7 @@ class SearchContext:
         key = (gpu, tp, mbs)
         if key not in self._tables:
             self._tables[key] = build_stage_table(self.profile, self.network, gpu, "", tp, mbs, self.cfg.for_gpu(gpu),
-                                                  self.gpu_types[gpu].memory_bandwidth_gbs)
+                                                  self.gpu_types[gpu].memory_bandwidth_gbs, self.recompute is Recomputation.FULL)
         return self._tables[key]
 
     def sync_matrix(self, pool: Pool, tp: int, mbs: int, dp: int) -> np.ndarray:

@@ -180,10 +180,11 @@ def evaluate_mixed(
     if not ok[k] or (incumbent is not None and key >= incumbent.key and not replayed):
         return None
     stages = tuple(
-        Stage(int(bounds[s]), int(bounds[s + 1]), mixed_groups(hw1[s], d1, hw2[s], d2)) for s in range(pp)
+        Stage(int(bounds[s]), int(bounds[s + 1]), mixed_groups(hw1[s], d1, hw2[s], d2), searcher.recompute)
+        for s in range(pp)
     )
     micro = class_microbatches(counts, (int(big1[k]), int(big2[k])))
-    plan = Plan(searcher.profile.name, searcher.gbs, mbs, stages, micro)
+    plan = Plan(searcher.profile.name, searcher.gbs, mbs, stages, micro, searcher.precision)
     if replayed:
         # simulate replays a replica with buffered sends: the split and the sharing stay the
         # closed form's, the time and cost are simulate's

@@ -166,9 +166,10 @@ class Searcher(SearchContext):
             self.gbs,
             mbs,
             tuple(
-                Stage(int(b[s]), int(b[s + 1]), self._groups(blk, dp, spread))
+                Stage(int(b[s]), int(b[s + 1]), self._groups(blk, dp, spread), self.recompute)
                 for s, blk in enumerate(stages)
             ),
+            precision=self.precision,
         )
         if not self.goal.meets(t_iter, cost):
             self.goal.note_miss(self.shortfall, t_iter, cost)
