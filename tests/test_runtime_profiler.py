@@ -122,7 +122,8 @@ def test_times_are_positive_and_a_larger_layer_is_slower() -> None:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        profs = [profile_layers(small_model(d=128, big=8), tokens, (4,), warmup=1, repeats=3) for _ in range(3)]
+        profs = [profile_layers(small_model(d=128, big=8), tokens, (4,), warmup=1, repeats=3, timing="layer")
+                     for _ in range(3)]
     finally:
         torch.set_num_threads(threads)
     times = np.min([np.array(p.compute[4]) for p in profs], axis=0)
@@ -145,15 +146,15 @@ def test_sweeps_keep_the_fastest_pass_of_every_measurement(monkeypatch) -> None:
 
     monkeypatch.setattr(profiler._Timer, "__call__", fake_timer)
     args = (small_model(), tokens, (1, 2))
-    one = profile_layers(*args, warmup=0, repeats=3)
+    one = profile_layers(*args, warmup=0, repeats=3, timing="layer")
     per_sweep = calls["n"]
     for slow in (range(1, per_sweep + 1), range(per_sweep + 1, 2 * per_sweep + 1), range(per_sweep // 2, per_sweep + 5)):
         calls.update(n=0, slow=slow)
-        two = profile_layers(*args, warmup=0, repeats=3, sweeps=2)
+        two = profile_layers(*args, warmup=0, repeats=3, sweeps=2, timing="layer")
         assert calls["n"] == 2 * per_sweep
         assert two.compute == one.compute  # every time from the fast pass
     calls.update(n=0, slow=range(1, per_sweep + 1))
-    slowed = profile_layers(*args, warmup=0, repeats=3)
+    slowed = profile_layers(*args, warmup=0, repeats=3, timing="layer")
     assert all(f == 3e-3 for rows in slowed.compute.values() for f, _, _ in rows)  # one sweep keeps the spell
 
 
@@ -274,7 +275,7 @@ def test_prefix_timing_adds_up_to_the_whole_model(monkeypatch) -> None:
 
     monkeypatch.setattr(profiler, "_time_layer", fake_time_layer)
     L = len(model)
-    per_layer = profile_layers(model, tokens, (2,), warmup=0, repeats=1)
+    per_layer = profile_layers(model, tokens, (2,), warmup=0, repeats=1, timing="layer")
     prefix = profile_layers(model, tokens, (2,), warmup=0, repeats=1, timing="prefix")
     assert sum(f for f, _, _ in per_layer.compute[2]) == pytest.approx(L * 1e-3)
     assert [f for f, _, _ in prefix.compute[2]] == pytest.approx([(2 * k - 1) * 1e-3 for k in range(1, L + 1)])
@@ -305,3 +306,37 @@ def test_one_slow_prefix_does_not_set_the_whole_pass() -> None:
 
     times = [1.0, 2.0, 10.0, 4.0, 5.0, 6.0, 7.0, 8.0]
     assert _nondecreasing(times)[-1] == pytest.approx(8.0)
+
+
+def test_recomputed_layers_are_timed_checkpointed_and_priced_from_the_profile(monkeypatch, tmp_path) -> None:
+    """``time_recomputed=True`` times each layer wrapped in a checkpoint (a fake timer charges a
+    checkpointed layer 5 ms forward and 7 ms backward, a plain one 1 and 2 ms); the planner prices a
+    recomputing plan from those times (5 + 7 ms a layer), and a profile without them from
+    ``f + (b + f)`` (1 + 3 ms a layer)."""
+    from heteroplan.planner.model.sim_config import PROFILED_CONFIG
+    from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
+    from heteroplan.runtime import profiler
+
+    model = small_model()
+
+    def fake_time_layer(torch_, timer, layer, inp, index, loss_fn, warmup, repeats):
+        checkpointed = type(layer).__name__ == "Checkpointed"
+        return (5e-3, 7e-3, layer(inp)) if checkpointed else (1e-3, 2e-3, layer(inp))
+
+    monkeypatch.setattr(profiler, "_time_layer", fake_time_layer)
+    L = len(model)
+    cpu = GPUType("cpu", memory_gb=16, gpus_per_node=2, price_per_hour=0.1)
+    times = {}
+    for timed in (True, False):
+        prof = profile_layers(model, tokens, (2,), warmup=0, repeats=1, timing="layer", optimizer="adam",
+                              time_recomputed=timed)
+        assert (prof.recomputed is not None) == timed
+        root = tmp_path / str(timed)
+        prof.write(root, "toy", "cpu")
+        NetworkMeasurement((1_000_000,), (2.0,), (5e-4,), (0.0, 0.0, 2.0), 2e9).write(root, "cpu", "local")
+        assert load_model_profile("toy", root).has_recomputed("cpu", 2, 1) == timed
+        plan = Plan("toy", 2, 2, (Stage(0, L, (ReplicaGroup("cpu", "local"),), "full"),))
+        sim = simulate(plan, data_dir=root, gpu_types={"cpu": cpu}, config=PROFILED_CONFIG)
+        times[timed] = float(sim.stage_times.compute[0, 0])
+    assert times[True] == pytest.approx(L * 12e-3)
+    assert times[False] == pytest.approx(L * 4e-3)

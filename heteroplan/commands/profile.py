@@ -102,9 +102,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="interleaved passes over all sizes and layers, the fastest kept (default: 9 with --calibrate, "
                         "else 1; more on a machine whose speed drifts)")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd", help="optimizer whose step is timed")
-    p.add_argument("--timing", choices=("layer", "prefix"), default="layer",
-                   help="time each layer alone, or whole prefixes of the model so the layers add up to a measured "
-                        "whole forward and backward (docs/runtime.md)")
+    p.add_argument("--timing", choices=("layer", "prefix"), default="prefix",
+                   help="time whole prefixes of the model so the layers add up to a measured whole forward and "
+                        "backward (default; H100: within 1%% of the step at microbatch 1-8), or each layer alone "
+                        "(L instead of L(L+1)/2 runs; +23-38%% at microbatch 1) (docs/runtime.md)")
+    p.add_argument("--time-recomputed", action="store_true",
+                   help="also time the layers recomputed (torch.utils.checkpoint), so recomputing plans are "
+                        "priced from measurement")
     p.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32",
                    help="profile the arithmetic a plan of this precision runs (bf16: autocast)")
     p.add_argument("--no-network", action="store_true", help="skip the network measurement")
@@ -139,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     prof = profile_layers(
         model, make_input, _sizes(args.mbs), device=args.device, warmup=args.warmup, repeats=args.repeats,
         optimizer=args.optimizer, sweeps=(9 if args.calibrate else 1) if args.sweeps is None else args.sweeps,
-        loss_fn=loss_fn, timing=args.timing, precision=args.precision,
+        loss_fn=loss_fn, timing=args.timing, precision=args.precision, time_recomputed=args.time_recomputed,
     )
     path = prof.write(args.out, name, args.gpu_type)
     summary: dict[str, Any] = {

@@ -77,6 +77,8 @@ class ModelProfile:
         act_out: ``{tp: floats of a layer's output activation at microbatch 1}``.
         act_mem: ``{tp: floats of activation memory kept for backward at microbatch 1}``.
         compute: ``{(gpu, mbs, tp): array (3, L)}`` fwd, bwd, optimizer-update seconds.
+        recomputed: ``{(gpu, mbs, tp): array (3, L)}`` fwd, bwd, update seconds with every layer
+            recomputed in its backward, where the profiler timed it (``time_recomputed``).
         measured: the memory :func:`heteroplan.runtime.profiler.profile_layers` measured (bytes;
             ``None`` for Sailor's shipped data, whose memory the calibrated constants model).
     """
@@ -88,6 +90,7 @@ class ModelProfile:
     act_mem: dict[int, np.ndarray]
     compute: dict[tuple[str, int, int], np.ndarray]
     measured: MeasuredMemory | None = None
+    recomputed: dict[tuple[str, int, int], np.ndarray] = field(default_factory=dict)
     _prefix: dict[object, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     # ---------------------------------------------------------------- queries
@@ -104,14 +107,19 @@ class ModelProfile:
     def has(self, gpu: str, mbs: int, tp: int) -> bool:
         return (gpu, mbs, tp) in self.compute and tp in self.params
 
-    def compute_prefix(self, gpu: str, mbs: int, tp: int) -> np.ndarray:
-        """Prefix sums ``(3, L+1)`` of fwd, bwd, update seconds per microbatch."""
-        key = ("c", gpu, mbs, tp)
+    def compute_prefix(self, gpu: str, mbs: int, tp: int, recomputed: bool = False) -> np.ndarray:
+        """Prefix sums ``(3, L+1)`` of fwd, bwd, update seconds per microbatch (``recomputed``: as
+        timed with every layer recomputed; see :meth:`has_recomputed`)."""
+        key = ("c", gpu, mbs, tp, recomputed)
         if key not in self._prefix:
-            if not self.has(gpu, mbs, tp):
+            if not self.has(gpu, mbs, tp) or (recomputed and not self.has_recomputed(gpu, mbs, tp)):
                 raise InputError("profile", (self.name, gpu, mbs, tp), "no profile for this GPU type, microbatch size and TP")
-            self._prefix[key] = _prefix(self.compute[(gpu, mbs, tp)])
+            self._prefix[key] = _prefix((self.recomputed if recomputed else self.compute)[(gpu, mbs, tp)])
         return self._prefix[key]
+
+    def has_recomputed(self, gpu: str, mbs: int, tp: int) -> bool:
+        """Whether the profiler timed these layers recomputed (else the planner prices them)."""
+        return (gpu, mbs, tp) in self.recomputed
 
     def size_prefix(self, tp: int) -> np.ndarray:
         """Prefix sums ``(2, L+1)`` of parameter floats and activation-memory floats (mbs 1) per GPU."""
@@ -122,9 +130,10 @@ class ModelProfile:
             self._prefix[key] = _prefix(np.stack([self.params[tp], self.act_mem[tp]]))
         return self._prefix[key]
 
-    def stage_compute(self, gpu: str, mbs: int, tp: int, first: int, last: int) -> tuple[float, float, float]:
+    def stage_compute(self, gpu: str, mbs: int, tp: int, first: int, last: int,
+                      recomputed: bool = False) -> tuple[float, float, float]:
         """(fwd, bwd, update) seconds per microbatch of layers ``[first, last)``."""
-        p = self.compute_prefix(gpu, mbs, tp)
+        p = self.compute_prefix(gpu, mbs, tp, recomputed)
         f, b, u = p[:, last] - p[:, first]
         return float(f), float(b), float(u)
 
@@ -220,15 +229,20 @@ def _build_profile(model: str, root: Path, sizes: dict) -> ModelProfile:
     act_mem = {tp: layer_array(tp, "act_mem_floats") for tp in tps}
     compute: dict[tuple[str, int, int], np.ndarray] = {}
     measured = _measured_memory(sizes, tps, num_layers)
+    recomputed: dict[tuple[str, int, int], np.ndarray] = {}
     for path in sorted((root / "profiles" / model).glob("*.json")):
         data = read_json(path, "profile")
         for mbs, by_tp in data.items():
             for tp, layers in by_tp.items():
                 if len(layers) != num_layers:
                     continue
-                arr = np.array([layers[str(i)] for i in range(num_layers)], dtype=float).T
+                rows = [layers[str(i)] for i in range(num_layers)]
+                arr = np.array([r[:3] for r in rows], dtype=float).T
                 compute[(path.stem, int(mbs), int(tp))] = arr
-    return ModelProfile(model, num_layers, params, act_out, act_mem, _monotone_in_mbs(compute), measured)
+                if all(len(r) >= 5 for r in rows):  # + recomputed fwd, bwd (profile_layers(time_recomputed=True))
+                    recomputed[(path.stem, int(mbs), int(tp))] = np.array([[r[3], r[4], r[2]] for r in rows], dtype=float).T
+    return ModelProfile(model, num_layers, params, act_out, act_mem, _monotone_in_mbs(compute), measured,
+                        _monotone_in_mbs(recomputed))
 
 
 _MEASURED_KEYS = {"act_input": "act_input_bytes", "act_output": "act_output_bytes", "act_saved": "act_mem_bytes",

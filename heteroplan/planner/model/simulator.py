@@ -458,8 +458,10 @@ def simulate_plan(
     for s, stage in enumerate(plan.stages):
         for d, r in enumerate(reps[s]):
             c = cfg[s][d]
-            f, b, u = profile.stage_compute(r.gpu_type, mbs, r.tp, stage.first_layer, stage.last_layer)
-            if stage.recompute is Recomputation.FULL:
+            recompute = stage.recompute is Recomputation.FULL
+            timed = recompute and profile.has_recomputed(r.gpu_type, mbs, r.tp)
+            f, b, u = profile.stage_compute(r.gpu_type, mbs, r.tp, stage.first_layer, stage.last_layer, timed)
+            if recompute and not timed:
                 f, b = f, float(recomputed_compute_s(f, b)) - f
             fb[s, d] = compute_s(f + b, c)
             fwd_share[s, d] = f / (f + b) if f + b > 0 else 0.5

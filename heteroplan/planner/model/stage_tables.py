@@ -87,12 +87,13 @@ def build_stage_table(
     """Build the matrices for one stage hardware choice (profile must exist); the GPU's memory
     bandwidth (GB/s, 0 if unknown) prices a memory-bound optimizer step (:meth:`SimConfig.update_s`);
     ``recompute``: every layer recomputed in its backward (a profile that measured memory)."""
-    comp = profile.compute_prefix(gpu_type, mbs, tp)
+    timed = recompute and profile.has_recomputed(gpu_type, mbs, tp)
+    comp = profile.compute_prefix(gpu_type, mbs, tp, timed)
     sizes = profile.size_prefix(tp)
     L = profile.num_layers
     if recompute and profile.measured is None:
         raise InputError("recompute", profile.name, "recomputation needs a profile that measured memory")
-    both = _range(recomputed_compute_s(comp[0], comp[1]) if recompute else comp[0] + comp[1])
+    both = _range(recomputed_compute_s(comp[0], comp[1]) if recompute and not timed else comp[0] + comp[1])
     fb = compute_s(both, config)
     with np.errstate(invalid="ignore", divide="ignore"):
         forward_share = np.where((both > 0) & np.isfinite(both), _range(comp[0]) / both, 0.5)
