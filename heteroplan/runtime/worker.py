@@ -173,6 +173,7 @@ class StageTrainer:
         t0 = time.perf_counter()
         loss_sum = self._run_torch_pipeline(step) if self.pipeline is not None else self._run_own_schedule(step)
         t_sync = time.perf_counter()
+        global_sqr = 0.0
         if self.dp_group is not None:
             for p in self.params:
                 if p.grad is None:
@@ -183,6 +184,9 @@ class StageTrainer:
             dist.all_reduce(flat, group=self.dp_group)
             for g, summed in zip(grads, torch.split(flat, [g.numel() for g in grads]), strict=True):
                 g.copy_(summed.view_as(g))
+            if self.grad_stats:
+                global_sqr = _squared_norm(flat)
+            del flat  # the flat copy of the gradients must not live through the optimizer step
         sync_time = time.perf_counter() - t_sync
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -196,7 +200,7 @@ class StageTrainer:
         if self.reports_loss:
             self.control[1] = loss_sum
         if self.grad_stats:
-            self.control[2:4] = torch.tensor(self._noise_terms(local_sqr, _squared_norm(flat)),
+            self.control[2:4] = torch.tensor(self._noise_terms(local_sqr, global_sqr),
                                              dtype=torch.float64)
         if not self.solo:
             dist.all_reduce(self.control, group=self.group)

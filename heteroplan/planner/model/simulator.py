@@ -55,6 +55,7 @@ from heteroplan.planner.model.straggler import clark_max, pipeline_times
 from heteroplan.planner.model.terms import (
     activations_gb,
     allgather_as_allreduce_bytes,
+    allreduce_buffer_bytes,
     allreduce_egress_bytes,
     compute_s,
     measured_layer_bytes,
@@ -353,17 +354,20 @@ def memory_terms(
                        total=memory_gb(params, act, working, mbs, inflight, config))
 
 
-def measured_memory_terms(profile: ModelProfile, stage: Stage, tp: int, mbs: int, inflight: int, shards: int) -> MemoryTerms:
+def measured_memory_terms(profile: ModelProfile, stage: Stage, tp: int, mbs: int, inflight: int, shards: int,
+                          replicas: int = 1) -> MemoryTerms:
     """GB per GPU of a stage by term, from the memory its profile measured
     (:func:`~heteroplan.planner.model.terms.measured_peak_bytes`): ``shards`` replicas share the
-    optimizer state under ZeRO-1 (1 otherwise)."""
+    optimizer state under ZeRO-1 (1 otherwise); with ``replicas > 1`` the gradients' all-reduce
+    holds a flat copy of them (:func:`~heteroplan.planner.model.terms.allreduce_buffer_bytes`)."""
     mem = profile.measured
     assert mem is not None
     a, b = stage.first_layer, stage.last_layer
     params = float(profile.params[tp][a:b].sum())
     weights, grads, state = measured_state_bytes(params, mem.optimizer_state_per_param, shards)
     kept, transient = (x[a:b] for x in measured_layer_bytes(mem, tp, mbs, stage.recompute is Recomputation.FULL))
-    acts, work = measured_peak_bytes(kept, transient, inflight, float(mem.update_working[tp][a:b].sum()) / shards)
+    after_backward = max(float(mem.update_working[tp][a:b].sum()) / shards, allreduce_buffer_bytes(params, replicas))
+    acts, work = measured_peak_bytes(kept, transient, inflight, after_backward)
     gb = [x / 1e9 for x in (weights, grads, state, acts, work, mem.overhead)]
     return MemoryTerms(*gb, total=sum(gb))
 
@@ -377,7 +381,7 @@ def _stage_memory(profile: ModelProfile, plan: Plan, reps: list, cfg: list[list[
         for s, stage in enumerate(plan.stages):
             shards = D if stage.optimizer_sharding is OptimizerSharding.ZERO1 else 1
             for d, r in enumerate(reps[s]):
-                one = measured_memory_terms(profile, stage, r.tp, mbs, int(min(S - s, micro[d])), shards)
+                one = measured_memory_terms(profile, stage, r.tp, mbs, int(min(S - s, micro[d])), shards, D)
                 for name in MemoryTerms.NAMES:
                     terms[name][s, d] = getattr(one, name)
         return StageMemory(**terms)

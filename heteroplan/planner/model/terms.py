@@ -33,8 +33,10 @@ bytes per GPU; :func:`measured_state_bytes`, :func:`measured_peak_bytes`)
     - the backward of the last microbatch peaks at some layer ``l``: the kept bytes of the earlier
       microbatches, this one's up to ``l``, and ``l``'s transient: its output's gradient ``m O``,
       its measured working set ``m W + W_0`` and, recomputing, its re-materialised ``m A + C``;
-    - the optimizer step peaks at the state plus its foreach buffers (divided under ZeRO-1);
-      the peak is the larger of the two, plus the device's measured overhead.
+    - the optimizer step peaks at the state plus its foreach buffers (divided under ZeRO-1), and
+      data-parallel replicas' all-reduce at a flat fp32 copy of the gradients
+      (:func:`allreduce_buffer_bytes`); the peak is the largest of these and the backward's,
+      plus the device's measured overhead.
 Time of the new dimensions
     - recomputation: each layer's forward runs again in its backward, ``b + f``
       (:func:`recomputed_compute_s`);
@@ -62,6 +64,7 @@ __all__ = [
     "pipeline_egress_bytes", "allreduce_egress_bytes", "rental_usd_per_s", "pipeline_step_s", "pipeline_fill_s",
     "one_f_one_b_s", "balanced_step_lower_bound_s", "measured_state_bytes", "measured_peak_bytes",
     "recomputed_compute_s", "sharded_update_s", "allgather_as_allreduce_bytes", "measured_layer_bytes",
+    "allreduce_buffer_bytes",
 ]
 
 Number = float | np.ndarray
@@ -207,3 +210,9 @@ def measured_layer_bytes(mem: MeasuredMemory, tp: int, mbs: int, recompute: bool
     if recompute:
         return mbs * (mem.act_input[tp] + mem.loss_saved[tp]), transient + saved
     return saved, transient
+
+
+def allreduce_buffer_bytes(params: float, replicas: int) -> float:
+    """Bytes of the flat fp32 copy of the gradients the runtime all-reduces over ``replicas``
+    data-parallel replicas (one bucket, ``4 P``), alive after the backward; 0 for one replica."""
+    return 4.0 * params if replicas > 1 else 0.0
