@@ -296,10 +296,13 @@ class HadarPolicy:
         """What the policy remembers between rounds: its commitments (timeline and plans), its
         admissions, refusals and the rates it read of each job's model; a copy."""
         seg = self._segments
+        if seg is not None:
+            nodes, starts, usage = tuple(self._nodes), tuple(seg.starts), tuple(seg.usage)
+        else:  # not run since set up, or restored and not yet laid on a cluster
+            nodes, starts, usage = self._saved_timeline or (None, (), ())
         return HadarState(
-            nodes=tuple(self._nodes) if seg is not None else None,
-            segment_starts=tuple(int(t) for t in seg.starts) if seg is not None else (),
-            segment_usage=tuple(tuple(int(c) for c in u) for u in seg.usage) if seg is not None else (),
+            nodes=nodes, segment_starts=tuple(int(t) for t in starts),
+            segment_usage=tuple(tuple(int(c) for c in u) for u in usage),
             plans={j: tuple((int(lo), int(hi), tuple(int(c) for c in counts)) for lo, hi, counts in p.pieces)
                    for j, p in self._plans.items()},
             admissions=dict(self.admissions), rejected=tuple(sorted(self.rejected)), tried=dict(self._tried),
