@@ -227,3 +227,21 @@ def test_hadar_keeps_the_rates_it_read_across_a_restore() -> None:
     fresh.allocate(cluster, [moved], 360.0)
     assert restored.state().rates == original.state().rates == state.rates
     assert fresh.state().rates["a"] == (3.0,) * len(cluster.type_names)
+
+
+def test_a_policy_state_that_is_not_a_policy_state_is_refused_by_name(tmp_path: Path) -> None:
+    from heteroplan.policies.base import PolicyBase
+
+    class Loose(PolicyBase):
+        def allocate(self, cluster, jobs, now):
+            return {}
+
+        def state(self):
+            return {"turn": 1}  # a dict, not a PolicyState
+
+    assert policy_state(PolicyBase()) is NO_STATE  # the base class keeps nothing
+    with pytest.raises(InputError, match="must be a NoState"):
+        PolicyBase().restore_state(GeneratorState.of(np.random.default_rng(0)))
+    session = SchedulingSession(preset("sia-64"), Loose())
+    with pytest.raises(InputError, match=r"policy\[loose\]\.state\(\)"):
+        session.save(tmp_path / "s.json")

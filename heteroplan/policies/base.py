@@ -167,6 +167,10 @@ class Policy(Protocol):
             FIFO, Tiresias, YARN-CS, Hadar).
         forking: it may give a rigid job several gangs (copies) of ``requested_gpus`` GPUs
             whose progress adds up (HadarE).
+
+    A policy that remembers anything between rounds (Gavel, ``pollux-sia``, Hadar) also has
+    ``state()`` and ``restore_state(state)`` (:class:`~heteroplan.policies.state.StatefulPolicy`),
+    so that a saved scheduling session restored elsewhere decides as the original.
     """
 
     name: str

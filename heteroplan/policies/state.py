@@ -86,8 +86,8 @@ class StatefulPolicy(Protocol):
 
 def policy_state(policy: object) -> PolicyState:
     """``policy.state()`` of a :class:`StatefulPolicy`, else :data:`NO_STATE`."""
-    if isinstance(policy, StatefulPolicy):
-        state = policy.state()
+    if _stateful(policy):
+        state = policy.state()  # type: ignore[attr-defined]
         if not isinstance(state, PolicyState):
             raise InputError(f"policy[{getattr(policy, 'name', '?')}].state()", type(state).__name__,
                              "must return a heteroplan.policies.state.PolicyState")
@@ -97,11 +97,15 @@ def policy_state(policy: object) -> PolicyState:
 
 def restore_policy_state(policy: object, state: PolicyState) -> None:
     """Give ``state`` back to ``policy`` (nothing to do for a stateless one)."""
-    if isinstance(policy, StatefulPolicy):
-        policy.restore_state(state)
+    if _stateful(policy):
+        policy.restore_state(state)  # type: ignore[attr-defined]
     elif not isinstance(state, NoState):
         raise InputError("policy", getattr(policy, "name", type(policy).__name__),
                          f"keeps no state between rounds; cannot take a {type(state).__name__}")
+
+
+def _stateful(policy: object) -> bool:
+    return isinstance(policy, StatefulPolicy) and callable(policy.state) and callable(policy.restore_state)
 
 
 def expect_state(state: PolicyState, kind: type[_S], policy: str) -> _S:
