@@ -34,11 +34,12 @@ _PUBLIC = {
     "read_sia_workload": "heteroplan.workload.sia",
     "Allocation": "heteroplan.policies.base", "JobState": "heteroplan.policies.base",
     "Policy": "heteroplan.policies.base", "PolicyBase": "heteroplan.policies.base",
+    "PolicyState": "heteroplan.policies.state",
     "register_policy": "heteroplan.policies.registry",
     "SchedulingSession": "heteroplan.scheduling", "Decision": "heteroplan.scheduling",
     "DecisionKind": "heteroplan.scheduling", "RoundDecisions": "heteroplan.scheduling",
     "StepTiming": "heteroplan.scheduling", "JobRecord": "heteroplan.scheduling",
-    "UnreportedJobWarning": "heteroplan.scheduling",
+    "UnreportedJobWarning": "heteroplan.scheduling", "PolicyStateLostWarning": "heteroplan.scheduling",
     "Plan": "heteroplan.planner.plan", "Stage": "heteroplan.planner.plan",
     "ReplicaGroup": "heteroplan.planner.plan", "plan_job": "heteroplan.planner.api",
     "compare_policies": "heteroplan.sim.compare", "make_policy": "heteroplan.sim.compare",
@@ -68,6 +69,7 @@ __all__ = [
     "JobState",
     "Policy",
     "PolicyBase",
+    "PolicyState",
     "register_policy",
     "SchedulingSession",
     "Decision",
@@ -76,6 +78,7 @@ __all__ = [
     "StepTiming",
     "JobRecord",
     "UnreportedJobWarning",
+    "PolicyStateLostWarning",
     "Plan",
     "Stage",
     "ReplicaGroup",
@@ -108,10 +111,12 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
     from heteroplan.policies.base import Allocation, JobState, Policy, PolicyBase
     from heteroplan.policies.registry import register_policy
+    from heteroplan.policies.state import PolicyState
     from heteroplan.scheduling import (
         Decision,
         DecisionKind,
         JobRecord,
+        PolicyStateLostWarning,
         RoundDecisions,
         SchedulingSession,
         StepTiming,

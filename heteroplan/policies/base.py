@@ -16,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 from heteroplan._html import table, title
 from heteroplan.cluster import Cluster
 from heteroplan.errors import ClusterError, InputError, PolicyError
+from heteroplan.policies.state import NO_STATE, NoState, PolicyState, expect_state
 
 __all__ = ["Allocation", "AllocationError", "JobState", "Policy", "PolicyBase", "PerfModel", "GoodputEstimator",
            "check_allocations", "counts_by_type"]
@@ -166,6 +167,10 @@ class Policy(Protocol):
             FIFO, Tiresias, YARN-CS, Hadar).
         forking: it may give a rigid job several gangs (copies) of ``requested_gpus`` GPUs
             whose progress adds up (HadarE).
+
+    A policy that remembers anything between rounds (Gavel, ``pollux-sia``, Hadar) also has
+    ``state()`` and ``restore_state(state)`` (:class:`~heteroplan.policies.state.StatefulPolicy`),
+    so that a saved scheduling session restored elsewhere decides as the original.
     """
 
     name: str
@@ -192,6 +197,10 @@ class PolicyBase:
         forking: it may give a rigid job several gangs of ``requested_gpus`` (``False``).
         restart_delay_s: seconds every (re)start of its jobs costs, or ``None``: each job's own
             measured delay.
+
+    A policy that remembers anything between rounds overrides :meth:`state` and
+    :meth:`restore_state` (see :mod:`heteroplan.policies.state`), so that a saved scheduling
+    session restored elsewhere decides as the original; the defaults say it keeps nothing.
     """
 
     name: str = ""
@@ -215,6 +224,14 @@ class PolicyBase:
     def allocate(self, cluster: Cluster, jobs: Sequence[JobState], now: float) -> Mapping[str, Allocation]:
         """Allocations for this round keyed by ``job_id``, with placements filled in."""
         raise NotImplementedError(f"{type(self).__name__}.allocate")
+
+    def state(self) -> PolicyState:
+        """What the policy remembers between rounds: nothing (:data:`~heteroplan.policies.state.NO_STATE`)."""
+        return NO_STATE
+
+    def restore_state(self, state: PolicyState) -> None:
+        """Take back a :meth:`state` (nothing to restore for a stateless policy)."""
+        expect_state(state, NoState, self.name)
 
 
 def counts_by_type(allocation: Allocation, cluster: Cluster) -> dict[str, int]:

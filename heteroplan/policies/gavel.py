@@ -33,6 +33,8 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -53,9 +55,10 @@ from heteroplan.policies.packing import (
     rate_of,
     take_gpus,
 )
+from heteroplan.policies.state import PolicyState, expect_state
 from heteroplan.solvers import solve
 
-__all__ = ["GavelPolicy", "OBJECTIVES", "MECHANISMS", "solve_max_min_fairness", "solve_time_fractions",
+__all__ = ["GavelPolicy", "GavelState", "OBJECTIVES", "MECHANISMS", "solve_max_min_fairness", "solve_time_fractions",
            "solve_finish_time_fairness"]
 
 OBJECTIVES = ("max_min_fairness", "max_min_fairness_agnostic", "max_sum_throughput", "finish_time_fairness",
@@ -187,6 +190,55 @@ def solve_time_fractions(
     return np.round(x, decimals) if decimals is not None else x
 
 
+@dataclass(frozen=True)
+class GavelState(PolicyState):
+    """What Gavel remembers between rounds (:meth:`GavelPolicy.state`).
+
+    Attributes:
+        job_set: the (job id, requested GPUs) pairs the time fractions were solved for
+            (``None``: never solved); a change of the set re-solves.
+        time_fractions: the LP's ``X``: per job, per GPU type, the share of time (0..1).
+        runs_on: per job, the GPU types on which it has a positive rate.
+        rounds: per job, the rounds it was active (``mechanism="rounds"``).
+        received: per job, per GPU type: rounds it got there (``"rounds"``), or seconds it got
+            there including its half-round credit (``"sia-artifact"``).
+        type_time: per GPU type, the seconds all jobs got (and were credited) there (``"sia-artifact"``).
+        solve_count: LP solves so far.
+    """
+
+    job_set: tuple[tuple[str, int], ...] | None
+    time_fractions: Mapping[str, Mapping[str, float]]
+    runs_on: Mapping[str, tuple[str, ...]]
+    rounds: Mapping[str, int]
+    received: Mapping[str, Mapping[str, float]]
+    type_time: Mapping[str, float]
+    solve_count: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_set": None if self.job_set is None else [[j, g] for j, g in self.job_set],
+            "time_fractions": {j: dict(x) for j, x in self.time_fractions.items()},
+            "runs_on": {j: list(t) for j, t in self.runs_on.items()},
+            "rounds": dict(self.rounds),
+            "received": {j: dict(r) for j, r in self.received.items()},
+            "type_time": dict(self.type_time),
+            "solve_count": self.solve_count,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GavelState:
+        key = data["job_set"]
+        return cls(
+            job_set=None if key is None else tuple((str(j), int(g)) for j, g in key),
+            time_fractions={str(j): {str(k): float(v) for k, v in x.items()} for j, x in data["time_fractions"].items()},
+            runs_on={str(j): tuple(str(k) for k in t) for j, t in data["runs_on"].items()},
+            rounds={str(j): int(n) for j, n in data["rounds"].items()},
+            received={str(j): {str(k): float(v) for k, v in r.items()} for j, r in data["received"].items()},
+            type_time={str(k): float(v) for k, v in data["type_time"].items()},
+            solve_count=int(data["solve_count"]),
+        )
+
+
 def iteration_rate(job: JobState, gpu_type: str, gpus: int, gpus_per_node: int) -> float:
     """Iterations/s of a rigid job at its given batch on ``gpus`` packed GPUs (the Sia artifact's
     ``predict_throughput``); the estimator's rate when it has no per-batch throughput model."""
@@ -253,6 +305,27 @@ class GavelPolicy:
     @property
     def artifact(self) -> bool:
         return self.mechanism == "sia-artifact"
+
+    def state(self) -> GavelState:
+        """What the policy remembers between rounds: its time fractions and the job set they were
+        solved for, and what each job got on each type (its priorities); a copy."""
+        return GavelState(
+            job_set=self._key, time_fractions={j: dict(x) for j, x in self._x.items()},
+            runs_on={j: tuple(sorted(t)) for j, t in self._runs_on.items()}, rounds=dict(self._rounds),
+            received={j: dict(r) for j, r in self._received.items()}, type_time=dict(self._type_time),
+            solve_count=self.solve_count,
+        )
+
+    def restore_state(self, state: PolicyState) -> None:
+        """Continue from ``state`` (a :meth:`state` of a Gavel policy with the same options)."""
+        state = expect_state(state, GavelState, self.name)
+        self._key = None if state.job_set is None else tuple(state.job_set)
+        self._x = {j: dict(x) for j, x in state.time_fractions.items()}
+        self._runs_on = {j: set(t) for j, t in state.runs_on.items()}
+        self._rounds = dict(state.rounds)
+        self._received = {j: dict(r) for j, r in state.received.items()}
+        self._type_time = dict(state.type_time)
+        self.solve_count = state.solve_count
 
     def _throughputs(self, cluster: Cluster, jobs: Sequence[JobState], types: list[str]) -> np.ndarray:
         cap = cluster.capacity()

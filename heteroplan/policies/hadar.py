@@ -43,8 +43,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import Enum
+from typing import Any
 
 import numpy as np
 
@@ -53,8 +54,9 @@ from heteroplan.errors import InputError
 from heteroplan.formulations.hadar import completion_utility, density_bounds, pace_slots
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.packing import free_gpus, make_allocation, rate_of, take_gpus
+from heteroplan.policies.state import PolicyState, expect_state
 
-__all__ = ["Admission", "HadarPolicy", "Order", "Planning", "price"]
+__all__ = ["Admission", "HadarPolicy", "HadarState", "Order", "Planning", "price"]
 
 
 class Planning(Enum):
@@ -150,6 +152,68 @@ class _Segments:
 
 
 
+@dataclass(frozen=True)
+class HadarState(PolicyState):
+    """What Hadar remembers between rounds (:meth:`HadarPolicy.state`); slots are absolute slot
+    indices, GPU counts are per node in ``nodes`` order.
+
+    Attributes:
+        nodes: the cluster's node names when the commitments were set up (``None``: never ran).
+        segment_starts: first slot of each piece of the committed-GPU timeline (the last runs forever).
+        segment_usage: per piece, the GPUs committed on each node.
+        plans: per admitted job, its committed ``(first slot, end slot (exclusive), GPUs per node)`` pieces.
+        admissions: each admitted job's latest schedule.
+        rejected: jobs dropped for good (``COMMITTED`` with ``retry=False``).
+        tried: per job, the commitment version at which it was last refused (``COMMITTED`` retries
+            a job only after the prices changed).
+        version: the commitment version (bumped whenever commitments are released).
+        rates: per job, the rates (estimator units/s at its requested GPUs, per GPU type in the
+            cluster's order) read from its model, which the policy keeps while the job's model
+            object stays the same.
+        bounds: the last round's ``(L, max U)`` (``None``: not a number).
+    """
+
+    nodes: tuple[str, ...] | None
+    segment_starts: tuple[int, ...]
+    segment_usage: tuple[tuple[int, ...], ...]
+    plans: Mapping[str, tuple[tuple[int, int, tuple[int, ...]], ...]]
+    admissions: Mapping[str, Admission]
+    rejected: tuple[str, ...]
+    tried: Mapping[str, int]
+    version: int
+    rates: Mapping[str, tuple[float, ...]]
+    bounds: tuple[float | None, float | None]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "nodes": None if self.nodes is None else list(self.nodes),
+            "segment_starts": list(self.segment_starts), "segment_usage": [list(u) for u in self.segment_usage],
+            "plans": {j: [[lo, hi, list(c)] for lo, hi, c in pieces] for j, pieces in self.plans.items()},
+            "admissions": {j: asdict(a) for j, a in self.admissions.items()},
+            "rejected": list(self.rejected), "tried": dict(self.tried), "version": self.version,
+            "rates": {j: list(r) for j, r in self.rates.items()}, "bounds": list(self.bounds),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> HadarState:
+        lo, hi = data["bounds"]
+        return cls(
+            nodes=None if data["nodes"] is None else tuple(str(n) for n in data["nodes"]),
+            segment_starts=tuple(int(t) for t in data["segment_starts"]),
+            segment_usage=tuple(tuple(int(c) for c in u) for u in data["segment_usage"]),
+            plans={str(j): tuple((int(a), int(b), tuple(int(c) for c in counts)) for a, b, counts in pieces)
+                   for j, pieces in data["plans"].items()},
+            admissions={str(j): Admission(**a) for j, a in data["admissions"].items()},
+            rejected=tuple(str(j) for j in data["rejected"]),
+            tried={str(j): int(v) for j, v in data["tried"].items()}, version=int(data["version"]),
+            rates={str(j): tuple(float(x) for x in r) for j, r in data["rates"].items()},
+            bounds=(None if lo is None else float(lo), None if hi is None else float(hi)),
+        )
+
+
+_RESTORED = object()  # stands for a job's model object in rates taken back from a HadarState
+
+
 class HadarPolicy:
     """Online primal-dual scheduler (Hadar variant); ``forking=True`` gives HadarE.
 
@@ -218,6 +282,7 @@ class HadarPolicy:
         self._cluster: Cluster | None = None
         self._rates: dict[str, tuple[object, np.ndarray]] = {}
         self._currents: dict[str, tuple[int, np.ndarray] | None] = {}
+        self._saved_timeline: tuple[tuple[str, ...], tuple[int, ...], tuple[tuple[int, ...], ...]] | None = None
 
     # ------------------------------------------------------------------ setup
     @property
@@ -226,6 +291,53 @@ class HadarPolicy:
         (``COMMITTED``, ``retry=False``) is 2*alpha-competitive in this family (small demands)."""
         lo, hi = self.bounds
         return max(1.0, math.log(hi / lo)) if lo > 0 else math.nan
+
+    def state(self) -> HadarState:
+        """What the policy remembers between rounds: its commitments (timeline and plans), its
+        admissions, refusals and the rates it read of each job's model; a copy."""
+        seg = self._segments
+        if seg is not None:
+            nodes, starts, usage = tuple(self._nodes), tuple(seg.starts), tuple(seg.usage)
+        else:  # not run since set up, or restored and not yet laid on a cluster
+            nodes, starts, usage = self._saved_timeline or (None, (), ())
+        return HadarState(
+            nodes=nodes, segment_starts=tuple(int(t) for t in starts),
+            segment_usage=tuple(tuple(int(c) for c in u) for u in usage),
+            plans={j: tuple((int(lo), int(hi), tuple(int(c) for c in counts)) for lo, hi, counts in p.pieces)
+                   for j, p in self._plans.items()},
+            admissions=dict(self.admissions), rejected=tuple(sorted(self.rejected)), tried=dict(self._tried),
+            version=self._version, rates={j: tuple(float(x) for x in r) for j, (_, r) in self._rates.items()},
+            bounds=tuple(float(b) if math.isfinite(b) else None for b in self.bounds),  # type: ignore[arg-type]
+        )
+
+    def restore_state(self, state: PolicyState) -> None:
+        """Continue from ``state`` (a :meth:`state` of a Hadar policy with the same options); the
+        commitments are laid on the cluster at the next round, whose nodes must be ``state.nodes``."""
+        state = expect_state(state, HadarState, self.name)
+        self._segments, self._cluster = None, None
+        self._saved_timeline = None if state.nodes is None else (state.nodes, state.segment_starts, state.segment_usage)
+        self._plans = {j: _Plan([(lo, hi, np.array(c, dtype=np.int64)) for lo, hi, c in pieces])
+                       for j, pieces in state.plans.items()}
+        self.admissions = dict(state.admissions)
+        self.rejected = set(state.rejected)
+        self._tried = dict(state.tried)
+        self._version = state.version
+        self._rates = {j: (_RESTORED, np.array(r, dtype=float)) for j, r in state.rates.items()}
+        self.bounds = tuple(math.nan if b is None else b for b in state.bounds)  # type: ignore[assignment]
+
+    def _take_saved_timeline(self) -> None:
+        """Lay a restored state's committed-GPU timeline on the cluster just set up."""
+        saved, self._saved_timeline = self._saved_timeline, None
+        if saved is None:
+            return
+        nodes, starts, usage = saved
+        if tuple(self._nodes) != nodes:
+            raise InputError("cluster", self._cluster.name if self._cluster else None,  # type: ignore[union-attr]
+                             f"is not the cluster Hadar's restored state was planned on (nodes {list(nodes)[:4]}...)")
+        seg = _Segments(len(nodes), starts[0])
+        seg.starts = list(starts)
+        seg.usage = [np.array(u, dtype=np.int64) for u in usage]
+        self._segments = seg
 
     def _setup(self, cluster: Cluster, t: int) -> None:
         self._cluster = cluster
@@ -267,6 +379,8 @@ class HadarPolicy:
         """Whole-job rate (estimator units/s) at the requested GPU count on each type (0: cannot
         run); asked of the job's model once (again when the job's model object changes)."""
         cached = self._rates.get(job.job_id)
+        if cached is not None and cached[0] is _RESTORED:  # read before a save: the job's model then
+            self._rates[job.job_id] = cached = (job.estimator, cached[1])
         if cached is not None and cached[0] is job.estimator:
             return cached[1]
         rates = self._ask_rates(job, cluster)
@@ -495,6 +609,7 @@ class HadarPolicy:
         self._rates = {k: v for k, v in self._rates.items() if k in live}
         if self._segments is None or self._cluster is not cluster:
             self._setup(cluster, t)
+            self._take_saved_timeline()
         seg = self._segments
         assert seg is not None
         self._set_prices(jobs)

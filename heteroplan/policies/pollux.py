@@ -32,8 +32,9 @@ GA penalizes every state that differs from the job's (empty) base state.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -42,10 +43,11 @@ from heteroplan.errors import InputError, check_seconds
 from heteroplan.formulations.sia import ConfigSet, build_sia_model, restart_factor
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.common import goodput_matrix, place_blind
-from heteroplan.policies.pollux_profile import MergedProfile
+from heteroplan.policies.pollux_profile import MergedProfile, ProfileState
 from heteroplan.policies.sia_solve import solve_sia
+from heteroplan.policies.state import GeneratorState, PolicyState, expect_state
 
-__all__ = ["PolluxPolicy", "POLLUX_MECHANISMS"]
+__all__ = ["PolluxPolicy", "PolluxState", "POLLUX_MECHANISMS"]
 
 POLLUX_MECHANISMS = ("pooled-type", "sia-artifact")
 SPEEDUP_BASES = ("one-gpu", "fair-share")
@@ -57,6 +59,33 @@ ARTIFACT_MAX_REPLICAS = 16
 # share a job's 1-GPU term exceeds 1, so Sia's lambda = 1.1 would leave jobs unscheduled.
 FAIR_SHARE_LAMBDA = 250.0
 ARTIFACT_KEEP_ORDER = ("dgx-ext", "azure", "quad", "rtx", "aws")  # ties keep the earlier type
+
+
+@dataclass(frozen=True)
+class PolluxState(PolicyState):
+    """What Pollux remembers between rounds (:meth:`PolluxPolicy.state`); only the Sia artifact's
+    mechanism (``pollux-sia``) fills it, ``"pooled-type"`` keeps nothing.
+
+    Attributes:
+        virtual_nodes: per job, the (virtual node index, GPUs) pairs it holds (kept while its GPU
+            count stays).
+        profiles: per job, its merged profile (``merged_profile=True``).
+        rng: the generator that orders the virtual nodes (``vnode_order="shuffled"``).
+    """
+
+    virtual_nodes: Mapping[str, tuple[tuple[int, int], ...]]
+    profiles: Mapping[str, ProfileState]
+    rng: GeneratorState
+
+    def to_json(self) -> dict[str, Any]:
+        return {"virtual_nodes": {j: [list(p) for p in parts] for j, parts in self.virtual_nodes.items()},
+                "profiles": {j: p.to_json() for j, p in self.profiles.items()}, "rng": self.rng.to_json()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PolluxState:
+        return cls({str(j): tuple((int(v), int(c)) for v, c in parts) for j, parts in data["virtual_nodes"].items()},
+                   {str(j): ProfileState.from_json(p) for j, p in data["profiles"].items()},
+                   GeneratorState.from_json(data["rng"]))
 
 
 @dataclass
@@ -115,6 +144,19 @@ class PolluxPolicy:
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
             raise InputError("seed", self.seed, "must be an integer >= 0")
         self._rng = np.random.default_rng(self.seed)
+
+    def state(self) -> PolluxState:
+        """What the policy remembers between rounds: each job's virtual nodes and merged profile,
+        and where its random generator stands; a copy."""
+        return PolluxState(dict(self._intended), {j: p.snapshot() for j, p in self._profiles.items()},
+                           GeneratorState.of(self._rng))
+
+    def restore_state(self, state: PolicyState) -> None:
+        """Continue from ``state`` (a :meth:`state` of a Pollux policy with the same options)."""
+        state = expect_state(state, PolluxState, self.name)
+        self._intended = dict(state.virtual_nodes)
+        self._profiles = {j: MergedProfile.restore(p) for j, p in state.profiles.items()}
+        self._rng = state.rng.generator()
 
     def _pooled(self, cluster: Cluster) -> ConfigSet:
         key = id(cluster)

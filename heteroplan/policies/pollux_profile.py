@@ -14,7 +14,7 @@ in the order they came); the estimator itself, and the simulator's progress, are
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,7 @@ from heteroplan.perf.goodput import GoodputModel
 from heteroplan.perf.measurements import Measurements
 from heteroplan.perf.throughput import ThroughputParams
 
-__all__ = ["LinearSpeedup", "MergedProfile"]
+__all__ = ["LinearSpeedup", "MergedProfile", "ProfileState"]
 
 
 class LinearSpeedup:
@@ -36,6 +36,32 @@ class LinearSpeedup:
     def goodput(self, gpu_type: Any, num_nodes: Any, num_gpus: Any, progress: float = 0.0) -> np.ndarray:
         shape = np.broadcast(np.asarray(gpu_type), np.asarray(num_nodes), np.asarray(num_gpus)).shape
         return np.broadcast_to(np.asarray(num_gpus, dtype=float), shape).copy()
+
+
+@dataclass(frozen=True)
+class ProfileState:
+    """A :class:`MergedProfile` as plain data: ``baseline`` and ``read`` (observations per GPU
+    type), the merged ``rows`` (nodes, GPUs, local batch, step time s, sync time s) and the
+    throughput fit (``None``: none yet; kept because each refit starts from the previous one)."""
+
+    baseline: Mapping[str, int]
+    read: Mapping[str, int]
+    rows: tuple[tuple[float, float, float, float, float], ...]
+    params: ThroughputParams | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"baseline": dict(self.baseline), "read": dict(self.read), "rows": [list(r) for r in self.rows],
+                "params": None if self.params is None else self.params.to_dict()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ProfileState:
+        rows = tuple(tuple(float(x) for x in r) for r in data["rows"])
+        if any(len(r) != 5 for r in rows):
+            raise ValueError("a merged-profile row has 5 numbers (nodes, GPUs, local batch, step s, sync s)")
+        params = data["params"]
+        return cls({str(t): int(n) for t, n in data["baseline"].items()},
+                   {str(t): int(n) for t, n in data["read"].items()},
+                   rows, None if params is None else ThroughputParams.from_dict(params))  # type: ignore[arg-type]
 
 
 @dataclass
@@ -58,6 +84,16 @@ class MergedProfile:
     def start(cls, estimator: Any, gpu_types: Sequence[str]) -> MergedProfile:
         counts = {t: len(estimator.observations(t)) for t in gpu_types}
         return cls(baseline=counts, read=dict(counts))
+
+    def snapshot(self) -> ProfileState:
+        """This profile as plain data (a copy)."""
+        return ProfileState(dict(self.baseline), dict(self.read), tuple(self.rows), self._params)
+
+    @classmethod
+    def restore(cls, state: ProfileState) -> MergedProfile:
+        """The profile ``state`` was taken from (it merges and fits on as the original would)."""
+        rows = list(state.rows)
+        return cls(dict(state.baseline), dict(state.read), rows, {r[:3] for r in rows}, state.params)
 
     def update(self, estimator: Any, gpu_types: Sequence[str]) -> None:
         """Merge the estimator's observations made since the last update (in type order: a job

@@ -2,7 +2,8 @@
 
 The simulator (:mod:`heteroplan.sim`), the runtime's round executor and a user's own loop
 all drive a :class:`SchedulingSession`: submit jobs, ask for a round's typed
-:class:`Decision` per job, report what was observed, finish jobs; save and restore it as JSON.
+:class:`Decision` per job, report what was observed, finish jobs; save and restore it as JSON,
+with the policy's own state between rounds (:mod:`heteroplan.policies.state`).
 See ``docs/own_loop.md``.
 """
 
@@ -10,12 +11,13 @@ from heteroplan.scheduling.decisions import Decision, DecisionKind, RoundDecisio
 from heteroplan.scheduling.policy_check import check_policy, restart_delay_of
 from heteroplan.scheduling.records import JobRecord
 from heteroplan.scheduling.session import SchedulingSession, UnreportedJobWarning
-from heteroplan.scheduling.storage import SESSION_FORMAT
+from heteroplan.scheduling.storage import SESSION_FORMAT, PolicyStateLostWarning
 
 __all__ = [
     "Decision",
     "DecisionKind",
     "JobRecord",
+    "PolicyStateLostWarning",
     "RoundDecisions",
     "SESSION_FORMAT",
     "SchedulingSession",

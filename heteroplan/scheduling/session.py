@@ -34,8 +34,12 @@ one GPU).
 ``restart_delay_s`` option when it has one (e.g. the Sia artifact's Pollux: 30 s), else the
 job's own (its application's measured delay, or what :meth:`submit` was given).
 
-The session is saved as JSON (:meth:`save`) and restored (:meth:`load`) in another process;
-the policy object is given again at load (a policy's own state between rounds is its business).
+The session is saved as JSON (:meth:`save`) and restored (:meth:`load`) in another process,
+with the policy's own state between rounds (:mod:`heteroplan.policies.state`: Gavel's time
+fractions and priorities, ``pollux-sia``'s virtual nodes, profiles and random generator,
+Hadar's commitments); the policy object is given again at load (it is code, built with the same
+options) and takes that state back, so the restored session's next round decides as the
+original's would have. A file of format 1 (no policy state) loads with a fresh policy state.
 """
 
 from __future__ import annotations
@@ -430,7 +434,8 @@ class SchedulingSession:
 
     # ------------------------------------------------------------------- save / load
     def save(self, path: str | Path) -> Path:
-        """Write the session to a JSON file (atomically); :meth:`load` takes it back."""
+        """Write the session, with its policy's state between rounds, to a JSON file (atomically);
+        :meth:`load` takes it back."""
         from heteroplan.scheduling.storage import save_session
 
         return save_session(self, path)
@@ -438,7 +443,11 @@ class SchedulingSession:
     @classmethod
     def load(cls, path: str | Path, cluster: Cluster, policy: Policy) -> SchedulingSession:
         """A session saved by :meth:`save`, on ``cluster`` under ``policy`` (given again: a policy is
-        code, not data). Its next :meth:`round` decides as the saved session's would have."""
+        code, not data; build it with the saved one's options). The policy takes back the state it
+        kept between rounds (see :mod:`heteroplan.policies.state`), so the next :meth:`round`
+        decides as the saved session's would have. Raises :class:`InputError` when the file holds
+        another kind of policy's state; a format-1 file (saved without it) warns
+        (:class:`~heteroplan.scheduling.storage.PolicyStateLostWarning`) under a stateful policy."""
         from heteroplan.scheduling.storage import load_session
 
         return load_session(path, cluster, policy)
