@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import statistics
 import sys
 import tempfile
+from pathlib import Path
 
 import torch
 
@@ -120,7 +122,8 @@ def main() -> None:
     parser.add_argument("--precisions", nargs="*", default=["fp32", "bf16"], help="matrix precisions")
     parser.add_argument("--recompute", nargs="*", default=["none", "full"], help="matrix recomputation")
     parser.add_argument("--profile-dir", help="keep the profiles (and network table) in this folder")
-    parser.add_argument("--out", default="closed_loop", help="results name: benchmarks/results/<out>.json")
+    parser.add_argument("--out", default="closed_loop",
+                        help="results name: benchmarks/results/<out>.json, or a path ending in .json")
     args = parser.parse_args()
     torch.set_num_threads(1)
     task = TinyGPTTask(vocab=args.vocab, seq_len=args.seq, d_model=args.width, n_layers=args.layers, n_heads=args.heads)
@@ -134,6 +137,13 @@ def main() -> None:
     device = args.device
     cpu = GPUType("cpu", memory_gb=16, gpus_per_node=max(args.cores, 2), price_per_hour=0.1)
     rows, results = [], []
+    def save(payload: dict) -> Path:
+        if not args.out.endswith(".json"):
+            return write_json(args.out, payload)
+        out = Path(args.out)
+        out.write_text(json.dumps(payload, indent=2, default=str))
+        return out
+
     header = {"device": device, "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
               "torch": torch.__version__, "model": dataclasses.asdict(task), "optimizer": args.optimizer,
               "timing": args.timing}
@@ -192,10 +202,10 @@ def main() -> None:
                                                        for s in range(plan.pp) for d in range(plan.dp)],
                             "simulated_memory_gb": list(sim.memory_per_stage)})
             print_table(rows[-1:], list(row))
-            write_json(args.out, {**header, "load_average": os.getloadavg(), "rows": results})  # as it goes
+            save({**header, "load_average": os.getloadavg(), "rows": results})  # as it goes
     print()
     print_table(rows, list(rows[0]) if rows else [])
-    path = write_json(args.out, {**header, "load_average": os.getloadavg(), "rows": results})
+    path = save({**header, "load_average": os.getloadavg(), "rows": results})
     print(f"wrote {path}")
 
 
