@@ -106,6 +106,7 @@ def test_plan_job_recomputes_when_nothing_fits_otherwise_and_the_runtime_runs_it
     result = plan_job("gpt-fp32", 8, {("cpu", "local"): 1}, gpu_types=(tight,), data_dir=data_dir, options=options)
     assert [st.recompute for st in result.plan.stages] == [Recomputation.FULL]
     assert "no plan without recomputation" in result.extra["recompute"]
+    assert "every stage recomputes its activations" in result.describe()
     assert result.memory_fit.fits and result.memory_fit.need_gb <= 0.0035
     pred_none, meas_none = predicted_and_measured(data_dir, "fp32", "none")
     assert pred_none > 0.0035e9  # the plan keeping activations would not fit

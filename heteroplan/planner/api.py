@@ -120,6 +120,8 @@ class PlanResult:
         if self.memory_fit is not None:
             lines.append("  " + self.memory_fit.describe())
         lines.append(f"  search: {self.search_time:.3g} s, {self.evaluated} layouts")
+        if self.extra.get("recompute"):
+            lines.append("  every stage recomputes its activations: " + self.extra["recompute"])
         if self.extra.get("uncalibrated_gpu_types"):
             lines.append("  " + uncalibrated_note(self.extra["uncalibrated_gpu_types"]))
         return "\n".join(lines)
