@@ -6,12 +6,15 @@
 - ``HETEROPLAN_SKIP_LOG=FILE`` appends the node id of every test (or module) skipped for want of
   torch or ray to FILE, one a line. ``.ci/run`` runs the suite without the extras first, then
   installs them and runs exactly those node ids again.
+
+Fixtures shared by the test modules: ``cli_error`` (run the CLI expecting exit code 2, get stderr).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 
 import pytest
 
@@ -53,3 +56,20 @@ def pytest_make_collect_report(collector):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     _check(outcome.get_result(), item.nodeid)
+
+
+@pytest.fixture
+def cli_error(capsys) -> Callable[[list[str]], str]:
+    """``cli_error(argv)``: run ``heteroplan argv`` expecting exit code 2 (argparse or an InputError),
+    return what it wrote to stderr (for the test to check it names the field and the value)."""
+    from heteroplan.cli import main
+
+    def run(argv: list[str]) -> str:
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code
+        assert code == 2, argv
+        return capsys.readouterr().err
+
+    return run

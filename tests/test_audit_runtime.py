@@ -10,31 +10,21 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install torch (CPU build)")
 
-from heteroplan.cli import main  # noqa: E402
 from heteroplan.commands.run import exit_code as run_exit_code  # noqa: E402
 from heteroplan.inputs import local_process_limit  # noqa: E402
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
 
 
-def cli_error(argv: list[str], capsys) -> str:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    assert code == 2, argv
-    return capsys.readouterr().err
-
-
-def test_run_refuses_more_local_processes_than_the_machine_can_hold(tmp_path, capsys) -> None:
-    assert "--pp x --dp=100000" in cli_error(["run", "--pp", "1", "--dp", "100000"], capsys)
+def test_run_refuses_more_local_processes_than_the_machine_can_hold(tmp_path, cli_error) -> None:
+    assert "--pp x --dp=100000" in cli_error(["run", "--pp", "1", "--dp", "100000"])
     big = Plan("tiny-gpt", 1024, 1, (Stage(0, 6, (ReplicaGroup("cpu", "local", 1, 512),)),))
     big.to_json(tmp_path / "plan.json")
-    assert "--plan=512" in cli_error(["run", "--plan", str(tmp_path / "plan.json")], capsys)
+    assert "--plan=512" in cli_error(["run", "--plan", str(tmp_path / "plan.json")])
     assert local_process_limit() < 512
 
 
-def test_profile_refuses_500_network_processes(tmp_path, capsys) -> None:
-    err = cli_error(["profile", "--out", str(tmp_path / "d"), "--world-size", "500"], capsys)
+def test_profile_refuses_500_network_processes(tmp_path, cli_error) -> None:
+    err = cli_error(["profile", "--out", str(tmp_path / "d"), "--world-size", "500"])
     assert "--world-size=500" in err
     assert not (tmp_path / "d").exists()  # refused before any profiling
 
@@ -46,7 +36,7 @@ def test_run_exit_code_says_which_signal_stopped_it() -> None:
     assert run_exit_code(SimpleNamespace(stopped_early=False, extra={})) == 0
 
 
-def test_a_diverging_run_fails_with_a_clear_error(capsys) -> None:
+def test_a_diverging_run_fails_with_a_clear_error(cli_error) -> None:
     err = cli_error(["run", "--pp", "1", "--dp", "1", "--layers", "1", "--steps", "3", "--optimizer", "sgd",
-                     "--lr", "1e30", "--mbs", "2"], capsys)
+                     "--lr", "1e30", "--mbs", "2"])
     assert "--lr=1e+30" in err and "diverged" in err
