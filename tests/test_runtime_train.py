@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -70,11 +69,11 @@ def test_rescale_from_2_to_4_workers_continues_same_step_and_loss(tmp_path: Path
 def test_dead_rank_stops_the_run_with_a_resumable_checkpoint(tmp_path: Path) -> None:
     config = RunConfig(device=DEVICE, steps=5, lr=0.05, checkpoint_dir=str(tmp_path), checkpoint_every=1, fault=("exit", 3, 2))
     plan = plan_of([(0, 2), (2, 4)], dp=2)
-    t0 = time.monotonic()
     with pytest.raises(RankFailure) as info:
         run_plan(plan, TASK, config)
-    assert time.monotonic() - t0 < 60
-    assert info.value.rank == 3 and "17" in info.value.reason
+    # seen as the death of rank 3 (exit code 17), not as a stall after config.timeout_s (rank None,
+    # "no iteration finished"), nor as a peer's collective error: the launcher did not wait it out
+    assert info.value.rank == 3 and info.value.reason.startswith("process exited with code 17")
     assert info.value.checkpoint is not None and info.value.checkpoint.step == 2
     assert "resume" in str(info.value)
     resumed = run_plan(plan, TASK, RunConfig(**{**config.__dict__, "fault": None}))
@@ -84,12 +83,15 @@ def test_dead_rank_stops_the_run_with_a_resumable_checkpoint(tmp_path: Path) -> 
 
 
 def test_hung_rank_times_out_instead_of_hanging(tmp_path: Path) -> None:
+    """Rank 1 sleeps 10 x timeout_s at step 1: the run fails after timeout_s, by the launcher's
+    watchdog or a peer's collective timeout, without waiting for it (else it would wake and finish)."""
     config = RunConfig(device=DEVICE, steps=4, timeout_s=3, fault=("hang", 1, 1), checkpoint_dir=str(tmp_path), checkpoint_every=1)
-    t0 = time.monotonic()
     with pytest.raises(RankFailure) as info:
         run_plan(plan_of([(0, 4)], dp=2), TASK, config)
-    assert time.monotonic() - t0 < 60
-    assert info.value.checkpoint.step == 1
+    reason = info.value.reason.lower()
+    assert (info.value.rank is None and reason == "no iteration finished for 3 s") or \
+        (info.value.rank == 0 and ("timed out" in reason or "timeout" in reason)), info.value.reason
+    assert info.value.checkpoint.step == 1  # the hung rank never reached step 2
 
 
 def test_bad_runs_are_refused_before_any_process_starts(tmp_path: Path) -> None:
