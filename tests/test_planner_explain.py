@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from heteroplan.planner import SearchOptions, plan_job
-from heteroplan.planner.explain import diff_plans, gpu_mix, plan_families
+from heteroplan.planner.explain import (
+    FamilyKind,
+    PlanFamily,
+    TermKind,
+    diff_plans,
+    gpu_mix,
+    plan_families,
+)
 
 A, V, Z = "A100-40", "V100-16", "us-central1-a"
 
@@ -27,8 +34,15 @@ def test_runner_ups_are_worse_than_the_plan_and_priced_as_simulate_prices_them(r
         assert est.iteration_time == pytest.approx(r.iteration_time, rel=1e-9)
         assert est.cost_per_iteration == pytest.approx(r.cost_per_iteration, rel=1e-9)
     families = {r.family for r in result.runner_ups} | set(plan_families(result.plan))
-    assert {f"PP {p}" for p in range(1, 5)} <= families
-    assert f"GPU types {A}" in families and f"GPU types {V}" in families
+    assert {PlanFamily.depth(p) for p in range(1, 5)} <= families
+    assert PlanFamily.mix((A,)) in families and PlanFamily.mix((V,)) in families
+    # typed families print as the former labels, in the order explain() lists them
+    assert {str(f) for f in families} >= {"PP 1", "PP 4", f"GPU types {A}", f"GPU types {V}"}
+    assert str(PlanFamily.mix((V, A))) == f"GPU types {A}+{V}" and PlanFamily.depth(4).kind is FamilyKind.DEPTH
+    labels = [r.family.label for r in result.runner_ups]
+    assert labels == sorted(labels)
+    for line, r in zip(result.explain().splitlines()[1:], result.runner_ups, strict=True):
+        assert line.startswith(f"best of {r.family}: PP{r.plan.pp} x DP{r.plan.dp}")
 
 
 def test_diff_with_itself_is_zero_and_terms_add_up(result):
@@ -36,11 +50,13 @@ def test_diff_with_itself_is_zero_and_terms_add_up(result):
     assert all(row.delta == 0 for row in same.rows)
     other = result.runner_ups[0].plan
     d = result.diff(other, ("chosen", "other"))
-    time_rows = [r for r in d.rows if r.kind == "time"]
+    time_rows = [r for r in d.rows if r.kind is TermKind.TIME]
+    assert all(r.unit == "s/iteration" for r in time_rows)
     total = next(r for r in time_rows if r.term == "total")
     assert sum(r.delta for r in time_rows if r.term != "total") == pytest.approx(total.delta, rel=1e-9, abs=1e-12)
     assert total.b == pytest.approx(result.simulate(other).iteration_time)
-    biggest = d.largest("time", 1)[0]
+    biggest = d.largest(TermKind.TIME, 1)[0]
+    assert d.largest("time", 1) == [biggest]  # the former spelling of the kind
     assert abs(biggest.delta) == max(abs(r.delta) for r in time_rows if r.term != "total")
     assert biggest.term in d.describe().splitlines()[-1]
 
@@ -50,5 +66,6 @@ def test_diff_of_two_estimates_names_the_mix():
     assert gpu_mix(res.plan) == A
     est = res.estimate
     d = diff_plans(est, est, ("x", "y"))
-    assert {r.kind for r in d.rows} == {"time", "cost", "memory"}
-    assert next(r for r in d.rows if r.kind == "memory" and r.term == "total").a == pytest.approx(res.memory_fit.need_gb)
+    assert {r.kind for r in d.rows} == set(TermKind)
+    assert {r.unit for r in d.rows if r.kind is TermKind.COST} == {"$/iteration"}
+    assert next(r for r in d.rows if r.kind is TermKind.MEMORY and r.term == "total").a == pytest.approx(res.memory_fit.need_gb)

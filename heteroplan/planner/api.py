@@ -13,7 +13,7 @@ from heteroplan._html import table
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_network import NetworkModel
-from heteroplan.planner.explain import PlanDiff, RunnerUp, diff_plans
+from heteroplan.planner.explain import PlanDiff, RunnerUp, TermKind, diff_plans
 from heteroplan.planner.model.simulator import MemoryFit, PlanEstimate, simulate_plan
 from heteroplan.planner.plan import Plan, Recomputation
 from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions, normalize_pool
@@ -78,8 +78,8 @@ class PlanResult:
         """The chosen plan against each runner-up: family, time, cost and the terms that differ most."""
         lines = [f"chosen: {self.iteration_time:.4g} s/iteration, ${self.cost_per_iteration:.4g}/iteration"]
         for r in self.runner_ups:
-            d = self.diff(r.plan, ("chosen", r.family))
-            top = ", ".join(f"{t.term} {t.delta:+.3g} s" for t in d.largest("time", 2))
+            d = self.diff(r.plan, ("chosen", r.family.label))
+            top = ", ".join(f"{t.term} {t.delta:+.3g} s" for t in d.largest(TermKind.TIME, 2))
             lines.append(f"best of {r.family}: PP{r.plan.pp} x DP{r.plan.dp}, {r.plan.num_gpus} GPUs, "
                          f"{d.b.iteration_time:.4g} s ({d.b.iteration_time / self.iteration_time - 1:+.1%}), "
                          f"${d.b.cost_per_iteration:.4g}; {top}")
@@ -230,7 +230,7 @@ def plan(request: PlanRequest) -> PlanResult:
         extra | {"search_iteration_time": best.iteration_time, "search_cost": best.cost_per_iteration},
         sim.memory_fit,
         tuple(RunnerUp(family, c.plan, c.iteration_time, c.cost_per_iteration)
-              for family, c in sorted(searcher.runner_ups.items()) if c.plan != best.plan),
+              for family, c in sorted(searcher.runner_ups.items(), key=lambda fc: fc[0].label) if c.plan != best.plan),
         sim,
         request,
     )

@@ -10,21 +10,69 @@ side by side, term by term (seconds, $ and GB per GPU), and names the terms that
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum, StrEnum
 
 from heteroplan.planner.model.simulator import CostTerms, MemoryTerms, PlanEstimate, TimeTerms
 from heteroplan.planner.plan import Plan
 
-__all__ = ["RunnerUp", "TermDiff", "PlanDiff", "diff_plans", "gpu_mix", "plan_families"]
+__all__ = ["FamilyKind", "PlanFamily", "RunnerUp", "TermKind", "TermDiff", "PlanDiff", "diff_plans", "gpu_mix",
+           "plan_families"]
 
 
 def gpu_mix(plan: Plan) -> str:
     """The plan's GPU types, sorted and joined by ``+``."""
-    return "+".join(sorted({g.gpu_type for s in plan.stages for g in s.replicas}))
+    return "+".join(gpu_types(plan))
 
 
-def plan_families(plan: Plan) -> tuple[str, str]:
+def gpu_types(plan: Plan) -> tuple[str, ...]:
+    """The plan's GPU types, sorted."""
+    return tuple(sorted({g.gpu_type for s in plan.stages for g in s.replicas}))
+
+
+class FamilyKind(Enum):
+    """What a family of plans shares: a set of GPU types, or a pipeline depth."""
+
+    GPU_MIX = "GPU types"
+    DEPTH = "PP"
+
+
+@dataclass(frozen=True)
+class PlanFamily:
+    """A family of plans competing for runner-up: one set of GPU types, or one pipeline depth.
+
+    Attributes:
+        kind: :attr:`FamilyKind.GPU_MIX` or :attr:`FamilyKind.DEPTH`.
+        gpu_types: the family's GPU types, sorted (``GPU_MIX``; empty otherwise).
+        pp: the family's number of pipeline stages (``DEPTH``; 0 otherwise).
+    """
+
+    kind: FamilyKind
+    gpu_types: tuple[str, ...] = ()
+    pp: int = 0
+
+    @classmethod
+    def mix(cls, gpu_types: tuple[str, ...]) -> PlanFamily:
+        """The family of plans on exactly these GPU types."""
+        return cls(FamilyKind.GPU_MIX, tuple(sorted(gpu_types)))
+
+    @classmethod
+    def depth(cls, pp: int) -> PlanFamily:
+        """The family of plans with ``pp`` pipeline stages."""
+        return cls(FamilyKind.DEPTH, pp=pp)
+
+    @property
+    def label(self) -> str:
+        """``"GPU types A100-40+V100-16"`` or ``"PP 4"``."""
+        value = "+".join(self.gpu_types) if self.kind is FamilyKind.GPU_MIX else str(self.pp)
+        return f"{self.kind.value} {value}"
+
+    def __str__(self) -> str:
+        return self.label
+
+
+def plan_families(plan: Plan) -> tuple[PlanFamily, PlanFamily]:
     """The families a plan competes in for runner-up: its GPU-type mix and its pipeline depth."""
-    return f"GPU types {gpu_mix(plan)}", f"PP {plan.pp}"
+    return PlanFamily.mix(gpu_types(plan)), PlanFamily.depth(plan.pp)
 
 
 @dataclass(frozen=True)
@@ -32,27 +80,47 @@ class RunnerUp:
     """The best plan the search priced in one family (see the module's note on pruning).
 
     Attributes:
-        family: ``"GPU types A100-40+V100-16"`` or ``"PP 4"``.
+        family: its :class:`PlanFamily` (prints as ``GPU types A100-40+V100-16`` or ``PP 4``).
         plan: the plan.
         iteration_time: seconds per iteration, as the search priced it.
         cost_per_iteration: $ per iteration, as the search priced it.
     """
 
-    family: str
+    family: PlanFamily
     plan: Plan
     iteration_time: float
     cost_per_iteration: float
+
+
+class TermKind(StrEnum):
+    """What a term measures; :attr:`unit` is the unit of its values."""
+
+    TIME = "time"
+    COST = "cost"
+    MEMORY = "memory"
+
+    @property
+    def unit(self) -> str:
+        """``s/iteration``, ``$/iteration``, or ``GB (tightest)`` (the tightest GPU's memory)."""
+        return _UNITS[self]
+
+
+_UNITS = {TermKind.TIME: "s/iteration", TermKind.COST: "$/iteration", TermKind.MEMORY: "GB (tightest)"}
 
 
 @dataclass(frozen=True)
 class TermDiff:
     """One term of two plans: ``a`` and ``b`` in ``unit``; ``kind`` is time, cost or memory."""
 
-    kind: str
+    kind: TermKind
     term: str
-    unit: str
     a: float
     b: float
+
+    @property
+    def unit(self) -> str:
+        """The unit of ``a``, ``b`` and ``delta`` (``kind.unit``)."""
+        return self.kind.unit
 
     @property
     def delta(self) -> float:
@@ -77,9 +145,10 @@ class PlanDiff:
     rows: tuple[TermDiff, ...]
     shape: tuple[tuple[str, int, int], ...] = ()
 
-    def largest(self, kind: str, n: int = 3) -> list[TermDiff]:
-        """The ``n`` terms of ``kind`` (time, cost, memory) that differ most (by absolute delta)."""
-        rows = [r for r in self.rows if r.kind == kind and r.term != "total"]
+    def largest(self, kind: TermKind, n: int = 3) -> list[TermDiff]:
+        """The ``n`` terms of ``kind`` that differ most (by absolute delta)."""
+        kind = TermKind(kind)  # the former spelling, a plain "time", still works
+        rows = [r for r in self.rows if r.kind is kind and r.term != "total"]
         return sorted(rows, key=lambda r: -abs(r.delta))[:n]
 
     def describe(self) -> str:
@@ -92,7 +161,7 @@ class PlanDiff:
             lines.append(f"{name:<{width}}{'':<14}{x:>{col}}{y:>{col}}{y - x:>+14}")
         for r in self.rows:
             lines.append(f"{r.term:<{width}}{r.unit:<14}{r.a:>{col}.4g}{r.b:>{col}.4g}{r.delta:>+14.4g}")
-        top = ", ".join(f"{r.term} {r.delta:+.3g} s" for r in self.largest("time"))
+        top = ", ".join(f"{r.term} {r.delta:+.3g} s" for r in self.largest(TermKind.TIME))
         lines.append(f"time differs most in: {top}")
         return "\n".join(lines)
 
@@ -103,16 +172,17 @@ def diff_plans(a: PlanEstimate, b: PlanEstimate, labels: tuple[str, str] = ("a",
 
     Memory compares each plan's tightest GPU (the :attr:`PlanEstimate.memory_fit` stage and
     replica with the least headroom)."""
+    time, cost, memory = TermKind.TIME, TermKind.COST, TermKind.MEMORY
     rows: list[TermDiff] = []
     for name in TimeTerms.NAMES:
-        rows.append(TermDiff("time", name, "s/iteration", getattr(a.time_terms, name), getattr(b.time_terms, name)))
-    rows.append(TermDiff("time", "total", "s/iteration", a.iteration_time, b.iteration_time))
+        rows.append(TermDiff(time, name, getattr(a.time_terms, name), getattr(b.time_terms, name)))
+    rows.append(TermDiff(time, "total", a.iteration_time, b.iteration_time))
     for name in CostTerms.NAMES:
-        rows.append(TermDiff("cost", name, "$/iteration", getattr(a.cost_terms, name), getattr(b.cost_terms, name)))
-    rows.append(TermDiff("cost", "total", "$/iteration", a.cost_per_iteration, b.cost_per_iteration))
+        rows.append(TermDiff(cost, name, getattr(a.cost_terms, name), getattr(b.cost_terms, name)))
+    rows.append(TermDiff(cost, "total", a.cost_per_iteration, b.cost_per_iteration))
     ma, mb = _tightest(a), _tightest(b)
     for name in MemoryTerms.NAMES:
-        rows.append(TermDiff("memory", name if name != "total" else "total", "GB (tightest)", getattr(ma, name), getattr(mb, name)))
+        rows.append(TermDiff(memory, name, getattr(ma, name), getattr(mb, name)))
     shape: tuple[tuple[str, int, int], ...] = ()
     if plans is not None:
         pa, pb = plans

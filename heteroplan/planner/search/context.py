@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from heteroplan.planner.explain import plan_families
+from heteroplan.planner.explain import PlanFamily, plan_families
 from heteroplan.planner.goal import Shortfall
 from heteroplan.planner.model.comm import allreduce_s, pipeline_send_buffered, pipeline_send_s
 from heteroplan.planner.model.sim_config import as_platforms
@@ -88,7 +88,7 @@ class SearchContext:
         self._links: dict[tuple, float] = {}
         self.shortfall = Shortfall()  # how close the plans that missed the goal's constraint came
         self.memory_misses = 0  # layouts none of whose splits fit memory
-        self.runner_ups: dict[str, Candidate] = {}  # best candidate priced per family (GPU-type mix, depth)
+        self.runner_ups: dict[PlanFamily, Candidate] = {}  # best candidate priced per family (GPU-type mix, depth)
         self.incumbent: Candidate | None = None  # the best plan so far
 
     def table(self, gpu: str, tp: int, mbs: int) -> StageTable:
