@@ -118,7 +118,7 @@ def test_simulate_charges_the_formula_and_bills_cross_zone_bytes(tp) -> None:
 
 
 def test_a_gpu_type_without_calibration_uses_the_default_and_says_so(caplog) -> None:
-    caplog.set_level(logging.DEBUG, logger="heteroplan.planner.api")  # WARNING the first time per process, then DEBUG
+    caplog.set_level(logging.INFO, logger="heteroplan.planner.api")  # logged at INFO (quiet unless asked)
     plan = Plan("OPT-350", 64, 2, (Stage(0, 26, (ReplicaGroup("A100-40", "us-central1-a", 1, 1),)),))
     assert "A100-40" not in SHIPPED_PLATFORMS.platforms
     sim = simulate(plan)

@@ -20,7 +20,6 @@ from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions, n
 from heteroplan.planner.search.searcher import Searcher
 
 _log = logging.getLogger(__name__)
-_WARNED_UNCALIBRATED: set[tuple[str, ...]] = set()  # GPU-type sets already warned about in this process
 
 __all__ = ["PlanResult", "PlanRequest", "plan", "plan_job", "normalize_pool", "OBJECTIVES"]
 
@@ -161,7 +160,8 @@ def plan_job(
         options: search knobs; default ``SearchOptions()``, whose simulator constants are the
             shipped table per GPU type (``SHIPPED_PLATFORMS``) for shipped data and, when
             ``data_dir`` is given, its ``sim_config.json`` (``heteroplan profile --calibrate``) over
-            ``PROFILED_CONFIG``; ``result.extra["uncalibrated_gpu_types"]`` names the plan's GPU types that had none.
+            ``PROFILED_CONFIG``; ``result.extra["uncalibrated_gpu_types"]`` names the plan's GPU types that
+            had none (``describe()`` says so, with how to calibrate; logged at INFO, not WARNING).
         network: network model (default: that of ``data_dir``).
         data_dir: directory of profiles and network files written by
             :mod:`heteroplan.runtime.profiler` (default: the shipped Sailor data).
@@ -214,11 +214,10 @@ def plan(request: PlanRequest) -> PlanResult:
         raise InfeasibleError(f"internal error: the search chose a plan that does not fit; {sim.memory_fit.describe()}")
     if sim.uncalibrated:
         extra["uncalibrated_gpu_types"] = list(sim.uncalibrated)
-        # once per process and set of types at WARNING (a sweep of plans would repeat it), then DEBUG;
-        # the result itself always names them (extra, to_dict, describe)
-        level = logging.DEBUG if sim.uncalibrated in _WARNED_UNCALIBRATED else logging.WARNING
-        _WARNED_UNCALIBRATED.add(sim.uncalibrated)
-        _log.log(level, "%s", uncalibrated_note(sim.uncalibrated), extra={"uncalibrated": sim.uncalibrated})
+        # INFO, not WARNING: the library is quiet unless asked, and the result itself names the types
+        # (extra, to_dict, describe(), which `heteroplan plan` prints); A100-40 and V100-16, shipped
+        # as profiles without real runs to fit, would otherwise warn on every process that plans them
+        _log.info("%s", uncalibrated_note(sim.uncalibrated), extra={"uncalibrated": sim.uncalibrated})
     return PlanResult(
         best.plan,
         sim.iteration_time,
