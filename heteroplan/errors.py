@@ -79,6 +79,30 @@ class RankFailure(HeteroplanError, RuntimeError):
         super().__init__(f"{where} failed: {reason}{resume}")
 
 
+class LossNotFinite(RankFailure):
+    """Training diverged: an iteration's loss was NaN or infinite, and the run stopped after it.
+
+    The diverged iteration's update is not checkpointed; the checkpoints written before it stay.
+
+    Attributes (besides :class:`RankFailure`'s):
+        step: the iteration whose loss was not finite (1-based, as ``StepMetrics.step``).
+        loss: that loss on ``rank`` (a last-stage rank), or the summed loss when ``rank`` is ``None``
+            (every rank's part finite, their sum not).
+        steps: what the run reported up to and including that iteration (``StepMetrics``; filled by
+            the local launcher, empty in a rank).
+    """
+
+    def __init__(self, rank: int | None, step: int, loss: float, checkpoint: object = None,
+                 steps: tuple = ()) -> None:
+        self.step, self.loss, self.steps = step, loss, tuple(steps)
+        where = f"on rank {rank}" if rank is not None else "summed over the ranks"
+        super().__init__(rank, f"training diverged: the loss is {loss} at iteration {step} {where}; "
+                         "lower the learning rate", checkpoint)
+
+    def __reduce__(self):  # picklable across processes despite the extra arguments
+        return type(self), (self.rank, self.step, self.loss, self.checkpoint, self.steps)
+
+
 def check_int(field: str, value: object, low: int) -> int:
     """``value`` as an integer ``>= low`` (bools refused), else :class:`InputError` naming ``field``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < low:

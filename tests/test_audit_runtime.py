@@ -39,4 +39,4 @@ def test_run_exit_code_says_which_signal_stopped_it() -> None:
 def test_a_diverging_run_fails_with_a_clear_error(cli_error) -> None:
     err = cli_error(["run", "--pp", "1", "--dp", "1", "--layers", "1", "--steps", "3", "--optimizer", "sgd",
                      "--lr", "1e30", "--mbs", "2"])
-    assert "--lr=1e+30" in err and "diverged" in err
+    assert "--lr=1e+30" in err and "diverged" in err and "iteration 2 on rank 0" in err  # stopped there, not at the end

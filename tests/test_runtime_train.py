@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,10 @@ import pytest
 torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install torch==2.13.0 (CPU wheel: --index-url https://download.pytorch.org/whl/cpu)")
 
 
-from heteroplan.errors import InputError, RankFailure  # noqa: E402
+from heteroplan.errors import InputError, LossNotFinite, RankFailure  # noqa: E402
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
 from heteroplan.runtime import RunConfig, TinyGPTTask, latest_checkpoint, run_plan, train_reference  # noqa: E402
+from heteroplan.runtime.layout import rank_layout  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # HETEROPLAN_TEST_DEVICE=cuda runs the same tests with NCCL on GPUs (one GPU per rank; not in CI)
@@ -92,6 +94,40 @@ def test_hung_rank_times_out_instead_of_hanging(tmp_path: Path) -> None:
     assert (info.value.rank is None and reason == "no iteration finished for 3 s") or \
         (info.value.rank == 0 and ("timed out" in reason or "timeout" in reason)), info.value.reason
     assert info.value.checkpoint.step == 1  # the hung rank never reached step 2
+
+
+@dataclass(frozen=True)
+class DivergingTask(TinyGPTTask):
+    """The tiny GPT, except that at iteration ``bad_step`` (0-based) the samples from ``bad_sample``
+    on have every target ignored (cross-entropy's -100): their mean loss is 0/0, NaN."""
+
+    bad_step: int = 2
+    bad_sample: int = 4
+
+    def batch(self, step: int, start: int, count: int):
+        x, y = super().batch(step, start, count)
+        return (x, torch.full_like(y, -100)) if step == self.bad_step and start >= self.bad_sample else (x, y)
+
+
+@pytest.mark.parametrize("pipeline", ["heteroplan", "torch"])
+def test_a_loss_that_is_not_finite_stops_the_run_at_that_iteration(tmp_path: Path, pipeline: str) -> None:
+    """NaN at iteration 3 on replica 1 only (samples 4-7): the run stops there, naming iteration 3
+    and the last-stage rank of replica 1; checkpoints 1 and 2 stay, none is written of the NaN update."""
+    task = DivergingTask(n_layers=2, dtype="float64")
+    plan = plan_of([(0, 2), (2, 4)], dp=2)  # replica 0 trains samples 0-3, replica 1 samples 4-7
+    config = RunConfig(device=DEVICE, steps=6, lr=0.05, checkpoint_dir=str(tmp_path), checkpoint_every=1,
+                       pipeline=pipeline)
+    with pytest.raises(LossNotFinite) as info:
+        run_plan(plan, task, config)
+    culprit = next(r.rank for r in rank_layout(plan) if r.stage == plan.pp - 1 and r.replica == 1)
+    assert culprit != min(r.rank for r in rank_layout(plan) if r.stage == plan.pp - 1)  # not just the first
+    err = info.value
+    assert (err.rank, err.step) == (culprit, 3) and err.loss != err.loss  # NaN
+    assert f"iteration 3 on rank {culprit}" in str(err) and "learning rate" in str(err)
+    _, losses = train_reference(TinyGPTTask(n_layers=2, dtype="float64"), GBS, RunConfig(steps=2, lr=0.05))
+    assert [m.step for m in err.steps] == [1, 2, 3]
+    assert [m.loss for m in err.steps[:2]] == pytest.approx(losses, rel=1e-9) and err.steps[2].loss != err.steps[2].loss
+    assert err.checkpoint is not None and err.checkpoint.step == 2 == latest_checkpoint(tmp_path).step
 
 
 def test_bad_runs_are_refused_before_any_process_starts(tmp_path: Path) -> None:

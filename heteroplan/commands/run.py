@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
 from heteroplan.argtypes import int_list, integer
-from heteroplan.errors import InputError
+from heteroplan.errors import InputError, LossNotFinite
 from heteroplan.inputs import check_process_count
 from heteroplan.training_args import add_training_arguments, model_kwargs, run_config_kwargs
 
@@ -85,11 +84,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"model: {what}; {world_size(plan)} processes on this machine (one per planned GPU)", file=log)
     print(f"pipeline: {pipeline_choice(plan, config).describe()}", file=log)
     print(f"{'step':>6} {'loss':>8} {'ms/iter':>9} {'sync ms':>8}", file=log)
-    result = run_plan(plan, task, config, progress=lambda m: print(
-        f"{m.step:6d} {m.loss:8.4f} {m.iteration_time * 1e3:9.1f} {m.sync_time * 1e3:8.2f}", file=log, flush=True))
-    diverged = next((i for i, loss in enumerate(result.losses) if not math.isfinite(loss)), None)
-    if diverged is not None:
-        _diverged(args, result, diverged)
+    try:
+        result = run_plan(plan, task, config, progress=lambda m: print(
+            f"{m.step:6d} {m.loss:8.4f} {m.iteration_time * 1e3:9.1f} {m.sync_time * 1e3:8.2f}", file=log, flush=True))
+    except LossNotFinite as exc:  # the run stopped at that iteration; checkpoints before it are kept
+        kept = (f"; the checkpoint at iteration {exc.checkpoint.step} ({exc.checkpoint.path}) is kept"
+                if exc.checkpoint is not None else "")
+        raise InputError("--lr", args.lr, exc.reason + kept) from None
     code = exit_code(result)
     if args.json:
         print(json.dumps({
@@ -118,10 +119,3 @@ def exit_code(result) -> int:
     if not result.stopped_early:
         return 0
     return 128 + (result.extra.get("signal") or 2)
-
-
-def _diverged(args: argparse.Namespace, result, index: int) -> None:
-    """A loss that is not finite: training diverged; say so and fail (the InputError names --lr)."""
-    step = result.start_step + index + 1
-    raise InputError("--lr", args.lr, f"training diverged: the loss is {result.losses[index]} at iteration {step}; "
-                     "lower the learning rate")

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch.multiprocessing as mp
 
-from heteroplan.errors import InputError, RankFailure, check_fraction
+from heteroplan.errors import InputError, LossNotFinite, RankFailure, check_fraction
 from heteroplan.inputs import check_process_count
 from heteroplan.planner.plan import Plan
 from heteroplan.runtime.checkpoint import Checkpoint, check_writable, latest_checkpoint
@@ -94,7 +94,8 @@ class RankProcesses:
 
     ``target(rank, world_size, init_method, *args, stop_event, queue)`` runs in each process and
     puts ``("step", rank, payload)`` for progress, ``("done", rank, value)`` at the end, or
-    ``("error", rank, traceback)``. :meth:`poll` raises :class:`RankFailure` when a rank errs or
+    ``("error", rank, traceback)`` (``("diverged", rank, LossNotFinite)`` for a loss that is not
+    finite, raised as it is). :meth:`poll` raises :class:`RankFailure` when a rank errs or
     dies, or when nothing is reported for ``timeout_s`` seconds (``startup_timeout_s`` at first);
     the failure names ``checkpoint_dir``'s newest checkpoint.
     """
@@ -117,6 +118,7 @@ class RankProcesses:
         self._reports: list[Any] = []
         self._done: dict[int, Any] = {}
         self._errors: dict[int, str] = {}
+        self._diverged: dict[int, LossNotFinite] = {}
         for p in self._procs:
             p.start()
 
@@ -132,9 +134,14 @@ class RankProcesses:
     def poll(self) -> bool:
         """Collect reports; True while a rank is still going. Raises :class:`RankFailure`."""
         self._drain()
-        if self._errors or self._dead():
+        if self._errors or self._diverged or self._dead():
             time.sleep(0.2)  # let the other reports and exits of a failure arrive
             self._drain()
+            if self._diverged:  # a loss that is not finite: the rank that saw it says so
+                first = self._diverged[min(self._diverged)]
+                self.terminate()
+                raise LossNotFinite(first.rank, first.step, first.loss, latest_checkpoint(self.checkpoint_dir),
+                                    tuple(self._reports))
             # the cause: a rank that died without a word (its peers then fail to reach it), else
             # the first rank to report an error
             silent = [r for r in self._dead() if r not in self._errors]
@@ -215,6 +222,8 @@ class RankProcesses:
                 self._last_progress = time.monotonic()
             elif kind == "done":
                 self._done[rank] = payload
+            elif kind == "diverged":
+                self._diverged[rank] = payload
             else:
                 self._errors.setdefault(rank, payload)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import sys
@@ -22,6 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from heteroplan.errors import LossNotFinite
 from heteroplan.planner.plan import Plan, Precision, Recomputation
 from heteroplan.runtime import checkpoint as ckpt
 from heteroplan.runtime.comm import TAG_ACTIVATION, TAG_GRADIENT, Links, PendingSend
@@ -172,6 +174,7 @@ class StageTrainer:
             peak.start()
         t0 = time.perf_counter()
         loss_sum = self._run_torch_pipeline(step) if self.pipeline is not None else self._run_own_schedule(step)
+        self.local_loss = loss_sum  # this rank's part of the iteration's loss (0 off the loss-reporting ranks)
         t_sync = time.perf_counter()
         global_sqr = 0.0
         if self.dp_group is not None:
@@ -313,12 +316,29 @@ def train_rank(
         done = step + 1
         if rank == 0:
             report(metrics)
+        if not math.isfinite(metrics.loss):  # every rank has the same all-reduced loss: all stop here
+            _stop_diverged(trainer, done, metrics.loss)
+            return done
         due = config.checkpoint_every and done % config.checkpoint_every == 0
         if config.checkpoint_dir and (due or stop or done == config.steps):
             _checkpoint(plan, config, trainer, done, metrics.loss)
         if stop:
             break
     return done
+
+
+def _stop_diverged(trainer: StageTrainer, step: int, loss: float) -> None:
+    """Iteration ``step``'s loss is not finite: raise :class:`LossNotFinite` on the lowest rank whose
+    own part of it is not finite (rank 0 when every part is finite but not their sum); the other
+    ranks return. No checkpoint: the diverged update must not overwrite a good one."""
+    world = dist.get_world_size()
+    mine = trainer.reports_loss and not math.isfinite(trainer.local_loss)
+    first = torch.tensor([trainer.rank if mine else world], dtype=torch.int64, device=trainer.device)
+    if not trainer.solo:
+        dist.all_reduce(first, op=dist.ReduceOp.MIN, group=trainer.group)
+    culprit = int(first) if int(first) < world else None
+    if trainer.rank == (culprit if culprit is not None else 0):
+        raise LossNotFinite(culprit, step, trainer.local_loss if culprit is not None else loss)
 
 
 def _checkpoint(plan: Plan, config: RunConfig, trainer: StageTrainer, step: int, loss: float) -> None:
@@ -339,6 +359,8 @@ def rank_entry(rank: int, world_size: int, init_method: str, plan_dict: dict, ta
         done = train_rank(plan, task, config, stop_event.is_set, lambda m: queue.put(("step", rank, m)))
         queue.put(("done", rank, done))
         dist.destroy_process_group()
+    except LossNotFinite as exc:  # typed, for the launcher to raise the same
+        report_failure_and_exit(queue, rank, ("diverged", rank, exc))
     except BaseException:  # noqa: BLE001 - report anything to the parent, then fail
         report_failure_and_exit(queue, rank)
 
@@ -365,13 +387,14 @@ def join_process_group(config: RunConfig, init_method: str, rank: int, world_siz
                             world_size=world_size, timeout=timedelta(seconds=config.timeout_s))
 
 
-def report_failure_and_exit(queue: Any, rank: int) -> None:
-    """Send the current exception's traceback to the launcher and end the process (exit code 1).
+def report_failure_and_exit(queue: Any, rank: int, report: tuple | None = None) -> None:
+    """Send ``report`` (default: ``("error", rank, the current exception's traceback)``) to the
+    launcher and end the process (exit code 1).
 
     The queue is flushed first: ``os._exit`` would otherwise kill its feeder thread before the
     report left, and the launcher would only see the exit code.
     """
-    queue.put(("error", rank, traceback.format_exc(limit=8)))
+    queue.put(report or ("error", rank, traceback.format_exc(limit=8)))
     queue.close()
     queue.join_thread()
     sys.stdout.flush()
