@@ -152,8 +152,8 @@ def main() -> None:
             samples = measured[n]
             time = float(statistic(samples))
             q25, q75 = statistics.quantiles(samples, n=4)[::2] if len(samples) > 1 else (time, time)
-            raw = simulate(plan, config=PROFILED_CONFIG, **sim_kwargs).iteration_time
-            cal = simulate(plan, **sim_kwargs).iteration_time  # the directory's sim_config.json
+            raw = simulate(plan, config=PROFILED_CONFIG, **sim_kwargs).iteration_time_s
+            cal = simulate(plan, **sim_kwargs).iteration_time_s  # the directory's sim_config.json
             engine = pipeline_choice(plan, run_config).engine
             rows.append({"plan": n, "role": roles[n], "processes": plan.num_gpus, "engine": engine, "measured_s": time,
                          "q25_s": q25, "q75_s": q75,

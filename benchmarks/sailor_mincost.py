@@ -47,7 +47,7 @@ def best_of_shape(pp: int, dp: int, tp: int, mbs: int, gbs: int, L: int):
     else:
         splits = [tuple(round(i * L / pp) for i in range(pp + 1))]
     sims = [(simulate(p), p) for p in (build(pp, dp, tp, mbs, gbs, b) for b in splits)]
-    sim, plan = min(sims, key=lambda x: (x[0].peak_memory_gb > 40, x[0].cost_per_iteration))
+    sim, plan = min(sims, key=lambda x: (x[0].peak_memory_gb > 40, x[0].cost_per_iteration_usd))
     return plan, sim
 
 
@@ -71,13 +71,13 @@ def candidates(gbs: int) -> list[dict]:
                     "mbs": mbs,
                     "M": plan.microbatches()[0],
                     "fb_ms": 1e3 * float(d["stage_compute"][:, 0].max()),
-                    "pipe_s": sim.pipeline_time,
+                    "pipe_s": sim.pipeline_time_s,
                     "sync_s": float(sync.max()),
-                    "iter_s": sim.iteration_time,
-                    "iter_per_s": sim.throughput,
-                    "usd_iter": sim.cost_per_iteration,
+                    "iter_s": sim.iteration_time_s,
+                    "iter_per_s": sim.throughput_iter_s,
+                    "usd_iter": sim.cost_per_iteration_usd,
                     "mem_GB": sim.peak_memory_gb,
-                    "floor": "yes" if sim.throughput >= FLOOR else "no",
+                    "floor": "yes" if sim.throughput_iter_s >= FLOOR else "no",
                 }
             )
     return rows
@@ -111,7 +111,7 @@ def main() -> None:
     for key, (dp, tp, mbs) in {"TP4xDP16": (16, 4, 8), "TP2xDP32": (32, 2, 4)}.items():
         sim = simulate(build(1, dp, tp, mbs, 1024, (0, prof.num_layers)))
         upd = prof.stage_compute(A, mbs, tp, 0, prof.num_layers)[2]
-        parts[key] = (sim.pipeline_time, float(sim.details["sync"][0]) - upd, upd)
+        parts[key] = (sim.pipeline_time_s, float(sim.details["sync"][0]) - upd, upd)
     (p4, a4, u4), (p2, a2, u2) = parts["TP4xDP16"], parts["TP2xDP32"]
     x = ((p4 + u4) - (p2 + u2)) / (a2 - a4)
     out["allreduce_break_even_factor"] = x
@@ -126,7 +126,7 @@ def main() -> None:
         try:
             res = plan_job(MODEL, gbs, pool, "cost", min_throughput=FLOOR)
             got = f"{res.plan.pp}x{res.plan.dp}x{res.plan.stages[0].replicas[0].tp} mbs {res.plan.microbatch_size}: " \
-                  f"{res.throughput:.4f} iter/s, ${res.cost_per_iteration:.4f}/iter"
+                  f"{res.throughput_iter_s:.4f} iter/s, ${res.cost_per_iteration_usd:.4f}/iter"
         except InfeasibleError as exc:
             got = f"infeasible: {exc.reason}"
         t_search = time.perf_counter() - t0
@@ -134,7 +134,7 @@ def main() -> None:
         try:
             plan, sim = brute_force(prof, gbs, pool, types, "cost", min_throughput=FLOOR, max_pp=2, max_blocks=1)
             bf = f"{plan.pp}x{plan.dp}x{plan.stages[0].replicas[0].tp} mbs {plan.microbatch_size}: " \
-                 f"{sim.throughput:.4f} iter/s, ${sim.cost_per_iteration:.4f}/iter"
+                 f"{sim.throughput_iter_s:.4f} iter/s, ${sim.cost_per_iteration_usd:.4f}/iter"
         except InfeasibleError:
             bf = "infeasible"
         t_bf = time.perf_counter() - t0

@@ -46,12 +46,12 @@ def family(res) -> list[tuple[tuple[int, int, int], Plan, object]]:
 def main() -> None:
     res = plan_job(MODEL, GBS, {(A, Z): 80, (V, Z): 240})
     members = family(res)
-    rows = [{"V100_TP4_replicas": v, "A100_TP1_replicas": a, "mbs": m, "iter_s": est.iteration_time,
-             "usd_iter": est.cost_per_iteration, "fits": est.fits} for (v, a, m), _, est in members]
+    rows = [{"V100_TP4_replicas": v, "A100_TP1_replicas": a, "mbs": m, "iter_s": est.iteration_time_s,
+             "usd_iter": est.cost_per_iteration_usd, "fits": est.fits} for (v, a, m), _, est in members]
     print_table(sorted(rows, key=lambda r: r["iter_s"]), ["V100_TP4_replicas", "A100_TP1_replicas", "mbs", "iter_s", "usd_iter", "fits"])
     fitting = [m for m in members if m[2].fits]
-    best = min(fitting, key=lambda m: m[2].iteration_time)
-    v100_only = min((m for m in fitting if m[0][1] == 0), key=lambda m: m[2].iteration_time)
+    best = min(fitting, key=lambda m: m[2].iteration_time_s)
+    v100_only = min((m for m in fitting if m[0][1] == 0), key=lambda m: m[2].iteration_time_s)
     out = {"heteroplan": res.to_dict(), "family": rows}
     for label, (_, plan, _) in (("Sailor-style", best), ("Sailor-style V100 only", v100_only)):
         d = res.diff(plan, ("heteroplan", label))

@@ -109,22 +109,22 @@ def reference(name: str, model: str, gbs: int, kw: dict) -> dict:
             sim = simulate(plan)
         except InputError:
             continue
-        if max(sim.memory_per_stage) > catalog[A].memory_gb:
+        if max(sim.memory_per_stage_gb) > catalog[A].memory_gb:
             continue
         if kw.get("objective") == "cost":
-            if sim.throughput < kw.get("min_throughput", 0.0):
+            if sim.throughput_iter_s < kw.get("min_throughput", 0.0):
                 continue
-            key = sim.cost_per_iteration
+            key = sim.cost_per_iteration_usd
         else:
-            if sim.cost_per_iteration > kw.get("budget", float("inf")):
+            if sim.cost_per_iteration_usd > kw.get("budget", float("inf")):
                 continue
-            key = sim.iteration_time
+            key = sim.iteration_time_s
         if best is None or key < best[0]:
             best = (key, mbs, sim)
     if best is None:
         return {"ref_plan": "Sailor's plan does not fit / meet the constraint under our model"}
     _, mbs, sim = best
-    return {"ref_iter_s": sim.throughput, "ref_usd_iter": sim.cost_per_iteration,
+    return {"ref_iter_s": sim.throughput_iter_s, "ref_usd_iter": sim.cost_per_iteration_usd,
             "ref_plan": f"PP{pp} x DP{dp} x TP{tp}, mbs {mbs}, {pp * dp * tp} GPUs, {len(groups)} zone(s)"}
 
 
@@ -155,8 +155,8 @@ def scaling(repeats: int) -> list[dict]:
         row = {"model": model, "pool": label, "gpus": sum(pool.values()), "zones": len({z for _, z in pool}),
                "types": len({g for g, _ in pool}), "search_s": statistics.median(times),
                "spread_s": f"{min(times):.3f}-{max(times):.3f}", "cpu_s": statistics.median(cpu),
-               "cpu_spread_s": f"{min(cpu):.3f}-{max(cpu):.3f}", "search_only_s": res.search_time,
-               "layouts": res.evaluated, "iter_s": res.throughput, "plan": shape(res),
+               "cpu_spread_s": f"{min(cpu):.3f}-{max(cpu):.3f}", "search_only_s": res.search_time_s,
+               "layouts": res.evaluated, "iter_s": res.throughput_iter_s, "plan": shape(res),
                "sailor_cpp_s": SAILOR_CPP_SCALING.get(label), "max_GPUs_over_zone": over_capacity(res, pool)}
         rows.append(row)
         print(f"{label}: {row['search_s']:.3g} s ({row['spread_s']})  {res.evaluated} layouts  {row['plan']}", flush=True)
@@ -208,8 +208,8 @@ def main() -> None:
                 continue
             row |= {
                 f"{label}search_s": t,
-                f"{label}iter_s": res.throughput,
-                f"{label}usd_iter": res.cost_per_iteration,
+                f"{label}iter_s": res.throughput_iter_s,
+                f"{label}usd_iter": res.cost_per_iteration_usd,
             }
             if not label:
                 row |= {"mem_GB": res.peak_memory_gb, "plan": shape(res), "layouts": res.evaluated,
@@ -224,7 +224,7 @@ def main() -> None:
         if baselines and not args.no_baselines:
             for bl, fn in (("homog", homogeneous_plan), ("uniform", uniform_split_plan)):
                 t, res = median_time(lambda fn=fn, model=model, pool=pool, kw=kw, gbs=gbs: fn(model, gbs, pool, **kw), 1)
-                row |= {f"{bl}_iter_s": res.throughput, f"{bl}_search_s": t, f"{bl}_plan": shape(res)}
+                row |= {f"{bl}_iter_s": res.throughput_iter_s, f"{bl}_search_s": t, f"{bl}_plan": shape(res)}
         rows.append(row)
         print(f"{name}: {row.get('search_s', float('nan')):.3g} s  {row.get('iter_s', float('nan')):.4g} iter/s  "
               f"${row.get('usd_iter', float('nan')):.4g}/iter  {row.get('plan', row.get('result'))}", flush=True)

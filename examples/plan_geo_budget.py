@@ -35,7 +35,7 @@ def main() -> None:
     print(result.describe())
     zones = sorted({z for _, z in result.plan.gpus_by_type_zone()})
     print(f"zones used: {len(zones)} ({', '.join(zones)})")
-    print(f"cost: ${result.cost_per_iteration:.4g}/iteration <= budget ${args.budget:.4g}")
+    print(f"cost: ${result.cost_per_iteration_usd:.4g}/iteration <= budget ${args.budget:.4g}")
 
     front = pareto_front(args.model, args.gbs, pool, n=args.n, sweep="both")
     print(front.describe())

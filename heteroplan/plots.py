@@ -266,9 +266,9 @@ def cost_throughput_front(
 def _cost_throughput(p: Any) -> tuple[float, float, int | None]:
     """(cost $/iteration, throughput iter/s, GPUs or None) of a PlanResult, ParetoPoint or pair."""
     result = getattr(p, "result", p)
-    if hasattr(result, "cost_per_iteration") and hasattr(result, "throughput"):
+    if hasattr(result, "cost_per_iteration_usd") and hasattr(result, "throughput_iter_s"):
         plan = getattr(result, "plan", None)
-        return float(result.cost_per_iteration), float(result.throughput), getattr(plan, "num_gpus", None)
+        return float(result.cost_per_iteration_usd), float(result.throughput_iter_s), getattr(plan, "num_gpus", None)
     try:
         cost, thr = (float(x) for x in p[:2])
     except (TypeError, ValueError, IndexError):

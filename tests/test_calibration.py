@@ -37,7 +37,7 @@ PLANS = {f"PP{pp} DP{dp} mbs{m}": _plan(pp, dp, m) for pp, dp, m in
 
 
 def test_shipped_profile_has_the_layers_the_tests_assume() -> None:
-    assert simulate(PLANS["PP1 DP4 mbs2"]).iteration_time > 0
+    assert simulate(PLANS["PP1 DP4 mbs2"]).iteration_time_s > 0
     with pytest.raises(InputError):
         simulate(Plan(MODEL, 256, 2, (Stage(0, LAYERS - 1, (ReplicaGroup(GPU, ZONE),)),)))
 
@@ -54,12 +54,12 @@ def test_transfer_latency_adds_two_per_microbatch_and_stage_boundary_on_the_crit
     late_sigma = sigma + 2 * lat * np.array([1 if s in (0, pp - 1) else 2 for s in range(pp)])
     expected = (M - 1) * late_sigma.max() + base.details["stage_compute"][:, 0].sum() + 2 * (
         base.details["comm"][:, 0].sum() + lat * (pp - 1))
-    assert late.pipeline_time == pytest.approx(expected, rel=1e-12)
+    assert late.pipeline_time_s == pytest.approx(expected, rel=1e-12)
     if pp == 2:  # both stages gain 2 lat per step: exactly 2 lat M in all
-        assert late.pipeline_time - base.pipeline_time == pytest.approx(2 * lat * M, rel=1e-9)
+        assert late.pipeline_time_s - base.pipeline_time_s == pytest.approx(2 * lat * M, rel=1e-9)
     # no pipeline, no transfer: data parallelism alone is unchanged
     flat = _plan(1, 4, mbs)
-    assert simulate(flat, config=replace(DEFAULT_CONFIG, transfer_latency_s=lat)).iteration_time == simulate(flat, config=DEFAULT_CONFIG).iteration_time
+    assert simulate(flat, config=replace(DEFAULT_CONFIG, transfer_latency_s=lat)).iteration_time_s == simulate(flat, config=DEFAULT_CONFIG).iteration_time_s
 
 
 @pytest.mark.parametrize("pp, dp", [(1, 2), (1, 4), (2, 2), (4, 2)])
@@ -70,11 +70,11 @@ def test_allreduce_latency_adds_two_per_ring_step(pp, dp) -> None:
     base = simulate(plan, config=DEFAULT_CONFIG)
     late = simulate(plan, config=replace(DEFAULT_CONFIG, allreduce_latency_s=lat))
     np.testing.assert_allclose(late.details["sync"], base.details["sync"] + 2 * (dp - 1) * lat, rtol=1e-12)
-    assert late.iteration_time == pytest.approx(base.iteration_time + 2 * (dp - 1) * lat, rel=1e-12)
-    assert late.pipeline_time == base.pipeline_time
+    assert late.iteration_time_s == pytest.approx(base.iteration_time_s + 2 * (dp - 1) * lat, rel=1e-12)
+    assert late.pipeline_time_s == base.pipeline_time_s
     single = _plan(2, 1, 4)  # one replica: no all-reduce, nothing added
-    assert simulate(single, config=replace(DEFAULT_CONFIG, allreduce_latency_s=lat)).iteration_time == (
-        simulate(single, config=DEFAULT_CONFIG).iteration_time)
+    assert simulate(single, config=replace(DEFAULT_CONFIG, allreduce_latency_s=lat)).iteration_time_s == (
+        simulate(single, config=DEFAULT_CONFIG).iteration_time_s)
 
 
 def test_time_constants_follow_what_the_plans_exercise() -> None:
@@ -92,18 +92,18 @@ def test_search_prices_the_latencies_as_the_simulator_does(constant, width) -> N
     fast = plan_job(MODEL, 256, pool, options=SearchOptions(config=DEFAULT_CONFIG))
     config = replace(DEFAULT_CONFIG, **{constant: 0.05})
     slow = plan_job(MODEL, 256, pool, options=SearchOptions(config=config))
-    assert slow.extra["search_iteration_time"] == pytest.approx(slow.iteration_time, rel=1e-9)
-    assert slow.iteration_time == pytest.approx(simulate(slow.plan, config=config).iteration_time, rel=1e-12)
+    assert slow.extra["search_iteration_time_s"] == pytest.approx(slow.iteration_time_s, rel=1e-9)
+    assert slow.iteration_time_s == pytest.approx(simulate(slow.plan, config=config).iteration_time_s, rel=1e-12)
     # 50 ms per transfer (per ring step) makes pipelines (data parallelism) expensive: no deeper (wider) pick
     assert getattr(slow.plan, width) <= getattr(fast.plan, width)
-    assert slow.iteration_time >= fast.iteration_time
+    assert slow.iteration_time_s >= fast.iteration_time_s
 
 
 @pytest.mark.parametrize("last, value", [("straggler_cv", 0.15), ("allreduce_latency_s", 0.003)])
 def test_fit_recovers_known_constants_from_exact_measurements(last, value) -> None:
     truth = replace(DEFAULT_CONFIG, compute_scale=1.3, microbatch_overhead_s=0.004, transfer_latency_s=0.002,
                     **{last: value})
-    measured = [simulate(p, config=truth).iteration_time for p in PLANS.values()]
+    measured = [simulate(p, config=truth).iteration_time_s for p in PLANS.values()]
     constants = ("compute_scale", "microbatch_overhead_s", "transfer_latency_s", last)
     fit = fit_sim_config(PLANS, measured, base=DEFAULT_CONFIG,
                          constants=None if last == "straggler_cv" else constants)  # the default, or asked for
@@ -169,13 +169,13 @@ def test_sim_config_file_is_used_by_simulate_and_plan_job(tmp_path) -> None:
     shutil.copytree(DATA_DIR, data)
     plan = PLANS["PP2 DP2 mbs4"]
     assert load_sim_config(data) == PROFILED_CONFIG
-    assert simulate(plan, data_dir=data).iteration_time == simulate(plan, config=PROFILED_CONFIG).iteration_time
+    assert simulate(plan, data_dir=data).iteration_time_s == simulate(plan, config=PROFILED_CONFIG).iteration_time_s
     fitted = replace(PROFILED_CONFIG, compute_scale=2.0, transfer_latency_s=0.01)
     fitted.write(data)
     assert load_sim_config(data) == fitted
-    assert simulate(plan, data_dir=data).iteration_time == pytest.approx(simulate(plan, config=fitted).iteration_time)
+    assert simulate(plan, data_dir=data).iteration_time_s == pytest.approx(simulate(plan, config=fitted).iteration_time_s)
     result = plan_job(MODEL, 256, {(GPU, ZONE): 8}, data_dir=data)
-    assert result.iteration_time == pytest.approx(simulate(result.plan, config=fitted).iteration_time, rel=1e-12)
+    assert result.iteration_time_s == pytest.approx(simulate(result.plan, config=fitted).iteration_time_s, rel=1e-12)
     # rewritten file is re-read
     replace(fitted, compute_scale=3.0).write(data)
     assert load_sim_config(data).compute_scale == 3.0
@@ -214,7 +214,7 @@ def test_fit_steps_off_a_bound_its_simplex_collapsed_on() -> None:
     0.04% error left); the retry from 1% inside the range finds the exact constants."""
     truth = replace(DEFAULT_CONFIG, compute_scale=1.3, microbatch_overhead_s=0.004, transfer_latency_s=0.002,
                     allreduce_latency_s=0.003)
-    measured = [simulate(p, config=truth).iteration_time for p in PLANS.values()]
+    measured = [simulate(p, config=truth).iteration_time_s for p in PLANS.values()]
     fit = fit_sim_config(PLANS, measured, base=replace(DEFAULT_CONFIG, compute_scale=1.0),
                          constants=("compute_scale", "microbatch_overhead_s", "transfer_latency_s", "allreduce_latency_s"))
     assert fit.config.allreduce_latency_s == pytest.approx(0.003, rel=1e-2)

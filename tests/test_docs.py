@@ -48,9 +48,9 @@ def test_jupyter_page_code_blocks_run(tmp_path: Path, monkeypatch) -> None:
         exec(compile(code, "jupyter.md", "exec"), namespace)  # noqa: S102 - our own docs
     front, result = namespace["front"], namespace["result"]
     assert [r.summary().finished for r in namespace["results"]] == [6, 6]  # the summary block
-    assert result.cost_per_iteration <= 0.07
+    assert result.cost_per_iteration_usd <= 0.07
     # the page's claims: the budget plan is on the front and pipelines over both A100 zones
-    assert any(abs(p.throughput - result.throughput) < 1e-9 for p in front)
+    assert any(abs(p.throughput - result.throughput_iter_s) < 1e-9 for p in front)
     assert {z for _, z in result.plan.gpus_by_type_zone()} == {"us-central1-a", "us-central1-b"}
     assert list(tmp_path.iterdir()) == []  # the docs' code writes no files
 

@@ -53,9 +53,16 @@ def test_summary_is_typed_prints_nicely_and_reads_as_a_mapping(results) -> None:
 def test_the_jobs_table_and_the_summary_spell_queueing_alike(results) -> None:
     from heteroplan.sim.tables import JOB_COLUMNS
 
-    assert "queueing_delay" in JOB_COLUMNS
+    assert "queueing_delay_s" in JOB_COLUMNS and "queueing_delay" not in JOB_COLUMNS
     frame = results[0].to_dataframe("jobs")
-    assert results[0].summary().avg_queueing_delay_h == pytest.approx(frame["queueing_delay"].mean() / 3600)
+    assert results[0].summary().avg_queueing_delay_h == pytest.approx(frame["queueing_delay_s"].mean() / 3600)
+    # every time column says its unit; the hours column is the seconds column / 3600
+    times = [c for c in frame.columns if "time" in c or c.startswith(("jct", "queueing"))]
+    assert times and all(c.endswith(("_s", "_h")) for c in times), times
+    assert frame["jct_h"].to_numpy() == pytest.approx(frame["jct_s"].to_numpy() / 3600, nan_ok=True)
+    job = results[0].to_dict()["jobs"][0]
+    record = results[0].jobs[0]
+    assert job["jct_s"] == record.jct_s == job["jct"] and job["queueing_delay_s"] == record.queueing_delay_s
 
 
 def test_solution_repr_shows_shapes_not_values() -> None:
@@ -78,8 +85,37 @@ def test_plan_result_repr_and_units_in_its_json() -> None:
         res = plan_job("OPT-350", 64, {("GH-96", "us-central1-a"): 4})
     assert repr(res) == res.describe() and len(repr(res).splitlines()) <= 8
     data = res.to_dict()
-    assert data["cost_per_iteration_usd"] == res.cost_per_iteration == data["cost_per_iteration"]
-    assert data["iteration_time_s"] == res.iteration_time and data["throughput_iter_s"] == res.throughput
+    assert data["cost_per_iteration_usd"] == res.cost_per_iteration_usd == data["cost_per_iteration"]
+    assert data["iteration_time_s"] == res.iteration_time_s and data["throughput_iter_s"] == res.throughput_iter_s
+
+
+def test_python_names_carry_units_as_the_json_does_and_the_former_names_still_read() -> None:
+    """PlanResult, PlanEstimate and RunnerUp: one spelling with its unit; the former names warn."""
+    from heteroplan.planner import plan_job
+
+    res = plan_job("OPT-350", 256, {("A100-40", "us-central1-a"): 8, ("V100-16", "us-central1-a"): 16})
+    data = res.to_dict()
+    for name in ("iteration_time_s", "throughput_iter_s", "cost_per_iteration_usd", "search_time_s"):
+        assert data[name] == getattr(res, name), name
+    assert data["memory_per_gpu_gb"] == list(res.memory_per_gpu_gb)
+    est = res.estimate
+    assert (est.iteration_time_s, est.cost_per_iteration_usd, est.memory_per_stage_gb) == (
+        res.iteration_time_s, res.cost_per_iteration_usd, res.memory_per_gpu_gb)
+    assert est.iteration_time_s == pytest.approx(est.pipeline_time_s + est.sync_time_s)
+    runner = res.runner_ups[0]
+    former = [(res, "iteration_time", "iteration_time_s"), (res, "throughput", "throughput_iter_s"),
+              (res, "cost_per_iteration", "cost_per_iteration_usd"), (res, "memory_per_gpu", "memory_per_gpu_gb"),
+              (res, "search_time", "search_time_s"), (est, "iteration_time", "iteration_time_s"),
+              (est, "memory_per_stage", "memory_per_stage_gb"), (est, "cost_per_iteration", "cost_per_iteration_usd"),
+              (est, "pipeline_time", "pipeline_time_s"), (est, "sync_time", "sync_time_s"),
+              (est, "throughput", "throughput_iter_s"), (runner, "iteration_time", "iteration_time_s"),
+              (runner, "cost_per_iteration", "cost_per_iteration_usd")]
+    for obj, old, new in former:
+        with pytest.warns(DeprecationWarning, match=f"{type(obj).__name__}.{old} is deprecated; use {new}"):
+            assert getattr(obj, old) == getattr(obj, new)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing the library does itself reads a former name
+        res.describe(), res.explain(), res.to_dict(), est.describe(), res._repr_html_()
 
 
 def test_a_calibrated_shipped_type_plans_without_a_calibration_warning(caplog) -> None:

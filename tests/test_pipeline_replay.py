@@ -205,7 +205,7 @@ def test_closed_form_pipeline_matches_the_replay_on_real_plans(pattern):
             one_f_one_b_time(fb[:, d] * share[:, d], fb[:, d] * (1 - share[:, d]), comm[1:-1, d], m)
             for d, m in enumerate(plan.microbatches())
         )
-        assert sim.pipeline_time == pytest.approx(replay, rel=0.01), path.name
+        assert sim.pipeline_time_s == pytest.approx(replay, rel=0.01), path.name
 
 
 def test_simulate_replays_a_replica_with_buffered_sends():
@@ -215,6 +215,6 @@ def test_simulate_replays_a_replica_with_buffered_sends():
     sim = simulate(plan)
     fb, share, comm = (sim.details[k][:, 0] for k in ("stage_compute", "forward_share", "comm"))
     m = plan.microbatches()[0]
-    assert sim.pipeline_time == pytest.approx(
+    assert sim.pipeline_time_s == pytest.approx(
         one_f_one_b_time(fb * share, fb * (1 - share), comm[1:-1], m, [True] * 3, shared_nic=True))
-    assert sim.pipeline_time < one_f_one_b_time(fb * share, fb * (1 - share), comm[1:-1], m)
+    assert sim.pipeline_time_s < one_f_one_b_time(fb * share, fb * (1 - share), comm[1:-1], m)

@@ -41,4 +41,4 @@ def test_plan_job_is_plan_of_the_built_request() -> None:
     opts = SearchOptions(max_pp=2)
     by_args = plan_job("OPT-350", 64, {(A, Z): 8}, "cost", options=opts)
     by_request = plan(PlanRequest.build("OPT-350", 64, {(A, Z): 8}, "cost", options=opts))
-    assert by_args.plan == by_request.plan and by_args.cost_per_iteration == by_request.cost_per_iteration
+    assert by_args.plan == by_request.plan and by_args.cost_per_iteration_usd == by_request.cost_per_iteration_usd

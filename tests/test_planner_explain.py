@@ -28,11 +28,11 @@ def test_runner_ups_are_worse_than_the_plan_and_priced_as_simulate_prices_them(r
     for r in result.runner_ups:
         assert r.plan != result.plan
         assert r.family in plan_families(r.plan)
-        assert key(r.iteration_time, r.cost_per_iteration) >= key(result.iteration_time, result.cost_per_iteration)
+        assert key(r.iteration_time_s, r.cost_per_iteration_usd) >= key(result.iteration_time_s, result.cost_per_iteration_usd)
         est = result.simulate(r.plan)
         assert est.fits
-        assert est.iteration_time == pytest.approx(r.iteration_time, rel=1e-9)
-        assert est.cost_per_iteration == pytest.approx(r.cost_per_iteration, rel=1e-9)
+        assert est.iteration_time_s == pytest.approx(r.iteration_time_s, rel=1e-9)
+        assert est.cost_per_iteration_usd == pytest.approx(r.cost_per_iteration_usd, rel=1e-9)
     families = {r.family for r in result.runner_ups} | set(plan_families(result.plan))
     assert {PlanFamily.depth(p) for p in range(1, 5)} <= families
     assert PlanFamily.mix((A,)) in families and PlanFamily.mix((V,)) in families
@@ -54,7 +54,7 @@ def test_diff_with_itself_is_zero_and_terms_add_up(result):
     assert all(r.unit == "s/iteration" for r in time_rows)
     total = next(r for r in time_rows if r.term == "total")
     assert sum(r.delta for r in time_rows if r.term != "total") == pytest.approx(total.delta, rel=1e-9, abs=1e-12)
-    assert total.b == pytest.approx(result.simulate(other).iteration_time)
+    assert total.b == pytest.approx(result.simulate(other).iteration_time_s)
     biggest = d.largest(TermKind.TIME, 1)[0]
     assert d.largest("time", 1) == [biggest]  # the former spelling of the kind
     assert abs(biggest.delta) == max(abs(r.delta) for r in time_rows if r.term != "total")

@@ -37,16 +37,16 @@ def test_terms_add_up_to_the_totals(name, cv):
     from dataclasses import replace
 
     est = simulate_plan(PLANS[name], config=replace(DEFAULT_CONFIG, straggler_cv=cv))
-    assert est.time_terms.total == pytest.approx(est.iteration_time, rel=1e-12)
-    assert est.cost_terms.total == pytest.approx(est.cost_per_iteration, rel=1e-12)
-    assert est.time_terms.allreduce + est.time_terms.optimizer_update == pytest.approx(est.sync_time, rel=1e-12)
+    assert est.time_terms.total == pytest.approx(est.iteration_time_s, rel=1e-12)
+    assert est.cost_terms.total == pytest.approx(est.cost_per_iteration_usd, rel=1e-12)
+    assert est.time_terms.allreduce + est.time_terms.optimizer_update == pytest.approx(est.sync_time_s, rel=1e-12)
     assert (est.time_terms.straggler > 0) == (cv > 0 and est.details["pipeline_times"].size > 1)
     mem = est.stage_memory
     parts = sum(getattr(mem, n) for n in ("weights", "gradients", "optimizer_state", "activations", "working_buffers",
                                          "runtime_overhead"))
     np.testing.assert_allclose(parts, mem.total, rtol=1e-12)
     np.testing.assert_allclose(mem.total, est.details["memory"], rtol=0)
-    assert est.memory_per_stage == tuple(mem.total.max(axis=1))
+    assert est.memory_per_stage_gb == tuple(mem.total.max(axis=1))
 
 
 def test_terms_of_one_gpu_worked_by_hand():
@@ -65,7 +65,7 @@ def test_terms_of_one_gpu_worked_by_hand():
     assert m.optimizer_state == pytest.approx(6 * m.weights) and m.gradients == pytest.approx(m.weights)
     assert m.activations == pytest.approx(cfg.act_bytes_per_float * act * 4 * 1 / 1e9)  # one microbatch in flight
     assert m.runtime_overhead == cfg.overhead_gb
-    assert est.cost_terms.rental == pytest.approx(3.673 / 3600 * est.iteration_time)
+    assert est.cost_terms.rental == pytest.approx(3.673 / 3600 * est.iteration_time_s)
 
 
 def test_egress_terms_by_hand():
@@ -91,7 +91,7 @@ def test_critical_path_follows_the_closed_form():
     M = 8
     assert est.time_terms.compute == pytest.approx((M - 1) * fb.max() + fb.sum(), rel=1e-12)
     assert est.time_terms.pipeline_send == pytest.approx((M - 1) * 2 * c + 2 * c, rel=1e-12)
-    assert float(clark_max(st.pipeline, np.zeros_like(st.pipeline))[0]) == pytest.approx(est.pipeline_time)
+    assert float(clark_max(st.pipeline, np.zeros_like(st.pipeline))[0]) == pytest.approx(est.pipeline_time_s)
 
 
 @pytest.mark.parametrize("gpu,tp,mbs", [(A, 1, 4), (V, 2, 2), (A, 4, 8)])

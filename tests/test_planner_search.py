@@ -113,15 +113,15 @@ def test_search_equals_exhaustive_enumeration(objective, pool, budget, floor, mb
     res = plan_job("OPT-350", 64, pool, objective, budget, floor, options=exact)
     pruned = plan_job("OPT-350", 64, pool, objective, budget, floor, options=replace(exact, prune=True))
     if objective == "throughput":
-        assert res.iteration_time == pytest.approx(sim.iteration_time, rel=1e-9)
+        assert res.iteration_time_s == pytest.approx(sim.iteration_time_s, rel=1e-9)
         # Sailor's pruning is a heuristic; on these pools it loses nothing
-        assert pruned.iteration_time == pytest.approx(sim.iteration_time, rel=1e-9)
+        assert pruned.iteration_time_s == pytest.approx(sim.iteration_time_s, rel=1e-9)
     else:
-        assert res.cost_per_iteration == pytest.approx(sim.cost_per_iteration, rel=1e-9)
-        assert pruned.cost_per_iteration == pytest.approx(sim.cost_per_iteration, rel=1e-9)
+        assert res.cost_per_iteration_usd == pytest.approx(sim.cost_per_iteration_usd, rel=1e-9)
+        assert pruned.cost_per_iteration_usd == pytest.approx(sim.cost_per_iteration_usd, rel=1e-9)
     # the search's own matrices agree with the independent simulator
-    assert res.extra["search_iteration_time"] == pytest.approx(res.iteration_time, rel=1e-9)
-    assert res.extra["search_cost"] == pytest.approx(res.cost_per_iteration, rel=1e-9)
+    assert res.extra["search_iteration_time_s"] == pytest.approx(res.iteration_time_s, rel=1e-9)
+    assert res.extra["search_cost_usd"] == pytest.approx(res.cost_per_iteration_usd, rel=1e-9)
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -142,7 +142,7 @@ def test_unpruned_search_equals_enumeration_on_random_pools(pool, objective, mbs
         return
     res = plan_job("OPT-350", 32, pool, objective, options=opts)
     got, want = (
-        (res.iteration_time, sim.iteration_time) if objective == "throughput" else (res.cost_per_iteration, sim.cost_per_iteration)
+        (res.iteration_time_s, sim.iteration_time_s) if objective == "throughput" else (res.cost_per_iteration_usd, sim.cost_per_iteration_usd)
     )
     assert got == pytest.approx(want, rel=1e-9)
 
@@ -162,8 +162,8 @@ def test_search_on_buffered_sends_equals_enumeration(pool, gbs, mbs, max_pp):
     _, sim = brute_force(OPT, gbs, pool, CATALOG, "throughput", max_pp=max_pp, microbatch_sizes=mbs)
     res = plan_job("OPT-350", gbs, pool, "throughput",
                    options=SearchOptions(max_pp=max_pp, microbatch_sizes=mbs, prune=False, mixed_stages=False))
-    assert res.iteration_time == pytest.approx(sim.iteration_time, rel=1e-9)
-    assert res.extra["search_iteration_time"] == pytest.approx(res.iteration_time, rel=1e-9)
+    assert res.iteration_time_s == pytest.approx(sim.iteration_time_s, rel=1e-9)
+    assert res.extra["search_iteration_time_s"] == pytest.approx(res.iteration_time_s, rel=1e-9)
 
 
 def test_replay_split_beats_the_closed_forms_split_and_both_are_priced_as_simulate_does():
@@ -174,7 +174,7 @@ def test_replay_split_beats_the_closed_forms_split_and_both_are_priced_as_simula
     exact = searcher.evaluate(layout, 1, 1)  # splits 14/12, 8.13 s
     quick = searcher.evaluate(layout, 1, 1, resplit=False)  # the closed form's 13/13, 8.14 s
     for cand in (exact, quick):
-        assert cand.iteration_time == pytest.approx(simulate(cand.plan).iteration_time, rel=1e-9)
+        assert cand.iteration_time == pytest.approx(simulate(cand.plan).iteration_time_s, rel=1e-9)
     assert exact.iteration_time <= quick.iteration_time
     assert [s.first_layer for s in exact.plan.stages] != [s.first_layer for s in quick.plan.stages]
 
@@ -190,7 +190,7 @@ def test_search_prices_its_plan_as_simulate_does_on_buffered_platforms(pool, gbs
         res = plan_job("OPT-350", gbs, pool, "throughput", options=SearchOptions(max_pp=4, mixed_stages=False))
     except InfeasibleError:
         return
-    assert res.extra["search_iteration_time"] == pytest.approx(res.iteration_time, rel=1e-9)
+    assert res.extra["search_iteration_time_s"] == pytest.approx(res.iteration_time_s, rel=1e-9)
 
 
 pools = st.dictionaries(
@@ -216,7 +216,7 @@ def test_plans_fit_memory_and_available_gpus(pool, gbs, objective):
     for stage in res.plan.stages:
         for g in stage.replicas:
             assert g.tp <= CATALOG[g.gpu_type].gpus_per_node  # TP within a node
-    assert res.plan.global_batch_size == gbs and res.throughput == pytest.approx(1 / res.iteration_time)
+    assert res.plan.global_batch_size == gbs and res.throughput_iter_s == pytest.approx(1 / res.iteration_time_s)
 
 
 def test_cost_objective_with_pipelines_beats_pp1_only():
@@ -238,14 +238,14 @@ def test_non_uniform_split_when_it_helps():
 def test_budget_binds_and_is_respected():
     pool = {(A, ZA): 32}
     free = plan_job("OPT-350", 256, pool)
-    budget = free.cost_per_iteration * 0.8
+    budget = free.cost_per_iteration_usd * 0.8
     try:
         tight = plan_job("OPT-350", 256, pool, budget=budget)
     except InfeasibleError as exc:
         assert "budget" in exc.reason
         return
-    assert tight.cost_per_iteration <= budget * (1 + 1e-9)
-    assert tight.iteration_time >= free.iteration_time
+    assert tight.cost_per_iteration_usd <= budget * (1 + 1e-9)
+    assert tight.iteration_time_s >= free.iteration_time_s
 
 
 def test_infeasible_budget_says_so():
@@ -294,8 +294,8 @@ def test_budget_infeasibility_reports_the_cheapest_plan():
     pool = {(A, ZA): 8}
     cheapest = plan_job("OPT-350", 256, pool, "cost")
     with pytest.raises(InfeasibleError) as info:
-        plan_job("OPT-350", 256, pool, budget=cheapest.cost_per_iteration * 0.99)
-    assert f"${cheapest.cost_per_iteration:.4g}/iteration" in info.value.reason
+        plan_job("OPT-350", 256, pool, budget=cheapest.cost_per_iteration_usd * 0.99)
+    assert f"${cheapest.cost_per_iteration_usd:.4g}/iteration" in info.value.reason
     # and that budget is just enough
-    ok = plan_job("OPT-350", 256, pool, budget=cheapest.cost_per_iteration * 1.0001)
-    assert ok.cost_per_iteration <= cheapest.cost_per_iteration * 1.0001
+    ok = plan_job("OPT-350", 256, pool, budget=cheapest.cost_per_iteration_usd * 1.0001)
+    assert ok.cost_per_iteration_usd <= cheapest.cost_per_iteration_usd * 1.0001

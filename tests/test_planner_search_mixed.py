@@ -74,11 +74,11 @@ def test_search_with_mixed_stages_equals_exhaustive_enumeration(objective, pool,
     assert any(len(s.replicas) > 1 for s in plan.stages) == mixes
     opts = SearchOptions(max_pp=max_pp, microbatch_sizes=mbs, prune=False)
     res = plan_job("OPT-350", gbs, pool, objective, budget, floor, options=opts)
-    key = (lambda r: r.iteration_time) if objective == "throughput" else (lambda r: r.cost_per_iteration)
+    key = (lambda r: r.iteration_time_s) if objective == "throughput" else (lambda r: r.cost_per_iteration_usd)
     assert key(res) == pytest.approx(key(sim), rel=1e-9)
     # the search's matrices price the mixed plan exactly as the simulator does
-    assert res.extra["search_iteration_time"] == pytest.approx(res.iteration_time, rel=1e-9)
-    assert res.extra["search_cost"] == pytest.approx(res.cost_per_iteration, rel=1e-9)
+    assert res.extra["search_iteration_time_s"] == pytest.approx(res.iteration_time_s, rel=1e-9)
+    assert res.extra["search_cost_usd"] == pytest.approx(res.cost_per_iteration_usd, rel=1e-9)
 
 
 def test_mixed_stages_pay_on_a_pool_with_idle_gpus():
@@ -89,8 +89,8 @@ def test_mixed_stages_pay_on_a_pool_with_idle_gpus():
     res = plan_job("OPT-350", 32, pool, options=opts)
     plain = plan_job("OPT-350", 32, pool, options=SearchOptions(max_pp=2, microbatch_sizes=(4,), mixed_stages=False))
     _, oracle = brute_force(OPT, 32, pool, CATALOG, max_pp=2, microbatch_sizes=(4,), mixed=True)
-    assert res.iteration_time < plain.iteration_time
-    assert res.iteration_time == pytest.approx(oracle.iteration_time, rel=1e-9)
+    assert res.iteration_time_s < plain.iteration_time_s
+    assert res.iteration_time_s == pytest.approx(oracle.iteration_time_s, rel=1e-9)
     assert any(len(s.replicas) > 1 for s in res.plan.stages)
     micro = res.plan.microbatches()
     assert len(set(micro)) > 1 and sum(micro) * 4 == 32
@@ -109,12 +109,12 @@ def test_three_block_search_equals_exhaustive_enumeration(pool, gbs, mbs):
     assert len({(s.replicas[0].gpu_type, s.replicas[0].zone) for s in plan.stages}) == 3
     opts = SearchOptions(max_pp=3, microbatch_sizes=mbs, max_blocks=3, mixed_stages=False)
     exact = plan_job("OPT-350", gbs, pool, options=replace(opts, prune=False))
-    assert exact.iteration_time == pytest.approx(sim.iteration_time, rel=1e-9)
-    assert exact.extra["search_iteration_time"] == pytest.approx(exact.iteration_time, rel=1e-9)
+    assert exact.iteration_time_s == pytest.approx(sim.iteration_time_s, rel=1e-9)
+    assert exact.extra["search_iteration_time_s"] == pytest.approx(exact.iteration_time_s, rel=1e-9)
     # the pruned search finds three blocks too, and they beat every two-block plan
     pruned = plan_job("OPT-350", gbs, pool, options=opts)
     two = plan_job("OPT-350", gbs, pool, options=replace(opts, max_blocks=2))
-    assert pruned.iteration_time < two.iteration_time
+    assert pruned.iteration_time_s < two.iteration_time_s
 
 
 def test_a_mixed_split_with_buffered_sends_is_priced_as_simulate_replays_it():
@@ -132,5 +132,5 @@ def test_a_mixed_split_with_buffered_sends_is_priced_as_simulate_replays_it():
     kinds = ((PipelineBlock(("RTX-2080", ZA), 8, 3),), (PipelineBlock(("RTX-3090", ZA), 8, 3),))
     cand = evaluate_mixed(searcher, kinds, (1, 1), 2, _all_splits(3, OPT.num_layers))
     sim = simulate(cand.plan)
-    assert cand.iteration_time == pytest.approx(sim.iteration_time, rel=1e-9)
-    assert cand.cost_per_iteration == pytest.approx(sim.cost_per_iteration, rel=1e-9, abs=1e-12)
+    assert cand.iteration_time == pytest.approx(sim.iteration_time_s, rel=1e-9)
+    assert cand.cost_per_iteration == pytest.approx(sim.cost_per_iteration_usd, rel=1e-9, abs=1e-12)

@@ -50,12 +50,12 @@ def test_search_with_zone_spanning_equals_exhaustive_enumeration(objective, pool
     opts = SearchOptions(max_pp=max_pp, microbatch_sizes=mbs, prune=False, mixed_stages=False)
     res = plan_job("OPT-350", 64, pool, objective, budget, floor, options=opts)
     got, want = (
-        (res.iteration_time, sim.iteration_time) if objective == "throughput" else (res.cost_per_iteration, sim.cost_per_iteration)
+        (res.iteration_time_s, sim.iteration_time_s) if objective == "throughput" else (res.cost_per_iteration_usd, sim.cost_per_iteration_usd)
     )
     assert got == pytest.approx(want, rel=1e-9)
     # the search's own matrices agree with the independent simulator, egress included
-    assert res.extra["search_iteration_time"] == pytest.approx(res.iteration_time, rel=1e-9)
-    assert res.extra["search_cost"] == pytest.approx(res.cost_per_iteration, rel=1e-9)
+    assert res.extra["search_iteration_time_s"] == pytest.approx(res.iteration_time_s, rel=1e-9)
+    assert res.extra["search_cost_usd"] == pytest.approx(res.cost_per_iteration_usd, rel=1e-9)
     assert res.plan.gpus_by_type_zone().keys() <= pool.keys()
 
 
@@ -65,7 +65,7 @@ def test_throughput_floor_only_a_spanning_plan_meets():
     with pytest.raises(InfeasibleError):
         brute_force(OPT, 64, pool, CATALOG, "cost", None, 0.4, max_pp=2, microbatch_sizes=(4,), span_zones=False)
     res = plan_job("OPT-350", 64, pool, "cost", min_throughput=0.4, options=SearchOptions(max_pp=2, microbatch_sizes=(4,)))
-    assert _spans(res.plan) and res.throughput >= 0.4
+    assert _spans(res.plan) and res.throughput_iter_s >= 0.4
 
 
 def test_zone_spanning_pays_on_small_pools():
@@ -75,7 +75,7 @@ def test_zone_spanning_pays_on_small_pools():
     res = plan_job("OPT-350", 64, pool, options=SearchOptions(max_pp=2, microbatch_sizes=(4,)))
     assert _spans(plan) and _spans(res.plan)
     narrow = plan_job("OPT-350", 64, pool, options=SearchOptions(max_pp=2, microbatch_sizes=(4,), span_zones=False))
-    assert res.iteration_time < narrow.iteration_time
+    assert res.iteration_time_s < narrow.iteration_time_s
 
 
 zoned = st.dictionaries(
@@ -99,8 +99,8 @@ def test_plans_keep_zone_capacity_and_each_replicas_memory(pool, gbs, objective)
     # each replica within its own GPU's memory (stages may mix GPU types)
     limit = [[CATALOG[r.gpu_type].memory_gb for r in stage.replica_list()] for stage in res.plan.stages]
     assert (sim.details["memory"] <= limit).all()
-    assert res.extra["search_iteration_time"] == pytest.approx(sim.iteration_time, rel=1e-9)
-    assert res.extra["search_cost"] == pytest.approx(sim.cost_per_iteration, rel=1e-9)
+    assert res.extra["search_iteration_time_s"] == pytest.approx(sim.iteration_time_s, rel=1e-9)
+    assert res.extra["search_cost_usd"] == pytest.approx(sim.cost_per_iteration_usd, rel=1e-9)
 
 
 def _sailor(pp: int, zones: tuple[str, ...], per_zone: int, tp: int, mbs: int, split: tuple[int, ...]) -> Plan:
@@ -114,11 +114,11 @@ def test_two_zone_budget_case_at_least_as_good_as_sailor():
     res = plan_job("OPT-350", 1024, pool, budget=1.2)
     best_sailor = max(
         (simulate(_sailor(1, (ZA, ZB), 32, 4, m, (0, 26))) for m in OPT.microbatch_sizes(A) if 1024 % (64 * m) == 0),
-        key=lambda s: s.throughput,
+        key=lambda s: s.throughput_iter_s,
     )
-    assert best_sailor.cost_per_iteration <= 1.2
-    assert res.throughput >= best_sailor.throughput * (1 - 1e-9)
-    assert res.cost_per_iteration <= 1.2
+    assert best_sailor.cost_per_iteration_usd <= 1.2
+    assert res.throughput_iter_s >= best_sailor.throughput_iter_s * (1 - 1e-9)
+    assert res.cost_per_iteration_usd <= 1.2
 
 
 def test_five_zone_case_at_least_as_good_as_sailor():
@@ -127,8 +127,8 @@ def test_five_zone_case_at_least_as_good_as_sailor():
     res = plan_job("OPT-350", 1024, pool)
     sailor = max(
         (simulate(_sailor(2, SAILOR_ZONES[:4], 32, 4, m, (0, 13, 26))) for m in OPT.microbatch_sizes(A) if 1024 % (128 * m) == 0),
-        key=lambda s: s.throughput,
+        key=lambda s: s.throughput_iter_s,
     )
-    assert res.throughput >= sailor.throughput * (1 - 1e-9)
+    assert res.throughput_iter_s >= sailor.throughput_iter_s * (1 - 1e-9)
     for key, n in res.plan.gpus_by_type_zone().items():
         assert n <= pool[key]

@@ -25,7 +25,7 @@ def _errors() -> np.ndarray:
     for path in RUNS:
         real = json.loads(path.read_text())
         sim = simulate(Plan.from_json(path))
-        rows.append((sim.iteration_time / real["real"] - 1, sim.peak_memory_gb / (real["max_mem"] / 1e9) - 1))
+        rows.append((sim.iteration_time_s / real["real"] - 1, sim.peak_memory_gb / (real["max_mem"] / 1e9) - 1))
     return np.array(rows)
 
 
@@ -55,10 +55,10 @@ def test_mit_runs_load_with_the_shipped_catalogue_and_pipelines_are_no_longer_ov
         plan = Plan.from_json(path)
         sim = simulate(plan)
         assert sim.uncalibrated == ()
-        errors.append(sim.iteration_time / real["real"] - 1)
+        errors.append(sim.iteration_time_s / real["real"] - 1)
         replicated = simulate(plan, config=replace(SHIPPED_PLATFORMS.for_gpu("RTX-2080"), replicated_tp_sends=1.0))
         if any(r.tp == 8 for s in plan.stages for r in s.replicas) and plan.pp > 1:
-            assert replicated.iteration_time > 2 * real["real"]  # the old transfer model, TP 8 pipelines
+            assert replicated.iteration_time_s > 2 * real["real"]  # the old transfer model, TP 8 pipelines
     assert max(np.abs(errors)) < 0.3 and np.abs(errors).mean() < 0.15, errors
 
 
@@ -100,8 +100,8 @@ def test_single_gpu_time_is_sum_of_profiled_layers():
     # per parameter over the A100-40's 1555 GB/s
     u = 28 * prof.stage_sizes(1, 0, 26)[0] / 1555e9
     expected = 4 * (DEFAULT_CONFIG.compute_scale * (f + b) + DEFAULT_CONFIG.microbatch_overhead_s) + u  # 4 microbatches, no sync, no comm
-    assert sim.iteration_time == pytest.approx(expected, rel=1e-12)
-    assert sim.cost_per_iteration == pytest.approx(3.673 / 3600 * expected, rel=1e-12)
+    assert sim.iteration_time_s == pytest.approx(expected, rel=1e-12)
+    assert sim.cost_per_iteration_usd == pytest.approx(3.673 / 3600 * expected, rel=1e-12)
 
 
 def test_pipeline_time_follows_1f1b_formula():
@@ -120,14 +120,14 @@ def test_pipeline_time_follows_1f1b_formula():
     c = nbytes / 1e9 / net.per_gpu_bandwidth(("A100-40", z), ("A100-40", z), 1, nbytes)
     upd = max(28 * prof.stage_sizes(1, a, b)[0] / 1555e9 for a, b in ((0, 10), (10, 26)))  # fused step
     expected = (M - 1) * (max(fb) + 2 * c) + sum(fb) + 2 * c + upd
-    assert sim.iteration_time == pytest.approx(expected, rel=1e-12)
+    assert sim.iteration_time_s == pytest.approx(expected, rel=1e-12)
 
 
 def test_more_stages_hold_more_inflight_activations_on_first_stage():
     z = "us-central1-a"
     one = _plan([Stage(0, 26, (ReplicaGroup("A100-40", z, 1, 1),))])
     two = _plan([Stage(0, 13, (ReplicaGroup("A100-40", z, 1, 1),)), Stage(13, 26, (ReplicaGroup("A100-40", z, 1, 1),))])
-    m1, m2 = simulate(one).memory_per_stage, simulate(two).memory_per_stage
+    m1, m2 = simulate(one).memory_per_stage_gb, simulate(two).memory_per_stage_gb
     assert m2[0] < m1[0]  # half the layers...
     assert m2[0] > m2[1] - 1.0  # ...but two microbatches in flight on stage 0
 
@@ -140,9 +140,9 @@ def test_cross_zone_pipeline_pays_egress_and_is_slower():
     prof = load_model_profile("OPT-350")
     # 2 directions x 8 microbatches x 2 pipelines x activation bytes
     assert c.egress_gb == pytest.approx(2 * 8 * 2 * 4 * prof.act_out[1][12] * 4 / 1e9)
-    gpu_cost = 4 * 3.673 / 3600 * c.iteration_time
-    assert c.cost_per_iteration == pytest.approx(gpu_cost + c.egress_gb * 0.02)
-    assert c.iteration_time > s.iteration_time
+    gpu_cost = 4 * 3.673 / 3600 * c.iteration_time_s
+    assert c.cost_per_iteration_usd == pytest.approx(gpu_cost + c.egress_gb * 0.02)
+    assert c.iteration_time_s > s.iteration_time_s
 
 
 def test_straggler_replica_sets_the_pace():
@@ -150,7 +150,7 @@ def test_straggler_replica_sets_the_pace():
     fast = _plan([Stage(0, 26, (ReplicaGroup("A100-40", z, 4, 2),))])
     mixed = _plan([Stage(0, 26, (ReplicaGroup("A100-40", z, 4, 1), ReplicaGroup("V100-16", z, 4, 1)))])
     slow = _plan([Stage(0, 26, (ReplicaGroup("V100-16", z, 4, 2),))])
-    tf, tm, ts = (simulate(p).iteration_time for p in (fast, mixed, slow))
+    tf, tm, ts = (simulate(p).iteration_time_s for p in (fast, mixed, slow))
     assert tf < tm <= ts * 1.001
 
 

@@ -192,9 +192,9 @@ def test_plan_job_on_the_written_profile(profiled) -> None:
     result = plan_job("toy", 8, {("cpu", "local"): 4}, gpu_types=(cpu,), data_dir=root)
     assert result.plan.num_gpus <= 4
     sim = simulate(result.plan, data_dir=root, gpu_types={"cpu": cpu})
-    assert sim.iteration_time == pytest.approx(result.iteration_time)
-    assert sim.cost_per_iteration == pytest.approx(result.cost_per_iteration)
-    assert sim.memory_per_stage == pytest.approx(result.memory_per_gpu)
+    assert sim.iteration_time_s == pytest.approx(result.iteration_time_s)
+    assert sim.cost_per_iteration_usd == pytest.approx(result.cost_per_iteration_usd)
+    assert sim.memory_per_stage_gb == pytest.approx(result.memory_per_gpu_gb)
     # one GPU: no communication, so an iteration is M microbatches of (fwd + bwd) then the update;
     # the planner must pick the best microbatch size
     prof = load_model_profile("toy", root)
@@ -204,8 +204,8 @@ def test_plan_job_on_the_written_profile(profiled) -> None:
         + prof.compute[("cpu", m, 1)][2].sum()
         for m in (1, 2)
     )
-    assert one.iteration_time == pytest.approx(oracle)
-    assert one.cost_per_iteration == pytest.approx(0.5 / 3600 * oracle)
+    assert one.iteration_time_s == pytest.approx(oracle)
+    assert one.cost_per_iteration_usd == pytest.approx(0.5 / 3600 * oracle)
     with pytest.raises(InputError, match="pool.zone"):
         plan_job("toy", 8, {("cpu", "elsewhere"): 1}, gpu_types=(cpu,), data_dir=root)
 

@@ -124,7 +124,7 @@ def test_a_gpu_type_without_calibration_uses_the_default_and_says_so(caplog) -> 
     sim = simulate(plan)
     assert sim.uncalibrated == ("A100-40",)
     chosen = simulate(plan, config=UNCALIBRATED_CONFIG)  # the same constants, chosen: nothing to report
-    assert (sim.iteration_time, sim.memory_per_stage) == (chosen.iteration_time, chosen.memory_per_stage)
+    assert (sim.iteration_time_s, sim.memory_per_stage_gb) == (chosen.iteration_time_s, chosen.memory_per_stage_gb)
     assert chosen.uncalibrated == ()
     result = plan_job("OPT-350", 64, {("A100-40", "us-central1-a"): 4})
     assert result.extra["uncalibrated_gpu_types"] == ["A100-40"]
@@ -143,7 +143,7 @@ def test_a_plan_mixing_gpu_types_uses_each_types_own_constants() -> None:
     plan = Plan("OPT-350", 64, 2, (Stage(0, 13, (ReplicaGroup("RTX-3090", "us-central1-a", 2, 1),)),
                                    Stage(13, 26, (ReplicaGroup("GH-96", "us-central1-a", 2, 1),))))
     sim = simulate(plan)
-    assert sim.memory_per_stage == pytest.approx((stage_memory_gb(profile, 2, 0, 13, 2, 2, rtx),
+    assert sim.memory_per_stage_gb == pytest.approx((stage_memory_gb(profile, 2, 0, 13, 2, 2, rtx),
                                                   stage_memory_gb(profile, 2, 13, 26, 2, 1, gh)))
     f, b, _ = profile.stage_compute("RTX-3090", 2, 2, 0, 13)
     assert sim.details["stage_compute"][0, 0] == pytest.approx(max(rtx.compute_scale * (f + b) + rtx.microbatch_overhead_s, 0))
@@ -182,11 +182,11 @@ def test_a_fused_optimizer_step_is_priced_by_memory_bandwidth() -> None:
     profile = load_model_profile("OPT-350")
     params = profile.stage_sizes(4, 0, 26)[0]
     assert SHIPPED_PLATFORMS.for_gpu("GH-96").update_bytes_per_param == 28
-    assert simulate(plan).sync_time == pytest.approx(28 * params / 4000e9, rel=1e-12)  # about 0.58 ms
+    assert simulate(plan).sync_time_s == pytest.approx(28 * params / 4000e9, rel=1e-12)  # about 0.58 ms
     profiled = profile.stage_compute("GH-96", 4, 4, 0, 26)[2]
-    assert simulate(plan, config=UNCALIBRATED_CONFIG).sync_time == pytest.approx(profiled, rel=1e-12)  # 11.7 ms
+    assert simulate(plan, config=UNCALIBRATED_CONFIG).sync_time_s == pytest.approx(profiled, rel=1e-12)  # 11.7 ms
     unknown = {**gpu_catalog(), "GH-96": GPUType("GH-96", 96, 4, 11.06)}  # no bandwidth given
-    assert simulate(plan, gpu_types=unknown).sync_time == pytest.approx(profiled, rel=1e-12)
+    assert simulate(plan, gpu_types=unknown).sync_time_s == pytest.approx(profiled, rel=1e-12)
     with pytest.raises(InputError, match="update_bytes_per_param"):
         SimConfig(update_bytes_per_param=-1.0)
 
@@ -208,9 +208,9 @@ def test_every_plan_the_search_returns_fits_memory_under_per_platform_constants(
     catalog = gpu_catalog()
     res = plan_job("OPT-350", 64, pool, objective)
     sim = simulate(res.plan)
-    assert res.iteration_time == pytest.approx(sim.iteration_time, rel=1e-9)
-    assert res.extra["search_iteration_time"] == pytest.approx(sim.iteration_time, rel=1e-9)
-    for mem, stage in zip(sim.memory_per_stage, res.plan.stages, strict=True):
+    assert res.iteration_time_s == pytest.approx(sim.iteration_time_s, rel=1e-9)
+    assert res.extra["search_iteration_time_s"] == pytest.approx(sim.iteration_time_s, rel=1e-9)
+    for mem, stage in zip(sim.memory_per_stage_gb, res.plan.stages, strict=True):
         for g in stage.replicas:
             assert mem <= catalog[g.gpu_type].memory_gb
             assert g.tp <= catalog[g.gpu_type].gpus_per_node
@@ -221,10 +221,10 @@ def test_a_fit_that_stops_at_the_end_of_a_plausible_range_is_reported(caplog) ->
 
     plans = [Plan("OPT-350", 64, m, (Stage(0, 26, (ReplicaGroup("GH-96", "us-central1-a", 4, 1),)),)) for m in (1, 2, 4)]
     truth = SimConfig(compute_scale=6.0)  # beyond the plausible 0.25-4
-    measured = [simulate(p, config=truth).iteration_time for p in plans]
+    measured = [simulate(p, config=truth).iteration_time_s for p in plans]
     fit = fit_sim_config(plans, measured, constants=("compute_scale",), base=SimConfig())
     assert fit.at_bound == ("compute_scale",) and fit.config.compute_scale == pytest.approx(BOUNDS["compute_scale"][1])
     assert "plausible range" in fit.describe() and "compute_scale" in caplog.text
-    inside = fit_sim_config(plans, [simulate(p, config=SimConfig(compute_scale=1.5)).iteration_time for p in plans],
+    inside = fit_sim_config(plans, [simulate(p, config=SimConfig(compute_scale=1.5)).iteration_time_s for p in plans],
                             constants=("compute_scale",), base=SimConfig())
     assert inside.at_bound == () and inside.config.compute_scale == pytest.approx(1.5, rel=1e-4)

@@ -78,9 +78,9 @@ def test_clark_never_below_the_largest_mean_and_exact_without_noise(pairs) -> No
 def test_one_process_or_no_noise_changes_nothing() -> None:
     noisy = replace(DEFAULT_CONFIG, straggler_cv=0.3)
     alone = _plan((0, LAYERS), 1, 4)
-    assert simulate(alone, config=noisy).iteration_time == simulate(alone, config=DEFAULT_CONFIG).iteration_time
+    assert simulate(alone, config=noisy).iteration_time_s == simulate(alone, config=DEFAULT_CONFIG).iteration_time_s
     wide = _plan((0, 13, LAYERS), 2, 4)
-    assert simulate(wide, config=replace(noisy, straggler_cv=0.0)).iteration_time == simulate(wide, config=DEFAULT_CONFIG).iteration_time
+    assert simulate(wide, config=replace(noisy, straggler_cv=0.0)).iteration_time_s == simulate(wide, config=DEFAULT_CONFIG).iteration_time_s
 
 
 @pytest.mark.parametrize("dp", [2, 4])
@@ -92,8 +92,8 @@ def test_balanced_data_parallel_replicas_wait_for_the_slowest(dp) -> None:
     noisy = simulate(plan, config=replace(DEFAULT_CONFIG, straggler_cv=cv))
     expected_max = {2: 1 / math.sqrt(math.pi), 4: 1.0293753730039641}[dp]  # E[max of dp standard normals]
     rel = 1e-12 if dp == 2 else 0.01  # Clark is exact for two, an approximation for more
-    assert noisy.pipeline_time == pytest.approx(base.pipeline_time * (1 + cv * expected_max), rel=rel)
-    assert noisy.iteration_time - noisy.pipeline_time == pytest.approx(base.iteration_time - base.pipeline_time)
+    assert noisy.pipeline_time_s == pytest.approx(base.pipeline_time_s * (1 + cv * expected_max), rel=rel)
+    assert noisy.iteration_time_s - noisy.pipeline_time_s == pytest.approx(base.iteration_time_s - base.pipeline_time_s)
 
 
 def test_a_replica_with_slack_costs_nothing() -> None:
@@ -101,13 +101,13 @@ def test_a_replica_with_slack_costs_nothing() -> None:
     plan = Plan(MODEL, 32, 8, (Stage(0, LAYERS, (ReplicaGroup(GPU, ZONE, 1, 2),)),), (3, 1))
     base, noisy = simulate(plan, config=DEFAULT_CONFIG), simulate(plan, config=replace(DEFAULT_CONFIG, straggler_cv=0.1))
     heavy = base.details["pipeline_times"].max()
-    assert noisy.pipeline_time == pytest.approx(heavy, rel=1e-6)
+    assert noisy.pipeline_time_s == pytest.approx(heavy, rel=1e-6)
 
 
 def test_pipeline_stages_are_not_maximised_over() -> None:
     """One replica: the noise has no slower peer to wait for, whatever the stages."""
     plan = _plan((0, 9, 17, LAYERS), 1, 2)
-    assert simulate(plan, config=replace(DEFAULT_CONFIG, straggler_cv=0.3)).iteration_time == simulate(plan, config=DEFAULT_CONFIG).iteration_time
+    assert simulate(plan, config=replace(DEFAULT_CONFIG, straggler_cv=0.3)).iteration_time_s == simulate(plan, config=DEFAULT_CONFIG).iteration_time_s
 
 
 def test_pipelined_replicas_spread_as_their_bottleneck_stage() -> None:
@@ -120,7 +120,7 @@ def test_pipelined_replicas_spread_as_their_bottleneck_stage() -> None:
     bottleneck = int(np.argmax(fb + 2 * (comm[:-1] + comm[1:])))
     sd = cv * ((M - 1) * fb[bottleneck] + np.sqrt((fb**2).sum()))
     noisy = simulate(plan, config=replace(DEFAULT_CONFIG, straggler_cv=cv))
-    assert noisy.pipeline_time == pytest.approx(base.pipeline_time + math.sqrt(2) * sd / math.sqrt(2 * math.pi), rel=1e-12)
+    assert noisy.pipeline_time_s == pytest.approx(base.pipeline_time_s + math.sqrt(2) * sd / math.sqrt(2 * math.pi), rel=1e-12)
 
 
 def test_unequal_replicas_match_sampling_the_rank_noise() -> None:
@@ -131,8 +131,8 @@ def test_unequal_replicas_match_sampling_the_rank_noise() -> None:
     rng = np.random.default_rng(5)
     sampled = (t * (1 + cv * rng.standard_normal((400_000, 3)))).max(axis=1).mean()
     noisy = simulate(plan, config=replace(DEFAULT_CONFIG, straggler_cv=cv))
-    assert noisy.pipeline_time == pytest.approx(sampled, rel=0.003)  # the noise adds about 12%
-    assert noisy.pipeline_time > 1.1 * t.max()
+    assert noisy.pipeline_time_s == pytest.approx(sampled, rel=0.003)  # the noise adds about 12%
+    assert noisy.pipeline_time_s > 1.1 * t.max()
 
 
 def test_search_prices_stragglers_as_the_simulator_does() -> None:
@@ -140,9 +140,9 @@ def test_search_prices_stragglers_as_the_simulator_does() -> None:
     config = replace(DEFAULT_CONFIG, straggler_cv=0.2)
     fast = plan_job(MODEL, 256, pool, options=SearchOptions(config=DEFAULT_CONFIG))
     noisy = plan_job(MODEL, 256, pool, options=SearchOptions(config=config))
-    assert noisy.extra["search_iteration_time"] == pytest.approx(noisy.iteration_time, rel=1e-9)
-    assert noisy.iteration_time == pytest.approx(simulate(noisy.plan, config=config).iteration_time, rel=1e-12)
-    assert noisy.iteration_time > fast.iteration_time
+    assert noisy.extra["search_iteration_time_s"] == pytest.approx(noisy.iteration_time_s, rel=1e-9)
+    assert noisy.iteration_time_s == pytest.approx(simulate(noisy.plan, config=config).iteration_time_s, rel=1e-12)
+    assert noisy.iteration_time_s > fast.iteration_time_s
 
 
 def test_negative_cv_is_refused() -> None:

@@ -35,7 +35,7 @@ def test_jobs_frame_recomputes_the_mean_jct(results) -> None:
     for r in results:
         mine = r.to_dataframe()
         assert mine["jct_h"].mean() == pytest.approx(r.summary()["avg_jct_h"])
-        assert (mine["jct"] == mine["finish_time"] - mine["arrival_time"]).all()
+        assert (mine["jct_s"] == mine["finish_time_s"] - mine["arrival_time_s"]).all()
         assert jobs.loc[r.policy]["jct_h"].tolist() == mine["jct_h"].tolist()
     with pytest.raises(InputError, match="what"):
         results.to_dataframe("nope")

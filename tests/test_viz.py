@@ -104,14 +104,14 @@ def test_plan_result_repr_numbers(geo_result):
     res = geo_result
     metrics, stages = _Tables(res._repr_html_()).tables
     (m,) = _records(metrics)
-    assert float(m["iteration time (s)"]) == pytest.approx(res.iteration_time, rel=1e-3)
-    assert float(m["throughput (iter/s)"]) == pytest.approx(res.throughput, rel=1e-3)
-    assert float(m["$/iteration"]) == pytest.approx(res.cost_per_iteration, rel=1e-3)
+    assert float(m["iteration time (s)"]) == pytest.approx(res.iteration_time_s, rel=1e-3)
+    assert float(m["throughput (iter/s)"]) == pytest.approx(res.throughput_iter_s, rel=1e-3)
+    assert float(m["$/iteration"]) == pytest.approx(res.cost_per_iteration_usd, rel=1e-3)
     assert float(m["peak memory (GB/GPU)"]) == pytest.approx(res.peak_memory_gb, rel=1e-2)
     rows = _records(stages)
     assert sum(int(r["GPUs"]) for r in rows) == res.plan.num_gpus
     mem = {int(r["stage"]): float(r["memory (GB/GPU)"]) for r in rows}
-    assert [mem[s] for s in range(res.plan.pp)] == pytest.approx(res.memory_per_gpu, rel=1e-2)
+    assert [mem[s] for s in range(res.plan.pp)] == pytest.approx(res.memory_per_gpu_gb, rel=1e-2)
     assert {(r["GPU type"], r["zone"]) for r in rows} == set(res.plan.gpus_by_type_zone())
 
 
@@ -223,7 +223,7 @@ def test_pipeline_schedule_uses_slowest_replica_and_plan_numbers(geo_result):
     plan = geo_result.plan
     sim = simulate(plan)
     sched = pipeline_schedule(geo_result)
-    assert sched.simulated_time == pytest.approx(sim.pipeline_time)
+    assert sched.simulated_time == pytest.approx(sim.pipeline_time_s)
     assert sched.num_stages == plan.pp and sched.num_microbatches == plan.microbatches()[sched.replica]
     fb = sim.details["stage_compute"][:, sched.replica]
     assert sched.forward + sched.backward == pytest.approx(fb)
@@ -277,7 +277,7 @@ def test_a_replayed_replica_is_laid_out_as_the_replay_that_priced_it():
     sim = simulate(plan)
     sched = pipeline_schedule(plan)
     S, M = sched.num_stages, sched.num_microbatches
-    assert sched.makespan == pytest.approx(sim.pipeline_time, rel=1e-12)
+    assert sched.makespan == pytest.approx(sim.pipeline_time_s, rel=1e-12)
     blocking = schedule_1f1b(sched.forward, sched.backward, sched.comm, M)
     assert blocking.makespan > 1.1 * sched.makespan
     assert sched.transfers.shape == (2 * M * (S - 1), 5)
@@ -322,9 +322,9 @@ def test_front_is_non_dominated_monotone_and_complete(geo_front):
 def test_front_ends_match_unconstrained_planner(geo_front):
     fastest = plan_job("OPT-350", 256, GEO_POOL, objective="throughput")
     cheapest = plan_job("OPT-350", 256, GEO_POOL, objective="cost")
-    assert geo_front.fastest.throughput == pytest.approx(fastest.throughput, rel=1e-12)
-    assert geo_front.fastest.cost <= fastest.cost_per_iteration * (1 + 1e-12)
-    assert geo_front.cheapest.cost == pytest.approx(cheapest.cost_per_iteration, rel=1e-12)
+    assert geo_front.fastest.throughput == pytest.approx(fastest.throughput_iter_s, rel=1e-12)
+    assert geo_front.fastest.cost <= fastest.cost_per_iteration_usd * (1 + 1e-12)
+    assert geo_front.cheapest.cost == pytest.approx(cheapest.cost_per_iteration_usd, rel=1e-12)
     zones = {z for _, z in geo_front.fastest.result.plan.gpus_by_type_zone()}
     assert len(zones) == 2  # the fastest plan on this pool spans both zones
 
@@ -338,9 +338,9 @@ def test_front_equals_exhaustive_front_on_small_pool(pool):
     everything = []
     for plan in enumerate_plans(profile, gbs, pool, types, max_pp=2, microbatch_sizes=mbs):
         sim = simulate(plan, profile=profile, gpu_types=types)
-        if all(m <= types[s.replicas[0].gpu_type].memory_gb for m, s in zip(sim.memory_per_stage, plan.stages,
+        if all(m <= types[s.replicas[0].gpu_type].memory_gb for m, s in zip(sim.memory_per_stage_gb, plan.stages,
                                                                             strict=True)):
-            everything.append(ParetoPoint(sim.cost_per_iteration, sim.throughput, None))
+            everything.append(ParetoPoint(sim.cost_per_iteration_usd, sim.throughput_iter_s, None))
     exact = non_dominated(everything)
     assert len(exact) >= 4  # a front with several points (4 on pool0 since the per-platform simulator)
     opts = SearchOptions(max_pp=2, microbatch_sizes=mbs, prune=False, mixed_stages=False)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from heteroplan._deprecated import renamed
 from heteroplan._html import table
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InfeasibleError
@@ -28,18 +29,18 @@ __all__ = ["PlanResult", "PlanRequest", "plan", "plan_job", "normalize_pool", "O
 class PlanResult:
     """The plan found and what the simulator predicts for it.
 
+    Each number has its unit in its name, the same in Python and in :meth:`to_dict` (what
+    ``heteroplan plan --json`` prints). The former attributes ``iteration_time``, ``throughput``,
+    ``cost_per_iteration``, ``memory_per_gpu`` and ``search_time`` still read, with a
+    :class:`DeprecationWarning` (and the JSON key ``cost_per_iteration``, without the warning).
+
     Attributes:
         plan: the training plan.
-        iteration_time: seconds per iteration.
-        throughput: iterations per second.
-        cost_per_iteration: $ per iteration (GPU rental + egress).
-        memory_per_gpu: peak GB per GPU of each stage.
-
-    :meth:`to_dict` (what ``heteroplan plan --json`` prints) names each number with its unit:
-    ``iteration_time_s``, ``throughput_iter_s``, ``cost_per_iteration_usd``, ``memory_per_gpu_gb``,
-    ``peak_memory_gb``, ``search_time_s`` (``cost_per_iteration``, the former key, is kept as a
-    deprecated alias of ``cost_per_iteration_usd``).
-        search_time: seconds the search took.
+        iteration_time_s: seconds per iteration.
+        throughput_iter_s: iterations per second.
+        cost_per_iteration_usd: $ per iteration (GPU rental + egress).
+        memory_per_gpu_gb: peak GB per GPU of each stage.
+        search_time_s: seconds the search took.
         evaluated: block layouts whose layer split was optimized.
         memory_fit: the tightest GPU's memory need against its capacity (a returned plan always fits).
         runner_ups: the best plan the search priced per GPU-type mix and per pipeline depth, other
@@ -49,17 +50,23 @@ class PlanResult:
     """
 
     plan: Plan
-    iteration_time: float
-    throughput: float
-    cost_per_iteration: float
-    memory_per_gpu: tuple[float, ...]
-    search_time: float
+    iteration_time_s: float
+    throughput_iter_s: float
+    cost_per_iteration_usd: float
+    memory_per_gpu_gb: tuple[float, ...]
+    search_time_s: float
     evaluated: int = 0
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     memory_fit: MemoryFit | None = None
     runner_ups: tuple[RunnerUp, ...] = field(default=(), compare=False)
     estimate: PlanEstimate | None = field(default=None, compare=False, repr=False)
     request: PlanRequest | None = field(default=None, compare=False, repr=False)
+
+    iteration_time = renamed("iteration_time", "iteration_time_s")
+    throughput = renamed("throughput", "throughput_iter_s")
+    cost_per_iteration = renamed("cost_per_iteration", "cost_per_iteration_usd")
+    memory_per_gpu = renamed("memory_per_gpu", "memory_per_gpu_gb")
+    search_time = renamed("search_time", "search_time_s")
 
     def simulate(self, other: Plan) -> PlanEstimate:
         """``other`` priced with this result's data and constants (profile, network, GPU types)."""
@@ -75,31 +82,32 @@ class PlanResult:
 
     def explain(self) -> str:
         """The chosen plan against each runner-up: family, time, cost and the terms that differ most."""
-        lines = [f"chosen: {self.iteration_time:.4g} s/iteration, ${self.cost_per_iteration:.4g}/iteration"]
+        lines = [f"chosen: {self.iteration_time_s:.4g} s/iteration, ${self.cost_per_iteration_usd:.4g}/iteration"]
         for r in self.runner_ups:
             d = self.diff(r.plan, ("chosen", r.family.label))
             top = ", ".join(f"{t.term} {t.delta:+.3g} s" for t in d.largest(TermKind.TIME, 2))
             lines.append(f"best of {r.family}: PP{r.plan.pp} x DP{r.plan.dp}, {r.plan.num_gpus} GPUs, "
-                         f"{d.b.iteration_time:.4g} s ({d.b.iteration_time / self.iteration_time - 1:+.1%}), "
-                         f"${d.b.cost_per_iteration:.4g}; {top}")
+                         f"{d.b.iteration_time_s:.4g} s ({d.b.iteration_time_s / self.iteration_time_s - 1:+.1%}), "
+                         f"${d.b.cost_per_iteration_usd:.4g}; {top}")
         return "\n".join(lines)
 
     @property
     def peak_memory_gb(self) -> float:
-        return max(self.memory_per_gpu)
+        """The largest of :attr:`memory_per_gpu_gb` (GB per GPU)."""
+        return max(self.memory_per_gpu_gb)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "plan": self.plan.to_dict(),
-            "iteration_time_s": self.iteration_time,
-            "throughput_iter_s": self.throughput,
-            "cost_per_iteration_usd": self.cost_per_iteration,
-            "cost_per_iteration": self.cost_per_iteration,  # deprecated: the same, without its unit
-            "memory_per_gpu_gb": list(self.memory_per_gpu),
+            "iteration_time_s": self.iteration_time_s,
+            "throughput_iter_s": self.throughput_iter_s,
+            "cost_per_iteration_usd": self.cost_per_iteration_usd,
+            "cost_per_iteration": self.cost_per_iteration_usd,  # deprecated: the same, without its unit
+            "memory_per_gpu_gb": list(self.memory_per_gpu_gb),
             "peak_memory_gb": self.peak_memory_gb,
             "fits_memory": self.memory_fit is None or self.memory_fit.fits,
             "memory_headroom_gb": None if self.memory_fit is None else self.memory_fit.headroom_gb,
-            "search_time_s": self.search_time,
+            "search_time_s": self.search_time_s,
             "evaluated": self.evaluated,
             "gpus": {f"{t}@{z}": n for (t, z), n in self.plan.gpus_by_type_zone().items()},
             "uncalibrated_gpu_types": list(self.extra.get("uncalibrated_gpu_types", [])),
@@ -112,13 +120,13 @@ class PlanResult:
         """A few lines: the plan's stages, the predicted time, cost and memory, the search."""
         lines = [self.plan.describe()]
         lines.append(
-            f"  predicted: {self.iteration_time:.4g} s/iteration = {self.throughput:.4g} iter/s, "
-            f"${self.cost_per_iteration:.4g}/iteration, peak memory {self.peak_memory_gb:.3g} GB/GPU "
-            f"(per stage: {', '.join(f'{m:.3g}' for m in self.memory_per_gpu)})"
+            f"  predicted: {self.iteration_time_s:.4g} s/iteration = {self.throughput_iter_s:.4g} iter/s, "
+            f"${self.cost_per_iteration_usd:.4g}/iteration, peak memory {self.peak_memory_gb:.3g} GB/GPU "
+            f"(per stage: {', '.join(f'{m:.3g}' for m in self.memory_per_gpu_gb)})"
         )
         if self.memory_fit is not None:
             lines.append("  " + self.memory_fit.describe())
-        lines.append(f"  search: {self.search_time:.3g} s, {self.evaluated} layouts")
+        lines.append(f"  search: {self.search_time_s:.3g} s, {self.evaluated} layouts")
         if self.extra.get("recompute"):
             lines.append("  every stage recomputes its activations: " + self.extra["recompute"])
         if self.extra.get("uncalibrated_gpu_types"):
@@ -128,10 +136,10 @@ class PlanResult:
     def _repr_html_(self) -> str:
         metrics = table(
             ("iteration time (s)", "throughput (iter/s)", "$/iteration", "peak memory (GB/GPU)", "search (s)"),
-            [(self.iteration_time, self.throughput, self.cost_per_iteration, f"{self.peak_memory_gb:.3g}",
-              f"{self.search_time:.3g}")],
+            [(self.iteration_time_s, self.throughput_iter_s, self.cost_per_iteration_usd, f"{self.peak_memory_gb:.3g}",
+              f"{self.search_time_s:.3g}")],
         )
-        return self.plan.html_title() + metrics + self.plan.html_table(self.memory_per_gpu)
+        return self.plan.html_title() + metrics + self.plan.html_table(self.memory_per_gpu_gb)
 
 
 def plan_job(
@@ -220,13 +228,13 @@ def plan(request: PlanRequest) -> PlanResult:
         _log.info("%s", uncalibrated_note(sim.uncalibrated), extra={"uncalibrated": sim.uncalibrated})
     return PlanResult(
         best.plan,
-        sim.iteration_time,
-        sim.throughput,
-        sim.cost_per_iteration,
-        sim.memory_per_stage,
+        sim.iteration_time_s,
+        sim.throughput_iter_s,
+        sim.cost_per_iteration_usd,
+        sim.memory_per_stage_gb,
         time.perf_counter() - t0,
         stats["evaluated"],
-        extra | {"search_iteration_time": best.iteration_time, "search_cost": best.cost_per_iteration},
+        extra | {"search_iteration_time_s": best.iteration_time, "search_cost_usd": best.cost_per_iteration},
         sim.memory_fit,
         tuple(RunnerUp(family, c.plan, c.iteration_time, c.cost_per_iteration)
               for family, c in sorted(searcher.runner_ups.items(), key=lambda fc: fc[0].label) if c.plan != best.plan),

@@ -57,8 +57,8 @@ def homogeneous_plan(
     if not results:
         raise InfeasibleError("no feasible plan on any single GPU type — " + "; ".join(reasons))
     goal = Goal.of(objective, budget, min_throughput)
-    best = min(results, key=lambda r: goal.key(r.iteration_time, r.cost_per_iteration))
-    return replace(best, search_time=time.perf_counter() - t0)
+    best = min(results, key=lambda r: goal.key(r.iteration_time_s, r.cost_per_iteration_usd))
+    return replace(best, search_time_s=time.perf_counter() - t0)
 
 
 def _uniform_bounds(L: int, pp: int) -> list[int]:
@@ -129,12 +129,12 @@ def uniform_split_plan(
                                 except InputError:
                                     continue
                                 rate = rental_usd_per_s(sum(n * types[t].price_per_hour for (t, _), n in real.gpus_by_type_zone().items()))
-                                cost_est = rate * est.iteration_time + est.cost_per_iteration - est.iteration_time * rental_usd_per_s(sum(
+                                cost_est = rate * est.iteration_time_s + est.cost_per_iteration_usd - est.iteration_time_s * rental_usd_per_s(sum(
                                     n * types[t].price_per_hour for (t, _), n in pess.gpus_by_type_zone().items()
                                 ))
-                                if not goal.meets(est.iteration_time, cost_est, tolerance=0.0):
+                                if not goal.meets(est.iteration_time_s, cost_est, tolerance=0.0):
                                     continue
-                                key = goal.key(est.iteration_time, cost_est)
+                                key = goal.key(est.iteration_time_s, cost_est)
                                 if best is not None and key >= best[0]:
                                     continue
                                 try:
@@ -143,7 +143,7 @@ def uniform_split_plan(
                                     continue
                                 if any(
                                     m > types[s.replicas[0].gpu_type].memory_gb
-                                    for m, s in zip(sim.memory_per_stage, real.stages, strict=True)
+                                    for m, s in zip(sim.memory_per_stage_gb, real.stages, strict=True)
                                 ):
                                     continue
                                 if best is None or key < best[0]:
@@ -152,5 +152,5 @@ def uniform_split_plan(
         raise InfeasibleError("no feasible plan for the uniform-split baseline")
     sim = simulate_plan(best[1], profile=profile, network=network, gpu_types=types)
     return PlanResult(
-        best[1], sim.iteration_time, sim.throughput, sim.cost_per_iteration, sim.memory_per_stage, time.perf_counter() - t0
+        best[1], sim.iteration_time_s, sim.throughput_iter_s, sim.cost_per_iteration_usd, sim.memory_per_stage_gb, time.perf_counter() - t0
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 
+from heteroplan._deprecated import renamed
 from heteroplan.planner.model.simulator import CostTerms, MemoryTerms, PlanEstimate, TimeTerms
 from heteroplan.planner.plan import Plan
 
@@ -82,14 +83,19 @@ class RunnerUp:
     Attributes:
         family: its :class:`PlanFamily` (prints as ``GPU types A100-40+V100-16`` or ``PP 4``).
         plan: the plan.
-        iteration_time: seconds per iteration, as the search priced it.
-        cost_per_iteration: $ per iteration, as the search priced it.
+        iteration_time_s: seconds per iteration, as the search priced it.
+        cost_per_iteration_usd: $ per iteration, as the search priced it.
+
+    ``iteration_time`` and ``cost_per_iteration``, the former names, still read (with a DeprecationWarning).
     """
 
     family: PlanFamily
     plan: Plan
-    iteration_time: float
-    cost_per_iteration: float
+    iteration_time_s: float
+    cost_per_iteration_usd: float
+
+    iteration_time = renamed("iteration_time", "iteration_time_s")
+    cost_per_iteration = renamed("cost_per_iteration", "cost_per_iteration_usd")
 
 
 class TermKind(StrEnum):
@@ -176,10 +182,10 @@ def diff_plans(a: PlanEstimate, b: PlanEstimate, labels: tuple[str, str] = ("a",
     rows: list[TermDiff] = []
     for name in TimeTerms.NAMES:
         rows.append(TermDiff(time, name, getattr(a.time_terms, name), getattr(b.time_terms, name)))
-    rows.append(TermDiff(time, "total", a.iteration_time, b.iteration_time))
+    rows.append(TermDiff(time, "total", a.iteration_time_s, b.iteration_time_s))
     for name in CostTerms.NAMES:
         rows.append(TermDiff(cost, name, getattr(a.cost_terms, name), getattr(b.cost_terms, name)))
-    rows.append(TermDiff(cost, "total", a.cost_per_iteration, b.cost_per_iteration))
+    rows.append(TermDiff(cost, "total", a.cost_per_iteration_usd, b.cost_per_iteration_usd))
     ma, mb = _tightest(a), _tightest(b)
     for name in MemoryTerms.NAMES:
         rows.append(TermDiff(memory, name, getattr(ma, name), getattr(mb, name)))

@@ -173,14 +173,14 @@ def pareto_front(
     found: list[PlanResult] = [cheapest, fastest]
     if caps is None and floors is None:
         if sweep in ("budget", "both"):
-            caps = _inner(cheapest.cost_per_iteration, fastest.cost_per_iteration, n)
+            caps = _inner(cheapest.cost_per_iteration_usd, fastest.cost_per_iteration_usd, n)
         if sweep in ("throughput", "both"):
-            floors = _inner(cheapest.throughput, fastest.throughput, n)
+            floors = _inner(cheapest.throughput_iter_s, fastest.throughput_iter_s, n)
     for cap in caps or ():
         found.append(run(objective="throughput", budget=cap))
     for floor in floors or ():
         found.append(run(objective="cost", min_throughput=floor))
-    evaluated = tuple(ParetoPoint(r.cost_per_iteration, r.throughput, r) for r in found if r is not None)
+    evaluated = tuple(ParetoPoint(r.cost_per_iteration_usd, r.throughput_iter_s, r) for r in found if r is not None)
     return ParetoFront(tuple(non_dominated(evaluated)), evaluated, model, gbs)
 
 

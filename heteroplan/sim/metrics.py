@@ -111,7 +111,7 @@ class SimResult:
         ftf = np.array([j.jct / (j.isolated_time * max(1.0, j.avg_active)) for j in finite])
         rho = np.array([j.jct / (j.isolated_time * max(1.0, j.avg_active * j.requested_gpus / max(total_gpus, 1)))
                         for j in finite])
-        queue = np.array([j.queueing_delay for j in done])
+        queue = np.array([j.queueing_delay_s for j in done])
         pt = np.array(self.policy_times) if self.policy_times else np.zeros(1)
         nan = float("nan")
         return SimSummary(
@@ -147,7 +147,9 @@ class SimResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "summary": self.summary().to_dict(),
-            "jobs": [asdict(j) | {"jct": j.jct} for j in self.jobs],
+            # the record's fields (seconds), its derived times with their unit ("jct": the former key)
+            "jobs": [asdict(j) | {"jct_s": j.jct_s, "queueing_delay_s": j.queueing_delay_s, "jct": j.jct_s}
+                     for j in self.jobs],
             "rejected": dict(self.rejected),
             "timeline": [{"time": t, "in_use": dict(u), "active": n} for t, u, n in self.timeline],
             "policy_times": list(self.policy_times),

@@ -14,18 +14,24 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["jobs_frame", "gpus_frame", "summary_frame", "Comparison"]
 
-JOB_COLUMNS = ("name", "application", "arrival_time", "start_time", "finish_time", "jct", "queueing_delay",
-               "restarts", "gpu_seconds", "fraction_done", "isolated_time")
+# column -> the JobRecord attribute it shows; every time has its unit in the column's name
+# (the columns were "arrival_time", "start_time", "finish_time", "jct", "queueing_delay", "isolated_time")
+_JOB_ATTRIBUTES = {"name": "job_id", "application": "application", "arrival_time_s": "arrival_time",
+                   "start_time_s": "start_time", "finish_time_s": "finish_time", "jct_s": "jct_s",
+                   "queueing_delay_s": "queueing_delay_s", "restarts": "restarts", "gpu_seconds": "gpu_seconds",
+                   "fraction_done": "fraction_done", "isolated_time_s": "isolated_time"}
+JOB_COLUMNS = tuple(_JOB_ATTRIBUTES)
 
 
 def jobs_frame(result: Any) -> pd.DataFrame:
-    """One row per job (index: job name); times in seconds, ``jct_h`` in hours; NaN when unfinished."""
+    """One row per job (index: job name); times in seconds (``_s``), ``jct_h`` in hours; NaN when
+    unfinished or never started."""
     import pandas as pd
 
-    rows = [{c: getattr(j, c) for c in JOB_COLUMNS} for j in result.jobs]
-    frame = pd.DataFrame(rows, columns=list(JOB_COLUMNS)).astype({"jct": float, "start_time": float,
-                                                                  "finish_time": float, "queueing_delay": float})
-    frame["jct_h"] = frame["jct"] / 3600
+    rows = [{c: getattr(j, a) for c, a in _JOB_ATTRIBUTES.items()} for j in result.jobs]
+    frame = pd.DataFrame(rows, columns=list(JOB_COLUMNS)).astype(
+        {"jct_s": float, "start_time_s": float, "finish_time_s": float, "queueing_delay_s": float})
+    frame["jct_h"] = frame["jct_s"] / 3600
     frame.insert(0, "policy", result.policy)
     return frame.set_index("name")
 

@@ -188,7 +188,8 @@ def relative_errors(
 
 
 def _predict(plans: Sequence[Plan], config: SimConfig, quantity: str, simulate_kwargs: Mapping[str, Any]) -> np.ndarray:
-    return np.array([getattr(simulate_plan(p, config=config, **simulate_kwargs), quantity) for p in plans])
+    attribute = {"iteration_time": "iteration_time_s"}.get(quantity, quantity)  # PlanEstimate's name, unit in it
+    return np.array([getattr(simulate_plan(p, config=config, **simulate_kwargs), attribute) for p in plans])
 
 
 def fit_sim_config(

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from heteroplan._deprecated import renamed
 from heteroplan.cluster import SAILOR_GPU_TYPES, GPUType
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import NetworkModel, load_network
@@ -240,13 +241,17 @@ class StageTimes:
 class PlanEstimate:
     """What the machine model predicts for one plan, in total and by term.
 
+    Units are in the names, as in :class:`~heteroplan.planner.api.PlanResult`; the former
+    ``iteration_time``, ``memory_per_stage``, ``cost_per_iteration``, ``pipeline_time``,
+    ``sync_time`` and ``throughput`` still read, with a :class:`DeprecationWarning`.
+
     Attributes:
-        iteration_time: seconds per iteration.
-        memory_per_stage: peak GB per GPU, worst replica of each stage.
-        cost_per_iteration: $ per iteration (GPU rental + egress).
+        iteration_time_s: seconds per iteration.
+        memory_per_stage_gb: peak GB per GPU, worst replica of each stage.
+        cost_per_iteration_usd: $ per iteration (GPU rental + egress).
         egress_gb: GB per iteration that cross zones.
-        pipeline_time: seconds of the slowest pipeline replica.
-        sync_time: seconds of all-reduce + optimizer update (slowest stage).
+        pipeline_time_s: seconds of the slowest pipeline replica.
+        sync_time_s: seconds of all-reduce + optimizer update (slowest stage).
         details: arrays behind the totals, ``S`` stages x ``D`` pipeline replicas:
             ``stage_compute`` (S, D) forward + backward seconds per microbatch,
             ``forward_share`` (S, D) the forward's profiled fraction of it,
@@ -265,12 +270,12 @@ class PlanEstimate:
         stage_memory: every memory term per stage and replica (:class:`StageMemory`).
     """
 
-    iteration_time: float
-    memory_per_stage: tuple[float, ...]
-    cost_per_iteration: float
+    iteration_time_s: float
+    memory_per_stage_gb: tuple[float, ...]
+    cost_per_iteration_usd: float
     egress_gb: float
-    pipeline_time: float
-    sync_time: float
+    pipeline_time_s: float
+    sync_time_s: float
     details: dict = field(default_factory=dict, compare=False)
     uncalibrated: tuple[str, ...] = ()
     memory_fit: MemoryFit | None = None
@@ -284,21 +289,29 @@ class PlanEstimate:
         """Whether every GPU of the plan fits its memory."""
         return self.memory_fit is None or self.memory_fit.fits
 
+    iteration_time = renamed("iteration_time", "iteration_time_s")
+    memory_per_stage = renamed("memory_per_stage", "memory_per_stage_gb")
+    cost_per_iteration = renamed("cost_per_iteration", "cost_per_iteration_usd")
+    pipeline_time = renamed("pipeline_time", "pipeline_time_s")
+    sync_time = renamed("sync_time", "sync_time_s")
+    throughput = renamed("throughput", "throughput_iter_s")
+
     @property
-    def throughput(self) -> float:
+    def throughput_iter_s(self) -> float:
         """Iterations per second."""
-        return 1.0 / self.iteration_time
+        return 1.0 / self.iteration_time_s
 
     @property
     def peak_memory_gb(self) -> float:
-        return max(self.memory_per_stage)
+        """The largest of :attr:`memory_per_stage_gb` (GB per GPU)."""
+        return max(self.memory_per_stage_gb)
 
     def describe(self) -> str:
         """Multi-line summary: time, cost, memory per stage and whether it fits."""
         lines = [
-            f"predicted: {self.iteration_time:.4g} s/iteration = {self.throughput:.4g} iter/s, "
-            f"${self.cost_per_iteration:.4g}/iteration, peak memory {self.peak_memory_gb:.3g} GB/GPU "
-            f"(per stage: {', '.join(f'{m:.3g}' for m in self.memory_per_stage)})"
+            f"predicted: {self.iteration_time_s:.4g} s/iteration = {self.throughput_iter_s:.4g} iter/s, "
+            f"${self.cost_per_iteration_usd:.4g}/iteration, peak memory {self.peak_memory_gb:.3g} GB/GPU "
+            f"(per stage: {', '.join(f'{m:.3g}' for m in self.memory_per_stage_gb)})"
         ]
         if self.memory_fit is not None:
             lines.append(self.memory_fit.describe())

@@ -203,9 +203,9 @@ def brute_force(
         limit = [[gpu_types[r.gpu_type].memory_gb for r in s.replica_list()] for s in plan.stages]
         if not (sim.details["memory"] <= limit).all():
             continue
-        if not goal.meets(sim.iteration_time, sim.cost_per_iteration):
+        if not goal.meets(sim.iteration_time_s, sim.cost_per_iteration_usd):
             continue
-        key = goal.key(sim.iteration_time, sim.cost_per_iteration)
+        key = goal.key(sim.iteration_time_s, sim.cost_per_iteration_usd)
         if best is None or key < best[0]:
             best = (key, plan, sim)
     if best is None:

@@ -190,7 +190,7 @@ def evaluate_mixed(
         # closed form's, the time and cost are simulate's
         sim = simulate_plan(plan, profile=searcher.profile, network=searcher.network, gpu_types=searcher.gpu_types,
                        config=searcher.cfg)
-        t, c = sim.iteration_time, sim.cost_per_iteration
+        t, c = sim.iteration_time_s, sim.cost_per_iteration_usd
         key = goal.key(t, c)
         if not goal.meets(t, c):
             return None
