@@ -104,7 +104,7 @@ def errors(runs, cfg: SimConfig | None) -> np.ndarray:
     out = []
     for _, plan, real in runs:
         sim = simulate(plan, config=cfg)
-        out.append((sim.iteration_time / real["real"] - 1, sim.peak_memory_gb / (real["max_mem"] / 1e9) - 1))
+        out.append((sim.iteration_time_s / real["real"] - 1, sim.peak_memory_gb / (real["max_mem"] / 1e9) - 1))
     return np.array(out).reshape(-1, 2)
 
 
@@ -198,8 +198,8 @@ def main() -> None:
             per_run.append({
                 "set": name, "run": run, "PPxDPxTP": f"{plan.pp}x{plan.dp}x{plan.stages[0].replicas[0].tp}",
                 "mbs": plan.microbatch_size, "gbs": plan.global_batch_size,
-                "time_real_s": real["real"], "time_pred_s": sim.iteration_time,
-                "time_err_%": 100 * (sim.iteration_time / real["real"] - 1), "time_loo_err_%": 100 * lo[0],
+                "time_real_s": real["real"], "time_pred_s": sim.iteration_time_s,
+                "time_err_%": 100 * (sim.iteration_time_s / real["real"] - 1), "time_loo_err_%": 100 * lo[0],
                 "mem_real_GB": real["max_mem"] / 1e9, "mem_pred_GB": sim.peak_memory_gb,
                 "mem_err_%": 100 * (sim.peak_memory_gb / (real["max_mem"] / 1e9) - 1), "mem_loo_err_%": 100 * lo[1],
             })
