@@ -173,7 +173,7 @@ def main() -> None:
                 tp_prof.write(data_dir, model_name, "cpu", tp=2)
             sim = simulate(dataclasses.replace(plan, model=model_name), data_dir=data_dir, gpu_types={"cpu": cpu},
                            config=PROFILED_CONFIG)
-            predicted_s = sim.iteration_time
+            predicted_s = sim.iteration_time_s
             notes = ["simulate"]
             pred_mem = [float(sim.stage_memory.total[s, d]) * 1e9 for s, stage in enumerate(plan.stages)
                         for d in range(plan.dp) for _ in range(stage.replica_list()[d].tp)]
@@ -200,7 +200,7 @@ def main() -> None:
                             "peak_reserved_bytes": measured, "peak_allocated_bytes": allocated,
                             "predicted_memory_terms": [dataclasses.asdict(sim.stage_memory.at(s, d))
                                                        for s in range(plan.pp) for d in range(plan.dp)],
-                            "simulated_memory_gb": list(sim.memory_per_stage)})
+                            "simulated_memory_gb": list(sim.memory_per_stage_gb)})
             print_table(rows[-1:], list(row))
             save({**header, "load_average": os.getloadavg(), "rows": results})  # as it goes
     print()
