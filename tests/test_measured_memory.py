@@ -75,21 +75,22 @@ def test_a_plan_in_another_precision_than_its_profile_is_refused(data_dir) -> No
         simulate(plan, data_dir=data_dir, gpu_types={"cpu": CPU}, config=PROFILED_CONFIG)
 
 
-@pytest.mark.parametrize("recompute", ["none", "full"])
-def test_the_searchs_memory_tables_are_the_simulators_memory(data_dir, recompute) -> None:
+@pytest.mark.parametrize("recompute,replicas", [("none", 1), ("full", 1), ("none", 2)])
+def test_the_searchs_memory_tables_are_the_simulators_memory(data_dir, recompute, replicas) -> None:
     """Every layer range [a, b) holding k microbatches: the search's table (all ranges at once)
     gives the simulator's peak memory of a stage of those layers (an independent per-stage code path)."""
     profile, network = load_model_profile("gpt-bf16", data_dir), load_network(data_dir)
     table = build_stage_table(profile, network, "cpu", "", 1, 4, PROFILED_CONFIG, recompute=recompute == "full")
     L = profile.num_layers
     for k in (1, 2, 3):
-        mem = table.memory(k)
+        mem = table.memory(k, replicas)
         for a in range(L):
             for b in range(a + 1, L + 1):
-                first = [Stage(0, a, (ReplicaGroup("cpu", "local"),))] if a else []
-                rest = [Stage(b, L, (ReplicaGroup("cpu", "local"),))] if b < L else []
-                stages = (*first, Stage(a, b, (ReplicaGroup("cpu", "local"),), recompute), *rest)
-                plan = Plan("gpt-bf16", 4 * 8, 4, stages, precision="bf16")
+                group = (ReplicaGroup("cpu", "local", 1, replicas),)
+                first = [Stage(0, a, group)] if a else []
+                rest = [Stage(b, L, group)] if b < L else []
+                stages = (*first, Stage(a, b, group, recompute), *rest)
+                plan = Plan("gpt-bf16", 4 * 8 * replicas, 4, stages, precision="bf16")
                 s = len(first)
                 sim = simulate(plan, data_dir=data_dir, gpu_types={"cpu": CPU}, config=PROFILED_CONFIG)
                 inflight = min(plan.pp - s, 8)

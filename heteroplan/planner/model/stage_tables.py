@@ -18,6 +18,7 @@ from heteroplan.perf.sailor_profiles import ModelProfile
 from heteroplan.planner.model.sim_config import SimConfig
 from heteroplan.planner.model.terms import (
     activations_gb,
+    allreduce_buffer_bytes,
     compute_s,
     measured_layer_bytes,
     measured_state_bytes,
@@ -43,6 +44,8 @@ class StageTable:
             (:func:`heteroplan.planner.model.comm.pipeline_bytes` says how many leave the node).
         mem_floor: GB per GPU at the optimizer step (a profile that measured memory; else 0): the
             stage's peak is the larger of this and the backward's.
+        mem_sync_floor: GB per GPU during the gradients' all-reduce when the stage has several
+            replicas (the flat copy of the gradients; a profile that measured memory; else 0).
     """
 
     gpu_type: str
@@ -56,11 +59,17 @@ class StageTable:
     mem_static: np.ndarray
     mem_per_inflight: np.ndarray
     out_bytes: np.ndarray
-    mem_floor: np.ndarray | float = 0.0
+    mem_floor: np.ndarray
+    mem_sync_floor: np.ndarray
 
-    def memory(self, inflight: int | np.ndarray) -> np.ndarray:
-        """GB per GPU of every layer range holding ``inflight`` microbatches."""
-        return np.maximum(self.mem_static + self.mem_per_inflight * inflight, self.mem_floor)
+    def floor(self, replicas: int) -> np.ndarray:
+        """GB per GPU after the backward (optimizer step; with ``replicas > 1`` also the all-reduce)."""
+        return self.mem_floor if replicas <= 1 else np.maximum(self.mem_floor, self.mem_sync_floor)
+
+    def memory(self, inflight: int | np.ndarray, replicas: int = 1) -> np.ndarray:
+        """GB per GPU of every layer range holding ``inflight`` microbatches, the stage having
+        ``replicas`` data-parallel replicas."""
+        return np.maximum(self.mem_static + self.mem_per_inflight * inflight, self.floor(replicas))
 
 
 def _range(prefix: np.ndarray) -> np.ndarray:
@@ -104,23 +113,23 @@ def build_stage_table(
     working[:, L] += config.logits_factor * profile.act_out[tp][L - 1]
     mem_static = static_memory_gb(params, working, mbs, config)
     mem_per_inflight = activations_gb(act, mbs, 1, config)
-    mem_floor: np.ndarray | float = 0.0
+    mem_floor = mem_sync_floor = np.zeros_like(mem_static)
     if profile.measured is not None:
-        mem_static, mem_per_inflight, mem_floor = _measured_memory_gb(profile, tp, mbs, recompute, params)
+        mem_static, mem_per_inflight, mem_floor, mem_sync_floor = _measured_memory_gb(profile, tp, mbs, recompute, params)
     out_bytes = np.zeros(L + 1)
     out_bytes[1:] = config.act_comm_bytes_per_float * profile.act_out[tp] * mbs
     return StageTable(
         gpu_type, zone, tp, mbs, fb, forward_share, update, config.grad_bytes_per_param * params, mem_static, mem_per_inflight,
-        out_bytes, mem_floor,
+        out_bytes, mem_floor, mem_sync_floor,
     )
 
 
 def _measured_memory_gb(profile: ModelProfile, tp: int, mbs: int, recompute: bool,
-                        params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(static, per in-flight microbatch, optimizer-step floor)`` GB of every layer range from the
-    memory the profile measured: the peak of ``[a, b)`` holding ``k`` microbatches is
-    ``max(static + k per, floor)`` (:func:`~heteroplan.planner.model.terms.measured_peak_bytes` as
-    ranges: the worst layer's ``max_l (cum_kept[l + 1] + transient_l) - cum_kept[a]``)."""
+                        params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(static, per in-flight microbatch, optimizer-step floor, all-reduce floor)`` GB of every
+    layer range from the memory the profile measured: the peak of ``[a, b)`` holding ``k``
+    microbatches is ``max(static + k per, floor)`` (:func:`~heteroplan.planner.model.terms.measured_peak_bytes`
+    as ranges: the worst layer's ``max_l (cum_kept[l + 1] + transient_l) - cum_kept[a]``)."""
     mem = profile.measured
     assert mem is not None
     kept, transient = measured_layer_bytes(mem, tp, mbs, recompute)
@@ -132,6 +141,7 @@ def _measured_memory_gb(profile: ModelProfile, tp: int, mbs: int, recompute: boo
         per = _range(cum)
         static = persist + worst - per
         floor = persist + _range(np.concatenate([[0.0], np.cumsum(mem.update_working[tp])]))
+        sync_floor = persist + allreduce_buffer_bytes(params, 2)
     bad = ~np.isfinite(per)
-    static[bad], floor[bad] = np.inf, np.inf
-    return static / 1e9, per / 1e9, floor / 1e9
+    static[bad], floor[bad], sync_floor[bad] = np.inf, np.inf, np.inf
+    return static / 1e9, per / 1e9, floor / 1e9, sync_floor / 1e9

@@ -88,6 +88,7 @@ def _pipeline_parts(searcher: SearchContext, kind: Kind, mbs: int, bnd: np.ndarr
     egress = np.zeros(K)
     mem0 = np.zeros((pp, K))
     mem1 = np.zeros((pp, K))
+    floor = np.zeros((pp, K))  # the optimizer step's and the all-reduce's peak (a stage has >= 2 replicas)
     c_in = np.zeros(K)
     for s, blk in enumerate(stages):
         a, b = bnd[:, s], bnd[:, s + 1]
@@ -102,9 +103,9 @@ def _pipeline_parts(searcher: SearchContext, kind: Kind, mbs: int, bnd: np.ndarr
         fb = tab.fb[a, b]
         step = np.maximum(step, pipeline_step_s(fb, c_in, c_out))
         fixed += pipeline_fill_s(fb, c_out)
-        mem0[s], mem1[s] = tab.mem_static[a, b], tab.mem_per_inflight[a, b]
+        mem0[s], mem1[s], floor[s] = tab.mem_static[a, b], tab.mem_per_inflight[a, b], tab.floor(2)[a, b]
         c_in = c_out
-    return step, fixed, egress, mem0, mem1
+    return step, fixed, egress, mem0, mem1, floor
 
 
 def _ring(searcher: SearchContext, h1: PipelineBlock, d1: int, h2: PipelineBlock, d2: int, mbs: int) -> tuple[np.ndarray, np.ndarray]:
@@ -148,16 +149,16 @@ def evaluate_mixed(
     if M < d1 + d2:
         return None
     searcher.evaluated += 1
-    st1, fx1, eg1, m0a, m1a = _pipeline_parts(searcher, kinds[0], mbs, bnd)
-    st2, fx2, eg2, m0b, m1b = _pipeline_parts(searcher, kinds[1], mbs, bnd)
+    st1, fx1, eg1, m0a, m1a, fla = _pipeline_parts(searcher, kinds[0], mbs, bnd)
+    st2, fx2, eg2, m0b, m1b, flb = _pipeline_parts(searcher, kinds[1], mbs, bnd)
     big1, pipe = two_class_totals(st1, fx1, d1, st2, fx2, d2, M)
     big2 = M - big1
     hw1, hw2 = stage_hardware(kinds[0]), stage_hardware(kinds[1])
     pp = len(hw1)
     inflight1 = np.minimum(np.arange(pp, 0, -1)[:, None], -(-big1 // d1)[None, :])
     inflight2 = np.minimum(np.arange(pp, 0, -1)[:, None], -(-big2 // d2)[None, :])
-    mem1 = m0a + m1a * inflight1
-    mem2 = m0b + m1b * inflight2
+    mem1 = np.maximum(m0a + m1a * inflight1, fla)
+    mem2 = np.maximum(m0b + m1b * inflight2, flb)
     cap1 = np.array([searcher.gpu_types[h.pool[0]].memory_gb for h in hw1])[:, None]
     cap2 = np.array([searcher.gpu_types[h.pool[0]].memory_gb for h in hw2])[:, None]
     ok = np.all(mem1 <= cap1, axis=0) & np.all(mem2 <= cap2, axis=0)

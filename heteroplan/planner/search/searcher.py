@@ -122,7 +122,7 @@ class Searcher(SearchContext):
                             if egress and rate > 0 else 0.0)
             else:
                 c_out, egress_t = np.zeros(n), 0.0
-            mem = tab.memory(min(pp - s, M))
+            mem = tab.memory(min(pp - s, M), dp)
             ok = mem <= self.gpu_types[blk.pool[0]].memory_gb
             if s == 0:
                 ok[1:, :] = False
@@ -158,7 +158,7 @@ class Searcher(SearchContext):
             t_iter = res.objective - ((egress_cost - ring[1]) / rate if rate > 0 else 0.0)
         cost = rate * t_iter + egress_cost
         mems = tuple(
-            float(self.table(blk.pool[0], blk.tp, mbs).memory(min(pp - s, M))[b[s], b[s + 1]])
+            float(self.table(blk.pool[0], blk.tp, mbs).memory(min(pp - s, M), dp)[b[s], b[s + 1]])
             for s, blk in enumerate(stages)
         )
         plan = Plan(
