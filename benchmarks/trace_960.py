@@ -3,8 +3,9 @@
 The trace: 960 jobs drawn (seeded, without replacement) from the bundled Sia workloads
 (philly/saturn workload files: their application mix and rigid requests), with arrivals spread
 uniformly at random over 48 hours -- a stand-in for Sia's newTrace setting; ``--source newtrace``
-uses the newTrace generator (``heteroplan.workload.newtrace.generate_newtrace``, branch issue-34)
-once it is merged.
+uses the newTrace generator (:func:`heteroplan.workload.newtrace.generate_newtrace`, the same jobs as
+``bundled_workload("newtrace/seed-<s>")`` for 960 jobs over 48 h). Every row records the load
+average (1 min, before and after the run) beside wall and CPU seconds (``time.process_time``).
 
 Issue 32 measured on this machine (wall): sia 76 s (3041 rounds), pollux 71 s, gavel 13 s.
 Writes ``benchmarks/results/<--out>.json``; ``--policies`` and ``--seed`` choose the runs
@@ -14,6 +15,7 @@ Writes ``benchmarks/results/<--out>.json``; ``--policies`` and ``--seed`` choose
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -44,8 +46,8 @@ def sampled_trace(num_jobs: int, hours: float, seed: int) -> list[JobSpec]:
 
 
 def newtrace(num_jobs: int, hours: float, seed: int) -> list[JobSpec]:
-    """The issue-34 newTrace generator (branch issue-34; ImportError until it is merged)."""
-    from heteroplan.workload.newtrace import NewTraceSpec, generate_newtrace  # type: ignore[import-not-found]
+    """``num_jobs`` jobs over ``hours`` from the newTrace generator (Sia's Table 3 setting)."""
+    from heteroplan.workload.newtrace import NewTraceSpec, generate_newtrace
 
     return generate_newtrace(NewTraceSpec(jobs=num_jobs, hours=hours), seed=seed)
 
@@ -75,14 +77,17 @@ def main() -> None:
         name, _, opts = spec.partition(":")
         options = {k: _value(v) for k, v in (kv.split("=", 1) for kv in opts.split(",") if kv)}
         policy = make_policy(name, **options)
+        load0 = os.getloadavg()[0]
         t0, c0 = time.perf_counter(), time.process_time()
         result = simulate(jobs, cluster, policy, progress=False)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        load1 = os.getloadavg()[0]
         summary = result.summary()
         rows.append({
             "policy": spec, "wall_s": wall, "cpu_s": cpu, "issue_wall_s": ISSUE_WALL_S.get(spec, float("nan")),
             "rounds": result.rounds, "avg_jct_h": summary["avg_jct_h"], "finished": len(result.finished()),
-            "policy_s": float(sum(result.policy_times)), "summary": summary,
+            "policy_s": float(sum(result.policy_times)), "load_avg_1min": [load0, load1],
+            "source": args.source, "seed": args.seed, "jobs": args.jobs, "summary": summary,
         })
         print({k: v for k, v in rows[-1].items() if k != "summary"}, flush=True)
     print()

@@ -105,8 +105,18 @@ class Measurements:
 
     @classmethod
     def empty(cls) -> Measurements:
-        """No observations."""
-        return cls(*(np.empty(0) for _ in range(5)))
+        """No observations (one shared instance: its arrays are read-only)."""
+        return _EMPTY
+
+    @classmethod
+    def _trusted(cls, *arrays: np.ndarray) -> Measurements:
+        """Measurements from float arrays already checked (slices and concatenations of checked
+        ones): the same object :meth:`__init__` makes, without re-checking every value."""
+        out = object.__new__(cls)
+        for name, arr in zip(_COLUMNS, arrays, strict=True):
+            arr.setflags(write=False)
+            object.__setattr__(out, name, arr)
+        return out
 
     @classmethod
     def from_placements(
@@ -128,17 +138,16 @@ class Measurements:
 
     def select(self, mask: np.ndarray) -> Measurements:
         """The observations where ``mask`` (bool array or index array) selects."""
-        return Measurements(
-            self.num_nodes[mask], self.num_gpus[mask], self.local_bsz[mask],
-            self.step_time[mask], self.sync_time[mask],
-        )
+        mask = np.asarray(mask)
+        if mask.dtype == bool and mask.shape != self.num_nodes.shape:  # numpy's own error, named
+            raise InputError("mask", mask.shape, f"must have one entry per observation ({len(self)})")
+        return Measurements._trusted(*(np.atleast_1d(getattr(self, f)[mask]) for f in _COLUMNS))
 
     def concat(self, other: Measurements) -> Measurements:
         """These observations followed by ``other``'s."""
-        return Measurements(*(
-            np.concatenate([getattr(self, f), getattr(other, f)])
-            for f in ("num_nodes", "num_gpus", "local_bsz", "step_time", "sync_time")
-        ))
+        if not isinstance(other, Measurements):
+            raise InputError("other", type(other).__name__, "must be a Measurements")
+        return Measurements._trusted(*(np.concatenate([getattr(self, f), getattr(other, f)]) for f in _COLUMNS))
 
     @property
     def single_gpu(self) -> np.ndarray:
@@ -146,9 +155,15 @@ class Measurements:
         return self.num_gpus == 1
 
 
+_COLUMNS = ("num_nodes", "num_gpus", "local_bsz", "step_time", "sync_time")
+
+
 def _check_min(name: str, arr: np.ndarray, minimum: float) -> None:
     if np.any(arr < minimum):
         raise InputError(name, arr[arr < minimum][0], f"must be >= {minimum}")
+
+
+_EMPTY = Measurements(*(np.empty(0) for _ in _COLUMNS))
 
 
 def _read_columns(path: str | Path, required: Sequence[str]) -> dict[str, list[str]]:

@@ -1,0 +1,112 @@
+"""Issue 32, the 960-job trace: the shortcuts of the simulator's inner loop (kept fits, trusted
+measurements, ...) against the computations they replace -- same fits, same decisions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import heteroplan.perf.fit as fit_module
+from heteroplan.cluster import preset
+from heteroplan.errors import InputError
+from heteroplan.perf.fit import clear_fit_cache, fit_throughput_params
+from heteroplan.perf.measurements import Measurements
+from heteroplan.perf.sia_data import bootstrap_model, true_model
+from heteroplan.perf.throughput import sync_time
+from heteroplan.sim import make_policy, simulate
+from heteroplan.workload.newtrace import NewTraceSpec, generate_newtrace
+
+# (gpu type, nodes, GPUs, local batch) a job might be observed on, in order.
+STEPS = [("aws", 1, 2, 64), ("aws", 1, 4, 64), ("rtx", 1, 2, 32), ("aws", 2, 8, 64),
+         ("rtx", 2, 6, 32), ("aws", 1, 2, 64)]
+
+
+def _observed(app: str, steps=STEPS) -> list[tuple[str, Measurements]]:
+    """The ground truth's step and sync times on ``steps``, one observation each."""
+    truth = true_model(app)
+    out = []
+    for gpu_type, n, k, m in steps:
+        step = float(truth.step_time(gpu_type, n, k, m, 0))
+        sync = float(sync_time(truth.params[gpu_type], n, k))
+        out.append((gpu_type, Measurements(np.array([n]), np.array([k]), np.array([m]), np.array([step]),
+                                           np.array([sync]))))
+    return out
+
+
+def test_kept_fit_is_the_fit_of_that_exact_input() -> None:
+    clear_fit_cache()
+    rows = Measurements.empty()
+    for _, meas in _observed("cifar10", [s for s in STEPS if s[0] == "aws"]):
+        rows = rows.concat(meas)
+        fresh = fit_module._fit(rows, None, None, 0.05, 0.0, None, "tie")
+        first = fit_throughput_params(rows)
+        assert first == fresh
+        assert fit_throughput_params(rows) is first  # kept
+        # One step time 1% off is another input: its own fit, not the kept one.
+        moved = Measurements(rows.num_nodes, rows.num_gpus, rows.local_bsz,
+                             rows.step_time * np.r_[np.ones(len(rows) - 1), 1.01], rows.sync_time)
+        assert fit_throughput_params(moved) == fit_module._fit(moved, None, None, 0.05, 0.0, None, "tie")
+        assert fit_throughput_params(moved) != first
+        # A warm start or prior is part of the input too.
+        warm = fit_throughput_params(rows, init=fresh, prior=fresh)
+        assert warm == fit_module._fit(rows, fresh, None, 0.05, 0.0, fresh, "tie")
+
+
+def _fits_along(app: str) -> list[dict]:
+    model = bootstrap_model(app)
+    seen = []
+    for gpu_type, meas in _observed(app):
+        model.observe_many(gpu_type, meas)
+        seen.append({t: model.params[t] for t in model.gpu_types})
+    return seen
+
+
+@pytest.mark.parametrize("app", ["cifar10", "bert"])
+def test_bootstrapped_fits_with_kept_fits_equal_fits_without(app, monkeypatch) -> None:
+    clear_fit_cache()
+    kept = [_fits_along(app), _fits_along(app)]  # the second model reuses the first's fits
+    monkeypatch.setattr(fit_module, "FIT_CACHE_SIZE", 0)
+    clear_fit_cache()
+    fresh = _fits_along(app)
+    assert kept[0] == fresh and kept[1] == fresh
+    clear_fit_cache()
+
+
+def test_simulation_with_kept_fits_equals_simulation_without(monkeypatch) -> None:
+    jobs = generate_newtrace(NewTraceSpec(jobs=24, hours=2.0), seed=3)
+    cluster = preset("sia-64")
+
+    def run(name: str):
+        result = simulate(jobs, cluster, make_policy(name), progress=False, record=True)
+        return result.jobs, result.schedule, result.timeline
+
+    clear_fit_cache()
+    kept = {name: run(name) for name in ("sia", "pollux-sia")}
+    monkeypatch.setattr(fit_module, "FIT_CACHE_SIZE", 0)
+    clear_fit_cache()
+    for name, want in kept.items():
+        assert run(name) == want, name
+    clear_fit_cache()
+
+
+def test_trusted_measurements_equal_checked_ones() -> None:
+    empty = Measurements.empty()
+    assert len(empty) == 0 and empty is Measurements.empty()
+    with pytest.raises(ValueError):  # shared, so read-only
+        empty.step_time[...] = 1.0
+    rows = [m for _, m in _observed("bert")]
+    joined = rows[0]
+    for m in rows[1:]:
+        joined = joined.concat(m)
+    checked = Measurements(*(np.concatenate([getattr(m, c) for m in rows]) for c in
+                             ("num_nodes", "num_gpus", "local_bsz", "step_time", "sync_time")))
+    for part in (joined, joined.select(joined.num_gpus > 2), joined.select(np.array([1, 1, 0]))):
+        cols = [getattr(part, c) for c in ("num_nodes", "num_gpus", "local_bsz", "step_time", "sync_time")]
+        assert all(c.dtype == np.float64 and c.ndim == 1 and not c.flags.writeable for c in cols)
+    for c in ("num_nodes", "num_gpus", "local_bsz", "step_time", "sync_time"):
+        assert np.array_equal(getattr(joined, c), getattr(checked, c))
+        assert np.array_equal(getattr(joined.select(np.array([1, 1, 0])), c), getattr(checked, c)[[1, 1, 0]])
+    with pytest.raises(InputError, match="other"):
+        joined.concat([1, 2])
+    with pytest.raises(InputError, match="mask"):
+        joined.select(np.array([True, False]))
