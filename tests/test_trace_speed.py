@@ -3,6 +3,8 @@ measurements, ...) against the computations they replace -- same fits, same deci
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,7 @@ from heteroplan.perf.fit import clear_fit_cache, fit_throughput_params
 from heteroplan.perf.measurements import Measurements
 from heteroplan.perf.sia_data import bootstrap_model, true_model
 from heteroplan.perf.throughput import sync_time
+from heteroplan.scheduling import SchedulingSession
 from heteroplan.sim import make_policy, simulate
 from heteroplan.workload.newtrace import NewTraceSpec, generate_newtrace
 
@@ -110,3 +113,27 @@ def test_trusted_measurements_equal_checked_ones() -> None:
         joined.concat([1, 2])
     with pytest.raises(InputError, match="mask"):
         joined.select(np.array([True, False]))
+
+
+def test_session_visits_finished_jobs_once_and_keeps_their_records(tmp_path) -> None:
+    """Rounds skip finished jobs; a report to a finished job is still settled (its flag cleared)."""
+    session = SchedulingSession(preset("sia-64"), make_policy("fifo"))
+    for i in range(5):
+        session.submit(f"j{i}", arrival_time=0.0, application="cifar10", perf_model=None, total_work=100.0)
+    first = session.round(0.0)
+    assert [d.job_id for d in first] == [f"j{i}" for i in range(5)]
+    for i in range(5):
+        session.report(f"j{i}", work_done=10.0)
+    session.finish("j1", 30.0)
+    session.finish("j3", 40.0)
+    second = session.round(60.0)
+    assert [d.job_id for d in second] == ["j0", "j2", "j4"]
+    session.report("j3", work_done=100.0)  # a round after it finished
+    for i in (0, 2, 4):
+        session.report(f"j{i}", work_done=20.0)
+    session.round(120.0)
+    saved = json.loads(session.save(tmp_path / "s.json").read_text())
+    flags = {j["job_id"]: j["reported"] for j in saved["jobs"]}
+    assert flags == dict.fromkeys(flags, False)
+    assert session.unfinished() == ("j0", "j2", "j4")
+    assert session.record("j3").finish_time == 40.0 and session.record("j1").finish_time == 30.0

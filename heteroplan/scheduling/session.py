@@ -149,6 +149,9 @@ class SchedulingSession:
         self.free_moves, self.assume_progress = free_moves, assume_progress
         self.restart_delay_s = None if restart_delay_s is None else float(restart_delay_s)
         self._jobs: dict[str, _Job] = {}
+        # Jobs a round or settle must still visit: unfinished ones, and finished ones until the
+        # next settle clears their report flag (a 960-job trace visits ~30 a round, not 960).
+        self._live: dict[str, _Job] = {}
         self._last_round: float | None = None
         self.rounds = 0
 
@@ -211,6 +214,7 @@ class SchedulingSession:
             requested_gpus=requested_gpus, max_gpus=max_gpus, elastic=bool(self.policy.elastic) and bool(elastic),
             total_work=float(total_work), own_restart_delay=float(restart_delay_s), estimator=estimator,
             given_batch=batch_size, model_kind=kind)
+        self._live[job_id] = self._jobs[job_id]
 
     def report(self, job_id: str, *, work_done: float | None = None, steps_done: int | None = None,
                batch_size: int | None = None, step_timing: StepTiming | None = None,
@@ -260,6 +264,8 @@ class SchedulingSession:
             setter = getattr(job.estimator, "set_measured_phi", None)
             if setter is not None:
                 setter(float(phi))
+        if job.reported:  # a finished job reported to: its flag is cleared at the next settle
+            self._live[job_id] = job
 
     def finish(self, job_id: str, at: float) -> JobRecord:
         """Mark a job done at time ``at`` (s; within the current round); returns its record."""
@@ -286,7 +292,7 @@ class SchedulingSession:
         if self._last_round is not None and now < self._last_round:
             raise InputError("now", now, f"is before the previous round ({self._last_round} s)")
         self.settle(now)
-        order = sorted((j for j in self._jobs.values() if j.finish_time is None and j.arrival_time <= now),
+        order = sorted((j for j in self._live.values() if j.finish_time is None and j.arrival_time <= now),
                        key=lambda j: (j.arrival_time, j.job_id))
         allocations, seconds = self._allocate(order, now) if order else ({}, 0.0)  # nobody active: no policy call
         decisions = []
@@ -304,10 +310,12 @@ class SchedulingSession:
         if self._last_round is None:
             return
         elapsed = max(0.0, now - self._last_round)
-        for job in self._jobs.values():
+        for job in list(self._live.values()):
             alloc = job.allocation
             if job.finish_time is not None or alloc is None:
                 job.reported = False
+                if job.finish_time is not None:
+                    del self._live[job.job_id]
                 continue
             job.gpu_seconds += alloc.num_gpus * elapsed
             if not job.reported and elapsed > job.restore_left:
