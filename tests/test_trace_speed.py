@@ -11,12 +11,13 @@ import pytest
 import heteroplan.perf.fit as fit_module
 from heteroplan.cluster import preset
 from heteroplan.errors import InputError
-from heteroplan.perf.fit import clear_fit_cache, fit_throughput_params
+from heteroplan.perf.fit import clear_fit_cache, fit_compute, fit_throughput_params
 from heteroplan.perf.measurements import Measurements
 from heteroplan.perf.sia_data import bootstrap_model, true_model
-from heteroplan.perf.throughput import sync_time
+from heteroplan.perf.throughput import ThroughputParams, sync_time
 from heteroplan.scheduling import SchedulingSession
-from heteroplan.sim import make_policy, simulate
+from heteroplan.sim import SimFidelity, make_policy, simulate
+from heteroplan.sim.job_models import build_jobs
 from heteroplan.workload.newtrace import NewTraceSpec, generate_newtrace
 
 # (gpu type, nodes, GPUs, local batch) a job might be observed on, in order.
@@ -137,3 +138,37 @@ def test_session_visits_finished_jobs_once_and_keeps_their_records(tmp_path) -> 
     assert flags == dict.fromkeys(flags, False)
     assert session.unfinished() == ("j0", "j2", "j4")
     assert session.record("j3").finish_time == 40.0 and session.record("j1").finish_time == 30.0
+
+
+def test_per_epoch_shortcuts_equal_the_grad_stats() -> None:
+    """A job's epoch, epoch end, noise scale and efficiency (kept per batch and epoch) against
+    :class:`GradStats` asked directly, across progress values including the epoch ends."""
+    spec = generate_newtrace(NewTraceSpec(jobs=1, hours=1.0, mix={"bert": 1.0}), seed=0)[0]
+    (job,) = build_jobs([spec], preset("sia-64"), True, None, SimFidelity())
+    grad = job.grad
+    ends = grad.epoch_ends
+    probes = np.concatenate([[0.0], ends[:5], np.nextafter(ends[:5], 0), np.linspace(0, 1, 23), [1.0]])
+    for batch in (job.app.init_batch_size, 3 * job.app.init_batch_size):
+        for fraction in probes:
+            job.done = float(fraction) * job.total_work
+            job.batch_size = batch
+            fd = job.fraction_done
+            assert job._epoch() == grad.epoch(fd)
+            later = ends[ends > fd]
+            want = float(later[0]) * job.total_work if len(later) and later[0] < 1.0 else np.inf
+            assert job.next_rate_change() == want
+            assert job._phi() == grad.phi(batch, fd)
+            assert job._efficiency(batch) == grad.efficiency(batch, fd)
+
+
+def test_profile_only_types_keep_the_compute_fit_of_their_rows() -> None:
+    """Without multi-GPU data a type's parameters are the compute fit of its 1-GPU rows."""
+    model = bootstrap_model("cifar10")
+    for gpu_type in model.gpu_types:
+        meas = model.observations(gpu_type)
+        assert model.source(gpu_type) == "profile"
+        assert model.params[gpu_type] == ThroughputParams(*fit_compute(meas.local_bsz, meas.step_time))
+    truth = true_model("cifar10")
+    model.observe("aws", [1], 16, float(truth.step_time("aws", 1, 1, 16, 0)), 0.0)  # still 1-GPU only
+    meas = model.observations("aws")
+    assert model.params["aws"] == ThroughputParams(*fit_compute(meas.local_bsz, meas.step_time))

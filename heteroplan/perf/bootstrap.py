@@ -202,8 +202,9 @@ class BootstrappedModel(GoodputModel):
             elif projected is not None:
                 params[gpu_type] = projected
                 self._source[gpu_type] = "projected"
-            else:
-                a, b = fit_compute(meas.local_bsz, meas.step_time)
+            else:  # only 1-GPU rows: the (cached) compute fit of exactly those rows
+                compute = self._one_gpu_compute(gpu_type)
+                a, b = compute[:2] if compute is not None else fit_compute(meas.local_bsz, meas.step_time)
                 params[gpu_type] = ThroughputParams(a, b)
                 self._source[gpu_type] = "profile"
         self._params = params

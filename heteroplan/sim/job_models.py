@@ -116,6 +116,7 @@ class GoodputJob(SimJob):
     _batches: dict[tuple, tuple[int, int, float | None]] = field(default_factory=dict, repr=False)
     _throughputs: dict[tuple, float] = field(default_factory=dict, repr=False)
     _efficiencies: dict[tuple[int, int], float] = field(default_factory=dict, repr=False)
+    _phis: dict[tuple[int, int], float] = field(default_factory=dict, repr=False)
 
     @property
     def known_types(self) -> tuple[str, ...]:
@@ -198,12 +199,18 @@ class GoodputJob(SimJob):
         """The end of the current epoch (work units) under per-epoch gradient statistics."""
         if self.grad is None:
             return math.inf
-        ends = self.grad.epoch_ends[self.grad.epoch_ends > self.fraction_done]
-        return float(ends[0]) * self.total_work if len(ends) and ends[0] < 1.0 else math.inf
+        ends = self.grad.epoch_ends
+        i = int(ends.searchsorted(self.fraction_done, side="right"))  # the first end > progress
+        return float(ends[i]) * self.total_work if i < len(ends) and ends[i] < 1.0 else math.inf
+
+    def _epoch(self) -> int:
+        """The epoch in progress (:meth:`GradStats.epoch`, without re-checking the progress)."""
+        grad = self.grad
+        return min(int(grad.epoch_ends.searchsorted(self.fraction_done, side="right")), len(grad.epoch_ends) - 1)
 
     def _efficiency(self, batch: int) -> float:
         if self.grad is not None:  # constant within an epoch: kept per (batch, epoch)
-            key = (batch, self.grad.epoch(self.fraction_done))
+            key = (batch, self._epoch())
             value = self._efficiencies.get(key)
             if value is None:
                 value = self.grad.efficiency(batch, self.fraction_done)
@@ -213,6 +220,18 @@ class GoodputJob(SimJob):
             return value
         return float(self.truth.efficiency(batch, self.fraction_done))
 
+    def _phi(self) -> float:
+        """The noise scale measured at the job's batch (constant within an epoch: kept per
+        (batch, epoch))."""
+        key = (self.batch_size, self._epoch())
+        value = self._phis.get(key)
+        if value is None:
+            value = self.grad.phi(self.batch_size, self.fraction_done)
+            if len(self._phis) >= _RATE_CACHE_LIMIT:
+                self._phis.clear()
+            self._phis[key] = value
+        return value
+
     def ran(self, alloc: Allocation, local: int, accum: int) -> tuple[StepTiming | None, float | None]:
         """The step time of a new placement (the first time the job runs on it) and the noise
         scale measured at the job's batch: Sia/Pollux learn both online. Nothing when the
@@ -220,7 +239,7 @@ class GoodputJob(SimJob):
         est = self.estimator
         if est is self.truth or not isinstance(est, GoodputModel):
             return None, None
-        phi = self.grad.phi(self.batch_size, self.fraction_done) if self.grad is not None else None
+        phi = self._phi() if self.grad is not None else None
         return self._timing(est, alloc, local), phi
 
     def _timing(self, est: GoodputModel, alloc: Allocation, local: int) -> StepTiming | None:
