@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import heteroplan.perf.fit as fit_module
+import heteroplan.perf.goodput as goodput_module
 from heteroplan.cluster import preset
 from heteroplan.errors import InputError
 from heteroplan.perf.fit import clear_fit_cache, fit_compute, fit_throughput_params
@@ -172,3 +173,34 @@ def test_profile_only_types_keep_the_compute_fit_of_their_rows() -> None:
     model.observe("aws", [1], 16, float(truth.step_time("aws", 1, 1, 16, 0)), 0.0)  # still 1-GPU only
     meas = model.observations("aws")
     assert model.params["aws"] == ThroughputParams(*fit_compute(meas.local_bsz, meas.step_time))
+
+
+def test_kept_grids_give_the_goodputs_of_fresh_grids(monkeypatch) -> None:
+    """Goodputs and batch choices from grids kept across models (same parameters, other
+    models, after refits) equal those computed from scratch; other parameters get other grids."""
+    types = np.array(["aws", "rtx", "dgx-ext", "aws", "rtx"], dtype=object)
+    nodes, gpus = np.array([1, 1, 2, 2, 1]), np.array([1, 4, 8, 6, 2])
+
+    def answers(model):
+        out = [model.goodput(types, nodes, gpus, progress=0.3)]
+        out += list(model.optimize(types, nodes, gpus, progress=0.6))
+        out += list(model.optimize("rtx", 1, 4, progress=0.1))
+        return out
+
+    def models():
+        first, second = bootstrap_model("bert"), bootstrap_model("bert")  # same profiles
+        seen = [answers(first), answers(second)]
+        for gpu_type, meas in _observed("bert"):
+            first.observe_many(gpu_type, meas)
+            seen.append(answers(first))
+        return seen
+
+    goodput_module.clear_grid_cache()
+    kept = models()
+    monkeypatch.setattr(goodput_module, "GRID_CACHE_BYTES", 0)  # every grid built anew
+    goodput_module.clear_grid_cache()
+    fresh = models()
+    for a, b in zip(kept, fresh, strict=True):
+        assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    assert not all(np.array_equal(x, y) for x, y in zip(kept[0], kept[-1], strict=True))  # refits matter
+    goodput_module.clear_grid_cache()

@@ -16,6 +16,8 @@ configurations every round pays only for the efficiency term.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,10 +30,46 @@ from heteroplan.perf.fit import fit_throughput_params
 from heteroplan.perf.measurements import Measurements
 from heteroplan.perf.throughput import ThroughputParams, step_time, throughput
 
-__all__ = ["GoodputModel", "ThroughputParams", "ThroughputTable"]
+__all__ = ["GoodputModel", "ThroughputParams", "ThroughputTable", "clear_grid_cache"]
 
 _CACHE_LIMIT = 256
 _EDGE_STEPS = np.array([1.0, 2.0, 3.0, 4.0])
+
+# Throughput grids are pure functions of the application's batch limits, the grid size, the
+# types' parameters and the configurations, and the simulator asks for the same ones over and
+# over: a model's own cache is dropped at every refit, and jobs of one application share fits
+# (the fit cache). Grids are kept across models per exact input, up to GRID_CACHE_BYTES.
+GRID_CACHE_BYTES = 64 * 2**20
+_grid_cache: OrderedDict[tuple, tuple] = OrderedDict()
+_grid_cache_size = [0]
+_grid_cache_lock = threading.Lock()
+
+
+def clear_grid_cache() -> None:
+    """Forget every kept throughput grid."""
+    with _grid_cache_lock:
+        _grid_cache.clear()
+        _grid_cache_size[0] = 0
+
+
+def _kept_grid(key: tuple) -> tuple | None:
+    with _grid_cache_lock:
+        hit = _grid_cache.get(key)
+        if hit is not None:
+            _grid_cache.move_to_end(key)
+        return hit
+
+
+def _keep_grid(key: tuple, entry: tuple) -> None:
+    size = sum(arr.nbytes for arr in entry[1:])
+    with _grid_cache_lock:
+        if key in _grid_cache:
+            return
+        _grid_cache[key] = entry
+        _grid_cache_size[0] += size
+        while _grid_cache_size[0] > GRID_CACHE_BYTES and _grid_cache:
+            _, old = _grid_cache.popitem(last=False)
+            _grid_cache_size[0] -= sum(arr.nbytes for arr in old[1:])
 
 
 def _as_counts(name: str, value: Any) -> np.ndarray:
@@ -282,12 +320,27 @@ class GoodputModel:
         key = (type_key, n.shape, k.shape, n.tobytes(), k.tobytes())
         entry = self._cache.get(key)
         if entry is None:
-            types = gpu_type if isinstance(gpu_type, str) else np.asarray(arr, dtype=str)
-            entry = self._build_grid(types, n, k)
+            shared = (self._signature(), key)
+            entry = _kept_grid(shared)
+            if entry is None:
+                types = gpu_type if isinstance(gpu_type, str) else np.asarray(arr, dtype=str)
+                entry = self._build_grid(types, n, k)
+                _keep_grid(shared, entry)
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()
             self._cache[key] = entry
         return entry, self._phi_at(progress)
+
+    def _signature(self) -> tuple:
+        """Everything a throughput grid depends on besides the configurations: the application's
+        batch limits, the grid size and every type's parameters (recomputed when they change)."""
+        sig = self.__dict__.get("_sig")
+        if sig is None or sig[0] != self._version:
+            app = self.app
+            value = (app.init_batch_size, app.max_batch_size, tuple(sorted(app.max_local_bsz.items())),
+                     self.batch_grid, tuple((t, p.as_array().tobytes()) for t, p in self._params.items()))
+            sig = self._sig = (self._version, value)
+        return sig[1]
 
     def _build_grid(self, types: str | np.ndarray, n: np.ndarray, k: np.ndarray):
         n = _as_counts("num_nodes", n)
