@@ -8,7 +8,10 @@ and the breakdown table of each run; writes ``benchmarks/results/sia_newtrace.js
 run (an interrupted run keeps what finished).
 
 Usage: ``python benchmarks/sia_newtrace.py [--seeds 1 2] [--policies sia pollux-sia gavel-sia]
-[--jobs 960 --hours 48]``. One 960-job run takes 1-2 minutes of one core (sia, pollux-sia).
+[--jobs 960 --hours 48] [--name sia_newtrace]``. One 960-job run takes 1-2 minutes of one core
+(sia, pollux-sia). ``--policies`` also takes the variants in ``VARIANTS`` (``pollux-sia-fair-share``:
+``pollux-sia`` with the artifact's fair-share fitness and ``restart_unallocated``); ``--name`` sets
+the JSON file's stem, so that runs in parallel processes do not overwrite each other.
 """
 
 from __future__ import annotations
@@ -31,6 +34,15 @@ from heteroplan.workload.newtrace import NewTraceSpec, generate_newtrace  # noqa
 
 # Sia paper, Table 3 (newTrace, mean of 10 traces): avg JCT h, p99 JCT h, makespan h.
 PAPER = {"sia": (0.7, 4.6, 52.2), "pollux-sia": (1.5, 10.3, 62.3), "gavel-sia": (11.3, 98.1, 110.0)}
+# Benchmark label -> (registered policy, constructor options) for variants not in the registry.
+VARIANTS = {"pollux-sia-fair-share": ("pollux-sia", {"speedup_base": "fair-share", "restart_unallocated": True})}
+PAPER["pollux-sia-fair-share"] = PAPER["pollux-sia"]
+
+
+def _policy(label: str):
+    """A fresh policy for a benchmark label: a registered name or one of ``VARIANTS``."""
+    name, options = VARIANTS.get(label, (label, {}))
+    return make_policy(name, **options)
 
 
 def main() -> None:
@@ -39,6 +51,7 @@ def main() -> None:
     ap.add_argument("--policies", nargs="+", default=["sia", "pollux-sia", "gavel-sia"])
     ap.add_argument("--jobs", type=int, default=960)
     ap.add_argument("--hours", type=float, default=48.0)
+    ap.add_argument("--name", default="sia_newtrace", help="stem of the JSON file in benchmarks/results/")
     args = ap.parse_args()
     cluster = preset("sia-64")
     rows, breakdowns = [], []
@@ -46,7 +59,7 @@ def main() -> None:
         jobs = generate_newtrace(NewTraceSpec(jobs=args.jobs, hours=args.hours), seed=seed)
         for name in args.policies:
             t0 = time.process_time()
-            result = simulate(jobs, cluster, make_policy(name), progress=False, record=True)
+            result = simulate(jobs, cluster, _policy(name), progress=False, record=True)
             s = result.summary()
             bd = load_breakdown(result)
             rows.append({"seed": seed, "policy": name, "avg_jct_h": s["avg_jct_h"], "p99_jct_h": s["p99_jct_h"],
@@ -54,7 +67,10 @@ def main() -> None:
                          "queued_h": bd.summaries()[0].queued_h, "restoring_h": bd.summaries()[0].restoring_h,
                          "gpus_held": bd.utilization, "cpu_s": time.process_time() - t0})
             breakdowns.append(f"seed {seed}: {bd.table()}")
-            write_json("sia_newtrace", {"jobs": args.jobs, "hours": args.hours, "runs": rows})
+            write_json(args.name, {"jobs": args.jobs, "hours": args.hours, "runs": rows})
+            r = rows[-1]
+            print(f"seed {seed} {name}: {r['avg_jct_h']:.3f} / {r['p99_jct_h']:.2f} / {r['makespan_h']:.1f} h "
+                  f"({r['cpu_s']:.0f} CPU s)", flush=True)
     print_table(rows, list(rows[0]))
     means = []
     for name in args.policies:
@@ -69,7 +85,7 @@ def main() -> None:
     print_table(means, list(means[0]))
     print()
     print("\n\n".join(breakdowns))
-    write_json("sia_newtrace", {"jobs": args.jobs, "hours": args.hours, "runs": rows, "means": means})
+    write_json(args.name, {"jobs": args.jobs, "hours": args.hours, "runs": rows, "means": means})
 
 
 if __name__ == "__main__":
