@@ -117,6 +117,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="profiler: timed runs per measurement")
     parser.add_argument("--sweeps", type=int, default=3, help="profiler: passes over sizes and layers")
     parser.add_argument("--warmup", type=int, default=2, help="profiler: untimed runs per measurement")
+    parser.add_argument("--time-recomputed", action="store_true",
+                        help="profiler: also time the layers checkpointed (recomputing plans priced from them)")
     parser.add_argument("--heads", type=int, default=4, help="attention heads")
     parser.add_argument("--mbs", type=int, nargs="*", help="one-GPU plans at these microbatch sizes (the matrix)")
     parser.add_argument("--precisions", nargs="*", default=["fp32", "bf16"], help="matrix precisions")
@@ -155,6 +157,7 @@ def main() -> None:
 
         profiles = {pr: profile_layers(task.build_model(), make_input, sizes, mean_ce_loss, device=device, repeats=args.repeats,
                                        optimizer=args.optimizer, precision=pr, sweeps=args.sweeps, warmup=args.warmup,
+                                       time_recomputed=args.time_recomputed,
                                        timing=args.timing)
                     for pr in {Precision.BF16 if p.precision is Precision.BF16 else Precision.FP32
                                for p in chosen.values()}}

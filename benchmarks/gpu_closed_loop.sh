@@ -2,7 +2,8 @@
 # One prepared GPU session (device tool): the CUDA tests, then the closed loop on the issue's
 # ~320M-parameter GPT (24 blocks, width 1024, 16 heads, sequence 512, vocab 8192, global batch 32)
 # at microbatch 1-8 in fp32 and bf16, with and without recomputation. Results go to $OUT
-# (closed_loop_gpu.json, the profiles as profiles.tgz, the logs). Budget: about 5 minutes.
+# (closed_loop_gpu.json, the profiles as profiles.tgz, the logs). Budget: 6-8 minutes with the
+# default repeats (REPEATS=3 SWEEPS=1 STEPS=5 CUDA_TESTS=0 fits in about 5: the session-15 runs).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD
@@ -13,7 +14,7 @@ if [ "${CUDA_TESTS:-1}" = 1 ]; then
   tail -3 "$OUT/cuda_tests.txt"
 fi
 timeout "${CLOSED_LOOP_S:-300}" python3 benchmarks/closed_loop.py --device cuda --layers 24 --width 1024 --heads 16 \
-    --seq 512 --vocab 8192 --gbs 32 --mbs 1 2 4 8 --steps ${STEPS:-6} --precisions ${PRECISIONS:-bf16 fp32} --repeats 3 --sweeps 1 --warmup 1 \
+    --seq 512 --vocab 8192 --gbs 32 --mbs 1 2 4 8 --steps ${STEPS:-6} --precisions ${PRECISIONS:-bf16 fp32} --repeats ${REPEATS:-5} --sweeps ${SWEEPS:-2} --warmup 1 --time-recomputed \
     --profile-dir "$OUT/prof" --out closed_loop_gpu ${CLOSED_LOOP_ARGS:-} > "$OUT/closed_loop.txt" 2>&1
 echo "closed loop rc=$?"
 cp benchmarks/results/closed_loop_gpu.json "$OUT/" 2>/dev/null
