@@ -130,10 +130,9 @@ class ModelProfile:
             self._prefix[key] = _prefix(np.stack([self.params[tp], self.act_mem[tp]]))
         return self._prefix[key]
 
-    def stage_compute(self, gpu: str, mbs: int, tp: int, first: int, last: int,
-                      recomputed: bool = False) -> tuple[float, float, float]:
+    def stage_compute(self, gpu: str, mbs: int, tp: int, first: int, last: int) -> tuple[float, float, float]:
         """(fwd, bwd, update) seconds per microbatch of layers ``[first, last)``."""
-        p = self.compute_prefix(gpu, mbs, tp, recomputed)
+        p = self.compute_prefix(gpu, mbs, tp)
         f, b, u = p[:, last] - p[:, first]
         return float(f), float(b), float(u)
 

@@ -58,6 +58,7 @@ from heteroplan.planner.model.terms import (
     allgather_as_allreduce_bytes,
     allreduce_buffer_bytes,
     allreduce_egress_bytes,
+    compute_prefix_s,
     compute_s,
     measured_layer_bytes,
     measured_peak_bytes,
@@ -67,7 +68,6 @@ from heteroplan.planner.model.terms import (
     parameter_state_gb,
     pipeline_egress_bytes,
     pipeline_step_s,
-    recomputed_compute_s,
     rental_usd_per_s,
     sharded_update_s,
     working_gb,
@@ -475,11 +475,8 @@ def simulate_plan(
     for s, stage in enumerate(plan.stages):
         for d, r in enumerate(reps[s]):
             c = cfg[s][d]
-            recompute = stage.recompute is Recomputation.FULL
-            timed = recompute and profile.has_recomputed(r.gpu_type, mbs, r.tp)
-            f, b, u = profile.stage_compute(r.gpu_type, mbs, r.tp, stage.first_layer, stage.last_layer, timed)
-            if recompute and not timed:
-                f, b = f, float(recomputed_compute_s(f, b)) - f
+            prefix = compute_prefix_s(profile, r.gpu_type, mbs, r.tp, stage.recompute is Recomputation.FULL)
+            f, b, u = (float(x) for x in prefix[:, stage.last_layer] - prefix[:, stage.first_layer])
             fb[s, d] = compute_s(f + b, c)
             fwd_share[s, d] = f / (f + b) if f + b > 0 else 0.5
             params = profile.stage_sizes(r.tp, stage.first_layer, stage.last_layer)[0]

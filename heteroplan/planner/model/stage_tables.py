@@ -19,10 +19,10 @@ from heteroplan.planner.model.sim_config import SimConfig
 from heteroplan.planner.model.terms import (
     activations_gb,
     allreduce_buffer_bytes,
+    compute_prefix_s,
     compute_s,
     measured_layer_bytes,
     measured_state_bytes,
-    recomputed_compute_s,
     static_memory_gb,
 )
 
@@ -96,13 +96,12 @@ def build_stage_table(
     """Build the matrices for one stage hardware choice (profile must exist); the GPU's memory
     bandwidth (GB/s, 0 if unknown) prices a memory-bound optimizer step (:meth:`SimConfig.update_s`);
     ``recompute``: every layer recomputed in its backward (a profile that measured memory)."""
-    timed = recompute and profile.has_recomputed(gpu_type, mbs, tp)
-    comp = profile.compute_prefix(gpu_type, mbs, tp, timed)
-    sizes = profile.size_prefix(tp)
-    L = profile.num_layers
     if recompute and profile.measured is None:
         raise InputError("recompute", profile.name, "recomputation needs a profile that measured memory")
-    both = _range(recomputed_compute_s(comp[0], comp[1]) if recompute and not timed else comp[0] + comp[1])
+    comp = compute_prefix_s(profile, gpu_type, mbs, tp, recompute)
+    sizes = profile.size_prefix(tp)
+    L = profile.num_layers
+    both = _range(comp[0] + comp[1])
     fb = compute_s(both, config)
     with np.errstate(invalid="ignore", divide="ignore"):
         forward_share = np.where((both > 0) & np.isfinite(both), _range(comp[0]) / both, 0.5)

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from heteroplan.perf.sailor_profiles import MeasuredMemory
+from heteroplan.perf.sailor_profiles import MeasuredMemory, ModelProfile
 from heteroplan.planner.model.comm import pipeline_bytes
 from heteroplan.planner.model.sim_config import SimConfig
 
@@ -63,7 +63,7 @@ __all__ = [
     "PARAMETER_STATE_SHARES", "compute_s", "parameter_state_gb", "activations_gb", "working_gb", "static_memory_gb", "memory_gb",
     "pipeline_egress_bytes", "allreduce_egress_bytes", "rental_usd_per_s", "pipeline_step_s", "pipeline_fill_s",
     "one_f_one_b_s", "balanced_step_lower_bound_s", "measured_state_bytes", "measured_peak_bytes",
-    "recomputed_compute_s", "sharded_update_s", "allgather_as_allreduce_bytes", "measured_layer_bytes",
+    "recomputed_compute_s", "compute_prefix_s", "sharded_update_s", "allgather_as_allreduce_bytes", "measured_layer_bytes",
     "allreduce_buffer_bytes",
 ]
 
@@ -163,6 +163,19 @@ def recomputed_compute_s(forward_s: Number, backward_s: Number) -> Number:
     return 2 * forward_s + backward_s
 
 
+def compute_prefix_s(profile: ModelProfile, gpu: str, mbs: int, tp: int, recompute: bool) -> np.ndarray:
+    """Prefix sums ``(3, L+1)`` of forward, backward and update seconds per microbatch of the
+    profile's layers; recomputing, as the profiler timed them checkpointed where it did, else with
+    each backward priced ``b + f`` (:func:`recomputed_compute_s`)."""
+    if recompute and profile.has_recomputed(gpu, mbs, tp):
+        return profile.compute_prefix(gpu, mbs, tp, recomputed=True)
+    prefix = profile.compute_prefix(gpu, mbs, tp)
+    if not recompute:
+        return prefix
+    f, b, u = prefix
+    return np.stack([f, recomputed_compute_s(f, b) - f, u])
+
+
 def sharded_update_s(update_s: Number, shards: int) -> Number:
     """Seconds of the optimizer step when ``shards`` replicas each update ``1/shards`` of the state."""
     return update_s / shards
@@ -182,18 +195,19 @@ def measured_state_bytes(params: float, state_per_param: float, shards: int) -> 
 
 
 def measured_peak_bytes(
-    kept_per_layer: np.ndarray, transient_per_layer: np.ndarray, inflight: int, update_working: float,
+    kept_per_layer: np.ndarray, transient_per_layer: np.ndarray, inflight: int, after_backward: float,
 ) -> tuple[float, float]:
     """``(activations, working)`` bytes per GPU at a stage's peak beyond its weights, gradients
     and state: the backward of its last microbatch in flight at its worst layer (``inflight - 1``
     earlier microbatches' ``kept_per_layer``, this one's up to that layer, and the layer's
-    ``transient_per_layer``), or the optimizer step's ``update_working``, whichever is larger."""
+    ``transient_per_layer``), or ``after_backward`` (the optimizer step's buffers, the all-reduce's
+    flat copy of the gradients), whichever is larger."""
     upto = np.cumsum(kept_per_layer)
     worst = int(np.argmax(upto + transient_per_layer))
     activations = (inflight - 1) * float(upto[-1]) + float(upto[worst])
     working = float(transient_per_layer[worst])
-    if update_working > activations + working:
-        return 0.0, update_working
+    if after_backward > activations + working:
+        return 0.0, after_backward
     return activations, working
 
 
