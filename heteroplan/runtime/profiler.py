@@ -311,11 +311,13 @@ def _leaf_input(torch: Any, x: torch.Tensor) -> torch.Tensor:
     return inp
 
 
-def _time_update(torch: Any, timer: _Timer, layer: nn.Module, optimizer: str, warmup: int, repeats: int) -> float:
-    """Median seconds of ``optimizer.step()`` over the layer's parameters; weights restored after."""
+def _time_update(torch: Any, timer: _Timer, dev: torch.device, layer: nn.Module, optimizer: str, warmup: int,
+                 repeats: int) -> tuple[float, int]:
+    """Median seconds of ``optimizer.step()`` over the layer's parameters, and the transient bytes
+    of one more (untimed, state-holding) step; weights restored after."""
     params = [p for p in layer.parameters() if p.requires_grad]
     if not params:
-        return 0.0
+        return 0.0, 0
     for p in params:
         if p.grad is None:
             p.grad = torch.randn_like(p)
@@ -326,11 +328,12 @@ def _time_update(torch: Any, timer: _Timer, layer: nn.Module, optimizer: str, wa
         dt, _ = timer(opt.step)
         if r >= warmup:
             times.append(dt)
+    work = _peak_increase_bytes(torch, dev, opt.step)
     with torch.no_grad():
         for p, s in zip(params, saved, strict=True):
             p.copy_(s)
             p.grad = None
-    return statistics.median(times)
+    return statistics.median(times), work
 
 
 def _time_layer(
@@ -531,8 +534,8 @@ def profile_layers(
                         if sweep == 0:
                             out_f[i], out_b[i] = out.numel() // mbs, out.numel() * out.element_size() // mbs
                             in_f[i], in_b[i] = inp.numel() // mbs, inp.numel() * inp.element_size() // mbs
-                            update_work[i] = _update_working_bytes(torch, dev, layer, optimizer)
-                        update[i] = min(update[i], _time_update(torch, timer, layer, optimizer, warmup, repeats))
+                        seconds, update_work[i] = _time_update(torch, timer, dev, layer, optimizer, warmup, repeats)
+                        update[i] = min(update[i], seconds)
                     if fwd + bwd < sum(best[k][i]):
                         best[k][i] = (fwd, bwd)
                     x = out.detach()
@@ -636,25 +639,6 @@ def _backward_working_bytes(torch: Any, dev: torch.device, layer: nn.Module, inp
     for p in params:
         p.grad = None
     inp.grad = None
-    return work
-
-
-def _update_working_bytes(torch: Any, dev: torch.device, layer: nn.Module, optimizer: str) -> int:
-    """Transient bytes of a (second, state-holding) optimizer step over the layer's parameters;
-    the weights come back unchanged."""
-    params = [p for p in layer.parameters() if p.requires_grad]
-    if not params:
-        return 0
-    saved = [p.detach().clone() for p in params]
-    for p in params:
-        p.grad = torch.randn_like(p)
-    opt = make_optimizer(params, RunConfig(optimizer=optimizer, lr=1e-3))
-    opt.step()  # creates the state
-    work = _peak_increase_bytes(torch, dev, opt.step)
-    with torch.no_grad():
-        for p, s in zip(params, saved, strict=True):
-            p.copy_(s)
-            p.grad = None
     return work
 
 
