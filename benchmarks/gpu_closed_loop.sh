@@ -7,8 +7,13 @@
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD
+# The caching allocator with expandable segments (what the runtime's ranks use unless
+# PYTORCH_CUDA_ALLOC_CONF is set): ALLOC_CONF= (empty) runs torch's default instead.
+export PYTORCH_CUDA_ALLOC_CONF=${ALLOC_CONF-expandable_segments:True}
+[ -z "$PYTORCH_CUDA_ALLOC_CONF" ] && unset PYTORCH_CUDA_ALLOC_CONF
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-  python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name())"; } > "$OUT/device.txt" 2>&1
+  python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name())";   echo "PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-}"; } > "$OUT/device.txt" 2>&1
+SECONDS=0
 if [ "${CUDA_TESTS:-1}" = 1 ]; then
   timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_cuda.py > "$OUT/cuda_tests.txt" 2>&1
   tail -3 "$OUT/cuda_tests.txt"
@@ -16,7 +21,7 @@ fi
 timeout "${CLOSED_LOOP_S:-300}" python3 benchmarks/closed_loop.py --device cuda --layers 24 --width 1024 --heads 16 \
     --seq 512 --vocab 8192 --gbs 32 --mbs 1 2 4 8 --steps ${STEPS:-6} --precisions ${PRECISIONS:-bf16 fp32} --repeats ${REPEATS:-5} --sweeps ${SWEEPS:-2} --warmup 1 --time-recomputed \
     --profile-dir "$OUT/prof" --out closed_loop_gpu ${CLOSED_LOOP_ARGS:-} > "$OUT/closed_loop.txt" 2>&1
-echo "closed loop rc=$?"
+echo "closed loop rc=$? after ${SECONDS}s"
 cp benchmarks/results/closed_loop_gpu.json "$OUT/" 2>/dev/null
 tar czf "$OUT/profiles.tgz" -C "$OUT" prof && rm -rf "$OUT/prof"
 tail -25 "$OUT/closed_loop.txt"
