@@ -36,6 +36,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -149,6 +150,7 @@ def main() -> None:
     header = {"device": device, "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
               "torch": torch.__version__, "model": dataclasses.asdict(task), "optimizer": args.optimizer,
               "timing": args.timing}
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = args.profile_dir or tmp
         os.makedirs(data_dir, exist_ok=True)
@@ -159,8 +161,9 @@ def main() -> None:
                                        optimizer=args.optimizer, precision=pr, sweeps=args.sweeps, warmup=args.warmup,
                                        time_recomputed=args.time_recomputed,
                                        timing=args.timing)
-                    for pr in {Precision.BF16 if p.precision is Precision.BF16 else Precision.FP32
-                               for p in chosen.values()}}
+                    for pr in sorted({Precision.BF16 if p.precision is Precision.BF16 else Precision.FP32
+                                      for p in chosen.values()}, key=lambda pr: pr.value)}
+        print(f"profiled in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
         for pr, prof in profiles.items():
             prof.write(data_dir, f"profile-{pr.value}", "cpu")
         if any(st.replicas[0].tp > 1 for p in chosen.values() for st in p.stages):
@@ -199,7 +202,7 @@ def main() -> None:
                 "memory error": f"{(pred_mem[worst] - measured[worst]) / measured[worst]:+.1%}",
             }
             rows.append(row)
-            results.append({**row, "plan_dict": plan.to_dict(), "iteration_times": result.iteration_times,
+            results.append({**row, "elapsed_s": time.perf_counter() - started, "plan_dict": plan.to_dict(), "iteration_times": result.iteration_times,
                             "peak_reserved_bytes": measured, "peak_allocated_bytes": allocated,
                             "predicted_memory_terms": [dataclasses.asdict(sim.stage_memory.at(s, d))
                                                        for s in range(plan.pp) for d in range(plan.dp)],

@@ -18,6 +18,11 @@ if [ "${CUDA_TESTS:-1}" = 1 ]; then
   timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_cuda.py > "$OUT/cuda_tests.txt" 2>&1
   tail -3 "$OUT/cuda_tests.txt"
 fi
+if [ "${PROBE:-1}" = 1 ]; then  # whole-model microbatch: isolated vs back-to-back (benchmarks/step_vs_profile.py)
+  timeout "${PROBE_S:-120}" python3 benchmarks/step_vs_profile.py --device cuda --layers 24 --width 1024 --heads 16 \
+      --seq 512 --vocab 8192 --mbs 1 2 4 8 --repeats 3 --microbatches 8 > "$OUT/probe.txt" 2>&1
+  echo "probe rc=$? after ${SECONDS}s"; cp benchmarks/results/step_vs_profile.json "$OUT/" 2>/dev/null; tail -10 "$OUT/probe.txt"
+fi
 timeout "${CLOSED_LOOP_S:-300}" python3 benchmarks/closed_loop.py --device cuda --layers 24 --width 1024 --heads 16 \
     --seq 512 --vocab 8192 --gbs 32 --mbs 1 2 4 8 --steps ${STEPS:-6} --precisions ${PRECISIONS:-bf16 fp32} --repeats ${REPEATS:-5} --sweeps ${SWEEPS:-2} --warmup 1 --time-recomputed \
     --profile-dir "$OUT/prof" --out closed_loop_gpu ${CLOSED_LOOP_ARGS:-} > "$OUT/closed_loop.txt" 2>&1

@@ -193,3 +193,15 @@ def test_profile_cli_profiles_a_user_model_from_its_factory(tmp_path: Path, monk
     profile = load_model_profile("task", tmp_path / "prof")
     assert profile.num_layers == 4
     assert profile.stage_sizes(1, 0, 4)[0] == 16 * 8 + 8 * 12 + 12 + 12 * 16 + 16  # exact parameter count
+
+
+def test_cuda_ranks_use_expandable_segments_unless_the_allocator_is_configured() -> None:
+    """The allocator setting a rank applies before CUDA starts: expandable segments on CUDA, nothing
+    where the user set ``PYTORCH_CUDA_ALLOC_CONF``, on CPU, or when switched off."""
+    cuda = RunConfig(device="cuda")
+    assert cuda.allocator_environment({}) == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert cuda.allocator_environment({"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}) == {}
+    assert RunConfig(device="cpu").allocator_environment({}) == {}
+    assert RunConfig(device="cuda", cuda_expandable_segments=False).allocator_environment({}) == {}
+    with pytest.raises(InputError, match="cuda_expandable_segments"):
+        RunConfig(cuda_expandable_segments="yes")

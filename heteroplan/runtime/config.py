@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from heteroplan.errors import InputError, check_int, check_seconds
 from heteroplan.runtime.schedule import PIPELINE_ENGINES
+
+ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 
 __all__ = ["RunConfig", "StepMetrics", "OPTIMIZERS", "make_optimizer", "optimizer_class"]
 
@@ -45,6 +48,11 @@ class RunConfig:
             (parameters, buffers, optimizer state) plus the peak of torch's profiler's allocation
             record over the iteration (reserved = allocated: the CPU allocator keeps no cache).
             Its iteration time includes the measurement's overhead. ``None``: no measurement.
+        cuda_expandable_segments: on CUDA, each rank's caching allocator maps its memory as
+            expandable segments (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, PyTorch's
+            remedy for fragmentation) unless that variable is already set. On an H100 it cut the
+            bytes reserved above the peak allocated from 0.1-6.5% to 0.1-4.9% over the closed
+            loop's bf16 plans (docs/runtime.md). ``False``: torch's default allocator.
         fault: fault injection for tests: ``("exit" | "hang", rank, iteration)`` makes that
             rank die (exit code 17) or hang at the start of that iteration.
     """
@@ -67,6 +75,7 @@ class RunConfig:
     startup_timeout_s: float = 120.0
     fault: tuple[str, int, int] | None = None
     memory_step: int | None = None
+    cuda_expandable_segments: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.checkpoint_dir, Path):
@@ -91,6 +100,8 @@ class RunConfig:
             raise InputError("config.max_seconds", self.max_seconds, "must be a number of seconds > 0 or None")
         if self.memory_step is not None:
             check_int("config.memory_step", self.memory_step, 0)
+        if not isinstance(self.cuda_expandable_segments, bool):
+            raise InputError("config.cuda_expandable_segments", self.cuda_expandable_segments, "must be True or False")
         if self.device not in ("cpu", "cuda"):
             raise InputError("config.device", self.device, "choose 'cpu' or 'cuda'")
         if self.backend is not None and self.backend not in ("gloo", "nccl"):
@@ -101,6 +112,13 @@ class RunConfig:
     @property
     def resolved_backend(self) -> str:
         return self.backend or ("nccl" if self.device == "cuda" else "gloo")
+
+    def allocator_environment(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """Environment variables a rank sets before CUDA starts, given its ``environ``: the
+        expandable-segments allocator on CUDA unless ``PYTORCH_CUDA_ALLOC_CONF`` is set already."""
+        if self.device != "cuda" or not self.cuda_expandable_segments or ALLOC_CONF in environ:
+            return {}
+        return {ALLOC_CONF: "expandable_segments:True"}
 
 
 @dataclass(frozen=True)

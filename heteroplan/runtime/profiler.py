@@ -521,14 +521,17 @@ def profile_layers(
     update = [math.inf] * L
     # best[k][i] = (fwd_s, bwd_s): per microbatch size and layer, the fastest sweep's medians
     best = [[(math.inf, math.inf)] * L for _ in sizes]
+    # Prefix timing replaces the layer times: one pass over the layers measures the sizes, memory
+    # and optimizer steps, its own layer times (one untimed-quality run each) are not kept.
+    layer_sweeps, layer_warmup, layer_repeats = (1, 0, 1) if timing == "prefix" else (sweeps, warmup, repeats)
     with torch.enable_grad():
-        for sweep in range(sweeps):
+        for sweep in range(layer_sweeps):
             for k, mbs in enumerate(sizes):
                 x = _make_input(make_input, mbs, dev)
                 for i, layer in enumerate(layers):
                     inp = _leaf_input(torch, x)
                     fwd, bwd, out = _time_layer(torch, timer, layer, inp, i, loss_fn if i == L - 1 else None,
-                                                warmup, repeats)
+                                                layer_warmup, layer_repeats)
                     if sweep == 0 and k in ends:
                         saved[k][i] = _saved_bytes(torch, layer, inp, i, loss_fn if i == L - 1 else None)
                         if i == L - 1 and loss_fn is not None:

@@ -71,6 +71,8 @@ def pipeline_choice(plan: Plan, config: RunConfig) -> PipelineChoice:
 
 def _device(config: RunConfig, rank: int) -> torch.device:
     if config.device == "cuda":
+        if not torch.cuda.is_initialized():  # the allocator reads its settings when CUDA starts
+            os.environ.update(config.allocator_environment(os.environ))
         local = int(os.environ.get("LOCAL_RANK", rank % max(torch.cuda.device_count(), 1)))
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
