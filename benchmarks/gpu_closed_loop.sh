@@ -2,8 +2,10 @@
 # One prepared GPU session (device tool): the CUDA tests, then the closed loop on the issue's
 # ~320M-parameter GPT (24 blocks, width 1024, 16 heads, sequence 512, vocab 8192, global batch 32)
 # at microbatch 1-8 in fp32 and bf16, with and without recomputation. Results go to $OUT
-# (closed_loop_gpu.json, the profiles as profiles.tgz, the logs). Budget: 6-8 minutes with the
-# default repeats (REPEATS=3 SWEEPS=1 STEPS=5 CUDA_TESTS=0 fits in about 5: the session-15 runs).
+# (closed_loop_gpu.json, the profiles as profiles.tgz, the logs), after benchmarks/step_vs_profile.py (PROBE=1,
+# ~40 s). Device time on an H100 (session 16): profiling both precisions with REPEATS=4 SWEEPS=2 and
+# --time-recomputed ~2 min each, a plan ~20 s: the whole 16-plan matrix needs ~8-9 minutes;
+# PRECISIONS=bf16 STEPS=4 ran in 325 s.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD
