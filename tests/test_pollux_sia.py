@@ -254,3 +254,59 @@ def test_fair_share_fitness_prices_a_job_without_gpus_as_restarting(monkeypatch)
     np.testing.assert_allclose(penalized[1], plain[1] * 80 / 140)  # age 110 s, one restart
     with pytest.raises(InputError, match="restart_unallocated"):
         PolluxPolicy(restart_unallocated="yes")
+
+
+def _spy_model(monkeypatch) -> list[tuple]:
+    """Record the arguments every allocate passes to build_sia_model."""
+    from heteroplan.policies import pollux as pollux_module
+
+    seen: list[tuple] = []
+    real = pollux_module.build_sia_model
+
+    def spy(*args, **kwargs):
+        seen.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pollux_module, "build_sia_model", spy)
+    return seen
+
+
+def test_pollux_sia_jobs_pay_their_restore_delay_but_restarts_are_priced_at_30_s(monkeypatch):
+    # The artifact's jobs restart in their application's rescale_time (imagenet 250 s) while its
+    # GA prices every restart at `delay = 30`: an imagenet job 100 s old with one restart has the
+    # factor (100 - 30) / (100 + 30), not max(100 - 250, 0) / 350 = 0 (which would freeze it).
+    from heteroplan.cluster import preset
+    from heteroplan.perf.sia_data import bootstrap_model
+    from heteroplan.scheduling.policy_check import restart_delay_of
+
+    policy = make_policy("pollux-sia")
+    assert restart_delay_of(policy) is None and policy.restart_price_s == 30.0 and not policy.pin_restoring
+    assert make_policy("pollux").restart_price_s is None and make_policy("pollux").pin_restoring
+    seen = _spy_model(monkeypatch)
+    one = Allocation("rtx", 1, (("rtx@default/0", 1),))
+    job = JobState("i", "imagenet", 0.0, allocation=one, num_restarts=1, restart_delay=250.0, max_gpus_run=1,
+                   last_gpus=1, estimator=bootstrap_model("imagenet"))
+    out = PolluxPolicy(mechanism="sia-artifact").allocate(preset("sia-64"), [job], 100.0)
+    np.testing.assert_allclose(seen[-1][4], [70 / 130])
+    # Linear speed-up (merged profile, nothing observed yet): 2 GPUs at factor 0.54 beat the one
+    # GPU kept (1 / 1.08 < 1).
+    assert out["i"].num_gpus == 2
+    # Priced at what the job pays, the restart factor is 0 and the job stays on its one GPU.
+    kept = PolluxPolicy(mechanism="sia-artifact", restart_price_s=250.0).allocate(preset("sia-64"), [job], 100.0)
+    np.testing.assert_allclose(seen[-1][4], [0.0])
+    assert kept["i"].num_gpus == 1
+    with pytest.raises(InputError, match="restart_price_s"):
+        PolluxPolicy(restart_price_s=-1.0)
+
+
+def test_pollux_sia_does_not_pin_a_restoring_job(monkeypatch):
+    from heteroplan.cluster import preset
+
+    seen = _spy_model(monkeypatch)
+    job = JobState("b", "bert", 0.0, allocation=Allocation("rtx", 2, (("rtx@default/0", 2),)), restoring=True,
+                   restart_delay=120.0, max_gpus_run=2, last_gpus=2)
+    PolluxPolicy(mechanism="sia-artifact").allocate(preset("sia-64"), [job], 60.0)
+    PolluxPolicy().allocate(preset("sia-64"), [job], 60.0)
+    assert list(seen[0][5]) == [False] and list(seen[1][5]) == [True]
+    with pytest.raises(InputError, match="pin_restoring"):
+        PolluxPolicy(pin_restoring="no")

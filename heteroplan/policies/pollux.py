@@ -16,8 +16,11 @@ genetic algorithm is type-blind and has no node preference; ``"node"``: cluster 
 allocation spanning GPU types keeps only the GPUs of its majority type (ties: the faster type,
 as the artifact's ``prio_order``): the dropped GPUs stay idle and are not counted, and what is
 kept is the job's allocation from then on (the artifact's base state is its repaired
-allocation; a job keeping its GPU count keeps its virtual nodes). (Its 30 s restart delay is
-the registry's ``restart_delay_s`` option of ``pollux-sia``.) The optimiser plans each job with the
+allocation; a job keeping its GPU count keeps its virtual nodes). Its jobs pay their
+application's restore delay (cifar10 50 s, deepspeech2 25 s, yolov3 80 s, bert 120 s, imagenet
+250 s: the artifact's ``rescale_time``, as under Sia), while its fitness prices every restart at
+30 s (``restart_price_s``: the artifact GA's ``delay = 30``), and a job restoring a checkpoint is
+not pinned (``pin_restoring=False``: the artifact's jobs are all preemptible). The optimiser plans each job with the
 artifact's merged profile (``merged_profile=True``, the default there): one throughput fit per
 job across GPU types, the first observation of a (nodes, GPUs, local batch) shape winning, a
 linear speed-up before any observation (:mod:`heteroplan.policies.pollux_profile`); the
@@ -58,6 +61,7 @@ ARTIFACT_MAX_REPLICAS = 16
 # (its speed-ups are scaled by virtual nodes / GPUs = 1/4): with speed-ups relative to a fair
 # share a job's 1-GPU term exceeds 1, so Sia's lambda = 1.1 would leave jobs unscheduled.
 FAIR_SHARE_LAMBDA = 250.0
+ARTIFACT_RESTART_PRICE_S = 30.0  # the artifact GA's restart penalty prices every restart at 30 s
 ARTIFACT_KEEP_ORDER = ("dgx-ext", "azure", "quad", "rtx", "aws")  # ties keep the earlier type
 
 
@@ -94,7 +98,10 @@ class PolluxPolicy:
 
     ``scale_up`` / ``scale_up_from``: at most ``scale_up`` x the most GPUs the job has run on
     (``"max"``, Pollux's simulator: 2 x the largest profiled replica count) or x its current
-    allocation (``"current"``).
+    allocation (``"current"``). ``restart_price_s``: seconds the restart factor prices a
+    restart at (``None``: what the job pays, its ``restart_delay``; ``sia-artifact``: 30 s).
+    ``pin_restoring``: a job restoring a checkpoint keeps its allocation (default on, off for
+    ``sia-artifact``).
     """
 
     p: float = -1.0
@@ -113,6 +120,8 @@ class PolluxPolicy:
     seed: int = 0
     merged_profile: bool | None = None
     restart_unallocated: bool | None = None
+    restart_price_s: float | None = None
+    pin_restoring: bool | None = None
     _cache: dict[int, ConfigSet] = field(default_factory=dict, repr=False)
     _intended: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict, repr=False)
     _profiles: dict[str, MergedProfile] = field(default_factory=dict, repr=False)
@@ -137,6 +146,14 @@ class PolluxPolicy:
             self.restart_unallocated = self.mechanism == "sia-artifact"
         if not isinstance(self.restart_unallocated, bool):
             raise InputError("restart_unallocated", self.restart_unallocated, "must be true or false")
+        if self.restart_price_s is None and self.mechanism == "sia-artifact":
+            self.restart_price_s = ARTIFACT_RESTART_PRICE_S
+        if self.restart_price_s is not None:
+            check_seconds("restart_price_s", self.restart_price_s)
+        if self.pin_restoring is None:
+            self.pin_restoring = self.mechanism != "sia-artifact"
+        if not isinstance(self.pin_restoring, bool):
+            raise InputError("pin_restoring", self.pin_restoring, "must be true or false")
         if self.lam is None:
             self.lam = FAIR_SHARE_LAMBDA if self.speedup_base == "fair-share" else 1.1
         if isinstance(self.lam, bool) or not isinstance(self.lam, (int, float)) or not (0 < self.lam < math.inf):
@@ -191,14 +208,14 @@ class PolluxPolicy:
         restart = restart_factor(
             np.array([now - j.arrival_time for j in jobs]),
             np.array([j.num_restarts for j in jobs]),
-            np.array([j.restart_delay for j in jobs]),
+            np.array([j.restart_delay if self.restart_price_s is None else self.restart_price_s for j in jobs]),
         )
         if self.restart_unallocated and self.speedup_base == "fair-share":
             # The artifact's GA penalizes every state that differs from the job's base state,
             # and a job without GPUs has an empty one: its every configuration is a restart.
             # Speed-ups are relative to ``base`` here, so scaling the row scales them.
             G *= np.where(current < 0, restart, 1.0)[:, None]
-        pinned = np.array([j.restoring for j in jobs])
+        pinned = np.array([j.restoring and self.pin_restoring for j in jobs], dtype=bool)
         capacity = np.array([float(cluster.num_gpus)])
         problem = build_sia_model(G, configs, capacity, current, restart, pinned, self.p, float(self.lam or 0.0),
                                   base if self.speedup_base == "fair-share" else None)

@@ -31,7 +31,7 @@ one GPU).
 
 **Restart cost.** A (re)start pays a checkpoint-restore delay: the session's
 ``restart_delay_s`` when given (one value for every job and policy of a run), else the policy's
-``restart_delay_s`` option when it has one (e.g. the Sia artifact's Pollux: 30 s), else the
+``restart_delay_s`` option when it has one (``make_policy(name, restart_delay_s=30)``), else the
 job's own (its application's measured delay, or what :meth:`submit` was given).
 
 The session is saved as JSON (:meth:`save`) and restored (:meth:`load`) in another process,

@@ -34,8 +34,8 @@ simulator did before they were modelled (see ``docs/sia.md``, "Reproduction").
   take 0.146 h instead of the artifact's 0.063 h.
 * ``restart_delay_s`` -- one restart delay (s) for every job of the run, whatever the policy,
   replacing the policy's ``restart_delay_s`` option and the applications' measured delays
-  (``None``: not replaced). Per-policy delays are the policy's option: the artifact's Pollux
-  jobs restart in 30 s because ``pollux-sia`` is built with ``restart_delay_s=30``.
+  (``None``: not replaced). Per-policy delays are the policy's option
+  (``make_policy("pollux-sia", restart_delay_s=30)``).
 
 Mechanisms the loop always has, as the artifact does: the restart delay is charged at the
 start of the round a job (re)starts in, also on its first start; a job arriving inside a
