@@ -9,8 +9,8 @@ run (an interrupted run keeps what finished).
 
 Usage: ``python benchmarks/sia_newtrace.py [--seeds 1 2] [--policies sia pollux-sia gavel-sia]
 [--jobs 960 --hours 48] [--name sia_newtrace]``. One 960-job run takes 1-2 minutes of one core
-(sia, pollux-sia). ``--policies`` also takes the variants in ``VARIANTS`` (``pollux-sia-fair-share``:
-``pollux-sia`` with the artifact's fair-share fitness and ``restart_unallocated``); ``--name`` sets
+(sia, pollux-sia). ``--policies`` also takes the variants in ``VARIANTS`` (``pollux-sia-one-gpu``:
+``pollux-sia`` with speed-ups relative to one GPU instead of the artifact's fair share); ``--name`` sets
 the JSON file's stem, so that runs in parallel processes do not overwrite each other.
 """
 
@@ -35,8 +35,8 @@ from heteroplan.workload.newtrace import NewTraceSpec, generate_newtrace  # noqa
 # Sia paper, Table 3 (newTrace, mean of 10 traces): avg JCT h, p99 JCT h, makespan h.
 PAPER = {"sia": (0.7, 4.6, 52.2), "pollux-sia": (1.5, 10.3, 62.3), "gavel-sia": (11.3, 98.1, 110.0)}
 # Benchmark label -> (registered policy, constructor options) for variants not in the registry.
-VARIANTS = {"pollux-sia-fair-share": ("pollux-sia", {"speedup_base": "fair-share", "restart_unallocated": True})}
-PAPER["pollux-sia-fair-share"] = PAPER["pollux-sia"]
+VARIANTS = {"pollux-sia-one-gpu": ("pollux-sia", {"speedup_base": "one-gpu"})}
+PAPER["pollux-sia-one-gpu"] = PAPER["pollux-sia"]
 
 
 def _policy(label: str):

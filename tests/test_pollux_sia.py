@@ -125,7 +125,9 @@ def test_fixup_tie_keeps_the_faster_type():
 
 def test_pollux_sia_registry_defaults():
     policy = make_policy("pollux-sia")
-    assert (policy.mechanism, policy.vnode_order, policy.speedup_base) == ("sia-artifact", "shuffled", "one-gpu")
+    assert (policy.mechanism, policy.vnode_order, policy.speedup_base) == ("sia-artifact", "shuffled", "fair-share")
+    assert (policy.lam, policy.restart_unallocated) == (250.0, True)  # the artifact's fitness
+    assert (make_policy("pollux").speedup_base, make_policy("pollux").lam) == ("one-gpu", 1.1)
     assert policy.merged_profile and not make_policy("pollux").merged_profile
     with pytest.raises(InputError, match="merged_profile"):
         PolluxPolicy(mechanism="sia-artifact", merged_profile="yes")
@@ -150,13 +152,15 @@ def test_fair_share_speedups_are_relative_to_gpus_over_jobs_on_one_node(monkeypa
     # The jobs' own (bootstrapped) models, not the merged profile, which has no data yet.
     policy = PolluxPolicy(mechanism="sia-artifact", speedup_base="fair-share", merged_profile=False)
     out = policy.allocate(cluster, jobs, 60.0)  # a minute old: restart factor 60 / (60 + 30) for new jobs
-    fair = -(-64 // 3)  # 22 GPUs: the fair share, on one node, of the job's first known type
+    # The fair share on one node of the job's first known type: the artifact's ceil(64 / 3) = 22
+    # GPUs, capped at the 16 a job may hold (the same whenever 4 or more jobs share the 64 GPUs).
+    fair = min(-(-64 // 3), 16)
     want = [float(np.ravel(j.estimator.goodput(np.array(["aws"], dtype=object), np.array([1]), np.array([fair])))[0])
             for j in jobs]
     assert seen["base"] == pytest.approx(want) and min(want) > 0
     assert seen["lam"] == 250.0  # the artifact's cost of a job without GPUs
     assert set(out) == {"j0", "j1", "j2"}  # every job gets GPUs
-    assert PolluxPolicy(mechanism="sia-artifact").lam == 1.1
+    assert PolluxPolicy(mechanism="sia-artifact", speedup_base="one-gpu").lam == 1.1
 
 
 def _planned(policy: PolluxPolicy, cluster: Cluster, job: JobState, gpu_type: str, gpus: int) -> float:
@@ -212,7 +216,7 @@ def test_allocate_plans_with_the_merged_profile(monkeypatch):
     est = bootstrap_model("cifar10")
     # Ran on 4 GPUs before (the scale-up rule then allows 8) and measured there on 4 T4s.
     job = JobState("c", "cifar10", 0.0, estimator=est, max_gpus_run=4, last_gpus=4)
-    policy = PolluxPolicy(mechanism="sia-artifact")
+    policy = PolluxPolicy(mechanism="sia-artifact", speedup_base="one-gpu")
     policy.allocate(cluster, [job], 0.0)  # first seen: no observation yet, linear speed-up
     configs = policy._pooled(cluster)
     assert seen[-1][0] == pytest.approx(np.where(configs.num_gpus <= 8, configs.num_gpus, 0.0))
@@ -222,7 +226,7 @@ def test_allocate_plans_with_the_merged_profile(monkeypatch):
     want = merged.goodput(np.array(["aws"] * len(configs), dtype=object), configs.num_nodes, configs.num_gpus)
     assert seen[-1][0] == pytest.approx(np.where(configs.num_gpus <= 8, want, 0.0))
     # Without merging the optimiser sees the job's bootstrapped per-type model instead.
-    PolluxPolicy(mechanism="sia-artifact", merged_profile=False).allocate(cluster, [job], 0.0)
+    PolluxPolicy(mechanism="sia-artifact", speedup_base="one-gpu", merged_profile=False).allocate(cluster, [job], 0.0)
     assert not np.allclose(seen[-1][0], seen[-2][0])
 
 
@@ -286,13 +290,13 @@ def test_pollux_sia_jobs_pay_their_restore_delay_but_restarts_are_priced_at_30_s
     one = Allocation("rtx", 1, (("rtx@default/0", 1),))
     job = JobState("i", "imagenet", 0.0, allocation=one, num_restarts=1, restart_delay=250.0, max_gpus_run=1,
                    last_gpus=1, estimator=bootstrap_model("imagenet"))
-    out = PolluxPolicy(mechanism="sia-artifact").allocate(preset("sia-64"), [job], 100.0)
+    out = PolluxPolicy(mechanism="sia-artifact", speedup_base="one-gpu").allocate(preset("sia-64"), [job], 100.0)
     np.testing.assert_allclose(seen[-1][4], [70 / 130])
     # Linear speed-up (merged profile, nothing observed yet): 2 GPUs at factor 0.54 beat the one
     # GPU kept (1 / 1.08 < 1).
     assert out["i"].num_gpus == 2
     # Priced at what the job pays, the restart factor is 0 and the job stays on its one GPU.
-    kept = PolluxPolicy(mechanism="sia-artifact", restart_price_s=250.0).allocate(preset("sia-64"), [job], 100.0)
+    kept = PolluxPolicy(mechanism="sia-artifact", speedup_base="one-gpu", restart_price_s=250.0).allocate(preset("sia-64"), [job], 100.0)
     np.testing.assert_allclose(seen[-1][4], [0.0])
     assert kept["i"].num_gpus == 1
     with pytest.raises(InputError, match="restart_price_s"):
@@ -310,3 +314,24 @@ def test_pollux_sia_does_not_pin_a_restoring_job(monkeypatch):
     assert list(seen[0][5]) == [False] and list(seen[1][5]) == [True]
     with pytest.raises(InputError, match="pin_restoring"):
         PolluxPolicy(pin_restoring="no")
+
+
+def test_artifact_fitness_admits_every_job_before_growing_any():
+    # A saturated cluster: 16 GPUs held by 8 jobs on 2 GPUs each (10 min old), 8 new jobs (1 min
+    # old). The artifact's fitness (fair-share speed-ups, 250 per job without GPUs, new jobs at
+    # their restart factor 60 / 90) gives all 16 jobs one GPU: 8 / (600 / 630) + 8 / (60 / 90)
+    # = 20.4 against 8 / 2 + 8 * 250 for keeping. Relative to one GPU with lam = 1.1, keeping
+    # (8 / 2 + 8 * 1.1 = 12.8) beats it (8 / 0.95 + 8 = 16.4): the new jobs queue.
+    from heteroplan.perf.sia_data import bootstrap_model
+
+    cluster = _mixed_cluster()
+    nodes = [n.name for n in cluster.nodes]
+    old = [JobState(f"old{i}", "cifar10", 0.0, estimator=bootstrap_model("cifar10"), max_gpus_run=2, last_gpus=2,
+                    allocation=Allocation(cluster.nodes[i // 2].gpu_type, 2, ((nodes[i // 2], 2),)))
+           for i in range(8)]
+    new = [JobState(f"new{i}", "cifar10", 540.0, estimator=bootstrap_model("cifar10")) for i in range(8)]
+    artifact = PolluxPolicy(mechanism="sia-artifact").allocate(cluster, old + new, 600.0)
+    assert set(artifact) == {j.job_id for j in old + new}
+    assert all(a.num_gpus == 1 for a in artifact.values())
+    one_gpu = PolluxPolicy(mechanism="sia-artifact", speedup_base="one-gpu").allocate(cluster, old + new, 600.0)
+    assert set(one_gpu) == {j.job_id for j in old} and all(a.num_gpus == 2 for a in one_gpu.values())

@@ -25,11 +25,15 @@ artifact's merged profile (``merged_profile=True``, the default there): one thro
 job across GPU types, the first observation of a (nodes, GPUs, local batch) shape winning, a
 linear speed-up before any observation (:mod:`heteroplan.policies.pollux_profile`); the
 simulator still runs the job at the true rate of the GPUs it holds. The optimiser is the exact ILP above, not the
-artifact's genetic algorithm. ``speedup_base="fair-share"`` measures speed-ups against the
-goodput of a fair share (GPUs / active jobs, rounded up, on one node) as the artifact's fitness
-does; it is off by default (see docs/sia.md for why). With it, ``restart_unallocated`` (default
-on for ``sia-artifact``) also scales a job without GPUs by its restart factor, as the artifact's
-GA penalizes every state that differs from the job's (empty) base state.
+artifact's genetic algorithm. Its fitness is the artifact's (``speedup_base="fair-share"``, the
+default for ``sia-artifact``): speed-ups against the goodput of a fair share (GPUs / active jobs,
+rounded up, at most the 16 GPUs a job may hold, on one node), 250 per job without GPUs (the artifact's ``1 / (0 + 1e-3)``), and
+``restart_unallocated`` (default on for ``sia-artifact``) scales a job without GPUs by its restart
+factor, as the artifact's GA penalizes every state that differs from the job's (empty) base
+state. Under load this fitness gives every job GPUs before it gives any job more (an admitted
+job is worth about 250 against at most a few for a doubling); ``"one-gpu"`` (the default of the
+``"pooled-type"`` mechanism) measures speed-ups against one GPU with ``lam = 1.1`` per job
+without GPUs, which queues jobs under load (see docs/sia.md).
 """
 
 from __future__ import annotations
@@ -115,7 +119,7 @@ class PolluxPolicy:
     elastic: bool = True
     forking: bool = False
     mechanism: str = "pooled-type"
-    speedup_base: str = "one-gpu"
+    speedup_base: str | None = None
     vnode_order: str | None = None
     seed: int = 0
     merged_profile: bool | None = None
@@ -132,6 +136,8 @@ class PolluxPolicy:
         check_seconds("round_length", self.round_length)
         if self.mechanism not in POLLUX_MECHANISMS:
             raise InputError("mechanism", self.mechanism, f"choose one of {list(POLLUX_MECHANISMS)}")
+        if self.speedup_base is None:
+            self.speedup_base = "fair-share" if self.mechanism == "sia-artifact" else "one-gpu"
         if self.speedup_base not in SPEEDUP_BASES:
             raise InputError("speedup_base", self.speedup_base, f"choose one of {list(SPEEDUP_BASES)}")
         if self.vnode_order is None:
@@ -197,7 +203,10 @@ class PolluxPolicy:
             jobs = [self._merged_view(job, cluster) for job in jobs]
         G = np.zeros((len(jobs), len(configs)))
         base = np.zeros(len(jobs))
-        fair = math.ceil(cluster.num_gpus / len(jobs))
+        # The artifact's fair share, ceil(GPUs / jobs), capped at the most GPUs a job may hold:
+        # the same on its 64-GPU cluster with 4 or more jobs; uncapped, a 1-GPU job on a
+        # 1536-GPU cluster would be worth less to the fitness than leaving it without GPUs.
+        fair = min(math.ceil(cluster.num_gpus / len(jobs)), int(configs.num_gpus.max()))
         for i, job in enumerate(jobs):
             ref = job.allocation.gpu_type if job.allocation else _first_type(job, cluster)
             G[i] = goodput_matrix([job], configs, self.scale_up, np.full(len(configs), ref, dtype=object),
