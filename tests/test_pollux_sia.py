@@ -1,6 +1,7 @@
 """The Sia artifact's Pollux (``pollux-sia``): each mechanism pinned by a hand-built instance
 (fair-share speed-ups, type-blind virtual-node choice, policy state after the majority-type
-fix-up, the fix-up's tie-break)."""
+fix-up, the fix-up's tie-break, restarts paid at the application's delay but priced at 30 s,
+no pinning of restoring jobs, a saturated cluster admitting every job before growing any)."""
 
 from __future__ import annotations
 
@@ -233,7 +234,7 @@ def test_allocate_plans_with_the_merged_profile(monkeypatch):
 def test_fair_share_fitness_prices_a_job_without_gpus_as_restarting(monkeypatch):
     # The artifact's GA penalizes any state that differs from the base state; a job without
     # GPUs has an empty base state, so all its configurations carry the restart factor
-    # max(T - n S, 0) / (T + S) (here S = 30 s, the artifact's fixed Pollux delay).
+    # max(T - n S, 0) / (T + S) (here S = 30 s, the price the artifact's GA puts on every restart).
     from heteroplan.cluster import preset
     from heteroplan.perf.sia_data import bootstrap_model
     from heteroplan.policies import pollux as pollux_module
