@@ -16,7 +16,7 @@ from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_network import NetworkModel
 from heteroplan.planner.explain import PlanDiff, RunnerUp, TermKind, diff_plans
 from heteroplan.planner.model.simulator import MemoryFit, PlanEstimate, simulate_plan
-from heteroplan.planner.plan import Plan, Recomputation
+from heteroplan.planner.plan import OptimizerSharding, Plan, Recomputation
 from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions, normalize_pool
 from heteroplan.planner.search.searcher import Searcher
 
@@ -129,6 +129,8 @@ class PlanResult:
         lines.append(f"  search: {self.search_time_s:.3g} s, {self.evaluated} layouts")
         if self.extra.get("recompute"):
             lines.append("  every stage recomputes its activations: " + self.extra["recompute"])
+        if self.extra.get("optimizer_sharding"):
+            lines.append("  " + self.extra["optimizer_sharding"])
         if self.extra.get("uncalibrated_gpu_types"):
             lines.append("  " + uncalibrated_note(self.extra["uncalibrated_gpu_types"]))
         return "\n".join(lines)
@@ -220,6 +222,8 @@ def plan(request: PlanRequest) -> PlanResult:
                    config=request.options.config)
     if not sim.fits:  # the search prices memory as simulate does: a broken invariant, not a user error
         raise InfeasibleError(f"internal error: the search chose a plan that does not fit; {sim.memory_fit.describe()}")
+    if any(st.optimizer_sharding is OptimizerSharding.ZERO1 for st in best.plan.stages):
+        extra["optimizer_sharding"] = _why_sharded(best.plan, sim, request)
     if sim.uncalibrated:
         extra["uncalibrated_gpu_types"] = list(sim.uncalibrated)
         # INFO, not WARNING: the library is quiet unless asked, and the result itself names the types
@@ -252,6 +256,19 @@ def _search(narrowed: PlanRequest, request: PlanRequest) -> tuple[Searcher, Any,
         searcher = Searcher(request)
         best, stats = searcher.run()
     return searcher, best, stats
+
+
+def _why_sharded(plan: Plan, sim: PlanEstimate, request: PlanRequest) -> str:
+    """Which stages of ``plan`` shard their optimizer state (ZeRO-1) and why: the plan without
+    it does not fit, or is slower (``sim``: the plan's estimate)."""
+    sharded = [s for s, st in enumerate(plan.stages) if st.optimizer_sharding is OptimizerSharding.ZERO1]
+    whole = replace(plan, stages=tuple(replace(st, optimizer_sharding=OptimizerSharding.NONE) for st in plan.stages))
+    other = simulate_plan(whole, profile=request.profile, network=request.network, gpu_types=dict(request.gpu_types),
+                          config=request.options.config)
+    why = (f"without it the plan does not fit ({other.memory_fit.describe()})" if not other.fits else
+           f"faster: {sim.iteration_time_s:.4g} s/iteration, {other.iteration_time_s:.4g} s without")
+    who = f"stages {', '.join(map(str, sharded))} shard their" if len(sharded) > 1 else f"stage {sharded[0]} shards its"
+    return f"ZeRO-1: {who} optimizer state over the data-parallel replicas; {why}"
 
 
 def uncalibrated_note(gpu_types: Any) -> str:

@@ -25,7 +25,7 @@ from heteroplan.planner.model.sim_config import (
     SimConfig,
     load_platforms,
 )
-from heteroplan.planner.plan import Recomputation
+from heteroplan.planner.plan import OptimizerSharding, Recomputation
 
 __all__ = ["SearchOptions", "PlanRequest", "normalize_pool", "OBJECTIVES"]
 
@@ -61,6 +61,10 @@ class SearchOptions:
             profile that measured memory: ``profile_layers`` / ``heteroplan profile``).
             :func:`~heteroplan.planner.plan_job` tries ``FULL`` by itself when no plan fits
             memory without it.
+        optimizer_sharding: the optimizer-state sharding the search may give a stage with several
+            replicas (``ZERO1``, the default: where it fits and keeping the whole state does not, or
+            where it is faster; only ``tp == 1`` stages, which the runtime shards; needs a profile
+            that measured memory) or ``NONE`` (never).
     """
 
     max_pp: int | None = None
@@ -74,6 +78,7 @@ class SearchOptions:
     narrow_with_milp: bool = False
     config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS
     recompute: Recomputation = Recomputation.NONE
+    optimizer_sharding: OptimizerSharding = OptimizerSharding.ZERO1
 
     def __post_init__(self) -> None:  # as the CLI refuses --max-pp 0: checked where the options enter
         if self.max_pp is not None:
@@ -85,6 +90,11 @@ class SearchOptions:
             strict_int("options.max_split_dp_calls", self.max_split_dp_calls, 1)
         for size in self.microbatch_sizes if self.microbatch_sizes is not None else ():
             strict_int("options.microbatch_sizes", size, 1)
+        try:
+            object.__setattr__(self, "optimizer_sharding", OptimizerSharding(self.optimizer_sharding))
+        except ValueError:
+            raise InputError("options.optimizer_sharding", self.optimizer_sharding,
+                             f"choose one of {[m.value for m in OptimizerSharding]}") from None
         for name in ("span_zones", "mixed_stages", "prune", "narrow_with_milp"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"options.{name}", getattr(self, name), "must be True or False")

@@ -46,6 +46,11 @@ class StageTable:
             stage's peak is the larger of this and the backward's.
         mem_sync_floor: GB per GPU during the gradients' all-reduce when the stage has several
             replicas (the flat copy of the gradients; a profile that measured memory; else 0).
+        mem_state: GB per GPU of optimizer state, included in every memory term above (what
+            ZeRO-1 divides over the replicas; a profile that measured memory; else 0).
+        mem_update_working: GB per GPU of the optimizer step's transient buffers, included in
+            ``mem_floor`` (divided over the replicas under ZeRO-1 too; else 0).
+        param_bytes: bytes per GPU of the fp32 weights (what ZeRO-1 all-gathers after its update).
     """
 
     gpu_type: str
@@ -61,15 +66,22 @@ class StageTable:
     out_bytes: np.ndarray
     mem_floor: np.ndarray
     mem_sync_floor: np.ndarray
+    mem_state: np.ndarray
+    mem_update_working: np.ndarray
+    param_bytes: np.ndarray
 
-    def floor(self, replicas: int) -> np.ndarray:
-        """GB per GPU after the backward (optimizer step; with ``replicas > 1`` also the all-reduce)."""
-        return self.mem_floor if replicas <= 1 else np.maximum(self.mem_floor, self.mem_sync_floor)
+    def floor(self, replicas: int, shards: int = 1) -> np.ndarray:
+        """GB per GPU after the backward (optimizer step; with ``replicas > 1`` also the all-reduce),
+        the optimizer state and the step's buffers over ``shards`` replicas (ZeRO-1; 1: unsharded)."""
+        step = self.mem_floor - self.mem_update_working * (1 - 1 / shards)
+        return step if replicas <= 1 else np.maximum(step, self.mem_sync_floor)
 
-    def memory(self, inflight: int | np.ndarray, replicas: int = 1) -> np.ndarray:
+    def memory(self, inflight: int | np.ndarray, replicas: int = 1, shards: int = 1) -> np.ndarray:
         """GB per GPU of every layer range holding ``inflight`` microbatches, the stage having
-        ``replicas`` data-parallel replicas."""
-        return np.maximum(self.mem_static + self.mem_per_inflight * inflight, self.floor(replicas))
+        ``replicas`` data-parallel replicas over ``shards`` of which its optimizer state is
+        divided (ZeRO-1; 1: unsharded)."""
+        peak = np.maximum(self.mem_static + self.mem_per_inflight * inflight, self.floor(replicas, shards))
+        return peak if shards == 1 else peak - self.mem_state * (1 - 1 / shards)
 
 
 def _range(prefix: np.ndarray) -> np.ndarray:
@@ -112,23 +124,28 @@ def build_stage_table(
     working[:, L] += config.logits_factor * profile.act_out[tp][L - 1]
     mem_static = static_memory_gb(params, working, mbs, config)
     mem_per_inflight = activations_gb(act, mbs, 1, config)
-    mem_floor = mem_sync_floor = np.zeros_like(mem_static)
+    mem_floor = mem_sync_floor = mem_state = mem_update_working = np.zeros_like(mem_static)
     if profile.measured is not None:
-        mem_static, mem_per_inflight, mem_floor, mem_sync_floor = _measured_memory_gb(profile, tp, mbs, recompute, params)
+        mem_static, mem_per_inflight, mem_floor, mem_sync_floor, mem_state, mem_update_working = _measured_memory_gb(
+            profile, tp, mbs, recompute, params)
+    with np.errstate(invalid="ignore"):  # 0 x inf where a >= b, in the state nobody reads here
+        weights = measured_state_bytes(params, 0.0, 1)[0]  # fp32 weights, what ZeRO-1 all-gathers
     out_bytes = np.zeros(L + 1)
     out_bytes[1:] = config.act_comm_bytes_per_float * profile.act_out[tp] * mbs
     return StageTable(
         gpu_type, zone, tp, mbs, fb, forward_share, update, config.grad_bytes_per_param * params, mem_static, mem_per_inflight,
-        out_bytes, mem_floor, mem_sync_floor,
+        out_bytes, mem_floor, mem_sync_floor, mem_state, mem_update_working, weights,
     )
 
 
 def _measured_memory_gb(profile: ModelProfile, tp: int, mbs: int, recompute: bool,
-                        params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(static, per in-flight microbatch, optimizer-step floor, all-reduce floor)`` GB of every
-    layer range from the memory the profile measured: the peak of ``[a, b)`` holding ``k``
-    microbatches is ``max(static + k per, floor)`` (:func:`~heteroplan.planner.model.terms.measured_peak_bytes`
-    as ranges: the worst layer's ``max_l (cum_kept[l + 1] + transient_l) - cum_kept[a]``)."""
+                        params: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``(static, per in-flight microbatch, optimizer-step floor, all-reduce floor, optimizer
+    state, optimizer-step buffers)`` GB of every layer range from the memory the profile measured:
+    the peak of ``[a, b)`` holding ``k`` microbatches is ``max(static + k per, floor)``
+    (:func:`~heteroplan.planner.model.terms.measured_peak_bytes` as ranges: the worst layer's
+    ``max_l (cum_kept[l + 1] + transient_l) - cum_kept[a]``), unsharded; the last two are what
+    ZeRO-1 divides (:meth:`StageTable.memory`)."""
     mem = profile.measured
     assert mem is not None
     kept, transient = measured_layer_bytes(mem, tp, mbs, recompute)
@@ -139,8 +156,9 @@ def _measured_memory_gb(profile: ModelProfile, tp: int, mbs: int, recompute: boo
         persist = weights + grads + state + mem.overhead
         per = _range(cum)
         static = persist + worst - per
-        floor = persist + _range(np.concatenate([[0.0], np.cumsum(mem.update_working[tp])]))
+        update_working = _range(np.concatenate([[0.0], np.cumsum(mem.update_working[tp])]))
+        floor = persist + update_working
         sync_floor = persist + allreduce_buffer_bytes(params, 2)
     bad = ~np.isfinite(per)
-    static[bad], floor[bad], sync_floor[bad] = np.inf, np.inf, np.inf
-    return static / 1e9, per / 1e9, floor / 1e9, sync_floor / 1e9
+    static[bad], floor[bad], sync_floor[bad], state[bad], update_working[bad] = np.inf, np.inf, np.inf, 0.0, 0.0
+    return static / 1e9, per / 1e9, floor / 1e9, sync_floor / 1e9, state / 1e9, update_working / 1e9

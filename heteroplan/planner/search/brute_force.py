@@ -3,7 +3,8 @@
 Every microbatch size, data-parallel degree, pipeline depth, layout of up to ``max_blocks`` blocks over
 every (type, zone) pool and TP degree, every homogeneous pipeline whose replicas span a set of
 two or more zones of one type (``span_zones``; replicas placed by
-:func:`~heteroplan.planner.search.searcher.spread_replicas`), and every contiguous layer split is built as a
+:func:`~heteroplan.planner.search.searcher.spread_replicas`), and every contiguous layer split (and, with
+``sharding``, every choice of ZeRO-1 for the stages with several replicas and ``tp == 1``) is built as a
 :class:`Plan` and scored by :func:`heteroplan.planner.model.simulator.simulate` (an independent
 code path from the search's matrices). Exponential in the pipeline depth: small cases only.
 """
@@ -27,10 +28,10 @@ from heteroplan.planner.model.simulator import (
     SimResult,
     simulate_plan,
 )
-from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
+from heteroplan.planner.plan import OptimizerSharding, Plan, ReplicaGroup, Stage
 from heteroplan.planner.search.context import spread_replicas
 
-__all__ = ["enumerate_plans", "enumerate_mixed_plans", "brute_force"]
+__all__ = ["enumerate_plans", "enumerate_mixed_plans", "brute_force", "sharding_variants"]
 
 
 def _space(profile: ModelProfile, gbs: int, pool: Mapping[tuple[str, str], int], gpu_types: Mapping[str, GPUType],
@@ -57,8 +58,38 @@ def enumerate_plans(
     microbatch_sizes: tuple[int, ...] | None = None,
     max_blocks: int = 3,
     span_zones: bool = True,
+    sharding: bool = False,
 ) -> Iterator[Plan]:
-    """Every plan of the search space that respects GPU counts (memory is not checked here)."""
+    """Every plan of the search space that respects GPU counts (memory is not checked here);
+    ``sharding``: each also with every subset of its shardable stages under ZeRO-1 (:func:`sharding_variants`)."""
+    plans = _enumerate_plans(profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, span_zones)
+    if not sharding:
+        yield from plans
+        return
+    for plan in plans:
+        yield from sharding_variants(plan)
+
+
+def sharding_variants(plan: Plan) -> Iterator[Plan]:
+    """``plan`` with every subset of its stages that have several replicas, all of TP 1, sharding
+    their optimizer state (ZeRO-1); the stages' other sharding as in ``plan``."""
+    shardable = [s for s, st in enumerate(plan.stages) if plan.dp > 1 and all(g.tp == 1 for g in st.replicas)]
+    for chosen in itertools.product((False, True), repeat=len(shardable)):
+        on = {s for s, c in zip(shardable, chosen, strict=True) if c}
+        yield replace(plan, stages=tuple(
+            replace(st, optimizer_sharding=OptimizerSharding.ZERO1) if s in on else st for s, st in enumerate(plan.stages)))
+
+
+def _enumerate_plans(
+    profile: ModelProfile,
+    gbs: int,
+    pool: Mapping[tuple[str, str], int],
+    gpu_types: Mapping[str, GPUType],
+    max_pp: int,
+    microbatch_sizes: tuple[int, ...] | None,
+    max_blocks: int,
+    span_zones: bool,
+) -> Iterator[Plan]:
     L = profile.num_layers
     pools, total, mbs_all, tps = _space(profile, gbs, pool, gpu_types, microbatch_sizes)
     for mbs in mbs_all:
@@ -186,15 +217,18 @@ def brute_force(
     max_blocks: int = 3,
     span_zones: bool = True,
     mixed: bool = False,
+    sharding: bool = False,
     network: NetworkModel | None = None,
     config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS,
 ) -> tuple[Plan, SimResult]:
     """Best plan by exhaustive enumeration (same objective and constraints as the search);
-    ``mixed`` adds the plans whose stages mix two pipeline kinds (:func:`enumerate_mixed_plans`)."""
+    ``mixed`` adds the plans whose stages mix two pipeline kinds (:func:`enumerate_mixed_plans`);
+    ``sharding`` every choice of ZeRO-1 for the stages with several replicas and TP 1 (not of the
+    mixed plans)."""
     network = network or load_network()
     goal = Goal.of(objective, budget, min_throughput)
     best: tuple[tuple[float, float], Plan, SimResult] | None = None
-    plans = enumerate_plans(profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, span_zones)
+    plans = enumerate_plans(profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, span_zones, sharding)
     if mixed:
         plans = itertools.chain(plans, enumerate_mixed_plans(
             profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, network=network, config=config))

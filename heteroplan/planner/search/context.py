@@ -17,8 +17,13 @@ from heteroplan.planner.goal import Shortfall
 from heteroplan.planner.model.comm import allreduce_s, pipeline_send_buffered, pipeline_send_s
 from heteroplan.planner.model.sim_config import as_platforms
 from heteroplan.planner.model.stage_tables import StageTable, build_stage_table
-from heteroplan.planner.model.terms import allreduce_egress_bytes, rental_usd_per_s
-from heteroplan.planner.plan import PipelineBlock, Plan, Precision, Recomputation
+from heteroplan.planner.model.terms import (
+    allgather_as_allreduce_bytes,
+    allreduce_egress_bytes,
+    rental_usd_per_s,
+    sharded_update_s,
+)
+from heteroplan.planner.plan import OptimizerSharding, PipelineBlock, Plan, Precision, Recomputation
 from heteroplan.planner.request import PlanRequest
 
 __all__ = ["Pool", "Spread", "Candidate", "SearchContext", "spread_replicas", "ring_links"]
@@ -98,34 +103,56 @@ class SearchContext:
                                                   self.gpu_types[gpu].memory_bandwidth_gbs, self.recompute is Recomputation.FULL)
         return self._tables[key]
 
-    def sync_matrix(self, pool: Pool, tp: int, mbs: int, dp: int) -> np.ndarray:
-        """All-reduce + update seconds of a stage over ``dp`` replicas inside ``pool``'s zone."""
-        key = (pool[0], tp, mbs, dp)
+    def sync_matrix(self, pool: Pool, tp: int, mbs: int, dp: int, sharded: bool = False) -> np.ndarray:
+        """All-reduce + update seconds of a stage over ``dp`` replicas inside ``pool``'s zone;
+        ``sharded``: its optimizer state sharded over them (ZeRO-1, :meth:`sync_seconds`)."""
+        key = (pool[0], tp, mbs, dp, sharded)
         if key not in self.cache:
-            tab = self.table(pool[0], tp, mbs)
-            y = tab.update.copy()
-            if dp > 1:
-                g = np.where(np.isfinite(tab.grad_bytes), tab.grad_bytes, 1.0)
-                ar = allreduce_s(self.network, {(pool, pool)}, tp, dp, g, self.cfg.for_gpu(pool[0]))
-                y = y + np.where(np.isfinite(tab.grad_bytes), ar, np.inf)
-            self.cache[key] = y
+            self.cache[key] = self.sync_seconds({(pool, pool)}, pool[0], tp, mbs, dp, sharded)
         return self.cache[key]
 
-    def ring_sync(self, gpu: str, spread: Spread, tp: int, mbs: int, dp: int) -> tuple[np.ndarray, float]:
+    def sync_seconds(self, links: set[tuple[Pool, Pool]], gpu: str, tp: int, mbs: int, dp: int,
+                     sharded: bool) -> np.ndarray:
+        """Seconds after the pipeline of every layer range on ``gpu`` over ``dp`` replicas whose
+        ring edges are ``links``: the gradients' all-reduce and the optimizer step, or under
+        ZeRO-1 (``sharded``) the step over ``1/dp`` of the state
+        (:func:`~heteroplan.planner.model.terms.sharded_update_s`) and the all-gather of the updated
+        fp32 weights (:func:`~heteroplan.planner.model.terms.allgather_as_allreduce_bytes`), as
+        :func:`~heteroplan.planner.model.simulator.simulate` prices them."""
+        tab = self.table(gpu, tp, mbs)
+        cfg = self.cfg.for_gpu(gpu)
+        if dp <= 1:
+            return tab.update.copy()
+        finite = np.isfinite(tab.grad_bytes)
+        y = allreduce_s(self.network, links, tp, dp, np.where(finite, tab.grad_bytes, 1.0), cfg)
+        if sharded:
+            gathered = allgather_as_allreduce_bytes(np.where(finite, tab.param_bytes, 1.0))
+            y = y + sharded_update_s(tab.update, dp) + allreduce_s(self.network, links, tp, dp, gathered, cfg)
+        else:
+            y = y + tab.update
+        return np.where(finite, y, np.inf)
+
+    def ring_sync(self, gpu: str, spread: Spread, tp: int, mbs: int, dp: int,
+                  sharded: bool = False) -> tuple[np.ndarray, float]:
         """All-reduce + update seconds of a stage whose ``dp`` replicas span the zones of ``spread``
-        (the ring's slowest link sets the pace), and the ring's egress $ per iteration (split-independent:
-        the stages' gradients add up to the model's)."""
-        key = (gpu, spread, tp, mbs, dp)
+        (the ring's slowest link sets the pace; ``sharded``: ZeRO-1, :meth:`sync_seconds`), and the
+        ring's egress $ per iteration (split-independent: the stages' gradients add up to the model's)."""
+        key = (gpu, spread, tp, mbs, dp, sharded)
         if key not in self.cache:
             tab = self.table(gpu, tp, mbs)
-            finite = np.isfinite(tab.grad_bytes)
             links = ring_links(gpu, spread)
-            ar = allreduce_s(self.network, set(links), tp, dp, np.where(finite, tab.grad_bytes, 1.0), self.cfg.for_gpu(gpu))
-            y = tab.update + np.where(finite, ar, np.inf)
+            y = self.sync_seconds(set(links), gpu, tp, mbs, dp, sharded)
             price = sum(self.network.egress_per_gb(a[1], b[1]) for a, b in links)
             egress = allreduce_egress_bytes(dp, float(tab.grad_bytes[0, self.L]), tp) * price / 1e9
             self.cache[key] = (y, egress)
         return self.cache[key]
+
+    def shardable(self, tp: int, dp: int) -> bool:
+        """Whether the search offers ZeRO-1 to a stage of TP degree ``tp`` over ``dp`` replicas:
+        several replicas, a profile that measured memory (what prices the state), ``tp == 1``
+        (the runtime refuses ZeRO-1 in a tensor-parallel stage), and the options allow it."""
+        return (dp > 1 and tp == 1 and self.profile.measured is not None
+                and self.options.optimizer_sharding is not OptimizerSharding.NONE)
 
     def send_s(self, blk: PipelineBlock, nxt: PipelineBlock, mbs: int) -> np.ndarray:
         """``(L+1,)`` seconds to hand one activation from ``blk`` to ``nxt`` when the stage ends at layer ``b``."""

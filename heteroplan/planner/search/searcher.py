@@ -48,7 +48,7 @@ from heteroplan.planner.model.terms import (
     pipeline_fill_s,
     pipeline_step_s,
 )
-from heteroplan.planner.plan import PipelineBlock, Plan, ReplicaGroup, Stage
+from heteroplan.planner.plan import OptimizerSharding, PipelineBlock, Plan, ReplicaGroup, Stage
 from heteroplan.planner.request import SearchOptions
 from heteroplan.planner.search.context import (
     Candidate,
@@ -112,6 +112,8 @@ class Searcher(SearchContext):
         c_in = np.zeros(n)
         links = np.zeros((pp, n))  # links[s]: transfer seconds out of stage s, by its last layer
         ring = self.ring_sync(blocks[0].pool[0], spread, blocks[0].tp, mbs, dp) if spread is not None else (None, 0.0)
+        mem = np.empty((pp, n, n))
+        sharded = np.zeros((pp, n, n), dtype=bool)  # whether stage s over [a, b) shards its optimizer state
         for s, blk in enumerate(stages):
             tab = self.table(blk.pool[0], blk.tp, mbs)
             if s + 1 < pp:
@@ -122,15 +124,13 @@ class Searcher(SearchContext):
                             if egress and rate > 0 else 0.0)
             else:
                 c_out, egress_t = np.zeros(n), 0.0
-            mem = tab.memory(min(pp - s, M), dp)
-            ok = mem <= self.gpu_types[blk.pool[0]].memory_gb
+            ok, y[s], mem[s], sharded[s] = self._stage_sync(blk, mbs, dp, min(pp - s, M), spread)
             if s == 0:
                 ok[1:, :] = False
             if s == pp - 1:
                 ok[:, :L] = False
             sigma[s] = pipeline_step_s(tab.fb, c_in[:, None], c_out[None, :])
             w[s] = np.where(ok, pipeline_fill_s(tab.fb, c_out[None, :]) + egress_t, np.inf)
-            y[s] = self.sync_matrix(blk.pool, blk.tp, mbs, dp) if spread is None else ring[0]
             links[s] = c_out
             c_in = c_out
         self.evaluated += 1
@@ -157,16 +157,14 @@ class Searcher(SearchContext):
         else:
             t_iter = res.objective - ((egress_cost - ring[1]) / rate if rate > 0 else 0.0)
         cost = rate * t_iter + egress_cost
-        mems = tuple(
-            float(self.table(blk.pool[0], blk.tp, mbs).memory(min(pp - s, M), dp)[b[s], b[s + 1]])
-            for s, blk in enumerate(stages)
-        )
+        mems = tuple(float(mem[s, b[s], b[s + 1]]) for s in range(pp))
         plan = Plan(
             self.profile.name,
             self.gbs,
             mbs,
             tuple(
-                Stage(int(b[s]), int(b[s + 1]), self._groups(blk, dp, spread), self.recompute)
+                Stage(int(b[s]), int(b[s + 1]), self._groups(blk, dp, spread), self.recompute,
+                      OptimizerSharding.ZERO1 if sharded[s, b[s], b[s + 1]] else OptimizerSharding.NONE)
                 for s, blk in enumerate(stages)
             ),
             precision=self.precision,
@@ -175,6 +173,32 @@ class Searcher(SearchContext):
             self.goal.note_miss(self.shortfall, t_iter, cost)
             return None
         return self.remember(Candidate(self.goal.key(t_iter, cost), t_iter, cost, mems, plan))
+
+    def _stage_sync(self, blk: PipelineBlock, mbs: int, dp: int, inflight: int,
+                    spread: Spread | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(fits, sync seconds, GB per GPU, sharded)`` of a stage on ``blk`` over every layer
+        range, its ``dp`` replicas holding ``inflight`` microbatches: the optimizer state whole
+        or, where the search may shard it (:meth:`~.context.SearchContext.shardable`), sharded
+        over the replicas (ZeRO-1) where that fits and the whole state does not, or where its
+        sync (update over ``1/dp`` of the state + the all-gather of the weights) is faster
+        than the plain one (the objective only grows with a stage's sync, so the faster one that
+        fits is the best for every split)."""
+        tab = self.table(blk.pool[0], blk.tp, mbs)
+        capacity = self.gpu_types[blk.pool[0]].memory_gb
+
+        def sync(shard: bool) -> np.ndarray:
+            if spread is None:
+                return self.sync_matrix(blk.pool, blk.tp, mbs, dp, shard)
+            return self.ring_sync(blk.pool[0], spread, blk.tp, mbs, dp, shard)[0]
+
+        mem, y = tab.memory(inflight, dp), sync(False)
+        ok = mem <= capacity
+        if not self.shardable(blk.tp, dp):
+            return ok, y, mem, np.zeros_like(ok)
+        mem_z, y_z = tab.memory(inflight, dp, dp), sync(True)
+        ok_z = mem_z <= capacity
+        shard = ok_z & (~ok | (y_z < y))
+        return ok | ok_z, np.where(shard, y_z, y), np.where(shard, mem_z, mem), shard
 
     def _cutoff(self, incumbent: Candidate | None, rate: float, ring_egress: float, crosses: bool) -> float:
         """Split objective (seconds: time + pipeline egress / rate) that a split must beat to beat
