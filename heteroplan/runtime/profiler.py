@@ -267,7 +267,7 @@ def _saved_bytes(torch: Any, layer: nn.Module, inp: torch.Tensor, index: int,
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         try:
-            key = _storage_key(t)
+            key = _storage_key(local_tensor(t))  # a DTensor (tensor-parallel layer) saves its local shard
         except (RuntimeError, NotImplementedError):  # tensors without a plain storage
             return t
         if key not in params:
