@@ -111,6 +111,15 @@ def _squared_norm(flat: torch.Tensor) -> float:
     return float(torch.stack([torch.dot(c, c) for c in flat.split(_NORM_CHUNK)]).double().sum())
 
 
+def _unflatten_into(tensors: list[torch.Tensor], flat: torch.Tensor) -> None:
+    """Copy consecutive slices of ``flat`` into ``tensors``. A function of its own so that no
+    view of ``flat`` outlives it: a loop variable left holding the last slice kept the whole flat
+    copy of the gradients alive through the optimizer step (4P bytes; measured on a ZeRO-1 rank
+    whose peak is the step)."""
+    for t, part in zip(tensors, torch.split(flat, [t.numel() for t in tensors]), strict=True):
+        t.copy_(part.view_as(t))
+
+
 class StageTrainer:
     """This rank's share of ``plan``: its stage's layers (sharded when the stage has ``tp > 1``),
     optimizer and links; :meth:`step` trains one iteration.
@@ -190,8 +199,7 @@ class StageTrainer:
             flat = torch.cat([g.reshape(-1) for g in grads])
             local_sqr = _squared_norm(flat) if self.grad_stats else 0.0
             dist.all_reduce(flat, group=self.dp_group)
-            for g, summed in zip(grads, torch.split(flat, [g.numel() for g in grads]), strict=True):
-                g.copy_(summed.view_as(g))
+            _unflatten_into(grads, flat)
             if self.grad_stats:
                 global_sqr = _squared_norm(flat)
             del flat  # the flat copy of the gradients must not live through the optimizer step
