@@ -24,6 +24,7 @@ from heteroplan.policies.common import (
 )
 from heteroplan.policies.placement import place
 from heteroplan.policies.sia_solve import solve_sia
+from heteroplan.solvers import solve
 
 APPS = ("cifar10", "bert", "deepspeech2", "imagenet", "yolov3")
 
@@ -196,10 +197,17 @@ def test_auto_keeps_lp_round_only_within_the_requested_gap():
         # the LP bound is below the optimum, so LP-round's reported gap is at least its true gap
         assert lp.bound <= exact.objective + 1e-9
         assert lp.gap >= (lp.objective - exact.objective) / abs(lp.objective) - 1e-12
-        for gap in (1e-6, 0.5):
+        # auto also tries the knapsack bound (LP duals as prices) before the MILP
+        relaxed = solve(problem.model, relax=True, algorithm="simplex")
+        tight = max(lp.bound, problem.knapsack_bound(-relaxed.duals["capacity"]))
+        assert lp.bound - 1e-9 <= tight <= exact.objective + 1e-9
+        tight_gap = (lp.objective - tight) / abs(lp.objective)
+        for gap in (1e-6, 0.5, (lp.gap + tight_gap) / 2):
             auto = solve_sia(problem, "auto", mip_gap=gap)
-            assert auto.mode == ("lp-round" if lp.gap <= gap else "milp")
+            assert auto.mode == ("lp-round" if min(lp.gap, tight_gap) <= gap else "milp")
             assert auto.objective <= lp.objective + 1e-9
+            if auto.mode == "lp-round":
+                np.testing.assert_array_equal(auto.choice, lp.choice)
 
 
 def test_cluster_node_types_and_counts_by_type():

@@ -13,6 +13,7 @@ from heteroplan.cluster import Cluster, GPUType, preset
 from heteroplan.errors import InputError
 from heteroplan.formulations.sia import ConfigSet, build_sia_model, restart_factor
 from heteroplan.policies.sia_solve import solve_sia
+from heteroplan.solvers import solve
 
 TINY = Cluster.from_counts((GPUType("a", 16, 2), GPUType("b", 16, 4)), {"a": 4, "b": 4})
 
@@ -80,6 +81,43 @@ def test_milp_equals_brute_force(seed: int, J: int, p: float) -> None:
     assert np.all(used <= cap)
     rounded = solve_sia(problem, "lp-round")
     assert rounded.bound <= expect + 1e-7 <= rounded.objective + 2e-7  # LP bound <= optimum <= rounded
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), J=st.integers(1, 3), p=st.sampled_from([-0.5, -1.0, 0.5]),
+       one_type=st.booleans())
+def test_knapsack_bound_between_lp_bound_and_brute_force(seed: int, J: int, p: float, one_type: bool) -> None:
+    rng = np.random.default_rng(seed)
+    configs = ConfigSet.from_cluster(TINY)
+    C = len(configs)
+    G = rng.uniform(1, 10, (J, C)) * configs.num_gpus ** rng.uniform(0.3, 1.0, (J, 1))
+    G[rng.random((J, C)) < 0.2] = 0.0
+    if one_type:
+        G[:, configs.type_index == 1] = 0.0
+    cap = np.array([float(rng.integers(1, 5)), 4.0])
+    current = np.where(rng.random(J) < 0.5, rng.integers(0, C, J), -1)
+    current[(current >= 0) & (G[np.arange(J), np.maximum(current, 0)] <= 0)] = -1
+    restart = rng.uniform(0, 1, J)
+    pinned = (current >= 0) & (rng.random(J) < 0.3)
+    problem = build_sia_model(G, configs, cap, current, restart, pinned, p, 1.1)
+    if problem.model.num_vars == 0:
+        return
+    sign = 1.0 if p < 0 else -1.0  # minimization form: bounds from below
+    if p < 0:
+        expect = brute_force(G, configs, cap, current, restart, pinned, p, 1.1)
+    else:
+        expect = solve_sia(problem, "milp", mip_gap=0).objective
+    if not np.isfinite(expect):  # pinned jobs over capacity
+        return
+    # Any prices >= 0 give a valid bound ...
+    bound = problem.knapsack_bound(rng.uniform(0, 1, 2))
+    assert sign * bound <= sign * expect + 1e-7
+    # ... and the LP's duals one at least as tight as the LP's
+    lp = solve(problem.model, relax=True, algorithm="simplex")
+    bound = problem.knapsack_bound(sign * -lp.duals["capacity"])
+    assert sign * lp.objective - 1e-7 <= sign * bound <= sign * expect + 1e-7
+    if one_type:  # one knapsack, nothing relaxed: the dynamic program is exact
+        assert bound == pytest.approx(expect, rel=1e-9, abs=1e-9)
 
 
 def test_lp_round_is_near_optimal_at_scale() -> None:

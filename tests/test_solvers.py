@@ -157,6 +157,27 @@ def test_warm_start_and_relaxation_bound() -> None:
     assert _close(warm.objective, full.objective)
 
 
+@pytest.mark.parametrize("maximize", [True, False])
+def test_lp_row_duals_per_block(maximize: bool) -> None:
+    # max x + y s.t. x + 2y <= 4, x <= 3: optimum (3, 0.5); each row's bound is worth 0.5 per unit
+    m = Model()
+    x = m.add_variables("x", 2, lb=0.0)
+    m.add_constraints(x[0] + 2 * x[1] <= 4.0, "mixed")
+    m.add_constraints(x[0] <= 3.0, "cap")
+    if maximize:
+        m.maximize(x[0] + x[1])
+    else:
+        m.minimize(-x[0] - x[1])
+    sol = solve(m)
+    sign = 1.0 if maximize else -1.0
+    assert sol.duals["mixed"].shape == sol.duals["cap"].shape == ()  # scalar rows
+    np.testing.assert_allclose(sign * sol.duals["mixed"], [0.5], atol=1e-9)
+    np.testing.assert_allclose(sign * sol.duals["cap"], [0.5], atol=1e-9)
+    m.variables["x"].integer = True  # a MILP reports none; its relaxation does
+    assert solve(m).duals == {}
+    np.testing.assert_allclose(sign * solve(m, relax=True).duals["cap"], [0.5], atol=1e-9)
+
+
 def test_exports_round_trip(tmp_path) -> None:
     m = random_milp(5, 8, 3)
     ref = solve(m, mip_gap=0)

@@ -35,6 +35,11 @@ from heteroplan.milp import Model, Solution, SolveStatus
 # this (at 2048 GPUs and more the rounding alone is within 0.05%).
 IMPROVE_ABOVE = 1e-3
 
+# :meth:`SiaProblem.knapsack_bound` runs its dynamic program only up to this many cells
+# (variables x GPU types x (most GPUs of a type + 1)): a 64-GPU round of ~150 variables is
+# ~11k cells (about 1 ms); larger models get no tightened bound.
+KNAPSACK_BOUND_CELLS = 500_000
+
 __all__ = ["ConfigSet", "GoodputPairs", "SiaProblem", "SiaResult", "build_sia_model", "build_sia_model_pairs",
            "restart_factor"]
 
@@ -174,6 +179,53 @@ class SiaProblem:
         chosen = np.flatnonzero(choice[self.job_of] == self.config_of)
         obj = float(self.utility[chosen].sum())
         return obj + self.lam * (self.num_jobs - len(chosen)) if self.minimize else obj
+
+    def knapsack_bound(self, prices: np.ndarray) -> float:
+        """A bound on the ILP's optimum at least as tight as its LP relaxation's, or ``nan``
+        when the model is larger than :data:`KNAPSACK_BOUND_CELLS` allows.
+
+        For each GPU type k the capacity rows of the other types are priced (Lagrangian
+        relaxation, ``prices``: per GPU of each type, in objective units, e.g. the LP's capacity
+        duals) and type k's row is kept whole: a multiple-choice knapsack over type k's GPUs,
+        solved exactly by dynamic programming over the GPUs used. Each is a valid bound for any
+        prices >= 0 (weak duality); with the LP's duals it is at least the LP bound, since it
+        keeps one knapsack integral. The tightest over the types is returned (a lower bound
+        when minimizing, an upper bound when maximizing).
+        """
+        K = len(self.capacity)
+        cap = np.floor(self.capacity + 1e-9).astype(int)
+        P = len(self.job_of)
+        width = int(cap.max(initial=0)) + 1
+        if P == 0 or P * K * width > KNAPSACK_BOUND_CELLS:
+            return float("nan")
+        prices = np.maximum(np.nan_to_num(np.asarray(prices, dtype=float), nan=0.0), 0.0)
+        kind = self.configs.type_index[self.config_of]
+        gpus = self.configs.num_gpus[self.config_of]
+        cost = self.utility - self.lam if self.minimize else -self.utility  # minimization form
+        priced = cost + prices[kind] * gpus
+        pinned = self.model.variables["x"].lb > 0.5
+        types = np.arange(K)[:, None]
+        states = np.arange(width)
+        value = np.full((K, width), np.inf)  # least cost with exactly w GPUs of type k used
+        value[:, 0] = 0.0
+        beyond = np.where(states[None, :] > cap[:, None], np.inf, 0.0)
+        starts = np.flatnonzero(np.r_[True, self.job_of[1:] != self.job_of[:-1]])
+        for a, b in zip(starts, np.r_[starts[1:], P], strict=True):
+            own = kind[a:b][None, :] == types  # (types, the job's variables)
+            # Per kept type: the job takes nothing (unless pinned) or a priced other-type configuration ...
+            keep = np.where(own, np.inf, priced[a:b][None, :]).min(axis=1)
+            if not pinned[a:b].any():
+                keep = np.minimum(keep, 0.0)
+            # ... or one of its configurations of that type, shifting the GPUs used.
+            src = states[None, :] - gpus[a:b, None]
+            shifted = np.where(src >= 0, value[kind[a:b, None], np.maximum(src, 0)] + cost[a:b, None], np.inf)
+            take = np.where(own[:, :, None], shifted[None, :, :], np.inf).min(axis=1)
+            value = np.minimum(value + keep[:, None], take) + beyond
+        per_type = value.min(axis=1) - (prices @ cap - prices * cap)
+        best = float(per_type.max())
+        if self.minimize:
+            return best + self.lam * self.num_jobs
+        return -best
 
     def decode(self, sol: Solution, relaxed: bool = False) -> SiaResult:
         """Configuration per job from a solution of ``model`` (``relaxed``: of its LP relaxation,

@@ -730,6 +730,10 @@ class Model:
         """Split a full variable vector into arrays shaped like the blocks."""
         return {name: np.asarray(x[v.slice]).reshape(v.shape) for name, v in self.variables.items()}
 
+    def unpack_rows(self, y: np.ndarray) -> dict[str, np.ndarray]:
+        """Split a full row vector (e.g. row duals) into arrays shaped like the constraint blocks."""
+        return {name: np.asarray(y[b.slice]).reshape(b.shape) for name, b in self.constraints.items()}
+
     def pack(self, values: dict[str, Any], default: float = 0.0) -> np.ndarray:
         """Inverse of :meth:`unpack`; missing blocks get ``default``."""
         x = np.full(self.num_vars, default, dtype=float)

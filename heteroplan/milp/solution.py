@@ -38,6 +38,10 @@ class Solution:
         solve_time: seconds spent in the backend's solve.
         backend: which backend solved it.
         message: the backend's own status text.
+        duals: row duals per constraint block of a solved LP (or LP relaxation), shaped like
+            the blocks: the objective's change per unit increase of the row's bound (HiGHS's
+            convention; so <= 0 on a binding ``<=`` row when minimizing, >= 0 when maximizing);
+            empty for a MILP and for backends that do not report them.
     """
 
     status: SolveStatus
@@ -49,6 +53,7 @@ class Solution:
     solve_time: float = 0.0
     backend: str = "highs"
     message: str = ""
+    duals: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def has_solution(self) -> bool:

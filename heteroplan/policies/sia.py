@@ -50,8 +50,9 @@ class SiaPolicy:
             ``"max"`` (default, the Sia artifact: the most GPUs the job has run on) or
             ``"current"`` (its current or last allocation).
         mode: ``"milp"``, ``"lp-round"``, or ``"auto"`` (default: LP + rounding, kept when its
-            measured gap to the LP bound is at most ``mip_gap``; else the exact MILP while the
-            model has at most ``auto_limit`` variables).
+            measured gap to the LP bound, or to the tighter knapsack bound of small models, is at
+            most ``mip_gap``; else the exact MILP while the model has at most ``auto_limit``
+            variables).
         time_limit: seconds per solve; mip_gap: relative gap requested (default 1%).
         threads: HiGHS threads (``None``: one for small models, see
             :func:`heteroplan.solvers.highs.default_threads`).

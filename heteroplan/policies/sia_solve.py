@@ -6,7 +6,7 @@ import dataclasses
 
 from heteroplan.errors import InputError
 from heteroplan.formulations.sia import SiaProblem, SiaResult
-from heteroplan.milp import SolveStatus
+from heteroplan.milp import Solution, SolveStatus
 from heteroplan.solvers import solve
 
 __all__ = ["MODES", "solve_sia"]
@@ -19,6 +19,20 @@ MODES = ("milp", "lp-round", "auto")
 IPM_ABOVE = 2_000
 
 
+def _tightened(problem: SiaProblem, rounded: SiaResult, lp: Solution) -> SiaResult:
+    """LP-round's result with its bound tightened by :meth:`SiaProblem.knapsack_bound` (priced by
+    the LP's capacity duals), when that bound is tighter."""
+    duals = lp.duals.get("capacity")
+    if duals is None:
+        return rounded
+    bound = problem.knapsack_bound(-duals if problem.minimize else duals)
+    tighter = bound > rounded.bound if problem.minimize else bound < rounded.bound
+    if not tighter:  # also nan: no bound computed
+        return rounded
+    gap = abs(rounded.objective - bound) / max(abs(rounded.objective), 1e-9)
+    return dataclasses.replace(rounded, bound=bound, gap=gap)
+
+
 def solve_sia(problem: SiaProblem, mode: str = "milp", time_limit: float = 10.0, mip_gap: float = 1e-3,
               threads: int | None = None, milp_limit: int | None = None) -> SiaResult:
     """Solve a :class:`SiaProblem` with HiGHS.
@@ -27,13 +41,16 @@ def solve_sia(problem: SiaProblem, mode: str = "milp", time_limit: float = 10.0,
         mode: ``"milp"`` (branch and bound to ``mip_gap``), ``"lp-round"`` (LP relaxation by
             simplex or interior point, then greedy rounding of the few fractional jobs), or ``"auto"``: LP-round,
             kept when its gap to the LP bound (an upper bound on its gap to the optimum) is at
-            most ``mip_gap``, else the MILP (only up to ``milp_limit`` variables, if given).
+            most ``mip_gap``, or else to the tighter bound of
+            :meth:`~heteroplan.formulations.sia.SiaProblem.knapsack_bound` (small models); else
+            the MILP (only up to ``milp_limit`` variables, if given).
         time_limit: seconds per solve; at the limit the best incumbent is used.
         mip_gap: relative gap requested.
         threads: HiGHS threads (``None``: see :func:`heteroplan.solvers.highs.default_threads`).
 
     The result's ``mode`` says which solve produced the choice and ``gap`` its gap (to the LP
-    bound for LP-round, the MIP gap for the MILP); ``build_time``/``solve_time`` cover every
+    bound for LP-round, or to the knapsack bound where ``auto`` computed it; the MIP gap for
+    the MILP); ``build_time``/``solve_time`` cover every
     solve made.
     """
     if mode not in MODES:
@@ -48,6 +65,10 @@ def solve_sia(problem: SiaProblem, mode: str = "milp", time_limit: float = 10.0,
         rounded = dataclasses.replace(problem.decode(sol, relaxed=True), mode="lp-round")
         if mode == "lp-round" or (rounded.status is SolveStatus.OPTIMAL and rounded.gap <= mip_gap):
             return rounded
+        if rounded.status is SolveStatus.OPTIMAL:
+            rounded = _tightened(problem, rounded, sol)
+            if rounded.gap <= mip_gap:
+                return rounded
         if milp_limit is not None and problem.model.num_vars > milp_limit:
             return rounded
     sol = solve(problem.model, time_limit=time_limit, mip_gap=mip_gap, algorithm="auto", threads=threads)

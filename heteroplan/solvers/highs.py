@@ -220,9 +220,13 @@ def solve_highs(model: Model, options: SolveOptions) -> Solution:
     if model_status == highspy.HighsModelStatus.kModelEmpty:
         has_point = True
     values: dict[str, np.ndarray] = {}
+    duals: dict[str, np.ndarray] = {}
     objective = bound = float("nan")
     if has_point and status in (SolveStatus.OPTIMAL, SolveStatus.TIME_LIMIT):
-        x = np.asarray(h.getSolution().col_value, dtype=float) if sf.num_vars else np.zeros(0)
+        solution = h.getSolution()
+        x = np.asarray(solution.col_value, dtype=float) if sf.num_vars else np.zeros(0)
+        if (relax or not sf.is_mip) and status is SolveStatus.OPTIMAL and solution.dual_valid:
+            duals = model.unpack_rows(np.asarray(solution.row_dual, dtype=float))
         if sf.is_mip and not relax:
             x[sf.integrality] = np.round(x[sf.integrality])
         values = model.unpack(x)
@@ -235,5 +239,6 @@ def solve_highs(model: Model, options: SolveOptions) -> Solution:
         bound = float(info.mip_dual_bound)
     gap = 0.0 if status is SolveStatus.OPTIMAL and not (sf.is_mip and not relax) else relative_gap(objective, bound)
     return Solution(
-        status, objective, bound, gap, values, build_time, solve_time, "highs", h.modelStatusToString(model_status)
+        status, objective, bound, gap, values, build_time, solve_time, "highs", h.modelStatusToString(model_status),
+        duals,
     )
