@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import heteroplan.formulations.sia as sia_formulation
 from heteroplan.cluster import Cluster, GPUType, preset
 from heteroplan.errors import InputError
 from heteroplan.formulations.sia import ConfigSet, build_sia_model, restart_factor
@@ -175,3 +176,79 @@ def test_sia_prices_restarts_as_the_artifact_and_spares_young_jobs() -> None:
     np.testing.assert_allclose(SiaPolicy().restart_factors(jobs[1:2], 130.0), [130 / 250])
     with pytest.raises(InputError, match="restart_prices"):
         SiaPolicy(restart_prices={"cifar10": -1.0})
+
+
+def _improve_by_recomputing(problem, choice, used, capacity, lam, max_moves=50, pair_limit=600):
+    """The local search of ``_improve`` written plainly (every job's holdings recomputed each
+    move, every pair of moves tried): the oracle for its incremental, pruned form."""
+    configs = problem.configs
+    J, K = problem.num_jobs, len(capacity)
+    cost = problem.utility - lam if problem.minimize else -problem.utility
+    move_job = np.concatenate([problem.job_of, np.arange(J)])
+    move_cost = np.concatenate([cost, np.zeros(J)])
+    move_add = np.zeros((len(move_job), K))
+    move_add[np.arange(len(problem.job_of)), configs.type_index[problem.config_of]] = configs.num_gpus[problem.config_of]
+    move_config = np.concatenate([problem.config_of, np.full(J, -1)])
+    pinned = np.zeros(J, dtype=bool)
+    pinned[problem.job_of[problem.model.variables["x"].lb > 0.5]] = True
+    move_ok = ~pinned[move_job]
+    pairs = len(problem.job_of) <= pair_limit
+    for _ in range(max_moves):
+        has = choice >= 0
+        current = np.zeros(J)
+        holds = np.zeros((J, K))
+        chosen = np.flatnonzero(choice[problem.job_of] == problem.config_of)
+        current[problem.job_of[chosen]] = cost[chosen]
+        holds[np.flatnonzero(has), configs.type_index[choice[has]]] = configs.num_gpus[choice[has]]
+        delta = np.where(move_ok, move_cost - current[move_job], np.inf)
+        change = move_add - holds[move_job]
+        room = capacity + 1e-9 - used
+        single = np.where(np.all(change <= room, axis=1), delta, np.inf)
+        best, best_gain = (int(np.argmin(single)),), float(single.min(initial=np.inf))
+        if pairs:
+            want = np.flatnonzero((delta < -1e-12) & ~np.isfinite(single))
+            give = np.flatnonzero(np.isfinite(delta) & np.any(change < 0, axis=1))
+            d = delta[want][:, None] + delta[give][None, :]
+            fits = np.all(change[want][:, None, :] + change[give][None, :, :] <= room, axis=2)
+            d = np.where(fits & (move_job[want][:, None] != move_job[give][None, :]), d, np.inf)
+            if d.size and d.min() < best_gain:
+                a, b = np.unravel_index(int(np.argmin(d)), d.shape)
+                best, best_gain = (int(want[a]), int(give[b])), float(d[a, b])
+        if not best_gain < -1e-12:
+            break
+        for m in best:
+            used += change[m]
+            choice[move_job[m]] = move_config[m]
+    return choice
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), J=st.integers(2, 40), p=st.sampled_from([-0.5, -1.0, 0.5]))
+def test_local_search_equals_its_plain_form(seed: int, J: int, p: float) -> None:
+    rng = np.random.default_rng(seed)
+    cluster = preset("sia-64")
+    configs = ConfigSet.from_cluster(cluster)
+    C = len(configs)
+    G = rng.uniform(1, 5, (J, 1)) * configs.num_gpus ** rng.uniform(0.2, 0.9, (J, 1)) \
+        * rng.uniform(0.5, 2, (1, 3))[:, configs.type_index]
+    G[rng.random((J, C)) < 0.5] = 0.0
+    current = np.where(rng.random(J) < 0.5, rng.integers(0, C, J), -1)
+    current[(current >= 0) & (G[np.arange(J), np.maximum(current, 0)] <= 0)] = -1
+    pinned = (current >= 0) & (rng.random(J) < 0.2)
+    cap = np.array([cluster.capacity()[t] for t in configs.gpu_types], dtype=float)
+    problem = build_sia_model(G, configs, cap, current, rng.uniform(0, 1, J), pinned, p, 1.1)
+    if problem.model.num_vars == 0:
+        return
+    # Start from a random feasible choice (pinned jobs on their configuration).
+    choice = np.where(pinned, current, -1)
+    used = np.bincount(configs.type_index[choice[choice >= 0]], weights=configs.num_gpus[choice[choice >= 0]],
+                       minlength=3).astype(float)
+    for v in rng.permutation(problem.model.num_vars):
+        j, c = problem.job_of[v], problem.config_of[v]
+        k = configs.type_index[c]
+        if choice[j] < 0 and rng.random() < 0.5 and used[k] + configs.num_gpus[c] <= cap[k]:
+            choice[j], used[k] = c, used[k] + configs.num_gpus[c]
+    for pair_limit in (600, 0):
+        fast = sia_formulation._improve(problem, choice.copy(), used.copy(), cap, 1.1, pair_limit=pair_limit)
+        plain = _improve_by_recomputing(problem, choice.copy(), used.copy(), cap, 1.1, pair_limit=pair_limit)
+        np.testing.assert_array_equal(fast, plain)

@@ -424,41 +424,50 @@ def _improve(problem: SiaProblem, choice: np.ndarray, used: np.ndarray, capacity
     configs = problem.configs
     J, K = problem.num_jobs, len(capacity)
     cost = problem.utility - lam if problem.minimize else -problem.utility
-    # Moves: every pair (job to that configuration) and every job to none.
+    P = len(problem.job_of)
     move_job = np.concatenate([problem.job_of, np.arange(J)])
     move_cost = np.concatenate([cost, np.zeros(J)])
     move_add = np.zeros((len(move_job), K))
-    move_add[np.arange(len(problem.job_of)), configs.type_index[problem.config_of]] = configs.num_gpus[problem.config_of]
+    move_add[np.arange(P), configs.type_index[problem.config_of]] = configs.num_gpus[problem.config_of]
     move_config = np.concatenate([problem.config_of, np.full(J, -1)])
     pinned = np.zeros(J, dtype=bool)
     pinned[problem.job_of[problem.model.variables["x"].lb > 0.5]] = True
     move_ok = ~pinned[move_job]
-    pairs = len(problem.job_of) <= pair_limit
+    pairs = P <= pair_limit
+    # What each job holds now (its cost and GPUs per type), updated move by move.
+    current = np.zeros(J)
+    holds = np.zeros((J, K))
+    chosen = np.flatnonzero(choice[problem.job_of] == problem.config_of)
+    current[problem.job_of[chosen]] = cost[chosen]
+    holds[problem.job_of[chosen]] = move_add[chosen]
     for _ in range(max_moves):
-        has = choice >= 0
-        current = np.zeros(J)
-        holds = np.zeros((J, K))
-        chosen = np.flatnonzero(choice[problem.job_of] == problem.config_of)
-        current[problem.job_of[chosen]] = cost[chosen]
-        holds[np.flatnonzero(has), configs.type_index[choice[has]]] = configs.num_gpus[choice[has]]
         delta = np.where(move_ok, move_cost - current[move_job], np.inf)
-        change = move_add - holds[move_job]  # GPUs per type the move takes (negative: frees)
+        change = move_add - holds[move_job]
         room = capacity + 1e-9 - used
-        single = np.where(np.all(change <= room, axis=1), delta, np.inf)
+        single = np.where((change <= room).all(axis=1), delta, np.inf)
         best, best_gain = (int(np.argmin(single)),), float(single.min(initial=np.inf))
         if pairs:
-            # An improving move that does not fit, with one that frees GPUs for it.
             want = np.flatnonzero((delta < -1e-12) & ~np.isfinite(single))
-            give = np.flatnonzero(np.isfinite(delta) & np.any(change < 0, axis=1))
-            d = delta[want][:, None] + delta[give][None, :]
-            fits = np.all(change[want][:, None, :] + change[give][None, :, :] <= room, axis=2)
-            d = np.where(fits & (move_job[want][:, None] != move_job[give][None, :]), d, np.inf)
-            if d.size and d.min() < best_gain:
-                a, b = np.unravel_index(int(np.argmin(d)), d.shape)
-                best, best_gain = (int(want[a]), int(give[b])), float(d[a, b])
+            give = np.flatnonzero(np.isfinite(delta) & (change < 0).any(axis=1))
+            if want.size and give.size and np.isfinite(best_gain):
+                # Only pairs whose summed gain can beat the best single move (rounded sums are
+                # monotone, so no pair that could is dropped, and the order of those kept is unchanged).
+                give = give[delta[give] + delta[want].min() < best_gain]
+                if give.size:
+                    want = want[delta[want] + delta[give].min() < best_gain]
+            if want.size and give.size:
+                d = delta[want][:, None] + delta[give][None, :]
+                fits = np.all(change[want][:, None, :] + change[give][None, :, :] <= room, axis=2)
+                d = np.where(fits & (move_job[want][:, None] != move_job[give][None, :]), d, np.inf)
+                if d.min() < best_gain:
+                    a, b = np.unravel_index(int(np.argmin(d)), d.shape)
+                    best, best_gain = (int(want[a]), int(give[b])), float(d[a, b])
         if not best_gain < -1e-12:
             break
         for m in best:
             used += change[m]
-            choice[move_job[m]] = move_config[m]
+            j = move_job[m]
+            choice[j] = move_config[m]
+            current[j] = move_cost[m]
+            holds[j] = move_add[m]
     return choice

@@ -250,8 +250,13 @@ class LinExpr:
                 out_row = nonzero.argmax(axis=0)
                 return self._rmatmul_one_per_column(A, out_row, A[out_row, np.arange(A.shape[1])], per_column)
         # Term t (element r_t) becomes one term per non-zero A[i, r_t]: walk A's columns.
-        A = sp.csc_matrix(A)
-        A.eliminate_zeros()
+        if not sp.issparse(A):
+            A = sp.csc_matrix(A)
+        elif A.format != "csc":
+            A = A.tocsc()  # a copy; a CSC matrix given is only read
+        if not np.all(A.data):
+            A = A.copy()
+            A.eliminate_zeros()
         per_column = np.diff(A.indptr)
         if per_column.max(initial=0) <= 1:
             # Columns without a non-zero are never looked up; the clip keeps the gather in range.
@@ -287,7 +292,7 @@ class LinExpr:
             out_row.astype(np.int64)[rows],
             cols,
             coef,
-            A @ self.const,
+            _constant(0.0, A.shape[0]) if _is_zero_view(self.const) else A @ self.const,
             (A.shape[0],),
             2 if self.unique == 2 else 0,  # several elements may land in one row
         )
