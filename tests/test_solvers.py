@@ -107,6 +107,22 @@ def test_lp_matches_cvxpy_clarabel() -> None:
     assert _close(ref.objective, prob.value, 1e-6)
 
 
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(2, 12), m=st.integers(1, 6))
+def test_lp_algorithms_agree_on_relaxations(seed: int, n: int, m: int) -> None:
+    model = random_milp(seed, n, m)
+    ref = solve(model, relax=True, algorithm="simplex")
+    for algorithm in ("simplex-no-presolve", "ipm"):
+        other = solve(model, relax=True, algorithm=algorithm)
+        assert other.status is ref.status
+        if ref.optimal:
+            assert _close(other.objective, ref.objective)
+            sf, x = model.to_standard_form(), model.pack(other.values)
+            ax = sf.A @ x  # feasible for the relaxation: rows and bounds (integrality dropped)
+            assert np.all(ax <= sf.row_ub + 1e-6) and np.all(ax >= sf.row_lb - 1e-6)
+            assert np.all(x <= sf.col_ub + 1e-6) and np.all(x >= sf.col_lb - 1e-6)
+
+
 def test_infeasible_and_unbounded_statuses_carry_no_values() -> None:
     m = Model()
     y = m.continuous("y", 2)

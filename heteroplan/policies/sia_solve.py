@@ -15,7 +15,8 @@ MODES = ("milp", "lp-round", "auto")
 # LP relaxations with more columns than this are solved by interior point (with crossover to a
 # vertex, which keeps LP-round's few fractional jobs): at 16,384 GPUs / 6,400 jobs (59k columns)
 # HiGHS's simplex took 1.4-2.2 s CPU and its interior point 0.55 s (2048 GPUs: 0.049 vs 0.030 s;
-# 512 GPUs, 1.7k columns: 0.009 vs 0.007 s); simplex is as fast on small models.
+# 512 GPUs, 1.7k columns: 0.009 vs 0.007 s); simplex is as fast on small models, and faster
+# without presolve (same vertex on 538 sampled rounds of a 64-GPU trace; see highs.ALGORITHMS).
 IPM_ABOVE = 2_000
 
 
@@ -59,7 +60,7 @@ def solve_sia(problem: SiaProblem, mode: str = "milp", time_limit: float = 10.0,
         return problem.empty_result()
     rounded = None
     if mode in ("lp-round", "auto"):
-        algorithm = "simplex" if problem.model.num_vars <= IPM_ABOVE else "ipm"
+        algorithm = "simplex-no-presolve" if problem.model.num_vars <= IPM_ABOVE else "ipm"
         sol = solve(problem.model, time_limit=time_limit, mip_gap=mip_gap, relax=True, algorithm=algorithm,
                     threads=threads)
         rounded = dataclasses.replace(problem.decode(sol, relaxed=True), mode="lp-round")

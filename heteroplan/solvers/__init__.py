@@ -79,7 +79,8 @@ def solve(
         threads: solver threads (HiGHS, CBC; ``None``: the backend's choice).
         relax: drop integrality (solve the LP relaxation).
         warm_start: starting values per block (HiGHS, CBC).
-        algorithm: ``"auto"``; HiGHS also takes ``"simplex"``, ``"ipm"`` or ``"pdlp"``.
+        algorithm: ``"auto"``; HiGHS also takes ``"simplex"``, ``"simplex-no-presolve"``,
+            ``"ipm"``, ``"ipm-interior"`` (no presolve, no crossover) or ``"pdlp"``.
         verbose: show the solver log (the library is silent otherwise).
 
     Raises:
