@@ -57,6 +57,18 @@ def test_kept_fit_is_the_fit_of_that_exact_input() -> None:
         assert warm == fit_module._fit(rows, fresh, None, 0.05, 0.0, fresh, "tie")
 
 
+@pytest.mark.parametrize("app", ["cifar10", "bert", "imagenet"])
+def test_fit_reusing_the_last_point_equals_fit_evaluating_every_time(app, monkeypatch) -> None:
+    rows = Measurements.empty()
+    for _, meas in _observed(app):
+        rows = rows.concat(meas)
+        reused = fit_module._fit(rows, None, None, 0.05, 0.0, None, "tie")
+        monkeypatch.setattr(fit_module, "REUSE_LAST_POINT", False)
+        fresh = fit_module._fit(rows, None, None, 0.05, 0.0, None, "tie")
+        monkeypatch.setattr(fit_module, "REUSE_LAST_POINT", True)
+        assert reused == fresh
+
+
 def _fits_along(app: str) -> list[dict]:
     model = bootstrap_model(app)
     seen = []

