@@ -20,7 +20,6 @@ LP bound.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -139,9 +138,8 @@ def restart_factor(age: np.ndarray, restarts: np.ndarray, restart_delay: np.ndar
 class SiaResult:
     """Chosen configuration per job (-1 = none) and solve diagnostics.
 
-    ``gap`` is relative: to ``bound`` (the LP relaxation's optimum, or a tighter knapsack bound,
-    for ``mode="lp-round"``; the MIP dual bound for ``"milp"``; the optimum itself for
-    ``"knapsack"``, the exact dynamic program of one GPU type); times in seconds.
+    ``gap`` is relative: to ``bound`` (the LP relaxation's optimum for ``mode="lp-round"``, the
+    MIP dual bound for ``"milp"``); times in seconds.
     """
 
     choice: np.ndarray
@@ -228,57 +226,6 @@ class SiaProblem:
         if self.minimize:
             return best + self.lam * self.num_jobs
         return -best
-
-    def solve_one_knapsack(self) -> SiaResult | None:
-        """The exact optimum by dynamic programming when every variable is of one GPU type (one
-        capacity row: a multiple-choice knapsack, solved over the GPUs used); ``None`` when the
-        variables span several types, when the model is larger than
-        :data:`KNAPSACK_BOUND_CELLS` allows, or when the pinned jobs do not fit.
-
-        Among equally good choices it leaves the fewest GPUs idle: ties are broken towards more
-        GPUs used and, per job, towards its highest-indexed configuration (the most GPUs), no
-        configuration last. (On newtrace seed 1 pollux-sia's avg JCT moved +0.5% with this rule
-        and +2.7% with the opposite one, against HiGHS's MILP.) The result's ``mode`` is
-        ``"knapsack"``, its gap 0.
-        """
-        t0 = time.perf_counter()
-        P = len(self.job_of)
-        kind = self.configs.type_index[self.config_of]
-        if P == 0 or np.any(kind != kind[0]):
-            return None
-        width = int(np.floor(self.capacity[kind[0]] + 1e-9)) + 1
-        if P * width > KNAPSACK_BOUND_CELLS:
-            return None
-        gpus = self.configs.num_gpus[self.config_of]
-        cost = self.utility - self.lam if self.minimize else -self.utility  # minimization form
-        pinned = self.model.variables["x"].lb > 0.5
-        states = np.arange(width)
-        value = np.full(width, np.inf)  # least cost with exactly w GPUs used
-        value[0] = 0.0
-        starts = np.flatnonzero(np.r_[True, self.job_of[1:] != self.job_of[:-1]])
-        ends = np.r_[starts[1:], P]
-        picks = []  # per job and state: 0 for none, else 1 + the variable's offset in the job
-        # (argmin over reversed arrays: the last of equal minima, i.e. the most GPUs)
-        for a, b in zip(starts, ends, strict=True):
-            src = states[None, :] - gpus[a:b, None]
-            shifted = np.where(src >= 0, value[np.maximum(src, 0)] + cost[a:b, None], np.inf)
-            stay = np.full(width, np.inf) if pinned[a:b].any() else value
-            options = np.vstack([stay[None, :], shifted])
-            pick = len(options) - 1 - np.argmin(options[::-1], axis=0)
-            value = options[pick, states]
-            picks.append(pick)
-        w = width - 1 - int(np.argmin(value[::-1]))
-        if not np.isfinite(value[w]):
-            return None
-        choice = np.full(self.num_jobs, -1)
-        for a, pick in zip(starts[::-1], picks[::-1], strict=True):
-            if pick[w]:
-                v = a + int(pick[w]) - 1
-                choice[self.job_of[v]] = self.config_of[v]
-                w -= int(gpus[v])
-        objective = self._objective(choice)
-        return SiaResult(choice, objective, objective, 0.0, SolveStatus.OPTIMAL, 0.0, time.perf_counter() - t0,
-                         mode="knapsack")
 
     def decode(self, sol: Solution, relaxed: bool = False) -> SiaResult:
         """Configuration per job from a solution of ``model`` (``relaxed``: of its LP relaxation,

@@ -49,10 +49,6 @@ def solve_sia(problem: SiaProblem, mode: str = "milp", time_limit: float = 10.0,
         mip_gap: relative gap requested.
         threads: HiGHS threads (``None``: see :func:`heteroplan.solvers.highs.default_threads`).
 
-    Where every variable is of one GPU type (Pollux's pooled model, a one-type cluster) the MILP
-    is not built for HiGHS: :meth:`~heteroplan.formulations.sia.SiaProblem.solve_one_knapsack`
-    finds the exact optimum by dynamic programming (``mode="knapsack"``, gap 0).
-
     The result's ``mode`` says which solve produced the choice and ``gap`` its gap (to the LP
     bound for LP-round, or to the knapsack bound where ``auto`` computed it; the MIP gap for
     the MILP); ``build_time``/``solve_time`` cover every
@@ -76,12 +72,6 @@ def solve_sia(problem: SiaProblem, mode: str = "milp", time_limit: float = 10.0,
                 return rounded
         if milp_limit is not None and problem.model.num_vars > milp_limit:
             return rounded
-    knapsack = problem.solve_one_knapsack()  # one GPU type: exact, and much cheaper than the MILP
-    if knapsack is not None:
-        if rounded is None:
-            return knapsack
-        return dataclasses.replace(knapsack, build_time=rounded.build_time,
-                                   solve_time=knapsack.solve_time + rounded.solve_time)
     sol = solve(problem.model, time_limit=time_limit, mip_gap=mip_gap, algorithm="auto", threads=threads)
     exact = dataclasses.replace(problem.decode(sol), mode="milp")
     if rounded is None:
