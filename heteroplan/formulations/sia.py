@@ -138,8 +138,9 @@ def restart_factor(age: np.ndarray, restarts: np.ndarray, restart_delay: np.ndar
 class SiaResult:
     """Chosen configuration per job (-1 = none) and solve diagnostics.
 
-    ``gap`` is relative: to ``bound`` (the LP relaxation's optimum for ``mode="lp-round"``, the
-    MIP dual bound for ``"milp"``); times in seconds.
+    ``gap`` is relative: to ``bound`` (the LP relaxation's optimum for ``mode="lp-round"``, or
+    the tighter :meth:`SiaProblem.knapsack_bound` where ``auto`` computed it; the MIP dual bound
+    for ``"milp"``); times in seconds.
     """
 
     choice: np.ndarray
