@@ -62,21 +62,45 @@ def test_makespan_lp_known_optimum():
 def test_a_slower_type_is_used_when_it_finishes_sooner():
     # 'long' holds the only fast GPU (100 steps/slot) in slots 0-10 (30 s restore + 1000 s; it
     # is the shorter job, so re-planning keeps it). 'x' (2000 steps) arrives in slot 1; every
-    # (re)start costs 30 s. Waiting for the fast GPU finishes x at 1100 + 30 + 2000 = 3130 s. Running on the slow GPU
-    # meanwhile pays a second restore at the switch: worth it at 0.8 steps/s (696 steps in
-    # slots 1-10), not at 0.02 (19 steps < the 30 steps the switch costs).
-    for slow_rate, expect_slow in ((0.8, True), (0.02, False)):
+    # (re)start costs 30 s. Waiting for the fast GPU finishes x at 1100 + 30 + 2000 = 3130 s.
+    # Running on the slow GPU meanwhile costs one more restore, on the slow GPU (its restore on
+    # the fast one is paid either way): any slow rate gains. The primal-dual rule alone (no
+    # idle fill) takes the slow GPU at 0.8 steps/s, whose gain clears its price, not at 0.02;
+    # the idle fill (price 0 for this slot's idle GPU) takes it at both: at 0.02, 70 s x 0.02
+    # + 9 slots x 2 = 19.4 steps before slot 11, so x ends at 1100 + 30 + 1980.6 = 3110.6 s.
+    for slow_rate, fill, expect_slow, end in ((0.8, False, True, None), (0.02, False, False, 3130.0),
+                                              (0.8, True, True, None), (0.02, True, True, 3110.6)):
         cluster = two_types()
         jobs = [RigidJob("long", 1, 1000.0, 0.0, {"slow": 0.0, "fast": 1.0}),
                 RigidJob("x", 1, 2000.0, 100.0, {"slow": slow_rate, "fast": 1.0})]
-        res = simulate_gavel(jobs, cluster, HadarPolicy(slot=100.0), GavelSetting(restart_delay_s=30.0),
-                             round_length=100.0)
+        res = simulate_gavel(jobs, cluster, HadarPolicy(slot=100.0, fill_idle=fill),
+                             GavelSetting(restart_delay_s=30.0), round_length=100.0)
         first = dict(res.schedule[1][1])
         assert res.completion["long"] == pytest.approx(1030.0)
-        if expect_slow:
-            assert first["x"].gpu_type == "slow" and res.completion["x"] < 3130.0 - 1e-6
-        else:
-            assert "x" not in first and res.completion["x"] == pytest.approx(3130.0)
+        assert ("x" in first and first["x"].gpu_type == "slow") == expect_slow
+        assert res.completion["x"] < 3130.0 - 1e-6 if end is None else res.completion["x"] == pytest.approx(end)
+
+
+def test_idle_gpus_go_to_queued_jobs_by_saving_per_gpu():
+    # One slow and one fast GPU; 'a' holds the fast one (the shortest job). Queued: 'y' runs at
+    # 0.1 of its best on the slow GPU, 'z' at 0.3 (both 1 GPU): the idle slow GPU saves z 0.3 of
+    # a slot per slot and y 0.1, so z gets it (listed after y, so not by list order). Without
+    # the fill neither clears the slow GPU's price and it stays idle.
+    cluster = two_types()
+    jobs = [RigidJob("a", 1, 500.0, 0.0, {"slow": 0.0, "fast": 1.0}),
+            RigidJob("y", 1, 3000.0, 0.0, {"slow": 0.1, "fast": 1.0}),
+            RigidJob("z", 1, 3000.0, 0.0, {"slow": 0.3, "fast": 1.0})]
+    for fill in (True, False):
+        res = simulate_gavel(jobs, cluster, HadarPolicy(slot=100.0, fill_idle=fill), GavelSetting(),
+                             round_length=100.0)
+        first = dict(res.schedule[0][1])
+        assert first["a"].gpu_type == "fast" and "y" not in first
+        assert ("z" in first and first["z"].gpu_type == "slow") == fill
+        busy = [sum(a.gpu_type == "slow" for a in allocs.values()) for _, allocs in res.schedule]
+        waiting = [len(allocs) < len([j for j in jobs if j.job_id not in res.completion or
+                                      res.completion[j.job_id] > now]) for now, allocs in res.schedule]
+        if fill:  # the slow GPU works in every round in which a job waits
+            assert all(b == 1 for b, w in zip(busy, waiting, strict=True) if w)
 
 
 def test_one_restart_delay_for_every_policy():

@@ -230,6 +230,9 @@ class HadarPolicy:
             (``REPLAN`` plans from the current slot: a job not run now is planned again next round).
         max_slot: schedules must end before this absolute slot (None: no limit).
         forking: HadarE — give idle GPUs to extra copies of active jobs each round.
+        fill_idle: after the planned gangs, give the current slot's idle GPUs, priced 0, to
+            queued jobs (densest gain first): every GPU type works while jobs queue
+            (:meth:`_fill_idle`; docs/hadar.md). ``False``: the pure primal-dual rule.
     """
 
     def __init__(
@@ -243,6 +246,7 @@ class HadarPolicy:
         lookahead: int = 48,
         max_slot: int | None = None,
         forking: bool = False,
+        fill_idle: bool = True,
     ) -> None:
         if not slot > 0:
             raise InputError("slot", slot, "must be > 0 s")
@@ -269,6 +273,7 @@ class HadarPolicy:
         self.lookahead = int(lookahead)
         self.max_slot = max_slot
         self.forking = forking
+        self.fill_idle = fill_idle
         self.round_length = self.slot  # s; the loop's round is the slot
         self.elastic = False
         self.name = "hadare" if forking else "hadar"
@@ -646,9 +651,71 @@ class HadarPolicy:
                     placement = tuple((self._nodes[h], int(c)) for h, c in enumerate(counts) if c > 0)
                     out[jid] = make_allocation(placement, cluster)
                     break
+        if self.fill_idle:
+            self._fill_idle(cluster, [j for j in jobs if j.job_id not in self.rejected], out)
         if self.forking:
             self._add_copies(cluster, jobs, out)
         return out
+
+    def _fill_idle(self, cluster: Cluster, jobs: Sequence[JobState], out: dict[str, Allocation]) -> None:
+        """Give the current slot's idle GPUs to queued jobs (no GPUs in ``out``), at price 0.
+
+        Once every active job is planned, nobody else can use this slot's idle GPUs: no job
+        arrives within the slot and the slot is gone at its end, so their dual price is 0 while
+        they outnumber the queued demand for them (the prices of later slots, which future
+        arrivals may want, keep the OASiS function). A queued job's payoff from running now is
+        then the completion time it saves, ``r_m (slot - d) / (slot r_best)`` slots (``r_m`` its
+        pace on the idle GPUs, ``r_best`` its best rate, ``d`` the restore; 0 if it stays on its
+        last placement), positive whenever ``d < slot``. Where the queued gangs outnumber the idle
+        GPUs, they go to the highest saving per GPU, ``/ W_j``, first (the greedy of the
+        slot's knapsack). A gang takes the slowest eligible types first (its pace is set by
+        the slowest anyway), keeping faster idle GPUs for others.
+        """
+        queued = [j for j in jobs if j.job_id not in out and self._remaining(j) > 0]
+        if not queued:
+            return
+        free = free_gpus(cluster, out.values())
+        nodes_of = [[n.name for n in cluster.nodes_of_type(k)] for k in self._types]
+        rates = np.stack([self._job_rates(j, cluster) for j in queued])  # (Q, K)
+        best = rates.max(axis=1)
+        w = np.array([j.requested_gpus for j in queued])
+        delay = np.array([j.restart_delay for j in queued], dtype=float)
+        keep = [self._current(j) for j in queued]
+        left = np.ones(len(queued), dtype=bool)
+        while left.any():
+            idle = np.array([sum(free[n] for n in names) for names in nodes_of], dtype=float)
+            order = np.argsort(-rates, axis=1, kind="stable")  # each job's types, fastest first
+            held = np.cumsum(np.take_along_axis(np.broadcast_to(idle, rates.shape), order, axis=1), axis=1)
+            fits = (held >= w[:, None]) & (np.take_along_axis(rates, order, axis=1) > 0)
+            pace = np.where(fits.any(axis=1), order[np.arange(len(queued)), fits.argmax(axis=1)], -1)
+            # staying on its last placement (if idle) saves the restore; moving runs at ``pace``
+            stay_rate = np.array([rates[i, cur[0]] if cur is not None and all(
+                free[self._nodes[h]] >= c for h, c in enumerate(cur[1]) if c > 0) else 0.0
+                for i, cur in enumerate(keep)])
+            move = np.where(pace >= 0, rates[np.arange(len(queued)), np.maximum(pace, 0)] * (self.slot - delay), 0.0)
+            stays = stay_rate * self.slot >= move
+            work = np.maximum(stay_rate * self.slot, move)  # work done this slot, estimator units
+            saving = np.where(left & (work > 0), work / (self.slot * np.where(best > 0, best, 1.0) * w), -np.inf)
+            i = int(np.argmax(saving))
+            if not np.isfinite(saving[i]):
+                return
+            left[i] = False
+            cur = keep[i]
+            if stays[i] and cur is not None:
+                placement = tuple((self._nodes[h], int(c)) for h, c in enumerate(cur[1]) if c > 0)
+                for n, c in placement:
+                    free[n] -= c
+            else:
+                need, parts = int(w[i]), []
+                for k in np.argsort(rates[i], kind="stable"):  # slowest eligible type first
+                    if need == 0 or rates[i, k] < rates[i, pace[i]]:
+                        continue
+                    c = min(need, int(idle[k]))
+                    got = take_gpus(free, nodes_of[k], c) if c > 0 else ()
+                    parts.extend(got or ())
+                    need -= c
+                placement = tuple(parts)
+            out[queued[i].job_id] = make_allocation(placement, cluster)
 
     def _add_copies(self, cluster: Cluster, jobs: Sequence[JobState], out: dict[str, Allocation]) -> None:
         """HadarE: fill idle GPUs with extra single-type copies (W_j GPUs each) of active jobs."""

@@ -79,7 +79,7 @@ def evaluate_online(instance: HadarInstance, **policy_options: object) -> tuple[
     """Run the pure online algorithm on a :class:`~heteroplan.formulations.hadar.HadarInstance`.
 
     Builds the instance's cluster (node h of type ``t<k>``) and jobs, simulates
-    :class:`HadarPolicy` (``Planning.COMMITTED``, ``retry=False``, schedules inside the horizon unless overridden) in
+    :class:`HadarPolicy` (``Planning.COMMITTED``, ``retry=False``, no idle fill, schedules inside the horizon unless overridden) in
     the round loop and returns (objective, completion slot per finished job, alpha), the
     objective being ``sum f[j, c_j]`` with the instance's :func:`hadar_utility` — directly
     comparable with the offline MILP optimum — and the policy's ``alpha``. Unless given,
@@ -107,6 +107,7 @@ def evaluate_online(instance: HadarInstance, **policy_options: object) -> tuple[
     options: dict = {
         "planning": Planning.COMMITTED,
         "retry": False,
+        "fill_idle": False,
         "max_slot": int(instance.slots),
         "slot": instance.slot,
         "lower": 0.5 * lo,
