@@ -61,7 +61,7 @@ def test_makespan_lp_known_optimum():
 
 def test_a_slower_type_is_used_when_it_finishes_sooner():
     # 'long' holds the only fast GPU (100 steps/slot) in slots 0-10 (30 s restore + 1000 s; it
-    # is the shorter job, so re-planning keeps it). 'x' (2000 steps) arrives in slot 1; every
+    # is the shorter job, so shortest-first re-planning keeps it). 'x' (2000 steps) arrives in slot 1; every
     # (re)start costs 30 s. Waiting for the fast GPU finishes x at 1100 + 30 + 2000 = 3130 s.
     # Running on the slow GPU meanwhile costs one more restore, on the slow GPU (its restore on
     # the fast one is paid either way): any slow rate gains. The primal-dual rule alone (no
@@ -73,7 +73,7 @@ def test_a_slower_type_is_used_when_it_finishes_sooner():
         cluster = two_types()
         jobs = [RigidJob("long", 1, 1000.0, 0.0, {"slow": 0.0, "fast": 1.0}),
                 RigidJob("x", 1, 2000.0, 100.0, {"slow": slow_rate, "fast": 1.0})]
-        res = simulate_gavel(jobs, cluster, HadarPolicy(slot=100.0, fill_idle=fill),
+        res = simulate_gavel(jobs, cluster, HadarPolicy(slot=100.0, order="shortest", fill_idle=fill),
                              GavelSetting(restart_delay_s=30.0), round_length=100.0)
         first = dict(res.schedule[1][1])
         assert res.completion["long"] == pytest.approx(1030.0)
@@ -91,7 +91,7 @@ def test_idle_gpus_go_to_queued_jobs_by_saving_per_gpu():
             RigidJob("y", 1, 3000.0, 0.0, {"slow": 0.1, "fast": 1.0}),
             RigidJob("z", 1, 3000.0, 0.0, {"slow": 0.3, "fast": 1.0})]
     for fill in (True, False):
-        res = simulate_gavel(jobs, cluster, HadarPolicy(slot=100.0, fill_idle=fill), GavelSetting(),
+        res = simulate_gavel(jobs, cluster, HadarPolicy(slot=100.0, order="shortest", fill_idle=fill), GavelSetting(),
                              round_length=100.0)
         first = dict(res.schedule[0][1])
         assert first["a"].gpu_type == "fast" and "y" not in first

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -128,3 +130,48 @@ def test_replan_order_decides_who_gets_the_fast_gpu():
 def test_counts_by_type_needs_placement_for_mixed_label():
     with pytest.raises(InputError):
         counts_by_type(Allocation("slow+fast", 2), two_type_cluster())
+
+
+def _fewest_slots(work: dict[str, int], per_slot: dict[str, dict[str, int]]) -> int:
+    """Brute force: fewest slots to finish every job, each slot giving each GPU to one job (or
+    none); ``per_slot[job][gpu]`` = work per slot (exhaustive search over remaining-work states)."""
+    names, gpus = sorted(work), sorted(next(iter(per_slot.values())))
+    frontier, slots = {tuple(work[n] for n in names)}, 0
+    while all(any(w > 0 for w in state) for state in frontier):
+        nxt = set()
+        for state in frontier:
+            for pick in itertools.product([None, *names], repeat=len(gpus)):
+                if any(p is not None and pick.count(p) > 1 for p in pick):
+                    continue  # one GPU per job (1-task jobs)
+                left = list(state)
+                for g, p in zip(gpus, pick, strict=True):
+                    if p is not None:
+                        i = names.index(p)
+                        left[i] = max(0, left[i] - per_slot[p][g])
+                nxt.add(tuple(left))
+        frontier, slots = nxt, slots + 1
+    return slots
+
+
+def test_critical_first_reaches_the_brute_force_makespan():
+    # One fast and one slow GPU, 100 s slots, every job at t = 0. A: 1000 steps at 1/s fast,
+    # 0.1/s slow (10 fast slots: it alone sets the makespan bound); B, C: 200 steps at 1/s
+    # fast, 0.5/s slow. The GPUs need 10 slots for all the work (A on fast, B and C on slow),
+    # so A is critical and must run on the fast GPU from slot 0. Shortest-first gives the fast
+    # GPU to B and C first and ends later.
+    cluster = two_type_cluster()
+    jobs = [RigidJob("A", 1, 1000.0, 0.0, {"slow": 0.1, "fast": 1.0}),
+            RigidJob("B", 1, 200.0, 0.0, {"slow": 0.5, "fast": 1.0}),
+            RigidJob("C", 1, 200.0, 0.0, {"slow": 0.5, "fast": 1.0})]
+    best = _fewest_slots({"A": 1000, "B": 200, "C": 200},
+                         {"A": {"s": 10, "f": 100}, "B": {"s": 50, "f": 100}, "C": {"s": 50, "f": 100}})
+    assert best == 10
+    makespan = {}
+    for order in ("critical", "shortest"):
+        policy = HadarPolicy(slot=100.0, order=order)
+        res = simulate(jobs, cluster, policy, round_length=100.0, record=True)
+        makespan[order] = max(res.completion.values())
+        if order == "critical":
+            assert res.schedule[0][1]["A"].gpu_type == "fast"
+    assert makespan["critical"] == pytest.approx(best * 100.0)
+    assert makespan["shortest"] > best * 100.0 + 1.0

@@ -22,11 +22,15 @@ the OASiS-style online primal-dual algorithm made task-level heterogeneous.
   not continue the job's current placement pays its checkpoint-restore delay
   (``JobState.restart_delay``) in ``n_m``. Payoff = utility - price; the best is kept.
 - :class:`Planning`: ``REPLAN`` (default) drops every commitment each round and re-plans all
-  active jobs in :class:`Order` (shortest remaining time first by default), so a job's pace
-  follows the prices;
+  active jobs in :class:`Order` (by default the jobs that set the makespan bound first, longest
+  first, then shortest remaining time first), so a job's pace follows the prices; a job that
+  keeps its GPU types keeps its nodes (a move costs a restore);
   ``COMMITTED`` commits a schedule to completion at admission (the pure OASiS rule) and tries
   waiting jobs again when prices change (``retry=False``: decided once, dropped if rejected —
   the algorithm whose objective the competitive-ratio experiments check).
+- Idle fill (``fill_idle=True``, default): after the planned gangs, the current slot's idle
+  GPUs, which no other job can use, are priced 0 and go to queued jobs (most completion time
+  saved per GPU first).
 - HadarE (``forking=True``): after the planned gangs, idle GPUs get extra copies of active
   jobs (W_j GPUs of one type each) for this round; the simulator adds the copies' progress.
 
@@ -51,10 +55,16 @@ import numpy as np
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError
-from heteroplan.formulations.hadar import completion_utility, density_bounds, pace_slots
+from heteroplan.formulations.hadar import (
+    completion_utility,
+    density_bounds,
+    makespan_bound_lp,
+    pace_slots,
+)
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.packing import free_gpus, make_allocation, rate_of, take_gpus
 from heteroplan.policies.state import PolicyState, expect_state
+from heteroplan.solvers import solve
 
 __all__ = ["Admission", "HadarPolicy", "HadarState", "Order", "Planning", "price"]
 
@@ -71,6 +81,8 @@ class Order(Enum):
 
     SHORTEST_FIRST = "shortest"  # least remaining time on the fastest type (SRPT: avg JCT)
     DENSEST_FIRST = "densest"  # highest utility per GPU-slot at the best pace (the primal-dual greedy)
+    # jobs that set the makespan first (longest first), the others shortest first: see _critical
+    CRITICAL_FIRST = "critical"
 
 
 def price(committed: np.ndarray, capacity: np.ndarray, lower: float, upper: np.ndarray) -> np.ndarray:
@@ -241,7 +253,7 @@ class HadarPolicy:
         lower: float | None = None,
         upper: float | Mapping[str, float] | None = None,
         planning: Planning | str = Planning.REPLAN,
-        order: Order | str = Order.SHORTEST_FIRST,
+        order: Order | str = Order.CRITICAL_FIRST,
         retry: bool = True,
         lookahead: int = 48,
         max_slot: int | None = None,
@@ -410,9 +422,39 @@ class HadarPolicy:
         best = float(self._job_rates(job, self._cluster).max())  # type: ignore[arg-type]
         return self._remaining(job) / (self.slot * best) if best > 0 else math.inf
 
+    def _critical(self, jobs: Sequence[JobState]) -> dict[str, float]:
+        """Remaining solo slots of the jobs that set the makespan (``Order.CRITICAL_FIRST``).
+
+        No schedule ends before ``now + max(T, max_j s_j)``: ``s_j`` is job j's remaining time
+        alone on its fastest type, ``T`` the time the GPUs need for all the remaining work
+        (:func:`~heteroplan.formulations.hadar.makespan_bound_lp`). A job with ``s_j >= T``
+        can set the makespan: each slot it waits adds a slot to that bound, while the other
+        jobs can wait without extending it. Such jobs are planned first, longest first (LPT).
+        """
+        cap = self._cluster.capacity()  # type: ignore[union-attr]
+        capacity = np.array([cap[k] for k in self._types], dtype=float)
+        live = [j for j in jobs if self._remaining(j) > 0]
+        if not live:
+            return {}
+        rates = np.stack([self._job_rates(j, self._cluster) for j in live])  # type: ignore[arg-type]
+        w = np.array([j.requested_gpus for j in live], dtype=float)
+        rates = np.where(capacity[None, :] >= w[:, None], rates, 0.0)
+        work = np.array([self._remaining(j) for j in live])
+        best = rates.max(axis=1)
+        ok = best > 0
+        if not ok.any():
+            return {}
+        solo = np.where(ok, work / np.where(ok, best, 1.0), 0.0)  # s
+        volume = float((w * solo).sum() / capacity.sum())  # GPU-seconds over all GPUs: below T
+        if solo.max() < volume:
+            return {}
+        sol = solve(makespan_bound_lp(work[ok], rates[ok], w[ok], capacity), time_limit=10.0)
+        bound = float(sol.objective) if sol.objective is not None and math.isfinite(sol.objective) else volume
+        return {j.job_id: float(solo[i]) / self.slot for i, j in enumerate(live) if ok[i] and solo[i] >= bound * (1 - 1e-9)}
+
     def _priority(self, job: JobState) -> float:
         """Sort key of :class:`Order` (smaller plans first)."""
-        if self.order is Order.SHORTEST_FIRST:
+        if self.order in (Order.SHORTEST_FIRST, Order.CRITICAL_FIRST):
             return self._ideal_slots(job)
         rates = self._job_rates(job, self._cluster)  # type: ignore[arg-type]
         if self._remaining(job) <= 0 or not (rates > 0).any():
@@ -469,6 +511,16 @@ class HadarPolicy:
             prices = np.where(keep[None], prices * (1 - 1e-9), prices)
         return prices
 
+    def _can_keep(self, counts: np.ndarray, usage: np.ndarray) -> bool:
+        """Whether a job on ``counts`` GPUs per node can stay where it is this slot: its nodes'
+        GPUs are free (``COMMITTED``), or as many GPUs of each of its types (``REPLAN``, whose
+        :meth:`_keep_nodes` gives a job that keeps its types its last nodes)."""
+        if self.planning is Planning.COMMITTED:
+            return bool((usage + counts <= self._cap).all())
+        k = len(self._types)
+        idle = np.bincount(self._node_type, weights=self._cap - usage, minlength=k)
+        return bool((np.bincount(self._node_type, weights=counts, minlength=k) <= idle + 1e-9).all())
+
     def best_schedule(self, job: JobState, t0: int) -> _Schedule | None:
         """The best schedule for ``job`` decided in slot ``t0`` (highest payoff); None if none fits.
 
@@ -495,8 +547,7 @@ class HadarPolicy:
         cand = starts[(starts > t0) & (starts <= t0 + horizon)]
         s_all = np.concatenate(([t0], cand)).astype(np.int64)
         current = self._current(job)
-        keeps = current is not None and bool(
-            (usage[0] + current[1] <= self._cap).all())  # its current units are free this slot
+        keeps = current is not None and self._can_keep(current[1], usage[0])
         best: _Schedule | None = None
         per_pace = {}
         for m in np.flatnonzero(rates > 0):
@@ -630,7 +681,9 @@ class HadarPolicy:
             for jid in list(self._plans):
                 self._release(jid, t)
             seg.compact()
-            order = sorted(jobs, key=lambda j: (self._priority(j), j.arrival_time, j.job_id))
+            critical = self._critical(jobs) if self.order is Order.CRITICAL_FIRST else {}
+            order = sorted(jobs, key=lambda j: (-critical.get(j.job_id, -math.inf), self._priority(j),
+                                                j.arrival_time, j.job_id))
         for job in order:
             jid = job.job_id
             if jid in self._plans or jid in self.rejected:
@@ -651,11 +704,63 @@ class HadarPolicy:
                     placement = tuple((self._nodes[h], int(c)) for h, c in enumerate(counts) if c > 0)
                     out[jid] = make_allocation(placement, cluster)
                     break
+        if replan:
+            out = self._keep_nodes(cluster, jobs, out)
         if self.fill_idle:
             self._fill_idle(cluster, [j for j in jobs if j.job_id not in self.rejected], out)
         if self.forking:
             self._add_copies(cluster, jobs, out)
         return out
+
+    def _type_counts(self, placement: tuple[tuple[str, int], ...]) -> tuple[int, ...]:
+        counts = np.zeros(len(self._types), dtype=np.int64)
+        for n, c in placement:
+            counts[self._node_type[self._node_index[n]]] += c
+        return tuple(int(c) for c in counts)
+
+    def _keep_nodes(self, cluster: Cluster, jobs: Sequence[JobState], out: dict[str, Allocation]) -> dict[str, Allocation]:
+        """The current slot's placements with every job that keeps its GPU types on its last nodes.
+
+        Rates depend on the types a gang uses, not on which nodes of a type (the pace and the
+        prices of this slot are the same), but a move costs a restore: a re-planned job whose
+        GPUs per type are unchanged keeps its last nodes; the others keep their planned nodes
+        where still free, else take what is left of each type.
+        """
+        last = {j.job_id: j.allocation.placement for j in jobs
+                if j.allocation is not None and j.allocation.placement
+                and all(n in self._node_index for n, _ in j.allocation.placement)}
+        free = {n.name: n.num_gpus for n in cluster.nodes}
+        result: dict[str, Allocation] = {}
+
+        def fits(placement: tuple[tuple[str, int], ...]) -> bool:
+            return all(free[n] >= c for n, c in placement)
+
+        def take(jid: str, placement: tuple[tuple[str, int], ...]) -> None:
+            for n, c in placement:
+                free[n] -= c
+            result[jid] = out[jid] if placement == out[jid].placement else make_allocation(placement, cluster)
+
+        for jid, a in out.items():
+            old = last.get(jid)
+            if old is not None and self._type_counts(old) == self._type_counts(a.placement) and fits(old):
+                take(jid, old)
+        for jid, a in out.items():
+            if jid not in result and fits(a.placement):
+                take(jid, a.placement)
+        nodes_of = [[n.name for n in cluster.nodes_of_type(k)] for k in self._types]
+        for jid, a in out.items():
+            if jid in result:
+                continue
+            parts: list[tuple[str, int]] = []
+            for k, c in enumerate(self._type_counts(a.placement)):
+                got = take_gpus(free, nodes_of[k], c) if c > 0 else ()
+                if got is None:  # cannot happen: the plan's GPUs per type fit
+                    raise AssertionError(f"{jid}: no {c} {self._types[k]} GPUs left")
+                parts.extend(got)
+            for n, c in parts:
+                free[n] += c
+            take(jid, tuple(parts))
+        return result
 
     def _fill_idle(self, cluster: Cluster, jobs: Sequence[JobState], out: dict[str, Allocation]) -> None:
         """Give the current slot's idle GPUs to queued jobs (no GPUs in ``out``), at price 0.
