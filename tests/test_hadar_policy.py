@@ -175,3 +175,16 @@ def test_critical_first_reaches_the_brute_force_makespan():
             assert res.schedule[0][1]["A"].gpu_type == "fast"
     assert makespan["critical"] == pytest.approx(best * 100.0)
     assert makespan["shortest"] > best * 100.0 + 1.0
+
+
+def test_replanned_job_keeping_its_types_keeps_its_nodes():
+    # Two 1-GPU nodes of one type. 'a' runs on one of them; 'b' (shorter) arrives in slot 1 and
+    # is re-planned first, onto the cheapest node. Which node of a type does not change a
+    # pace, so 'a' keeps its node (no restore) and 'b' takes the other one.
+    cluster = Cluster((GPUType("g", 16, 1),), (Node("n0", "g", 1), Node("n1", "g", 1)))
+    jobs = [RigidJob("a", 1, 1000.0, 0.0, {"g": 1.0}), RigidJob("b", 1, 300.0, 100.0, {"g": 1.0})]
+    res = simulate(jobs, cluster, HadarPolicy(slot=100.0, order="shortest"), round_length=100.0, record=True)
+    placements = [allocs["a"].placement for _, allocs in res.schedule if "a" in allocs]
+    assert len(set(placements)) == 1 and len(placements) == 10
+    assert {j.name: j.restarts for j in res.jobs}["a"] == 0
+    assert res.completion["a"] == pytest.approx(1000.0) and res.completion["b"] == pytest.approx(400.0)
