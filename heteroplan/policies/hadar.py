@@ -362,6 +362,7 @@ class HadarPolicy:
         self._node_index = {n: i for i, n in enumerate(self._nodes)}
         self._types = list(cluster.type_names)
         self._node_type = np.array([self._types.index(n.gpu_type) for n in cluster.nodes])
+        self._type_nodes = [[n.name for n in cluster.nodes_of_type(k)] for k in self._types]  # by type index
         self._cap = np.array([n.num_gpus for n in cluster.nodes], dtype=float)
         if isinstance(self.upper, Mapping):
             missing = [k for k in self._types if k not in self.upper]
@@ -701,7 +702,7 @@ class HadarPolicy:
         for jid, plan in self._plans.items():
             for lo, hi, counts in plan.pieces:
                 if lo <= t < hi:
-                    placement = tuple((self._nodes[h], int(c)) for h, c in enumerate(counts) if c > 0)
+                    placement = self._placement(counts)
                     out[jid] = make_allocation(placement, cluster)
                     break
         if replan:
@@ -712,7 +713,12 @@ class HadarPolicy:
             self._add_copies(cluster, jobs, out)
         return out
 
+    def _placement(self, counts: np.ndarray) -> tuple[tuple[str, int], ...]:
+        """``(node, GPUs)`` pairs of per-node GPU ``counts`` (nodes in the cluster's order)."""
+        return tuple((self._nodes[h], int(c)) for h, c in enumerate(counts) if c > 0)
+
     def _type_counts(self, placement: tuple[tuple[str, int], ...]) -> tuple[int, ...]:
+        """GPUs per type (in ``self._types`` order) of ``placement``."""
         counts = np.zeros(len(self._types), dtype=np.int64)
         for n, c in placement:
             counts[self._node_type[self._node_index[n]]] += c
@@ -747,7 +753,7 @@ class HadarPolicy:
         for jid, a in out.items():
             if jid not in result and fits(a.placement):
                 take(jid, a.placement)
-        nodes_of = [[n.name for n in cluster.nodes_of_type(k)] for k in self._types]
+        nodes_of = self._type_nodes
         for jid, a in out.items():
             if jid in result:
                 continue
@@ -780,7 +786,7 @@ class HadarPolicy:
         if not queued:
             return
         free = free_gpus(cluster, out.values())
-        nodes_of = [[n.name for n in cluster.nodes_of_type(k)] for k in self._types]
+        nodes_of = self._type_nodes
         rates = np.stack([self._job_rates(j, cluster) for j in queued])  # (Q, K)
         best = rates.max(axis=1)
         w = np.array([j.requested_gpus for j in queued])
@@ -795,7 +801,7 @@ class HadarPolicy:
             pace = np.where(fits.any(axis=1), order[np.arange(len(queued)), fits.argmax(axis=1)], -1)
             # staying on its last placement (if idle) saves the restore; moving runs at ``pace``
             stay_rate = np.array([rates[i, cur[0]] if cur is not None and all(
-                free[self._nodes[h]] >= c for h, c in enumerate(cur[1]) if c > 0) else 0.0
+                free[n] >= c for n, c in self._placement(cur[1])) else 0.0
                 for i, cur in enumerate(keep)])
             move = np.where(pace >= 0, rates[np.arange(len(queued)), np.maximum(pace, 0)] * (self.slot - delay), 0.0)
             stays = stay_rate * self.slot >= move
@@ -807,7 +813,7 @@ class HadarPolicy:
             left[i] = False
             cur = keep[i]
             if stays[i] and cur is not None:
-                placement = tuple((self._nodes[h], int(c)) for h, c in enumerate(cur[1]) if c > 0)
+                placement = self._placement(cur[1])
                 for n, c in placement:
                     free[n] -= c
             else:
@@ -825,19 +831,15 @@ class HadarPolicy:
     def _add_copies(self, cluster: Cluster, jobs: Sequence[JobState], out: dict[str, Allocation]) -> None:
         """HadarE: fill idle GPUs with extra single-type copies (W_j GPUs each) of active jobs."""
         free = free_gpus(cluster, out.values())
-        nodes_of = {k: [n.name for n in cluster.nodes_of_type(k)] for k in self._types}
+        nodes_of = self._type_nodes
         rates = {j.job_id: self._job_rates(j, cluster) for j in jobs}
         planned = {jid: 0.0 for jid in rates}
         for jid, a in out.items():
-            r = rates[jid]
-            by_type = {}
-            for node, c in a.placement:
-                k = self._types.index(cluster.nodes[self._nodes.index(node)].gpu_type)
-                by_type[k] = by_type.get(k, 0) + c
-            planned[jid] = min(r[k] for k in by_type) * self.slot
+            counts = self._type_counts(a.placement)
+            planned[jid] = min(rates[jid][k] for k, c in enumerate(counts) if c > 0) * self.slot
         for k in range(len(self._types)):
             while True:
-                idle = sum(free[n] for n in nodes_of[self._types[k]])
+                idle = sum(free[n] for n in nodes_of[k])
                 best_job, best_key = None, math.inf
                 for j in jobs:
                     r = rates[j.job_id][k]
@@ -849,7 +851,7 @@ class HadarPolicy:
                         best_job, best_key = j, key
                 if best_job is None:
                     break
-                placement = take_gpus(free, nodes_of[self._types[k]], best_job.requested_gpus)
+                placement = take_gpus(free, nodes_of[k], best_job.requested_gpus)
                 if placement is None:
                     break
                 jid = best_job.job_id
