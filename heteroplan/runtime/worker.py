@@ -103,12 +103,16 @@ _NORM_CHUNK = 1 << 16
 
 
 def _squared_norm(flat: torch.Tensor) -> float:
-    """``sum(flat ** 2)``: a dot product per chunk of 2^16 elements in ``flat``'s precision, the
-    chunks' sums added in float64, with no transient copy. (A float64 copy and its square,
-    ``c.double().square()``, are 16 bytes per parameter of the chunk: on a small model, where one
-    chunk of 2^20 was the whole gradient, they set a data-parallel rank's peak, 16P above the
-    weights, gradients, state and the flat copy.)"""
-    return float(torch.stack([torch.dot(c, c) for c in flat.split(_NORM_CHUNK)]).double().sum())
+    """``sum(flat ** 2)``: the 2-norm of each chunk of 2^16 elements in ``flat``'s precision (one
+    reduction kernel over a ``(chunks, 2^16)`` view, no transient copy), squared and added in
+    float64. (A float64 copy and its square, ``c.double().square()``, are 16 bytes per parameter
+    of the chunk: on a small model, where one chunk of 2^20 was the whole gradient, they set a
+    data-parallel rank's peak, 16P above the weights, gradients, state and the flat copy; a dot
+    product per chunk launched P / 2^16 kernels, 4,900 for 320M parameters, twice an iteration.)"""
+    whole = flat.numel() // _NORM_CHUNK * _NORM_CHUNK
+    norms = torch.linalg.vector_norm(flat[:whole].view(-1, _NORM_CHUNK), dim=1)
+    tail = torch.linalg.vector_norm(flat[whole:]).reshape(1)
+    return float(torch.cat([norms, tail]).double().square().sum())
 
 
 def _unflatten_into(tensors: list[torch.Tensor], flat: torch.Tensor) -> None:
