@@ -60,6 +60,7 @@ from heteroplan.planner.model.terms import (
     allreduce_egress_bytes,
     compute_prefix_s,
     compute_s,
+    fp32_weight_bytes,
     measured_layer_bytes,
     measured_peak_bytes,
     measured_state_bytes,
@@ -507,7 +508,7 @@ def simulate_plan(
             edges = list(zip(ends, ends[1:] + ends[:1], strict=True))
             ar_s[s] = float(allreduce_s(network, set(edges), tp, D, grad_bytes, ring_cfg))
             if stage.optimizer_sharding is OptimizerSharding.ZERO1:  # + the all-gather of the updated shards
-                fp32_params = 4.0 * profile.stage_sizes(tp, stage.first_layer, stage.last_layer)[0]
+                fp32_params = fp32_weight_bytes(profile.stage_sizes(tp, stage.first_layer, stage.last_layer)[0])
                 ar_s[s] += float(allreduce_s(network, set(edges), tp, D, allgather_as_allreduce_bytes(fp32_params), ring_cfg))
             for a, b in set(edges):
                 if a[1] != b[1]:

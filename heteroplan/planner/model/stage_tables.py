@@ -21,6 +21,7 @@ from heteroplan.planner.model.terms import (
     allreduce_buffer_bytes,
     compute_prefix_s,
     compute_s,
+    fp32_weight_bytes,
     measured_layer_bytes,
     measured_state_bytes,
     static_memory_gb,
@@ -128,8 +129,7 @@ def build_stage_table(
     if profile.measured is not None:
         mem_static, mem_per_inflight, mem_floor, mem_sync_floor, mem_state, mem_update_working = _measured_memory_gb(
             profile, tp, mbs, recompute, params)
-    with np.errstate(invalid="ignore"):  # 0 x inf where a >= b, in the state nobody reads here
-        weights = measured_state_bytes(params, 0.0, 1)[0]  # fp32 weights, what ZeRO-1 all-gathers
+    weights = fp32_weight_bytes(params)  # what ZeRO-1 all-gathers
     out_bytes = np.zeros(L + 1)
     out_bytes[1:] = config.act_comm_bytes_per_float * profile.act_out[tp] * mbs
     return StageTable(

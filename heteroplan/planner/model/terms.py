@@ -63,7 +63,7 @@ __all__ = [
     "PARAMETER_STATE_SHARES", "compute_s", "parameter_state_gb", "activations_gb", "working_gb", "static_memory_gb", "memory_gb",
     "pipeline_egress_bytes", "allreduce_egress_bytes", "rental_usd_per_s", "pipeline_step_s", "pipeline_fill_s",
     "one_f_one_b_s", "balanced_step_lower_bound_s", "measured_state_bytes", "measured_peak_bytes",
-    "recomputed_compute_s", "compute_prefix_s", "sharded_update_s", "allgather_as_allreduce_bytes", "measured_layer_bytes",
+    "recomputed_compute_s", "compute_prefix_s", "sharded_update_s", "allgather_as_allreduce_bytes", "fp32_weight_bytes", "measured_layer_bytes",
     "allreduce_buffer_bytes",
 ]
 
@@ -188,10 +188,18 @@ def allgather_as_allreduce_bytes(param_bytes: Number) -> Number:
     return param_bytes / 2
 
 
+def fp32_weight_bytes(params: Number) -> Number:
+    """Bytes of ``params`` fp32 weights (the master weights, also under bf16 autocast; what
+    ZeRO-1 all-gathers after its update)."""
+    return 4.0 * params
+
+
 def measured_state_bytes(params: float, state_per_param: float, shards: int) -> tuple[float, float, float]:
-    """Bytes per GPU of fp32 weights, fp32 gradients and optimizer state (``state_per_param`` per
-    parameter, over ``shards`` replicas under ZeRO-1) of ``params`` parameters."""
-    return 4.0 * params, 4.0 * params, state_per_param * params / shards
+    """Bytes per GPU of fp32 weights, fp32 gradients (as many bytes as the weights) and optimizer
+    state (``state_per_param`` per parameter, over ``shards`` replicas under ZeRO-1) of ``params``
+    parameters."""
+    weights = fp32_weight_bytes(params)
+    return weights, weights, state_per_param * params / shards
 
 
 def measured_peak_bytes(
