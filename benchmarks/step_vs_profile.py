@@ -11,9 +11,15 @@ whole model measured three ways:
 - ``per-layer autocast`` (bf16): the same back-to-back run with every layer under its own
   autocast region, as the profiler wraps them.
 
+- ``synced loop``: back-to-back microbatches as the runtime ran them before session 17: each
+  microbatch's inputs and targets built on the host and copied with ``.to(device)`` (from pageable
+  memory: a stream synchronisation) and its loss read with ``float()`` (another);
+- ``async loop``: the same loop as the runtime runs it now: pinned copies with ``non_blocking``
+  and the losses added on the device, read once at the end.
+
 If ``back-to-back`` differs from ``isolated`` the profile cannot predict a step whatever its
 per-layer accounting; if ``per-layer autocast`` differs from ``back-to-back`` the profiler's
-wrapping is the cause. Prints a table and writes ``benchmarks/results/step_vs_profile.json``.
+wrapping is the cause; ``synced loop`` against ``async loop`` is what the synchronisations cost. Prints a table and writes ``benchmarks/results/step_vs_profile.json``.
 
     python benchmarks/step_vs_profile.py --device cuda --layers 24 --width 1024 --heads 16 \\
         --seq 512 --vocab 8192 --mbs 1 8
@@ -106,6 +112,34 @@ def main() -> None:
                     times.append(timed(run, dev) / args.microbatches)
                 return statistics.median(times[1:])
 
+            def loop(synced: bool, precision: Precision = precision, mbs: int = mbs) -> None:
+                total = torch.zeros((), dtype=torch.float64, device=dev)
+                for i in range(args.microbatches):
+                    inputs, target = task.batch(1, i * mbs, mbs)
+                    if synced or dev.type != "cuda":
+                        inputs, target = inputs.to(dev), target.to(dev)
+                    else:
+                        inputs = inputs.pin_memory().to(dev, non_blocking=True)
+                        target = target.pin_memory().to(dev, non_blocking=True)
+                    with compute_context(precision, dev.type):
+                        h = inputs
+                        for layer in layers:
+                            h = layer(h)
+                        value = task.loss(h, target) / args.microbatches
+                    if synced:
+                        float(value.detach())
+                    else:
+                        total += value.detach().double()
+                    value.backward()
+                float(total)
+
+            def looped(synced: bool) -> float:
+                times = []
+                for _ in range(args.repeats + 1):
+                    model.zero_grad(set_to_none=True)
+                    times.append(timed(lambda: loop(synced), dev) / args.microbatches)
+                return statistics.median(times[1:])
+
             isolated = []
             for _ in range(args.repeats + 1):
                 model.zero_grad(set_to_none=True)
@@ -114,6 +148,8 @@ def main() -> None:
                    "back-to-back s": back_to_back(whole)}
             row["per-layer autocast s"] = back_to_back(per_layer) if precision is Precision.BF16 else row["back-to-back s"]
             row["back-to-back / isolated"] = row["back-to-back s"] / row["isolated s"]
+            row["synced loop s"], row["async loop s"] = looped(True), looped(False)
+            row["synced / async"] = row["synced loop s"] / row["async loop s"]
             rows.append(row)
             print_table(rows[-1:], list(row))
     model.zero_grad(set_to_none=True)
