@@ -167,7 +167,23 @@ def save_state(root: str | Path, step: int, module: nn.Module, optimizer: torch.
 
 
 def load_state(ckpt: Checkpoint, module: nn.Module, optimizer: torch.optim.Optimizer, group: Any = None) -> None:
-    """Restore this rank's layers and their optimizer state from ``ckpt`` (collective, any layout)."""
+    """Restore this rank's layers and their optimizer state from ``ckpt`` (collective, any layout).
+
+    The parameters' gradients are set aside meanwhile and put back after: DCP creates a fresh
+    optimizer's state by a step with zero gradients only when no parameter has one, and sets
+    them to ``None`` after it (the runtime's gradients are views of one buffer,
+    :func:`~heteroplan.runtime.worker.flat_gradients`, which must stay bound)."""
+    grads = [(p, p.grad) for p in module.parameters()]
+    for p, _ in grads:
+        p.grad = None
+    try:
+        _load_state(ckpt, module, optimizer, group)
+    finally:
+        for p, grad in grads:
+            p.grad = grad
+
+
+def _load_state(ckpt: Checkpoint, module: nn.Module, optimizer: torch.optim.Optimizer, group: Any) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,

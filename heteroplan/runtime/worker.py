@@ -58,7 +58,7 @@ from heteroplan.runtime.tensor_parallel import (
 )
 from heteroplan.training_args import add_training_arguments, model_kwargs, run_config_kwargs
 
-__all__ = ["LayerRange", "StageTrainer", "pipeline_choice", "train_rank", "rank_entry", "main"]
+__all__ = ["LayerRange", "StageTrainer", "flat_gradients", "pipeline_choice", "train_rank", "rank_entry", "main"]
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +115,33 @@ def _squared_norm(flat: torch.Tensor) -> float:
     return float(torch.cat([norms, tail]).double().square().sum())
 
 
+def _host_to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` on ``device`` without waiting for the device: a CUDA copy from pageable memory
+    (``t.to(device)``) synchronises the stream, so that each microbatch's input and target waited
+    for every kernel launched before them and the host could not run ahead of the GPU. A copy from
+    pinned memory with ``non_blocking`` is queued like a kernel (the caching host allocator keeps
+    the pinned block until the copy is done)."""
+    if device.type == "cuda" and t.device.type == "cpu":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def flat_gradients(params: list[nn.Parameter]) -> torch.Tensor | None:
+    """One zeroed buffer holding every parameter's gradient: each ``p.grad`` becomes a view of it
+    (as torch's DDP does with ``gradient_as_bucket_view``), so autograd accumulates into the buffer
+    and the data-parallel all-reduce works on it in place. Without it the all-reduce needed a flat
+    copy of the gradients (``4 P`` bytes on a rank's peak, and two copies of them an iteration),
+    and gradients freed after every step came back during the next backward, among that
+    backward's transient blocks. ``None`` (gradients stay per tensor) for tensor-parallel
+    (DTensor) parameters or parameters of several dtypes."""
+    if not params or any(hasattr(p, "to_local") for p in params) or len({p.dtype for p in params}) != 1:
+        return None
+    buffer = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device)
+    for p, part in zip(params, torch.split(buffer, [p.numel() for p in params]), strict=True):
+        p.grad = part.view_as(p)
+    return buffer
+
+
 def _unflatten_into(tensors: list[torch.Tensor], flat: torch.Tensor) -> None:
     """Copy consecutive slices of ``flat`` into ``tensors``. A function of its own so that no
     view of ``flat`` outlives it: a loop variable left holding the last slice kept the whole flat
@@ -160,6 +187,7 @@ class StageTrainer:
         if self.me.tp > 1:
             shard_layers(self.stage, groups.tp[(self.me.stage, self.me.replica)], self.me.tp, self.device.type)
         self.params = [p for p in self.stage.parameters() if p.requires_grad]
+        self.grad_buffer = flat_gradients(self.params)
         self.optimizer = make_stage_optimizer(self.params, config, spec.optimizer_sharding, self.dp_group)
         self.loss = loss_under(plan.precision, self.device.type, task.loss)
         self.first, self.last = self.me.stage == 0, self.me.stage == plan.pp - 1
@@ -192,24 +220,30 @@ class StageTrainer:
             peak.start()
         t0 = time.perf_counter()
         loss_sum = self._run_torch_pipeline(step) if self.pipeline is not None else self._run_own_schedule(step)
-        self.local_loss = loss_sum  # this rank's part of the iteration's loss (0 off the loss-reporting ranks)
         t_sync = time.perf_counter()
         global_sqr = 0.0
         if self.dp_group is not None:
-            for p in self.params:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-            grads = [local_tensor(p.grad) for p in self.params]
-            flat = torch.cat([g.reshape(-1) for g in grads])
+            if self.grad_buffer is not None:
+                flat = self.grad_buffer
+            else:
+                for p in self.params:
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+                grads = [local_tensor(p.grad) for p in self.params]
+                flat = torch.cat([g.reshape(-1) for g in grads])
             local_sqr = _squared_norm(flat) if self.grad_stats else 0.0
             dist.all_reduce(flat, group=self.dp_group)
-            _unflatten_into(grads, flat)
+            if self.grad_buffer is None:
+                _unflatten_into(grads, flat)
             if self.grad_stats:
                 global_sqr = _squared_norm(flat)
-            del flat  # the flat copy of the gradients must not live through the optimizer step
+            del flat  # a flat copy of the gradients must not live through the optimizer step
         sync_time = time.perf_counter() - t_sync
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        if self.grad_buffer is not None:
+            self.grad_buffer.zero_()
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
         self.control.zero_()
         if peak is not None:
             allocated, reserved = peak.stop()
@@ -224,6 +258,9 @@ class StageTrainer:
                                              dtype=torch.float64)
         if not self.solo:
             dist.all_reduce(self.control, group=self.group)
+        # this rank's part of the iteration's loss (0 off the loss-reporting ranks); read once the
+        # iteration's work is queued (a device tensor on the own schedule's last stage)
+        self.local_loss = float(loss_sum)
         extra = {"grad_sqr": float(self.control[2]), "grad_var": float(self.control[3])} if self.grad_stats else {}
         if measure:
             world = (len(self.control) - 4) // 2
@@ -242,18 +279,21 @@ class StageTrainer:
         target = batch[1].to(self.device) if self.last and batch is not None else None
         return self.pipeline.run(inputs, target)
 
-    def _run_own_schedule(self, step: int) -> float:
+    def _run_own_schedule(self, step: int) -> float | torch.Tensor:
         """Iteration ``step``'s forwards and backwards under heteroplan's schedule (``self.ops``)
-        and point-to-point links; returns the sum of this rank's scaled microbatch losses."""
+        and point-to-point links; returns the sum of this rank's scaled microbatch losses (on the
+        last stage a float64 tensor on the device, added there so that no microbatch waits for the
+        device to read its loss; the float64 sum of the float32 losses in order, as a Python sum of
+        floats would give)."""
         me, mbs, gbs, device = self.me, self.plan.microbatch_size, self.plan.global_batch_size, self.device
         pending: list[PendingSend] = []
         saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        loss_sum = 0.0
+        loss_sum: float | torch.Tensor = torch.zeros((), dtype=torch.float64, device=device) if self.last else 0.0
         for op in self.ops:
             offset = me.sample_offset + op.microbatch * mbs
             if op.kind == "F":
                 if self.first:
-                    x = self.task.batch(step, offset, mbs)[0].to(device)
+                    x = _host_to_device(self.task.batch(step, offset, mbs)[0], device)
                 else:
                     x = self.links.recv(self.act_source[0], TAG_ACTIVATION, device)
                     if not x.is_floating_point():
@@ -261,9 +301,9 @@ class StageTrainer:
                     x.requires_grad_(True)
                 y = self.stage(x)
                 if self.last:
-                    target = self.task.batch(step, offset, mbs)[1].to(device)
+                    target = _host_to_device(self.task.batch(step, offset, mbs)[1], device)
                     y = self.loss(y, target) * (mbs / gbs)
-                    loss_sum += float(y.detach())
+                    loss_sum += y.detach().double()
                 else:
                     pending.extend(self.links.send(y, dst, TAG_ACTIVATION) for dst in self.act_destinations)
                 saved[op.microbatch] = (x, y)
