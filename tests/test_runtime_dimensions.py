@@ -102,6 +102,38 @@ def test_zero1_divides_optimizer_state_by_the_replicas() -> None:
     assert max(per_rank) <= state_bytes(full) / 2 + largest
 
 
+@pytest.mark.parametrize("replicas,shapes", [
+    (2, [(8, 8), (8,), (32, 8), (8, 32), (3,)]),
+    (3, [(16, 16)] * 4 + [(4, 4)] * 5 + [(7,)]),
+    (8, [(64, 16)] * 4 + [(16, 16)] * 8),  # 4 large tensors over 8 replicas: 1/6 of the state, not 1/8
+])
+def test_the_planners_zero1_share_is_how_torch_partitions_the_parameters(replicas, shapes) -> None:
+    """The largest share of the parameters a replica owns under ZeroRedundancyOptimizer (torch's own
+    partition, read from each rank of a fake process group) is
+    ``terms.zero1_largest_share`` of the tensors' sizes: what the planner charges a ZeRO-1 rank's
+    state, step buffers and step time with."""
+    dist = torch.distributed
+    fake = pytest.importorskip("torch.testing._internal.distributed.fake_pg", reason="torch's fake process group")
+    from heteroplan.planner.model.terms import zero1_largest_share
+    from heteroplan.planner.plan import OptimizerSharding
+    from heteroplan.runtime.dimensions import make_stage_optimizer
+
+    params = [torch.nn.Parameter(torch.zeros(shape)) for shape in shapes]
+    owned = []
+    for rank in range(replicas):
+        dist.init_process_group("fake", store=fake.FakeStore(), rank=rank, world_size=replicas)
+        try:
+            opt = make_stage_optimizer(params, RunConfig(optimizer="adam"), OptimizerSharding.ZERO1, dist.group.WORLD)
+            owned.append(sum(p.numel() for g in opt.optim.param_groups for p in g["params"]))
+        finally:
+            dist.destroy_process_group()
+    total = sum(p.numel() for p in params)
+    assert sum(owned) == total
+    assert zero1_largest_share([p.numel() for p in params], replicas) == max(owned) / total
+    if replicas == 8:
+        assert max(owned) / total == pytest.approx(1 / 6)
+
+
 def test_zero1_and_recomputation_on_heterogeneous_replicas_train_like_one_process(tmp_path: Path) -> None:
     """PP 2 x DP 2, replicas running 3 and 1 microbatches, ZeRO-1 + recomputation on every stage,
     Adam: the parameters of single-process training; the checkpoint (each rank writes the state it

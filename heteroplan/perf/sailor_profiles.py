@@ -51,6 +51,8 @@ class MeasuredMemory:
         optimizer_state_per_param: bytes of optimizer state per parameter (Adam 8, SGD 0).
         overhead: bytes the device holds besides the model's tensors (CUDA: cuBLAS workspaces).
         precision: what the profile was measured in (``"fp32"``, ``"tf32"``, ``"bf16"``).
+        param_tensors: ``{tp: per layer, the elements of each parameter tensor}`` where the
+            profile recorded them (how ZeRO-1 partitions a stage's state; empty: unknown).
     """
 
     act_input: dict[int, np.ndarray]
@@ -64,6 +66,7 @@ class MeasuredMemory:
     optimizer_state_per_param: float
     overhead: float
     precision: str
+    param_tensors: dict[int, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -258,8 +261,11 @@ def _measured_memory(sizes: dict, tps: list[int], num_layers: int) -> MeasuredMe
               for name, key in _MEASURED_KEYS.items()}
     first = sizes[str(tps[0])]["0"]
     state = {"adam": 8.0, "sgd": 0.0}.get(str(first.get("optimizer", "adam")), 8.0)
+    tensors = {tp: tuple(tuple(int(n) for n in sizes[str(tp)][str(i)]["param_tensor_floats"]) for i in range(num_layers))
+               for tp in tps if all(isinstance(sizes[str(tp)][str(i)].get("param_tensor_floats"), list)
+                                    for i in range(num_layers))}
     return MeasuredMemory(**arrays, optimizer_state_per_param=state, overhead=float(first.get("overhead_bytes", 0)),
-                          precision=str(first.get("precision", "fp32")))
+                          precision=str(first.get("precision", "fp32")), param_tensors=tensors)
 
 
 def _monotone_in_mbs(compute: dict[tuple[str, int, int], np.ndarray]) -> dict[tuple[str, int, int], np.ndarray]:

@@ -91,6 +91,9 @@ class LayerProfile:
             others): kept outside a recomputed layer.
         recomputed: ``{mbs: ((fwd_s, bwd_s) per layer)}`` with every layer recomputed in its
             backward (``torch.utils.checkpoint``), timed as ``compute``; ``None`` if not timed.
+        param_tensor_floats: per layer, the elements of each of its parameter tensors (ZeRO-1
+            gives each tensor whole to one replica: what the planner's share of the state is
+            computed from, :func:`heteroplan.planner.model.terms.zero1_share`).
     """
 
     compute: dict[int, tuple[tuple[float, float, float], ...]]
@@ -111,6 +114,7 @@ class LayerProfile:
     precision: str = "fp32"
     loss_saved_bytes: tuple[int, ...] = ()
     recomputed: dict[int, tuple[tuple[float, float], ...]] | None = None
+    param_tensor_floats: tuple[tuple[int, ...], ...] = ()
 
     @property
     def num_layers(self) -> int:
@@ -133,6 +137,9 @@ class LayerProfile:
                                   "update_working_bytes", "loss_saved_bytes") if len(getattr(self, k)) == self.num_layers)
         info: dict[str, dict[str, Any]] = {
             str(i): {k: int(getattr(self, k)[i]) for k in keys + extra} for i in range(self.num_layers)}
+        if len(self.param_tensor_floats) == self.num_layers:
+            for i, numels in enumerate(self.param_tensor_floats):
+                info[str(i)]["param_tensor_floats"] = [int(n) for n in numels]
         info["0"] |= {"overhead_bytes": int(self.overhead_bytes), "precision": self.precision,
                       "optimizer": self.optimizer}
         return info
@@ -513,6 +520,7 @@ def profile_layers(
     # under tensor parallelism the shard this rank holds
     params = tuple(sum(local_tensor(p).numel() for p in layer.parameters()) for layer in layers)
     params_bytes = tuple(sum(local_tensor(p).numel() * p.element_size() for p in layer.parameters()) for layer in layers)
+    tensors = tuple(tuple(local_tensor(p).numel() for p in layer.parameters()) for layer in layers)
     out_f, out_b, in_f, in_b, update_work = ([0] * L for _ in range(5))
     ends = {0, len(sizes) - 1}  # memory is measured at the smallest and largest sizes, a line through both
     saved = {k: [0] * L for k in ends}
@@ -563,7 +571,7 @@ def profile_layers(
     return LayerProfile(
         compute, params, params_bytes, tuple(out_f), tuple(out_b), tuple(in_f), tuple(in_b), mem_b,
         str(dev), optimizer, fixed_b, work_b, work_fixed_b, tuple(update_work),
-        overhead, precision.value, loss_b, recomputed,
+        overhead, precision.value, loss_b, recomputed, tensors,
     )
 
 

@@ -72,6 +72,7 @@ from heteroplan.planner.model.terms import (
     rental_usd_per_s,
     sharded_update_s,
     working_gb,
+    zero1_share,
 )
 from heteroplan.planner.plan import OptimizerSharding, Plan, Recomputation, Stage
 
@@ -170,7 +171,8 @@ class CostTerms:
     Attributes:
         rental: GPUs x $/h x iteration seconds / 3600.
         pipeline_egress: activations and their gradients that cross zones between stages.
-        allreduce_egress: gradient all-reduce ring edges that cross zones.
+        allreduce_egress: gradient all-reduce ring edges that cross zones (with ZeRO-1's
+            all-gather of the updated weights over the same ring).
     """
 
     rental: float
@@ -368,19 +370,20 @@ def memory_terms(
                        total=memory_gb(params, act, working, mbs, inflight, config))
 
 
-def measured_memory_terms(profile: ModelProfile, stage: Stage, tp: int, mbs: int, inflight: int, shards: int,
+def measured_memory_terms(profile: ModelProfile, stage: Stage, tp: int, mbs: int, inflight: int, share: float,
                           replicas: int = 1) -> MemoryTerms:
     """GB per GPU of a stage by term, from the memory its profile measured
-    (:func:`~heteroplan.planner.model.terms.measured_peak_bytes`): ``shards`` replicas share the
-    optimizer state under ZeRO-1 (1 otherwise); with ``replicas > 1`` the gradients' all-reduce
-    holds a flat copy of them (:func:`~heteroplan.planner.model.terms.allreduce_buffer_bytes`)."""
+    (:func:`~heteroplan.planner.model.terms.measured_peak_bytes`): the replica holds ``share`` of
+    the optimizer state and the step's buffers (ZeRO-1, :func:`~heteroplan.planner.model.terms.zero1_share`;
+    1 unsharded); with ``replicas > 1`` and ``tp > 1`` the gradients'
+    all-reduce holds a flat copy of them (:func:`~heteroplan.planner.model.terms.allreduce_buffer_bytes`)."""
     mem = profile.measured
     assert mem is not None
     a, b = stage.first_layer, stage.last_layer
     params = float(profile.params[tp][a:b].sum())
-    weights, grads, state = measured_state_bytes(params, mem.optimizer_state_per_param, shards)
+    weights, grads, state = measured_state_bytes(params, mem.optimizer_state_per_param, share)
     kept, transient = (x[a:b] for x in measured_layer_bytes(mem, tp, mbs, stage.recompute is Recomputation.FULL))
-    after_backward = max(float(mem.update_working[tp][a:b].sum()) / shards, allreduce_buffer_bytes(params, replicas))
+    after_backward = max(float(mem.update_working[tp][a:b].sum()) * share, allreduce_buffer_bytes(params, replicas, tp))
     acts, work = measured_peak_bytes(kept, transient, inflight, after_backward)
     gb = [x / 1e9 for x in (weights, grads, state, acts, work, mem.overhead)]
     return MemoryTerms(*gb, total=sum(gb))
@@ -393,9 +396,10 @@ def _stage_memory(profile: ModelProfile, plan: Plan, reps: list, cfg: list[list[
     if profile.measured is not None:
         terms = {name: np.zeros((S, D)) for name in MemoryTerms.NAMES}
         for s, stage in enumerate(plan.stages):
-            shards = D if stage.optimizer_sharding is OptimizerSharding.ZERO1 else 1
+            sharded = stage.optimizer_sharding is OptimizerSharding.ZERO1
             for d, r in enumerate(reps[s]):
-                one = measured_memory_terms(profile, stage, r.tp, mbs, int(min(S - s, micro[d])), shards, D)
+                share = zero1_share(profile.measured, r.tp, stage.first_layer, stage.last_layer, D) if sharded else 1.0
+                one = measured_memory_terms(profile, stage, r.tp, mbs, int(min(S - s, micro[d])), share, D)
                 for name in MemoryTerms.NAMES:
                     terms[name][s, d] = getattr(one, name)
         return StageMemory(**terms)
@@ -483,7 +487,7 @@ def simulate_plan(
             params = profile.stage_sizes(r.tp, stage.first_layer, stage.last_layer)[0]
             upd[s, d] = c.update_s(u, params, gpu_types[r.gpu_type].memory_bandwidth_gbs)
             if stage.optimizer_sharding is OptimizerSharding.ZERO1:
-                upd[s, d] = sharded_update_s(upd[s, d], D)
+                upd[s, d] = sharded_update_s(upd[s, d], zero1_share(profile.measured, r.tp, stage.first_layer, stage.last_layer, D))
             if s + 1 < S:
                 nxt = reps[s + 1][d]
                 nbytes = c.act_comm_bytes_per_float * profile.act_out[r.tp][stage.last_layer - 1] * mbs
@@ -507,12 +511,14 @@ def simulate_plan(
             ends = [(r.gpu_type, r.zone) for r in reps[s]]
             edges = list(zip(ends, ends[1:] + ends[:1], strict=True))
             ar_s[s] = float(allreduce_s(network, set(edges), tp, D, grad_bytes, ring_cfg))
-            if stage.optimizer_sharding is OptimizerSharding.ZERO1:  # + the all-gather of the updated shards
-                fp32_params = fp32_weight_bytes(profile.stage_sizes(tp, stage.first_layer, stage.last_layer)[0])
-                ar_s[s] += float(allreduce_s(network, set(edges), tp, D, allgather_as_allreduce_bytes(fp32_params), ring_cfg))
+            gathered = 0.0  # ZeRO-1: the all-gather of the updated shards, as an all-reduce of its size
+            if stage.optimizer_sharding is OptimizerSharding.ZERO1:
+                gathered = allgather_as_allreduce_bytes(
+                    fp32_weight_bytes(profile.stage_sizes(tp, stage.first_layer, stage.last_layer)[0]))
+                ar_s[s] += float(allreduce_s(network, set(edges), tp, D, gathered, ring_cfg))
             for a, b in set(edges):
                 if a[1] != b[1]:
-                    sent = allreduce_egress_bytes(D, grad_bytes, tp, edges.count((a, b)))
+                    sent = allreduce_egress_bytes(D, grad_bytes + gathered, tp, edges.count((a, b)))
                     egress_bytes += sent
                     ring_egress_cost += sent / 1e9 * network.egress_per_gb(a[1], b[1])
     update_s = upd.max(axis=1)

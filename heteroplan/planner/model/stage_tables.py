@@ -46,7 +46,8 @@ class StageTable:
         mem_floor: GB per GPU at the optimizer step (a profile that measured memory; else 0): the
             stage's peak is the larger of this and the backward's.
         mem_sync_floor: GB per GPU during the gradients' all-reduce when the stage has several
-            replicas (the flat copy of the gradients; a profile that measured memory; else 0).
+            replicas (the flat copy of the gradients of a tensor-parallel stage; a profile that
+            measured memory; else the state alone).
         mem_state: GB per GPU of optimizer state, included in every memory term above (what
             ZeRO-1 divides over the replicas; a profile that measured memory; else 0).
         mem_update_working: GB per GPU of the optimizer step's transient buffers, included in
@@ -71,18 +72,20 @@ class StageTable:
     mem_update_working: np.ndarray
     param_bytes: np.ndarray
 
-    def floor(self, replicas: int, shards: int = 1) -> np.ndarray:
+    def floor(self, replicas: int, share: float | np.ndarray = 1.0) -> np.ndarray:
         """GB per GPU after the backward (optimizer step; with ``replicas > 1`` also the all-reduce),
-        the optimizer state and the step's buffers over ``shards`` replicas (ZeRO-1; 1: unsharded)."""
-        step = self.mem_floor - self.mem_update_working * (1 - 1 / shards)
+        the replica holding ``share`` of the optimizer state and the step's buffers (ZeRO-1: a
+        number or an ``(L+1, L+1)`` matrix by layer range,
+        :func:`~heteroplan.planner.model.terms.zero1_share_matrix`; 1: unsharded)."""
+        step = self.mem_floor - self.mem_update_working * (1 - share)
         return step if replicas <= 1 else np.maximum(step, self.mem_sync_floor)
 
-    def memory(self, inflight: int | np.ndarray, replicas: int = 1, shards: int = 1) -> np.ndarray:
+    def memory(self, inflight: int | np.ndarray, replicas: int = 1, share: float | np.ndarray = 1.0) -> np.ndarray:
         """GB per GPU of every layer range holding ``inflight`` microbatches, the stage having
-        ``replicas`` data-parallel replicas over ``shards`` of which its optimizer state is
-        divided (ZeRO-1; 1: unsharded)."""
-        peak = np.maximum(self.mem_static + self.mem_per_inflight * inflight, self.floor(replicas, shards))
-        return peak if shards == 1 else peak - self.mem_state * (1 - 1 / shards)
+        ``replicas`` data-parallel replicas, each holding ``share`` of its optimizer state
+        (ZeRO-1, as :meth:`floor`; 1: unsharded)."""
+        peak = np.maximum(self.mem_static + self.mem_per_inflight * inflight, self.floor(replicas, share))
+        return peak - self.mem_state * (1 - share)
 
 
 def _range(prefix: np.ndarray) -> np.ndarray:
@@ -152,13 +155,13 @@ def _measured_memory_gb(profile: ModelProfile, tp: int, mbs: int, recompute: boo
     cum = np.concatenate([[0.0], np.cumsum(kept)])
     with np.errstate(invalid="ignore"):
         worst = _range_max(cum[1:] + transient) - cum[:, None]
-        weights, grads, state = measured_state_bytes(params, mem.optimizer_state_per_param, 1)
+        weights, grads, state = measured_state_bytes(params, mem.optimizer_state_per_param)
         persist = weights + grads + state + mem.overhead
         per = _range(cum)
         static = persist + worst - per
         update_working = _range(np.concatenate([[0.0], np.cumsum(mem.update_working[tp])]))
         floor = persist + update_working
-        sync_floor = persist + allreduce_buffer_bytes(params, 2)
+        sync_floor = persist + allreduce_buffer_bytes(params, 2, tp)
     bad = ~np.isfinite(per)
     static[bad], floor[bad], sync_floor[bad], state[bad], update_working[bad] = np.inf, np.inf, np.inf, 0.0, 0.0
     return static / 1e9, per / 1e9, floor / 1e9, sync_floor / 1e9, state / 1e9, update_working / 1e9

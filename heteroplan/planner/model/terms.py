@@ -27,20 +27,23 @@ Memory (GB per GPU)
 Memory from a profile that measured it (:class:`~heteroplan.perf.sailor_profiles.MeasuredMemory`,
 bytes per GPU; :func:`measured_state_bytes`, :func:`measured_peak_bytes`)
     - weights and gradients in fp32 (``4 P`` each, also under bf16 autocast), optimizer state
-      ``s P`` (Adam 8), divided over ``d`` replicas under ZeRO-1;
+      ``s P`` (Adam 8), of which a replica holds its share under ZeRO-1 (:func:`zero1_share`);
     - a microbatch in flight keeps ``m A + C`` per layer (saved per sample and per microbatch: bf16
       weight casts) or, recomputing, ``m I`` (the layer's input);
     - the backward of the last microbatch peaks at some layer ``l``: the kept bytes of the earlier
       microbatches, this one's up to ``l``, and ``l``'s transient: its output's gradient ``m O``,
       its measured working set ``m W + W_0`` and, recomputing, its re-materialised ``m A + C``;
-    - the optimizer step peaks at the state plus its foreach buffers (divided under ZeRO-1), and
-      data-parallel replicas' all-reduce at a flat fp32 copy of the gradients
-      (:func:`allreduce_buffer_bytes`); the peak is the largest of these and the backward's,
+    - the optimizer step peaks at the state plus its foreach buffers (the share under ZeRO-1), and
+      data-parallel replicas of a tensor-parallel stage all-reduce a flat fp32 copy of the
+      gradients (:func:`allreduce_buffer_bytes`; other stages all-reduce their gradient buffer in
+      place); the peak is the largest of these and the backward's,
       plus the device's measured overhead.
 Time of the new dimensions
     - recomputation: each layer's forward runs again in its backward, ``b + f``
       (:func:`recomputed_compute_s`);
-    - ZeRO-1: each replica updates ``1/d`` of the state (:func:`sharded_update_s`) and the
+    - ZeRO-1: each replica updates its share of the state, whole tensors largest first to the
+      least loaded replica as torch's ZeroRedundancyOptimizer splits them (:func:`zero1_share`;
+      ``1/d`` without recorded tensor sizes; :func:`sharded_update_s`), and the
       updated shards are all-gathered, ``(d-1)/d`` of the parameters' bytes per rank, timed as
       an all-reduce of half their bytes (:func:`allgather_as_allreduce_bytes`).
 Money
@@ -53,6 +56,9 @@ Money
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Sequence
+
 import numpy as np
 
 from heteroplan.perf.sailor_profiles import MeasuredMemory, ModelProfile
@@ -63,7 +69,7 @@ __all__ = [
     "PARAMETER_STATE_SHARES", "compute_s", "parameter_state_gb", "activations_gb", "working_gb", "static_memory_gb", "memory_gb",
     "pipeline_egress_bytes", "allreduce_egress_bytes", "rental_usd_per_s", "pipeline_step_s", "pipeline_fill_s",
     "one_f_one_b_s", "balanced_step_lower_bound_s", "measured_state_bytes", "measured_peak_bytes",
-    "recomputed_compute_s", "compute_prefix_s", "sharded_update_s", "allgather_as_allreduce_bytes", "fp32_weight_bytes", "measured_layer_bytes",
+    "recomputed_compute_s", "compute_prefix_s", "sharded_update_s", "zero1_largest_share", "zero1_share", "zero1_share_matrix", "allgather_as_allreduce_bytes", "fp32_weight_bytes", "measured_layer_bytes",
     "allreduce_buffer_bytes",
 ]
 
@@ -176,9 +182,60 @@ def compute_prefix_s(profile: ModelProfile, gpu: str, mbs: int, tp: int, recompu
     return np.stack([f, recomputed_compute_s(f, b) - f, u])
 
 
-def sharded_update_s(update_s: Number, shards: int) -> Number:
-    """Seconds of the optimizer step when ``shards`` replicas each update ``1/shards`` of the state."""
-    return update_s / shards
+def sharded_update_s(update_s: Number, share: Number) -> Number:
+    """Seconds of the optimizer step when the busiest replica updates ``share`` of the state
+    (ZeRO-1: :func:`zero1_share`; ``1 / d`` for an even split)."""
+    return update_s * share
+
+
+def zero1_largest_share(numels: Sequence[int], replicas: int) -> float:
+    """Fraction of a stage's parameters that the replica owning the most of them holds under
+    ZeRO-1, as ``torch.distributed.optim.ZeroRedundancyOptimizer`` partitions them: each tensor
+    (``numels``: elements of each) whole, largest first, to the replica owning the fewest
+    elements so far. ``1 / replicas`` when they split evenly; more when a few large tensors do
+    not (4 MLP matrices of 4M and 8 of 1M over 8 replicas: 4M of an average 3M)."""
+    total = sum(numels)
+    if replicas <= 1 or total <= 0:
+        return 1.0
+    loads = [(0, rank) for rank in range(replicas)]  # (elements, rank): the fewest, then the lowest rank
+    for n in sorted(numels, reverse=True):
+        load, rank = heapq.heappop(loads)
+        heapq.heappush(loads, (load + n, rank))
+    return max(load for load, _ in loads) / total
+
+
+def zero1_share(mem: MeasuredMemory | None, tp: int, first: int, last: int, replicas: int) -> float:
+    """The busiest replica's share of the optimizer state (and of the step's buffers and time)
+    of layers ``[first, last)`` sharded over ``replicas`` (ZeRO-1): from the parameter tensors the
+    profile recorded per layer (:func:`zero1_largest_share`), else ``1 / replicas``."""
+    if replicas <= 1:
+        return 1.0
+    tensors = mem.param_tensors.get(tp) if mem is not None else None
+    if not tensors:
+        return 1.0 / replicas
+    return zero1_largest_share([n for layer in tensors[first:last] for n in layer], replicas)
+
+
+def zero1_share_matrix(mem: MeasuredMemory | None, tp: int, replicas: int, num_layers: int) -> np.ndarray:
+    """``(L+1, L+1)``: :func:`zero1_share` of every layer range ``[a, b)`` (1 elsewhere). Ranges
+    with the same multiset of tensors (a transformer's blocks) are partitioned once."""
+    out = np.ones((num_layers + 1, num_layers + 1))
+    if replicas <= 1:
+        return out
+    tensors = mem.param_tensors.get(tp) if mem is not None else None
+    if not tensors:
+        out[np.triu_indices(num_layers + 1, 1)] = 1.0 / replicas
+        return out
+    seen: dict[tuple[int, ...], float] = {}
+    for a in range(num_layers):
+        numels: list[int] = []
+        for b in range(a + 1, num_layers + 1):
+            numels.extend(tensors[b - 1])
+            key = tuple(sorted(numels))
+            if key not in seen:
+                seen[key] = zero1_largest_share(key, replicas)
+            out[a, b] = seen[key]
+    return out
 
 
 def allgather_as_allreduce_bytes(param_bytes: Number) -> Number:
@@ -194,12 +251,12 @@ def fp32_weight_bytes(params: Number) -> Number:
     return 4.0 * params
 
 
-def measured_state_bytes(params: float, state_per_param: float, shards: int) -> tuple[float, float, float]:
+def measured_state_bytes(params: float, state_per_param: float, share: float = 1.0) -> tuple[float, float, float]:
     """Bytes per GPU of fp32 weights, fp32 gradients (as many bytes as the weights) and optimizer
-    state (``state_per_param`` per parameter, over ``shards`` replicas under ZeRO-1) of ``params``
-    parameters."""
+    state (``state_per_param`` per parameter, of which a replica holds ``share`` under ZeRO-1,
+    :func:`zero1_share`) of ``params`` parameters."""
     weights = fp32_weight_bytes(params)
-    return weights, weights, state_per_param * params / shards
+    return weights, weights, state_per_param * params * share
 
 
 def measured_peak_bytes(
@@ -234,7 +291,10 @@ def measured_layer_bytes(mem: MeasuredMemory, tp: int, mbs: int, recompute: bool
     return saved, transient
 
 
-def allreduce_buffer_bytes(params: float, replicas: int) -> float:
+def allreduce_buffer_bytes(params: float, replicas: int, tp: int) -> float:
     """Bytes of the flat fp32 copy of the gradients the runtime all-reduces over ``replicas``
-    data-parallel replicas (one bucket, ``4 P``), alive after the backward; 0 for one replica."""
-    return 4.0 * params if replicas > 1 else 0.0
+    data-parallel replicas (one bucket, ``4 P``), alive after the backward: only in a
+    tensor-parallel stage (DTensor gradients); elsewhere the gradients live in one flat buffer
+    that is all-reduced in place (:func:`heteroplan.runtime.worker.flat_gradients`), and with one
+    replica nothing is all-reduced: 0."""
+    return 4.0 * params if replicas > 1 and tp > 1 else 0.0

@@ -22,6 +22,7 @@ from heteroplan.planner.model.terms import (
     allreduce_egress_bytes,
     rental_usd_per_s,
     sharded_update_s,
+    zero1_share_matrix,
 )
 from heteroplan.planner.plan import OptimizerSharding, PipelineBlock, Plan, Precision, Recomputation
 from heteroplan.planner.request import PlanRequest
@@ -127,7 +128,7 @@ class SearchContext:
         y = allreduce_s(self.network, links, tp, dp, np.where(finite, tab.grad_bytes, 1.0), cfg)
         if sharded:
             gathered = allgather_as_allreduce_bytes(np.where(finite, tab.param_bytes, 1.0))
-            y = y + sharded_update_s(tab.update, dp) + allreduce_s(self.network, links, tp, dp, gathered, cfg)
+            y = y + sharded_update_s(tab.update, self.zero1_shares(tp, dp)) + allreduce_s(self.network, links, tp, dp, gathered, cfg)
         else:
             y = y + tab.update
         return np.where(finite, y, np.inf)
@@ -145,6 +146,26 @@ class SearchContext:
             price = sum(self.network.egress_per_gb(a[1], b[1]) for a, b in links)
             egress = allreduce_egress_bytes(dp, float(tab.grad_bytes[0, self.L]), tp) * price / 1e9
             self.cache[key] = (y, egress)
+        return self.cache[key]
+
+    def zero1_shares(self, tp: int, dp: int) -> np.ndarray:
+        """``(L+1, L+1)``: the busiest replica's share of a stage's optimizer state under ZeRO-1
+        over ``dp`` replicas, by layer range (:func:`~heteroplan.planner.model.terms.zero1_share_matrix`)."""
+        key = ("zero1-shares", tp, dp)
+        if key not in self.cache:
+            self.cache[key] = zero1_share_matrix(self.profile.measured, tp, dp, self.L)
+        return self.cache[key]
+
+    def gather_egress(self, gpu: str, spread: Spread, tp: int, mbs: int, dp: int) -> np.ndarray:
+        """``(L+1, L+1)`` $ per iteration, by layer range, that ZeRO-1's all-gather of a stage's
+        updated fp32 weights sends across the zones of ``spread`` (its ring's edges, as
+        :func:`~heteroplan.planner.model.simulator.simulate` bills it; 0 where no range)."""
+        key = ("gather-egress", gpu, spread, tp, mbs, dp)
+        if key not in self.cache:
+            tab = self.table(gpu, tp, mbs)
+            price = sum(self.network.egress_per_gb(a[1], b[1]) for a, b in ring_links(gpu, spread))
+            weights = np.where(np.isfinite(tab.param_bytes), tab.param_bytes, 0.0)
+            self.cache[key] = allreduce_egress_bytes(dp, allgather_as_allreduce_bytes(weights), tp) * price / 1e9
         return self.cache[key]
 
     def shardable(self, tp: int, dp: int) -> bool:

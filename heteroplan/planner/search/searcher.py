@@ -114,6 +114,7 @@ class Searcher(SearchContext):
         ring = self.ring_sync(blocks[0].pool[0], spread, blocks[0].tp, mbs, dp) if spread is not None else (None, 0.0)
         mem = np.empty((pp, n, n))
         sharded = np.zeros((pp, n, n), dtype=bool)  # whether stage s over [a, b) shards its optimizer state
+        gathers_across = False  # whether a sharded stage's all-gather pays egress (in the split objective)
         for s, blk in enumerate(stages):
             tab = self.table(blk.pool[0], blk.tp, mbs)
             if s + 1 < pp:
@@ -125,6 +126,10 @@ class Searcher(SearchContext):
             else:
                 c_out, egress_t = np.zeros(n), 0.0
             ok, y[s], mem[s], sharded[s] = self._stage_sync(blk, mbs, dp, min(pp - s, M), spread)
+            if spread is not None and rate > 0 and sharded[s].any():  # ZeRO-1's all-gather across zones, as time
+                gather_t = np.where(sharded[s], self.gather_egress(blk.pool[0], spread, blk.tp, mbs, dp) / rate, 0.0)
+                gathers_across = gathers_across or bool(gather_t.any())
+                egress_t = egress_t + gather_t
             if s == 0:
                 ok[1:, :] = False
             if s == pp - 1:
@@ -135,7 +140,7 @@ class Searcher(SearchContext):
             c_in = c_out
         self.evaluated += 1
         buffered = self.buffered(stages, mbs)
-        cutoff = self._cutoff(incumbent, rate, ring[1], crosses=any(a.pool[1] != b.pool[1] for a, b in zip(stages, stages[1:], strict=False)))
+        cutoff = self._cutoff(incumbent, rate, ring[1], crosses=gathers_across or any(a.pool[1] != b.pool[1] for a, b in zip(stages, stages[1:], strict=False)))
         if buffered.any() and resplit:
             # the closed form prices a buffered send as blocking: split on the replay's times (what simulate charges)
             b = self._replay_split(stages, sigma, w, y, links, buffered, mbs, dp, M, rate, cutoff)
@@ -152,6 +157,9 @@ class Searcher(SearchContext):
             b = np.asarray(res.bounds)
         # w carries egress as its time-equivalent ($ / rate); take it out of the iteration time
         egress_cost = ring[1] + self._pipeline_egress(stages, b, mbs, dp, M)  # the ring's does not depend on the split
+        if spread is not None:  # ZeRO-1's all-gather does: each sharded stage's weights
+            egress_cost += sum(float(self.gather_egress(blk.pool[0], spread, blk.tp, mbs, dp)[b[s], b[s + 1]])
+                               for s, blk in enumerate(stages) if sharded[s, b[s], b[s + 1]])
         if self.cv(stages) > 0 or buffered.any():  # the split was chosen without the noise / on the replay
             t_iter = self._split_time(stages, b, links, y, buffered, mbs, dp, M)
         else:
@@ -195,7 +203,7 @@ class Searcher(SearchContext):
         ok = mem <= capacity
         if not self.shardable(blk.tp, dp):
             return ok, y, mem, np.zeros_like(ok)
-        mem_z, y_z = tab.memory(inflight, dp, dp), sync(True)
+        mem_z, y_z = tab.memory(inflight, dp, self.zero1_shares(blk.tp, dp)), sync(True)
         ok_z = mem_z <= capacity
         shard = ok_z & (~ok | (y_z < y))
         return ok | ok_z, np.where(shard, y_z, y), np.where(shard, mem_z, mem), shard
