@@ -10,6 +10,7 @@ import pytest
 
 import heteroplan.perf.fit as fit_module
 import heteroplan.perf.goodput as goodput_module
+import heteroplan.policies.common as common_module
 from heteroplan.cluster import preset
 from heteroplan.errors import InputError
 from heteroplan.perf.fit import clear_fit_cache, fit_compute, fit_throughput_params
@@ -216,3 +217,19 @@ def test_kept_grids_give_the_goodputs_of_fresh_grids(monkeypatch) -> None:
         assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     assert not all(np.array_equal(x, y) for x, y in zip(kept[0], kept[-1], strict=True))  # refits matter
     goodput_module.clear_grid_cache()
+
+
+def _records(jobs, name: str):
+    result = simulate(jobs, preset("sia-64"), make_policy(name), progress=False, record=True)
+    return result.jobs, result.schedule, result.timeline, result.rounds
+
+
+@pytest.mark.parametrize("name", ["pollux", "pollux-sia"])
+def test_pollux_with_kept_goodputs_equals_pollux_evaluating_every_round(name, monkeypatch) -> None:
+    """Pollux's goodputs as one reference type and its fair-share goodputs, kept per job while
+    its model (estimator, version, noise scale) is unchanged: the same records as evaluating
+    every round (``model_state`` None: nothing kept)."""
+    jobs = generate_newtrace(NewTraceSpec(jobs=30, hours=3.0), seed=5)
+    kept = _records(jobs, name)
+    monkeypatch.setattr(common_module, "model_state", lambda job: None)
+    assert _records(jobs, name) == kept

@@ -49,7 +49,7 @@ from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError, check_seconds
 from heteroplan.formulations.sia import ConfigSet, build_sia_model, restart_factor
 from heteroplan.policies.base import Allocation, JobState
-from heteroplan.policies.common import goodput_matrix, place_blind
+from heteroplan.policies.common import GoodputCache, choosable_columns, place_blind
 from heteroplan.policies.pollux_profile import MergedProfile, ProfileState
 from heteroplan.policies.sia_solve import solve_sia
 from heteroplan.policies.state import GeneratorState, PolicyState, expect_state
@@ -129,6 +129,7 @@ class PolluxPolicy:
     _cache: dict[int, ConfigSet] = field(default_factory=dict, repr=False)
     _intended: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict, repr=False)
     _profiles: dict[str, MergedProfile] = field(default_factory=dict, repr=False)
+    _goodputs: GoodputCache = field(default_factory=GoodputCache, repr=False)
     _rng: np.random.Generator = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -207,12 +208,17 @@ class PolluxPolicy:
         # the same on its 64-GPU cluster with 4 or more jobs; uncapped, a 1-GPU job on a
         # 1536-GPU cluster would be worth less to the fitness than leaving it without GPUs.
         fair = min(math.ceil(cluster.num_gpus / len(jobs)), int(configs.num_gpus.max()))
+        cache = self._goodputs
+        cache.keep_only([j.job_id for j in jobs])
         for i, job in enumerate(jobs):
+            if job.estimator is None:
+                continue
             ref = job.allocation.gpu_type if job.allocation else _first_type(job, cluster)
-            G[i] = goodput_matrix([job], configs, self.scale_up, np.full(len(configs), ref, dtype=object),
-                                  scale_from=self.scale_up_from)[0]
-            if self.speedup_base == "fair-share" and job.estimator is not None:
-                base[i] = fair_share_goodput(job, ref, fair)
+            cols = choosable_columns(job, configs, self.scale_up, self.scale_up_from)
+            if len(cols):  # goodputs as if every configuration were of type ``ref``, kept across rounds
+                G[i, cols] = cache.row(job, configs, cols, cache.typed_names(configs, ref))
+            if self.speedup_base == "fair-share":
+                base[i] = cache.value(job, (ref, fair), lambda job=job, ref=ref: fair_share_goodput(job, ref, fair))
         current = np.array([configs.index_of("any", j.allocation.num_gpus) if j.allocation else -1 for j in jobs])
         restart = restart_factor(
             np.array([now - j.arrival_time for j in jobs]),
