@@ -233,3 +233,19 @@ def test_pollux_with_kept_goodputs_equals_pollux_evaluating_every_round(name, mo
     kept = _records(jobs, name)
     monkeypatch.setattr(common_module, "model_state", lambda job: None)
     assert _records(jobs, name) == kept
+
+
+@pytest.mark.parametrize("app", ["cifar10", "bert", "imagenet", "yolov3"])
+def test_fit_calling_minpack_directly_equals_least_squares(app, monkeypatch) -> None:
+    """Fits through MINPACK's lmder called as ``least_squares(method="lm")`` calls it: the same
+    parameters, bit for bit, cold and warm-started, on noisy step times."""
+    rng = np.random.default_rng(7)
+    rows = Measurements.empty()
+    for _, meas in _observed(app):
+        step = meas.step_time * (1.0 + 0.05 * rng.standard_normal(len(meas)))
+        rows = rows.concat(Measurements(meas.num_nodes, meas.num_gpus, meas.local_bsz, step, meas.sync_time))
+        for init in (None, ThroughputParams(0.05, 0.002, 0.01, 0.001, 0.02, 0.002, 1.3)):
+            monkeypatch.setattr(fit_module, "DIRECT_MINPACK", True)
+            direct = fit_module._fit(rows, init, None, 0.05, 0.0, None, "tie")
+            monkeypatch.setattr(fit_module, "DIRECT_MINPACK", False)
+            assert direct == fit_module._fit(rows, init, None, 0.05, 0.0, None, "tie")

@@ -38,9 +38,10 @@ without GPUs, which queues jobs under load (see docs/sia.md).
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -252,7 +253,11 @@ class PolluxPolicy:
         if profile is None:
             profile = self._profiles[job.job_id] = MergedProfile.start(est, types)
         profile.update(est, types)
-        return replace(job, estimator=profile.model(est, types))
+        # ``job`` with another estimator: a copy with that one field set (``replace`` would run
+        # the checks of ``JobState``'s constructor again on values they already passed).
+        view = copy.copy(job)
+        object.__setattr__(view, "estimator", profile.model(est, types))
+        return view
 
     def _place_virtual(self, cluster: Cluster, jobs: Sequence[JobState], counts: dict[str, int]) -> dict[str, Allocation]:
         """Pack replicas onto the fewest 4-GPU virtual nodes (in ``vnode_order``), keep the majority
