@@ -7,7 +7,9 @@ uses the newTrace generator (:func:`heteroplan.workload.newtrace.generate_newtra
 ``bundled_workload("newtrace/seed-<s>")`` for 960 jobs over 48 h). Every row records the load
 average (1 min, before and after the run) beside wall and CPU seconds (``time.process_time``).
 
-Issue 32 measured on this machine (wall): sia 76 s (3041 rounds), pollux 71 s, gavel 13 s.
+Issue 32 measured on this machine (wall): sia 76 s (3041 rounds), pollux 71 s, gavel 13 s, on the
+sampled trace (the default source); its "pollux" is the plain ``pollux`` policy (pooled-type
+mechanism), not the artifact-faithful ``pollux-sia``.
 Writes ``benchmarks/results/<--out>.json``; ``--policies`` and ``--seed`` choose the runs
 (``name:key=value,...`` passes options, e.g. ``sia:mode=milp,mip_gap=0.001``).
 """

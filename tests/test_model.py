@@ -191,3 +191,38 @@ def test_bad_expressions_and_constraints() -> None:
         _ = np.ones((2, 4)) @ x.sum(axis=0)
     with pytest.raises(TypeError, match="truth value"):
         bool(x.sum() <= 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 30), st.integers(1, 6), st.integers(0, 2**31 - 1), st.booleans())
+def test_scatter_equals_the_one_per_column_matrix_product(n: int, rows: int, seed: int, shifted: bool) -> None:
+    """``x.scatter(out_row, coef, m)`` is ``A @ x`` for the CSC matrix with ``coef[i]`` in row
+    ``out_row[i]`` of column ``i``: the same terms, constants and standard form."""
+    rng = np.random.default_rng(seed)
+    out_row = rng.integers(0, rows, n)
+    coef = rng.choice([0.0, 1.0, 2.5, 8.0], n)
+    built = []
+    for how in ("matrix", "scatter"):
+        model = Model()
+        x = model.add_variables("x", n, ub=1.0, integer=True)
+        expr = x + 3.0 if shifted else x
+        A = sp.csc_matrix((coef, out_row, np.arange(n + 1)), shape=(rows, n))
+        lhs = A @ expr if how == "matrix" else expr.scatter(out_row, coef, rows)
+        model.add_constraints(lhs <= np.arange(rows, dtype=float), "rows")
+        model.minimize(x.sum())
+        built.append((lhs, model.to_standard_form()))
+    (a, fa), (b, fb) = built
+    assert np.array_equal(a.rows, b.rows) and np.array_equal(a.cols, b.cols) and np.array_equal(a.vals, b.vals)
+    assert np.array_equal(a.const, b.const) and a.unique == b.unique
+    assert (fa.A != fb.A).nnz == 0 and np.array_equal(fa.row_ub, fb.row_ub)
+    x0 = rng.random(n)
+    assert np.allclose(b.value(x0), A @ (x0 + (3.0 if shifted else 0.0)))
+
+
+def test_scatter_checks_its_rows() -> None:
+    model = Model()
+    x = model.add_variables("x", 3)
+    with pytest.raises(ModelError, match="out_row"):
+        x.scatter([0, 1, 3], [1.0, 1.0, 1.0], 3)
+    with pytest.raises(ModelError, match="shape"):
+        x.scatter([0, 1], [1.0, 1.0], 3)

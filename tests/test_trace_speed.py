@@ -10,6 +10,7 @@ import pytest
 
 import heteroplan.perf.fit as fit_module
 import heteroplan.perf.goodput as goodput_module
+import heteroplan.policies.common as common_module
 from heteroplan.cluster import preset
 from heteroplan.errors import InputError
 from heteroplan.perf.fit import clear_fit_cache, fit_compute, fit_throughput_params
@@ -216,3 +217,35 @@ def test_kept_grids_give_the_goodputs_of_fresh_grids(monkeypatch) -> None:
         assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     assert not all(np.array_equal(x, y) for x, y in zip(kept[0], kept[-1], strict=True))  # refits matter
     goodput_module.clear_grid_cache()
+
+
+def _records(jobs, name: str):
+    result = simulate(jobs, preset("sia-64"), make_policy(name), progress=False, record=True)
+    return result.jobs, result.schedule, result.timeline, result.rounds
+
+
+@pytest.mark.parametrize("name", ["pollux", "pollux-sia"])
+def test_pollux_with_kept_goodputs_equals_pollux_evaluating_every_round(name, monkeypatch) -> None:
+    """Pollux's goodputs as one reference type and its fair-share goodputs, kept per job while
+    its model (estimator, version, noise scale) is unchanged: the same records as evaluating
+    every round (``model_state`` None: nothing kept)."""
+    jobs = generate_newtrace(NewTraceSpec(jobs=30, hours=3.0), seed=5)
+    kept = _records(jobs, name)
+    monkeypatch.setattr(common_module, "model_state", lambda job: None)
+    assert _records(jobs, name) == kept
+
+
+@pytest.mark.parametrize("app", ["cifar10", "bert", "imagenet", "yolov3"])
+def test_fit_calling_minpack_directly_equals_least_squares(app, monkeypatch) -> None:
+    """Fits through MINPACK's lmder called as ``least_squares(method="lm")`` calls it: the same
+    parameters, bit for bit, cold and warm-started, on noisy step times."""
+    rng = np.random.default_rng(7)
+    rows = Measurements.empty()
+    for _, meas in _observed(app):
+        step = meas.step_time * (1.0 + 0.05 * rng.standard_normal(len(meas)))
+        rows = rows.concat(Measurements(meas.num_nodes, meas.num_gpus, meas.local_bsz, step, meas.sync_time))
+        for init in (None, ThroughputParams(0.05, 0.002, 0.01, 0.001, 0.02, 0.002, 1.3)):
+            monkeypatch.setattr(fit_module, "DIRECT_MINPACK", True)
+            direct = fit_module._fit(rows, init, None, 0.05, 0.0, None, "tie")
+            monkeypatch.setattr(fit_module, "DIRECT_MINPACK", False)
+            assert direct == fit_module._fit(rows, init, None, 0.05, 0.0, None, "tie")

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-import scipy.sparse as sp
 
 from heteroplan.cluster import Cluster, GPUType
 from heteroplan.errors import InputError
@@ -372,13 +371,11 @@ def build_sia_model_pairs(
     model = Model("sia")
     lb = np.where(pin_rows[job_of], 1.0, 0.0)
     x = model.add_variables("x", P, lb=lb, ub=1.0, integer=True)
-    # One non-zero per column in each block: CSC arrays written directly (no COO sort).
-    per_column = np.arange(P + 1)
-    one = sp.csc_matrix((np.ones(P), job_of, per_column), shape=(J, P))
-    model.add_constraints(one @ x <= 1.0, "one_config")
-    gpus = sp.csc_matrix((configs.num_gpus[config_of].astype(float), configs.type_index[config_of], per_column),
-                         shape=(len(cap), P))
-    model.add_constraints(gpus @ x <= cap, "capacity")
+    # One non-zero per column in each block: each variable's term goes to its job's row and to
+    # its type's capacity row, no matrix built.
+    model.add_constraints(x.scatter(job_of, np.ones(P), J) <= 1.0, "one_config")
+    model.add_constraints(x.scatter(configs.type_index[config_of], configs.num_gpus[config_of].astype(float), len(cap))
+                          <= cap, "capacity")
     minimize = p < 0
     if minimize:
         model.minimize(x @ (utility - lam) + lam * J)

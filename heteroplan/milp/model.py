@@ -276,6 +276,24 @@ class LinExpr:
             1 if self.unique == 2 else 0,
         )
 
+    def scatter(self, out_row: Any, coef: Any, num_rows: int) -> LinExpr:
+        """``A @ expr`` for the ``(num_rows, n)`` matrix ``A`` with one non-zero per column,
+        ``coef[i]`` in row ``out_row[i]`` of column ``i`` (``expr`` 1-D of length n), without
+        building ``A``: e.g. ``x.scatter(job_of, gpus, num_jobs)`` sums each job's terms."""
+        if self.ndim != 1:
+            raise ModelError("expression.shape", self.shape, "scatter needs a 1-D expression")
+        out_row = np.asarray(out_row)
+        coef = np.asarray(coef, dtype=float)
+        if out_row.shape != self.shape or coef.shape != self.shape:
+            raise ModelError("scatter.shape", (out_row.shape, coef.shape), f"need {self.shape} rows and coefficients")
+        if out_row.size and (out_row.min() < 0 or out_row.max() >= num_rows):
+            raise ModelError("scatter.out_row", int(out_row.min() if out_row.min() < 0 else out_row.max()),
+                             f"rows are 0..{num_rows - 1}")
+        if not _is_zero_view(self.const):  # constants to carry: the matrix after all
+            A = sp.csc_matrix((coef, out_row, np.arange(len(coef) + 1)), shape=(num_rows, len(coef)))
+            return A @ self
+        return self._rmatmul_one_per_column(_Rows(num_rows), out_row, coef.copy(), (coef != 0).astype(np.int64))
+
     def _rmatmul_one_per_column(
         self, A: Any, out_row: np.ndarray, coef: np.ndarray, per_column: np.ndarray
     ) -> LinExpr:
@@ -378,6 +396,17 @@ class LinExpr:
         """Evaluate at the full variable vector ``x`` (length ``model.num_vars``)."""
         out = np.bincount(self.rows, weights=self.vals * np.asarray(x)[self.cols], minlength=self.size)
         return (out + self.const).reshape(self.shape)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The shape of a matrix that :meth:`LinExpr.scatter` does not build (its constants are 0)."""
+
+    num_rows: int
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.num_rows,)
 
 
 def _csc(

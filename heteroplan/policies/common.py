@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -12,7 +12,7 @@ from heteroplan.formulations.sia import ConfigSet, GoodputPairs
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.placement import place
 
-__all__ = ["GoodputCache", "goodput_matrix", "goodput_pairs", "choosable_columns", "max_gpus_this_round",
+__all__ = ["GoodputCache", "model_state", "goodput_matrix", "goodput_pairs", "choosable_columns", "max_gpus_this_round",
            "current_config", "place_blind"]
 
 
@@ -51,22 +51,36 @@ class GoodputCache:
     """Goodputs of each job's choosable configurations, reused across rounds while nothing they
     depend on changes: the job's estimator (same object, same ``version``), its noise scale
     (``noise_scale(progress)``; the progress itself for an estimator without one) and the
-    configurations. Estimators without a ``version`` are evaluated every round."""
+    configurations (and the type names asked, compared by identity: see :meth:`typed_names`).
+    Estimators without a ``version`` are evaluated every round."""
 
     def __init__(self) -> None:
         self._configs: ConfigSet | None = None
         self._rows: dict[str, tuple] = {}
+        self._values: dict[tuple[str, object], tuple] = {}
+        self._names: dict[str, np.ndarray] = {}
+
+    def _use(self, configs: ConfigSet) -> None:
+        if configs is not self._configs:
+            self._configs, self._rows, self._names = configs, {}, {}
+
+    def typed_names(self, configs: ConfigSet, gpu_type: str) -> np.ndarray:
+        """``gpu_type`` for every configuration (read-only, one array per type): heterogeneity-unaware
+        policies ask the estimator as if every configuration were of one reference type."""
+        self._use(configs)
+        names = self._names.get(gpu_type)
+        if names is None:
+            names = self._names[gpu_type] = np.full(len(configs), gpu_type, dtype=object)
+            names.setflags(write=False)
+        return names
 
     def row(self, job: JobState, configs: ConfigSet, cols: np.ndarray, names: np.ndarray) -> np.ndarray:
         """Goodput (samples/s) of ``job`` on the configurations ``cols`` (type names ``names``)."""
-        if configs is not self._configs:
-            self._configs, self._rows = configs, {}
+        self._use(configs)
         est = job.estimator
-        version = getattr(est, "version", None)
-        if version is None:
+        state = model_state(job)
+        if state is None:
             return _evaluate(job, configs, cols, names)
-        noise = getattr(est, "noise_scale", None)
-        state = (version, noise(job.progress) if noise is not None else job.progress)
         hit = self._rows.get(job.job_id)
         if hit is not None and hit[0] is est and hit[1] == state and hit[2] is cols and hit[3] is names:
             return hit[4]
@@ -74,11 +88,38 @@ class GoodputCache:
         self._rows[job.job_id] = (est, state, cols, names, values)
         return values
 
+    def value(self, job: JobState, key: object, compute: Callable[[], float]) -> float:
+        """``compute()``, a number that depends on ``job``'s model only through its estimator,
+        ``version`` and noise scale (and on ``key``), kept while those stay the same."""
+        state = model_state(job)
+        if state is None:
+            return compute()
+        slot = (job.job_id, key)
+        hit = self._values.get(slot)
+        if hit is not None and hit[0] is job.estimator and hit[1] == state:
+            return hit[2]
+        value = compute()
+        self._values[slot] = (job.estimator, state, value)
+        return value
+
     def keep_only(self, job_ids: Sequence[str]) -> None:
         """Forget jobs not in ``job_ids`` (finished ones)."""
-        if len(self._rows) > 2 * len(job_ids):
+        if len(self._rows) > 2 * len(job_ids) or len(self._values) > 4 * len(job_ids):
             wanted = set(job_ids)
             self._rows = {k: v for k, v in self._rows.items() if k in wanted}
+            self._values = {k: v for k, v in self._values.items() if k[0] in wanted}
+
+
+def model_state(job: JobState) -> tuple | None:
+    """What ``job``'s goodputs depend on besides the configuration: its estimator's ``version``
+    and noise scale at its progress (the progress itself for an estimator without a noise
+    scale); ``None`` when the estimator has no ``version`` (nothing may be reused)."""
+    est = job.estimator
+    version = getattr(est, "version", None)
+    if version is None:
+        return None
+    noise = getattr(est, "noise_scale", None)
+    return (version, noise(job.progress) if noise is not None else job.progress)
 
 
 def _evaluate(job: JobState, configs: ConfigSet, cols: np.ndarray, names: np.ndarray) -> np.ndarray:
@@ -95,7 +136,8 @@ def goodput_pairs(
     """Goodput (samples/s) of each job on each configuration it may get this round (see
     :func:`choosable_columns`), evaluated only there: a job with a scale-up limit costs its
     few candidate configurations, not the whole cluster's. ``types`` overrides the GPU type
-    asked of the estimator per configuration; ``cache`` reuses rows across rounds.
+    asked of the estimator per configuration; ``cache`` reuses rows across rounds (with
+    ``types``, only while the same array is passed: see :meth:`GoodputCache.typed_names`).
     """
     names = configs.type_names if types is None else np.asarray(types, dtype=object)
     job_parts, col_parts, val_parts = [], [], []
@@ -105,8 +147,7 @@ def goodput_pairs(
         cols = choosable_columns(job, configs, scale_up, scale_from)
         if not len(cols):
             continue
-        values = cache.row(job, configs, cols, names) if cache is not None and types is None \
-            else _evaluate(job, configs, cols, names)
+        values = cache.row(job, configs, cols, names) if cache is not None else _evaluate(job, configs, cols, names)
         job_parts.append(np.full(len(cols), i))
         col_parts.append(cols)
         val_parts.append(values)

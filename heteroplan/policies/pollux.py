@@ -38,9 +38,10 @@ without GPUs, which queues jobs under load (see docs/sia.md).
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -49,7 +50,7 @@ from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError, check_seconds
 from heteroplan.formulations.sia import ConfigSet, build_sia_model, restart_factor
 from heteroplan.policies.base import Allocation, JobState
-from heteroplan.policies.common import goodput_matrix, place_blind
+from heteroplan.policies.common import GoodputCache, choosable_columns, place_blind
 from heteroplan.policies.pollux_profile import MergedProfile, ProfileState
 from heteroplan.policies.sia_solve import solve_sia
 from heteroplan.policies.state import GeneratorState, PolicyState, expect_state
@@ -129,6 +130,7 @@ class PolluxPolicy:
     _cache: dict[int, ConfigSet] = field(default_factory=dict, repr=False)
     _intended: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict, repr=False)
     _profiles: dict[str, MergedProfile] = field(default_factory=dict, repr=False)
+    _goodputs: GoodputCache = field(default_factory=GoodputCache, repr=False)
     _rng: np.random.Generator = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -207,12 +209,17 @@ class PolluxPolicy:
         # the same on its 64-GPU cluster with 4 or more jobs; uncapped, a 1-GPU job on a
         # 1536-GPU cluster would be worth less to the fitness than leaving it without GPUs.
         fair = min(math.ceil(cluster.num_gpus / len(jobs)), int(configs.num_gpus.max()))
+        cache = self._goodputs
+        cache.keep_only([j.job_id for j in jobs])
         for i, job in enumerate(jobs):
+            if job.estimator is None:
+                continue
             ref = job.allocation.gpu_type if job.allocation else _first_type(job, cluster)
-            G[i] = goodput_matrix([job], configs, self.scale_up, np.full(len(configs), ref, dtype=object),
-                                  scale_from=self.scale_up_from)[0]
-            if self.speedup_base == "fair-share" and job.estimator is not None:
-                base[i] = fair_share_goodput(job, ref, fair)
+            cols = choosable_columns(job, configs, self.scale_up, self.scale_up_from)
+            if len(cols):  # goodputs as if every configuration were of type ``ref``, kept across rounds
+                G[i, cols] = cache.row(job, configs, cols, cache.typed_names(configs, ref))
+            if self.speedup_base == "fair-share":
+                base[i] = cache.value(job, (ref, fair), lambda job=job, ref=ref: fair_share_goodput(job, ref, fair))
         current = np.array([configs.index_of("any", j.allocation.num_gpus) if j.allocation else -1 for j in jobs])
         restart = restart_factor(
             np.array([now - j.arrival_time for j in jobs]),
@@ -246,7 +253,11 @@ class PolluxPolicy:
         if profile is None:
             profile = self._profiles[job.job_id] = MergedProfile.start(est, types)
         profile.update(est, types)
-        return replace(job, estimator=profile.model(est, types))
+        # ``job`` with another estimator: a copy with that one field set (``replace`` would run
+        # the checks of ``JobState``'s constructor again on values they already passed).
+        view = copy.copy(job)
+        object.__setattr__(view, "estimator", profile.model(est, types))
+        return view
 
     def _place_virtual(self, cluster: Cluster, jobs: Sequence[JobState], counts: dict[str, int]) -> dict[str, Allocation]:
         """Pack replicas onto the fewest 4-GPU virtual nodes (in ``vnode_order``), keep the majority
