@@ -236,10 +236,32 @@ def _cell(r: dict | None) -> str:
             f" / {r['gpus_held']:4.1f}")
 
 
+def groups(jobs: dict) -> list[tuple[str, list[dict]]]:
+    """(label, job records): all jobs, the p99 tail (JCT >= p99) and each application."""
+    done = [r for r in jobs.values() if r["jct_s"] is not None]
+    q = p99([r["jct_s"] for r in done])
+    out = [("all", done), ("p99 tail", [r for r in done if r["jct_s"] >= q])]
+    for app in sorted({r["application"] for r in done}):
+        out.append((app, [r for r in done if r["application"] == app]))
+    return out
+
+
+def group_row(label: str, rows: list[dict]) -> str:
+    """Means of a group: JCT h, restarts, restoring h, GPUs held."""
+    n = len(rows)
+    mean = (lambda key, scale=1.0: sum(r[key] for r in rows) / n / scale)  # noqa: E731
+    return (f"{label:12s} {n:4d} jobs  JCT {mean('jct_s', HOUR):6.2f} h  restarts {mean('restarts'):5.1f}  "
+            f"restoring {mean('restoring_s', HOUR):5.2f} h  GPUs held {mean('gpus_held'):4.1f}")
+
+
 def print_side_by_side(art: dict, ours: dict, tail: int = 12) -> None:
     for label, rec in (("artifact sia", art), ("heteroplan sia", ours)):
         avg, q, end, n = summary(rec["jobs"])
         print(f"{label:15s} avg {avg:.3f} h  p99 {q:.2f} h  makespan {end:.1f} h  ({n} finished)")
+    for label, rec in (("artifact", art), ("heteroplan", ours)):
+        print(f"\n{label}:")
+        for name, rows in groups(rec["jobs"]):
+            print("  " + group_row(name, rows))
     print(f"\nlongest {tail} jobs of the artifact, with ours (JCT h / restarts / restoring h / GPUs held):")
     order = sorted((n for n, r in art["jobs"].items() if r["jct_s"] is not None),
                    key=lambda n: -art["jobs"][n]["jct_s"])
