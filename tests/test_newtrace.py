@@ -15,7 +15,13 @@ from heteroplan.workload.newtrace import (
     NewTraceSpec,
     generate_newtrace,
 )
-from heteroplan.workload.sia import bundled_workload, is_bundled_workload
+from heteroplan.workload.sia import (
+    JobSpec,
+    bundled_workload,
+    is_bundled_workload,
+    read_sia_workload,
+    write_sia_workload,
+)
 
 
 def test_mix_and_arrival_span_for_many_jobs():
@@ -99,3 +105,34 @@ def test_bad_input_names_the_field(kwargs, field):
 def test_bad_seed():
     with pytest.raises(InputError, match="newtrace.seed"):
         generate_newtrace(seed=-1)
+
+
+@pytest.mark.parametrize("name", ["newtrace/seed-4", "philly/workload-1", "saturn/workload-3"])
+def test_written_workload_reads_back_as_the_same_jobs(tmp_path, name):
+    jobs = bundled_workload(name)
+    path = write_sia_workload(jobs, tmp_path / "w.csv")
+    assert read_sia_workload(path) == jobs
+    header, first = path.read_text().splitlines()[:2]
+    assert header == "name,time,application,num_replicas,batch_size"  # the Sia artifact's columns
+    j = jobs[0]
+    assert first == f"{j.name},{int(j.arrival_time)},{j.application},{j.num_replicas},{j.batch_size}"
+
+
+def test_written_workload_keeps_fractional_times_and_sorts_by_arrival(tmp_path):
+    jobs = [JobSpec("b", 7.25, "bert", 6, 384), JobSpec("a", 0.1 + 0.2, "cifar10", 4, 2048)]
+    back = read_sia_workload(write_sia_workload(jobs, tmp_path / "w.csv"))
+    assert [j.name for j in back] == ["a", "b"]
+    assert back[0].arrival_time == 0.1 + 0.2 and back[1].arrival_time == 7.25
+
+
+@pytest.mark.parametrize(("jobs", "field"), [
+    ([], "jobs"),
+    ([JobSpec("a", 0, "bert", 6, 384), JobSpec("a", 1, "bert", 6, 384)], "jobs"),
+    ([JobSpec("a,b", 0, "bert", 6, 384)], "JobSpec[a,b].name"),
+    ([JobSpec("a", 0, "be\nrt", 6, 384)], "JobSpec[a].application"),
+])
+def test_writing_a_workload_that_would_not_read_back_names_the_field(tmp_path, jobs, field):
+    with pytest.raises(InputError) as err:
+        write_sia_workload(jobs, tmp_path / "w.csv")
+    assert err.value.field == field
+    assert not (tmp_path / "w.csv").exists()

@@ -125,6 +125,7 @@ class JobState:
         max_gpus_run: most GPUs it has ever run on (0: never ran).
         last_gpus: GPUs of its current or, when stopped, last allocation (0: never ran).
         batch_size: total batch size (samples) it runs with now, or was given (rigid jobs).
+        requested_batch: total batch size (samples) its workload requested (0: none given).
     """
 
     job_id: str
@@ -144,6 +145,7 @@ class JobState:
     max_gpus_run: int = 0
     last_gpus: int = 0
     batch_size: int = 0
+    requested_batch: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.requested_gpus, bool) or not isinstance(self.requested_gpus, Integral) \

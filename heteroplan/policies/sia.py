@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,9 +19,11 @@ from heteroplan.formulations.sia import (
     restart_factor,
 )
 from heteroplan.inputs import finite_number
+from heteroplan.perf.goodput import GoodputModel
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.common import GoodputCache, current_config, goodput_pairs
 from heteroplan.policies.placement import place
+from heteroplan.policies.requested_batch import RequestedBatchModel
 from heteroplan.policies.sia_solve import solve_sia
 
 __all__ = ["SiaPolicy", "ARTIFACT_RESTART_PENALTIES"]
@@ -31,6 +34,9 @@ __all__ = ["SiaPolicy", "ARTIFACT_RESTART_PENALTIES"]
 ARTIFACT_RESTART_PENALTIES: Mapping[str, float] = MappingProxyType({
     "deepspeech2": 25.0, "imagenet": 250.0, "cifar10": 30.0, "bert": 120.0, "yolov3": 45.0,
 })
+
+
+BATCH_LIMITS = ("application", "requested")
 
 
 @dataclass
@@ -46,6 +52,10 @@ class SiaPolicy:
             applications are priced at their own restart delay. ``{}``: every job at its own.
         young_exempt: a job younger than its restart price is not penalized (factor 1), as
             the Sia artifact does ("don't penalize jobs that have not scaled up even once").
+        batch_limit: the largest total batch the policy plans a job's goodput with:
+            ``"application"`` (its application's) or ``"requested"`` (the batch its workload
+            requested, as the Sia artifact's policy does; the job still runs at the best batch up
+            to its application's limit; see :mod:`heteroplan.policies.requested_batch`).
         scale_up: at most this factor more GPUs per round than ``scale_up_from``:
             ``"max"`` (default, the Sia artifact: the most GPUs the job has run on) or
             ``"current"`` (its current or last allocation).
@@ -66,6 +76,7 @@ class SiaPolicy:
     restart_penalty: bool = True
     restart_prices: Mapping[str, float] = field(default_factory=lambda: ARTIFACT_RESTART_PENALTIES)
     young_exempt: bool = True
+    batch_limit: str = "application"
     scale_up: float = 2.0
     scale_up_from: str = "max"
     mode: str = "auto"
@@ -80,10 +91,13 @@ class SiaPolicy:
     last_result: SiaResult | None = field(default=None, repr=False)
     _configs: dict[int, ConfigSet] = field(default_factory=dict, repr=False)
     _goodputs: GoodputCache = field(default_factory=GoodputCache, repr=False)
+    _planned: dict[str, RequestedBatchModel] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:  # options are checked when given, not at the first round
         if self.mode not in ("auto", "milp", "lp-round"):
             raise InputError("mode", self.mode, "choose 'auto', 'milp' or 'lp-round'")
+        if self.batch_limit not in BATCH_LIMITS:
+            raise InputError("batch_limit", self.batch_limit, f"choose one of {list(BATCH_LIMITS)}")
         if self.scale_up_from not in ("max", "current"):
             raise InputError("scale_up_from", self.scale_up_from, "choose 'max' or 'current'")
         check_seconds("time_limit", self.time_limit)
@@ -113,6 +127,24 @@ class SiaPolicy:
         factor = restart_factor(age, np.array([j.num_restarts for j in jobs]), price)
         return np.where(age < price, 1.0, factor) if self.young_exempt else factor
 
+    def planned_views(self, jobs: Sequence[JobState]) -> list[JobState]:
+        """``jobs`` with each elastic goodput-model job's estimator seen through its requested
+        batch (:class:`~heteroplan.policies.requested_batch.RequestedBatchModel`); one view per
+        job, kept across rounds while its estimator is the same object."""
+        live = {j.job_id for j in jobs}
+        self._planned = {k: v for k, v in self._planned.items() if k in live}
+        out = []
+        for job in jobs:
+            est = job.estimator
+            if not (job.elastic and job.requested_batch > 0 and isinstance(est, GoodputModel)):
+                out.append(job)
+                continue
+            view = self._planned.get(job.job_id)
+            if view is None or view.model is not est or view.max_batch != _clipped(est, job.requested_batch):
+                view = self._planned[job.job_id] = RequestedBatchModel(est, job.requested_batch)
+            out.append(dataclasses.replace(job, estimator=view))
+        return out
+
     def configs(self, cluster: Cluster) -> ConfigSet:
         key = id(cluster)
         if key not in self._configs:
@@ -124,6 +156,8 @@ class SiaPolicy:
             return {}
         configs = self.configs(cluster)
         self._goodputs.keep_only([j.job_id for j in jobs])
+        if self.batch_limit == "requested":
+            jobs = self.planned_views(jobs)
         pairs = goodput_pairs(jobs, configs, self.scale_up, scale_from=self.scale_up_from, cache=self._goodputs)
         current = current_config(jobs, configs)
         restart = None
@@ -143,3 +177,8 @@ class SiaPolicy:
         previous = {j.job_id: j.allocation for j in jobs if j.allocation is not None}
         placed, _ = place(cluster, wanted, previous)
         return placed
+
+
+def _clipped(model: GoodputModel, batch: int) -> int:
+    app = model.app
+    return int(min(max(batch, app.init_batch_size), app.max_batch_size))

@@ -399,7 +399,7 @@ class SchedulingSession:
             attained_service=job.gpu_seconds, progress=job.fraction_done,
             remaining_work=max(0.0, job.total_work - job.work_done), restart_delay=self.restart_delay(job.job_id),
             estimator=job.estimator, max_gpus_run=job.max_gpus_run, last_gpus=job.last_gpus,
-            batch_size=job.batch_size or job.given_batch,
+            batch_size=job.batch_size or job.given_batch, requested_batch=job.given_batch,
         )
 
     def view(self, job_id: str) -> JobState:

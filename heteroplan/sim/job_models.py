@@ -88,6 +88,7 @@ class SimJob:
             requested_gpus=self.requested_gpus, elastic=self.elastic, max_gpus=self.max_gpus,
             progress=self.fraction_done, remaining_work=max(0.0, self.total_work - self.done),
             restart_delay=self.restart_delay, estimator=self.estimator, batch_size=self.batch_size or self.given_batch,
+            requested_batch=self.given_batch,
         )
 
     def isolated_time(self, cluster: Cluster) -> float:

@@ -19,7 +19,8 @@ from pathlib import Path
 from heteroplan.errors import InputError
 from heteroplan.inputs import read_text, strict_int
 
-__all__ = ["JobSpec", "read_sia_workload", "bundled_workload", "is_bundled_workload", "BUNDLED_WORKLOADS"]
+__all__ = ["JobSpec", "read_sia_workload", "write_sia_workload", "bundled_workload", "is_bundled_workload",
+           "BUNDLED_WORKLOADS"]
 
 COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 # Beyond these a row is a typo, not a job: 1e12 samples per step would simulate for 4e8 hours.
@@ -111,6 +112,36 @@ def read_sia_workload(path: str | Path, known_apps: set[str] | None = None,
     if not jobs:
         raise InputError("workload", str(path), "has no jobs")
     return sorted(jobs, key=lambda j: j.arrival_time)
+
+
+def write_sia_workload(jobs: list[JobSpec], path: str | Path) -> Path:
+    """Write ``jobs`` as a Sia workload CSV (the columns :func:`read_sia_workload` reads, the
+    format of the Sia artifact's ``workloads/*.csv``), in arrival order; returns the path.
+
+    Arrival times are written in seconds, as integers when whole (as the artifact's files are), else
+    with :func:`repr` precision, so reading the file back gives the same jobs. Job names must be
+    unique and contain no comma, quote or line break.
+    """
+    path = Path(path)
+    names = [j.name for j in jobs]
+    if not jobs:
+        raise InputError("jobs", jobs, "must not be empty")
+    if len(set(names)) != len(names):
+        raise InputError("jobs", sorted({n for n in names if names.count(n) > 1}), "job names must be unique")
+    for job in jobs:
+        if not isinstance(job, JobSpec):
+            raise InputError("jobs", job, "must be JobSpec items")
+        for field, value in (("name", job.name), ("application", job.application)):
+            if any(c in value for c in ',"\r\n') or value != value.strip():
+                raise InputError(f"JobSpec[{job.name}].{field}", value,
+                                 "must not contain commas, quotes, line breaks or edge spaces")
+    lines = [",".join(COLUMNS)]
+    for job in sorted(jobs, key=lambda j: j.arrival_time):
+        t = float(job.arrival_time)
+        time = str(int(t)) if t.is_integer() else repr(t)
+        lines.append(f"{job.name},{time},{job.application},{job.num_replicas},{job.batch_size}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
 
 
 def _unique_names(jobs: list[JobSpec]) -> list[JobSpec]:
