@@ -366,3 +366,20 @@ def test_recomputed_layers_are_timed_checkpointed_and_priced_from_the_profile(mo
         times[timed] = float(sim.stage_times.compute[0, 0])
     assert times[True] == pytest.approx(L * 12e-3)
     assert times[False] == pytest.approx(L * 4e-3)
+
+
+def test_timed_backwards_accumulate_into_existing_gradients_as_the_runtime_does() -> None:
+    """Every timed backward of a layer adds its gradients to gradients that already exist (the
+    runtime's microbatches accumulate into one buffer), so the add is in the profile's time; the
+    layer is left without gradients afterwards."""
+    from heteroplan.runtime import profiler
+
+    layer = torch.nn.Linear(8, 8)
+    seen: list[bool] = []
+    for p in layer.parameters():
+        p.register_hook(lambda g, p=p: seen.append(p.grad is not None) or g)
+    dev = torch.device("cpu")
+    profiler._time_layer(torch, profiler._Timer(torch, dev), layer, torch.randn(4, 8, requires_grad=True), 0, None,
+                         warmup=1, repeats=3)
+    assert len(seen) == 2 * 4 and all(seen)
+    assert all(p.grad is None for p in layer.parameters())

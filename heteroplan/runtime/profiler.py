@@ -352,12 +352,16 @@ def _time_layer(
     loss_fn: Callable[[torch.Tensor], torch.Tensor] | None, warmup: int, repeats: int,
 ) -> tuple[float, float, torch.Tensor]:
     """Median forward and backward seconds of ``layer`` on ``inp`` (``loss_fn`` timed with it when
-    given), and its output."""
+    given), and its output. The backward accumulates into gradients that exist before it, as every
+    microbatch of the runtime's does (its gradients live in one buffer, ``worker.flat_gradients``):
+    the add of each parameter's gradient is part of the time (on an H100, 1.2-1.4 ms a microbatch
+    of the 320M GPT in fp32: what back-to-back microbatches cost over an isolated one)."""
     fwd, bwd = [], []
     out = grad = None
+    for p in layer.parameters():
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p)
     for r in range(warmup + repeats):
-        for p in layer.parameters():
-            p.grad = None
 
         def run_forward() -> tuple[torch.Tensor, torch.Tensor]:
             o = _forward(layer, inp, index)
