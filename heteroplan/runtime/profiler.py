@@ -522,9 +522,9 @@ def profile_layers(
     with torch.enable_grad():
         overhead = _overhead_bytes(torch, dev, model, layers, make_input, sizes[0], loss_fn)
     # under tensor parallelism the shard this rank holds
-    params = tuple(sum(local_tensor(p).numel() for p in layer.parameters()) for layer in layers)
-    params_bytes = tuple(sum(local_tensor(p).numel() * p.element_size() for p in layer.parameters()) for layer in layers)
     tensors = tuple(tuple(local_tensor(p).numel() for p in layer.parameters()) for layer in layers)
+    params = tuple(sum(numels) for numels in tensors)
+    params_bytes = tuple(sum(local_tensor(p).numel() * p.element_size() for p in layer.parameters()) for layer in layers)
     out_f, out_b, in_f, in_b, update_work = ([0] * L for _ in range(5))
     ends = {0, len(sizes) - 1}  # memory is measured at the smallest and largest sizes, a line through both
     saved = {k: [0] * L for k in ends}

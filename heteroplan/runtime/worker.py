@@ -275,8 +275,8 @@ class StageTrainer:
         assert self.pipeline is not None
         me, count = self.me, self.me.num_microbatches * self.plan.microbatch_size
         batch = self.task.batch(step, me.sample_offset, count) if self.first or self.last else None
-        inputs = batch[0].to(self.device) if self.first and batch is not None else None
-        target = batch[1].to(self.device) if self.last and batch is not None else None
+        inputs = _host_to_device(batch[0], self.device) if self.first and batch is not None else None
+        target = _host_to_device(batch[1], self.device) if self.last and batch is not None else None
         return self.pipeline.run(inputs, target)
 
     def _run_own_schedule(self, step: int) -> float | torch.Tensor:

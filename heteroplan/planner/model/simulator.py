@@ -389,17 +389,32 @@ def measured_memory_terms(profile: ModelProfile, stage: Stage, tp: int, mbs: int
     return MemoryTerms(*gb, total=sum(gb))
 
 
-def _stage_memory(profile: ModelProfile, plan: Plan, reps: list, cfg: list[list[SimConfig]], micro: np.ndarray) -> StageMemory:
+def _zero1_shares(profile: ModelProfile, plan: Plan, reps: list) -> np.ndarray:
+    """``(S, D)``: the share of its stage's optimizer state each replica's GPU holds, the busiest
+    replica's under ZeRO-1 (:func:`~heteroplan.planner.model.terms.zero1_share`, once per stage
+    and TP degree), 1 unsharded."""
+    out = np.ones((plan.pp, plan.dp))
+    for s, stage in enumerate(plan.stages):
+        if stage.optimizer_sharding is OptimizerSharding.ZERO1:
+            by_tp: dict[int, float] = {}
+            for d, r in enumerate(reps[s]):
+                if r.tp not in by_tp:
+                    by_tp[r.tp] = zero1_share(profile.measured, r.tp, stage.first_layer, stage.last_layer, plan.dp)
+                out[s, d] = by_tp[r.tp]
+    return out
+
+
+def _stage_memory(profile: ModelProfile, plan: Plan, reps: list, cfg: list[list[SimConfig]], micro: np.ndarray,
+                  shares: np.ndarray) -> StageMemory:
     """The memory terms of every (stage, replica), ``inflight = min(S - s, M_d)`` microbatches held
-    by stage ``s`` under 1F1B; evaluated on arrays, one platform's constants at a time."""
+    by stage ``s`` under 1F1B, holding ``shares[s, d]`` of the optimizer state
+    (:func:`_zero1_shares`); evaluated on arrays, one platform's constants at a time."""
     S, D, mbs = plan.pp, plan.dp, plan.microbatch_size
     if profile.measured is not None:
         terms = {name: np.zeros((S, D)) for name in MemoryTerms.NAMES}
         for s, stage in enumerate(plan.stages):
-            sharded = stage.optimizer_sharding is OptimizerSharding.ZERO1
             for d, r in enumerate(reps[s]):
-                share = zero1_share(profile.measured, r.tp, stage.first_layer, stage.last_layer, D) if sharded else 1.0
-                one = measured_memory_terms(profile, stage, r.tp, mbs, int(min(S - s, micro[d])), share, D)
+                one = measured_memory_terms(profile, stage, r.tp, mbs, int(min(S - s, micro[d])), float(shares[s, d]), D)
                 for name in MemoryTerms.NAMES:
                     terms[name][s, d] = getattr(one, name)
         return StageMemory(**terms)
@@ -469,6 +484,7 @@ def simulate_plan(
 
     cfg = [[table.for_gpu(r.gpu_type) for r in s] for s in reps]  # cfg[s][d]
 
+    shares = _zero1_shares(profile, plan, reps)
     # compute and activation transfer per (stage, pipeline replica)
     fb = np.zeros((S, D))
     fwd_share = np.zeros((S, D))  # forward's share of f + b (for schedules and plots only)
@@ -487,7 +503,7 @@ def simulate_plan(
             params = profile.stage_sizes(r.tp, stage.first_layer, stage.last_layer)[0]
             upd[s, d] = c.update_s(u, params, gpu_types[r.gpu_type].memory_bandwidth_gbs)
             if stage.optimizer_sharding is OptimizerSharding.ZERO1:
-                upd[s, d] = sharded_update_s(upd[s, d], zero1_share(profile.measured, r.tp, stage.first_layer, stage.last_layer, D))
+                upd[s, d] = sharded_update_s(upd[s, d], shares[s, d])
             if s + 1 < S:
                 nxt = reps[s + 1][d]
                 nbytes = c.act_comm_bytes_per_float * profile.act_out[r.tp][stage.last_layer - 1] * mbs
@@ -526,7 +542,7 @@ def simulate_plan(
     pipe_time = float(clark_max(t_pipe, t_pipe_sd)[0])  # the slowest replica (expected, with stragglers)
     t_iter = pipe_time + float(sync.max())
 
-    stage_memory = _stage_memory(profile, plan, reps, cfg, micro)
+    stage_memory = _stage_memory(profile, plan, reps, cfg, micro, shares)
     mem_rep = stage_memory.total  # GB per GPU of each (stage, pipeline replica)
     capacity = np.array([[gpu_types[r.gpu_type].memory_gb for r in row] for row in reps], dtype=float).reshape(S, D)
     fit = memory_fit(mem_rep, capacity, [[r.gpu_type for r in row] for row in reps])
