@@ -8,6 +8,7 @@ the runtime builds the same :class:`JobState` objects from real jobs.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Integral
@@ -155,6 +156,14 @@ class JobState:
             raise InputError(f"job[{self.job_id}].progress", self.progress, "must be the fraction done, in [0, 1]")
         if not self.remaining_work >= 0.0:
             raise InputError(f"job[{self.job_id}].remaining_work", self.remaining_work, "must be >= 0 work units")
+
+    def with_estimator(self, estimator: PerfModel | None) -> JobState:
+        """This job as a policy sees it through another performance model (a merged profile, a
+        batch-limited view): a copy with ``estimator`` replaced, the other fields as checked
+        already (``dataclasses.replace`` would check them again, every job every round)."""
+        view = copy.copy(self)
+        object.__setattr__(view, "estimator", estimator)
+        return view
 
 
 @runtime_checkable

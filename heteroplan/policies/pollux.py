@@ -38,7 +38,6 @@ without GPUs, which queues jobs under load (see docs/sia.md).
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -253,11 +252,7 @@ class PolluxPolicy:
         if profile is None:
             profile = self._profiles[job.job_id] = MergedProfile.start(est, types)
         profile.update(est, types)
-        # ``job`` with another estimator: a copy with that one field set (``replace`` would run
-        # the checks of ``JobState``'s constructor again on values they already passed).
-        view = copy.copy(job)
-        object.__setattr__(view, "estimator", profile.model(est, types))
-        return view
+        return job.with_estimator(profile.model(est, types))
 
     def _place_virtual(self, cluster: Cluster, jobs: Sequence[JobState], counts: dict[str, int]) -> dict[str, Allocation]:
         """Pack replicas onto the fewest 4-GPU virtual nodes (in ``vnode_order``), keep the majority

@@ -31,10 +31,15 @@ class RequestedBatchModel:
 
     def __init__(self, model: GoodputModel, max_batch: int) -> None:
         self.model = model
-        app = model.app
-        self.max_batch = int(min(max(max_batch, app.init_batch_size), app.max_batch_size))
+        self.max_batch = self.clip(model, max_batch)
         self._capped: GoodputModel | None = None
         self._capped_version = -1
+
+    @staticmethod
+    def clip(model: GoodputModel, batch: int) -> int:
+        """``batch`` (samples) within ``model``'s application's ``[init_batch_size, max_batch_size]``."""
+        app = model.app
+        return int(min(max(batch, app.init_batch_size), app.max_batch_size))
 
     @property
     def gpu_types(self) -> tuple[str, ...]:

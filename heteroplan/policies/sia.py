@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -140,9 +139,9 @@ class SiaPolicy:
                 out.append(job)
                 continue
             view = self._planned.get(job.job_id)
-            if view is None or view.model is not est or view.max_batch != _clipped(est, job.requested_batch):
+            if view is None or view.model is not est or view.max_batch != RequestedBatchModel.clip(est, job.requested_batch):
                 view = self._planned[job.job_id] = RequestedBatchModel(est, job.requested_batch)
-            out.append(dataclasses.replace(job, estimator=view))
+            out.append(job.with_estimator(view))
         return out
 
     def configs(self, cluster: Cluster) -> ConfigSet:
@@ -178,7 +177,3 @@ class SiaPolicy:
         placed, _ = place(cluster, wanted, previous)
         return placed
 
-
-def _clipped(model: GoodputModel, batch: int) -> int:
-    app = model.app
-    return int(min(max(batch, app.init_batch_size), app.max_batch_size))
