@@ -47,11 +47,12 @@ import numpy as np
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError, check_seconds
-from heteroplan.formulations.sia import ConfigSet, build_sia_model, restart_factor
+from heteroplan.formulations.sia import ConfigSet, SiaResult, build_sia_model, restart_factor
+from heteroplan.inputs import finite_number
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.common import GoodputCache, choosable_columns, place_blind
 from heteroplan.policies.pollux_profile import MergedProfile, ProfileState
-from heteroplan.policies.sia_solve import solve_sia
+from heteroplan.policies.sia_solve import check_solve_options, solve_sia
 from heteroplan.policies.state import GeneratorState, PolicyState, expect_state
 
 __all__ = ["PolluxPolicy", "PolluxState", "POLLUX_MECHANISMS"]
@@ -106,12 +107,21 @@ class PolluxPolicy:
     restart at (``None``: what the job pays, its ``restart_delay``; ``sia-artifact``: 30 s).
     ``pin_restoring``: a job restoring a checkpoint keeps its allocation (default on, off for
     ``sia-artifact``).
+
+    ``mode``, ``auto_limit``, ``threads``, ``time_limit`` and ``mip_gap`` choose the solve as
+    :class:`~heteroplan.policies.sia.SiaPolicy`'s do (default ``"auto"``: the LP relaxation
+    rounded, kept when its gap to the LP bound is at most ``mip_gap``, else the MILP);
+    ``last_result`` holds the latest round's :class:`~heteroplan.formulations.sia.SiaResult`
+    (which solve chose, objective, bound and gap).
     """
 
     p: float = -1.0
     lam: float | None = None
     scale_up: float = 2.0
     scale_up_from: str = "max"
+    mode: str = "auto"
+    auto_limit: int | None = 20_000
+    threads: int | None = None
     time_limit: float = 10.0
     mip_gap: float = 1e-3
     name: str = "pollux"
@@ -126,6 +136,7 @@ class PolluxPolicy:
     restart_unallocated: bool | None = None
     restart_price_s: float | None = None
     pin_restoring: bool | None = None
+    last_result: SiaResult | None = field(default=None, repr=False)
     _cache: dict[int, ConfigSet] = field(default_factory=dict, repr=False)
     _intended: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict, repr=False)
     _profiles: dict[str, MergedProfile] = field(default_factory=dict, repr=False)
@@ -135,6 +146,8 @@ class PolluxPolicy:
     def __post_init__(self) -> None:
         check_seconds("time_limit", self.time_limit)
         check_seconds("round_length", self.round_length)
+        check_solve_options(self.mode, self.threads, self.auto_limit)
+        finite_number("mip_gap", self.mip_gap, low=0.0)
         if self.mechanism not in POLLUX_MECHANISMS:
             raise InputError("mechanism", self.mechanism, f"choose one of {list(POLLUX_MECHANISMS)}")
         if self.speedup_base is None:
@@ -234,7 +247,8 @@ class PolluxPolicy:
         capacity = np.array([float(cluster.num_gpus)])
         problem = build_sia_model(G, configs, capacity, current, restart, pinned, self.p, float(self.lam or 0.0),
                                   base if self.speedup_base == "fair-share" else None)
-        result = solve_sia(problem, "milp", self.time_limit, self.mip_gap)
+        result = solve_sia(problem, self.mode, self.time_limit, self.mip_gap, self.threads, self.auto_limit)
+        self.last_result = result
         counts = {j.job_id: int(configs.num_gpus[c]) for j, c in zip(jobs, result.choice, strict=True) if c >= 0}
         if self.mechanism == "sia-artifact":
             return self._place_virtual(cluster, jobs, counts)

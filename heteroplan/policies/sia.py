@@ -23,7 +23,7 @@ from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.common import GoodputCache, current_config, goodput_pairs
 from heteroplan.policies.placement import place
 from heteroplan.policies.requested_batch import RequestedBatchModel
-from heteroplan.policies.sia_solve import solve_sia
+from heteroplan.policies.sia_solve import check_solve_options, solve_sia
 
 __all__ = ["SiaPolicy", "ARTIFACT_RESTART_PENALTIES"]
 
@@ -93,8 +93,7 @@ class SiaPolicy:
     _planned: dict[str, RequestedBatchModel] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:  # options are checked when given, not at the first round
-        if self.mode not in ("auto", "milp", "lp-round"):
-            raise InputError("mode", self.mode, "choose 'auto', 'milp' or 'lp-round'")
+        check_solve_options(self.mode, self.threads, self.auto_limit)
         if self.batch_limit not in BATCH_LIMITS:
             raise InputError("batch_limit", self.batch_limit, f"choose one of {list(BATCH_LIMITS)}")
         if self.scale_up_from not in ("max", "current"):
@@ -113,9 +112,6 @@ class SiaPolicy:
         if not isinstance(self.young_exempt, bool):
             raise InputError("young_exempt", self.young_exempt, "must be true or false")
         self.restart_prices = MappingProxyType(dict(self.restart_prices))
-        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
-                                         or self.threads < 1):
-            raise InputError("threads", self.threads, "must be a positive integer or None")
 
     def restart_factors(self, jobs: Sequence[JobState], now: float) -> np.ndarray:
         """Per job, the factor scaling its configurations other than the current one:

@@ -9,7 +9,7 @@ from heteroplan.formulations.sia import SiaProblem, SiaResult
 from heteroplan.milp import Solution, SolveStatus
 from heteroplan.solvers import solve
 
-__all__ = ["MODES", "solve_sia"]
+__all__ = ["MODES", "check_solve_options", "solve_sia"]
 
 MODES = ("milp", "lp-round", "auto")
 # LP relaxations with more columns than this are solved by interior point (with crossover to a
@@ -18,6 +18,17 @@ MODES = ("milp", "lp-round", "auto")
 # 512 GPUs, 1.7k columns: 0.009 vs 0.007 s); simplex is as fast on small models, and faster
 # without presolve (same vertex on 538 sampled rounds of a 64-GPU trace; see highs.ALGORITHMS).
 IPM_ABOVE = 2_000
+
+
+def check_solve_options(mode: object, threads: object, auto_limit: object = None) -> None:
+    """Raise :class:`~heteroplan.errors.InputError` naming the first of a policy's solve options
+    (``mode``, ``threads``, ``auto_limit``) that :func:`solve_sia` cannot take."""
+    if mode not in MODES:
+        raise InputError("mode", mode, f"choose one of {list(MODES)}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise InputError("threads", threads, "must be a positive integer or None")
+    if auto_limit is not None and (isinstance(auto_limit, bool) or not isinstance(auto_limit, int) or auto_limit < 0):
+        raise InputError("auto_limit", auto_limit, "must be a number of variables >= 0, or None")
 
 
 def _tightened(problem: SiaProblem, rounded: SiaResult, lp: Solution) -> SiaResult:

@@ -63,11 +63,14 @@ class Decision:
 @dataclass(frozen=True)
 class RoundDecisions:
     """Every active job's decision for the round starting at ``time`` (s), in the order the
-    policy saw the jobs (arrival time, then id); ``policy_seconds``: wall time the policy took."""
+    policy saw the jobs (arrival time, then id); ``policy_seconds``: wall time the policy took;
+    ``solve_gap``: the relative gap of the policy's solve to its bound this round, for a policy
+    that reports one (``last_result.gap``: Sia, Pollux), else ``None``."""
 
     time: float
     decisions: tuple[Decision, ...]
     policy_seconds: float = 0.0
+    solve_gap: float | None = None
 
     def __iter__(self) -> Iterator[Decision]:
         return iter(self.decisions)

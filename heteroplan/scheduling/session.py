@@ -295,6 +295,8 @@ class SchedulingSession:
         order = sorted((j for j in self._live.values() if j.finish_time is None and j.arrival_time <= now),
                        key=lambda j: (j.arrival_time, j.job_id))
         allocations, seconds = self._allocate(order, now) if order else ({}, 0.0)  # nobody active: no policy call
+        solved = getattr(self.policy, "last_result", None) if order else None
+        gap = getattr(solved, "gap", None)
         decisions = []
         for job in order:
             job.active_rounds += 1
@@ -302,7 +304,7 @@ class SchedulingSession:
             decisions.append(self._decide(job, allocations.get(job.job_id), now))
         self._last_round = float(now)
         self.rounds += 1
-        return RoundDecisions(float(now), tuple(decisions), seconds)
+        return RoundDecisions(float(now), tuple(decisions), seconds, None if gap is None else float(gap))
 
     def settle(self, now: float) -> None:
         """Charge the GPUs held since the last round through ``now`` (s) and age restores; called

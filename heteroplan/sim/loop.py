@@ -100,6 +100,7 @@ class _Run:
         self.training = SimulatedTraining(cluster, bool(policy.forking), fidelity.epoch_rates)
         self.timeline: list[tuple[float, dict[str, int], int]] = []
         self.policy_times: list[float] = []
+        self.solve_gaps: list[float | None] = []
         self.events: list[tuple[float, str, str, str]] = []
         self.schedule: list[tuple[float, dict[str, Allocation]]] = []
         self.t = 0.0
@@ -125,7 +126,7 @@ class _Run:
         return SimResult(
             policy=self.policy.name, cluster=self.cluster.name, round_length=self.L,
             capacity=self.cluster.capacity(), jobs=records, timeline=tuple(self.timeline),
-            policy_times=tuple(self.policy_times), events=tuple(self.events), end_time=self.t,
+            policy_times=tuple(self.policy_times), solve_gaps=tuple(self.solve_gaps), events=tuple(self.events), end_time=self.t,
             rounds=self.rounds, rejected=dict(self.rejected), stop_reason=stop_reason, error=error,
             schedule=tuple(self.schedule),
         )
@@ -135,6 +136,7 @@ class _Run:
         t = self.t
         decisions = self.session.round(t)
         self.policy_times.append(decisions.policy_seconds)
+        self.solve_gaps.append(decisions.solve_gap)
         if self.record:
             self.schedule.append((t, dict(decisions.allocations)))
         in_use = dict.fromkeys(self.cluster.type_names, 0)

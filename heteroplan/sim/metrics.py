@@ -38,6 +38,8 @@ class SimResult:
         jobs: one record per admitted job (rejected jobs are in ``rejected``).
         timeline: per round ``(time s, GPUs in use per type, active jobs)``.
         policy_times: seconds the policy took each round.
+        solve_gaps: each round's relative gap of the policy's solve to its bound (``None`` in
+            rounds where the policy reports none; see ``RoundDecisions.solve_gap``).
         events: ``(time s, job, event, detail)``.
         end_time: simulated time the run stopped (s).
         rounds: rounds simulated.
@@ -55,6 +57,7 @@ class SimResult:
     jobs: tuple[JobRecord, ...] = ()
     timeline: tuple[tuple[float, Mapping[str, int], int], ...] = ()
     policy_times: tuple[float, ...] = ()
+    solve_gaps: tuple[float | None, ...] = ()
     events: tuple[tuple[float, str, str, str], ...] = ()
     end_time: float = 0.0
     rounds: int = 0
@@ -153,6 +156,7 @@ class SimResult:
             "rejected": dict(self.rejected),
             "timeline": [{"time": t, "in_use": dict(u), "active": n} for t, u, n in self.timeline],
             "policy_times": list(self.policy_times),
+            "solve_gaps": list(self.solve_gaps),
             "events": [list(e) for e in self.events],
         }
 
