@@ -193,13 +193,47 @@ def _ablate(name: str) -> None:
         raise SystemExit(f"--ablation: choose one of {list(ABLATIONS)}, not {name!r}")
 
 
+def _heteroplan_truth(apps: tuple[str, ...]) -> None:
+    """The artifact's ground-truth step times of ``apps`` replaced by heteroplan's (the
+    throughput model fitted to the same traces, :func:`heteroplan.sim.job_models.true_model`)
+    instead of its interpolation of the measured steps (``Application.get_throughput``). What a
+    job observes, and so its fits, follow. Returns (step s, step - compute s), so that the
+    artifact's accumulation micro-steps cost heteroplan's compute time."""
+    import applications  # noqa: PLC0415 (the artifact's)
+
+    from heteroplan.perf.throughput import compute_time  # noqa: PLC0415
+    from heteroplan.sim.job_models import true_model  # noqa: PLC0415
+
+    cls = applications.Application
+    measured = cls.get_throughput
+    models = {app: true_model(app) for app in apps}
+    suffix = {}  # Application -> GPU type, from its placements file
+
+    def get_throughput(self, placement, local_bsz):
+        model = models.get(self.name)
+        if model is None or suffix.get(id(self)) not in model.params:
+            return measured(self, placement, local_bsz)
+        placement = tuple(filter(None, placement))
+        gpu_type = suffix[id(self)]
+        params = model.params[gpu_type]
+        step = float(model.step_time(gpu_type, len(placement), sum(placement), local_bsz, 0))
+        return step, step - float(compute_time(params, local_bsz))
+
+    for gpu_type, per_type in applications.APPLICATIONS.items():
+        for app in per_type.values():
+            suffix[id(app)] = gpu_type
+    cls.get_throughput = get_throughput
+
+
 def run_artifact(artifact: Path, csv: Path, out: Path, tag: str, interval: int = 60,
-                 ablation: str | None = None) -> dict:
+                 ablation: str | None = None, truth_of: tuple[str, ...] = ()) -> dict:
     """The artifact's Sia on ``csv``; per-job records, written to ``out/<tag>.artifact.json``."""
     os.chdir(artifact)  # it reads traces/ relative to the working directory
     sys.path.insert(0, str(artifact))
     if ablation:
         _ablate(ablation)
+    if truth_of:
+        _heteroplan_truth(truth_of)
     import pandas  # noqa: PLC0415 (the artifact's dependency, not ours)
     import simulator_config as sim_config  # noqa: PLC0415
     from cluster import Cluster  # noqa: PLC0415
@@ -277,15 +311,19 @@ def summary(jobs: dict) -> tuple[float, float, float, int]:
     return sum(jct) / len(jct), p99(jct), end, len(done)
 
 
-def run_ours(csv: Path, out: Path, tag: str, options: dict | None = None) -> dict:
-    """``make_policy("sia", **options)`` on the same jobs; per-job records in the artifact's shape."""
+def run_ours(csv: Path, out: Path, tag: str, options: dict | None = None, profiles: str = "traces") -> dict:
+    """``make_policy("sia", **options)`` on the same jobs (new jobs' 1-GPU profiles from
+    ``profiles``, :class:`~heteroplan.sim.fidelity.SimFidelity`); per-job records in the
+    artifact's shape."""
     from heteroplan.cluster import preset  # noqa: PLC0415
     from heteroplan.sim import make_policy, simulate  # noqa: PLC0415
     from heteroplan.sim.breakdown import load_breakdown  # noqa: PLC0415
+    from heteroplan.sim.fidelity import SimFidelity  # noqa: PLC0415
 
     jobs = read_sia_workload(csv)
     start = time.process_time()
-    result = simulate(jobs, preset("sia-64"), make_policy("sia", **(options or {})), progress=False, record=True)
+    result = simulate(jobs, preset("sia-64"), make_policy("sia", **(options or {})), progress=False, record=True,
+                      fidelity=SimFidelity(profiles=profiles))
     app_of = {j.name: j.application for j in jobs}
     placements: dict = {}  # application -> "type:GPUs" -> job-rounds, as the artifact's
     for _, allocs in result.schedule:
@@ -298,7 +336,7 @@ def run_ours(csv: Path, out: Path, tag: str, options: dict | None = None) -> dic
         rows[b.name] = {"application": b.application, "arrival_s": b.arrival_time, "jct_s": b.jct,
                         "restarts": b.restarts, "restoring_s": b.restoring, "queued_s": b.queued,
                         "gpu_s": b.gpu_seconds, "gpus_held": b.mean_gpus}
-    record = {"tag": tag, "workload": str(csv), "options": options or {}, "finished": result.stop_reason == "finished",
+    record = {"tag": tag, "workload": str(csv), "options": options or {}, "profiles": profiles, "finished": result.stop_reason == "finished",
               "cpu_s": time.process_time() - start, "placements": placements, "jobs": rows}
     (out / f"{tag}.ours.json").write_text(json.dumps(record))
     return record
@@ -372,6 +410,10 @@ def main() -> int:
                     help="applications whose (GPU type, GPUs) shares to print side by side")
     ap.add_argument("--ablation", choices=ABLATIONS, default=None,
                     help="change one mechanism of the artifact (see _ablate); its tag gets the name")
+    ap.add_argument("--heteroplan-truth", nargs="*", default=[], metavar="APP",
+                    help="the artifact's ground truth of these applications replaced by heteroplan's")
+    ap.add_argument("--profiles", choices=("traces", "truth"), default="traces",
+                    help="ours: new jobs' 1-GPU profiles from the traces or the ground truth (SimFidelity)")
     ap.add_argument("--options", type=json.loads, default=None, help='make_policy("sia") options as JSON')
     args = ap.parse_args()
     out = args.out.resolve()
@@ -382,7 +424,8 @@ def main() -> int:
         tag = csv.stem
     else:
         csv = _workload_csv(args.workload, out).resolve()
-    art_tag = f"{tag}-{args.ablation}" if args.ablation else tag
+    art_tag = "-".join([tag] + ([args.ablation] if args.ablation else [])
+                       + [f"truth-{a}" for a in args.heteroplan_truth])
     cwd = Path.cwd()
     art = None
     saved = out / f"{art_tag}.artifact.json"
@@ -393,15 +436,16 @@ def main() -> int:
         if not args.ours:
             return 0
     else:
-        art = run_artifact(args.artifact.resolve(), csv, out, art_tag, ablation=args.ablation)
+        art = run_artifact(args.artifact.resolve(), csv, out, art_tag, ablation=args.ablation,
+                           truth_of=tuple(args.heteroplan_truth))
         os.chdir(cwd)
     if art is not None:
         avg, q, end, n = summary(art["jobs"])
         print(f"artifact sia {art_tag}: avg {avg:.3f} h  p99 {q:.2f} h  makespan {end:.1f} h  ({n} finished)")
     if args.ours:
-        ours = run_ours(csv, out, tag, args.options)
+        ours = run_ours(csv, out, tag, args.options, args.profiles)
         avg, q, end, n = summary(ours["jobs"])
-        print(f"heteroplan sia {tag} {args.options or ''}: avg {avg:.3f} h  p99 {q:.2f} h  makespan {end:.1f} h  "
+        print(f"heteroplan sia {tag} {args.options or ''} profiles={args.profiles}: avg {avg:.3f} h  p99 {q:.2f} h  makespan {end:.1f} h  "
               f"({n} finished, {ours['cpu_s']:.0f} CPU s)")
         if art is not None:
             print_side_by_side(art, ours, apps=tuple(args.placements))
