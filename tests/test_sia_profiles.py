@@ -63,3 +63,12 @@ def test_bad_profile_source_names_the_field():
         SimFidelity(profiles="measured")
     with pytest.raises(InputError, match="profiles_from"):
         bootstrap_model("yolov3", profiles_from="measured")
+
+
+def test_a_sweep_fidelity_may_choose_the_profiles():
+    from heteroplan.sim.sweep.spec import _fidelity
+
+    assert _fidelity(0, {"label": "truth-profiles", "profiles": "truth"}).build().profiles == "truth"
+    assert _fidelity(0, {"preset": "ideal"}).build().profiles == "traces"
+    with pytest.raises(InputError, match=r"fidelities\[0\]\.profiles"):
+        _fidelity(0, {"profiles": "measured"})
