@@ -60,6 +60,21 @@ def _workload_csv(name: str, out: Path) -> Path:
     return csv
 
 
+def _short_newtrace(name: str, jobs: int, hours: float | None, out: Path) -> Path:
+    """A shorter trace of the newTrace family (the same arrival rate unless ``hours`` is given),
+    so that an artifact run takes a minute: ``NewTraceSpec(jobs=240, hours=12)`` of seed 1 shows
+    the yolov3 difference of the 960-job traces (docs/sia.md)."""
+    from heteroplan.workload.newtrace import NewTraceSpec, generate_newtrace, newtrace_seed  # noqa: PLC0415
+
+    seed = newtrace_seed(name)
+    if seed is None:
+        raise SystemExit(f"--jobs needs --workload newtrace/seed-<s>, not {name!r}")
+    hours = hours if hours is not None else 48.0 * jobs / 960
+    csv = out / f"newtrace_seed-{seed}_{jobs}j_{hours:g}h.csv"
+    write_sia_workload(generate_newtrace(NewTraceSpec(jobs=jobs, hours=hours), seed=seed), csv)
+    return csv.resolve()
+
+
 def _memoize_fits() -> None:
     """Make the artifact's throughput fits (``goodput.fit_perf_params``, 93% of its run on a
     960-job trace) cheaper without changing them: the gradient written out instead of traced by
@@ -132,10 +147,93 @@ def _as_array(value):
     return np.asarray(value)
 
 
-def run_artifact(artifact: Path, csv: Path, out: Path, tag: str, interval: int = 60) -> dict:
+ABLATIONS = ("app-batch", "seeded-fits")
+
+
+def _ablate(name: str) -> None:
+    """Change one mechanism of the artifact's ``Job`` (its module, patched in place):
+
+    - ``app-batch``: plan every job's goodput with its application's largest batch, as
+      heteroplan's ``sia`` does by default (``get_speedup_fn`` with ``target_batch_size`` set
+      aside; the job still runs as before);
+    - ``seeded-fits``: every job's per-type throughput fits start from all of its application's
+      trace profiles (``Job.seed_profiles``) instead of the configurations it has run on; the
+      scale-up limit still counts only the replicas it ran on.
+    """
+    import job as artifact_job  # noqa: PLC0415 (the artifact's)
+
+    cls = artifact_job.Job
+    if name == "app-batch":
+        plan = cls.get_speedup_fn
+
+        def get_speedup_fn(self, cluster_name=None):
+            saved, self.target_batch_size = self.target_batch_size, None
+            try:
+                return plan(self, cluster_name)
+            finally:
+                self.target_batch_size = saved
+
+        cls.get_speedup_fn = get_speedup_fn
+    elif name == "seeded-fits":
+        update, init = cls.update_params, cls.__init__
+
+        def update_params(self, num_nodes, num_replicas, *rest):
+            self.__dict__.setdefault("_ran", {}).setdefault(self.current_cluster, set()).add(num_replicas)
+            return update(self, num_nodes, num_replicas, *rest)
+
+        def seeded_init(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.seed_profiles(0, 0)
+
+        cls.update_params, cls.__init__ = update_params, seeded_init
+        cls.max_profiled_replicas = lambda self, cluster_name=None: max(
+            self.__dict__.get("_ran", {}).get(cluster_name, {0}))
+    else:
+        raise SystemExit(f"--ablation: choose one of {list(ABLATIONS)}, not {name!r}")
+
+
+def _heteroplan_truth(apps: tuple[str, ...]) -> None:
+    """The artifact's ground-truth step times of ``apps`` replaced by heteroplan's (the
+    throughput model fitted to the same traces, :func:`heteroplan.sim.job_models.true_model`)
+    instead of its interpolation of the measured steps (``Application.get_throughput``). What a
+    job observes, and so its fits, follow. Returns (step s, step - compute s), so that the
+    artifact's accumulation micro-steps cost heteroplan's compute time."""
+    import applications  # noqa: PLC0415 (the artifact's)
+
+    from heteroplan.perf.throughput import compute_time  # noqa: PLC0415
+    from heteroplan.sim.job_models import true_model  # noqa: PLC0415
+
+    cls = applications.Application
+    measured = cls.get_throughput
+    models = {app: true_model(app) for app in apps}
+    suffix = {}  # Application -> GPU type, from its placements file
+
+    def get_throughput(self, placement, local_bsz):
+        model = models.get(self.name)
+        if model is None or suffix.get(id(self)) not in model.params:
+            return measured(self, placement, local_bsz)
+        placement = tuple(filter(None, placement))
+        gpu_type = suffix[id(self)]
+        params = model.params[gpu_type]
+        step = float(model.step_time(gpu_type, len(placement), sum(placement), local_bsz, 0))
+        return step, step - float(compute_time(params, local_bsz))
+
+    for gpu_type, per_type in applications.APPLICATIONS.items():
+        for app in per_type.values():
+            suffix[id(app)] = gpu_type
+    cls.get_throughput = get_throughput
+
+
+def run_artifact(artifact: Path, csv: Path, out: Path, tag: str, interval: int = 60,
+                 ablation: str | None = None, truth_of: tuple[str, ...] = ()) -> dict:
     """The artifact's Sia on ``csv``; per-job records, written to ``out/<tag>.artifact.json``."""
     os.chdir(artifact)  # it reads traces/ relative to the working directory
     sys.path.insert(0, str(artifact))
+    if ablation:
+        _ablate(ablation)
+    if truth_of:
+        _heteroplan_truth(truth_of)
     import pandas  # noqa: PLC0415 (the artifact's dependency, not ours)
     import simulator_config as sim_config  # noqa: PLC0415
     from cluster import Cluster  # noqa: PLC0415
@@ -155,6 +253,7 @@ def run_artifact(artifact: Path, csv: Path, out: Path, tag: str, interval: int =
     restoring = {j.name: 0.0 for j in cluster.jobs}
     held = {j.name: [0.0, 0] for j in cluster.jobs}  # GPU-rounds, rounds with GPUs
     types = {j.name: [] for j in cluster.jobs}
+    placements: dict = {}  # application -> "type:GPUs" -> job-rounds
     rounds_path = out / f"{tag}.rounds.jsonl"
     start = time.time()
     stop = {"now": False}
@@ -176,6 +275,9 @@ def run_artifact(artifact: Path, csv: Path, out: Path, tag: str, interval: int =
                     held[j.name][1] += 1
                     if not types[j.name] or types[j.name][-1] != j.current_cluster:
                         types[j.name].append(j.current_cluster)
+                    key = f"{j.current_cluster}:{g}"
+                    app = placements.setdefault(j.app_name, {})
+                    app[key] = app.get(key, 0) + 1
             rounds.write(json.dumps({"t": now, "jobs": {j.name: [j.current_cluster, sum(j.placement),
                                                                  j.num_restarts] for j in active}}) + "\n")
             with contextlib.redirect_stdout(io.StringIO()):
@@ -196,7 +298,7 @@ def run_artifact(artifact: Path, csv: Path, out: Path, tag: str, interval: int =
             "types": types[j.name],
         }
     record = {"tag": tag, "workload": str(csv), "finished": not stop["now"], "wall_s": time.time() - start,
-              "end_s": cluster.current_time, "jobs": jobs}
+              "end_s": cluster.current_time, "placements": placements, "jobs": jobs}
     (out / f"{tag}.artifact.json").write_text(json.dumps(record))
     return record
 
@@ -209,22 +311,33 @@ def summary(jobs: dict) -> tuple[float, float, float, int]:
     return sum(jct) / len(jct), p99(jct), end, len(done)
 
 
-def run_ours(csv: Path, out: Path, tag: str, options: dict | None = None) -> dict:
-    """``make_policy("sia", **options)`` on the same jobs; per-job records in the artifact's shape."""
+def run_ours(csv: Path, out: Path, tag: str, options: dict | None = None, profiles: str = "traces") -> dict:
+    """``make_policy("sia", **options)`` on the same jobs (new jobs' 1-GPU profiles from
+    ``profiles``, :class:`~heteroplan.sim.fidelity.SimFidelity`); per-job records in the
+    artifact's shape."""
     from heteroplan.cluster import preset  # noqa: PLC0415
     from heteroplan.sim import make_policy, simulate  # noqa: PLC0415
     from heteroplan.sim.breakdown import load_breakdown  # noqa: PLC0415
+    from heteroplan.sim.fidelity import SimFidelity  # noqa: PLC0415
 
     jobs = read_sia_workload(csv)
     start = time.process_time()
-    result = simulate(jobs, preset("sia-64"), make_policy("sia", **(options or {})), progress=False, record=True)
+    result = simulate(jobs, preset("sia-64"), make_policy("sia", **(options or {})), progress=False, record=True,
+                      fidelity=SimFidelity(profiles=profiles))
+    app_of = {j.name: j.application for j in jobs}
+    placements: dict = {}  # application -> "type:GPUs" -> job-rounds, as the artifact's
+    for _, allocs in result.schedule:
+        for name, alloc in allocs.items():
+            app = placements.setdefault(app_of[name], {})
+            key = f"{alloc.gpu_type}:{alloc.num_gpus}"
+            app[key] = app.get(key, 0) + 1
     rows = {}
     for b in load_breakdown(result).jobs:
         rows[b.name] = {"application": b.application, "arrival_s": b.arrival_time, "jct_s": b.jct,
                         "restarts": b.restarts, "restoring_s": b.restoring, "queued_s": b.queued,
                         "gpu_s": b.gpu_seconds, "gpus_held": b.mean_gpus}
-    record = {"tag": tag, "workload": str(csv), "options": options or {}, "finished": result.stop_reason == "finished",
-              "cpu_s": time.process_time() - start, "jobs": rows}
+    record = {"tag": tag, "workload": str(csv), "options": options or {}, "profiles": profiles, "finished": result.stop_reason == "finished",
+              "cpu_s": time.process_time() - start, "placements": placements, "jobs": rows}
     (out / f"{tag}.ours.json").write_text(json.dumps(record))
     return record
 
@@ -254,7 +367,15 @@ def group_row(label: str, rows: list[dict]) -> str:
             f"restoring {mean('restoring_s', HOUR):5.2f} h  GPUs held {mean('gpus_held'):4.1f}")
 
 
-def print_side_by_side(art: dict, ours: dict, tail: int = 12) -> None:
+def placement_row(label: str, record: dict, app: str, top: int = 6) -> str:
+    """The ``top`` most frequent (GPU type, GPUs) of ``app``'s job-rounds, as shares."""
+    counts = record.get("placements", {}).get(app, {})
+    total = sum(counts.values()) or 1
+    cells = [f"{k} {v / total:4.0%}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])[:top]]
+    return f"  {label:10s} {app:12s} " + "  ".join(cells)
+
+
+def print_side_by_side(art: dict, ours: dict, tail: int = 12, apps: tuple[str, ...] = ()) -> None:
     for label, rec in (("artifact sia", art), ("heteroplan sia", ours)):
         avg, q, end, n = summary(rec["jobs"])
         print(f"{label:15s} avg {avg:.3f} h  p99 {q:.2f} h  makespan {end:.1f} h  ({n} finished)")
@@ -262,6 +383,11 @@ def print_side_by_side(art: dict, ours: dict, tail: int = 12) -> None:
         print(f"\n{label}:")
         for name, rows in groups(rec["jobs"]):
             print("  " + group_row(name, rows))
+    if apps:
+        print("\nwhere jobs run (share of job-rounds with GPUs, GPU type:GPUs):")
+        for app in apps:
+            print(placement_row("artifact", art, app))
+            print(placement_row("heteroplan", ours, app))
     print(f"\nlongest {tail} jobs of the artifact, with ours (JCT h / restarts / restoring h / GPUs held):")
     order = sorted((n for n, r in art["jobs"].items() if r["jct_s"] is not None),
                    key=lambda n: -art["jobs"][n]["jct_s"])
@@ -277,15 +403,32 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "sia_artifact")
     ap.add_argument("--ours", action="store_true", help="also run heteroplan's sia on the same jobs")
     ap.add_argument("--skip-artifact", action="store_true", help="reuse <out>/<tag>.artifact.json")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="with --workload newtrace/seed-<s>: generate this many jobs (a short trace)")
+    ap.add_argument("--hours", type=float, default=None, help="with --jobs: arrival window in hours")
+    ap.add_argument("--placements", nargs="*", default=["yolov3"],
+                    help="applications whose (GPU type, GPUs) shares to print side by side")
+    ap.add_argument("--ablation", choices=ABLATIONS, default=None,
+                    help="change one mechanism of the artifact (see _ablate); its tag gets the name")
+    ap.add_argument("--heteroplan-truth", nargs="*", default=[], metavar="APP",
+                    help="the artifact's ground truth of these applications replaced by heteroplan's")
+    ap.add_argument("--profiles", choices=("traces", "truth"), default="traces",
+                    help="ours: new jobs' 1-GPU profiles from the traces or the ground truth (SimFidelity)")
     ap.add_argument("--options", type=json.loads, default=None, help='make_policy("sia") options as JSON')
     args = ap.parse_args()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     tag = Path(args.workload).stem if args.workload.endswith(".csv") else args.workload.replace("/", "_")
-    csv = _workload_csv(args.workload, out).resolve()
+    if args.jobs is not None:
+        csv = _short_newtrace(args.workload, args.jobs, args.hours, out)
+        tag = csv.stem
+    else:
+        csv = _workload_csv(args.workload, out).resolve()
+    art_tag = "-".join([tag] + ([args.ablation] if args.ablation else [])
+                       + [f"truth-{a}" for a in args.heteroplan_truth])
     cwd = Path.cwd()
     art = None
-    saved = out / f"{tag}.artifact.json"
+    saved = out / f"{art_tag}.artifact.json"
     if args.skip_artifact:
         art = json.loads(saved.read_text()) if saved.exists() else None
     elif args.artifact is None or not (args.artifact / "sia.py").exists():
@@ -293,18 +436,19 @@ def main() -> int:
         if not args.ours:
             return 0
     else:
-        art = run_artifact(args.artifact.resolve(), csv, out, tag)
+        art = run_artifact(args.artifact.resolve(), csv, out, art_tag, ablation=args.ablation,
+                           truth_of=tuple(args.heteroplan_truth))
         os.chdir(cwd)
     if art is not None:
         avg, q, end, n = summary(art["jobs"])
-        print(f"artifact sia {tag}: avg {avg:.3f} h  p99 {q:.2f} h  makespan {end:.1f} h  ({n} finished)")
+        print(f"artifact sia {art_tag}: avg {avg:.3f} h  p99 {q:.2f} h  makespan {end:.1f} h  ({n} finished)")
     if args.ours:
-        ours = run_ours(csv, out, tag, args.options)
+        ours = run_ours(csv, out, tag, args.options, args.profiles)
         avg, q, end, n = summary(ours["jobs"])
-        print(f"heteroplan sia {tag} {args.options or ''}: avg {avg:.3f} h  p99 {q:.2f} h  makespan {end:.1f} h  "
+        print(f"heteroplan sia {tag} {args.options or ''} profiles={args.profiles}: avg {avg:.3f} h  p99 {q:.2f} h  makespan {end:.1f} h  "
               f"({n} finished, {ours['cpu_s']:.0f} CPU s)")
         if art is not None:
-            print_side_by_side(art, ours)
+            print_side_by_side(art, ours, apps=tuple(args.placements))
     return 0
 
 

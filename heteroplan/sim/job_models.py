@@ -278,7 +278,7 @@ def _goodput_job(spec: JobSpec, elastic_policy: bool, estimator: str, fidelity: 
     if spec.application not in truths:
         truths[spec.application] = true_model(spec.application)
     truth = truths[spec.application]
-    est = bootstrap_model(spec.application) if estimator == "bootstrap" else truth
+    est = bootstrap_model(spec.application, profiles_from=fidelity.profiles) if estimator == "bootstrap" else truth
     return GoodputJob(
         name=spec.name, application=spec.application, arrival_time=spec.arrival_time,
         requested_gpus=spec.num_replicas, max_gpus=int(app.max_batch_size), total_work=app.total_work,

@@ -148,7 +148,7 @@ class FidelitySpec:
     def build(self) -> SimFidelity:
         base = SimFidelity() if self.preset == "sia" else SimFidelity.ideal()
         values = {f: getattr(base, f) for f in ("slowdown", "batch_size", "grad_stats", "profiling_time",
-                                                "restart_delay_s")}
+                                                "restart_delay_s", "profiles")}
         return SimFidelity(**(values | dict(self.overrides)))
 
 
@@ -437,7 +437,8 @@ def _policy(i: int, t: Mapping[str, Any], simulator: str) -> PolicySpec:
 
 def _fidelity(i: int, t: Mapping[str, Any]) -> FidelitySpec:
     where = f"fidelities[{i}]"
-    _only(where, t, {"label", "preset", "slowdown", "batch_size", "grad_stats", "profiling_time", "restart_delay_s"})
+    _only(where, t, {"label", "preset", "slowdown", "batch_size", "grad_stats", "profiling_time", "restart_delay_s",
+                     "profiles"})
     preset = t.get("preset", "sia")
     if preset not in ("sia", "ideal"):
         raise InputError(f"{where}.preset", preset, "choose \"sia\" or \"ideal\"")
