@@ -425,3 +425,17 @@ def test_docs_page_code_runs():
     assert namespace["report"].computed == 6
     assert set(namespace["summary"]["family"]) == {"philly", "saturn"}
     assert set(namespace["summary"]["workload"]) == {"philly/workload-1", "philly/workload-2", "saturn/workload-1"}
+
+
+def test_a_fidelity_preset_keeps_every_field_it_sets():
+    """The "ideal" preset is SimFidelity.ideal() (it lost free_moves and epoch_rates once), and an
+    override changes only its own field."""
+    from heteroplan.sim.fidelity import SimFidelity
+    from heteroplan.sim.sweep.spec import FidelitySpec
+
+    ideal = FidelitySpec("ideal", "ideal").build()
+    assert (ideal.free_moves, ideal.epoch_rates, ideal.batch_size) == (False, False, "truth")
+    assert ideal == SimFidelity.ideal()
+    tweaked = FidelitySpec("x", "ideal", (("restart_delay_s", 30.0),)).build()
+    assert tweaked.restart_delay_s == 30.0 and (tweaked.free_moves, tweaked.epoch_rates) == (False, False)
+    assert FidelitySpec().build() == SimFidelity()

@@ -28,6 +28,7 @@ on a rerun and a changed input makes a new cell.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -146,10 +147,9 @@ class FidelitySpec:
     overrides: Options = ()
 
     def build(self) -> SimFidelity:
+        """The preset with the overrides applied (every field the preset sets is kept)."""
         base = SimFidelity() if self.preset == "sia" else SimFidelity.ideal()
-        values = {f: getattr(base, f) for f in ("slowdown", "batch_size", "grad_stats", "profiling_time",
-                                                "restart_delay_s", "profiles")}
-        return SimFidelity(**(values | dict(self.overrides)))
+        return dataclasses.replace(base, **dict(self.overrides))
 
 
 @dataclass(frozen=True)
