@@ -210,6 +210,7 @@ class PolluxPolicy:
 
     def allocate(self, cluster: Cluster, jobs: Sequence[JobState], now: float) -> dict[str, Allocation]:
         if not jobs or cluster.num_gpus == 0:  # nothing to give (an empty cluster has no configurations)
+            self.last_result = None  # no solve this round
             return {}
         configs = self._pooled(cluster)
         if self.merged_profile:
