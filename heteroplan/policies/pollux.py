@@ -48,7 +48,6 @@ import numpy as np
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError, check_seconds
 from heteroplan.formulations.sia import ConfigSet, SiaResult, build_sia_model, restart_factor
-from heteroplan.inputs import finite_number
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.common import GoodputCache, choosable_columns, place_blind
 from heteroplan.policies.pollux_profile import MergedProfile, ProfileState
@@ -146,8 +145,7 @@ class PolluxPolicy:
     def __post_init__(self) -> None:
         check_seconds("time_limit", self.time_limit)
         check_seconds("round_length", self.round_length)
-        check_solve_options(self.mode, self.threads, self.auto_limit)
-        finite_number("mip_gap", self.mip_gap, low=0.0)
+        check_solve_options(self.mode, self.threads, self.auto_limit, self.mip_gap)
         if self.mechanism not in POLLUX_MECHANISMS:
             raise InputError("mechanism", self.mechanism, f"choose one of {list(POLLUX_MECHANISMS)}")
         if self.speedup_base is None:

@@ -93,14 +93,13 @@ class SiaPolicy:
     _planned: dict[str, RequestedBatchModel] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:  # options are checked when given, not at the first round
-        check_solve_options(self.mode, self.threads, self.auto_limit)
+        check_solve_options(self.mode, self.threads, self.auto_limit, self.mip_gap)
         if self.batch_limit not in BATCH_LIMITS:
             raise InputError("batch_limit", self.batch_limit, f"choose one of {list(BATCH_LIMITS)}")
         if self.scale_up_from not in ("max", "current"):
             raise InputError("scale_up_from", self.scale_up_from, "choose 'max' or 'current'")
         check_seconds("time_limit", self.time_limit)
         check_seconds("round_length", self.round_length)
-        finite_number("mip_gap", self.mip_gap, low=0.0)
         finite_number("p", self.p)
         finite_number("lam", self.lam)
         finite_number("scale_up", self.scale_up, low=1.0)

@@ -6,6 +6,7 @@ import dataclasses
 
 from heteroplan.errors import InputError
 from heteroplan.formulations.sia import SiaProblem, SiaResult
+from heteroplan.inputs import finite_number
 from heteroplan.milp import Solution, SolveStatus
 from heteroplan.solvers import solve
 
@@ -20,15 +21,16 @@ MODES = ("milp", "lp-round", "auto")
 IPM_ABOVE = 2_000
 
 
-def check_solve_options(mode: object, threads: object, auto_limit: object = None) -> None:
+def check_solve_options(mode: object, threads: object, auto_limit: object, mip_gap: object) -> None:
     """Raise :class:`~heteroplan.errors.InputError` naming the first of a policy's solve options
-    (``mode``, ``threads``, ``auto_limit``) that :func:`solve_sia` cannot take."""
+    (``mode``, ``threads``, ``auto_limit``, ``mip_gap``) that :func:`solve_sia` cannot take."""
     if mode not in MODES:
         raise InputError("mode", mode, f"choose one of {list(MODES)}")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise InputError("threads", threads, "must be a positive integer or None")
     if auto_limit is not None and (isinstance(auto_limit, bool) or not isinstance(auto_limit, int) or auto_limit < 0):
         raise InputError("auto_limit", auto_limit, "must be a number of variables >= 0, or None")
+    finite_number("mip_gap", mip_gap, low=0.0)
 
 
 def _tightened(problem: SiaProblem, rounded: SiaResult, lp: Solution) -> SiaResult:
