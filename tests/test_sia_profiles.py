@@ -8,7 +8,7 @@ import pytest
 from heteroplan.cluster import preset
 from heteroplan.errors import InputError
 from heteroplan.perf.applications import SIA_TYPE_NAMES
-from heteroplan.perf.sia_data import bootstrap_model, true_model
+from heteroplan.perf.sia_data import ProfileSource, bootstrap_model, true_model
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.sim.job_models import build_jobs
 from heteroplan.workload.sia import JobSpec
@@ -68,7 +68,20 @@ def test_bad_profile_source_names_the_field():
 def test_a_sweep_fidelity_may_choose_the_profiles():
     from heteroplan.sim.sweep.spec import _fidelity
 
-    assert _fidelity(0, {"label": "truth-profiles", "profiles": "truth"}).build().profiles == "truth"
-    assert _fidelity(0, {"preset": "ideal"}).build().profiles == "traces"
+    assert _fidelity(0, {"label": "trace-profiles", "profiles": "traces"}).build().profiles is ProfileSource.TRACES
+    assert _fidelity(0, {"preset": "ideal"}).build().profiles is ProfileSource.TRUTH
     with pytest.raises(InputError, match=r"fidelities\[0\]\.profiles"):
         _fidelity(0, {"profiles": "measured"})
+
+
+def test_the_simulator_profiles_new_jobs_on_its_ground_truth_by_default():
+    """Default fidelity: a job is profiled at the speed the simulator then runs it at; the
+    model-free helper keeps the measured traces (what a real job's profile would be)."""
+    assert SimFidelity().profiles is ProfileSource.TRUTH
+    assert SimFidelity(profiles="traces").profiles is ProfileSource.TRACES
+    spec = JobSpec(name="yolov3-0", arrival_time=0.0, application="yolov3", num_replicas=4, batch_size=64)
+    (job,) = build_jobs([spec], preset("sia-64"), True, None, SimFidelity())
+    local = np.array([32])
+    assert _one_gpu(job.estimator, "dgx-ext", local)[0] == pytest.approx(
+        _one_gpu(true_model("yolov3"), "dgx-ext", local)[0], rel=1e-6)
+    assert _one_gpu(bootstrap_model("yolov3"), "dgx-ext", local)[0] > 1.4 * _one_gpu(job.estimator, "dgx-ext", local)[0]

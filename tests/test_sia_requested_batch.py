@@ -14,7 +14,7 @@ from heteroplan.perf.sia_data import bootstrap_model
 from heteroplan.policies.base import JobState
 from heteroplan.policies.common import choosable_columns
 from heteroplan.policies.requested_batch import RequestedBatchModel
-from heteroplan.policies.sia import SiaPolicy
+from heteroplan.policies.sia import BatchLimit, SiaPolicy
 
 TYPES = np.array(["aws", "aws", "aws", "rtx", "rtx", "dgx-ext", "dgx-ext", "dgx-ext"])
 NODES = np.array([1, 1, 2, 1, 2, 1, 1, 2])
@@ -82,8 +82,9 @@ def test_the_requested_batch_changes_the_choice_for_a_small_request():
     cluster = preset("sia-64")
     job = JobState("y", "yolov3", 0.0, requested_gpus=4, max_gpus=512, progress=0.6,
                    estimator=bootstrap_model("yolov3"), max_gpus_run=8, requested_batch=8)
-    wide = SiaPolicy().allocate(cluster, [job], now=10.0)["y"]
-    narrow = SiaPolicy(batch_limit="requested").allocate(cluster, [job], now=10.0)["y"]
+    wide = SiaPolicy(batch_limit="application").allocate(cluster, [job], now=10.0)["y"]
+    narrow = SiaPolicy().allocate(cluster, [job], now=10.0)["y"]  # the default plans with the request
+    assert SiaPolicy().batch_limit is BatchLimit.REQUESTED
     assert narrow.num_gpus < wide.num_gpus
 
 

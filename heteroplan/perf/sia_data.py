@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from enum import StrEnum
 from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
@@ -43,6 +44,8 @@ __all__ = [
     "load_reference",
     "true_model",
     "bootstrap_model",
+    "ProfileSource",
+    "profile_source",
     "load_app_measurements",
     "load_app_phi",
     "profile_of",
@@ -159,7 +162,22 @@ def grad_stats(app: str) -> GradStats:
         raise InputError("application", app, "no gradient statistics in the shipped data") from None
 
 
-PROFILE_SOURCES = ("traces", "truth")
+class ProfileSource(StrEnum):
+    """Where a new job's 1-GPU profiles (a bootstrapped model's first observations) come from."""
+
+    TRACES = "traces"
+    """The measured 1-GPU steps of the bundled traces."""
+    TRUTH = "truth"
+    """The ground truth's (:func:`true_model`) steps at the same local batches: a job is profiled
+    at the speed it then runs at, as in a simulator whose ground truth is its traces."""
+
+
+def profile_source(value: ProfileSource | str, field_name: str = "profiles_from") -> ProfileSource:
+    """``value`` as a :class:`ProfileSource`; :class:`InputError` naming ``field_name`` otherwise."""
+    try:
+        return ProfileSource(value)
+    except ValueError:
+        raise InputError(field_name, value, f"choose one of {[s.value for s in ProfileSource]}") from None
 
 
 def _app_entry(app: str) -> dict[str, Any]:
@@ -179,7 +197,7 @@ def true_model(app: str) -> GoodputModel:
 
 def bootstrap_model(
     app: str, profiled_types: Sequence[str] = SIA_TYPE_NAMES, scale_sync: bool = True,
-    profiles_from: str = "traces",
+    profiles_from: ProfileSource | str = ProfileSource.TRACES,
 ) -> BootstrappedModel:
     """Sia's starting model of a new ``app`` job: 1-GPU profiles on ``profiled_types``.
 
@@ -189,10 +207,9 @@ def bootstrap_model(
     the traces are noisy: yolov3 on one dgx-ext GPU measures 81 samples/s at local batch 32, the
     model fitted to all of its measurements gives 40.
     """
-    if profiles_from not in PROFILE_SOURCES:
-        raise InputError("profiles_from", profiles_from, f"choose one of {list(PROFILE_SOURCES)}")
+    source = profile_source(profiles_from)
     entry = _app_entry(app)
-    truth = true_model(app) if profiles_from == "truth" else None
+    truth = true_model(app) if source is ProfileSource.TRUTH else None
     profiles: dict[str, Measurements] = {}
     for gpu_type in profiled_types:
         prof = entry["profiles"].get(gpu_type)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from types import MappingProxyType
 
 import numpy as np
@@ -25,7 +26,7 @@ from heteroplan.policies.placement import place
 from heteroplan.policies.requested_batch import RequestedBatchModel
 from heteroplan.policies.sia_solve import check_solve_options, solve_sia
 
-__all__ = ["SiaPolicy", "ARTIFACT_RESTART_PENALTIES"]
+__all__ = ["SiaPolicy", "ARTIFACT_RESTART_PENALTIES", "BatchLimit"]
 
 # Seconds the Sia artifact's policy prices a restart at, per application ("measured on a real
 # physical cluster", sia-simulator/sia.py get_restart_penalty); its simulator charges the
@@ -35,7 +36,13 @@ ARTIFACT_RESTART_PENALTIES: Mapping[str, float] = MappingProxyType({
 })
 
 
-BATCH_LIMITS = ("application", "requested")
+class BatchLimit(StrEnum):
+    """The largest total batch Sia plans a job's goodput with."""
+
+    APPLICATION = "application"
+    """Its application's largest batch."""
+    REQUESTED = "requested"
+    """The batch its workload requested (the Sia artifact's ``Job.get_speedup_fn``)."""
 
 
 @dataclass
@@ -51,10 +58,11 @@ class SiaPolicy:
             applications are priced at their own restart delay. ``{}``: every job at its own.
         young_exempt: a job younger than its restart price is not penalized (factor 1), as
             the Sia artifact does ("don't penalize jobs that have not scaled up even once").
-        batch_limit: the largest total batch the policy plans a job's goodput with:
-            ``"application"`` (its application's) or ``"requested"`` (the batch its workload
+        batch_limit: the largest total batch the policy plans a job's goodput with
+            (:class:`BatchLimit` or its value): ``"requested"`` (default: the batch its workload
             requested, as the Sia artifact's policy does; the job still runs at the best batch up
-            to its application's limit; see :mod:`heteroplan.policies.requested_batch`).
+            to its application's limit; see :mod:`heteroplan.policies.requested_batch`) or
+            ``"application"`` (its application's largest; the default before session 19).
         scale_up: at most this factor more GPUs per round than ``scale_up_from``:
             ``"max"`` (default, the Sia artifact: the most GPUs the job has run on) or
             ``"current"`` (its current or last allocation).
@@ -75,7 +83,7 @@ class SiaPolicy:
     restart_penalty: bool = True
     restart_prices: Mapping[str, float] = field(default_factory=lambda: ARTIFACT_RESTART_PENALTIES)
     young_exempt: bool = True
-    batch_limit: str = "application"
+    batch_limit: BatchLimit = BatchLimit.REQUESTED
     scale_up: float = 2.0
     scale_up_from: str = "max"
     mode: str = "auto"
@@ -94,8 +102,10 @@ class SiaPolicy:
 
     def __post_init__(self) -> None:  # options are checked when given, not at the first round
         check_solve_options(self.mode, self.threads, self.auto_limit, self.mip_gap)
-        if self.batch_limit not in BATCH_LIMITS:
-            raise InputError("batch_limit", self.batch_limit, f"choose one of {list(BATCH_LIMITS)}")
+        try:
+            self.batch_limit = BatchLimit(self.batch_limit)
+        except ValueError:
+            raise InputError("batch_limit", self.batch_limit, f"choose one of {[b.value for b in BatchLimit]}") from None
         if self.scale_up_from not in ("max", "current"):
             raise InputError("scale_up_from", self.scale_up_from, "choose 'max' or 'current'")
         check_seconds("time_limit", self.time_limit)
@@ -150,7 +160,7 @@ class SiaPolicy:
             return {}
         configs = self.configs(cluster)
         self._goodputs.keep_only([j.job_id for j in jobs])
-        if self.batch_limit == "requested":
+        if self.batch_limit is BatchLimit.REQUESTED:
             jobs = self.planned_views(jobs)
         pairs = goodput_pairs(jobs, configs, self.scale_up, scale_from=self.scale_up_from, cache=self._goodputs)
         current = current_config(jobs, configs)

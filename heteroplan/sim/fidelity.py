@@ -38,12 +38,13 @@ simulator did before they were modelled (see ``docs/sia.md``, "Reproduction").
   (``make_policy("pollux-sia", restart_delay_s=30)``).
 
 * ``profiles`` -- where a new job's 1-GPU profiles (the start of the policies' bootstrapped
-  model) come from: ``"traces"``, the measured step times, or ``"truth"``, this simulator's
-  ground truth at the same local batches. The artifact's ground truth *is* its traces, so what a
-  job is profiled at is what it then runs at; ours is a model fitted to all measurements, and
-  where the traces are noisy the two disagree (yolov3 on one dgx-ext GPU: 81 samples/s measured
-  at local batch 32, 40 in the fitted model), so a policy planning with ``"traces"`` profiles
-  misjudges those jobs until it has observed them.
+  model) come from: ``"truth"`` (default), this simulator's ground truth at the same local
+  batches, or ``"traces"``, the measured step times. The artifact's ground truth *is* its
+  traces, so what a job is profiled at is what it then runs at; ours is a model fitted to all
+  measurements, and where the traces are noisy the two disagree (yolov3 on one dgx-ext GPU: 81
+  samples/s measured at local batch 32, 40 in the fitted model), so a policy planning with
+  ``"traces"`` profiles misjudges those jobs until it has observed them (the default before
+  session 19; ``docs/sia.md``, "Under load").
 
 Mechanisms the loop always has, as the artifact does: the restart delay is charged at the
 start of the round a job (re)starts in, also on its first start; a job arriving inside a
@@ -60,7 +61,7 @@ from types import MappingProxyType
 
 from heteroplan.errors import InputError
 from heteroplan.perf.applications import SIA_SLOWDOWNS
-from heteroplan.perf.sia_data import PROFILE_SOURCES
+from heteroplan.perf.sia_data import ProfileSource, profile_source
 
 __all__ = ["SIA_SLOWDOWNS", "SimFidelity"]
 
@@ -81,7 +82,8 @@ class SimFidelity:
         profiling_time: seconds per GPU type before a new adaptive job is schedulable (>= 0).
         free_moves: same-type, same-shape moves to other nodes cost no restart.
         epoch_rates: re-evaluate a job's rate at each epoch boundary inside a round.
-        profiles: ``"traces"`` or ``"truth"``: new jobs' 1-GPU profiles (see above).
+        profiles: :class:`~heteroplan.perf.sia_data.ProfileSource` (or its value): new jobs'
+            1-GPU profiles, ``"truth"`` (default) or ``"traces"`` (see above).
         restart_delay_s: seconds every (re)start costs in this run, for every job and policy
             (>= 0), or ``None``: the policy's option, else the job's own delay.
     """
@@ -93,7 +95,7 @@ class SimFidelity:
     free_moves: bool = True
     epoch_rates: bool = True
     restart_delay_s: float | None = None
-    profiles: str = "traces"
+    profiles: ProfileSource = ProfileSource.TRUTH
 
     def __post_init__(self) -> None:
         if not isinstance(self.slowdown, Mapping):
@@ -124,8 +126,7 @@ class SimFidelity:
             if isinstance(delay, bool) or not (isinstance(delay, int | float) and delay >= 0 and math.isfinite(delay)):
                 raise InputError("fidelity.restart_delay_s", delay, "must be seconds >= 0 or None")
             object.__setattr__(self, "restart_delay_s", float(delay))
-        if self.profiles not in PROFILE_SOURCES:
-            raise InputError("fidelity.profiles", self.profiles, f"choose one of {list(PROFILE_SOURCES)}")
+        object.__setattr__(self, "profiles", profile_source(self.profiles, "fidelity.profiles"))
         for name in ("free_moves", "epoch_rates"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"fidelity.{name}", getattr(self, name), "must be True or False")
