@@ -7,13 +7,15 @@
   torch or ray to FILE, one a line. ``.ci/run`` runs the suite without the extras first, then
   installs them and runs exactly those node ids again.
 
-Fixtures shared by the test modules: ``cli_error`` (run the CLI expecting exit code 2, get stderr).
+Fixtures shared by the test modules: ``cli_error`` (run the CLI expecting exit code 2, get stderr);
+every test's matplotlib figures are closed after it (``_close_figures``).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -73,3 +75,12 @@ def cli_error(capsys) -> Callable[[list[str]], str]:
         return capsys.readouterr().err
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Close the figures a test's plotting left open (pyplot keeps them; past 20 it warns)."""
+    yield
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close("all")

@@ -110,6 +110,42 @@ def test_decisions_restarts_restore_and_service_follow_the_allocations() -> None
     assert strict.round(60.0)["a"].kind is K.RESCALE  # every move restarts without free moves
 
 
+class _Solved:
+    def __init__(self, gap: float) -> None:
+        self.gap = gap
+
+
+class ScriptedWithGap(Scripted):
+    """Scripted, and reports a solve gap per round (a custom ReportsSolveGap policy)."""
+
+    def __init__(self, script, gaps: list[float | None]) -> None:
+        super().__init__(script)
+        self.gaps, self.last_result = gaps, None
+
+    def allocate(self, cluster, jobs, now):
+        gap = self.gaps[min(self.calls, len(self.gaps) - 1)]
+        self.last_result = None if gap is None else _Solved(gap)
+        return super().allocate(cluster, jobs, now)
+
+
+def test_a_custom_policy_reports_its_solve_gap_through_the_session() -> None:
+    from heteroplan.policies.base import ReportsSolveGap
+
+    two = Allocation("rtx", 2, ((R0, 2),))
+    policy = ScriptedWithGap([two], gaps=[0.02, None, 0.0])
+    assert isinstance(policy, ReportsSolveGap) and not isinstance(Scripted([two]), ReportsSolveGap)
+    session = SchedulingSession(TWO_NODES, policy)
+    session.submit("a", arrival_time=0.0, application="cifar10", perf_model="oracle")
+    gaps = []
+    for r in range(3):
+        gaps.append(session.round(60.0 * r).solve_gap)
+        session.report("a", work_done=1.0 + r)
+    assert gaps == [0.02, None, 0.0]
+    plain = SchedulingSession(TWO_NODES, Scripted([two]))
+    plain.submit("a", arrival_time=0.0, application="cifar10", perf_model="oracle")
+    assert plain.round(0.0).solve_gap is None
+
+
 def test_a_job_the_caller_never_reports_on_is_not_starved() -> None:
     def gpus_over_rounds(assume: bool, report: bool) -> list[int]:
         session = SchedulingSession(preset("sia-64"), make_policy("sia"), assume_progress=assume)

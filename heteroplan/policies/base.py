@@ -20,7 +20,7 @@ from heteroplan.errors import ClusterError, InputError, PolicyError
 from heteroplan.policies.state import NO_STATE, NoState, PolicyState, expect_state
 
 __all__ = ["Allocation", "AllocationError", "JobState", "Policy", "PolicyBase", "PerfModel", "GoodputEstimator",
-           "check_allocations", "counts_by_type"]
+           "ReportsSolveGap", "SolveReport", "check_allocations", "counts_by_type"]
 
 
 class AllocationError(PolicyError, InputError):
@@ -194,6 +194,22 @@ class Policy(Protocol):
     ) -> Mapping[str, Allocation]:
         """Allocations for this round keyed by ``job_id``, with placements filled in."""
         ...
+
+
+class SolveReport(Protocol):
+    """How a round's optimization ended: ``gap``, its answer's relative distance to the best
+    bound proven (0: optimal)."""
+
+    gap: float
+
+
+@runtime_checkable
+class ReportsSolveGap(Protocol):
+    """A policy that solves each round to a measured gap (Sia, Pollux): ``last_result`` is the
+    latest round's :class:`SolveReport` (``None`` before a solve, or when a round had nothing to
+    solve). A scheduling session passes its gap on as ``RoundDecisions.solve_gap``."""
+
+    last_result: SolveReport | None
 
 
 class PolicyBase:

@@ -54,7 +54,14 @@ from typing import Any
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import HeteroplanError, InputError, PolicyError
-from heteroplan.policies.base import Allocation, JobState, PerfModel, Policy, check_allocations
+from heteroplan.policies.base import (
+    Allocation,
+    JobState,
+    PerfModel,
+    Policy,
+    ReportsSolveGap,
+    check_allocations,
+)
 from heteroplan.scheduling.decisions import Decision, DecisionKind, RoundDecisions, StepTiming
 from heteroplan.scheduling.policy_check import check_policy, restart_delay_of
 from heteroplan.scheduling.records import JobRecord
@@ -295,8 +302,8 @@ class SchedulingSession:
         order = sorted((j for j in self._live.values() if j.finish_time is None and j.arrival_time <= now),
                        key=lambda j: (j.arrival_time, j.job_id))
         allocations, seconds = self._allocate(order, now) if order else ({}, 0.0)  # nobody active: no policy call
-        solved = getattr(self.policy, "last_result", None) if order else None
-        gap = getattr(solved, "gap", None)
+        solved = self.policy.last_result if order and isinstance(self.policy, ReportsSolveGap) else None
+        gap = None if solved is None else solved.gap
         decisions = []
         for job in order:
             job.active_rounds += 1
