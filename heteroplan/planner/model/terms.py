@@ -204,14 +204,21 @@ def zero1_largest_share(numels: Sequence[int], replicas: int) -> float:
     return max(load for load, _ in loads) / total
 
 
+def _recorded_tensors(mem: MeasuredMemory | None, tp: int) -> Sequence[Sequence[int]] | None:
+    """Per layer, the sizes (elements) of the parameter tensors the profile recorded at TP degree
+    ``tp``; ``None`` for a profile without them (ZeRO-1 shares are then ``1 / replicas``)."""
+    tensors = mem.param_tensors.get(tp) if mem is not None else None
+    return tensors or None
+
+
 def zero1_share(mem: MeasuredMemory | None, tp: int, first: int, last: int, replicas: int) -> float:
     """The busiest replica's share of the optimizer state (and of the step's buffers and time)
     of layers ``[first, last)`` sharded over ``replicas`` (ZeRO-1): from the parameter tensors the
     profile recorded per layer (:func:`zero1_largest_share`), else ``1 / replicas``."""
     if replicas <= 1:
         return 1.0
-    tensors = mem.param_tensors.get(tp) if mem is not None else None
-    if not tensors:
+    tensors = _recorded_tensors(mem, tp)
+    if tensors is None:
         return 1.0 / replicas
     return zero1_largest_share([n for layer in tensors[first:last] for n in layer], replicas)
 
@@ -222,8 +229,8 @@ def zero1_share_matrix(mem: MeasuredMemory | None, tp: int, replicas: int, num_l
     out = np.ones((num_layers + 1, num_layers + 1))
     if replicas <= 1:
         return out
-    tensors = mem.param_tensors.get(tp) if mem is not None else None
-    if not tensors:
+    tensors = _recorded_tensors(mem, tp)
+    if tensors is None:
         out[np.triu_indices(num_layers + 1, 1)] = 1.0 / replicas
         return out
     seen: dict[tuple[int, ...], float] = {}
