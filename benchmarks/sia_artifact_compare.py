@@ -311,7 +311,7 @@ def summary(jobs: dict) -> tuple[float, float, float, int]:
     return sum(jct) / len(jct), p99(jct), end, len(done)
 
 
-def run_ours(csv: Path, out: Path, tag: str, options: dict | None = None, profiles: str = "traces") -> dict:
+def run_ours(csv: Path, out: Path, tag: str, options: dict | None = None, profiles: str = "truth") -> dict:
     """``make_policy("sia", **options)`` on the same jobs (new jobs' 1-GPU profiles from
     ``profiles``, :class:`~heteroplan.sim.fidelity.SimFidelity`); per-job records in the
     artifact's shape."""
@@ -412,8 +412,8 @@ def main() -> int:
                     help="change one mechanism of the artifact (see _ablate); its tag gets the name")
     ap.add_argument("--heteroplan-truth", nargs="*", default=[], metavar="APP",
                     help="the artifact's ground truth of these applications replaced by heteroplan's")
-    ap.add_argument("--profiles", choices=("traces", "truth"), default="traces",
-                    help="ours: new jobs' 1-GPU profiles from the traces or the ground truth (SimFidelity)")
+    ap.add_argument("--profiles", choices=("traces", "truth"), default="truth",
+                    help="ours: new jobs' 1-GPU profiles from the ground truth (SimFidelity's default) or the traces")
     ap.add_argument("--options", type=json.loads, default=None, help='make_policy("sia") options as JSON')
     args = ap.parse_args()
     out = args.out.resolve()
