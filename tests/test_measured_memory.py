@@ -115,3 +115,34 @@ def test_plan_job_recomputes_when_nothing_fits_otherwise_and_the_runtime_runs_it
     measured = float(run.steps[-1].extra["peak_allocated_bytes"][0])
     assert measured < meas_none
     assert result.memory_fit.need_gb * 1e9 == pytest.approx(measured, rel=0.05)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_the_runtimes_optimizer_step_holds_no_transient_buffers(optimizer) -> None:
+    """The runtime's optimizers are fused (``make_optimizer``, the stages' ``make_stage_optimizer``):
+    the step updates in place, so the profile's step term is 0 and the step peak is the state; a
+    foreach Adam, measured the same way, holds a fp32 copy of every parameter (4P bytes)."""
+    from heteroplan.planner.plan import OptimizerSharding
+    from heteroplan.runtime.config import make_optimizer
+    from heteroplan.runtime.dimensions import make_stage_optimizer
+    from heteroplan.runtime.memory import peak_increase
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(torch.nn.Linear(64, 64) for _ in range(4)))
+    params = list(model.parameters())
+    four_p = 4 * sum(p.numel() for p in params)
+    config = RunConfig(optimizer=optimizer, lr=1e-3)
+
+    def transient(opt) -> int:
+        for _ in range(2):  # the first step allocates the state
+            model(torch.randn(8, 64)).sum().backward()
+            peak, _, _ = peak_increase(opt.step)
+            opt.zero_grad(set_to_none=False)
+        return peak
+
+    assert transient(make_optimizer(params, config)) < 0.01 * four_p
+    assert transient(make_stage_optimizer(params, config, OptimizerSharding.NONE, None)) < 0.01 * four_p
+    assert transient(torch.optim.Adam(params, lr=1e-3, foreach=True)) == pytest.approx(four_p, rel=0.01)
+    prof = profile_layers(TASK.build_model(), lambda m: TASK.batch(0, 0, m)[0], (1,), loss, warmup=0,
+                          repeats=1, optimizer=optimizer)
+    assert max(prof.update_working_bytes) < 0.01 * 4 * max(prof.params_floats)

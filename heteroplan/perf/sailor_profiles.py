@@ -45,7 +45,7 @@ class MeasuredMemory:
         act_output: the layer's output per sample (its gradient is alive during the layer's backward).
         act_saved: saved for backward per sample; ``act_saved_fixed`` per microbatch (bf16 weight casts).
         bwd_working: the backward's transient peak per sample; ``bwd_working_fixed`` per microbatch.
-        update_working: the foreach optimizer step's transient bytes.
+        update_working: the optimizer step's transient bytes (0 for the runtime's fused step).
         loss_saved: per sample, what the loss saves of the model's output (last layer; kept outside
             a recomputed layer).
         optimizer_state_per_param: bytes of optimizer state per parameter (Adam 8, SGD 0).

@@ -12,7 +12,7 @@ from heteroplan.runtime.schedule import PIPELINE_ENGINES
 
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 
-__all__ = ["RunConfig", "StepMetrics", "OPTIMIZERS", "make_optimizer", "optimizer_class"]
+__all__ = ["RunConfig", "StepMetrics", "OPTIMIZERS", "implementation_kwargs", "make_optimizer", "optimizer_class"]
 
 OPTIMIZERS = ("sgd", "adam")
 
@@ -148,12 +148,16 @@ def optimizer_class(config: RunConfig) -> tuple[type, dict[str, Any]]:
     return torch.optim.SGD, {"lr": config.lr, "momentum": config.momentum}
 
 
+def implementation_kwargs(params: list) -> dict[str, Any]:
+    """How the runtime's optimizers step ``params``: ``fused`` (one kernel over all tensors, updating
+    in place: no transient buffers, where foreach Adam holds a fp32 copy of every parameter, 4P
+    bytes, at the step's peak) on every device; tensor-parallel (DTensor) parameters keep torch's
+    default. The profiler measures the step with the same choice (``update_working_bytes``)."""
+    return {} if any(hasattr(p, "to_local") for p in params) else {"fused": True}
+
+
 def make_optimizer(params: list, config: RunConfig):
-    """The torch optimizer ``config`` asks for, over ``params``: foreach (one multi-tensor step, whose
-    transient memory the profiler measures per layer and the planner adds up over a stage) on
-    every device, torch's default only on CUDA; tensor-parallel (DTensor) parameters keep torch's
-    default, foreach refusing their mix with plain tensors."""
+    """The torch optimizer ``config`` asks for, over ``params``, stepped as
+    :func:`implementation_kwargs` says."""
     cls, kwargs = optimizer_class(config)
-    if not any(hasattr(p, "to_local") for p in params):
-        kwargs["foreach"] = True
-    return cls(params, **kwargs)
+    return cls(params, **kwargs, **implementation_kwargs(params))

@@ -30,7 +30,7 @@ from torch import nn
 
 from heteroplan.errors import InputError
 from heteroplan.planner.plan import OptimizerSharding, Plan, Precision, Recomputation
-from heteroplan.runtime.config import RunConfig, optimizer_class
+from heteroplan.runtime.config import RunConfig, implementation_kwargs, optimizer_class
 
 __all__ = ["compute_context", "set_matmul_precision", "run_layers", "make_stage_optimizer", "check_dimensions",
            "local_optimizer", "state_bytes", "loss_under"]
@@ -88,11 +88,10 @@ def make_stage_optimizer(params: list[nn.Parameter], config: RunConfig, sharding
     and a data-parallel group (more than one replica), a ``ZeroRedundancyOptimizer`` of it that
     keeps the state of this rank's share of the parameters only."""
     cls, kwargs = optimizer_class(config)
+    kwargs |= implementation_kwargs(params)  # as make_optimizer
     if sharding is OptimizerSharding.ZERO1 and dp_group is not None:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
-        if not any(hasattr(p, "to_local") for p in params):
-            kwargs["foreach"] = True  # as make_optimizer
         return ZeroRedundancyOptimizer(params, optimizer_class=cls, process_group=dp_group, **kwargs)
     return cls(params, **kwargs)
 

@@ -82,8 +82,9 @@ class LayerProfile:
             live bytes above those at its start: input and weight gradients, temporaries), per
             sample and per microbatch, fitted the same way; the gradient of the layer's output,
             alive at its start, is not in it.
-        update_working_bytes: transient bytes of the optimizer step over the layer's parameters
-            (foreach Adam: one fp32 buffer of the parameters' size); after the first step.
+        update_working_bytes: transient bytes of the optimizer step over the layer's parameters,
+            stepped as the runtime steps them (fused: 0; a foreach Adam would hold one fp32 buffer
+            of the parameters' size); after the first step.
         overhead_bytes: bytes the device holds outside the model's tensors once profiled (CUDA:
             the cuBLAS workspaces in the caching allocator; CPU: 0).
         precision: arithmetic the profile was measured in (``"fp32"``, ``"tf32"``, ``"bf16"``).

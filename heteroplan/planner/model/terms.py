@@ -33,7 +33,8 @@ bytes per GPU; :func:`measured_state_bytes`, :func:`measured_peak_bytes`)
     - the backward of the last microbatch peaks at some layer ``l``: the kept bytes of the earlier
       microbatches, this one's up to ``l``, and ``l``'s transient: its output's gradient ``m O``,
       its measured working set ``m W + W_0`` and, recomputing, its re-materialised ``m A + C``;
-    - the optimizer step peaks at the state plus its foreach buffers (the share under ZeRO-1), and
+    - the optimizer step peaks at the state plus its measured transient buffers (the share under
+      ZeRO-1; none for the runtime's fused step, 4P for a foreach Adam), and
       data-parallel replicas of a tensor-parallel stage all-reduce a flat fp32 copy of the
       gradients (:func:`allreduce_buffer_bytes`; other stages all-reduce their gradient buffer in
       place); the peak is the largest of these and the backward's,
