@@ -62,7 +62,8 @@ class SiaPolicy:
             (:class:`BatchLimit` or its value): ``"requested"`` (default: the batch its workload
             requested, as the Sia artifact's policy does; the job still runs at the best batch up
             to its application's limit; see :mod:`heteroplan.policies.requested_batch`) or
-            ``"application"`` (its application's largest; the default before session 19).
+            ``"application"`` (its application's largest, as the policy planned before it
+            followed the artifact here).
         scale_up: at most this factor more GPUs per round than ``scale_up_from``:
             ``"max"`` (default, the Sia artifact: the most GPUs the job has run on) or
             ``"current"`` (its current or last allocation).

@@ -43,8 +43,8 @@ simulator did before they were modelled (see ``docs/sia.md``, "Reproduction").
   traces, so what a job is profiled at is what it then runs at; ours is a model fitted to all
   measurements, and where the traces are noisy the two disagree (yolov3 on one dgx-ext GPU: 81
   samples/s measured at local batch 32, 40 in the fitted model), so a policy planning with
-  ``"traces"`` profiles misjudges those jobs until it has observed them (the default before
-  session 19; ``docs/sia.md``, "Under load").
+  ``"traces"`` profiles misjudges those jobs until it has observed them (``docs/sia.md``,
+  "Under load").
 
 Mechanisms the loop always has, as the artifact does: the restart delay is charged at the
 start of the round a job (re)starts in, also on its first start; a job arriving inside a
