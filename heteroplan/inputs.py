@@ -12,13 +12,16 @@ import json
 import math
 import numbers
 import os
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from heteroplan.errors import InputError
 
-__all__ = ["read_text", "read_json", "finite_number", "strict_int", "local_process_limit", "check_process_count",
-           "MIN_ROUND_S", "MAX_GENERATED_JOBS"]
+__all__ = ["read_text", "read_json", "finite_number", "strict_int", "enum_choice", "local_process_limit",
+           "check_process_count", "MIN_ROUND_S", "MAX_GENERATED_JOBS"]
+
+E = TypeVar("E", bound=Enum)
 
 MIN_ROUND_S = 10.0
 """Shortest scheduling round (s) a sweep, ``simulate`` or ``hadar`` accepts: below it the round
@@ -103,6 +106,15 @@ def strict_int(field: str, value: object, low: int | None = None, error: type[In
     if low is not None and value < low:
         raise error(field, value, f"must be >= {low}")
     return value
+
+
+def enum_choice(enum: type[E], field: str, value: object) -> E:
+    """``value`` as a member of ``enum`` (a member or its value, e.g. a string of a ``StrEnum``);
+    :class:`InputError` naming ``field`` and listing the choices otherwise."""
+    try:
+        return enum(value)
+    except ValueError:
+        raise InputError(field, value, f"choose one of {[m.value for m in enum]}") from None
 
 
 def local_process_limit() -> int:

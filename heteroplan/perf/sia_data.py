@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from heteroplan.errors import InputError
+from heteroplan.inputs import enum_choice
 from heteroplan.perf.applications import APPLICATIONS, SIA_TYPE_NAMES, get_app
 from heteroplan.perf.bootstrap import BootstrappedModel
 from heteroplan.perf.efficiency import PhiTable
@@ -45,7 +46,6 @@ __all__ = [
     "true_model",
     "bootstrap_model",
     "ProfileSource",
-    "profile_source",
     "load_app_measurements",
     "load_app_phi",
     "profile_of",
@@ -172,14 +172,6 @@ class ProfileSource(StrEnum):
     at the speed it then runs at, as in a simulator whose ground truth is its traces."""
 
 
-def profile_source(value: ProfileSource | str, field_name: str = "profiles_from") -> ProfileSource:
-    """``value`` as a :class:`ProfileSource`; :class:`InputError` naming ``field_name`` otherwise."""
-    try:
-        return ProfileSource(value)
-    except ValueError:
-        raise InputError(field_name, value, f"choose one of {[s.value for s in ProfileSource]}") from None
-
-
 def _app_entry(app: str) -> dict[str, Any]:
     get_app(app)
     try:
@@ -207,7 +199,7 @@ def bootstrap_model(
     the traces are noisy: yolov3 on one dgx-ext GPU measures 81 samples/s at local batch 32, the
     model fitted to all of its measurements gives 40.
     """
-    source = profile_source(profiles_from)
+    source = enum_choice(ProfileSource, "profiles_from", profiles_from)
     entry = _app_entry(app)
     truth = true_model(app) if source is ProfileSource.TRUTH else None
     profiles: dict[str, Measurements] = {}

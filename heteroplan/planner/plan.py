@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from enum import Enum, StrEnum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from heteroplan._html import table, title
 from heteroplan.errors import InputError
-from heteroplan.inputs import read_json, strict_int
+from heteroplan.inputs import enum_choice, read_json, strict_int
 
 __all__ = ["ReplicaGroup", "Stage", "Plan", "PipelineBlock", "Precision", "Recomputation", "OptimizerSharding"]
 
@@ -57,14 +57,6 @@ class OptimizerSharding(StrEnum):
 
     NONE = "none"
     ZERO1 = "zero1"
-
-
-def _choice(enum: type[Enum], field: str, value: object) -> Any:
-    """``value`` as a member of ``enum`` (its member or its string value), else :class:`InputError`."""
-    try:
-        return enum(value)
-    except ValueError:
-        raise InputError(field, value, f"choose one of {[m.value for m in enum]}") from None
 
 
 @dataclass(frozen=True)
@@ -123,9 +115,9 @@ class Stage:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "replicas", tuple(self.replicas))
-        object.__setattr__(self, "recompute", _choice(Recomputation, "stage.recompute", self.recompute))
+        object.__setattr__(self, "recompute", enum_choice(Recomputation, "stage.recompute", self.recompute))
         object.__setattr__(self, "optimizer_sharding",
-                           _choice(OptimizerSharding, "stage.optimizer_sharding", self.optimizer_sharding))
+                           enum_choice(OptimizerSharding, "stage.optimizer_sharding", self.optimizer_sharding))
         object.__setattr__(self, "first_layer", strict_int("stage.first_layer", self.first_layer, 0))
         object.__setattr__(self, "last_layer", strict_int("stage.last_layer", self.last_layer, 1))
         if not all(isinstance(g, ReplicaGroup) for g in self.replicas):
@@ -180,7 +172,7 @@ class Plan:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stages", tuple(self.stages))
-        object.__setattr__(self, "precision", _choice(Precision, "plan.precision", self.precision))
+        object.__setattr__(self, "precision", enum_choice(Precision, "plan.precision", self.precision))
         if not self.stages:
             raise InputError("plan.stages", self.stages, "a plan needs at least one stage")
         if not isinstance(self.model, str) or not self.model:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InputError
-from heteroplan.inputs import strict_int
+from heteroplan.inputs import enum_choice, strict_int
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile, load_model_profile
 from heteroplan.planner.goal import Goal
@@ -90,11 +90,8 @@ class SearchOptions:
             strict_int("options.max_split_dp_calls", self.max_split_dp_calls, 1)
         for size in self.microbatch_sizes if self.microbatch_sizes is not None else ():
             strict_int("options.microbatch_sizes", size, 1)
-        try:
-            object.__setattr__(self, "optimizer_sharding", OptimizerSharding(self.optimizer_sharding))
-        except ValueError:
-            raise InputError("options.optimizer_sharding", self.optimizer_sharding,
-                             f"choose one of {[m.value for m in OptimizerSharding]}") from None
+        object.__setattr__(self, "optimizer_sharding",
+                           enum_choice(OptimizerSharding, "options.optimizer_sharding", self.optimizer_sharding))
         for name in ("span_zones", "mixed_stages", "prune", "narrow_with_milp"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"options.{name}", getattr(self, name), "must be True or False")

@@ -61,6 +61,7 @@ from heteroplan.formulations.hadar import (
     makespan_bound_lp,
     pace_slots,
 )
+from heteroplan.inputs import enum_choice
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.packing import free_gpus, make_allocation, rate_of, take_gpus
 from heteroplan.policies.state import PolicyState, expect_state
@@ -270,14 +271,8 @@ class HadarPolicy:
                 raise InputError("upper", upper, f"must be > 0 and >= lower={lower}")
         if lookahead < 0:
             raise InputError("lookahead", lookahead, "must be >= 0 slots")
-        try:
-            self.planning = Planning(planning)
-        except ValueError:
-            raise InputError("planning", planning, f"choose one of {[p.value for p in Planning]}") from None
-        try:
-            self.order = Order(order)
-        except ValueError:
-            raise InputError("order", order, f"choose one of {[o.value for o in Order]}") from None
+        self.planning = enum_choice(Planning, "planning", planning)
+        self.order = enum_choice(Order, "order", order)
         self.slot = float(slot)
         self.lower = lower
         self.upper = upper

@@ -18,7 +18,7 @@ from heteroplan.formulations.sia import (
     build_sia_model_pairs,
     restart_factor,
 )
-from heteroplan.inputs import finite_number
+from heteroplan.inputs import enum_choice, finite_number
 from heteroplan.perf.goodput import GoodputModel
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.common import GoodputCache, current_config, goodput_pairs
@@ -103,10 +103,7 @@ class SiaPolicy:
 
     def __post_init__(self) -> None:  # options are checked when given, not at the first round
         check_solve_options(self.mode, self.threads, self.auto_limit, self.mip_gap)
-        try:
-            self.batch_limit = BatchLimit(self.batch_limit)
-        except ValueError:
-            raise InputError("batch_limit", self.batch_limit, f"choose one of {[b.value for b in BatchLimit]}") from None
+        self.batch_limit = enum_choice(BatchLimit, "batch_limit", self.batch_limit)
         if self.scale_up_from not in ("max", "current"):
             raise InputError("scale_up_from", self.scale_up_from, "choose 'max' or 'current'")
         check_seconds("time_limit", self.time_limit)

@@ -303,7 +303,6 @@ class SchedulingSession:
                        key=lambda j: (j.arrival_time, j.job_id))
         allocations, seconds = self._allocate(order, now) if order else ({}, 0.0)  # nobody active: no policy call
         solved = self.policy.last_result if order and isinstance(self.policy, ReportsSolveGap) else None
-        gap = None if solved is None else solved.gap
         decisions = []
         for job in order:
             job.active_rounds += 1
@@ -311,7 +310,7 @@ class SchedulingSession:
             decisions.append(self._decide(job, allocations.get(job.job_id), now))
         self._last_round = float(now)
         self.rounds += 1
-        return RoundDecisions(float(now), tuple(decisions), seconds, None if gap is None else float(gap))
+        return RoundDecisions(float(now), tuple(decisions), seconds, None if solved is None else float(solved.gap))
 
     def settle(self, now: float) -> None:
         """Charge the GPUs held since the last round through ``now`` (s) and age restores; called

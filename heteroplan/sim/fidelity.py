@@ -60,8 +60,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from heteroplan.errors import InputError
+from heteroplan.inputs import enum_choice
 from heteroplan.perf.applications import SIA_SLOWDOWNS
-from heteroplan.perf.sia_data import ProfileSource, profile_source
+from heteroplan.perf.sia_data import ProfileSource
 
 __all__ = ["SIA_SLOWDOWNS", "SimFidelity"]
 
@@ -126,7 +127,7 @@ class SimFidelity:
             if isinstance(delay, bool) or not (isinstance(delay, int | float) and delay >= 0 and math.isfinite(delay)):
                 raise InputError("fidelity.restart_delay_s", delay, "must be seconds >= 0 or None")
             object.__setattr__(self, "restart_delay_s", float(delay))
-        object.__setattr__(self, "profiles", profile_source(self.profiles, "fidelity.profiles"))
+        object.__setattr__(self, "profiles", enum_choice(ProfileSource, "fidelity.profiles", self.profiles))
         for name in ("free_moves", "epoch_rates"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"fidelity.{name}", getattr(self, name), "must be True or False")
