@@ -187,6 +187,17 @@ def true_model(app: str) -> GoodputModel:
     return GoodputModel(get_app(app), params, PhiTable.from_dict(entry["phi"]))
 
 
+@cache
+def _truth_steps(app: str, gpu_type: str) -> np.ndarray:
+    """The ground truth's 1-GPU step times (s) at the local batches ``app``'s traces profiled on
+    ``gpu_type`` (read-only: every job of ``app`` starts from the same ones)."""
+    local = np.asarray(_app_entry(app)["profiles"][gpu_type]["local_bsz"])
+    one = np.ones(len(local), dtype=int)
+    step = np.asarray(true_model(app).step_time(gpu_type, one, one, local, 0 * one), dtype=float)
+    step.flags.writeable = False
+    return step
+
+
 def bootstrap_model(
     app: str, profiled_types: Sequence[str] = SIA_TYPE_NAMES, scale_sync: bool = True,
     profiles_from: ProfileSource | str = ProfileSource.TRACES,
@@ -201,7 +212,6 @@ def bootstrap_model(
     """
     source = enum_choice(ProfileSource, "profiles_from", profiles_from)
     entry = _app_entry(app)
-    truth = true_model(app) if source is ProfileSource.TRUTH else None
     profiles: dict[str, Measurements] = {}
     for gpu_type in profiled_types:
         prof = entry["profiles"].get(gpu_type)
@@ -209,12 +219,10 @@ def bootstrap_model(
             raise InputError("profiled_types", gpu_type, f"no profile for {app}")
         n = len(prof["local_bsz"])
         local = np.asarray(prof["local_bsz"])
-        if truth is None:
+        if source is ProfileSource.TRACES:
             step, sync = np.asarray(prof["step_time"]), np.asarray(prof["sync_time"])
         else:
-            one = np.ones(n, dtype=int)
-            step = np.asarray(truth.step_time(gpu_type, one, one, local, 0 * one), dtype=float)
-            sync = np.zeros(n)
+            step, sync = _truth_steps(app, gpu_type), np.zeros(n)
         profiles[gpu_type] = Measurements(np.ones(n), np.ones(n), local, step, sync)
     return BootstrappedModel(
         get_app(app), profiles, PhiTable.from_dict(entry["phi"]), scale_sync=scale_sync)
