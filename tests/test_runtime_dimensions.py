@@ -25,7 +25,7 @@ GBS = 8
 def _grads(task: TinyGPTTask, recompute: Recomputation, precision: Precision = Precision.FP32) -> list[torch.Tensor]:
     model = task.build_model()
     x, y = task.batch(0, 0, 4)
-    with compute_context(precision, "cpu"):
+    with compute_context(precision, "cpu", recompute):
         loss = task.loss(run_layers(list(model), x, recompute), y)
     loss.backward()
     return [p.grad for p in model.parameters()]
@@ -35,6 +35,33 @@ def _grads(task: TinyGPTTask, recompute: Recomputation, precision: Precision = P
 def test_recomputation_gives_bit_identical_gradients(precision: Precision) -> None:
     kept, recomputed = _grads(TASK32, Recomputation.NONE, precision), _grads(TASK32, Recomputation.FULL, precision)
     assert all(torch.equal(a, b) for a, b in zip(kept, recomputed, strict=True))
+
+
+def test_a_recomputing_bf16_stage_holds_no_bf16_copy_of_its_weights() -> None:
+    """Autocast caches every weight's bf16 cast until its context exits; a recomputing stage saves
+    none of them, so with the cache on its forward ends holding a bf16 copy of all its weights
+    (here 6 casts of 0.5 MB over 2 x 16 KB of kept inputs; on an H100, 0.54 GB at the peak of a
+    320M-parameter GPT). The stage's forward peaks at most one layer's cast above what it keeps."""
+    from torch import nn
+
+    from heteroplan.runtime.worker import LayerRange
+
+    torch.manual_seed(0)
+    width, n = 512, 6
+    model = nn.Sequential(*(nn.Linear(width, width) for _ in range(n)))
+    cast = width * width * 2 + width * 2  # one layer's weight and bias in bf16, bytes
+    x = torch.randn(8, width)
+    kept_by = {}
+    for recompute in (Recomputation.FULL, Recomputation.NONE):
+        stage = LayerRange(model, 0, n, recompute, Precision.BF16, "cpu")
+        peak, kept, out = peak_increase(lambda stage=stage: stage(x))
+        kept_by[recompute] = kept
+        if recompute is Recomputation.FULL:  # measured: 0.66 MB above the kept 0.08 MB (cache on: 3.2 MB)
+            assert peak - kept < 2 * cast, (peak, kept)
+        del out
+    # without recomputation the casts are saved for the backward, where the profile counts them
+    # (measured: 2.60 MB more than with recomputation; the first layer's input needs no gradient)
+    assert kept_by[Recomputation.NONE] - kept_by[Recomputation.FULL] > (n - 2) * cast
 
 
 def test_recomputation_keeps_only_layer_inputs_and_the_profile_counts_what_is_kept() -> None:

@@ -33,7 +33,7 @@ def train_reference(task: TrainTask, global_batch_size: int, config: RunConfig,
     losses = []
     for step in range(config.steps):
         x, y = task.batch(step, 0, global_batch_size)
-        with compute_context(precision, device_type):
+        with compute_context(precision, device_type, recompute):
             loss = task.loss(run_layers(layers, x, recompute), y)
         loss.backward()
         opt.step()

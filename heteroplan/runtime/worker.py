@@ -95,7 +95,7 @@ class LayerRange(nn.Module):
         self.recompute, self.precision, self.device_type = recompute, precision, device_type
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with compute_context(self.precision, self.device_type):
+        with compute_context(self.precision, self.device_type, self.recompute):
             return run_layers(list(self.children()), x, self.recompute)
 
 
