@@ -85,8 +85,11 @@ def test_an_iteration_queues_its_microbatches_without_waiting_for_the_gpu() -> N
     from heteroplan.runtime.tensor_parallel import create_groups
     from heteroplan.runtime.worker import StageTrainer
 
-    plan = one_gpu_plan(micro=1)  # 8 microbatches
-    trainer = StageTrainer(plan, TinyGPTTask(n_layers=2), RunConfig(device="cuda", steps=2), 0, create_groups(plan))
+    plan = one_gpu_plan(micro=8)  # microbatch 1: 8 microbatches
+    # heteroplan's own schedule (a one-stage plan runs under torch's pipelining by default, whose
+    # groups create_groups(plan) does not make)
+    config = RunConfig(device="cuda", steps=2, pipeline="heteroplan")
+    trainer = StageTrainer(plan, TinyGPTTask(n_layers=2), config, 0, create_groups(plan))
     trainer.step(0)  # warm-up: cuBLAS handles, the pinned host blocks
     torch.cuda.set_sync_debug_mode("error")
     try:
