@@ -33,6 +33,8 @@ def add_training_arguments(p: argparse.ArgumentParser, *, steps: int, optimizer:
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                    help="where the ranks compute: cpu (gloo; default) or cuda (one GPU per rank, NCCL)")
     p.add_argument("--timeout", type=number(0), default=120.0, help="seconds a rank may wait on a peer")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="replay each microbatch as a CUDA graph (--device cuda; one-stage plans, no recomputation)")
 
 
 def run_config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -41,7 +43,7 @@ def run_config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "steps": args.steps, "optimizer": args.optimizer, "lr": args.lr, "schedule": args.schedule,
         "pipeline": args.pipeline,
         "checkpoint_dir": args.checkpoint_dir, "checkpoint_every": args.checkpoint_every,
-        "device": args.device, "timeout_s": args.timeout,
+        "device": args.device, "timeout_s": args.timeout, "cuda_graphs": args.cuda_graphs,
     }
 
 

@@ -98,3 +98,33 @@ def test_an_iteration_queues_its_microbatches_without_waiting_for_the_gpu() -> N
         torch.cuda.set_sync_debug_mode("default")
     assert isinstance(loss, torch.Tensor) and loss.device.type == "cuda"
     assert 0 < float(loss) < 10  # the mean cross-entropy of a 64-token vocabulary starts near ln 64
+
+
+@pytest.mark.parametrize("task,rel", [(TASK, 1e-9), (TinyGPTTask(n_layers=2), 1e-3)])
+def test_a_graphed_run_trains_as_the_eager_run(task: TinyGPTTask, rel: float) -> None:
+    """``cuda_graphs``: every microbatch replayed from one captured graph (inputs copied into its
+    static tensors, gradients accumulating in place) gives the eager run's losses and parameters:
+    float64 to 1e-9; bf16 (autocast under capture, its cast cache off) to 1e-3."""
+    plan = one_gpu_plan(micro=4)
+    if task.dtype == "float32":
+        plan = Plan(plan.model, plan.global_batch_size, plan.microbatch_size, plan.stages, precision="bf16")
+    runs = {}
+    for graphs in (False, True):
+        runs[graphs] = run_plan(plan, task, RunConfig(device="cuda", steps=3, optimizer="adam", lr=0.01,
+                                                      cuda_graphs=graphs))
+    assert "CUDA graphs" in runs[True].pipeline
+    assert runs[True].losses == pytest.approx(runs[False].losses, rel=rel)
+
+
+def test_the_profiler_times_a_graphed_microbatch_and_leaves_the_model_as_it_was() -> None:
+    """``profile_layers(cuda_graphs=True)``: the layer times are scaled to a graphed whole-model
+    microbatch (positive, each layer's share of its eager profile kept), and the model's weights
+    and gradients are as before."""
+    model = TinyGPTTask(n_layers=2).build_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    prof = profile_layers(model, lambda m: TinyGPTTask(n_layers=2).batch(0, 0, m)[0], (2,), device="cuda",
+                          repeats=3, cuda_graphs=True)
+    times = prof.compute[2]
+    assert all(f >= 0 and b >= 0 for f, b, _ in times) and sum(f + b for f, b, _ in times) > 0
+    assert all(torch.equal(before[k], v.cpu()) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())

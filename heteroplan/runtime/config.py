@@ -28,7 +28,7 @@ class RunConfig:
         schedule: pipeline schedule, ``"1f1b"`` or ``"gpipe"``.
         pipeline: which engine runs the pipelines: ``"auto"`` (``torch.distributed.pipelining``
             where it can express the plan, i.e. the same TP degree on every stage; heteroplan's
-            own loop otherwise), ``"torch"`` or ``"heteroplan"`` (see
+            own loop otherwise, and with ``cuda_graphs``), ``"torch"`` or ``"heteroplan"`` (see
             :func:`heteroplan.runtime.schedule.choose_pipeline`).
         checkpoint_dir: where checkpoints go (``None``: none are written).
         checkpoint_every: iterations between checkpoints (0: only when the run stops).
@@ -53,6 +53,14 @@ class RunConfig:
             remedy for fragmentation) unless that variable is already set. On an H100 it cut the
             bytes reserved above the peak allocated from 0.1-6.5% to 0.1-4.9% over the closed
             loop's bf16 plans (docs/runtime.md). ``False``: torch's default allocator.
+        cuda_graphs: on CUDA, capture each microbatch's forward, loss and backward once as a CUDA
+            graph and replay it (:class:`heteroplan.runtime.graphs.GraphedMicrobatch`): the host
+            launches a microbatch in one call instead of thousands of kernels, which is what sets
+            the pace of bf16 microbatches of a mid-sized model (55-68 ms a microbatch at every
+            size 1-8 on an H100 for a 320M GPT). One-stage plans with TP 1, no recomputation and
+            no sharded optimizer state (:func:`heteroplan.runtime.graphs.check_cuda_graphs`);
+            profile with ``profile_layers(cuda_graphs=True)`` to predict such runs. Experimental:
+            not yet measured on a GPU (docs/runtime.md).
         fault: fault injection for tests: ``("exit" | "hang", rank, iteration)`` makes that
             rank die (exit code 17) or hang at the start of that iteration.
     """
@@ -76,6 +84,7 @@ class RunConfig:
     fault: tuple[str, int, int] | None = None
     memory_step: int | None = None
     cuda_expandable_segments: bool = True
+    cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.checkpoint_dir, Path):
@@ -104,6 +113,10 @@ class RunConfig:
             raise InputError("config.cuda_expandable_segments", self.cuda_expandable_segments, "must be True or False")
         if self.device not in ("cpu", "cuda"):
             raise InputError("config.device", self.device, "choose 'cpu' or 'cuda'")
+        if not isinstance(self.cuda_graphs, bool):
+            raise InputError("config.cuda_graphs", self.cuda_graphs, "must be True or False")
+        if self.cuda_graphs and self.device != "cuda":
+            raise InputError("config.cuda_graphs", self.cuda_graphs, "CUDA graphs need device='cuda'")
         if self.backend is not None and self.backend not in ("gloo", "nccl"):
             raise InputError("config.backend", self.backend, "choose 'gloo', 'nccl' or None")
         if self.backend == "nccl" and self.device != "cuda":

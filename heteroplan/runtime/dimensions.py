@@ -57,8 +57,8 @@ def set_matmul_precision(precision: Precision) -> None:
 
 
 @contextlib.contextmanager
-def compute_context(precision: Precision, device_type: str,
-                    recompute: Recomputation = Recomputation.NONE) -> Iterator[None]:
+def compute_context(precision: Precision, device_type: str, recompute: Recomputation = Recomputation.NONE,
+                    captured: bool = False) -> Iterator[None]:
     """Where forwards and losses run: ``torch.autocast(device_type, torch.bfloat16)`` for ``BF16``,
     nothing otherwise. Backwards run outside it (they follow the forward's dtypes).
 
@@ -67,9 +67,11 @@ def compute_context(precision: Precision, device_type: str,
     none of them) is a copy of all the stage's matmul weights at the end of its forward ($2P$
     bytes: +0.54 GB on a 320M-parameter GPT on an H100, its peak). Off, each layer's casts are
     freed with its forward, and its recomputation casts again, as it would with the cache on.
+    ``captured`` (a forward recorded into a CUDA graph): off too, as torch requires.
     """
     if precision is Precision.BF16:
-        with torch.autocast(device_type, dtype=torch.bfloat16, cache_enabled=recompute is Recomputation.NONE):
+        cache = recompute is Recomputation.NONE and not captured
+        with torch.autocast(device_type, dtype=torch.bfloat16, cache_enabled=cache):
             yield
     else:
         yield
@@ -124,13 +126,14 @@ def state_bytes(optimizer: torch.optim.Optimizer) -> int:
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def loss_under(precision: Precision, device_type: str, loss: LossFn) -> LossFn:
-    """``loss`` computed under :func:`compute_context` (autocast runs cross-entropy in float32)."""
+def loss_under(precision: Precision, device_type: str, loss: LossFn, captured: bool = False) -> LossFn:
+    """``loss`` computed under :func:`compute_context` (autocast runs cross-entropy in float32);
+    ``captured``: recorded into a CUDA graph."""
     if precision is Precision.FP32 or precision is Precision.TF32:
         return loss
 
     def wrapped(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        with compute_context(precision, device_type):
+        with compute_context(precision, device_type, captured=captured):
             return loss(output, target)
 
     return wrapped

@@ -16,6 +16,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -23,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from heteroplan.errors import LossNotFinite
+from heteroplan.errors import InputError, LossNotFinite
 from heteroplan.planner.plan import Plan, Precision, Recomputation
 from heteroplan.runtime import checkpoint as ckpt
 from heteroplan.runtime.comm import TAG_ACTIVATION, TAG_GRADIENT, Links, PendingSend
@@ -37,6 +38,7 @@ from heteroplan.runtime.dimensions import (
     run_layers,
     set_matmul_precision,
 )
+from heteroplan.runtime.graphs import GraphedMicrobatch, check_cuda_graphs
 from heteroplan.runtime.layout import (
     RankInfo,
     check_runnable,
@@ -65,7 +67,12 @@ log = logging.getLogger(__name__)
 
 def pipeline_choice(plan: Plan, config: RunConfig) -> PipelineChoice:
     """The engine and per-replica schedules ``plan`` runs with under ``config`` (see
-    :func:`heteroplan.runtime.schedule.choose_pipeline`)."""
+    :func:`heteroplan.runtime.schedule.choose_pipeline`); with ``config.cuda_graphs`` heteroplan's
+    loop, which replays the graphs (:class:`InputError` where graphs cannot run the plan)."""
+    if config.cuda_graphs:
+        check_cuda_graphs(plan, config)
+        choice = choose_pipeline(stage_tp(plan), plan.microbatches(), config.schedule, "heteroplan")
+        return replace(choice, reason="CUDA graphs: each microbatch replayed as one graph")
     return choose_pipeline(stage_tp(plan), plan.microbatches(), config.schedule, config.pipeline)
 
 
@@ -85,17 +92,18 @@ class LayerRange(nn.Module):
 
     The forward runs under the plan's ``precision`` (autocast for bf16) and ``recompute`` policy
     (see :mod:`heteroplan.runtime.dimensions`); neither changes the parameters or their names.
+    ``captured``: the forward is recorded into a CUDA graph (autocast's cast cache off).
     """
 
     def __init__(self, model: nn.Sequential, first: int, last: int, recompute: Recomputation = Recomputation.NONE,
-                 precision: Precision = Precision.FP32, device_type: str = "cpu") -> None:
+                 precision: Precision = Precision.FP32, device_type: str = "cpu", captured: bool = False) -> None:
         super().__init__()
         for i in range(first, last):
             self.add_module(str(i), model[i])
-        self.recompute, self.precision, self.device_type = recompute, precision, device_type
+        self.recompute, self.precision, self.device_type, self.captured = recompute, precision, device_type, captured
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with compute_context(self.precision, self.device_type, self.recompute):
+        with compute_context(self.precision, self.device_type, self.recompute, self.captured):
             return run_layers(list(self.children()), x, self.recompute)
 
 
@@ -182,14 +190,18 @@ class StageTrainer:
         set_matmul_precision(plan.precision)
         spec = plan.stages[self.me.stage]
         self.stage = LayerRange(full, self.me.first_layer, self.me.last_layer, spec.recompute, plan.precision,
-                                self.device.type).to(self.device)
+                                self.device.type, captured=config.cuda_graphs).to(self.device)
         del full
         if self.me.tp > 1:
             shard_layers(self.stage, groups.tp[(self.me.stage, self.me.replica)], self.me.tp, self.device.type)
         self.params = [p for p in self.stage.parameters() if p.requires_grad]
         self.grad_buffer = flat_gradients(self.params)
         self.optimizer = make_stage_optimizer(self.params, config, spec.optimizer_sharding, self.dp_group)
-        self.loss = loss_under(plan.precision, self.device.type, task.loss)
+        self.loss = loss_under(plan.precision, self.device.type, task.loss, captured=config.cuda_graphs)
+        if config.cuda_graphs and self.grad_buffer is None:
+            raise InputError("config.cuda_graphs", True, "needs the stage's parameters in one buffer: one dtype, "
+                             "no tensor parallelism")
+        self.graphed: GraphedMicrobatch | None = None  # captured at the first microbatch (cuda_graphs)
         self.first, self.last = self.me.stage == 0, self.me.stage == plan.pp - 1
         self.act_source = neighbours(plan, self.me, -1, "source")
         self.act_destinations = neighbours(plan, self.me, +1, "destination")
@@ -219,7 +231,10 @@ class StageTrainer:
         if peak is not None:
             peak.start()
         t0 = time.perf_counter()
-        loss_sum = self._run_torch_pipeline(step) if self.pipeline is not None else self._run_own_schedule(step)
+        if self.pipeline is not None:
+            loss_sum: float | torch.Tensor = self._run_torch_pipeline(step)
+        else:
+            loss_sum = self._run_graphed(step) if self.config.cuda_graphs else self._run_own_schedule(step)
         t_sync = time.perf_counter()
         global_sqr = 0.0
         if self.dp_group is not None:
@@ -317,6 +332,24 @@ class StageTrainer:
                     pending.extend(self.links.send(x.grad, dst, TAG_GRADIENT) for dst in self.grad_destinations)
         for send in pending:
             send.wait()
+        return loss_sum
+
+    def _run_graphed(self, step: int) -> torch.Tensor:
+        """Iteration ``step``'s microbatches, each replayed as one CUDA graph (captured at the first
+        microbatch of the first iteration, while the gradients are still zero; a one-stage plan,
+        :func:`~heteroplan.runtime.graphs.check_cuda_graphs`); returns the float64 sum of the
+        scaled microbatch losses, on the device."""
+        me, mbs, device = self.me, self.plan.microbatch_size, self.device
+        scale = mbs / self.plan.global_batch_size
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        for j in range(me.num_microbatches):
+            inputs, target = self.task.batch(step, me.sample_offset + j * mbs, mbs)
+            inputs, target = _host_to_device(inputs, device), _host_to_device(target, device)
+            if self.graphed is None:
+                assert self.grad_buffer is not None
+                self.graphed = GraphedMicrobatch(lambda x, y: self.loss(self.stage(x), y) * scale, (inputs, target),
+                                                 self.grad_buffer.zero_)
+            loss_sum += self.graphed(inputs, target).double()
         return loss_sum
 
     def _noise_terms(self, local_sqr: float, global_sqr: float) -> tuple[float, float]:
