@@ -25,6 +25,10 @@ time column is noisy (load from other processes); the memory column is exact boo
 
     python benchmarks/closed_loop.py --device cuda --layers 24 --width 1024 --heads 16 --seq 512 \
         --vocab 8192 --gbs 32 --mbs 1 2 4 8 --steps 6
+
+``--cuda-graphs`` (with ``--mbs``, on CUDA) profiles with ``profile_layers(cuda_graphs=True)`` and
+runs every plan with ``RunConfig(cuda_graphs=True)``: each microbatch replayed as one CUDA graph
+(recomputing plans left out).
 """
 
 from __future__ import annotations
@@ -124,10 +128,17 @@ def main() -> None:
     parser.add_argument("--mbs", type=int, nargs="*", help="one-GPU plans at these microbatch sizes (the matrix)")
     parser.add_argument("--precisions", nargs="*", default=["fp32", "bf16"], help="matrix precisions")
     parser.add_argument("--recompute", nargs="*", default=["none", "full"], help="matrix recomputation")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="--device cuda --mbs ...: profile and run every microbatch as a CUDA graph "
+                             "(RunConfig.cuda_graphs; recomputing plans are left out)")
     parser.add_argument("--profile-dir", help="keep the profiles (and network table) in this folder")
     parser.add_argument("--out", default="closed_loop",
                         help="results name: benchmarks/results/<out>.json, or a path ending in .json")
     args = parser.parse_args()
+    if args.cuda_graphs and (args.device != "cuda" or not args.mbs):
+        parser.error("--cuda-graphs needs --device cuda and the one-GPU matrix (--mbs)")
+    if args.cuda_graphs:
+        args.recompute = ["none"]  # graphs do not capture recomputation
     torch.set_num_threads(1)
     task = TinyGPTTask(vocab=args.vocab, seq_len=args.seq, d_model=args.width, n_layers=args.layers, n_heads=args.heads)
     layers = task.num_layers
@@ -149,7 +160,7 @@ def main() -> None:
 
     header = {"device": device, "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
               "torch": torch.__version__, "model": dataclasses.asdict(task), "optimizer": args.optimizer,
-              "timing": args.timing}
+              "timing": args.timing, "cuda_graphs": args.cuda_graphs}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = args.profile_dir or tmp
@@ -159,8 +170,8 @@ def main() -> None:
 
         profiles = {pr: profile_layers(task.build_model(), make_input, sizes, mean_ce_loss, device=device, repeats=args.repeats,
                                        optimizer=args.optimizer, precision=pr, sweeps=args.sweeps, warmup=args.warmup,
-                                       time_recomputed=args.time_recomputed,
-                                       timing=args.timing)
+                                       time_recomputed=args.time_recomputed and not args.cuda_graphs,
+                                       timing=args.timing, cuda_graphs=args.cuda_graphs)
                     for pr in sorted({Precision.BF16 if p.precision is Precision.BF16 else Precision.FP32
                                       for p in chosen.values()}, key=lambda pr: pr.value)}
         print(f"profiled in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
@@ -184,7 +195,8 @@ def main() -> None:
             pred_mem = [float(sim.stage_memory.total[s, d]) * 1e9 for s, stage in enumerate(plan.stages)
                         for d in range(plan.dp) for _ in range(stage.replica_list()[d].tp)]
             config = RunConfig(steps=args.steps, optimizer=args.optimizer, lr=1e-3, device=device,
-                               memory_step=args.steps - 1, threads_per_rank=1, timeout_s=300)
+                               memory_step=args.steps - 1, threads_per_rank=1, timeout_s=300,
+                               cuda_graphs=args.cuda_graphs)
             print(f"running {name} ...", file=sys.stderr, flush=True)
             result = run_plan(plan, task, config)
             times = result.iteration_times[1:-1] or result.iteration_times

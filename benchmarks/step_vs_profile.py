@@ -16,9 +16,9 @@ whole model measured three ways:
   memory: a stream synchronisation) and its loss read with ``float()`` (another);
 - ``async loop``: the same loop as the runtime runs it now: pinned copies with ``non_blocking``
   and the losses added on the device, read once at the end;
-- ``graphed`` (CUDA): back-to-back microbatches of the whole model's forward and backward
-  captured once as CUDA graphs (``torch.cuda.make_graphed_callables``, autocast's cast cache off)
-  and replayed, the loss eager: what a step costs without the host's kernel launches. Where it is
+- ``graphed`` (CUDA): back-to-back microbatches of the whole model's forward, loss and backward
+  captured once as a CUDA graph and replayed, as ``RunConfig(cuda_graphs=True)`` runs them
+  (``heteroplan.runtime.graphs.GraphedMicrobatch``): what a step costs without the host's launches. Where it is
   far below ``back-to-back`` the step is launch-bound, and graphs are what would make it both
   faster and predictable. ``nan`` (and the error in the JSON) where the capture fails.
 
@@ -42,6 +42,7 @@ import torch
 from heteroplan.planner.plan import Precision
 from heteroplan.runtime import TinyGPTTask
 from heteroplan.runtime.dimensions import compute_context, set_matmul_precision
+from heteroplan.runtime.profiler import graphed_microbatch_seconds
 
 try:
     from benchmarks._common import print_table, write_json
@@ -58,40 +59,6 @@ def timed(fn: Callable[[], None], dev: torch.device) -> float:
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     return time.perf_counter() - t0
-
-
-class _Whole(torch.nn.Module):
-    """The whole model under ``precision``, autocast's cast cache off (a captured graph must not
-    keep casts made during its capture)."""
-
-    def __init__(self, layers: list[torch.nn.Module], precision: Precision) -> None:
-        super().__init__()
-        self.layers = torch.nn.ModuleList(layers)
-        self.precision = precision
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.precision is Precision.BF16,
-                            cache_enabled=False):
-            for layer in self.layers:
-                x = layer(x)
-        return x
-
-
-def graphed_microbatch(layers: list[torch.nn.Module], x: torch.Tensor, precision: Precision,
-                       loss: Callable[[torch.Tensor], torch.Tensor],
-                       back_to_back: Callable[[Callable[[], None]], float]) -> tuple[float, str]:
-    """Seconds per back-to-back microbatch with the forward and backward replayed as CUDA graphs;
-    ``(nan, error)`` if capturing fails."""
-    try:
-        whole = _Whole(layers, precision)
-        graphed = torch.cuda.make_graphed_callables(whole, (x,))
-
-        def replay() -> None:
-            loss(graphed(x)).backward()
-
-        return back_to_back(replay), ""
-    except Exception as exc:  # noqa: BLE001 - a probe: report what failed, keep the other columns
-        return float("nan"), f"{type(exc).__name__}: {exc}"[:300]
 
 
 def main() -> None:
@@ -190,7 +157,10 @@ def main() -> None:
             row["synced loop s"], row["async loop s"] = looped(True), looped(False)
             row["synced / async"] = row["synced loop s"] / row["async loop s"]
             if dev.type == "cuda":
-                row["graphed s"], error = graphed_microbatch(layers, x, precision, loss, back_to_back)
+                try:
+                    row["graphed s"], error = graphed_microbatch_seconds(model, x, precision, loss, args.repeats), ""
+                except Exception as exc:  # noqa: BLE001 - a probe: report what failed, keep the other columns
+                    row["graphed s"], error = float("nan"), f"{type(exc).__name__}: {exc}"[:300]
                 row["back-to-back / graphed"] = row["back-to-back s"] / row["graphed s"]
                 if error:
                     row["graphed error"] = error

@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
     from torch import nn
 
-__all__ = ["LayerProfile", "OPTIMIZERS", "profile_layers", "check_device", "write_json_atomic"]
+__all__ = ["LayerProfile", "OPTIMIZERS", "profile_layers", "graphed_microbatch_seconds", "check_device", "write_json_atomic"]
 
 
 
@@ -458,6 +458,7 @@ def profile_layers(
     precision: Precision | str = Precision.FP32,
     timing: str = "prefix",
     time_recomputed: bool = False,
+    cuda_graphs: bool = False,
 ) -> LayerProfile:
     """Measure every layer of ``model`` (moved to ``device``) at each microbatch size.
 
@@ -490,6 +491,11 @@ def profile_layers(
             stage), with the same ``timing``: the planner prices recomputing plans from these
             times instead of the backward + one more forward (which misses checkpointing's own
             launch cost: +60 ms per microbatch on an H100 in bf16, about 3 forwards at microbatch 1).
+        cuda_graphs: CUDA only: also time the whole model's microbatch (forward, loss and
+            backward) replayed back-to-back as one CUDA graph at each size, as
+            ``RunConfig(cuda_graphs=True)`` runs a one-stage plan, and scale that size's layer
+            times so that they add up to it (the per-layer split stays the eager one's). The
+            profile of graphed runs; eager plans are predicted from a profile without it.
         sweeps: passes over all microbatch sizes and layers; each time keeps its fastest pass's
             median. On a shared machine whose speed drifts over seconds, several interleaved
             sweeps keep one slow spell from skewing one microbatch size against the others.
@@ -506,6 +512,10 @@ def profile_layers(
     if loss_fn is not None and not callable(loss_fn):
         raise InputError("loss_fn", loss_fn, "must be a function: output -> scalar loss, or None")
     dev = check_device(device)
+    if not isinstance(cuda_graphs, bool):
+        raise InputError("cuda_graphs", cuda_graphs, "must be True or False")
+    if cuda_graphs and dev.type != "cuda":
+        raise InputError("cuda_graphs", cuda_graphs, f"CUDA graphs need a CUDA device, not {dev}")
     timer = _Timer(torch, dev)
     model.to(dev)
     from heteroplan.runtime.dimensions import compute_context, set_matmul_precision
@@ -513,6 +523,7 @@ def profile_layers(
     precision = Precision(precision)
     set_matmul_precision(precision)
     layers = list(model) if precision is not Precision.BF16 else [_autocast_layer(layer, dev.type) for layer in model]
+    user_loss = loss_fn
     if loss_fn is not None and precision is Precision.BF16:
         scalar_loss = loss_fn
 
@@ -570,6 +581,11 @@ def profile_layers(
             recomputed = {mbs: tuple(_recomputed_times(torch, timer, wrapped, make_input, mbs, dev, loss_fn, warmup,
                                                        repeats, sweeps, timing)) for mbs in sizes}
     compute = {mbs: tuple((*best[k][i], update[i]) for i in range(L)) for k, mbs in enumerate(sizes)}
+    if cuda_graphs:
+        for mbs in sizes:
+            graphed = graphed_microbatch_seconds(model, _make_input(make_input, mbs, dev), precision, user_loss, repeats)
+            ratio = graphed / max(sum(f + b for f, b, _ in compute[mbs]), 1e-12)
+            compute[mbs] = tuple((f * ratio, b * ratio, u) for f, b, u in compute[mbs])
     mem_b, fixed_b = _per_sample_line(saved, sizes)
     work_b, work_fixed_b = _per_sample_line(working, sizes)
     loss_b = tuple(-(-b // sizes[max(loss_saved)]) for b in loss_saved[max(loss_saved)])
@@ -578,6 +594,56 @@ def profile_layers(
         str(dev), optimizer, fixed_b, work_b, work_fixed_b, tuple(update_work),
         overhead, precision.value, loss_b, recomputed, tensors,
     )
+
+
+GRAPHED_MICROBATCHES = 8
+"""Replays timed back-to-back per measurement of a graphed microbatch."""
+
+
+def graphed_microbatch_seconds(model: nn.Sequential, x: torch.Tensor, precision: Precision | str,
+                               loss_fn: Callable[[torch.Tensor], torch.Tensor] | None, repeats: int = 5) -> float:
+    """Seconds per microbatch of ``model``'s forward, loss and backward on ``x`` (on a CUDA device,
+    with the model) replayed as one CUDA graph, as ``RunConfig(cuda_graphs=True)`` runs it
+    (:class:`~heteroplan.runtime.graphs.GraphedMicrobatch`, gradients accumulating in place): the
+    median over ``repeats`` runs of :data:`GRAPHED_MICROBATCHES` replays in a row. ``loss_fn``:
+    output -> scalar (default: the output's sum). The parameters' gradients are ``None`` after."""
+    torch = _torch()
+    from heteroplan.planner.plan import Recomputation
+    from heteroplan.runtime.dimensions import compute_context, run_layers
+    from heteroplan.runtime.graphs import GraphedMicrobatch
+
+    precision = Precision(precision)
+    timer = _Timer(torch, x.device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    layers = list(model)
+
+    def zero() -> None:
+        for p in params:
+            p.grad.zero_()
+
+    def step(h: torch.Tensor) -> torch.Tensor:
+        with compute_context(precision, x.device.type, captured=True):
+            out = run_layers(layers, h, Recomputation.NONE)
+            return loss_fn(out) if loss_fn is not None else out.float().sum()
+
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    try:
+        with torch.enable_grad():
+            graphed = [GraphedMicrobatch(step, (x,), zero)]
+
+            def replays() -> None:
+                for _ in range(GRAPHED_MICROBATCHES):
+                    graphed[0](x)
+
+            timer(replays)  # warm
+            seconds = statistics.median(timer(replays)[0] for _ in range(repeats)) / GRAPHED_MICROBATCHES
+            graphed.clear()  # the graph and its memory pool
+    finally:
+        for p in params:
+            p.grad = None
+        torch.cuda.empty_cache()
+    return seconds
 
 
 def _checkpointed(layer: nn.Module) -> nn.Module:
