@@ -14,7 +14,8 @@ precision, ZeRO-1 sharded optimizer state) of a GPT-2-style model:
    top of the bytes alive at the start; CUDA: ``max_memory_reserved``, with
    ``max_memory_allocated`` alongside).
 
-Prints a table and writes ``benchmarks/results/closed_loop.json``. On a shared 2-core CPU the
+Prints a table and writes ``benchmarks/results/closed_loop.json`` as it goes (a plan whose run
+fails is recorded with its error, and the others still run). On a shared 2-core CPU the
 time column is noisy (load from other processes); the memory column is exact bookkeeping.
 
     python benchmarks/closed_loop.py [--device cpu|cuda] [--steps 8] [--width 64] [--layers 4] [--only NAME ...]
@@ -46,6 +47,7 @@ from pathlib import Path
 import torch
 
 from heteroplan.cluster import GPUType
+from heteroplan.errors import RankFailure
 from heteroplan.planner import simulate
 from heteroplan.planner.model.sim_config import PROFILED_CONFIG
 from heteroplan.planner.plan import (
@@ -198,7 +200,13 @@ def main() -> None:
                                memory_step=args.steps - 1, threads_per_rank=1, timeout_s=300,
                                cuda_graphs=args.cuda_graphs)
             print(f"running {name} ...", file=sys.stderr, flush=True)
-            result = run_plan(plan, task, config)
+            try:
+                result = run_plan(plan, task, config)
+            except RankFailure as exc:  # keep the other plans' rows (a capture that fails on one GPU, say)
+                print(f"{name} failed: {exc}", file=sys.stderr, flush=True)
+                results.append({"plan": name, "error": str(exc)[-2000:], "elapsed_s": time.perf_counter() - started})
+                save({**header, "load_average": os.getloadavg(), "rows": results})
+                continue
             times = result.iteration_times[1:-1] or result.iteration_times
             measured_s = statistics.median(times)
             extra = result.steps[-1].extra
