@@ -14,7 +14,7 @@ from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
 from heteroplan.runtime import RunConfig, TinyGPTTask, run_plan  # noqa: E402
 from heteroplan.runtime.graphs import check_cuda_graphs  # noqa: E402
-from heteroplan.runtime.profiler import profile_layers  # noqa: E402
+from heteroplan.runtime.profiler import graphed_microbatch_seconds, profile_layers  # noqa: E402
 from heteroplan.runtime.worker import pipeline_choice  # noqa: E402
 
 GRAPHS = RunConfig(device="cuda", cuda_graphs=True)
@@ -59,5 +59,7 @@ def test_graphs_need_a_cuda_device() -> None:
     task = TinyGPTTask(n_layers=1)
     with pytest.raises(InputError, match="cuda_graphs"):
         profile_layers(task.build_model(), lambda m: task.batch(0, 0, m)[0], (1,), cuda_graphs=True)
+    with pytest.raises(InputError, match="x='cpu'"):
+        graphed_microbatch_seconds(task.build_model(), task.batch(0, 0, 1)[0], "fp32", None)
     check_cuda_graphs(Plan("t", 8, 2, (Stage(0, 2, (ReplicaGroup("cuda", "local"),)), Stage(2, 4, (ReplicaGroup("cuda", "local"),)))),
                       RunConfig(device="cuda"))  # no graphs asked for: nothing to check

@@ -91,11 +91,9 @@ class GraphedMicrobatch:
         with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self.static_loss = step(*self.static_inputs)
             self.static_loss.backward()
+        # (entering torch.cuda.graph synchronised and emptied the cache: the warm-up's blocks went
+        # back before the graph's pool was made, so the two pools' peaks do not add up)
         self.static_loss = self.static_loss.detach()
-        # the warm-up's blocks in the ordinary pool are free now: give them back, so the reserved
-        # memory is the graph's pool and the model's tensors, not both pools' peaks
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
 
     def __call__(self, *inputs: torch.Tensor) -> torch.Tensor:
         if len(inputs) != len(self.static_inputs):

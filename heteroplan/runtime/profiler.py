@@ -612,6 +612,8 @@ def graphed_microbatch_seconds(model: nn.Sequential, x: torch.Tensor, precision:
     from heteroplan.runtime.dimensions import compute_context, run_layers
     from heteroplan.runtime.graphs import GraphedMicrobatch
 
+    if x.device.type != "cuda":
+        raise InputError("x", str(x.device), "CUDA graphs need the input (and the model) on a CUDA device")
     precision = Precision(precision)
     timer = _Timer(torch, x.device)
     params = [p for p in model.parameters() if p.requires_grad]
