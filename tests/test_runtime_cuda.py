@@ -26,8 +26,8 @@ TASK = TinyGPTTask(n_layers=2, dtype="float64")  # 4 plan layers: embedding, 2 b
 GBS = 8
 
 
-def one_gpu_plan(micro: int = 2) -> Plan:
-    return Plan("tiny-gpt", GBS, GBS // micro, (Stage(0, 4, (ReplicaGroup("cuda", "local", 1, 1),)),))
+def one_gpu_plan(micro: int = 2, recompute: str = "none") -> Plan:
+    return Plan("tiny-gpt", GBS, GBS // micro, (Stage(0, 4, (ReplicaGroup("cuda", "local", 1, 1),), recompute),))
 
 
 def max_param_diff(state: dict[str, torch.Tensor], model: nn.Module) -> float:
@@ -100,12 +100,14 @@ def test_an_iteration_queues_its_microbatches_without_waiting_for_the_gpu() -> N
     assert 0 < float(loss) < 10  # the mean cross-entropy of a 64-token vocabulary starts near ln 64
 
 
-@pytest.mark.parametrize("task,rel", [(TASK, 1e-9), (TinyGPTTask(n_layers=2), 1e-3)])
-def test_a_graphed_run_trains_as_the_eager_run(task: TinyGPTTask, rel: float) -> None:
+@pytest.mark.parametrize("task,rel,recompute", [(TASK, 1e-9, "none"), (TinyGPTTask(n_layers=2), 1e-3, "none"),
+                                                (TASK, 1e-9, "full"), (TinyGPTTask(n_layers=2), 1e-3, "full")])
+def test_a_graphed_run_trains_as_the_eager_run(task: TinyGPTTask, rel: float, recompute: str) -> None:
     """``cuda_graphs``: every microbatch replayed from one captured graph (inputs copied into its
-    static tensors, gradients accumulating in place) gives the eager run's losses and parameters:
-    float64 to 1e-9; bf16 (autocast under capture, its cast cache off) to 1e-3."""
-    plan = one_gpu_plan(micro=4)
+    static tensors, gradients accumulating in place) gives the eager run's losses (each after the last step's update):
+    float64 to 1e-9; bf16 (autocast under capture, its cast cache off) to 1e-3; recomputing
+    stages too (their checkpoints captured without the RNG state: the model has no dropout)."""
+    plan = one_gpu_plan(micro=4, recompute=recompute)
     if task.dtype == "float32":
         plan = Plan(plan.model, plan.global_batch_size, plan.microbatch_size, plan.stages, precision="bf16")
     runs = {}

@@ -11,9 +11,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install torch==2.13.0 (CPU wheel: --index-url https://download.pytorch.org/whl/cpu)")
 
 from heteroplan.errors import InputError  # noqa: E402
-from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
+from heteroplan.planner.plan import Plan, Recomputation, ReplicaGroup, Stage  # noqa: E402
 from heteroplan.runtime import RunConfig, TinyGPTTask, run_plan  # noqa: E402
-from heteroplan.runtime.graphs import check_cuda_graphs  # noqa: E402
+from heteroplan.runtime.graphs import check_cuda_graphs, check_graphed_layers  # noqa: E402
 from heteroplan.runtime.profiler import graphed_microbatch_seconds, profile_layers  # noqa: E402
 from heteroplan.runtime.worker import pipeline_choice  # noqa: E402
 
@@ -37,7 +37,6 @@ def test_graphs_replay_one_stage_plans_on_heteroplans_loop() -> None:
 @pytest.mark.parametrize("plan,config,field,words", [
     (Plan("t", 8, 2, (Stage(0, 2, (ReplicaGroup("cuda", "local"),)), Stage(2, 4, (ReplicaGroup("cuda", "local"),)))),
      GRAPHS, "config.cuda_graphs", "2 stages"),
-    (one_stage(recompute="full"), GRAPHS, "config.cuda_graphs", "recompute"),
     (one_stage(tp=2), GRAPHS, "config.cuda_graphs", "tp=1"),
     (one_stage(sharding="zero1"), GRAPHS, "config.cuda_graphs", "optimizer_sharding"),
     (one_stage(), RunConfig(device="cuda", cuda_graphs=True, pipeline="torch"), "config.pipeline", "own loop"),
@@ -63,3 +62,18 @@ def test_graphs_need_a_cuda_device() -> None:
         graphed_microbatch_seconds(task.build_model(), task.batch(0, 0, 1)[0], "fp32", None)
     check_cuda_graphs(Plan("t", 8, 2, (Stage(0, 2, (ReplicaGroup("cuda", "local"),)), Stage(2, 4, (ReplicaGroup("cuda", "local"),)))),
                       RunConfig(device="cuda"))  # no graphs asked for: nothing to check
+
+
+def test_a_recomputing_stage_with_dropout_is_not_captured() -> None:
+    """Under capture a checkpoint cannot restore the RNG state, so a recomputing stage is captured
+    only where its layers draw no random numbers: dropout with p > 0 in training mode is refused
+    (naming the layer); p = 0, eval mode, or no recomputation are fine."""
+    from torch import nn
+
+    layers = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.ReLU(), nn.Dropout(0.1)))
+    with pytest.raises(InputError, match=r"'1\.1'.*Dropout\(p=0\.1\)"):
+        check_graphed_layers(layers, Recomputation.FULL)
+    check_graphed_layers(layers, Recomputation.NONE)
+    check_graphed_layers(layers.eval(), Recomputation.FULL)
+    check_graphed_layers(nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.0)), Recomputation.FULL)
+    check_cuda_graphs(one_stage(recompute="full"), GRAPHS)  # the plan itself is fine

@@ -77,15 +77,21 @@ def compute_context(precision: Precision, device_type: str, recompute: Recomputa
         yield
 
 
-def run_layers(layers: list[nn.Module], x: torch.Tensor, recompute: Recomputation) -> torch.Tensor:
+def run_layers(layers: list[nn.Module], x: torch.Tensor, recompute: Recomputation,
+               captured: bool = False) -> torch.Tensor:
     """``x`` through ``layers`` in order; with ``FULL`` each layer is a ``torch.utils.checkpoint``
     region (keeps its input, recomputes its forward in the backward). Recomputation only applies
-    while gradients are being recorded."""
+    while gradients are being recorded.
+
+    ``captured`` (recorded into a CUDA graph): the checkpoints do not save and restore the RNG
+    state (a capture cannot read it), so a layer that draws random numbers (dropout) would draw
+    different ones when recomputed: :func:`heteroplan.runtime.graphs.check_graphed_layers` refuses
+    such layers."""
     if recompute is Recomputation.FULL and torch.is_grad_enabled():
         from torch.utils.checkpoint import checkpoint
 
         for layer in layers:
-            x = checkpoint(layer, x, use_reentrant=False)
+            x = checkpoint(layer, x, use_reentrant=False, preserve_rng_state=not captured)
         return x
     for layer in layers:
         x = layer(x)

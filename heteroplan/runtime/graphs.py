@@ -12,7 +12,8 @@ do. The optimizer step, the data-parallel all-reduce and the loss's read stay ou
 
 What a graph cannot replay: a different shape (one microbatch size per graph), host
 synchronisation inside the microbatch, several microbatches in flight (each replay overwrites the
-previous one's activations: one-stage plans only), and autocast's cast cache (off under capture).
+previous one's activations: one-stage plans only), autocast's cast cache (off under capture) and
+the RNG state a recomputing checkpoint restores (not restored under capture: no dropout there).
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
+from torch import nn
 
 from heteroplan.errors import InputError
 from heteroplan.planner.plan import OptimizerSharding, Plan, Recomputation
 from heteroplan.runtime.config import RunConfig
 
-__all__ = ["GraphedMicrobatch", "WARMUP_ITERATIONS", "check_cuda_graphs"]
+__all__ = ["GraphedMicrobatch", "WARMUP_ITERATIONS", "check_cuda_graphs", "check_graphed_layers"]
 
 WARMUP_ITERATIONS = 3
 """Eager iterations on a side stream before the capture (torch's docs use 3): cuBLAS / cuDNN
@@ -35,18 +37,15 @@ workspaces and autograd's lazily built state exist before the graph records."""
 def check_cuda_graphs(plan: Plan, config: RunConfig) -> None:
     """Raise :class:`InputError` where ``config.cuda_graphs`` cannot run ``plan``: graphs replay one
     microbatch at a time on one stage (each replay overwrites the last one's activations), with
-    TP 1 and no recomputation (checkpointing saves and restores the RNG state around each layer,
-    which a capture cannot) and no sharded optimizer state, under heteroplan's own loop in the 1F1B
-    order."""
+    TP 1 and no sharded optimizer state, under heteroplan's own loop in the 1F1B order. (A
+    recomputing stage is captured too, if its layers draw no random numbers:
+    :func:`check_graphed_layers`.)"""
     if not config.cuda_graphs:
         return
     if plan.pp != 1:
         raise InputError("config.cuda_graphs", True, f"replays one microbatch at a time: one-stage plans only "
                          f"(this plan has {plan.pp} stages)")
     stage = plan.stages[0]
-    if stage.recompute is not Recomputation.NONE:
-        raise InputError("config.cuda_graphs", True, "cannot capture recomputation (plan.stages[0].recompute="
-                         f"{stage.recompute.value!r}); use recompute='none'")
     if any(group.tp > 1 for group in stage.replicas):
         raise InputError("config.cuda_graphs", True, "tensor-parallel stages are not captured; use tp=1")
     if stage.optimizer_sharding is not OptimizerSharding.NONE:
@@ -58,6 +57,24 @@ def check_cuda_graphs(plan: Plan, config: RunConfig) -> None:
     if config.schedule != "1f1b":
         raise InputError("config.schedule", config.schedule, "CUDA graphs run each microbatch's forward and "
                          "backward together (1F1B's order on one stage); use '1f1b'")
+
+
+_RANDOM_LAYERS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+
+
+def check_graphed_layers(layers: nn.Module, recompute: Recomputation) -> None:
+    """Raise :class:`InputError` where a captured stage with ``recompute`` would train differently
+    from an eager one: a recomputing stage whose layers hold dropout with ``p > 0`` (under capture
+    the checkpoints cannot save and restore the RNG state, so the recomputed forward would draw
+    other masks than the forward did). Dropout called as a function (``F.dropout``) is not seen:
+    a model that does so must not combine recomputation with CUDA graphs."""
+    if recompute is Recomputation.NONE:
+        return
+    for name, module in layers.named_modules():
+        if isinstance(module, _RANDOM_LAYERS) and module.p > 0 and module.training:
+            raise InputError("config.cuda_graphs", True, f"a recomputing stage's layer {name!r} is "
+                             f"{type(module).__name__}(p={module.p}): under capture its recomputation would draw "
+                             "other random numbers; use recompute='none' or dropout 0")
 
 
 class GraphedMicrobatch:

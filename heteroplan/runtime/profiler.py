@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError, check_int, check_int_list
 from heteroplan.inputs import read_json
-from heteroplan.planner.plan import Precision
+from heteroplan.planner.plan import Precision, Recomputation
 from heteroplan.runtime.config import OPTIMIZERS, RunConfig, make_optimizer
 from heteroplan.runtime.tensor_parallel import local_tensor
 
@@ -494,8 +494,9 @@ def profile_layers(
         cuda_graphs: CUDA only: also time the whole model's microbatch (forward, loss and
             backward) replayed back-to-back as one CUDA graph at each size, as
             ``RunConfig(cuda_graphs=True)`` runs a one-stage plan, and scale that size's layer
-            times so that they add up to it (the per-layer split stays the eager one's). The
-            profile of graphed runs; eager plans are predicted from a profile without it.
+            times so that they add up to it (the per-layer split stays the eager one's); with
+            ``time_recomputed`` the recomputed times too, from a graphed recomputing microbatch.
+            The profile of graphed runs; eager plans are predicted from a profile without it.
         sweeps: passes over all microbatch sizes and layers; each time keeps its fastest pass's
             median. On a shared machine whose speed drifts over seconds, several interleaved
             sweeps keep one slow spell from skewing one microbatch size against the others.
@@ -584,8 +585,11 @@ def profile_layers(
     if cuda_graphs:
         for mbs in sizes:
             graphed = graphed_microbatch_seconds(model, _make_input(make_input, mbs, dev), precision, user_loss, repeats)
-            ratio = graphed / max(sum(f + b for f, b, _ in compute[mbs]), 1e-12)
-            compute[mbs] = tuple((f * ratio, b * ratio, u) for f, b, u in compute[mbs])
+            compute[mbs] = _scaled_to(compute[mbs], graphed)
+            if recomputed is not None:
+                graphed = graphed_microbatch_seconds(model, _make_input(make_input, mbs, dev), precision, user_loss,
+                                                     repeats, Recomputation.FULL)
+                recomputed[mbs] = _scaled_to(recomputed[mbs], graphed)
     mem_b, fixed_b = _per_sample_line(saved, sizes)
     work_b, work_fixed_b = _per_sample_line(working, sizes)
     loss_b = tuple(-(-b // sizes[max(loss_saved)]) for b in loss_saved[max(loss_saved)])
@@ -596,25 +600,37 @@ def profile_layers(
     )
 
 
+def _scaled_to(times: tuple[tuple[float, ...], ...], seconds: float) -> tuple[tuple[float, ...], ...]:
+    """Per-layer ``(fwd_s, bwd_s, ...)`` with the forwards and backwards scaled to add up to
+    ``seconds`` (later entries, the update, unchanged)."""
+    ratio = seconds / max(sum(t[0] + t[1] for t in times), 1e-12)
+    return tuple((t[0] * ratio, t[1] * ratio, *t[2:]) for t in times)
+
+
 GRAPHED_MICROBATCHES = 8
 """Replays timed back-to-back per measurement of a graphed microbatch."""
 
 
 def graphed_microbatch_seconds(model: nn.Sequential, x: torch.Tensor, precision: Precision | str,
-                               loss_fn: Callable[[torch.Tensor], torch.Tensor] | None, repeats: int = 5) -> float:
+                               loss_fn: Callable[[torch.Tensor], torch.Tensor] | None, repeats: int = 5,
+                               recompute: Recomputation | str = "none") -> float:
     """Seconds per microbatch of ``model``'s forward, loss and backward on ``x`` (on a CUDA device,
     with the model) replayed as one CUDA graph, as ``RunConfig(cuda_graphs=True)`` runs it
     (:class:`~heteroplan.runtime.graphs.GraphedMicrobatch`, gradients accumulating in place): the
     median over ``repeats`` runs of :data:`GRAPHED_MICROBATCHES` replays in a row. ``loss_fn``:
-    output -> scalar (default: the output's sum). The parameters' gradients are ``None`` after."""
+    output -> scalar (default: the output's sum); ``recompute``: every layer recomputed in the
+    backward, as a recomputing stage runs captured. The parameters' gradients are ``None`` after."""
     torch = _torch()
-    from heteroplan.planner.plan import Recomputation
     from heteroplan.runtime.dimensions import compute_context, run_layers
     from heteroplan.runtime.graphs import GraphedMicrobatch
 
     if x.device.type != "cuda":
         raise InputError("x", str(x.device), "CUDA graphs need the input (and the model) on a CUDA device")
     precision = Precision(precision)
+    try:
+        recompute = Recomputation(recompute)
+    except ValueError:
+        raise InputError("recompute", recompute, "must be 'none' or 'full'") from None
     timer = _Timer(torch, x.device)
     params = [p for p in model.parameters() if p.requires_grad]
     layers = list(model)
@@ -624,8 +640,8 @@ def graphed_microbatch_seconds(model: nn.Sequential, x: torch.Tensor, precision:
             p.grad.zero_()
 
     def step(h: torch.Tensor) -> torch.Tensor:
-        with compute_context(precision, x.device.type, captured=True):
-            out = run_layers(layers, h, Recomputation.NONE)
+        with compute_context(precision, x.device.type, recompute, captured=True):
+            out = run_layers(layers, h, recompute, captured=True)
             return loss_fn(out) if loss_fn is not None else out.float().sum()
 
     for p in params:

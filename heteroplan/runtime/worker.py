@@ -38,7 +38,7 @@ from heteroplan.runtime.dimensions import (
     run_layers,
     set_matmul_precision,
 )
-from heteroplan.runtime.graphs import GraphedMicrobatch, check_cuda_graphs
+from heteroplan.runtime.graphs import GraphedMicrobatch, check_cuda_graphs, check_graphed_layers
 from heteroplan.runtime.layout import (
     RankInfo,
     check_runnable,
@@ -104,7 +104,7 @@ class LayerRange(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with compute_context(self.precision, self.device_type, self.recompute, self.captured):
-            return run_layers(list(self.children()), x, self.recompute)
+            return run_layers(list(self.children()), x, self.recompute, self.captured)
 
 
 _NORM_CHUNK = 1 << 16
@@ -198,6 +198,8 @@ class StageTrainer:
         self.grad_buffer = flat_gradients(self.params)
         self.optimizer = make_stage_optimizer(self.params, config, spec.optimizer_sharding, self.dp_group)
         self.loss = loss_under(plan.precision, self.device.type, task.loss, captured=config.cuda_graphs)
+        if config.cuda_graphs:
+            check_graphed_layers(self.stage, spec.recompute)
         if config.cuda_graphs and self.grad_buffer is None:
             raise InputError("config.cuda_graphs", True, "needs the stage's parameters in one buffer: one dtype, "
                              "no tensor parallelism")
