@@ -20,7 +20,7 @@ export PYTORCH_CUDA_ALLOC_CONF=${ALLOC_CONF-expandable_segments:True}
   python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name())";   echo "PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-}"; } > "$OUT/device.txt" 2>&1
 SECONDS=0
 if [ "${CUDA_TESTS:-1}" = 1 ]; then
-  timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_cuda.py > "$OUT/cuda_tests.txt" 2>&1
+  timeout 180 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_cuda.py > "$OUT/cuda_tests.txt" 2>&1
   tail -3 "$OUT/cuda_tests.txt"
 fi
 if [ "${PROBE:-1}" = 1 ]; then  # whole-model microbatch: isolated vs back-to-back (benchmarks/step_vs_profile.py)

@@ -34,7 +34,8 @@ def add_training_arguments(p: argparse.ArgumentParser, *, steps: int, optimizer:
                    help="where the ranks compute: cpu (gloo; default) or cuda (one GPU per rank, NCCL)")
     p.add_argument("--timeout", type=number(0), default=120.0, help="seconds a rank may wait on a peer")
     p.add_argument("--cuda-graphs", action="store_true",
-                   help="replay each microbatch as a CUDA graph (--device cuda; one-stage plans, no recomputation)")
+                   help="replay each microbatch as a CUDA graph (--device cuda; one-stage plans, TP 1, no ZeRO; "
+                        "profile with `heteroplan profile --cuda-graphs` to predict it)")
 
 
 def run_config_kwargs(args: argparse.Namespace) -> dict[str, Any]:

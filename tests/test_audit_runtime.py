@@ -29,6 +29,12 @@ def test_profile_refuses_500_network_processes(tmp_path, cli_error) -> None:
     assert not (tmp_path / "d").exists()  # refused before any profiling
 
 
+def test_profile_with_cuda_graphs_on_a_cpu_is_refused_naming_the_option(tmp_path, cli_error) -> None:
+    err = cli_error(["profile", "--out", str(tmp_path / "d"), "--cuda-graphs", "--no-network"])
+    assert "cuda_graphs" in err and "CUDA device" in err
+    assert not (tmp_path / "d").exists()
+
+
 def test_run_exit_code_says_which_signal_stopped_it() -> None:
     stopped = SimpleNamespace(stopped_early=True, extra={"signalled": True, "signal": signal.SIGTERM})
     assert run_exit_code(stopped) == 143  # docs/errors.md: 130 SIGINT, 143 SIGTERM

@@ -95,6 +95,8 @@ class LayerProfile:
         param_tensor_floats: per layer, the elements of each of its parameter tensors (ZeRO-1
             gives each tensor whole to one replica: what the planner's share of the state is
             computed from, :func:`heteroplan.planner.model.terms.zero1_share`).
+        cuda_graphs: the times are those of microbatches replayed as CUDA graphs (they predict
+            ``RunConfig(cuda_graphs=True)`` runs; eager runs of a launch-bound model are slower).
     """
 
     compute: dict[int, tuple[tuple[float, float, float], ...]]
@@ -116,6 +118,7 @@ class LayerProfile:
     loss_saved_bytes: tuple[int, ...] = ()
     recomputed: dict[int, tuple[tuple[float, float], ...]] | None = None
     param_tensor_floats: tuple[tuple[int, ...], ...] = ()
+    cuda_graphs: bool = False
 
     @property
     def num_layers(self) -> int:
@@ -142,7 +145,7 @@ class LayerProfile:
             for i, numels in enumerate(self.param_tensor_floats):
                 info[str(i)]["param_tensor_floats"] = [int(n) for n in numels]
         info["0"] |= {"overhead_bytes": int(self.overhead_bytes), "precision": self.precision,
-                      "optimizer": self.optimizer}
+                      "optimizer": self.optimizer, "cuda_graphs": self.cuda_graphs}
         return info
 
     def profile_json(self, tp: int = 1) -> dict[str, dict[str, dict[str, list[float]]]]:
@@ -596,7 +599,7 @@ def profile_layers(
     return LayerProfile(
         compute, params, params_bytes, tuple(out_f), tuple(out_b), tuple(in_f), tuple(in_b), mem_b,
         str(dev), optimizer, fixed_b, work_b, work_fixed_b, tuple(update_work),
-        overhead, precision.value, loss_b, recomputed, tensors,
+        overhead, precision.value, loss_b, recomputed, tensors, cuda_graphs,
     )
 
 
