@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -61,7 +62,7 @@ def test_runtime_page_code_blocks_run(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     text = (ROOT / "docs" / "runtime.md").read_text()
     blocks = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "__main__" in b]
-    assert len(blocks) == 4  # plan executor, round executor, profiler + planner, calibration
+    assert len(blocks) == 5  # plan executor, round executor, profiler + planner, calibration, GPU recipe
     plan_ns: dict[str, object] = {"__name__": "__main__"}
     exec(compile(blocks[0], "runtime.md", "exec"), plan_ns)  # noqa: S102 - our own docs
     result = plan_ns["result"]
@@ -73,6 +74,18 @@ def test_runtime_page_code_blocks_run(tmp_path: Path, monkeypatch) -> None:
     assert (tmp_path / "my-profile" / "profiles" / "my-lm" / "cpu.json").is_file()
     # the calibration block imports cleanly as a module (its 30 measured rounds run under the guard)
     exec(compile(blocks[3], "runtime.md", "exec"), {"__name__": "docs"})  # noqa: S102 - our own docs
+    # the GPU recipe, on this CPU: device cpu, no graphs, a tiny model in place of the 320M GPT
+    recipe = blocks[4]
+    for gpu, cpu in [('device="cuda"', 'device="cpu"'), ("cuda_graphs=True", "cuda_graphs=False"),
+                     ("TinyGPTTask(vocab=8192, seq_len=512, d_model=1024, n_layers=24, n_heads=16)",
+                      "TinyGPTTask(vocab=64, seq_len=16, d_model=32, n_layers=2, n_heads=2)")]:
+        assert gpu in recipe
+        recipe = recipe.replace(gpu, cpu)
+    recipe_ns: dict[str, object] = {"__name__": "__main__"}
+    exec(compile(recipe, "runtime.md", "exec"), recipe_ns)  # noqa: S102 - our own docs
+    info = json.loads((tmp_path / "gpu-profile" / "llm_info.json").read_text())
+    assert info["gpt-bf16"]["1"]["0"]["precision"] == "bf16" and info["gpt-bf16"]["1"]["0"]["cuda_graphs"] is False
+    assert (tmp_path / "gpu-profile" / "profiles" / "gpt-bf16" / "H100.json").is_file()
 
 
 @pytest.mark.parametrize("page", ["model", "sailor", "goodput", "hadar", "own_loop"])
