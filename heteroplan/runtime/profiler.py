@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError, check_int, check_int_list
-from heteroplan.inputs import read_json
+from heteroplan.inputs import enum_choice, read_json
 from heteroplan.planner.plan import Precision, Recomputation
 from heteroplan.runtime.config import OPTIMIZERS, RunConfig, make_optimizer
 from heteroplan.runtime.tensor_parallel import local_tensor
@@ -587,12 +587,11 @@ def profile_layers(
     compute = {mbs: tuple((*best[k][i], update[i]) for i in range(L)) for k, mbs in enumerate(sizes)}
     if cuda_graphs:
         for mbs in sizes:
-            graphed = graphed_microbatch_seconds(model, _make_input(make_input, mbs, dev), precision, user_loss, repeats)
-            compute[mbs] = _scaled_to(compute[mbs], graphed)
+            x = _make_input(make_input, mbs, dev)
+            compute[mbs] = _scaled_to(compute[mbs], graphed_microbatch_seconds(model, x, precision, user_loss, repeats))
             if recomputed is not None:
-                graphed = graphed_microbatch_seconds(model, _make_input(make_input, mbs, dev), precision, user_loss,
-                                                     repeats, Recomputation.FULL)
-                recomputed[mbs] = _scaled_to(recomputed[mbs], graphed)
+                recomputed[mbs] = _scaled_to(recomputed[mbs], graphed_microbatch_seconds(
+                    model, x, precision, user_loss, repeats, Recomputation.FULL))
     mem_b, fixed_b = _per_sample_line(saved, sizes)
     work_b, work_fixed_b = _per_sample_line(working, sizes)
     loss_b = tuple(-(-b // sizes[max(loss_saved)]) for b in loss_saved[max(loss_saved)])
@@ -629,11 +628,8 @@ def graphed_microbatch_seconds(model: nn.Sequential, x: torch.Tensor, precision:
 
     if x.device.type != "cuda":
         raise InputError("x", str(x.device), "CUDA graphs need the input (and the model) on a CUDA device")
-    precision = Precision(precision)
-    try:
-        recompute = Recomputation(recompute)
-    except ValueError:
-        raise InputError("recompute", recompute, "must be 'none' or 'full'") from None
+    precision = enum_choice(Precision, "precision", precision)
+    recompute = enum_choice(Recomputation, "recompute", recompute)
     timer = _Timer(torch, x.device)
     params = [p for p in model.parameters() if p.requires_grad]
     layers = list(model)

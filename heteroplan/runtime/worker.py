@@ -200,9 +200,9 @@ class StageTrainer:
         self.loss = loss_under(plan.precision, self.device.type, task.loss, captured=config.cuda_graphs)
         if config.cuda_graphs:
             check_graphed_layers(self.stage, spec.recompute)
-        if config.cuda_graphs and self.grad_buffer is None:
-            raise InputError("config.cuda_graphs", True, "needs the stage's parameters in one buffer: one dtype, "
-                             "no tensor parallelism")
+            if self.grad_buffer is None:
+                raise InputError("config.cuda_graphs", True, "needs the stage's parameters in one buffer: one dtype, "
+                                 "no tensor parallelism")
         self.graphed: GraphedMicrobatch | None = None  # captured at the first microbatch (cuda_graphs)
         self.first, self.last = self.me.stage == 0, self.me.stage == plan.pp - 1
         self.act_source = neighbours(plan, self.me, -1, "source")
