@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["Interrupted", "SignalGuard"]
+__all__ = ["Interrupted", "SignalGuard", "stop_on_signals"]
 
 
 class Interrupted(KeyboardInterrupt):
@@ -73,3 +73,24 @@ class SignalGuard:
             self._deferring = False
         if self._pending is not None:
             raise Interrupted(self._pending)
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[Any]:
+    """While active (main thread only), SIGINT/SIGTERM set a flag instead of raising; yields a
+    callable that says whether one came. For loops that stop at their next boundary and clean up
+    (the round executor checkpoints its jobs and saves its session)."""
+    received: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        received.append(signum)
+
+    try:
+        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread
+        previous = {}
+    try:
+        yield lambda: bool(received)
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)

@@ -18,6 +18,8 @@ from heteroplan.policies.base import Allocation, AllocationError, JobState  # no
 from heteroplan.policies.sia import SiaPolicy  # noqa: E402
 from heteroplan.runtime import RunConfig, TinyGPTTask, train_reference  # noqa: E402
 from heteroplan.runtime.rounds import (  # noqa: E402
+    EventKind,
+    ExecutorEvent,
     RoundExecutor,
     RuntimeJob,
     data_parallel_plan,
@@ -109,7 +111,7 @@ def test_start_stop_rescale_keeps_training_exact(tmp_path: Path) -> None:
         assert max(float((state[k] - v).abs().max()) for k, v in model.state_dict().items()) < 1e-9
     first = executor.log[0]
     assert first.allocations == {"a": ("cpu-a", 1), "b": ("cpu-b", 2)}
-    assert "rescale a" in executor.log[1].events and outcomes["a"].restarts >= 2
+    assert ExecutorEvent(EventKind.RESCALE, "a") in executor.log[1].events and outcomes["a"].restarts >= 2
     # what the estimator heard matches what ran: GPUs, local batch = 6 / GPUs, positive times
     for gpu_type, gpus, local, step, sync in rec.calls:
         assert (gpu_type, gpus) in {("cpu-a", 1), ("cpu-a", 2), ("cpu-b", 2)}

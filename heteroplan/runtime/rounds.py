@@ -18,9 +18,11 @@ estimator's ``set_measured_phi`` after every round.
 
 from __future__ import annotations
 
+import enum
+import logging
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -28,17 +30,21 @@ from typing import Any
 import numpy as np
 
 from heteroplan.cluster import Cluster
-from heteroplan.errors import InputError, check_int, check_seconds
+from heteroplan.errors import InputError, RankFailure, check_int, check_seconds
 from heteroplan.perf.measurements import Measurements
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.policies.base import Allocation, Policy, PolicyBase
 from heteroplan.policies.registry import make_policy
+from heteroplan.runtime.backends import ExecutionBackend, JobHandle, LocalBackend
+from heteroplan.runtime.checkpoint import latest_checkpoint
 from heteroplan.runtime.config import RunConfig, StepMetrics, make_optimizer
-from heteroplan.runtime.launch import RunHandle, launch
 from heteroplan.runtime.models import TrainTask
-from heteroplan.scheduling import DecisionKind, JobRecord, SchedulingSession, StepTiming
+from heteroplan.scheduling import Decision, DecisionKind, JobRecord, SchedulingSession, StepTiming
 
-__all__ = ["RuntimeJob", "RoundExecutor", "RoundLog", "JobOutcome", "data_parallel_plan", "job_plan", "measure_single_gpu"]
+__all__ = ["EventKind", "ExecutorEvent", "RestartLatency", "RuntimeJob", "RoundExecutor", "RoundLog", "JobOutcome",
+           "data_parallel_plan", "job_plan", "measure_single_gpu"]
+
+log = logging.getLogger(__name__)
 
 JobOutcome = JobRecord  # the former name: one record type for session, simulator and runtime
 
@@ -89,7 +95,7 @@ class RoundLog:
     index: int
     time: float
     allocations: dict[str, tuple[str, int]]
-    events: tuple[str, ...]
+    events: tuple[ExecutorEvent, ...]
 
 
 def data_parallel_plan(name: str, global_batch_size: int, num_gpus: int, num_layers: int, gpu_type: str,
@@ -140,12 +146,67 @@ def job_plan(job: RuntimeJob, alloc: Allocation, num_layers: int, progress: floa
     return data_parallel_plan(job.application, job.global_batch_size, alloc.num_gpus, num_layers, alloc.gpu_type)
 
 
+class EventKind(enum.Enum):
+    """What happened to a job during a round of the executor."""
+
+    START = "start"  # launched on its allocation (resuming from its checkpoint when it ran before)
+    RESCALE = "rescale"  # stopped at an iteration boundary to move to another allocation
+    STOP = "stop"  # preempted: stopped at an iteration boundary, checkpointed
+    FINISH = "finish"  # its last iteration done
+    FAIL = "fail"  # a rank died, failed or stalled; restarted from its checkpoint next round
+    LOST = "lost"  # its node left the cluster; restarted from its checkpoint next round
+    GIVE_UP = "give-up"  # failed too often: no longer scheduled
+    NODE_ADDED = "node-added"  # the cluster gained a node (job_id: the node)
+    NODE_LOST = "node-lost"  # the cluster lost a node (job_id: the node)
+
+
+@dataclass(frozen=True)
+class ExecutorEvent:
+    """One thing that happened during a round: its kind, the job (or node), seconds since the run
+    started, and a human-readable detail."""
+
+    kind: EventKind
+    job_id: str
+    time: float = field(default=0.0, compare=False)
+    detail: str = field(default="", compare=False)
+
+    def __str__(self) -> str:
+        return f"{self.kind.value} {self.job_id}" + (f" ({self.detail})" if self.detail else "")
+
+
+@dataclass(frozen=True)
+class RestartLatency:
+    """Seconds from a decision to the job's first iteration on its new allocation, beside the
+    restore delay the policy assumed for it (``Decision.restore_s``).
+
+    Attributes:
+        job_id: the job.
+        decided_at: when the round decided it (s since the run started).
+        seconds: decision -> first iteration reported on the new allocation (process or actor
+            start, rendezvous, checkpoint load, one iteration).
+        assumed_s: the restore delay the session charged for it (s).
+        restart: a restart (``False``: the job's first start).
+        gpus: GPUs of the new allocation.
+    """
+
+    job_id: str
+    decided_at: float
+    seconds: float
+    assumed_s: float
+    restart: bool
+    gpus: int
+
+
 @dataclass
 class _Running:
-    handle: RunHandle
+    handle: JobHandle
     allocation: Allocation
     seen: int = 0  # step reports already observed
     started: float = 0.0
+    decided: float = 0.0  # monotonic time of the decision that launched it
+    assumed_s: float = 0.0
+    restart: bool = False
+    first_step: bool = False  # its first iteration has been reported
 
 
 class _Declared(PolicyBase):
@@ -163,26 +224,46 @@ class _Declared(PolicyBase):
 
 
 class RoundExecutor:
-    """Run ``jobs`` on local processes under ``policy``, one allocation per round.
+    """Run ``jobs`` under ``policy``, one allocation per round, on local processes or a Ray cluster.
 
     Args:
-        cluster: the GPUs the policy may hand out (one local process per GPU).
+        cluster: the GPUs the policy may hand out; ``None`` with a backend that reads its cluster
+            (:class:`~heteroplan.runtime.ray_backend.RayBackend`: the Ray cluster's GPU nodes).
         policy: any :class:`~heteroplan.policies.base.Policy` (an object with only
             ``allocate`` gets the defaults of :class:`~heteroplan.policies.base.PolicyBase`, elastic),
             or a registered name (:func:`~heteroplan.policies.registry.make_policy`).
         jobs: the jobs and their arrival times.
-        workdir: checkpoints go to ``workdir/<job_id>``.
+        workdir: checkpoints go to ``workdir/<job_id>`` (on a Ray cluster: a path every node
+            reaches); the session is saved to ``workdir/session.json`` after every round.
         round_length: seconds per round.
         max_rounds: stop after this many rounds even if jobs remain.
         progress: called with each :class:`RoundLog`.
+        backend: where ranks run (:class:`~heteroplan.runtime.backends.LocalBackend` by default).
+        max_failures: a job whose run failed this many times is given up with its reason
+            (``JobRecord.gave_up``).
+        resume: continue the run saved in ``workdir/session.json`` (after the scheduler process
+            stopped): the same jobs, their progress and the policy's state; jobs that held GPUs
+            restart from their checkpoints at the first round.
 
     ``session`` is the :class:`~heteroplan.scheduling.SchedulingSession` it drives; ``outcomes``
-    each job's :class:`~heteroplan.scheduling.JobRecord` (times in seconds since the run started).
+    each job's :class:`~heteroplan.scheduling.JobRecord` (times in seconds since the run started);
+    ``latencies`` a :class:`RestartLatency` per launch; ``placements`` (Ray) where each launch's
+    ranks ran.
     """
 
-    def __init__(self, cluster: Cluster, policy: Policy | str, jobs: Sequence[RuntimeJob], workdir: str | Path,
-                 round_length: float = 30.0, max_rounds: int = 1000,
-                 progress: Callable[[RoundLog], None] | None = None) -> None:
+    SESSION_FILE = "session.json"
+
+    def __init__(self, cluster: Cluster | None, policy: Policy | str, jobs: Sequence[RuntimeJob],
+                 workdir: str | Path, round_length: float = 30.0, max_rounds: int = 1000,
+                 progress: Callable[[RoundLog], None] | None = None, *, backend: ExecutionBackend | None = None,
+                 max_failures: int = 3, resume: bool = False) -> None:
+        self.backend = LocalBackend() if backend is None else backend
+        if not isinstance(self.backend, ExecutionBackend):
+            raise InputError("backend", type(self.backend).__name__, "must be an ExecutionBackend (LocalBackend, RayBackend)")
+        if cluster is None:
+            cluster = self.backend.cluster()
+            if cluster is None:
+                raise InputError("cluster", None, "give the cluster (this backend does not read one)")
         if not isinstance(cluster, Cluster):
             raise InputError("cluster", type(cluster).__name__, "must be a heteroplan.cluster.Cluster")
         if isinstance(policy, str):
@@ -193,19 +274,35 @@ class RoundExecutor:
         if len(set(ids)) != len(ids):
             raise InputError("jobs.job_id", sorted(i for i in ids if ids.count(i) > 1)[0], "job ids must be unique")
         check_seconds("round_length", round_length)
+        check_int("max_failures", max_failures, 1)
         if not all(hasattr(policy, a) for a in ("name", "round_length", "elastic", "forking")):
             policy = _Declared(policy, float(round_length))
         self.cluster, self.policy, self.jobs = cluster, policy, list(jobs)
         self.workdir = Path(workdir)
         self.round_length, self.max_rounds, self.progress = float(round_length), max_rounds, progress
+        self.max_failures = max_failures
+        self.log: list[RoundLog] = []
+        self.latencies: list[RestartLatency] = []
+        self.placements: dict[str, list[Any]] = {}
+        self._running: dict[str, _Running] = {}
+        self._by_id = {j.job_id: j for j in self.jobs}
+        self._saving = True
+        self._clock0 = 0.0  # seconds of the run before this process (a resumed run)
+        saved = self.workdir / self.SESSION_FILE
+        if resume and saved.is_file():
+            self.session = SchedulingSession.load(saved, cluster, policy)
+            missing = sorted(set(ids) - set(self.session.job_ids))
+            if missing or len(ids) != len(self.session.job_ids):
+                raise InputError("jobs", missing or sorted(set(self.session.job_ids) - set(ids)),
+                                 f"the jobs must be those of the saved run ({saved})")
+            self._clock0 = self.session.last_round_time or 0.0
+            return
         self.session = SchedulingSession(cluster, policy, free_moves=True)
         for j in self.jobs:
             self.session.submit(j.job_id, arrival_time=float(j.arrival_time), application=j.application,
                                 perf_model=j.estimator, requested_gpus=1, max_gpus=min(j.max_gpus, j.global_batch_size),
                                 batch_size=j.global_batch_size, total_work=float(j.steps * j.global_batch_size),
                                 restart_delay_s=0.0)
-        self.log: list[RoundLog] = []
-        self._running: dict[str, _Running] = {}
 
     @property
     def outcomes(self) -> dict[str, JobRecord]:
@@ -214,8 +311,7 @@ class RoundExecutor:
 
     # --------------------------------------------------------------------- helpers
     def _config(self, job: RuntimeJob) -> RunConfig:
-        return replace(job.config, steps=job.steps, checkpoint_dir=str(self.workdir / job.job_id), resume=True,
-                       fault=None)
+        return replace(job.config, steps=job.steps, checkpoint_dir=str(self.workdir / job.job_id), resume=True)
 
     def _num_layers(self, job: RuntimeJob) -> int:
         layers = getattr(job.task, "num_layers", None)
@@ -233,9 +329,10 @@ class RoundExecutor:
         feeds them to the job's estimator, and the gradient noise scale. With ``adaptive_batch`` the
         step time is per accumulation step of ``local_bsz`` samples (plus the sync); otherwise per
         iteration of ``global / n``."""
-        steps: list[StepMetrics] = run.handle.steps[max(run.seen, 1):]
-        run.seen = len(run.handle.steps)
-        latest = run.handle.steps[-1].step if run.handle.steps else 0  # none yet: still starting (no progress)
+        reported = run.handle.steps
+        steps: list[StepMetrics] = reported[max(run.seen, 1):]
+        run.seen = len(reported)
+        latest = reported[-1].step if reported else 0  # none yet: still starting (no progress)
         self._report_steps(job, max(latest, self._steps_done(job)))
         self._observe_noise(job, steps)
         if not steps or getattr(job.estimator, "observe", None) is None or run.allocation.mixed:
@@ -258,65 +355,164 @@ class RoundExecutor:
         if var > 0 and sqr > 0:
             self.session.report(job.job_id, phi=var / sqr)
 
-    def _stop(self, job: RuntimeJob, now: float) -> None:
+    def _now(self) -> float:
+        return self._clock0 + time.monotonic() - self._t0
+
+    def _stop(self, job: RuntimeJob) -> None:
+        """Stop ``job`` at an iteration boundary (it checkpoints); a failure while stopping counts."""
         run = self._running.pop(job.job_id)
-        run.handle.stop()
-        result = run.handle.wait()
+        try:
+            run.handle.stop()
+            result = run.handle.wait()
+        except RankFailure as exc:
+            self._running[job.job_id] = run
+            self._failed(job, exc, EventKind.FAIL)
+            return
         self._observe(job, run)
         self._report_steps(job, max(result.final_step, self._steps_done(job)))
         if result.final_step >= job.steps and self.session.record(job.job_id).finish_time is None:
-            self.session.finish(job.job_id, now)
+            self.session.finish(job.job_id, self._now())
+
+    def _failed(self, job: RuntimeJob, exc: RankFailure, kind: EventKind) -> None:
+        """``job``'s run failed: its ranks are gone; it restarts from its checkpoint next round, or
+        is given up after ``max_failures`` failures."""
+        run = self._running.pop(job.job_id, None)
+        if run is not None:
+            run.handle.terminate()
+            self._observe(job, run)
+        now = self._now()
+        checkpoint = latest_checkpoint(self.workdir / job.job_id)
+        redone = max(0, self._steps_done(job) - (checkpoint.step if checkpoint else 0))
+        record = self.session.record(job.job_id)
+        if record.finish_time is None and record.gave_up is None:
+            self.session.fail(job.job_id, now, steps_redone=redone)
+        self._events.append(ExecutorEvent(kind, job.job_id, now, f"{exc.reason.splitlines()[0][:200]}; "
+                                          f"{redone} iteration(s) to redo"))
+        if self.session.record(job.job_id).failures >= self.max_failures:
+            reason = f"failed {self.max_failures} times; last: {exc.reason.splitlines()[0][:200]}"
+            self.session.give_up(job.job_id, now, reason)
+            self._events.append(ExecutorEvent(EventKind.GIVE_UP, job.job_id, now, reason))
+
+    def _launch(self, job: RuntimeJob, decision: Decision, decided: float) -> None:
+        alloc = decision.allocation
+        assert alloc is not None
+        plan = job_plan(job, alloc, self._num_layers(job), self._steps_done(job) / job.steps)
+        run = _Running(None, alloc, started=self._now(), decided=decided,  # type: ignore[arg-type]
+                       assumed_s=decision.restore_s, restart=self.session.record(job.job_id).restarts > 0)
+        self._running[job.job_id] = run
+        try:
+            run.handle = self.backend.launch(job.job_id, plan, alloc, job.task, self._config(job))
+        except RankFailure as exc:
+            self._failed(job, exc, EventKind.FAIL)
+            return
+        where = getattr(run.handle, "placements", None)
+        if where is not None:
+            self.placements.setdefault(job.job_id, []).append((alloc, tuple(where)))
+        self._events.append(ExecutorEvent(EventKind.START, job.job_id, self._now(),
+                                          f"{alloc.num_gpus} x {alloc.gpu_type}"))
+
+    def _refresh_cluster(self) -> None:
+        """Read the backend's cluster; when it changed, the session schedules on the new one and
+        jobs on lost nodes are stopped (they restart from their checkpoints)."""
+        cluster = self.backend.cluster()
+        if cluster is None or cluster.nodes == self.session.cluster.nodes:
+            return
+        now = self._now()
+        old = {n.name for n in self.session.cluster.nodes}
+        new = {n.name for n in cluster.nodes}
+        for name in sorted(new - old):
+            self._events.append(ExecutorEvent(EventKind.NODE_ADDED, name, now))
+        for name in sorted(old - new):
+            self._events.append(ExecutorEvent(EventKind.NODE_LOST, name, now))
+        for jid in self.session.update_cluster(cluster, now):
+            run = self._running.pop(jid, None)
+            if run is not None:
+                run.handle.terminate()
+                self._observe(self._by_id[jid], run)
+            self._events.append(ExecutorEvent(EventKind.LOST, jid, now, "its node left the cluster"))
+            if self.session.record(jid).failures >= self.max_failures:
+                self.session.give_up(jid, now, f"lost its node; failed {self.max_failures} times")
+                self._events.append(ExecutorEvent(EventKind.GIVE_UP, jid, now))
+        self.cluster = cluster
+
+    def _save(self) -> None:
+        if not self._saving:
+            return
+        try:
+            self.session.save(self.workdir / self.SESSION_FILE)
+        except InputError as exc:  # a performance model that cannot be saved: say so once
+            log.warning("the session is not saved (the run cannot be resumed): %s", exc)
+            self._saving = False
 
     # ------------------------------------------------------------------------ run
     def run(self) -> dict[str, JobRecord]:
-        """Run rounds until every job is done (or ``max_rounds``); returns each job's record."""
-        t0 = time.monotonic()
-        by_id = {j.job_id: j for j in self.jobs}
+        """Run rounds until every job is done or given up (or ``max_rounds``); returns each job's
+        record. SIGINT/SIGTERM (in the main thread) stop every running job at an iteration
+        boundary with a checkpoint and save the session: ``resume=True`` continues it."""
+        from heteroplan.signals import stop_on_signals
+
+        self._t0 = time.monotonic()
+        self.workdir.mkdir(parents=True, exist_ok=True)
         try:
-            for index in range(self.max_rounds):
-                now = time.monotonic() - t0
-                if not self.session.unfinished():
-                    break
-                events: list[str] = []
-                decisions = self.session.round(now)
-                for d in decisions:
-                    if d.job_id in self._running and d.kind in (DecisionKind.PREEMPT, DecisionKind.RESCALE):
-                        self._stop(by_id[d.job_id], time.monotonic() - t0)
-                        events.append(f"stop {d.job_id}" if d.kind is DecisionKind.PREEMPT else f"rescale {d.job_id}")
-                for d in decisions:
-                    if d.allocation is None:
-                        continue
-                    if d.job_id in self._running:
-                        self._running[d.job_id] = replace(self._running[d.job_id], allocation=d.allocation)
-                        continue
-                    job = by_id[d.job_id]
-                    if self.session.record(d.job_id).finish_time is not None:
-                        continue
-                    plan = job_plan(job, d.allocation, self._num_layers(job), self._steps_done(job) / job.steps)
-                    self._running[d.job_id] = _Running(launch(plan, job.task, self._config(job)), d.allocation,
-                                                       started=time.monotonic() - t0)
-                    events.append(f"start {d.job_id} on {d.allocation.num_gpus} x {d.allocation.gpu_type}")
-                self._wait_round(time.monotonic() + self.round_length, by_id, t0, events)
-                for jid, run in self._running.items():
-                    self._observe(by_id[jid], run)
-                entry = RoundLog(index, now, {j: (a.gpu_type, a.num_gpus) for j, a in decisions.allocations.items()},
-                                 tuple(events))
-                self.log.append(entry)
-                if self.progress is not None:
-                    self.progress(entry)
+            with stop_on_signals() as stopped:
+                for index in range(self.max_rounds):
+                    if not self.session.unfinished() or stopped():
+                        break
+                    self._round(index, stopped)
         finally:
             for jid in list(self._running):
-                self._stop(by_id[jid], time.monotonic() - t0)
-            self.session.settle(time.monotonic() - t0)
+                self._stop(self._by_id[jid])
+            self.session.settle(self._now())
+            self._save()
         return self.outcomes
 
-    def _wait_round(self, end: float, by_id: Mapping[str, RuntimeJob], t0: float, events: list[str]) -> None:
-        """Poll running jobs until the round ends; retire jobs that finish."""
-        while time.monotonic() < end:
+    def _round(self, index: int, stopped: Callable[[], bool]) -> None:
+        self._events: list[ExecutorEvent] = []
+        self._refresh_cluster()
+        now = self._now()
+        decided = time.monotonic()
+        decisions = self.session.round(now)
+        for d in decisions:
+            if d.job_id in self._running and d.kind in (DecisionKind.PREEMPT, DecisionKind.RESCALE):
+                self._stop(self._by_id[d.job_id])
+                kind = EventKind.STOP if d.kind is DecisionKind.PREEMPT else EventKind.RESCALE
+                self._events.append(ExecutorEvent(kind, d.job_id, self._now()))
+        for d in decisions:
+            if d.allocation is None:
+                continue
+            if d.job_id in self._running:
+                self._running[d.job_id].allocation = d.allocation
+                continue
+            record = self.session.record(d.job_id)
+            if record.finish_time is None and record.gave_up is None:
+                self._launch(self._by_id[d.job_id], d, decided)
+        self._wait_round(time.monotonic() + self.round_length, stopped)
+        for jid, run in list(self._running.items()):
+            self._observe(self._by_id[jid], run)
+        entry = RoundLog(index, now, {j: (a.gpu_type, a.num_gpus) for j, a in decisions.allocations.items()},
+                         tuple(self._events))
+        self.log.append(entry)
+        self._save()
+        if self.progress is not None:
+            self.progress(entry)
+
+    def _wait_round(self, end: float, stopped: Callable[[], bool]) -> None:
+        """Poll running jobs until the round ends; retire jobs that finish, restart failed ones next round."""
+        while time.monotonic() < end and not stopped():
             for jid in list(self._running):
-                if not self._running[jid].handle.poll():
-                    self._stop(by_id[jid], time.monotonic() - t0)
-                    events.append(f"finish {jid}")
+                run = self._running[jid]
+                try:
+                    going = run.handle.poll()
+                except RankFailure as exc:
+                    self._failed(self._by_id[jid], exc, EventKind.FAIL)
+                    continue
+                if not run.first_step and len(run.handle.steps) > 0:
+                    run.first_step = True
+                    self.latencies.append(RestartLatency(jid, run.started, time.monotonic() - run.decided,
+                                                         run.assumed_s, run.restart, run.allocation.num_gpus))
+                if not going:
+                    self._stop(self._by_id[jid])
+                    self._events.append(ExecutorEvent(EventKind.FINISH, jid, self._now()))
             if not self._running and not self.session.unfinished():
                 return
             time.sleep(0.05)

@@ -33,6 +33,9 @@ class JobRecord:
         observations: measured step timings fed to its performance model.
         phi: gradient noise scale (samples) last reported, ``None`` if none.
         restore_seconds: seconds it held GPUs while restoring a checkpoint ((re)start delays).
+        failures: times its run failed (a rank died, its node was lost) and it lost its GPUs.
+        steps_redone: iterations it trained again after failures (done since its last checkpoint).
+        gave_up: why it was given up on (its ranks kept failing), ``None`` unless it was.
     """
 
     job_id: str
@@ -50,6 +53,9 @@ class JobRecord:
     observations: int = 0
     phi: float | None = None
     restore_seconds: float = 0.0
+    failures: int = 0
+    steps_redone: int = 0
+    gave_up: str | None = None
 
     @property
     def name(self) -> str:

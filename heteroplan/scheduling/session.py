@@ -119,6 +119,9 @@ class _Job:
     phi: float | None = None
     reported: bool = False
     warned: bool = False
+    failures: int = 0
+    steps_redone: int = 0
+    gave_up: str | None = None
 
     @property
     def fraction_done(self) -> float:
@@ -288,6 +291,79 @@ class SchedulingSession:
         job.finish_time = float(at)
         return self.record(job_id)
 
+    # ----------------------------------------------------------- faults and a changing cluster
+    def fail(self, job_id: str, at: float, *, steps_redone: int = 0) -> None:
+        """A running job's ranks failed at ``at`` (s): a rank died, its node was lost. It holds no GPUs
+        from then on (GPUs are charged up to ``at``) and the next round restarts it (a ``START`` with
+        ``restart=True``, paying the restore delay) from its last checkpoint; ``steps_redone``: the
+        iterations done since that checkpoint, which it must train again. Counted in
+        ``JobRecord.failures`` and ``JobRecord.steps_redone``."""
+        job = self._job(job_id)
+        self._check_time("at", at)
+        if job.finish_time is not None or job.gave_up is not None:
+            raise InputError(f"job[{job_id}]", job_id, "is no longer running (finished or given up)")
+        if isinstance(steps_redone, bool) or not isinstance(steps_redone, int) or steps_redone < 0:
+            raise InputError(f"job[{job_id}].steps_redone", steps_redone, "must be an integer >= 0")
+        self._release(job, at)
+        job.failures += 1
+        job.steps_redone += steps_redone
+        if steps_redone and job.steps_done:  # the work since the checkpoint is lost too
+            kept = max(0, job.steps_done - steps_redone)
+            job.work_done *= kept / job.steps_done
+            job.steps_done = kept
+
+    def give_up(self, job_id: str, at: float, reason: str) -> JobRecord:
+        """Stop scheduling ``job_id`` for good at ``at`` (s): its ranks kept failing (or the caller
+        gave up on it for ``reason``). It leaves the rounds and :meth:`unfinished`; its record keeps
+        ``finish_time=None`` and says why (``JobRecord.gave_up``)."""
+        job = self._job(job_id)
+        self._check_time("at", at)
+        if not isinstance(reason, str) or not reason:
+            raise InputError(f"job[{job_id}].reason", reason, "must be a non-empty string")
+        if job.finish_time is not None:
+            raise InputError(f"job[{job_id}]", job_id, f"already finished at {job.finish_time} s")
+        self._release(job, at)
+        job.gave_up = reason
+        return self.record(job_id)
+
+    def update_cluster(self, cluster: Cluster, at: float) -> tuple[str, ...]:
+        """Schedule on ``cluster`` from the next round on: nodes lost, drained or added (read from the
+        engine that runs the jobs, e.g. :func:`heteroplan.runtime.ray_cluster.cluster_from_ray`).
+
+        A job placed on a node that is gone, holds another GPU type or has fewer GPUs than it was
+        given loses its allocation at ``at`` (s), as :meth:`fail` (a failure, restarted by the next
+        round). Returns the ids of those jobs, in submission order.
+        """
+        if not isinstance(cluster, Cluster):
+            raise InputError("cluster", type(cluster).__name__, "must be a heteroplan.cluster.Cluster")
+        self._check_time("at", at)
+        nodes = {n.name: n for n in cluster.nodes}
+        lost = []
+        for job in self._jobs.values():
+            alloc = job.allocation
+            if alloc is None or job.finish_time is not None:
+                continue
+            fits = all(name in nodes and nodes[name].num_gpus >= count
+                       and nodes[name].gpu_type in alloc.gpu_types for name, count in alloc.placement)
+            if not fits:
+                self.fail(job.job_id, at)
+                lost.append(job.job_id)
+        self.cluster = cluster
+        return tuple(lost)
+
+    def _release(self, job: _Job, at: float) -> None:
+        """``job`` gives its GPUs back at ``at`` (s): charged up to then, no restore left."""
+        if job.allocation is not None and self._last_round is not None:
+            job.gpu_seconds += job.allocation.num_gpus * max(0.0, at - self._last_round)
+            job.restored += min(job.restore_left, max(0.0, at - self._last_round))
+        job.allocation = None
+        job.restore_left = 0.0
+
+    @staticmethod
+    def _check_time(name: str, value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise InputError(name, value, "must be finite seconds >= 0")
+
     # ------------------------------------------------------------------------ rounds
     def round(self, now: float) -> RoundDecisions:
         """The policy's allocation for the round starting at ``now`` (s), as one decision per
@@ -299,7 +375,8 @@ class SchedulingSession:
         if self._last_round is not None and now < self._last_round:
             raise InputError("now", now, f"is before the previous round ({self._last_round} s)")
         self.settle(now)
-        order = sorted((j for j in self._live.values() if j.finish_time is None and j.arrival_time <= now),
+        order = sorted((j for j in self._live.values()
+                        if j.finish_time is None and j.gave_up is None and j.arrival_time <= now),
                        key=lambda j: (j.arrival_time, j.job_id))
         allocations, seconds = self._allocate(order, now) if order else ({}, 0.0)  # nobody active: no policy call
         solved = self.policy.last_result if order and isinstance(self.policy, ReportsSolveGap) else None
@@ -423,6 +500,7 @@ class SchedulingSession:
             fraction_done=j.fraction_done, requested_gpus=j.requested_gpus,
             avg_active=j.active_sum / j.active_rounds if j.active_rounds else 1.0,
             steps_done=j.steps_done, observations=j.observations, phi=j.phi, restore_seconds=j.restored,
+            failures=j.failures, steps_redone=j.steps_redone, gave_up=j.gave_up,
         )
 
     def records(self) -> tuple[JobRecord, ...]:
@@ -430,13 +508,18 @@ class SchedulingSession:
         return tuple(self.record(j) for j in self._jobs)
 
     @property
+    def last_round_time(self) -> float | None:
+        """When the last round started (s on the caller's clock); ``None`` before the first."""
+        return self._last_round
+
+    @property
     def job_ids(self) -> tuple[str, ...]:
         """Submitted jobs, in submission order."""
         return tuple(self._jobs)
 
     def unfinished(self) -> tuple[str, ...]:
-        """Submitted jobs not yet finished."""
-        return tuple(j.job_id for j in self._jobs.values() if j.finish_time is None)
+        """Submitted jobs still to run: neither finished nor given up (:meth:`give_up`)."""
+        return tuple(j.job_id for j in self._jobs.values() if j.finish_time is None and j.gave_up is None)
 
     def allocation(self, job_id: str) -> Allocation | None:
         """What ``job_id`` holds now (``None``: nothing)."""
