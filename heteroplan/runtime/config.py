@@ -8,13 +8,44 @@ from pathlib import Path
 from typing import Any
 
 from heteroplan.errors import InputError, check_int, check_seconds
+from heteroplan.inputs import finite_number
 from heteroplan.runtime.schedule import PIPELINE_ENGINES
 
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 
-__all__ = ["RunConfig", "StepMetrics", "OPTIMIZERS", "implementation_kwargs", "make_optimizer", "optimizer_class"]
+__all__ = ["StepEmulation", "RunConfig", "StepMetrics", "OPTIMIZERS", "implementation_kwargs", "make_optimizer", "optimizer_class"]
 
 OPTIMIZERS = ("sgd", "adam")
+
+
+@dataclass(frozen=True)
+class StepEmulation:
+    """Emulated GPUs for runs on CPUs: a rank's compute (its forwards and backwards) in one iteration
+    lasts ``overhead_s + samples * seconds_per_sample[gpu_type]`` seconds (Pollux's ``a + b m``),
+    padded by sleeping after the real work, so step times follow the GPU types of the plan whatever
+    else the machine runs. A GPU type missing from the table is not padded.
+
+    Attributes:
+        seconds_per_sample: GPU type -> seconds of compute per sample (s).
+        overhead_s: seconds of compute per iteration whatever the batch (s).
+    """
+
+    seconds_per_sample: Mapping[str, float]
+    overhead_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.seconds_per_sample, Mapping) or not self.seconds_per_sample:
+            raise InputError("emulate.seconds_per_sample", self.seconds_per_sample, "must map GPU types to seconds")
+        for gpu_type, sec in self.seconds_per_sample.items():
+            finite_number(f"emulate.seconds_per_sample[{gpu_type}]", sec, low=0.0)
+        finite_number("emulate.overhead_s", self.overhead_s, low=0.0)
+        object.__setattr__(self, "seconds_per_sample", dict(self.seconds_per_sample))
+
+    def compute_seconds(self, gpu_type: str, samples: int) -> float:
+        """Seconds of compute of ``samples`` samples on one GPU of ``gpu_type`` (0: not emulated)."""
+        if gpu_type not in self.seconds_per_sample:
+            return 0.0
+        return self.overhead_s + samples * self.seconds_per_sample[gpu_type]
 
 
 @dataclass(frozen=True)
@@ -64,6 +95,9 @@ class RunConfig:
             within +0..+2% in time and -2.3..+2.4% in reserved memory (docs/runtime.md).
         fault: fault injection for tests: ``("exit" | "hang", rank, iteration)`` makes that
             rank die (exit code 17) or hang at the start of that iteration.
+        emulate: emulated GPUs (:class:`StepEmulation`): each rank's forwards and backwards of an
+            iteration last at least the emulated seconds of its GPU type and samples, whatever the
+            CPU's load; the synchronisation, checkpoints and restarts stay real. ``None``: none.
     """
 
     steps: int = 10
@@ -86,8 +120,11 @@ class RunConfig:
     memory_step: int | None = None
     cuda_expandable_segments: bool = True
     cuda_graphs: bool = False
+    emulate: StepEmulation | None = None
 
     def __post_init__(self) -> None:
+        if self.emulate is not None and not isinstance(self.emulate, StepEmulation):
+            raise InputError("config.emulate", type(self.emulate).__name__, "must be a StepEmulation or None")
         if isinstance(self.checkpoint_dir, Path):
             object.__setattr__(self, "checkpoint_dir", str(self.checkpoint_dir))
         for name, low in (("steps", 1), ("threads_per_rank", 1), ("checkpoint_every", 0), ("keep_checkpoints", 0)):

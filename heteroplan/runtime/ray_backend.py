@@ -85,11 +85,15 @@ class _RankActor:
             s.bind((ip, 0))
             return f"tcp://{ip}:{s.getsockname()[1]}"
 
-    def probe(self, directory: str, token: str) -> str:
-        """Write a probe file into the checkpoint directory (the driver looks for it)."""
-        check_writable(directory)
-        Path(directory, token).write_text("ok")
-        return token
+    def probe(self, directory: str, token: str) -> tuple[str, str]:
+        """Write a probe file into the checkpoint directory (the driver looks for it); returns
+        ``(token, "")``, or ``("", why)`` when this node cannot write there."""
+        try:
+            check_writable(directory)
+            Path(directory, token).write_text("ok")
+        except (InputError, OSError) as exc:
+            return "", getattr(exc, "reason", str(exc))
+        return token, ""
 
     def start(self, rank: int, world: int, init_method: str, plan_dict: dict, task: TrainTask,
               config: RunConfig) -> None:
@@ -175,10 +179,14 @@ class RayJobHandle:
 
         try:
             return ray.get(refs, timeout=POLL_TIMEOUT_S)
+        except InputError as exc:  # a rank refused its input (Ray re-raises it as a subclass)
+            self.terminate()
+            raise InputError(exc.field, exc.value, exc.reason) from None
         except ray.exceptions.GetTimeoutError:
             self._fail(None, f"the job's actors did not answer within {POLL_TIMEOUT_S:.0f} s")
         except ray.exceptions.RayActorError as exc:
-            rank = next((r for r, a in enumerate(self._actors) if a._actor_id == getattr(exc, "actor_id", None)), None)
+            dead = getattr(exc, "actor_id", None)
+            rank = next((r for r, a in enumerate(self._actors) if dead in (a._actor_id, a._actor_id.hex())), None)
             self._fail(rank, f"its actor died ({type(exc).__name__}: {str(exc).splitlines()[0][:300]})")
         except ray.exceptions.RayError as exc:
             self._fail(None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
@@ -189,7 +197,12 @@ class RayJobHandle:
         if directory is None:
             return
         token = f".heteroplan-reach-{uuid.uuid4().hex}"
-        probes = self._call([a.probe.remote(directory, f"{token}-{r}") for r, a in enumerate(self._actors)])
+        answers = self._call([a.probe.remote(directory, f"{token}-{r}") for r, a in enumerate(self._actors)])
+        failed = [(self.placements[r].node_id[:8], why) for r, (_, why) in enumerate(answers) if why]
+        if failed:
+            raise InputError("config.checkpoint_dir", directory, f"node {failed[0][0]} cannot write checkpoints "
+                             f"there: {failed[0][1]}")
+        probes = [p for p, _ in answers]
         missing = [p for p in probes if not Path(directory, p).is_file()]
         for p in probes:
             Path(directory, p).unlink(missing_ok=True)

@@ -453,17 +453,17 @@ class RoundExecutor:
 
         self._t0 = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        try:
-            with stop_on_signals() as stopped:
+        with stop_on_signals() as stopped:  # also while cleaning up: a second Ctrl-C must not cut it short
+            try:
                 for index in range(self.max_rounds):
                     if not self.session.unfinished() or stopped():
                         break
                     self._round(index, stopped)
-        finally:
-            for jid in list(self._running):
-                self._stop(self._by_id[jid])
-            self.session.settle(self._now())
-            self._save()
+            finally:
+                for jid in list(self._running):
+                    self._stop(self._by_id[jid])
+                self.session.settle(self._now())
+                self._save()
         return self.outcomes
 
     def _round(self, index: int, stopped: Callable[[], bool]) -> None:

@@ -237,6 +237,10 @@ class StageTrainer:
             loss_sum: float | torch.Tensor = self._run_torch_pipeline(step)
         else:
             loss_sum = self._run_graphed(step) if self.config.cuda_graphs else self._run_own_schedule(step)
+        if self.config.emulate is not None:  # emulated GPUs: the compute lasts what the GPU type's would
+            samples = self.me.num_microbatches * self.plan.microbatch_size
+            time.sleep(max(0.0, self.config.emulate.compute_seconds(self.me.gpu_type, samples)
+                           - (time.perf_counter() - t0)))
         t_sync = time.perf_counter()
         global_sqr = 0.0
         if self.dp_group is not None:
