@@ -20,7 +20,7 @@ from heteroplan import __version__
 from heteroplan.errors import HeteroplanError
 
 # Subcommand modules under heteroplan.commands, in the order shown by --help.
-COMMANDS = ("demo", "simulate", "sweep", "hadar", "plan", "profile", "run", "goodput", "clusters")
+COMMANDS = ("demo", "simulate", "sweep", "hadar", "plan", "profile", "run", "schedule", "goodput", "clusters")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["Interrupted", "SignalGuard", "stop_on_signals"]
+__all__ = ["Interrupted", "SignalGuard", "StopFlag", "stop_on_signals"]
 
 
 class Interrupted(KeyboardInterrupt):
@@ -75,22 +75,33 @@ class SignalGuard:
             raise Interrupted(self._pending)
 
 
+class StopFlag:
+    """Set by SIGINT/SIGTERM inside :func:`stop_on_signals`: call it to ask whether a signal came;
+    ``signum`` says which (``None``: none)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def __call__(self) -> bool:
+        return self.signum is not None
+
+
 @contextmanager
-def stop_on_signals() -> Iterator[Any]:
-    """While active (main thread only), SIGINT/SIGTERM set a flag instead of raising; yields a
-    callable that says whether one came. For loops that stop at their next boundary and clean up
-    (the round executor checkpoints its jobs and saves its session)."""
-    received: list[int] = []
+def stop_on_signals() -> Iterator[StopFlag]:
+    """While active (main thread only), SIGINT/SIGTERM set a :class:`StopFlag` instead of raising.
+    For loops that stop at their next boundary and clean up (the round executor checkpoints its
+    jobs and saves its session); later signals are ignored while they do."""
+    flag = StopFlag()
 
     def handler(signum: int, frame: object) -> None:
-        received.append(signum)
+        flag.signum = flag.signum or signum
 
     try:
         previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread
         previous = {}
     try:
-        yield lambda: bool(received)
+        yield flag
     finally:
         for s, old in previous.items():
             signal.signal(s, old)

@@ -40,6 +40,7 @@ from heteroplan.runtime.checkpoint import latest_checkpoint
 from heteroplan.runtime.config import RunConfig, StepMetrics, make_optimizer
 from heteroplan.runtime.models import TrainTask
 from heteroplan.scheduling import Decision, DecisionKind, JobRecord, SchedulingSession, StepTiming
+from heteroplan.signals import StopFlag, stop_on_signals
 
 __all__ = ["EventKind", "ExecutorEvent", "RestartLatency", "RuntimeJob", "RoundExecutor", "RoundLog", "JobOutcome",
            "data_parallel_plan", "job_plan", "measure_single_gpu"]
@@ -68,6 +69,9 @@ class RuntimeJob:
         adaptive_batch: run at the batch the estimator's ``optimize`` picks for each allocation
             (``num_gpus x local_bsz x (accum_steps + 1)`` samples per iteration, one microbatch of
             ``local_bsz`` per accumulation step); ``False``: ``global_batch_size`` throughout.
+        restart_delay_s: the checkpoint-restore delay the session charges each (re)start of it (s;
+            a policy's ``restart_delay_s`` option overrides it). The executor records what a
+            restart really took (``RoundExecutor.latencies``).
     """
 
     job_id: str
@@ -80,8 +84,11 @@ class RuntimeJob:
     estimator: Any = None
     config: RunConfig = field(default_factory=RunConfig)
     adaptive_batch: bool = False
+    restart_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.restart_delay_s, int | float) and 0 <= self.restart_delay_s < float("inf")):
+            raise InputError(f"job[{self.job_id}].restart_delay_s", self.restart_delay_s, "must be seconds >= 0")
         for name in ("steps", "global_batch_size", "max_gpus"):
             check_int(f"job[{self.job_id}].{name}", getattr(self, name), 1)
         if not (isinstance(self.arrival_time, int | float) and self.arrival_time >= 0):
@@ -285,6 +292,7 @@ class RoundExecutor:
         self.latencies: list[RestartLatency] = []
         self.placements: dict[str, list[Any]] = {}
         self._running: dict[str, _Running] = {}
+        self.stopped_by: StopFlag | None = None  # the run's signal flag (its signum: SIGINT/SIGTERM, or None)
         self._by_id = {j.job_id: j for j in self.jobs}
         self._saving = True
         self._clock0 = 0.0  # seconds of the run before this process (a resumed run)
@@ -302,7 +310,7 @@ class RoundExecutor:
             self.session.submit(j.job_id, arrival_time=float(j.arrival_time), application=j.application,
                                 perf_model=j.estimator, requested_gpus=1, max_gpus=min(j.max_gpus, j.global_batch_size),
                                 batch_size=j.global_batch_size, total_work=float(j.steps * j.global_batch_size),
-                                restart_delay_s=0.0)
+                                restart_delay_s=j.restart_delay_s)
 
     @property
     def outcomes(self) -> dict[str, JobRecord]:
@@ -449,11 +457,10 @@ class RoundExecutor:
         """Run rounds until every job is done or given up (or ``max_rounds``); returns each job's
         record. SIGINT/SIGTERM (in the main thread) stop every running job at an iteration
         boundary with a checkpoint and save the session: ``resume=True`` continues it."""
-        from heteroplan.signals import stop_on_signals
-
         self._t0 = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
         with stop_on_signals() as stopped:  # also while cleaning up: a second Ctrl-C must not cut it short
+            self.stopped_by = stopped
             try:
                 for index in range(self.max_rounds):
                     if not self.session.unfinished() or stopped():
