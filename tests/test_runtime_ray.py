@@ -243,3 +243,36 @@ def test_a_checkpoint_path_a_node_cannot_write_is_refused(ray_cluster) -> None:
         backend.launch("w", plan, Allocation("A100", 1, ((node, 1),)), TASK,
                        replace(CONFIG, checkpoint_dir="/proc/heteroplan-cannot-write"))
     assert nothing_left() == ([], [])
+
+
+def test_the_cluster_guide_runs_as_written(ray_cluster, tmp_path: Path) -> None:
+    """docs/cluster.md's Python block on this Ray cluster (its path replaced by a temporary one)."""
+    import re
+
+    text = (Path(__file__).parent.parent / "docs" / "cluster.md").read_text()
+    block, = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "RayBackend" in b]
+    assert '"/shared/heteroplan"' in block
+    namespace: dict[str, object] = {"__name__": "__main__"}
+    exec(compile(block.replace('"/shared/heteroplan"', repr(str(tmp_path))), "cluster.md", "exec"), namespace)  # noqa: S102
+    records = namespace["records"]
+    assert len(records) == 4 and all(r.finish_time is not None and r.failures == 0 for r in records.values())
+    steps = {j.job_id: j.steps for j in namespace["jobs"]}
+    assert all(latest_checkpoint(tmp_path / j).step == s for j, s in steps.items())
+    assert nothing_left() == ([], [])
+
+
+def test_schedule_command_on_ray(ray_cluster, tmp_path: Path, capsys) -> None:
+    import json
+
+    from heteroplan.cli import main
+
+    code = main(["schedule", "--ray", "auto", "--policy", "sia", "--jobs", "2", "--interarrival", "1",
+                 "--work", "2,3", "--round", "4", "--emulate", "A100=0.01,V100=0.02", "--overhead", "0.05",
+                 "--batch", "8", "--out", str(tmp_path), "--json"])
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert all(r["finish_time"] is not None for r in printed["jobs"])
+    rounds = [json.loads(line) for line in (tmp_path / "rounds.jsonl").read_text().splitlines()]
+    types = {t for r in rounds for t, _ in r["allocations"].values()}
+    assert types <= {"A100", "V100"} and types  # Sia placed them on the Ray cluster's GPU types
+    assert nothing_left() == ([], [])

@@ -44,3 +44,31 @@ def test_schedule_runs_every_job_to_its_steps_and_keeps_records(tmp_path: Path, 
 def test_schedule_refuses_bad_input_naming_the_flag(cli_error, tmp_path: Path, flag: str, value: str) -> None:
     err = cli_error([*ARGS, "--out", str(tmp_path), flag, value])
     assert value in err or flag.lstrip("-") in err
+
+
+def test_schedule_on_ray_without_ray_names_the_extra(cli_error, tmp_path: Path, monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    err = cli_error([*ARGS, "--out", str(tmp_path), "--ray", "auto"])
+    assert "heteroplan[ray]" in err
+
+
+def test_emulated_steps_last_their_gpu_types_time_and_the_model_says_so() -> None:
+    from heteroplan.runtime import RunConfig, TinyGPTTask, run_plan
+    from heteroplan.runtime.config import StepEmulation
+    from heteroplan.runtime.emulated import EmulatedWorkload, emulated_goodput
+    from heteroplan.runtime.rounds import data_parallel_plan
+
+    emulation = StepEmulation({"A100": 0.01, "V100": 0.03}, overhead_s=0.02)
+    task = TinyGPTTask(n_layers=1)
+    plan = data_parallel_plan("e", 6, 2, task.num_layers, "V100")  # 3 samples a replica
+    result = run_plan(plan, task, RunConfig(steps=3, emulate=emulation))
+    assert all(t >= 0.02 + 3 * 0.03 for t in result.iteration_times)  # padded: a lower bound, not a timing
+    workload = EmulatedWorkload(emulation, (0.0,), (10,), sync_s=0.005, batch_size=8)
+    model = emulated_goodput(workload)
+    for gpu_type, per_sample in (("A100", 0.01), ("V100", 0.03)):
+        assert float(model.goodput(gpu_type, 1, 1)) == pytest.approx(8 / (0.02 + 8 * per_sample))
+        assert float(model.goodput(gpu_type, 1, 4)) == pytest.approx(8 / (0.02 + 2 * per_sample + 0.005))
+    with pytest.raises(Exception, match="seconds_per_sample"):
+        StepEmulation({"A100": -1.0})
