@@ -26,6 +26,7 @@ from heteroplan.cluster import GPUType  # noqa: E402
 from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.runtime import RunConfig, TinyGPTTask, latest_checkpoint, train_reference  # noqa: E402
 from heteroplan.runtime.config import StepEmulation  # noqa: E402
+from heteroplan.runtime.layout import rank_layout  # noqa: E402
 from heteroplan.runtime.ray_backend import RayBackend  # noqa: E402
 from heteroplan.runtime.ray_cluster import cluster_from_ray, nodes_from_ray_state  # noqa: E402
 from heteroplan.runtime.rounds import EventKind, RoundExecutor, RuntimeJob  # noqa: E402
@@ -254,8 +255,9 @@ def test_the_cluster_guide_runs_as_written(ray_cluster, tmp_path: Path) -> None:
     assert '"/shared/heteroplan"' in block
     namespace: dict[str, object] = {"__name__": "__main__"}
     exec(compile(block.replace('"/shared/heteroplan"', repr(str(tmp_path))), "cluster.md", "exec"), namespace)  # noqa: S102
-    records = namespace["records"]
-    assert len(records) == 4 and all(r.finish_time is not None and r.failures == 0 for r in records.values())
+    records, executor = namespace["records"], namespace["executor"]
+    events = [str(e) for r in executor.log for e in r.events]
+    assert len(records) == 4 and all(r.finish_time is not None and r.failures == 0 for r in records.values()), events
     steps = {j.job_id: j.steps for j in namespace["jobs"]}
     assert all(latest_checkpoint(tmp_path / j).step == s for j, s in steps.items())
     assert nothing_left() == ([], [])
@@ -275,4 +277,27 @@ def test_schedule_command_on_ray(ray_cluster, tmp_path: Path, capsys) -> None:
     rounds = [json.loads(line) for line in (tmp_path / "rounds.jsonl").read_text().splitlines()]
     types = {t for r in rounds for t, _ in r["allocations"].values()}
     assert types <= {"A100", "V100"} and types  # Sia placed them on the Ray cluster's GPU types
+    assert nothing_left() == ([], [])
+
+
+def test_a_pipeline_over_both_gpu_types_trains_exactly(ray_cluster, tmp_path: Path) -> None:
+    """Any plan the runtime trains: PP 2 (blocks on the A100 node, the head on the V100 node) x DP 2
+    with uneven microbatch counts, one launch across both nodes, the parameters of one process."""
+    from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
+    from heteroplan.policies.base import Allocation
+
+    task = TinyGPTTask(n_layers=2, dtype="float64")
+    stages = (Stage(0, 2, (ReplicaGroup("A100", "default", 1, 2),)), Stage(2, 4, (ReplicaGroup("V100", "default", 1, 2),)))
+    plan = Plan("pp", 8, 2, stages, (3, 1))
+    backend = RayBackend()
+    nodes = {n.gpu_type: n.name for n in backend.cluster().nodes if n.gpu_type in ("A100", "V100")}
+    alloc = Allocation.spanning(("A100", "V100"), ((nodes["V100"], 2), (nodes["A100"], 2)))
+    handle = backend.launch("pp", plan, alloc, task, replace(CONFIG, steps=6, checkpoint_dir=str(tmp_path)))
+    result = handle.wait()
+    assert result.final_step == 6
+    ids = backend.read().node_ids
+    assert [p.node_id for p in handle.placements] == [ids[nodes[r.gpu_type]] for r in rank_layout(plan)]
+    model, _ = train_reference(task, 8, RunConfig(steps=6, lr=0.05, momentum=0.9))
+    state = latest_checkpoint(tmp_path).model_state()
+    assert max(float((state[k] - v).abs().max()) for k, v in model.state_dict().items()) < 1e-9
     assert nothing_left() == ([], [])

@@ -34,7 +34,7 @@ from heteroplan.policies.base import Allocation
 from heteroplan.runtime.checkpoint import check_writable, latest_checkpoint
 from heteroplan.runtime.config import RunConfig, StepMetrics
 from heteroplan.runtime.launch import RunResult
-from heteroplan.runtime.layout import world_size
+from heteroplan.runtime.layout import rank_layout, world_size
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.ray_cluster import NODE_ID_LABEL, RayNodes, cluster_from_ray, connect
 
@@ -303,16 +303,30 @@ class RayBackend:
 
     def launch(self, job_id: str, plan: Plan, allocation: Allocation, task: TrainTask,
                config: RunConfig) -> RayJobHandle:
-        node_ids = []
+        return RayJobHandle(plan, task, config, self.rank_nodes(plan, allocation, config), self.cpus_per_rank, job_id)
+
+    def rank_nodes(self, plan: Plan, allocation: Allocation, config: RunConfig) -> list[str]:
+        """The Ray node id of each rank of ``plan``: a GPU of ``allocation.placement`` of the rank's
+        GPU type (plans over several types, e.g. pipeline stages on different types), in placement
+        order; a plan whose types the cluster does not have takes the GPUs in placement order."""
+        slots: list[tuple[str, str]] = []  # (GPU type, Ray node id), one per GPU
+        types = self._nodes.cluster.node_types
         for name, count in allocation.placement:
             if name not in self._nodes.node_ids:
                 raise RankFailure(None, f"node {name} is not in the Ray cluster any more",
                                   latest_checkpoint(config.checkpoint_dir))
-            node_ids += [self._nodes.node_ids[name]] * count
-        if len(node_ids) != world_size(plan):
+            slots += [(types[name], self._nodes.node_ids[name])] * count
+        if len(slots) != world_size(plan):
             raise InputError("allocation.placement", allocation.placement,
-                             f"places {len(node_ids)} GPUs; the plan has {world_size(plan)} ranks")
-        return RayJobHandle(plan, task, config, node_ids, self.cpus_per_rank, job_id)
+                             f"places {len(slots)} GPUs; the plan has {world_size(plan)} ranks")
+        wanted = [info.gpu_type for info in rank_layout(plan)]
+        if sorted(wanted) != sorted(t for t, _ in slots):
+            return [node for _, node in slots]
+        out = []
+        for gpu_type in wanted:
+            i = next(i for i, (t, _) in enumerate(slots) if t == gpu_type)
+            out.append(slots.pop(i)[1])
+        return out
 
     def close(self) -> None:
         return None

@@ -469,6 +469,9 @@ class RoundExecutor:
             finally:
                 for jid in list(self._running):
                     self._stop(self._by_id[jid])
+                    record = self.session.record(jid)
+                    if record.finish_time is None and record.gave_up is None:
+                        self.session.release(jid, self._now())  # stopped, checkpointed: restarted on resume
                 self.session.settle(self._now())
                 self._save()
         return self.outcomes

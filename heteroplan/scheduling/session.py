@@ -312,6 +312,14 @@ class SchedulingSession:
             job.work_done *= kept / job.steps_done
             job.steps_done = kept
 
+    def release(self, job_id: str, at: float) -> None:
+        """The caller stopped ``job_id`` at ``at`` (s) outside a round's decision (its scheduler is
+        shutting down): it holds no GPUs from then on (charged up to ``at``) and the next round
+        starts it again from its checkpoint (a restart). Not a failure."""
+        job = self._job(job_id)
+        self._check_time("at", at)
+        self._release(job, at)
+
     def give_up(self, job_id: str, at: float, reason: str) -> JobRecord:
         """Stop scheduling ``job_id`` for good at ``at`` (s): its ranks kept failing (or the caller
         gave up on it for ``reason``). It leaves the rounds and :meth:`unfinished`; its record keeps
