@@ -338,11 +338,10 @@ class GavelArtifactPolicy(_GavelLP):
     each application's slowdown, an interior-point LP rounded to 5 decimals, priorities from the
     seconds each job got on each type (half a round of credit to start), tiered placement.
 
-    Args:
-        objective, two_stage, resolve_every_round, time_limit, round_length, name, prices: as
-            :class:`GavelPolicy`'s (the registry's ``gavel-sia`` solves ``max_sum_throughput``).
-        slowdowns: per application, the factor dividing its throughput in the LP (default: the
-            Sia artifact's ``SLOWDOWNS``; ``{}``: none).
+    ``objective`` (default ``max_sum_throughput``, as the artifact's), ``two_stage``,
+    ``resolve_every_round``, ``time_limit``, ``round_length``, ``name`` and ``prices`` are
+    :class:`GavelPolicy`'s options; ``slowdowns``: per application, the factor dividing its
+    throughput in the LP (default: the Sia artifact's ``SLOWDOWNS``; ``{}``: none).
     """
 
     MECHANISM = "sia-artifact"
