@@ -162,3 +162,44 @@ def test_idle_fill_keeps_a_queued_job_on_its_last_gpus() -> None:
     assert moved["j0"].placement == (("n0", 2),)
     faster = [np.array([1.0, 0.0, 4.0])]  # 4x faster elsewhere beats the 50 s restore
     assert fill_idle(residual(index, {}, [job], faster), [current], SLOT)["j0"].placement == (("n1", 2),)
+
+
+class _Rates:
+    """A job's whole-gang rate per GPU type (steps/s), whatever the count."""
+
+    def __init__(self, rates: dict[str, float]) -> None:
+        self.rates = rates
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(self.rates)
+
+    def goodput(self, gpu_type, num_nodes, num_gpus, progress=0.0):
+        return np.full(np.shape(num_gpus), self.rates[gpu_type], dtype=float)
+
+
+def test_commitments_follow_the_cluster_nodes_not_the_cluster_object() -> None:
+    """Equal nodes in a new Cluster object: what was committed stays committed (a second job
+    cannot be given the GPUs the first holds); other nodes: the commitments on the old ones are
+    dropped and the jobs are planned afresh, on GPUs that exist."""
+    from heteroplan.policies.base import check_allocations
+    from heteroplan.policies.hadar import HadarPolicy
+
+    model = _Rates({"slow": 1.0, "mid": 0.0, "fast": 4.0})
+    first = JobState("a", "x", 0.0, requested_gpus=4, elastic=False, remaining_work=4e3, estimator=model)
+    policy = HadarPolicy(slot=SLOT, planning="committed", fill_idle=False)
+    out = policy.allocate(_cluster([(0, 4), (2, 4)]), [first], 0.0)
+    assert out["a"].placement == (("n1", 4),)  # 10 slots on the fast node
+    second = JobState("b", "x", 50.0, requested_gpus=4, elastic=False, remaining_work=4e3, estimator=model)
+    running = JobState("a", "x", 0.0, requested_gpus=4, elastic=False, remaining_work=3.6e3, estimator=model,
+                       allocation=out["a"])
+    same = _cluster([(0, 4), (2, 4)])
+    again = policy.allocate(same, [running, second], SLOT)
+    check_allocations(same, again, ["a", "b"])  # raises on a node over capacity
+    assert again["a"] == out["a"] and again.get("b") is None or again["b"].placement == (("n0", 4),)
+    other = Cluster(same.gpu_types, (Node("m0", "slow", 4), Node("m1", "fast", 4)))
+    moved = policy.allocate(other, [running, second], 2 * SLOT)
+    check_allocations(other, moved, ["a", "b"])
+    assert all(min(u) >= 0 for u in policy.state().segment_usage)
+    assert policy.state().nodes == ("m0", "m1") and set(policy.state().plans) == {"a", "b"}
+    assert moved["a"].placement == (("m1", 4),)  # planned afresh: the fast node again
