@@ -281,18 +281,19 @@ def test_p99_is_the_artifacts_sorted_index():
 
 def test_pollux_sia_keeps_majority_type_and_leaves_the_rest_idle():
     from heteroplan.policies.pollux import PolluxPolicy
+    from heteroplan.policies.pollux_artifact import PolluxArtifactPolicy
 
     # Virtual 4-GPU nodes in order: a0 (type a, 4 GPUs), then b0 split in two (type b, 8 GPUs).
     cluster = Cluster((GPUType("a", 16, 4), GPUType("b", 16, 8)), (Node("a0", "a", 4), Node("b0", "b", 8)))
-    policy = PolluxPolicy(mechanism="sia-artifact", vnode_order="node")
+    policy = PolluxArtifactPolicy(vnode_order="node")
     views = [JobState("x", "cifar10", 0.0), JobState("y", "cifar10", 0.0)]
-    out = policy._place_virtual(cluster, views, {"x": 2, "y": 10})
+    out = policy.place(cluster, views, {"x": 2, "y": 10})
     # y (largest first) takes whole virtual nodes a0, b0/1, then 2 GPUs best-fit on b0/2: it spans
     # a (4) and b (6), keeps the 6 GPUs of type b; a0's 4 GPUs stay idle. x gets b0's last 2.
     assert out["y"] == Allocation("b", 6, (("b0", 6),))
     assert out["x"] == Allocation("b", 2, (("b0", 2),))
     # Next round with the GPUs they run on nothing moves (no restart).
-    again = policy._place_virtual(cluster, views, {"x": 2, "y": 6})
+    again = policy.place(cluster, views, {"x": 2, "y": 6})
     assert again == out
     with pytest.raises(InputError, match="mechanism"):
         PolluxPolicy(mechanism="genetic")

@@ -16,7 +16,13 @@ from heteroplan.cluster import Cluster, GPUType, Node
 from heteroplan.errors import InputError
 from heteroplan.formulations.sia import ConfigSet, build_sia_model
 from heteroplan.policies.base import Allocation, JobState
-from heteroplan.policies.pollux import VIRTUAL_NODE_GPUS, PolluxPolicy, _fewest_virtual_nodes
+from heteroplan.policies.pollux import PolluxPolicy
+from heteroplan.policies.pollux_artifact import (
+    VIRTUAL_NODE_GPUS,
+    PolluxArtifactPolicy,
+    fewest_virtual_nodes,
+    place_virtual,
+)
 from heteroplan.policies.registry import make_policy
 from heteroplan.policies.sia_solve import solve_sia
 
@@ -63,21 +69,21 @@ def _mixed_cluster() -> Cluster:
 
 def test_shuffled_virtual_nodes_do_not_always_pick_the_first_type():
     cluster, job = _mixed_cluster(), [JobState("big", "imagenet", 0.0)]
-    in_order = PolluxPolicy(mechanism="sia-artifact", vnode_order="node")
+    in_order = PolluxArtifactPolicy(vnode_order="node")
     # In node order the largest job always takes the first (slow) nodes.
-    assert in_order._place_virtual(cluster, job, {"big": 8})["big"].gpu_type == "aws"
-    kept = {PolluxPolicy(mechanism="sia-artifact", seed=s)._place_virtual(cluster, job, {"big": 8})["big"].gpu_type
+    assert in_order.place(cluster, job, {"big": 8})["big"].gpu_type == "aws"
+    kept = {PolluxArtifactPolicy(seed=s).place(cluster, job, {"big": 8})["big"].gpu_type
             for s in range(12)}
     assert kept == {"aws", "dgx-ext"}  # type-blind: either type, as the artifact's GA
     # Reproducible for a seed.
-    a, b = (PolluxPolicy(mechanism="sia-artifact", seed=7)._place_virtual(cluster, job, {"big": 8}) for _ in range(2))
+    a, b = (PolluxArtifactPolicy(seed=7).place(cluster, job, {"big": 8}) for _ in range(2))
     assert a == b
     with pytest.raises(InputError, match="vnode_order"):
-        PolluxPolicy(mechanism="sia-artifact", vnode_order="random")
+        PolluxArtifactPolicy(vnode_order="random")
     with pytest.raises(InputError, match="speedup_base"):
         PolluxPolicy(speedup_base="half")
     with pytest.raises(InputError, match="seed"):
-        PolluxPolicy(mechanism="sia-artifact", seed="x")
+        PolluxArtifactPolicy(seed="x")
     with pytest.raises(InputError, match="lam"):
         PolluxPolicy(lam=0.0)
 
@@ -87,7 +93,7 @@ def test_shuffled_virtual_nodes_do_not_always_pick_the_first_type():
 def test_fewest_virtual_nodes_never_overcommits(free, want, rnd):
     order = np.array(rnd.sample(range(len(free)), len(free)))
     before = list(free)
-    got = _fewest_virtual_nodes(free, want, order)
+    got = fewest_virtual_nodes(free, want, order)
     if sum(before) < want:
         assert got is None and free == before
         return
@@ -103,22 +109,21 @@ def test_fewest_virtual_nodes_never_overcommits(free, want, rnd):
 def test_state_after_fixup_is_the_kept_gpus():
     # Virtual nodes: a0 (type a, 4 GPUs), b0/0 and b0/1 (type b, 8 GPUs).
     cluster = Cluster((GPUType("a", 16, 4), GPUType("b", 16, 8)), (Node("a0", "a", 4), Node("b0", "b", 8)))
-    policy = PolluxPolicy(mechanism="sia-artifact", vnode_order="node")
+    policy = PolluxArtifactPolicy(vnode_order="node")
     views = [JobState("y", "cifar10", 0.0)]
-    out = policy._place_virtual(cluster, views, {"y": 10})
+    out = policy.place(cluster, views, {"y": 10})
     assert out["y"] == Allocation("b", 6, (("b0", 6),))  # spans a (4) and b (6): keeps b
     # The policy's state is what the job runs on (as the artifact's base allocation after its
     # repair): keeping the 6 GPUs moves nothing; asking 10 again is a new placement.
-    assert sum(c for _, c in policy._intended["y"]) == 6
-    assert policy._place_virtual(cluster, views, {"y": 6}) == out
+    assert sum(c for _, c in policy.virtual_nodes["y"]) == 6
+    assert policy.place(cluster, views, {"y": 6}) == out
 
 
 def test_fixup_tie_keeps_the_faster_type():
     cluster = _mixed_cluster()  # virtual nodes s0, s1 (aws), f0, f1 (dgx-ext)
-    policy = PolluxPolicy(mechanism="sia-artifact", vnode_order="node")
-    policy._intended = {"p": ((0, 4),), "q": ((3, 4),)}  # p holds s0, q holds f1 and both stay
+    held = {"p": ((0, 4),), "q": ((3, 4),)}  # p holds s0, q holds f1 and both stay
     views = [JobState(n, "cifar10", 0.0) for n in ("p", "q", "big")]
-    out = policy._place_virtual(cluster, views, {"p": 4, "q": 4, "big": 8})
+    out, _ = place_virtual(cluster, views, {"p": 4, "q": 4, "big": 8}, held, np.arange)
     assert out["p"].placement == (("s0", 4),) and out["q"].placement == (("f1", 4),)
     # big gets s1 and f0: 4 aws + 4 dgx-ext, a tie, and the artifact keeps the faster dgx-ext.
     assert out["big"] == Allocation("dgx-ext", 4, (("f0", 4),))
@@ -131,7 +136,7 @@ def test_pollux_sia_registry_defaults():
     assert (make_policy("pollux").speedup_base, make_policy("pollux").lam) == ("one-gpu", 1.1)
     assert policy.merged_profile and not make_policy("pollux").merged_profile
     with pytest.raises(InputError, match="merged_profile"):
-        PolluxPolicy(mechanism="sia-artifact", merged_profile="yes")
+        PolluxArtifactPolicy(merged_profile="yes")
 
 
 def test_fair_share_speedups_are_relative_to_gpus_over_jobs_on_one_node(monkeypatch):
@@ -151,7 +156,7 @@ def test_fair_share_speedups_are_relative_to_gpus_over_jobs_on_one_node(monkeypa
     jobs = [JobState(f"j{i}", app, 0.0, estimator=bootstrap_model(app))
             for i, app in enumerate(("cifar10", "imagenet", "bert"))]
     # The jobs' own (bootstrapped) models, not the merged profile, which has no data yet.
-    policy = PolluxPolicy(mechanism="sia-artifact", speedup_base="fair-share", merged_profile=False)
+    policy = PolluxArtifactPolicy(speedup_base="fair-share", merged_profile=False)
     out = policy.allocate(cluster, jobs, 60.0)  # a minute old: restart factor 60 / (60 + 30) for new jobs
     # The fair share on one node of the job's first known type: the artifact's ceil(64 / 3) = 22
     # GPUs, capped at the 16 a job may hold (the same whenever 4 or more jobs share the 64 GPUs).
@@ -161,12 +166,12 @@ def test_fair_share_speedups_are_relative_to_gpus_over_jobs_on_one_node(monkeypa
     assert seen["base"] == pytest.approx(want) and min(want) > 0
     assert seen["lam"] == 250.0  # the artifact's cost of a job without GPUs
     assert set(out) == {"j0", "j1", "j2"}  # every job gets GPUs
-    assert PolluxPolicy(mechanism="sia-artifact", speedup_base="one-gpu").lam == 1.1
+    assert PolluxArtifactPolicy(speedup_base="one-gpu").lam == 1.1
 
 
-def _planned(policy: PolluxPolicy, cluster: Cluster, job: JobState, gpu_type: str, gpus: int) -> float:
+def _planned(policy: PolluxArtifactPolicy, cluster: Cluster, job: JobState, gpu_type: str, gpus: int) -> float:
     """Goodput the policy plans with for ``gpus`` GPUs of ``gpu_type`` on one node."""
-    model = policy._merged_view(job, cluster).estimator
+    model = policy.merged_view(job, cluster).estimator
     return float(np.ravel(model.goodput(np.array([gpu_type], dtype=object), np.array([1]), np.array([gpus]),
                                         progress=0.0))[0])
 
@@ -180,7 +185,7 @@ def test_merged_profile_plans_a_fast_type_with_what_was_measured_on_a_slow_one()
     cluster, truth = _mixed_cluster(), true_model("cifar10")
     est = bootstrap_model("cifar10")
     job = JobState("c", "cifar10", 0.0, estimator=est)
-    policy = PolluxPolicy(mechanism="sia-artifact")
+    policy = PolluxArtifactPolicy()
     # Before any observation: linear speed-up (the artifact's lambda n, r: r), whatever the type.
     assert [_planned(policy, cluster, job, t, k) for t in ("aws", "dgx-ext") for k in (1, 2, 4)] == [1, 2, 4] * 2
 
@@ -217,17 +222,17 @@ def test_allocate_plans_with_the_merged_profile(monkeypatch):
     est = bootstrap_model("cifar10")
     # Ran on 4 GPUs before (the scale-up rule then allows 8) and measured there on 4 T4s.
     job = JobState("c", "cifar10", 0.0, estimator=est, max_gpus_run=4, last_gpus=4)
-    policy = PolluxPolicy(mechanism="sia-artifact", speedup_base="one-gpu")
+    policy = PolluxArtifactPolicy(speedup_base="one-gpu")
     policy.allocate(cluster, [job], 0.0)  # first seen: no observation yet, linear speed-up
-    configs = policy._pooled(cluster)
+    configs = policy.pooled(cluster)
     assert seen[-1][0] == pytest.approx(np.where(configs.num_gpus <= 8, configs.num_gpus, 0.0))
     est.observe("aws", [4], 64, 0.5, 0.05)
     policy.allocate(cluster, [job], 0.0)
-    merged = policy._profiles["c"].model(est, cluster.type_names)
+    merged = policy.profiles["c"].model(est, cluster.type_names)
     want = merged.goodput(np.array(["aws"] * len(configs), dtype=object), configs.num_nodes, configs.num_gpus)
     assert seen[-1][0] == pytest.approx(np.where(configs.num_gpus <= 8, want, 0.0))
     # Without merging the optimiser sees the job's bootstrapped per-type model instead.
-    PolluxPolicy(mechanism="sia-artifact", speedup_base="one-gpu", merged_profile=False).allocate(cluster, [job], 0.0)
+    PolluxArtifactPolicy(speedup_base="one-gpu", merged_profile=False).allocate(cluster, [job], 0.0)
     assert not np.allclose(seen[-1][0], seen[-2][0])
 
 
@@ -252,7 +257,7 @@ def test_fair_share_fitness_prices_a_job_without_gpus_as_restarting(monkeypatch)
             JobState("old", "cifar10", 0.0, estimator=bootstrap_model("cifar10"), restart_delay=30.0,
                      num_restarts=1)]
     for flag in (False, True):
-        PolluxPolicy(mechanism="sia-artifact", speedup_base="fair-share", merged_profile=False,
+        PolluxArtifactPolicy(speedup_base="fair-share", merged_profile=False,
                      restart_unallocated=flag).allocate(cluster, jobs, 110.0)
     plain, penalized = seen
     np.testing.assert_allclose(penalized[0], plain[0] * 60 / 90)  # age 60 s, no restarts
@@ -291,13 +296,13 @@ def test_pollux_sia_jobs_pay_their_restore_delay_but_restarts_are_priced_at_30_s
     one = Allocation("rtx", 1, (("rtx@default/0", 1),))
     job = JobState("i", "imagenet", 0.0, allocation=one, num_restarts=1, restart_delay=250.0, max_gpus_run=1,
                    last_gpus=1, estimator=bootstrap_model("imagenet"))
-    out = PolluxPolicy(mechanism="sia-artifact", speedup_base="one-gpu").allocate(preset("sia-64"), [job], 100.0)
+    out = PolluxArtifactPolicy(speedup_base="one-gpu").allocate(preset("sia-64"), [job], 100.0)
     np.testing.assert_allclose(seen[-1][4], [70 / 130])
     # Linear speed-up (merged profile, nothing observed yet): 2 GPUs at factor 0.54 beat the one
     # GPU kept (1 / 1.08 < 1).
     assert out["i"].num_gpus == 2
     # Priced at what the job pays, the restart factor is 0 and the job stays on its one GPU.
-    kept = PolluxPolicy(mechanism="sia-artifact", speedup_base="one-gpu", restart_price_s=250.0).allocate(preset("sia-64"), [job], 100.0)
+    kept = PolluxArtifactPolicy(speedup_base="one-gpu", restart_price_s=250.0).allocate(preset("sia-64"), [job], 100.0)
     np.testing.assert_allclose(seen[-1][4], [0.0])
     assert kept["i"].num_gpus == 1
     with pytest.raises(InputError, match="restart_price_s"):
@@ -310,7 +315,7 @@ def test_pollux_sia_does_not_pin_a_restoring_job(monkeypatch):
     seen = _spy_model(monkeypatch)
     job = JobState("b", "bert", 0.0, allocation=Allocation("rtx", 2, (("rtx@default/0", 2),)), restoring=True,
                    restart_delay=120.0, max_gpus_run=2, last_gpus=2)
-    PolluxPolicy(mechanism="sia-artifact").allocate(preset("sia-64"), [job], 60.0)
+    PolluxArtifactPolicy().allocate(preset("sia-64"), [job], 60.0)
     PolluxPolicy().allocate(preset("sia-64"), [job], 60.0)
     assert list(seen[0][5]) == [False] and list(seen[1][5]) == [True]
     with pytest.raises(InputError, match="pin_restoring"):
@@ -331,8 +336,8 @@ def test_artifact_fitness_admits_every_job_before_growing_any():
                     allocation=Allocation(cluster.nodes[i // 2].gpu_type, 2, ((nodes[i // 2], 2),)))
            for i in range(8)]
     new = [JobState(f"new{i}", "cifar10", 540.0, estimator=bootstrap_model("cifar10")) for i in range(8)]
-    artifact = PolluxPolicy(mechanism="sia-artifact").allocate(cluster, old + new, 600.0)
+    artifact = PolluxArtifactPolicy().allocate(cluster, old + new, 600.0)
     assert set(artifact) == {j.job_id for j in old + new}
     assert all(a.num_gpus == 1 for a in artifact.values())
-    one_gpu = PolluxPolicy(mechanism="sia-artifact", speedup_base="one-gpu").allocate(cluster, old + new, 600.0)
+    one_gpu = PolluxArtifactPolicy(speedup_base="one-gpu").allocate(cluster, old + new, 600.0)
     assert set(one_gpu) == {j.job_id for j in old} and all(a.num_gpus == 2 for a in one_gpu.values())

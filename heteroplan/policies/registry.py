@@ -54,24 +54,33 @@ def _sia_lp(**options: Any) -> Policy:
 def _pollux(**defaults: Any) -> Callable[..., Policy]:
     def make(**options: Any) -> Policy:
         from heteroplan.policies.pollux import PolluxPolicy
+        from heteroplan.policies.pollux_artifact import PolluxArtifactPolicy
 
-        return PolluxPolicy(**(defaults | options))
+        merged = defaults | options
+        cls = _mechanism(merged.pop("mechanism", PolluxPolicy.MECHANISM), (PolluxPolicy, PolluxArtifactPolicy))
+        return cls(**merged)
 
     return make
 
 
 def _gavel(**defaults: Any) -> Callable[..., Policy]:
     def make(**options: Any) -> Policy:
-        from heteroplan.policies.gavel import GavelPolicy
+        from heteroplan.policies.gavel import GavelArtifactPolicy, GavelPolicy
 
-        if defaults.get("mechanism") == "sia-artifact" and "slowdowns" not in options:
-            from heteroplan.perf.applications import SIA_SLOWDOWNS
-
-            options = options | {"slowdowns": SIA_SLOWDOWNS}
-
-        return GavelPolicy(**(defaults | options))  # 360 s rounds: at 60 s time-slicing restarts jobs every round
+        merged = defaults | options
+        cls = _mechanism(merged.pop("mechanism", GavelPolicy.MECHANISM), (GavelPolicy, GavelArtifactPolicy))
+        return cls(**merged)  # 360 s rounds: at 60 s time-slicing restarts jobs every round
 
     return make
+
+
+def _mechanism(name: object, classes: tuple[type[Any], ...]) -> type[Any]:
+    """The class of ``classes`` running the mechanism ``name`` (the ``mechanism`` option: each
+    class carries its own); :class:`InputError` naming the choices otherwise."""
+    by_name = {c.MECHANISM: c for c in classes}
+    if not isinstance(name, str) or name not in by_name:
+        raise InputError("mechanism", name, f"choose one of {list(by_name)}")
+    return by_name[name]
 
 
 def _yarn(name: str) -> Callable[..., Policy]:
@@ -105,7 +114,7 @@ _BUILTIN: dict[str, PolicyEntry] = {e.name: e for e in (
     PolicyEntry("sia", _sia, "Sia: heterogeneity- and adaptivity-aware ILP over goodput (elastic)"),
     PolicyEntry("sia-lp", _sia_lp, "Sia with LP relaxation + rounding (elastic)"),
     PolicyEntry("pollux", _pollux(), "Pollux: goodput-optimizing, heterogeneity-unaware (elastic)"),
-    PolicyEntry("pollux-sia", _pollux(mechanism="sia-artifact", name="pollux-sia"),
+    PolicyEntry("pollux-sia", _pollux(mechanism="sia-artifact"),
                 "Pollux as the Sia artifact runs it: one profile merged across GPU types, 4-GPU virtual nodes in a random order, majority-type fix-up, restarts priced at 30 s (elastic)"),
     PolicyEntry("gavel", _gavel(), "Gavel: max-min fairness LP over time fractions (rigid, 360 s rounds)"),
     PolicyEntry("gavel-agnostic", _gavel(objective="max_min_fairness_agnostic", name="gavel-agnostic"),
@@ -118,7 +127,7 @@ _BUILTIN: dict[str, PolicyEntry] = {e.name: e for e in (
                 "Gavel: minimize makespan LP (rigid)"),
     PolicyEntry("gavel-cost", _gavel(objective="max_throughput_per_cost", name="gavel-cost"),
                 "Gavel: throughput per dollar LP (GPU prices of the cluster; rigid)"),
-    PolicyEntry("gavel-sia", _gavel(objective="max_sum_throughput", mechanism="sia-artifact", name="gavel-sia"),
+    PolicyEntry("gavel-sia", _gavel(objective="max_sum_throughput", mechanism="sia-artifact"),
                 "Gavel as the Sia artifact runs it: max-sum-throughput, interior-point, its priorities (rigid)"),
     PolicyEntry("fifo", _yarn("fifo"), "FIFO gang scheduling, no preemption (rigid)"),
     PolicyEntry("yarn-cs", _yarn("yarn-cs"), "YARN capacity scheduler: FIFO + gang (rigid)"),
