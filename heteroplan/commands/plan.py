@@ -14,6 +14,7 @@ from heteroplan.atomic_json import write_json_atomic
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.commands.jsonout import print_json
 from heteroplan.errors import InputError
+from heteroplan.names import printable
 from heteroplan.planner.api import plan
 from heteroplan.planner.model.sim_config import load_platforms
 from heteroplan.planner.model.simulator import simulate_plan
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_dict())
     else:
-        print(result.describe())
+        print(printable(result.describe(), keep="\n"))
     return 0
 
 
@@ -126,6 +127,6 @@ def evaluate(args: argparse.Namespace) -> int:
                     "tightest_stage": est.memory_fit.stage if est.memory_fit else None,
                     "uncalibrated_gpu_types": list(est.uncalibrated)})
     else:
-        print(loaded.describe())
-        print("\n".join("  " + line for line in est.describe().splitlines()))
+        print(printable(loaded.describe(), keep="\n"))
+        print(printable("\n".join("  " + line for line in est.describe().splitlines()), keep="\n"))
     return 0 if est.fits else 1

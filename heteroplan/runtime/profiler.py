@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError, check_int, check_int_list
 from heteroplan.inputs import enum_choice, read_json
+from heteroplan.names import path_component
 from heteroplan.planner.plan import Precision, Recomputation
 from heteroplan.runtime.config import OPTIMIZERS, RunConfig, make_optimizer
 from heteroplan.runtime.tensor_parallel import local_tensor
@@ -51,12 +52,6 @@ def _torch() -> Any:
         raise InputError("torch", None, "the profiler needs PyTorch: pip install torch==2.13.0 "
                          "(the CPU wheel without a GPU: --index-url https://download.pytorch.org/whl/cpu)") from None
     return torch
-
-
-def _check_name(field: str, value: object) -> str:
-    if not isinstance(value, str) or not value.strip() or value in (".", "..") or any(c in value for c in "/\\"):
-        raise InputError(field, value, "must be a non-empty name without '/' or '\\'")
-    return value
 
 
 @dataclass(frozen=True)
@@ -165,8 +160,8 @@ class LayerProfile:
         model with another layer count (a different model under the same name), which are dropped.
         ``tp > 1``: a profile of one rank of a tensor-parallel group (:func:`profile_tensor_parallel`).
         """
-        _check_name("model_name", model_name)
-        _check_name("gpu_type", gpu_type)
+        path_component("model_name", model_name)
+        path_component("gpu_type", gpu_type)
         check_int("tp", tp, 1)
         if not isinstance(data_dir, str | Path):
             raise InputError("data_dir", data_dir, "must be a path")

@@ -29,6 +29,7 @@ import numpy as np
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError, check_int, check_seconds
+from heteroplan.names import path_component
 from heteroplan.perf.measurements import Measurements
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.policies.base import Allocation, Policy, PolicyBase
@@ -76,6 +77,7 @@ class RuntimeJob:
     adaptive_batch: bool = False
 
     def __post_init__(self) -> None:
+        path_component("job_id", self.job_id)  # its checkpoints go to workdir/<job_id>
         for name in ("steps", "global_batch_size", "max_gpus"):
             check_int(f"job[{self.job_id}].{name}", getattr(self, name), 1)
         if not (isinstance(self.arrival_time, int | float) and self.arrival_time >= 0):
