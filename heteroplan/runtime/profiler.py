@@ -16,7 +16,9 @@ excluded, each storage counted once). ``LayerProfile.write`` stores them in Sail
 (:mod:`heteroplan.perf.sailor_profiles`), so ``plan_job(..., data_dir=...)`` can plan with them.
 
 On CUDA, times come from CUDA events between ``torch.cuda.synchronize`` calls; on CPU from
-``time.perf_counter``. torch is imported only when profiling (extra ``heteroplan[runtime]``).
+``time.perf_counter``. Repeated timings that disagree (a busy or drifting machine: their median
+absolute deviation over :data:`TIMING_SPREAD_BOUND` of their median) raise a
+:class:`TimingSpreadWarning` naming the worst; the profile is still returned. torch is imported only when profiling (extra ``heteroplan[runtime]``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +44,16 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
     from torch import nn
 
-__all__ = ["LayerProfile", "OPTIMIZERS", "profile_layers", "graphed_microbatch_seconds", "check_device", "write_json_atomic"]
+__all__ = ["LayerProfile", "OPTIMIZERS", "profile_layers", "graphed_microbatch_seconds", "check_device", "write_json_atomic",
+           "TIMING_SPREAD_BOUND", "TimingSpreadWarning"]
+
+TIMING_SPREAD_BOUND = 0.2
+"""Largest relative spread of one measurement's repeated timings taken as agreeing: their median
+absolute deviation over their median (0.2: half the repeats lie within +-20% of the median)."""
+
+
+class TimingSpreadWarning(UserWarning):
+    """Repeated timings of one measurement disagreed by more than :data:`TIMING_SPREAD_BOUND`."""
 
 
 
@@ -243,6 +255,26 @@ class _Timer:
         self.torch = torch
         self.cuda = dev.type == "cuda"
         self.dev = dev
+        self.spreads: list[tuple[float, str, float]] = []  # (relative spread, what, median s) per measurement
+
+    def median(self, times: list[float], what: str) -> float:
+        """The median of ``times`` (s); their relative spread is kept for :meth:`warn_spread`."""
+        mid = statistics.median(times)
+        if len(times) > 1 and mid > 0:
+            self.spreads.append((statistics.median(abs(t - mid) for t in times) / mid, what, mid))
+        return mid
+
+    def warn_spread(self, bound: float = TIMING_SPREAD_BOUND) -> None:
+        """A :class:`TimingSpreadWarning` when some measurement's repeats spread beyond ``bound``."""
+        over = [s for s in self.spreads if s[0] > bound]
+        if not over:
+            return
+        spread, what, mid = max(over)
+        warnings.warn(TimingSpreadWarning(
+            f"{len(over)} of {len(self.spreads)} measurements had repeated timings more than {bound:.0%} apart "
+            f"(median absolute deviation over median; worst: {what}, {spread:.0%} around {mid * 1e3:.3g} ms): the "
+            "machine is busy or its speed drifts, so the profile is noisy; profile on an idle machine, or with "
+            "more repeats and sweeps"), stacklevel=3)
 
     def __call__(self, fn: Callable[[], Any]) -> tuple[float, Any]:
         if self.cuda:
@@ -343,7 +375,7 @@ def _time_update(torch: Any, timer: _Timer, dev: torch.device, layer: nn.Module,
         for p, s in zip(params, saved, strict=True):
             p.copy_(s)
             p.grad = None
-    return statistics.median(times), work
+    return timer.median(times, f"layer update ({optimizer})"), work
 
 
 def _time_layer(
@@ -382,7 +414,9 @@ def _time_layer(
             bwd.append(t_b)
     for p in layer.parameters():
         p.grad = None
-    return statistics.median(fwd), statistics.median(bwd), out
+    shape = tuple(inp.shape) if hasattr(inp, "shape") else ()
+    return (timer.median(fwd, f"layer {index} forward, input {shape}"),
+            timer.median(bwd, f"layer {index} backward, input {shape}"), out)
 
 
 def _prefix_times(torch: Any, timer: _Timer, layers: list, make_input: Callable[[int], Any], mbs: int,
@@ -587,6 +621,7 @@ def profile_layers(
             if recomputed is not None:
                 recomputed[mbs] = _scaled_to(recomputed[mbs], graphed_microbatch_seconds(
                     model, x, precision, user_loss, repeats, Recomputation.FULL))
+    timer.warn_spread()
     mem_b, fixed_b = _per_sample_line(saved, sizes)
     work_b, work_fixed_b = _per_sample_line(working, sizes)
     loss_b = tuple(-(-b // sizes[max(loss_saved)]) for b in loss_saved[max(loss_saved)])
