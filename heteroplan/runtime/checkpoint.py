@@ -21,9 +21,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,9 +92,8 @@ def check_writable(root: str | Path | None) -> None:
         return
     try:
         Path(root).mkdir(parents=True, exist_ok=True)
-        probe = Path(root) / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"ok")
-        probe.unlink()
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".write-test-"):  # a unique name, created exclusively
+            pass
     except OSError as exc:
         raise InputError("config.checkpoint_dir", str(root), f"cannot write checkpoints there: {exc}") from None
 
@@ -270,7 +269,7 @@ def write_manifest(root: str | Path, step: int, num_layers: int, extra: dict[str
     files = {p.name: _sha256(p) for p in sorted(d.iterdir()) if p.is_file() and p.name != MANIFEST}
     data = {"step": step, "num_layers": num_layers, "files": files, **extra, "format": MANIFEST_FORMAT}
     data["manifest_sha256"] = _manifest_sha256(data)
-    write_json_atomic(d / MANIFEST, data)
+    write_json_atomic(d / MANIFEST, data, root=root)
     return Checkpoint(step, d, data)
 
 

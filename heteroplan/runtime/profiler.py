@@ -185,11 +185,11 @@ class LayerProfile:
         info, times = _read_json(info_path), _read_json(out)
         same = {t: e for t, e in info.get(model_name, {}).items() if len(e) == self.num_layers and t != str(tp)}
         info[model_name] = {**same, str(tp): self.llm_info()}
-        write_json_atomic(info_path, info)
+        write_json_atomic(info_path, info, root=root)
         merged = {m: {t: e for t, e in per.items() if t in same} for m, per in times.items()}
         for m, entry in self.profile_json(tp).items():
             merged.setdefault(m, {}).update(entry)
-        write_json_atomic(out, {m: per for m, per in merged.items() if per})
+        write_json_atomic(out, {m: per for m, per in merged.items() if per}, root=root)
         return out
 
     def table(self) -> str:
