@@ -250,3 +250,33 @@ def test_a_sweep_name_cannot_leave_the_sweeps_directory(tmp_path: Path, monkeypa
     code = main(["sweep", str(sweep), "--inprocess", "--quiet"])
     assert code == 2 and "path separator" in capsys.readouterr().err
     assert not (tmp_path.parent / "escaped").exists()
+
+
+def test_threads_saving_one_session_leave_a_file_that_loads(tmp_path: Path) -> None:
+    from heteroplan import SchedulingSession
+    from heteroplan.cluster import preset
+    from heteroplan.policies.registry import make_policy
+
+    session = SchedulingSession(preset("sia-64"), make_policy("fifo"))
+    for i in range(5):
+        session.submit(f"job-{i}", arrival_time=0.0, application="cifar10", perf_model="oracle", elastic=False)
+    session.round(0.0)
+    path = tmp_path / "session.json"
+    errors: list[BaseException] = []
+
+    def save() -> None:
+        try:
+            for _ in range(10):
+                session.save(path)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=save) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    loaded = SchedulingSession.load(path, preset("sia-64"), make_policy("fifo"))
+    assert sorted(loaded._jobs) == [f"job-{i}" for i in range(5)]
+    assert [p.name for p in tmp_path.iterdir()] == ["session.json"]
