@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from heteroplan.names import printable
 from heteroplan.signals import SignalGuard
 from heteroplan.sim.sweep.cell import CellFunction, execute_cell, run_cell
 from heteroplan.sim.sweep.executors import Executor, make_executor
@@ -120,7 +121,7 @@ def run_sweep(
     report = SweepReport(Path(out), spec, len(cells), len(cells) - len(todo), 0, 0, 0.0,
                          int(getattr(ex, "workers", 1)))
     log.info("sweep %s: %d cells, %d finished before, %d to run", spec.name, len(cells), report.skipped, len(todo))
-    bar = tqdm(total=len(todo), desc=spec.name, unit="cell", disable=not (sys.stderr.isatty() if progress is None
+    bar = tqdm(total=len(todo), desc=printable(spec.name), unit="cell", disable=not (sys.stderr.isatty() if progress is None
                                                                           else progress))
     t0 = time.perf_counter()
     with SignalGuard() as guard:  # SIGINT/SIGTERM -> Interrupted (a KeyboardInterrupt), remembered
