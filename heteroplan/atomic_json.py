@@ -104,6 +104,8 @@ def _write(path: str | Path, data: str | bytes, root: str | Path | None) -> None
         else:
             tmp.write_bytes(data)
         os.fsync(fd)
+        os.close(fd)
+        fd = None
         os.replace(tmp, path)
         tmp = None
         _sync_directory(path.parent)
