@@ -27,7 +27,8 @@ to 64 characters)."""
 
 class _CreatedTemp(type(Path())):  # type: ignore[misc]
     """A temporary file's path whose ``open`` writes through the descriptor that created it
-    exclusively (the name is never opened again, so a file swapped in under it is never written)."""
+    exclusively (the name is never opened again, so a file swapped in under it is never written);
+    it is written with ``Path.write_text``/``write_bytes`` as any file is."""
 
     _fd: int
 
@@ -36,6 +37,7 @@ class _CreatedTemp(type(Path())):  # type: ignore[misc]
         if mode not in ("w", "wb"):
             raise ValueError(f"a temporary file is only written, not opened with mode {mode!r}")
         os.ftruncate(self._fd, 0)
+        os.lseek(self._fd, 0, os.SEEK_SET)
         return open(os.dup(self._fd), mode, buffering, encoding, errors, newline)
 
 
