@@ -18,7 +18,7 @@ from typing import IO, Any
 
 from heteroplan.errors import InputError
 
-__all__ = ["write_json_atomic", "write_text_atomic", "write_bytes_atomic", "TEMP_SUFFIX"]
+__all__ = ["write_json_atomic", "write_text_atomic", "write_bytes_atomic", "inside", "TEMP_SUFFIX"]
 
 TEMP_SUFFIX = ".tmp"
 """How the name of a temporary file ends (``.<name>.<random>.tmp`` beside the target, the name cut
@@ -65,6 +65,12 @@ def _target(path: Path, root: Path | None) -> Path:
             raise InputError("output file", str(path), f"leads outside the output directory {str(base)!r} "
                              "(a symbolic link?); refusing to write there")
     return path
+
+
+def inside(path: str | Path, root: str | Path) -> Path:
+    """``path`` where it leads inside the directory ``root`` (a symbolic link at ``path`` followed);
+    :class:`InputError` when a link, at the file or a directory on the way, leads outside."""
+    return _target(Path(path), Path(root))
 
 
 def write_text_atomic(path: str | Path, text: str, root: str | Path | None = None) -> None:

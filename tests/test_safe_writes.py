@@ -137,6 +137,14 @@ def test_simulate_refuses_a_planted_symlink_in_out(tmp_path: Path, capsys) -> No
     assert not list(outside.iterdir())
 
 
+def test_simulate_refuses_a_planted_symlink_for_its_plots(tmp_path: Path, capsys) -> None:
+    out, outside = _plant(tmp_path)
+    (out / "jct_cdf.png").symlink_to(outside / "escaped.png")
+    code = main(["simulate", "--jobs", "2", "--policy", "fifo", "--out", str(out), "--quiet"])
+    assert code == 2 and "outside the output directory" in capsys.readouterr().err
+    assert not list(outside.iterdir()) and (out / "fifo.json").is_file()  # the results were kept
+
+
 def test_a_new_file_gets_the_usual_permissions(tmp_path: Path) -> None:
     umask = os.umask(0o022)
     os.umask(umask)

@@ -18,7 +18,7 @@ from typing import Any
 
 from heteroplan import __version__
 from heteroplan.argtypes import integer, number
-from heteroplan.atomic_json import write_json_atomic
+from heteroplan.atomic_json import inside, write_json_atomic
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.commands.jsonout import print_json
 from heteroplan.commands.outdir import writable_dir
@@ -210,6 +210,6 @@ def result_path(out: Path, policy: str, suffix: str, prefix: str = "") -> Path:
 def write_plots(out: Path, results: list[SimResult]) -> None:
     from heteroplan import plots
 
-    plots.jct_cdf(results, path=out / "jct_cdf.png")
+    plots.jct_cdf(results, path=inside(out / "jct_cdf.png", out))
     for r in results:
-        plots.gpus_over_time(r, path=result_path(out, r.policy, ".png", prefix="gpus_"))
+        plots.gpus_over_time(r, path=inside(result_path(out, r.policy, ".png", prefix="gpus_"), out))
