@@ -97,6 +97,19 @@ def test_an_error_naming_a_field_from_a_file_is_printed_escaped(tmp_path: Path, 
     assert "\x1b" not in err and "\r" not in err and "node[n\\x1b[2J\\x0d].gpu_type" in err
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.text(min_size=1, max_size=12), gpu=st.text(min_size=1, max_size=8))
+def test_no_name_from_a_cluster_file_reaches_the_terminal_raw(tmp_path: Path, capsys, name: str, gpu: str) -> None:
+    cluster = {"name": name, "gpu_types": [{"name": gpu, "memory_gb": 80, "gpus_per_node": 8}],
+               "nodes": [{"name": name, "gpu_type": gpu, "num_gpus": 8, "zone": name}]}
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(cluster))
+    main(["clusters", str(path)])
+    captured = capsys.readouterr()
+    shown = (captured.out + captured.err).replace("\n", "")
+    assert not [c for c in shown if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")]
+
+
 # ------------------------------------------------------------------ atomic writes
 def _plant(tmp_path: Path) -> tuple[Path, Path]:
     outside = tmp_path / "outside"
