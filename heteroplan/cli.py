@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from heteroplan import __version__
 from heteroplan.errors import HeteroplanError
+from heteroplan.names import printable
 
 # Subcommand modules under heteroplan.commands, in the order shown by --help.
 COMMANDS = ("demo", "simulate", "sweep", "hadar", "plan", "profile", "run", "schedule", "goodput", "clusters")
@@ -78,7 +79,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except HeteroplanError as exc:
-        print(f"heteroplan {args.command}: error: {exc}", file=sys.stderr)
+        print(printable(f"heteroplan {args.command}: error: {exc}", keep="\n"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"heteroplan {args.command}: interrupted", file=sys.stderr)

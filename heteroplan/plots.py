@@ -42,9 +42,15 @@ def _in_notebook() -> bool:
 
 
 def save(fig: Any, path: str | Path | None) -> Any:
-    """Save ``fig`` as PNG when ``path`` is given; return the figure."""
+    """Save ``fig`` when ``path`` is given (atomically; PNG, or the format its suffix names); return the figure."""
     if path is not None:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
+        import io
+
+        from heteroplan.atomic_json import write_bytes_atomic
+
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format=Path(path).suffix[1:].lower() or "png", dpi=120, bbox_inches="tight")
+        write_bytes_atomic(path, buffer.getvalue())
     return fig
 
 

@@ -6,6 +6,7 @@ import argparse
 
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.commands.jsonout import print_json
+from heteroplan.names import printable
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,5 +24,5 @@ def run(args: argparse.Namespace) -> int:
         print_json(clusters[args.name].to_dict() if args.name else {n: c.to_dict() for n, c in clusters.items()})
         return 0
     for cluster in clusters.values():
-        print(cluster.summary())
+        print(printable(cluster.summary(), keep="\n"))
     return 0

@@ -9,6 +9,7 @@ import numpy as np
 from heteroplan.argtypes import fraction, int_list
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.commands.jsonout import print_json
+from heteroplan.names import printable
 from heteroplan.perf.applications import APPLICATIONS
 from heteroplan.perf.sia_data import true_model
 
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'type':8s} {'GPUs':>4s} {'nodes':>5s} {'goodput':>12s} {'batch':>6s} "
           f"{'local':>6s} {'accum':>5s} {'step s':>8s}")
     for r in table:
-        print(f"{r['gpu_type']:8s} {r['num_gpus']:4d} {r['num_nodes']:5d} {r['goodput']:12.1f} "
+        print(f"{printable(r['gpu_type']):8s} {r['num_gpus']:4d} {r['num_nodes']:5d} {r['goodput']:12.1f} "
               f"{r['batch_size']:6d} {r['local_bsz']:6d} {r['accum_steps']:5d} "
               f"{r['step_time_s']:8.4f}")
     return 0

@@ -9,6 +9,7 @@ from heteroplan.argtypes import integer, number
 from heteroplan.cluster import preset
 from heteroplan.commands.jsonout import print_json
 from heteroplan.inputs import MAX_GENERATED_JOBS, MIN_ROUND_S
+from heteroplan.names import printable
 from heteroplan.signals import Interrupted, SignalGuard
 
 POLICIES = ("hadar", "hadare", "gavel", "yarn-cs", "tiresias")
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print_json(rows)
         if stopped is not None:
-            print(f"heteroplan hadar: interrupted by {stopped}; finished policies kept: {', '.join(rows) or 'none'}",
+            print(f"heteroplan hadar: interrupted by {stopped}; finished policies kept: {printable(', '.join(rows)) or 'none'}",
                   file=sys.stderr)
             return 128 + stopped.signum
     return 0

@@ -14,9 +14,11 @@ from heteroplan.atomic_json import write_json_atomic
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.commands.jsonout import print_json
 from heteroplan.errors import InputError
+from heteroplan.names import printable
 from heteroplan.planner.api import plan
+from heteroplan.planner.explain import describe_terms
 from heteroplan.planner.model.sim_config import load_platforms
-from heteroplan.planner.model.simulator import simulate_plan
+from heteroplan.planner.model.simulator import gpu_catalog, simulate_plan
 from heteroplan.planner.plan import Plan
 from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions
 
@@ -54,11 +56,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="plan one training job over heterogeneous, multi-zone GPUs (Sailor)")
     p.add_argument("--model", help="model name (OPT-350, GPT-Neo-2.7, LLAMA-3-8, OPT-30); required to search")
     p.add_argument("--gbs", type=integer(1), help="global batch size (samples per iteration); required to search")
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--gpus", help="available GPUs: TYPE@ZONE=COUNT,... (e.g. A100-40@us-central1-a=64)")
-    src.add_argument("--cluster", help=f"preset ({', '.join(PRESETS)}) or cluster JSON file")
     src.add_argument("--evaluate", metavar="PLAN",
-                     help="no search: predict time, cost and memory of this plan file and say whether it fits")
+                     help="no search: predict time, cost and memory of this plan file and say whether it fits "
+                     "(with --cluster: on that cluster's GPU types, e.g. the ones a --data-dir profiled)")
+    p.add_argument("--cluster", help=f"preset ({', '.join(PRESETS)}) or cluster JSON file: the GPUs to plan on, "
+                   "or with --evaluate the GPU types (memory, $/h) and GPUs the plan may use")
     p.add_argument("--objective", choices=OBJECTIVES, default="throughput",
                    help="maximize iterations/s (throughput; default, optionally under --budget) or minimize $ per "
                    "iteration (cost; optionally above --min-throughput)")
@@ -73,9 +77,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def load_cluster(text: str) -> Cluster:
+    """``--cluster``: a preset's name or a cluster JSON file."""
+    return preset(text) if text in PRESETS else Cluster.from_json(text)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.evaluate:
         return evaluate(args)
+    if args.gpus is None and args.cluster is None:
+        raise InputError("--gpus/--cluster", None, "give the GPUs to plan on (--gpus or --cluster), or "
+                         "--evaluate PLAN")
+    if args.gpus is not None and args.cluster is not None:
+        raise InputError("--cluster", args.cluster, "give the GPUs to plan on once: --gpus or --cluster, not both")
     for name in ("model", "gbs"):
         if getattr(args, name) is None:
             raise InputError(f"--{name}", None, "required with --gpus or --cluster")
@@ -86,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     if args.gpus:
         pool: object = parse_gpus(args.gpus)
     else:
-        pool = preset(args.cluster) if args.cluster in PRESETS else Cluster.from_json(args.cluster)
+        pool = load_cluster(args.cluster)
     options = SearchOptions(max_pp=args.max_pp, max_blocks=1 if args.homogeneous else SearchOptions.max_blocks, prune=not args.no_prune)
     if args.data_dir:  # the simulator constants calibrated for that directory, as plan_job would pick
         options = replace(options, config=load_platforms(args.data_dir))
@@ -104,8 +118,27 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_dict())
     else:
-        print(result.describe())
+        print(printable(result.describe(), keep="\n"))
+        if result.estimate is not None:
+            print(printable(_indented("by term", describe_terms(result.estimate)), keep="\n"))
+        print(printable(_indented("why this plan (the best the search priced of each GPU mix and depth)",
+                                  result.explain()), keep="\n"))
     return 0
+
+
+def check_plan_on_cluster(loaded: Plan, cluster: Cluster) -> None:
+    """:class:`InputError` unless ``cluster`` has the GPUs of each (type, zone) the plan uses."""
+    have: dict[tuple[str, str], int] = {}
+    for node in cluster.nodes:
+        have[(node.gpu_type, node.zone)] = have.get((node.gpu_type, node.zone), 0) + node.num_gpus
+    for (gpu_type, zone), count in loaded.gpus_by_type_zone().items():
+        if have.get((gpu_type, zone), 0) < count:
+            raise InputError("--cluster", cluster.name, f"has {have.get((gpu_type, zone), 0)} {gpu_type} GPUs in "
+                             f"zone {zone}; the plan uses {count}")
+
+
+def _indented(title: str, text: str) -> str:
+    return "\n".join([f"  {title}:", *("    " + line for line in text.splitlines())])
 
 
 def evaluate(args: argparse.Namespace) -> int:
@@ -116,7 +149,18 @@ def evaluate(args: argparse.Namespace) -> int:
         given = getattr(args, name)
         if given is not None and given != value:
             raise InputError(f"--{name}", given, f"the plan file {args.evaluate} says {value}")
-    est = simulate_plan(loaded, data_dir=args.data_dir)
+    gpu_types = gpu_catalog()
+    if args.cluster is not None:
+        cluster = load_cluster(args.cluster)
+        gpu_types |= {t.name: t for t in cluster.gpu_types}
+        check_plan_on_cluster(loaded, cluster)
+    for (gpu_type, _), _count in loaded.gpus_by_type_zone().items():
+        if gpu_type not in gpu_types:
+            where = f" nor in --cluster {args.cluster}" if args.cluster is not None else ""
+            raise InputError("plan GPU type", gpu_type, f"is not a shipped GPU type{where}: its memory (GB) and "
+                             "price ($/h) are needed; give --cluster FILE describing it (the cluster you planned "
+                             "on, e.g. with the types your --data-dir profiled)")
+    est = simulate_plan(loaded, data_dir=args.data_dir, gpu_types=gpu_types)
     if args.json:
         print_json({"plan": loaded.to_dict(), "iteration_time_s": est.iteration_time_s,
                     "throughput_iter_s": est.throughput_iter_s, "cost_per_iteration_usd": est.cost_per_iteration_usd,
@@ -126,6 +170,6 @@ def evaluate(args: argparse.Namespace) -> int:
                     "tightest_stage": est.memory_fit.stage if est.memory_fit else None,
                     "uncalibrated_gpu_types": list(est.uncalibrated)})
     else:
-        print(loaded.describe())
-        print("\n".join("  " + line for line in est.describe().splitlines()))
+        print(printable(loaded.describe(), keep="\n"))
+        print(printable("\n".join("  " + line for line in est.describe().splitlines()), keep="\n"))
     return 0 if est.fits else 1

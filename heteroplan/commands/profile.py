@@ -11,6 +11,7 @@ from typing import Any
 from heteroplan.argtypes import MAX_TOKENS, integer
 from heteroplan.errors import InputError
 from heteroplan.inputs import check_process_count
+from heteroplan.names import printable
 
 DEMO_NAME = "demo-mlp"
 TINY_GPT_NAME = "tiny-gpt"
@@ -179,8 +180,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    print(f"{name} on {args.gpu_type} ({prof.device}), seconds per microbatch, sizes per sample:")
-    print(prof.table())
+    print(printable(f"{name} on {args.gpu_type} ({prof.device}), seconds per microbatch, sizes per sample:"))
+    print(printable(prof.table(), keep="\n"))
     if net is not None:
         print(f"\nnetwork ({args.backend}, {args.world_size} processes), zone {args.zone}:")
         print(net.table())

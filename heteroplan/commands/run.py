@@ -9,6 +9,7 @@ import sys
 from heteroplan.argtypes import int_list, integer
 from heteroplan.errors import InputError, LossNotFinite
 from heteroplan.inputs import check_process_count
+from heteroplan.names import printable
 from heteroplan.training_args import add_training_arguments, model_kwargs, run_config_kwargs
 
 
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         task = TinyGPTTask(**model)
     config = RunConfig(**run_config_kwargs(args))
     log = sys.stderr if args.json else sys.stdout
-    print(plan.describe(), file=log)
+    print(printable(plan.describe(), keep="\n"), file=log)
     what = (f"{args.model}" if args.model else f"GPT-2-style decoder, {task.n_layers} blocks, width {task.d_model}, "
             f"{task.n_heads} heads, sequence {task.seq_len}")
     print(f"model: {what}; {world_size(plan)} processes on this machine (one per planned GPU)", file=log)

@@ -19,6 +19,7 @@ from dataclasses import asdict
 
 from heteroplan.argtypes import integer, number
 from heteroplan.errors import InputError
+from heteroplan.names import printable
 
 DEFAULT_EMULATION = "A100=0.02,V100=0.05"
 EXIT_UNFINISHED = 3
@@ -158,8 +159,8 @@ def run(args: argparse.Namespace) -> int:
                                  "events": [{"kind": e.kind.value, "job": e.job_id, "time": e.time,
                                              "detail": e.detail} for e in entry.events]}) + "\n")
         rounds.flush()
-        write_json_atomic(out / "jobs.json", [asdict(r) for r in executor.outcomes.values()])
-        text = "; ".join(map(str, entry.events)) or "-"
+        write_json_atomic(out / "jobs.json", [asdict(r) for r in executor.outcomes.values()], root=out)
+        text = printable("; ".join(map(str, entry.events)) or "-")
         print(f"round {entry.index} t={entry.time:.0f}s {text}", file=sys.stderr, flush=True)
 
     executor = RoundExecutor(cluster, policy, jobs, out / "jobs", round_length=args.round,
@@ -170,8 +171,8 @@ def run(args: argparse.Namespace) -> int:
         records = executor.run()
     finally:
         rounds.close()
-    write_json_atomic(out / "jobs.json", [asdict(r) for r in records.values()])
-    write_json_atomic(out / "latencies.json", [asdict(lat) for lat in executor.latencies])
+    write_json_atomic(out / "jobs.json", [asdict(r) for r in records.values()], root=out)
+    write_json_atomic(out / "latencies.json", [asdict(lat) for lat in executor.latencies], root=out)
     _print(records, executor, args.json, args.restart_delay)
     if executor.stopped_by is not None and executor.stopped_by.signum is not None:
         return 128 + int(executor.stopped_by.signum)
@@ -186,8 +187,8 @@ def _print(records, executor, as_json: bool, assumed_s: float) -> None:
     print(f"{'job':10} {'arrival':>8} {'JCT (s)':>8} {'restarts':>8} {'failures':>8} {'GPU-s':>8}  note")
     for r in records.values():
         jct = f"{r.jct_s:8.1f}" if r.jct_s is not None else "       -"
-        note = r.gave_up or ("" if r.finish_time is not None else "unfinished")
-        print(f"{r.job_id:10} {r.arrival_time:8.1f} {jct} {r.restarts:8d} {r.failures:8d} {r.gpu_seconds:8.0f}  {note}")
+        note = printable(r.gave_up or ("" if r.finish_time is not None else "unfinished"))
+        print(f"{printable(r.job_id):10} {r.arrival_time:8.1f} {jct} {r.restarts:8d} {r.failures:8d} {r.gpu_seconds:8.0f}  {note}")
     lat = [x.seconds for x in executor.latencies if x.restart]
     if lat:
         print(f"restarts: decision -> first iteration {min(lat):.1f}-{max(lat):.1f} s "

@@ -18,11 +18,12 @@ from typing import Any
 
 from heteroplan import __version__
 from heteroplan.argtypes import integer, number
-from heteroplan.atomic_json import write_json_atomic
+from heteroplan.atomic_json import inside, write_json_atomic
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.commands.jsonout import print_json
 from heteroplan.commands.outdir import writable_dir
 from heteroplan.inputs import MIN_ROUND_S
+from heteroplan.names import path_component, printable
 from heteroplan.policies.registry import POLICIES, make_policy
 from heteroplan.signals import Interrupted, SignalGuard
 from heteroplan.sim.fidelity import SimFidelity
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     out = writable_dir(args.out) if args.out else None
     cluster, jobs = load_inputs(args)
     policies = args.policy or list(args.default_policies)
-    print(f"{len(jobs)} jobs of {args.workload} on {cluster.name} ({cluster.num_gpus} GPUs)",
+    print(printable(f"{len(jobs)} jobs of {args.workload} on {cluster.name} ({cluster.num_gpus} GPUs)"),
           file=sys.stderr if args.json else sys.stdout)
     meta = run_metadata(args, cluster, jobs, policies)
     earlier = earlier_results(out, meta, policies) if out is not None else {}
@@ -116,7 +117,10 @@ def run(args: argparse.Namespace) -> int:
     with SignalGuard() as guard:
         try:
             for name in policies:
-                result = simulate(jobs, cluster, make_policy(name), round_length=args.round,
+                policy = make_policy(name)
+                if out is not None:
+                    result_path(out, policy.name, ".json")  # a name unfit for a file is refused before the run
+                result = simulate(jobs, cluster, policy, round_length=args.round,
                                   max_time=args.max_hours * 3600 if args.max_hours is not None else None,
                                   progress=False if args.quiet or args.json else None, fidelity=fidelity)
                 results.append(result)
@@ -130,13 +134,14 @@ def run(args: argparse.Namespace) -> int:
                 raise
             partial = getattr(exc, "result", None)
             if out is not None and partial is not None:  # the policy that was running: what it had done
-                write_json_atomic(out / f"{partial.policy}.partial.json",
-                                  {"meta": meta | {"interrupted": str(stopped)}, "result": partial.to_dict()}, default=float)
+                write_json_atomic(result_path(out, partial.policy, ".partial.json"),
+                                  {"meta": meta | {"interrupted": str(stopped)}, "result": partial.to_dict()},
+                                  default=float, root=out)
             if out is not None:
                 done = [r.policy for r in results]
                 write_json_atomic(out / "run.json", meta | {"completed": list(earlier) + done,
                                                             "pending": [p for p in policies if p not in done],
-                                                            "interrupted": str(stopped)})
+                                                            "interrupted": str(stopped)}, root=out)
     if args.json:
         print_json([r.summary().to_dict() for r in results])
     elif results:
@@ -146,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {out / 'results.json'}, <policy>.json and plots (jct_cdf.png, gpus_<policy>.png)",
               file=sys.stderr)
     if stopped is not None:
-        done = ", ".join(r.policy for r in results) or "none"
+        done = ", ".join(printable(r.policy) for r in results) or "none"
         print(f"heteroplan simulate: interrupted by {stopped}; finished policies kept: {done}", file=sys.stderr)
         return 128 + stopped.signum
     return EXIT_STOPPED_EARLY if any(r.error for r in results) else 0
@@ -156,9 +161,9 @@ def warn_rejected(result: SimResult, limit: int = 5) -> None:
     """Say on stderr which jobs the policy could never run (also in results.json's ``rejected``)."""
     if not result.rejected:
         return
-    shown = "; ".join(f"{job}: {why}" for job, why in list(result.rejected.items())[:limit])
+    shown = "; ".join(f"{printable(job)}: {printable(why)}" for job, why in list(result.rejected.items())[:limit])
     more = f" (and {len(result.rejected) - limit} more)" if len(result.rejected) > limit else ""
-    print(f"heteroplan: warning: {result.policy}: {len(result.rejected)} job(s) rejected, they can never run on "
+    print(f"heteroplan: warning: {printable(result.policy)}: {len(result.rejected)} job(s) rejected, they can never run on "
           f"this cluster: {shown}{more}", file=sys.stderr)
 
 
@@ -188,15 +193,23 @@ def write_result(out: Path, result: SimResult, results: list[SimResult], meta: d
     """``<policy>.json`` for the newest result, then ``results.json`` (``earlier`` runs' policies
     kept) and ``run.json`` for all so far."""
     earlier = earlier or {}
-    write_json_atomic(out / f"{result.policy}.json", {"meta": meta, "result": result.to_dict()}, default=float)
-    write_json_atomic(out / "results.json", earlier | {r.policy: r.to_dict() for r in results}, default=float)
+    write_json_atomic(result_path(out, result.policy, ".json"), {"meta": meta, "result": result.to_dict()},
+                      default=float, root=out)
+    write_json_atomic(out / "results.json", earlier | {r.policy: r.to_dict() for r in results}, default=float,
+                      root=out)
     write_json_atomic(out / "run.json", meta | {"completed": list(earlier) + [r.policy for r in results],
-                                                "pending": pending}, default=float)
+                                                "pending": pending}, default=float, root=out)
+
+
+def result_path(out: Path, policy: str, suffix: str, prefix: str = "") -> Path:
+    """The file of ``policy``'s result in ``out`` (``<prefix><policy><suffix>``): the policy's
+    name passes :func:`~heteroplan.names.path_component` (a plugin's ``../x`` is refused)."""
+    return out / f"{prefix}{path_component('policy name', policy)}{suffix}"
 
 
 def write_plots(out: Path, results: list[SimResult]) -> None:
     from heteroplan import plots
 
-    plots.jct_cdf(results, path=out / "jct_cdf.png")
+    plots.jct_cdf(results, path=inside(out / "jct_cdf.png", out))
     for r in results:
-        plots.gpus_over_time(r, path=out / f"gpus_{r.policy}.png")
+        plots.gpus_over_time(r, path=inside(result_path(out, r.policy, ".png", prefix="gpus_"), out))

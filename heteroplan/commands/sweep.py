@@ -8,6 +8,7 @@ from pathlib import Path
 
 from heteroplan.argtypes import integer
 from heteroplan.commands.jsonout import print_json
+from heteroplan.names import path_component, printable
 from heteroplan.sim.sweep import SweepReport, load_sweep, run_sweep
 from heteroplan.sim.sweep.executors import cores
 from heteroplan.sim.sweep.results import format_summary
@@ -36,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     spec = load_sweep(args.sweep)
-    out = Path(args.out) if args.out else Path("sweeps") / spec.name
+    out = Path(args.out) if args.out else Path("sweeps") / path_component("sweep name", spec.name)
     executor = "inprocess" if args.inprocess else "ray" if args.ray else "processes"
     if executor == "processes" and args.workers is not None and args.workers > cores():
         print(f"heteroplan sweep: --workers {args.workers} capped at the {cores()} cores of this machine",
@@ -51,12 +52,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(_as_json(report))
         return 0 if report.failed == 0 else 3
-    print(f"{spec.name}: {report.cells} cells: {report.skipped} already done, {report.computed} computed, "
+    print(f"{printable(spec.name)}: {report.cells} cells: {report.skipped} already done, {report.computed} computed, "
           f"{report.failed} failed, in {report.wall_s:.1f} s on {report.workers} workers")
-    print(format_summary(report.summary(metrics=_headline(report))))
+    print(printable(format_summary(report.summary(metrics=_headline(report))), keep="\n"))
     for record in report.records():
         if record["status"] != "ok":
-            print(f"! {record['key']} {record['labels']}: {record['error']}", file=sys.stderr)
+            print(printable(f"! {record['key']} {record['labels']}: {record['error']}"), file=sys.stderr)
     print(f"wrote {out / 'results.csv'}, {out / 'summary.csv'} and {out / 'cells'}/")
     return 0 if report.failed == 0 else 3
 

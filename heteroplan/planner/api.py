@@ -14,7 +14,7 @@ from heteroplan._html import table
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_network import NetworkModel
-from heteroplan.planner.explain import PlanDiff, RunnerUp, TermKind, diff_plans
+from heteroplan.planner.explain import PlanDiff, RunnerUp, TermKind, diff_plans, estimate_terms
 from heteroplan.planner.model.simulator import MemoryFit, PlanEstimate, simulate_plan
 from heteroplan.planner.plan import OptimizerSharding, Plan, Recomputation
 from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions, normalize_pool
@@ -111,6 +111,9 @@ class PlanResult:
             "evaluated": self.evaluated,
             "gpus": {f"{t}@{z}": n for (t, z), n in self.plan.gpus_by_type_zone().items()},
             "uncalibrated_gpu_types": list(self.extra.get("uncalibrated_gpu_types", [])),
+            "terms": {k.value: v for k, v in estimate_terms(self.estimate).items()} if self.estimate else {},
+            "runner_ups": [r.to_dict() for r in self.runner_ups],
+            "explanation": self.explain().splitlines(),
         }
 
     def __repr__(self) -> str:

@@ -17,7 +17,7 @@ from heteroplan.planner.model.simulator import CostTerms, MemoryTerms, PlanEstim
 from heteroplan.planner.plan import Plan
 
 __all__ = ["FamilyKind", "PlanFamily", "RunnerUp", "TermKind", "TermDiff", "PlanDiff", "diff_plans", "gpu_mix",
-           "plan_families"]
+           "plan_families", "estimate_terms", "describe_terms"]
 
 
 def gpu_mix(plan: Plan) -> str:
@@ -96,6 +96,11 @@ class RunnerUp:
 
     iteration_time = renamed("iteration_time", "iteration_time_s")
     cost_per_iteration = renamed("cost_per_iteration", "cost_per_iteration_usd")
+
+    def to_dict(self) -> dict[str, object]:
+        """``family`` (its label), ``plan``, ``iteration_time_s`` and ``cost_per_iteration_usd``."""
+        return {"family": self.family.label, "plan": self.plan.to_dict(), "iteration_time_s": self.iteration_time_s,
+                "cost_per_iteration_usd": self.cost_per_iteration_usd}
 
 
 class TermKind(StrEnum):
@@ -203,3 +208,22 @@ def _tightest(est: PlanEstimate) -> MemoryTerms:
     head = cap - est.stage_memory.total
     s, d = divmod(int(head.argmin()), head.shape[1])
     return est.stage_memory.at(s, d)
+
+
+def estimate_terms(est: PlanEstimate) -> dict[TermKind, dict[str, float]]:
+    """One estimate term by term: ``TIME`` seconds per iteration (they add up to it), ``COST`` $ per
+    iteration, ``MEMORY`` GB of its tightest GPU (``total`` included); empty where it has no terms."""
+    if est.time_terms is None or est.cost_terms is None:
+        return {}
+    terms = {TermKind.TIME: est.time_terms.as_dict(), TermKind.COST: est.cost_terms.as_dict()}
+    if est.stage_memory is not None and "memory_capacity" in est.details:
+        tight = _tightest(est)
+        terms[TermKind.MEMORY] = {n: getattr(tight, n) for n in MemoryTerms.NAMES}
+    return terms
+
+
+def describe_terms(est: PlanEstimate) -> str:
+    """A line per kind of term: ``time (s/iteration): compute 1.9, ...`` (terms that are 0 left out)."""
+    return "\n".join(f"{kind.value} ({kind.unit}): " + (", ".join(f"{n} {v:.4g}" for n, v in values.items() if v)
+                                                        or "0")
+                     for kind, values in estimate_terms(est).items())

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from heteroplan._html import table, title
+from heteroplan.atomic_json import write_text_atomic
 from heteroplan.errors import InputError
 from heteroplan.inputs import enum_choice, read_json, strict_int
 
@@ -305,10 +306,9 @@ class Plan:
         text = json.dumps(self.to_dict(), indent=2)
         if path is not None:
             try:
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
-                Path(path).write_text(text)
-            except OSError as exc:
-                raise InputError("path", str(path), f"cannot write the plan: {exc.strerror or exc}") from None
+                write_text_atomic(path, text)
+            except InputError as exc:
+                raise InputError("path", str(path), f"cannot write the plan: {exc.reason}") from None
         return text
 
     @classmethod

@@ -10,21 +10,35 @@ package adds names through the entry-point group :data:`ENTRY_POINT_GROUP` (``he
 each entry point names a factory -- a callable taking the options as keywords, e.g. a
 policy class). Entry points are listed lazily (on the first lookup) and imported only when
 their policy is built, so ``heteroplan simulate --policy NAME`` and sweep files accept them.
+
+A plugin fails alone: a distribution whose entry points cannot be read, or that names a policy
+unfit for a file name, is skipped with a :class:`PluginWarning` naming the distribution (every
+other policy and command keeps working); a plugin policy that raises when imported or built is
+an :class:`~heteroplan.errors.InputError` naming the policy and its distribution.
 """
 
 from __future__ import annotations
 
+import re
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
 from heteroplan.errors import InputError
+from heteroplan.names import path_component, printable
 from heteroplan.policies.base import Policy
 
-__all__ = ["ENTRY_POINT_GROUP", "PolicyEntry", "POLICIES", "make_policy", "policy_names", "register_policy"]
+__all__ = ["ENTRY_POINT_GROUP", "PolicyEntry", "POLICIES", "PluginWarning", "make_policy", "policy_names",
+           "register_policy"]
 
 ENTRY_POINT_GROUP = "heteroplan.policies"
+
+
+class PluginWarning(UserWarning):
+    """An installed package's policy plugin was skipped (its entry points could not be read, or
+    it names a policy unfit for a file name); the message names the distribution."""
 
 
 @dataclass(frozen=True)
@@ -150,11 +164,7 @@ class _Registry(Mapping[str, PolicyEntry]):
 
     def _entries(self) -> dict[str, PolicyEntry]:
         if self._plugins is None:
-            self._plugins = {}
-            for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-                if ep.name not in _BUILTIN:
-                    self._plugins[ep.name] = PolicyEntry(ep.name, _entry_point_factory(ep),
-                                                         f"from package {ep.value} (entry point)")
+            self._plugins = _plugin_entries()
         return _BUILTIN | self._plugins | self._added
 
     def add(self, entry: PolicyEntry) -> None:
@@ -174,14 +184,73 @@ class _Registry(Mapping[str, PolicyEntry]):
         return len(self._entries())
 
 
-def _entry_point_factory(ep: metadata.EntryPoint) -> Callable[..., Policy]:
+def _distribution_name(dist: metadata.Distribution) -> str:
+    """The distribution's name as installed (its directory where its metadata has none)."""
+    try:
+        name = dist.metadata["Name"]
+    except Exception:  # an unreadable METADATA file
+        name = None
+    return str(name) if name else str(getattr(dist, "_path", "an unnamed distribution"))
+
+
+def _skip(dist: str, why: str) -> None:
+    warnings.warn(PluginWarning(f"heteroplan: skipping the policy plugins of package {printable(dist)!r}: "
+                                f"{printable(why)}"), stacklevel=3)
+
+
+def _plugin_entries() -> dict[str, PolicyEntry]:
+    """The policies installed packages add, one distribution at a time: one that cannot be read
+    is skipped with a :class:`PluginWarning` and the others are kept."""
+    found: dict[str, PolicyEntry] = {}
+    seen: set[str] = set()
+    try:
+        dists = list(metadata.distributions())
+    except Exception as exc:  # a sys.path entry that cannot be listed
+        _skip("(all)", f"installed packages cannot be listed: {type(exc).__name__}: {exc}")
+        return found
+    for dist in dists:
+        name = _distribution_name(dist)
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if key in seen:  # the same distribution further down sys.path: shadowed, as importlib.metadata does
+            continue
+        seen.add(key)
+        try:
+            eps = list(dist.entry_points.select(group=ENTRY_POINT_GROUP))
+        except Exception as exc:  # a malformed entry_points.txt
+            _skip(name, f"its entry_points.txt cannot be read ({type(exc).__name__}: {exc})")
+            continue
+        for ep in eps:
+            if ep.name in _BUILTIN:
+                _skip(name, f"its policy {ep.name!r} has the name of a built-in policy (the built-in one is kept)")
+                continue
+            try:
+                path_component("policy", ep.name)
+            except InputError as exc:
+                _skip(name, f"its policy name is refused: {exc}")
+                continue
+            found[ep.name] = PolicyEntry(ep.name, _entry_point_factory(ep, name),
+                                         f"from package {name} (entry point {ep.value})")
+    return found
+
+
+def _entry_point_factory(ep: metadata.EntryPoint, dist: str) -> Callable[..., Policy]:
     def make(**options: Any) -> Policy:
         try:
             factory = ep.load()
-        except Exception as exc:  # a broken plugin: name it
-            raise InputError("policy", ep.name, f"entry point {ep.value!r} failed to load: "
-                             f"{type(exc).__name__}: {exc}") from exc
-        return factory(**options)
+        except (Exception, SystemExit) as exc:  # a broken plugin fails alone, named
+            raise InputError("policy", ep.name, f"its plugin (package {dist!r}, entry point {ep.value!r}) "
+                             f"failed to load: {type(exc).__name__}: {exc}") from exc
+        try:
+            policy = factory(**options)
+        except (TypeError, InputError):  # an option it does not take; a bad option value
+            raise
+        except (Exception, SystemExit) as exc:
+            raise InputError("policy", ep.name, f"its plugin (package {dist!r}, entry point {ep.value!r}) "
+                             f"failed to build the policy: {type(exc).__name__}: {exc}") from exc
+        if not callable(getattr(policy, "allocate", None)):
+            raise InputError("policy", ep.name, f"its plugin (package {dist!r}, entry point {ep.value!r}) "
+                             f"built {type(policy).__name__}, not a policy (it has no allocate method)")
+        return policy
 
     return make
 
@@ -196,6 +265,7 @@ def register_policy(name: str, factory: Callable[..., Policy], summary: str = ""
     the earlier registration."""
     if not isinstance(name, str) or not name or any(c.isspace() for c in name):
         raise InputError("name", name, "must be a non-empty name without spaces")
+    path_component("name", name)  # it names result files (simulate --out DIR: <name>.json)
     if name in _BUILTIN:
         raise InputError("name", name, "is a built-in policy; choose another name")
     if not callable(factory):

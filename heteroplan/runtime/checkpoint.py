@@ -3,14 +3,17 @@
 Layout: ``<root>/step-00000012/`` holds DCP's files (``.metadata``, ``__<rank>_0.distcp``) for the
 state ``{"model": ..., "optim": ...}`` whose keys are the *global* layer names of the full model
 (``"3.q.weight"``, ``"optim"`` flattened per parameter), and ``manifest.json``, written last by
-rank 0 after every rank has saved, with the SHA-256 of every file. DCP stores each tensor's shards
+rank 0 after every rank has saved, with the SHA-256 of every file and of the manifest itself
+(``manifest_sha256``, over its other fields). DCP stores each tensor's shards
 with their offsets and reads whatever slices the loading ranks need, so a checkpoint written by
 TP 2 x DP 2 with 2 stages resumes on TP 1 x DP 4 with 1 stage (rescale, resharding included).
 
 A directory without a manifest is an incomplete checkpoint and is skipped; one whose files do not
 match their checksums (truncated, corrupted) is skipped with a warning, so resume falls back to
-the newest good checkpoint. A manifest that is not valid JSON is an :class:`InputError` naming it, and
-so is a ``.metadata`` that names anything but DCP's metadata classes (see :mod:`.dcp_safety`).
+the newest good checkpoint. A manifest that is not valid JSON, does not match its own checksum
+(edited or damaged), or claims another step than its directory's is an :class:`InputError` naming
+it, and so is a ``.metadata`` that names anything but DCP's metadata classes (see :mod:`.dcp_safety`).
+A manifest of an older version (no ``format``, no checksum of its own) is read with a warning.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
+import re
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,11 +33,17 @@ from torch import nn
 
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError
+from heteroplan.inputs import strict_int
+from heteroplan.names import path_component
 
 __all__ = ["Checkpoint", "latest_checkpoint", "save_state", "load_state", "write_manifest", "prune",
            "check_writable", "verify"]
 
 MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 2
+"""Version of ``manifest.json``: 2 holds ``format`` and ``manifest_sha256`` (1, unversioned: neither)."""
+_STEP_DIR = re.compile(r"step-(\d{8,})")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 log = logging.getLogger(__name__)
 
 
@@ -82,20 +92,56 @@ def check_writable(root: str | Path | None) -> None:
         return
     try:
         Path(root).mkdir(parents=True, exist_ok=True)
-        probe = Path(root) / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"ok")
-        probe.unlink()
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".write-test-"):  # a unique name, created exclusively
+            pass
     except OSError as exc:
         raise InputError("config.checkpoint_dir", str(root), f"cannot write checkpoints there: {exc}") from None
 
 
+def _manifest_sha256(data: dict[str, Any]) -> str:
+    """SHA-256 of the manifest's fields but ``manifest_sha256`` (canonical JSON: sorted keys, no spaces)."""
+    body = {k: v for k, v in data.items() if k != "manifest_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def _read_manifest(path: Path) -> dict[str, Any]:
+    """The manifest at ``path`` (``<root>/step-<n>/manifest.json``), checked against its own checksum
+    and its directory; :class:`InputError` naming the file when it is corrupt."""
+    def corrupt(why: str) -> InputError:
+        return InputError("checkpoint manifest", str(path), f"is corrupt ({why}); delete its directory")
+
     try:
         data = json.loads(path.read_text())  # not read_json: a manifest may hold a loss of NaN
-        int(data["step"])
-        int(data["num_layers"])
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, RecursionError) as exc:
-        raise InputError("checkpoint manifest", str(path), f"is corrupt ({exc!r}); delete its directory") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise corrupt(repr(exc)) from None
+    if not isinstance(data, dict):
+        raise corrupt(f"a JSON {type(data).__name__}, not an object")
+    if "format" in data or "manifest_sha256" in data:
+        if data.get("format") != MANIFEST_FORMAT:
+            raise corrupt(f"format {data.get('format')!r}, this version reads {MANIFEST_FORMAT}")
+        if data.get("manifest_sha256") != _manifest_sha256(data):
+            raise corrupt("it does not match its own checksum: edited or damaged")
+    else:
+        log.warning("checkpoint manifest %s has no checksum of its own (written by an older heteroplan): "
+                    "its fields are checked, not its integrity", path)
+    try:
+        step = strict_int("step", data.get("step"), 0)
+        strict_int("num_layers", data.get("num_layers"), 1)
+        files = data.get("files")
+        if not isinstance(files, dict):
+            raise InputError("files", files, "must map file names to SHA-256 digests")
+        for name, digest in files.items():
+            path_component("files", name)
+            if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+                raise InputError(f"files[{name}]", digest, "must be a SHA-256 digest (64 hex digits)")
+        loss = data.get("loss")
+        if loss is not None and (isinstance(loss, bool) or not isinstance(loss, int | float)):
+            raise InputError("loss", loss, "must be a number")
+    except InputError as exc:
+        raise corrupt(str(exc)) from None
+    named = _STEP_DIR.fullmatch(path.parent.name)
+    if named is None or int(named.group(1)) != step:
+        raise corrupt(f"it claims step {step}, its directory is {path.parent.name}")
     return data
 
 
@@ -221,8 +267,9 @@ def write_manifest(root: str | Path, step: int, num_layers: int, extra: dict[str
     """Mark the checkpoint of ``step`` complete (call once every rank has saved): checksums of its files."""
     d = step_dir(root, step)
     files = {p.name: _sha256(p) for p in sorted(d.iterdir()) if p.is_file() and p.name != MANIFEST}
-    data = {"step": step, "num_layers": num_layers, "files": files, **extra}
-    write_json_atomic(d / MANIFEST, data)
+    data = {"step": step, "num_layers": num_layers, "files": files, **extra, "format": MANIFEST_FORMAT}
+    data["manifest_sha256"] = _manifest_sha256(data)
+    write_json_atomic(d / MANIFEST, data, root=root)
     return Checkpoint(step, d, data)
 
 

@@ -9,9 +9,12 @@ Tasks must be picklable: ranks are separate processes.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
@@ -192,17 +195,32 @@ class SequentialTask:
         return self.loss_fn(output, target)
 
 
+def _import_from_cwd(name: str) -> Any:
+    """``import name``; failing that for want of its top-level module, with the working directory first
+    on ``sys.path`` (kept there, so processes started from this one find it too)."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        top, cwd = name.partition(".")[0], os.getcwd()
+        if exc.name != top or cwd in sys.path or not (Path(cwd, f"{top}.py").is_file() or Path(cwd, top).is_dir()):
+            raise
+    sys.path.insert(0, cwd)
+    return importlib.import_module(name)
+
+
 def load_task(spec: str) -> TrainTask:
     """The task ``"package.module:factory"`` names: ``factory()`` is imported and called, and must return
     a :class:`TrainTask` (wrap a plain ``nn.Sequential`` in :class:`SequentialTask`). Used by
-    ``heteroplan profile/run --model`` and the torchrun entry point, which call it in every process."""
-    import importlib
-
+    ``heteroplan profile/run --model`` and the torchrun entry point, which call it in every process.
+    A module that is not importable otherwise is looked for in the working directory (as ``python -m``
+    does; the ``heteroplan`` command itself does not put it on ``sys.path``)."""
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
         raise InputError("--model", spec, "expected 'package.module:factory'")
     module_name, attr = spec.split(":")
     try:
-        factory = getattr(importlib.import_module(module_name), attr)
+        factory = getattr(_import_from_cwd(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise InputError("--model", spec, f"cannot import it: {exc}") from None
     task = factory() if callable(factory) else None

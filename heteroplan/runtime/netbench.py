@@ -112,9 +112,9 @@ class NetworkMeasurement:
         multi.setdefault(zone, {}).setdefault(gpu_type, {}).setdefault("1", {}).setdefault(zone, {})[gpu_type] = {"1": entry}
         egress = read("communication_cost.json")
         egress.setdefault(zone, {})[zone] = 0.0
-        write_json_atomic(root / "network_coeffs_all_homo.json", homo)
-        write_json_atomic(root / "multizone_bandwidths_het.json", multi)
-        write_json_atomic(root / "communication_cost.json", egress)
+        write_json_atomic(root / "network_coeffs_all_homo.json", homo, root=root)
+        write_json_atomic(root / "multizone_bandwidths_het.json", multi, root=root)
+        write_json_atomic(root / "communication_cost.json", egress, root=root)
         return root
 
     def table(self) -> str:

@@ -16,7 +16,9 @@ excluded, each storage counted once). ``LayerProfile.write`` stores them in Sail
 (:mod:`heteroplan.perf.sailor_profiles`), so ``plan_job(..., data_dir=...)`` can plan with them.
 
 On CUDA, times come from CUDA events between ``torch.cuda.synchronize`` calls; on CPU from
-``time.perf_counter``. torch is imported only when profiling (extra ``heteroplan[runtime]``).
+``time.perf_counter``. Repeated timings that disagree (a busy or drifting machine: their median
+absolute deviation over :data:`TIMING_SPREAD_BOUND` of their median) raise a
+:class:`TimingSpreadWarning` naming the worst; the profile is still returned. torch is imported only when profiling (extra ``heteroplan[runtime]``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError, check_int, check_int_list
 from heteroplan.inputs import enum_choice, read_json
+from heteroplan.names import path_component
 from heteroplan.planner.plan import Precision, Recomputation
 from heteroplan.runtime.config import OPTIMIZERS, RunConfig, make_optimizer
 from heteroplan.runtime.tensor_parallel import local_tensor
@@ -40,7 +44,16 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
     from torch import nn
 
-__all__ = ["LayerProfile", "OPTIMIZERS", "profile_layers", "graphed_microbatch_seconds", "check_device", "write_json_atomic"]
+__all__ = ["LayerProfile", "OPTIMIZERS", "profile_layers", "graphed_microbatch_seconds", "check_device", "write_json_atomic",
+           "TIMING_SPREAD_BOUND", "TimingSpreadWarning"]
+
+TIMING_SPREAD_BOUND = 0.2
+"""Largest relative spread of one measurement's repeated timings taken as agreeing: their median
+absolute deviation over their median (0.2: half the repeats lie within +-20% of the median)."""
+
+
+class TimingSpreadWarning(UserWarning):
+    """Repeated timings of one measurement disagreed by more than :data:`TIMING_SPREAD_BOUND`."""
 
 
 
@@ -51,12 +64,6 @@ def _torch() -> Any:
         raise InputError("torch", None, "the profiler needs PyTorch: pip install torch==2.13.0 "
                          "(the CPU wheel without a GPU: --index-url https://download.pytorch.org/whl/cpu)") from None
     return torch
-
-
-def _check_name(field: str, value: object) -> str:
-    if not isinstance(value, str) or not value.strip() or value in (".", "..") or any(c in value for c in "/\\"):
-        raise InputError(field, value, "must be a non-empty name without '/' or '\\'")
-    return value
 
 
 @dataclass(frozen=True)
@@ -165,8 +172,8 @@ class LayerProfile:
         model with another layer count (a different model under the same name), which are dropped.
         ``tp > 1``: a profile of one rank of a tensor-parallel group (:func:`profile_tensor_parallel`).
         """
-        _check_name("model_name", model_name)
-        _check_name("gpu_type", gpu_type)
+        path_component("model_name", model_name)
+        path_component("gpu_type", gpu_type)
         check_int("tp", tp, 1)
         if not isinstance(data_dir, str | Path):
             raise InputError("data_dir", data_dir, "must be a path")
@@ -178,11 +185,11 @@ class LayerProfile:
         info, times = _read_json(info_path), _read_json(out)
         same = {t: e for t, e in info.get(model_name, {}).items() if len(e) == self.num_layers and t != str(tp)}
         info[model_name] = {**same, str(tp): self.llm_info()}
-        write_json_atomic(info_path, info)
+        write_json_atomic(info_path, info, root=root)
         merged = {m: {t: e for t, e in per.items() if t in same} for m, per in times.items()}
         for m, entry in self.profile_json(tp).items():
             merged.setdefault(m, {}).update(entry)
-        write_json_atomic(out, {m: per for m, per in merged.items() if per})
+        write_json_atomic(out, {m: per for m, per in merged.items() if per}, root=root)
         return out
 
     def table(self) -> str:
@@ -248,6 +255,26 @@ class _Timer:
         self.torch = torch
         self.cuda = dev.type == "cuda"
         self.dev = dev
+        self.spreads: list[tuple[float, str, float]] = []  # (relative spread, what, median s) per measurement
+
+    def median(self, times: list[float], what: str) -> float:
+        """The median of ``times`` (s); their relative spread is kept for :meth:`warn_spread`."""
+        mid = statistics.median(times)
+        if len(times) > 1 and mid > 0:
+            self.spreads.append((statistics.median(abs(t - mid) for t in times) / mid, what, mid))
+        return mid
+
+    def warn_spread(self, bound: float = TIMING_SPREAD_BOUND) -> None:
+        """A :class:`TimingSpreadWarning` when some measurement's repeats spread beyond ``bound``."""
+        over = [s for s in self.spreads if s[0] > bound]
+        if not over:
+            return
+        spread, what, mid = max(over)
+        warnings.warn(TimingSpreadWarning(
+            f"{len(over)} of {len(self.spreads)} measurements had repeated timings more than {bound:.0%} apart "
+            f"(median absolute deviation over median; worst: {what}, {spread:.0%} around {mid * 1e3:.3g} ms): the "
+            "machine is busy or its speed drifts, so the profile is noisy; profile on an idle machine, or with "
+            "more repeats and sweeps"), stacklevel=3)
 
     def __call__(self, fn: Callable[[], Any]) -> tuple[float, Any]:
         if self.cuda:
@@ -348,7 +375,7 @@ def _time_update(torch: Any, timer: _Timer, dev: torch.device, layer: nn.Module,
         for p, s in zip(params, saved, strict=True):
             p.copy_(s)
             p.grad = None
-    return statistics.median(times), work
+    return timer.median(times, f"layer update ({optimizer})"), work
 
 
 def _time_layer(
@@ -387,7 +414,9 @@ def _time_layer(
             bwd.append(t_b)
     for p in layer.parameters():
         p.grad = None
-    return statistics.median(fwd), statistics.median(bwd), out
+    shape = tuple(inp.shape) if hasattr(inp, "shape") else ()
+    return (timer.median(fwd, f"layer {index} forward, input {shape}"),
+            timer.median(bwd, f"layer {index} backward, input {shape}"), out)
 
 
 def _prefix_times(torch: Any, timer: _Timer, layers: list, make_input: Callable[[int], Any], mbs: int,
@@ -592,6 +621,7 @@ def profile_layers(
             if recomputed is not None:
                 recomputed[mbs] = _scaled_to(recomputed[mbs], graphed_microbatch_seconds(
                     model, x, precision, user_loss, repeats, Recomputation.FULL))
+    timer.warn_spread()
     mem_b, fixed_b = _per_sample_line(saved, sizes)
     work_b, work_fixed_b = _per_sample_line(working, sizes)
     loss_b = tuple(-(-b // sizes[max(loss_saved)]) for b in loss_saved[max(loss_saved)])

@@ -31,6 +31,7 @@ import numpy as np
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError, RankFailure, check_int, check_seconds
+from heteroplan.names import path_component
 from heteroplan.perf.measurements import Measurements
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.policies.base import Allocation, Policy, PolicyBase
@@ -87,6 +88,7 @@ class RuntimeJob:
     restart_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
+        path_component("job_id", self.job_id)  # its checkpoints go to workdir/<job_id>
         if not (isinstance(self.restart_delay_s, int | float) and 0 <= self.restart_delay_s < float("inf")):
             raise InputError(f"job[{self.job_id}].restart_delay_s", self.restart_delay_s, "must be seconds >= 0")
         for name in ("steps", "global_batch_size", "max_gpus"):

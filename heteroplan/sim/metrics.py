@@ -5,7 +5,6 @@ Times in seconds internally; summaries in hours where the paper uses hours.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -14,6 +13,8 @@ from typing import Any
 import numpy as np
 
 from heteroplan._html import table, title
+from heteroplan.atomic_json import write_json_atomic
+from heteroplan.names import printable
 from heteroplan.policies.base import Allocation
 from heteroplan.scheduling.records import JobRecord
 from heteroplan.sim.summary import SimSummary
@@ -161,8 +162,9 @@ class SimResult:
         }
 
     def to_json(self, path: str | Path) -> Path:
+        """Write :meth:`to_dict` as JSON to ``path`` (atomically) and return the path."""
         path = Path(path)
-        path.write_text(json.dumps(self.to_dict(), indent=1, default=float))
+        write_json_atomic(path, self.to_dict(), default=float)
         return path
 
     def to_dataframe(self, what: str = "jobs") -> Any:
@@ -199,7 +201,7 @@ def compare_table(results: list[SimResult], columns: tuple[str, ...] = COLUMNS) 
     lines = [*table_header(columns, widths), *(table_row(r, columns, widths) for r in rows)]
     for r in rows:
         if r["error"]:
-            lines.append(f"! {r['policy']}: {r['error']}")
+            lines.append(f"! {printable(r['policy'])}: {printable(r['error'])}")
     return "\n".join(lines)
 
 
@@ -208,7 +210,7 @@ def table_widths(columns: tuple[str, ...], policies: list[str]) -> dict[str, int
     table printed a row at a time, as each result arrives, in :func:`compare_table`'s format."""
     widths = {c: max(len(c), 9) for c in columns}
     if "policy" in widths:
-        widths["policy"] = max(len("policy"), *map(len, policies))
+        widths["policy"] = max(len("policy"), *(len(printable(p)) for p in policies))
     return widths
 
 
@@ -223,4 +225,4 @@ def table_row(summary: Mapping[str, Any], columns: tuple[str, ...], widths: dict
 
 
 def _fmt(v: Any) -> str:
-    return f"{v:.3g}" if isinstance(v, float) else str(v)
+    return f"{v:.3g}" if isinstance(v, float) else printable(v)

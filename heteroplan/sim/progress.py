@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from heteroplan.names import printable
+
 STEPS = 1000  # resolution of the bar: fractions are shown in steps of 0.1 %
 
 
@@ -28,7 +30,7 @@ class ProgressBar:
         if self.enabled:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=STEPS, desc=label, mininterval=min_interval, leave=True,
+            self._bar = tqdm(total=STEPS, desc=printable(label), mininterval=min_interval, leave=True,
                              bar_format="{desc} {percentage:5.1f}%|{bar}| [{elapsed}<{remaining}] {postfix}")
 
     def update(self, fraction: float, text: str = "") -> None:
@@ -38,7 +40,7 @@ class ProgressBar:
         if done > self._bar.n:
             self._bar.update(done - self._bar.n)
         if text:
-            self._bar.set_postfix_str(text, refresh=False)
+            self._bar.set_postfix_str(printable(text), refresh=False)
 
     def close(self) -> None:
         if self._bar is not None:

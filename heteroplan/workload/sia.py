@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from heteroplan.atomic_json import write_text_atomic
 from heteroplan.errors import InputError
 from heteroplan.inputs import read_text, strict_int
 
@@ -140,7 +141,7 @@ def write_sia_workload(jobs: list[JobSpec], path: str | Path) -> Path:
         t = float(job.arrival_time)
         time = str(int(t)) if t.is_integer() else repr(t)
         lines.append(f"{job.name},{time},{job.application},{job.num_replicas},{job.batch_size}")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_text_atomic(path, "\n".join(lines) + "\n")
     return path
 
 

@@ -31,6 +31,7 @@ Model (units: seconds, bytes, GB, $):
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,13 +75,19 @@ from heteroplan.planner.model.terms import (
     working_gb,
     zero1_share,
 )
-from heteroplan.planner.plan import OptimizerSharding, Plan, Recomputation, Stage
+from heteroplan.planner.plan import OptimizerSharding, Plan, Precision, Recomputation, Stage
 
 __all__ = [
     "SimConfig", "PlatformConfigs", "PlanEstimate", "simulate_plan", "SimResult", "simulate", "DEFAULT_CONFIG",
     "PROFILED_CONFIG", "SHIPPED_PLATFORMS", "gpu_catalog", "replica_pipeline_times", "MemoryFit", "TimeTerms",
-    "CostTerms", "MemoryTerms", "StageMemory", "StageTimes", "memory_terms",
+    "CostTerms", "MemoryTerms", "StageMemory", "StageTimes", "memory_terms", "PrecisionWarning",
 ]
+
+
+class PrecisionWarning(UserWarning):
+    """A plan priced from a profile that does not record its precision (the shipped Sailor data,
+    or a profile without memory measurements), in a precision other than fp32, which the search
+    assumes for such profiles: its times are those measured, not of the plan's arithmetic."""
 
 
 def gpu_catalog(gpu_types: tuple[GPUType, ...] = SAILOR_GPU_TYPES) -> dict[str, GPUType]:
@@ -469,6 +476,11 @@ def simulate_plan(
         raise InputError("plan.precision", plan.precision.value,
                          f"{profile.name} was profiled in {profile.measured.precision}: profile it in "
                          f"{plan.precision.value} (heteroplan profile --precision {plan.precision.value}) under another name")
+    if profile.measured is None and plan.precision is not Precision.FP32:
+        warnings.warn(PrecisionWarning(
+            f"plan.precision={plan.precision.value!r}: the profile of {profile.name} does not record its precision "
+            f"(taken as fp32, as the search does): the plan is priced with the profile's times, not {plan.precision.value}'s; "
+            f"profile it with heteroplan profile --precision {plan.precision.value} for a prediction in it"), stacklevel=2)
     mbs = plan.microbatch_size
     S, D = plan.pp, plan.dp
     reps = [s.replica_list() for s in plan.stages]  # reps[s][d]

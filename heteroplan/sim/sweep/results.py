@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from heteroplan.atomic_json import write_bytes_atomic, write_text_atomic
 from heteroplan.errors import InputError
 from heteroplan.sim.quantities import Quantity, quantity
 
@@ -136,13 +137,13 @@ def write_tables(table: Any, summary: Any, out: str | Path) -> list[Path]:
     """``results.csv`` (+ ``results.parquet`` when pyarrow is installed) and ``summary.csv``."""
     out = Path(out)
     paths = [out / "results.csv", out / "summary.csv"]
-    table.to_csv(paths[0], index=False)
-    summary.to_csv(paths[1], index=False)
+    write_text_atomic(paths[0], table.to_csv(index=False), root=out)
+    write_text_atomic(paths[1], summary.to_csv(index=False), root=out)
     try:
         import pyarrow  # noqa: F401
     except ImportError:
         return paths
-    table.to_parquet(out / "results.parquet", index=False)
+    write_bytes_atomic(out / "results.parquet", table.to_parquet(index=False), root=out)
     return [*paths, out / "results.parquet"]
 
 

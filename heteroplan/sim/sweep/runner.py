@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from heteroplan.atomic_json import inside
+from heteroplan.names import printable
 from heteroplan.signals import SignalGuard
 from heteroplan.sim.sweep.cell import CellFunction, execute_cell, run_cell
 from heteroplan.sim.sweep.executors import Executor, make_executor
@@ -120,7 +122,7 @@ def run_sweep(
     report = SweepReport(Path(out), spec, len(cells), len(cells) - len(todo), 0, 0, 0.0,
                          int(getattr(ex, "workers", 1)))
     log.info("sweep %s: %d cells, %d finished before, %d to run", spec.name, len(cells), report.skipped, len(todo))
-    bar = tqdm(total=len(todo), desc=spec.name, unit="cell", disable=not (sys.stderr.isatty() if progress is None
+    bar = tqdm(total=len(todo), desc=printable(spec.name), unit="cell", disable=not (sys.stderr.isatty() if progress is None
                                                                           else progress))
     t0 = time.perf_counter()
     with SignalGuard() as guard:  # SIGINT/SIGTERM -> Interrupted (a KeyboardInterrupt), remembered
@@ -169,5 +171,6 @@ def _write_results(report: SweepReport, plots: bool) -> None:
     colors = policy_colors(p.label for p in report.spec.policies)  # one colour per policy in every figure
     for metric in ("avg_jct_h", "p99_jct_h", "makespan_h", "gpu_hours_per_job", "utilization"):
         if metric in set(summary["metric"]):
-            plt.close(plot_bars(summary, metric, path=report.out / f"bars_{metric}.png", colors=colors))
-    plt.close(plot_jct_cdf(records, path=report.out / "jct_cdf.png", colors=colors))
+            plt.close(plot_bars(summary, metric, path=inside(report.out / f"bars_{metric}.png", report.out),
+                                colors=colors))
+    plt.close(plot_jct_cdf(records, path=inside(report.out / "jct_cdf.png", report.out), colors=colors))

@@ -42,6 +42,7 @@ from typing import Any
 from heteroplan.cluster import PRESETS
 from heteroplan.errors import InputError
 from heteroplan.inputs import MAX_GENERATED_JOBS, MIN_ROUND_S, read_text
+from heteroplan.names import path_component
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.workload.sia import BUNDLED_WORKLOADS, is_bundled_workload
 
@@ -290,11 +291,9 @@ def parse_sweep(data: Mapping[str, Any], base: str | Path = ".") -> SweepSpec:
 def _sweep_name(value: object) -> str:
     """The sweep's name: one plain path component, as the default output folder ``sweeps/<name>``
     must stay inside ``sweeps/`` (``"../x"``, ``"/tmp/x"``, ``""`` and ``"."`` are refused)."""
-    if not isinstance(value, str) or not value.strip() or value in (".", "..") or any(
-            c in value for c in "/\\\0") or value != value.strip():
-        raise InputError("name", value, "must be a non-empty name without '/', '\\' or '..' "
-                         "(it names the output folder sweeps/<name>)")
-    return value
+    if isinstance(value, str) and value != value.strip():
+        raise InputError("name", value, "must not start or end with spaces (it names the output folder sweeps/<name>)")
+    return path_component("name", value)
 
 
 def _positive(field_name: str, value: object) -> float | None:

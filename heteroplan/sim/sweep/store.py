@@ -18,6 +18,7 @@ from typing import Any
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError
 from heteroplan.inputs import read_json
+from heteroplan.names import path_component
 
 __all__ = ["ResultStore"]
 
@@ -35,7 +36,8 @@ class ResultStore:
         self.cells.mkdir(parents=True, exist_ok=True)
 
     def path(self, key: str) -> Path:
-        return self.cells / f"{key}.json"
+        """The record file of cell ``key`` (a key unfit for a file name is refused)."""
+        return self.cells / f"{path_component('cell key', key)}.json"
 
     def load(self, key: str) -> dict[str, Any] | None:
         """The record of cell ``key``, or None (missing or unreadable: then it reruns)."""
@@ -59,11 +61,11 @@ class ResultStore:
         return None if record is None else record.get("status")
 
     def write(self, record: dict[str, Any]) -> None:
-        write_json_atomic(self.path(record["key"]), record)
+        write_json_atomic(self.path(record["key"]), record, root=self.out)
 
     def records(self, keys: Iterable[str]) -> list[dict[str, Any]]:
         """The stored records of ``keys``, in that order (missing ones left out)."""
         return [r for r in (self.load(k) for k in keys) if r is not None]
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        write_json_atomic(self.out / "sweep.json", manifest)
+        write_json_atomic(self.out / "sweep.json", manifest, root=self.out)
