@@ -24,7 +24,10 @@ round to the next (or to its finish) count at the next :meth:`round`, :meth:`fin
 "most GPUs run" grows, so elastic policies keep scaling it up (Sia doubles at most per round).
 Its progress stays at what was last reported. The session warns once per job
 (:class:`UnreportedJobWarning`); pass ``assume_progress=False`` to treat such a round as no
-progress instead. Either way the session carries the job's allocation and last GPU count from
+progress instead: its "most GPUs run" then stays where it was. (Sia's and Pollux's scale-up rule,
+:mod:`heteroplan.policies.common`, starts from the GPUs a job *holds* as well, so under them a job
+that holds GPUs still doubles each round either way; the flag changes their scale-up only after a
+job shrank.) Either way the session carries the job's allocation and last GPU count from
 round to round, which is what a policy's scale-up rule starts from (a caller rebuilding
 :class:`~heteroplan.policies.base.JobState` records each round without them kept every job on
 one GPU).
