@@ -30,6 +30,7 @@ class JobHandle(Protocol):
     """A job's ranks, started by a backend."""
 
     plan: Plan
+    placements: tuple  # where each rank ran (Ray: RankPlacement per rank; local processes: empty)
 
     @property
     def steps(self) -> list[StepMetrics]:

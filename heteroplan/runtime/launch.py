@@ -246,6 +246,9 @@ class RankProcesses:
 class RunHandle(RankProcesses):
     """A run in progress: poll its metrics, ask it to stop, wait for its result."""
 
+    placements: tuple = ()
+    """Where each rank ran, for backends that place ranks on other machines (local: empty)."""
+
     def __init__(self, plan: Plan, task: TrainTask, config: RunConfig) -> None:
         if not isinstance(config, RunConfig):
             raise InputError("config", type(config).__name__, "must be a heteroplan.runtime.RunConfig")

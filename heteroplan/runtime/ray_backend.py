@@ -151,6 +151,7 @@ class RayJobHandle:
         self._reports: list[StepMetrics] = []
         self._done: dict[int, int] = {}
         self._actors: list[Any] = []
+        self.placements: tuple[RankPlacement, ...] = ()
         self._pg = placement_group([{"GPU": 1, "CPU": cpus_per_rank}] * self.world_size, strategy="PACK",
                                    bundle_label_selector=[{NODE_ID_LABEL: n} for n in node_ids],
                                    name=f"heteroplan-{job_id}-{uuid.uuid4().hex[:6]}")
@@ -163,7 +164,7 @@ class RayJobHandle:
             self._actors = [actor.options(num_cpus=cpus_per_rank, num_gpus=1, scheduling_strategy=
                                           PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=r),
                                           name=None).remote() for r in range(self.world_size)]
-            self.placements = self._call([a.where.remote(r) for r, a in enumerate(self._actors)])
+            self.placements = tuple(self._call([a.where.remote(r) for r, a in enumerate(self._actors)]))
             self._check_shared_storage()
             init = self._call([self._actors[0].address.remote()])[0]
             self._call([a.start.remote(r, self.world_size, init, plan.to_dict(), task, config)

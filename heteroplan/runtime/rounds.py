@@ -407,17 +407,17 @@ class RoundExecutor:
         alloc = decision.allocation
         assert alloc is not None
         plan = job_plan(job, alloc, self._num_layers(job), self._steps_done(job) / job.steps)
-        run = _Running(None, alloc, started=self._now(), decided=decided,  # type: ignore[arg-type]
-                       assumed_s=decision.restore_s, restart=self.session.record(job.job_id).restarts > 0)
-        self._running[job.job_id] = run
+        started = self._now()
         try:
-            run.handle = self.backend.launch(job.job_id, plan, alloc, job.task, self._config(job))
+            handle = self.backend.launch(job.job_id, plan, alloc, job.task, self._config(job))
         except RankFailure as exc:
             self._failed(job, exc, EventKind.FAIL)
             return
-        where = getattr(run.handle, "placements", None)
-        if where is not None:
-            self.placements.setdefault(job.job_id, []).append((alloc, tuple(where)))
+        run = _Running(handle, alloc, started=started, decided=decided, assumed_s=decision.restore_s,
+                       restart=self.session.record(job.job_id).restarts > 0)
+        self._running[job.job_id] = run
+        if handle.placements:
+            self.placements.setdefault(job.job_id, []).append((alloc, tuple(handle.placements)))
         self._events.append(ExecutorEvent(EventKind.START, job.job_id, self._now(),
                                           f"{alloc.num_gpus} x {alloc.gpu_type}"))
 
