@@ -326,17 +326,17 @@ class Plan:
         return text
 
     @classmethod
-    def from_json(cls, path: str | Path, what: str = "") -> Plan:
+    def from_json(cls, path: str | Path, what: str = "", model: str = "OPT-350") -> Plan:
         """Read a plan written by :meth:`to_json`, what ``heteroplan plan --json`` prints (the plan
         under ``"plan"``), or a Sailor ``plan_config_*.json`` file (its model named by the file's
-        ``model`` key, else the file's stem). Errors are :class:`InputError` naming the file, the
+        ``model`` key, else ``model``). Errors are :class:`InputError` naming the file, the
         field and the value; ``what`` (``"--plan"``) says where the file was given."""
         with naming_file(path, what):
             data = read_json(path, "plan JSON")
             if isinstance(data, Mapping) and isinstance(data.get("plan"), Mapping) and "stages" not in data:
                 data = data["plan"]
             if isinstance(data, Mapping) and "pipeline_list" in data:
-                return cls.from_sailor(data, model=str(data.get("model", Path(path).stem)))
+                return cls.from_sailor(data, model)
             return cls.from_dict(data)
 
     @classmethod

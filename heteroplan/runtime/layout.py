@@ -129,4 +129,4 @@ def load_plan(path: str | Path) -> Plan:
     """Read a plan file: what ``heteroplan plan --out`` or :meth:`Plan.to_json` writes, what
     ``heteroplan plan --json`` prints (the plan under ``"plan"``), or a Sailor ``plan_config_*.json``
     (:meth:`Plan.from_json`; errors name the file, ``--plan``, the field and the value)."""
-    return Plan.from_json(path, "--plan")
+    return Plan.from_json(path, "--plan", model=Path(path).stem)
