@@ -131,6 +131,8 @@ class Number(Spec):
         if (self.above is not None and not as_float > self.above) or (self.low is not None and as_float < self.low) \
                 or (self.high is not None and as_float > self.high):
             raise _fail(path, value, self._rule())
+        if self.integer:
+            return int(number)
         return number if isinstance(number, int | float) and not isinstance(value, str) else as_float
 
 
