@@ -6,7 +6,7 @@ A format is a tree of small frozen *specs* — :class:`Number`, :class:`Text`, :
 :class:`OneOf`, :class:`Plain` and :class:`Versioned` — and :func:`decode` walks a document
 (parsed JSON or TOML, or a CSV row) along it. Every value is checked for its type, its range
 and its physical sense (finite numbers; non-negative times, sizes and prices; integer counts
-within a bound; names of bounded length without control characters; bounded list lengths and
+within a bound; names of bounded length, printable; bounded list lengths and
 nesting), and the first bad one raises :class:`~heteroplan.errors.InputError` naming its path
 (``stages[0].replicas[1].count``), its value (long strings and containers shortened) and the
 rule. :func:`naming_file` prefixes the file to that path (``plan.json: stages[0].tp``).
@@ -43,8 +43,6 @@ MAX_ITEMS = 100_000
 
 MAX_DEPTH = 16
 """Deepest nesting of free-form data (a sweep's policy options)."""
-
-_CONTROL = {chr(c) for c in range(32)} | {chr(127)} | {chr(c) for c in range(0x80, 0xA0)}
 
 
 def shown(value: object, limit: int = 80) -> object:
@@ -138,8 +136,8 @@ class Number(Spec):
 
 @dataclass(frozen=True)
 class Text(Spec):
-    """A string of ``min_len..max_len`` characters without control characters (escape sequences
-    would reach a terminal), one of ``choices`` when given."""
+    """A string of ``min_len..max_len`` printable characters (no control characters: escape
+    sequences would reach a terminal; no bidi overrides), one of ``choices`` when given."""
 
     max_len: int = MAX_NAME
     min_len: int = 1
@@ -154,8 +152,8 @@ class Text(Spec):
             return value
         if not self.min_len <= len(value) <= self.max_len:
             raise _fail(path, value, f"must have {self.min_len} to {self.max_len} characters, not {len(value):,}")
-        if not _CONTROL.isdisjoint(value):
-            raise _fail(path, value, "must not contain control characters")
+        if not value.isprintable():  # control (escape sequences), format (bidi overrides), unassigned
+            raise _fail(path, value, "must be printable text (no control, format or unassigned characters)")
         return value
 
 

@@ -43,7 +43,7 @@ _BY_TYPE = Table(_BY_SENDERS, Text(), 0, 10_000)
 HOMO_FILE = Record({"inter": _BY_TYPE}, {"intra": _BY_TYPE})
 """``network_coeffs_all_homo.json``: ``{"inter" (, "intra"): {gpu_type: {k: [[a, b, c], cap_bytes_s]}}}``."""
 MULTIZONE_FILE = Table(Table(Table(Table(Table(_BY_SENDERS, Text(), 0, 10_000), Text(), 0, 10_000),
-                                   IntKey(1, MAX_SENDERS, "GPUs sending"), 0, 64), Text(), 0, 10_000), Text(), 0, 10_000)
+                                   IntKey(1, MAX_SENDERS, "GPUs sending"), 1, 64), Text(), 0, 10_000), Text(), 0, 10_000)
 """``multizone_bandwidths_het.json``: ``{zone: {gpu_type: {k: {zone: {gpu_type: {k: curve}}}}}}``."""
 EGRESS_FILE = Table(Table(Number(low=0, high=MAX_EGRESS_PER_GB, unit="$/GB"), Text(), 0, 10_000), Text(), 0, 10_000)
 """``communication_cost.json``: ``{zone: {zone: $/GB}}``, prices finite and >= 0."""

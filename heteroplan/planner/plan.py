@@ -423,8 +423,8 @@ _LAYER = Number(low=0, high=MAX_LAYERS, integer=True)
 _REPLICA = Record({"gpu_type": Text(), "zone": Text()},
                   {"tp": Number(low=1, high=MAX_TP, integer=True, unit="GPUs"),
                    "count": Number(low=1, high=MAX_PLAN_GPUS, integer=True, unit="replicas")})
-_STAGE_OPTIONS = {"replicas": Seq(_REPLICA, 1, MAX_PLAN_GPUS),
-                  "recompute": Text(choices=tuple(m.value for m in Recomputation)),
+_REPLICAS = {"replicas": Seq(_REPLICA, 1, MAX_PLAN_GPUS)}
+_STAGE_OPTIONS = {"recompute": Text(choices=tuple(m.value for m in Recomputation)),
                   "optimizer_sharding": Text(choices=tuple(m.value for m in OptimizerSharding))}
 _PLAN_FIELDS = {"model": Text(), "global_batch_size": Number(low=1, high=MAX_BATCH, integer=True, unit="samples"),
                 "microbatch_size": Number(low=1, high=MAX_BATCH, integer=True, unit="samples")}
@@ -432,9 +432,9 @@ _PLAN_OPTIONS = {"microbatches_per_replica": Nullable(Seq(Number(low=1, high=MAX
                                                           MAX_PLAN_GPUS)),
                  "precision": Text(choices=tuple(m.value for m in Precision))}
 PLAN_FILE = Versioned({
-    1: Record({**_PLAN_FIELDS, "stages": Seq(Record({"first_layer": _LAYER, "last_layer": _LAYER},
+    1: Record({**_PLAN_FIELDS, "stages": Seq(Record({"first_layer": _LAYER, "last_layer": _LAYER, **_REPLICAS},
                                                     _STAGE_OPTIONS), 1, MAX_LAYERS)}, _PLAN_OPTIONS),
-    2: Record({**_PLAN_FIELDS, "stages": Seq(Record({"layers": Pair((_LAYER, _LAYER))}, _STAGE_OPTIONS),
+    2: Record({**_PLAN_FIELDS, "stages": Seq(Record({"layers": Pair((_LAYER, _LAYER)), **_REPLICAS}, _STAGE_OPTIONS),
                                              1, MAX_LAYERS)}, _PLAN_OPTIONS),
 })
 """The plan file (:meth:`Plan.to_dict`), versions 1 and 2: every field's type and bound."""

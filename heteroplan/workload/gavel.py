@@ -124,11 +124,11 @@ def load_throughputs(path: str | Path | None = None) -> GavelThroughputs:
         data = read_json(path, "throughputs")
         if isinstance(data, Mapping) and "throughputs" in data:
             return GavelThroughputs(decode(THROUGHPUTS_FILE, data, "throughputs")["throughputs"])
+        if isinstance(data, Mapping):  # Gavel's per-worker tables are not read
+            data = {k: v for k, v in data.items() if not (isinstance(k, str) and k.endswith("_unconsolidated"))}
         data = decode(GAVEL_THROUGHPUTS_FILE, data, "throughputs")
         table: dict[str, dict[str, dict[int, float]]] = {}
         for gpu, entries in data.items():
-            if gpu.endswith("_unconsolidated"):
-                continue
             table[gpu] = {}
             for key, value in entries.items():
                 name, _, scale = key.strip("()").rpartition(",")

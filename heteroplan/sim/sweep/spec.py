@@ -402,7 +402,7 @@ def _cluster(i: int, t: Mapping[str, Any], base: Path) -> ClusterSpec:
     scale = _positive(f"{where}.scale", t.get("scale", 1.0))
     assert scale is not None
     if "preset" in t:
-        if t["preset"] not in PRESETS:
+        if not isinstance(t["preset"], str) or t["preset"] not in PRESETS:
             raise InputError(f"{where}.preset", t["preset"], f"unknown preset; known: {sorted(PRESETS)}")
         return _built(where, ClusterSpec("preset", t["preset"], scale))
     if not isinstance(t["file"], str):
