@@ -15,6 +15,7 @@ import csv
 import io
 import json
 import math
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -144,9 +145,21 @@ def check_reads(read: Callable[[Path], Any], path: Path, physical: Callable[[Any
     physical(value)
 
 
+_DIRS: list[Path] = []
+
+
 def fresh_dir() -> Path:
-    """A new directory per example (the readers cache by path, modification time and size)."""
-    return Path(tempfile.mkdtemp(prefix="hp-fuzz-"))
+    """A new directory per example (the readers cache by path, modification time and size);
+    removed when the module's tests end."""
+    _DIRS.append(Path(tempfile.mkdtemp(prefix="hp-fuzz-")))
+    return _DIRS[-1]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _remove_dirs():
+    yield
+    for path in _DIRS:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def printable(name: str) -> bool:
