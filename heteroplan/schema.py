@@ -72,6 +72,11 @@ def _fail(path: str, value: object, reason: str) -> InputError:
     return InputError(path or "document", shown(value), reason)
 
 
+def _num(x: float) -> str:
+    """A bound as messages print it: ``100,000``, ``0.5``, ``1e+15``."""
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e12 else f"{x:g}"
+
+
 class Spec:
     """A rule for one value of a file; :meth:`decode` returns the value (normalised: ``8.0`` read
     as the integer 8 where an integer is asked for) or raises :class:`InputError` at ``path``."""
@@ -97,13 +102,13 @@ class Number(Spec):
         what = "a whole number" if self.integer else "a finite number"
         parts = []
         if self.above is not None:
-            parts.append(f"> {self.above:g}")
+            parts.append(f"> {_num(self.above)}")
         elif self.low is not None:
-            parts.append(f">= {self.low:g}")
+            parts.append(f">= {_num(self.low)}")
         if self.high is not None:
-            parts.append(f"<= {self.high:g}")
-        unit = f" {self.unit}" if self.unit else ""
-        return f"must be {what}{unit}" + (f" {' and '.join(parts)}" if parts else "")
+            parts.append(f"at most {_num(self.high)}")
+        unit = f" ({self.unit})" if self.unit else ""
+        return f"must be {what}" + (f" {' and '.join(parts)}" if parts else "") + unit
 
     def decode(self, value: object, path: str) -> int | float:
         number = value

@@ -69,7 +69,7 @@ MAX_HOURS = 10 * 365 * 24.0  # simulated hours of one cell (ten years)
 MAX_ROUND_S = 7 * 86_400.0  # a scheduling round (a week)
 
 # The fields of a sweep file that are single values, each checked by one spec (heteroplan.schema).
-_SEEDS = Seq(Number(low=0, high=2 ** 63 - 1, integer=True), 1, MAX_CELLS)
+_SEEDS = Seq(Number(low=0, high=2 ** 63 - 1, integer=True), 1, 100 * MAX_CELLS)  # MAX_CELLS bounds the grid
 _FIELDS = {"simulator": Text(choices=SIMULATORS), "jobs": Number(low=1, high=1_000_000, integer=True, unit="jobs"),
            "max_hours": Number(above=0, high=MAX_HOURS, unit="hours"),
            "round": Number(above=0, high=MAX_ROUND_S, unit="seconds")}
