@@ -470,6 +470,27 @@ def test_a_128k_character_cell_is_refused_with_a_bound(tmp_path) -> None:
             read_sia_workload(path)
 
 
+PLACEMENTS_HEADER = ["placement", "local_bsz", "step_time", "sync_time"]
+PLACEMENTS_ROWS = [["1", "32", "0.1", "0"], ["22", "16", "0.2", "0.02"], ["4", "8", "0.05", "0.01"]]
+
+
+def measurements_physical(m) -> None:
+    for name in ("num_nodes", "num_gpus", "local_bsz", "step_time", "sync_time"):
+        assert np.all(np.isfinite(getattr(m, name)))
+    assert np.all(m.num_nodes >= 1) and np.all(m.num_gpus >= m.num_nodes) and np.all(m.local_bsz >= 1)
+    assert np.all(m.step_time > 0) and np.all(m.sync_time >= 0)
+
+
+@FUZZ
+@given(hostile_csv(PLACEMENTS_HEADER, PLACEMENTS_ROWS))
+def test_measurement_csvs(data: bytes) -> None:
+    from heteroplan.perf.measurements import load_placements
+
+    path = fresh_dir() / "placements-aws.csv"
+    path.write_bytes(data)
+    check_reads(load_placements, path, measurements_physical)
+
+
 VALID_THROUGHPUTS = {"source": "test", "throughputs": {"v100": {"ResNet-50": {"1": 10.5, "2": 19.0},
                                                                 "LM": {"1": 3.0}},
                                                        "k80": {"ResNet-50": {"1": 2.5}}}}
@@ -531,6 +552,10 @@ def test_the_valid_documents_read(tmp_path) -> None:
     sweep_physical(parse_sweep(VALID_SWEEP))
     (tmp_path / "w.csv").write_text("\n".join(",".join(r) for r in [SIA_HEADER, *SIA_ROWS]) + "\n")
     workload_physical(read_sia_workload(tmp_path / "w.csv"))
+    from heteroplan.perf.measurements import load_placements
+
+    (tmp_path / "p.csv").write_text("\n".join(",".join(r) for r in [PLACEMENTS_HEADER, *PLACEMENTS_ROWS]) + "\n")
+    measurements_physical(load_placements(tmp_path / "p.csv"))
     for doc in (VALID_THROUGHPUTS, VALID_GAVEL_THROUGHPUTS):
         (tmp_path / "t.json").write_text(json.dumps(doc))
         throughputs_physical(load_throughputs(tmp_path / "t.json"))
