@@ -234,10 +234,12 @@ class Table(Spec):
             raise _fail(path, value, f"must have {self.min_len} to {self.max_len:,} entries, not {len(value):,}")
         out: dict[Any, Any] = {}
         for k, v in value.items():
-            key = self.key.decode(k, f"{path}[{shown(k, 40)!r}]" if isinstance(k, str) else f"{path}[?]")
+            at = f"{path}[{k}]" if isinstance(k, int) else f"{path}[{shown(k, 40)!r}]" if isinstance(k, str) \
+                else f"{path}[?]"
+            key = self.key.decode(k, at)
             if key in out:
-                raise _fail(f"{path}[{k!r}]", k, "the same key as an earlier entry")
-            out[key] = self.value.decode(v, f"{path}[{k}]" if isinstance(k, int) else f"{path}[{k!r}]")
+                raise _fail(at, k, "the same key as an earlier entry")
+            out[key] = self.value.decode(v, at)
         return out
 
 
