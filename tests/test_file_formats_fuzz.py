@@ -434,6 +434,38 @@ def test_sweep_files(data: bytes) -> None:
     check_reads(load_sweep, path, sweep_physical)
 
 
+TOML_VALUES = ["nan", "inf", "-inf", "-1", "0", "1e300", "2.5", '"30"', "true", "[]", "[1]", "[5, 2]", "[0, 1e9]",
+               "{ x = 1 }", '"' + "x" * 5000 + '"', "99999999999999999999"]
+
+
+@st.composite
+def regime_files(draw) -> bytes:
+    """A regime file (a sweep file with a [gavel_setting] table) with hostile TOML values."""
+    delay, window = draw(st.sampled_from(["30.0", *TOML_VALUES])), draw(st.sampled_from(["[30, 80]", *TOML_VALUES]))
+    extra = draw(st.sampled_from(["", "colour = 1\n"]))
+    text = (f'name = "r"\nsimulator = "slotted"\nseeds = [0]\n[gavel_setting]\nrestart_delay_s = {delay}\n'
+            f'window = {window}\n{extra}[[workloads]]\ngenerate = "gavel"\njobs = 4\n[[clusters]]\n'
+            f'preset = "gavel-108"\n[[policies]]\nname = "fifo"\n')
+    return _file_bytes(draw, text)
+
+
+def regime_physical(regime) -> None:
+    setting = regime.setting
+    assert math.isfinite(setting.restart_delay_s) and setting.restart_delay_s >= 0
+    assert setting.window is None or 0 <= setting.window[0] < setting.window[1]
+    sweep_physical(regime.spec)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(regime_files())
+def test_regime_files(data: bytes) -> None:
+    from heteroplan.sim.hadar_experiments import load_regime
+
+    path = fresh_dir() / "regime.toml"
+    path.write_bytes(data)
+    check_reads(load_regime, path, regime_physical)
+
+
 # ----------------------------------------------------------------------------- workload CSVs
 SIA_HEADER = ["name", "time", "application", "num_replicas", "batch_size"]
 SIA_ROWS = [["a", "0", "cifar10", "1", "128"], ["b", "30.5", "imagenet", "4", "256"], ["c", "60", "bert", "2", "12"]]

@@ -234,18 +234,24 @@ def load_sweep(path: str | Path) -> SweepSpec:
     """Read a sweep TOML file; relative workload/cluster paths are relative to the file. Errors
     are :class:`InputError` naming the file, the field and the value."""
     path = Path(path)
-    text = read_text(path, "sweep")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError("sweep", str(path), f"not valid TOML: {exc}") from None
-    except RecursionError:
-        raise InputError("sweep", str(path), "not valid TOML: nested too deeply") from None
-    except ValueError as exc:  # an integer of more than 4300 digits
-        raise InputError("sweep", str(path), f"not valid TOML: {exc}") from None
+    data = read_toml(path, "sweep")
     data.setdefault("name", path.stem)
     with naming_file(path):
         return parse_sweep(data, base=path.parent)
+
+
+def read_toml(path: Path, field_name: str) -> dict[str, Any]:
+    """The tables of the TOML file ``path``; unreadable, non-UTF-8 or invalid TOML (nested too
+    deep, an integer of more than 4300 digits) is an :class:`InputError` naming ``field_name`` and the file."""
+    text = read_text(path, field_name)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(field_name, str(path), f"not valid TOML: {exc}") from None
+    except RecursionError:
+        raise InputError(field_name, str(path), "not valid TOML: nested too deeply") from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        raise InputError(field_name, str(path), f"not valid TOML: {exc}") from None
 
 
 def parse_sweep(data: Mapping[str, Any], base: str | Path = ".") -> SweepSpec:
