@@ -247,11 +247,13 @@ class Table(Spec):
 class Record(Spec):
     """An object with the keys of ``required`` (each must be there) and of ``optional`` (absent:
     left out of the result, so the typed constructor's default applies). Other keys are refused
-    (a typo is an error, not ignored) unless ``extra``: then they pass through unchecked."""
+    (a typo is an error, not ignored) unless ``extra``: then they pass through unchecked.
+    ``missing`` is the reason an absent required key gives."""
 
     required: Mapping[str, Spec] = field(default_factory=dict)
     optional: Mapping[str, Spec] = field(default_factory=dict)
     extra: bool = False
+    missing: str = "missing"
 
     def decode(self, value: object, path: str) -> dict[str, Any]:
         if not isinstance(value, Mapping):
@@ -266,7 +268,7 @@ class Record(Spec):
                             f"known: {sorted(known)}")
         for name in self.required:
             if name not in value:
-                raise _fail(_at(path, name), None, "missing")
+                raise _fail(_at(path, name), None, self.missing)
         out = {k: v for k, v in value.items() if k not in known} if self.extra else {}
         for name, spec in known.items():
             if name in value:

@@ -419,10 +419,11 @@ MAX_TP = 1024  # GPUs of one tensor-parallel group
 MAX_LAYERS = 100_000  # layers of a model
 MAX_BATCH = 100_000_000  # samples of one iteration
 
+_MISSING = "malformed plan: this key is missing"
 _LAYER = Number(low=0, high=MAX_LAYERS, integer=True)
 _REPLICA = Record({"gpu_type": Text(), "zone": Text()},
                   {"tp": Number(low=1, high=MAX_TP, integer=True, unit="GPUs"),
-                   "count": Number(low=1, high=MAX_PLAN_GPUS, integer=True, unit="replicas")})
+                   "count": Number(low=1, high=MAX_PLAN_GPUS, integer=True, unit="replicas")}, missing=_MISSING)
 _REPLICAS = {"replicas": Seq(_REPLICA, 1, MAX_PLAN_GPUS)}
 _STAGE_OPTIONS = {"recompute": Text(choices=tuple(m.value for m in Recomputation)),
                   "optimizer_sharding": Text(choices=tuple(m.value for m in OptimizerSharding))}
@@ -431,11 +432,11 @@ _PLAN_FIELDS = {"model": Text(), "global_batch_size": Number(low=1, high=MAX_BAT
 _PLAN_OPTIONS = {"microbatches_per_replica": Nullable(Seq(Number(low=1, high=MAX_BATCH, integer=True), 1,
                                                           MAX_PLAN_GPUS)),
                  "precision": Text(choices=tuple(m.value for m in Precision))}
+_STAGE_V1 = Record({"first_layer": _LAYER, "last_layer": _LAYER, **_REPLICAS}, _STAGE_OPTIONS, missing=_MISSING)
+_STAGE_V2 = Record({"layers": Pair((_LAYER, _LAYER)), **_REPLICAS}, _STAGE_OPTIONS, missing=_MISSING)
 PLAN_FILE = Versioned({
-    1: Record({**_PLAN_FIELDS, "stages": Seq(Record({"first_layer": _LAYER, "last_layer": _LAYER, **_REPLICAS},
-                                                    _STAGE_OPTIONS), 1, MAX_LAYERS)}, _PLAN_OPTIONS),
-    2: Record({**_PLAN_FIELDS, "stages": Seq(Record({"layers": Pair((_LAYER, _LAYER)), **_REPLICAS}, _STAGE_OPTIONS),
-                                             1, MAX_LAYERS)}, _PLAN_OPTIONS),
+    1: Record({**_PLAN_FIELDS, "stages": Seq(_STAGE_V1, 1, MAX_LAYERS)}, _PLAN_OPTIONS, missing=_MISSING),
+    2: Record({**_PLAN_FIELDS, "stages": Seq(_STAGE_V2, 1, MAX_LAYERS)}, _PLAN_OPTIONS, missing=_MISSING),
 })
 """The plan file (:meth:`Plan.to_dict`), versions 1 and 2: every field's type and bound."""
 
