@@ -17,6 +17,17 @@ from typing import Any
 from heteroplan._html import table, title
 from heteroplan.errors import ClusterError
 from heteroplan.inputs import finite_number, read_json, strict_int
+from heteroplan.schema import (
+    Number,
+    OneOf,
+    Record,
+    Seq,
+    Table,
+    Text,
+    Versioned,
+    decode,
+    naming_file,
+)
 
 __all__ = ["GPUType", "Zone", "Node", "Cluster", "preset", "PRESETS"]
 
@@ -29,6 +40,19 @@ def _check_name(field_name: str, value: object) -> None:
 MAX_CLUSTER_GPUS = 1_000_000
 """Most GPUs a cluster built from counts may have (ten times the largest training clusters):
 a count beyond it is a typo, and would build millions of node objects."""
+
+
+_GPU_TYPE = Record({"name": Text(), "memory_gb": Number(above=0, high=1e6, unit="GB"),
+                    "gpus_per_node": Number(low=1, high=4096, integer=True, unit="GPUs")},
+                   {"price_per_hour": Number(low=0, high=1e6, unit="$/h"), "model": Text(min_len=0),
+                    "memory_bandwidth_gbs": Number(low=0, high=1e6, unit="GB/s")})
+_COUNT = Number(low=0, high=MAX_CLUSTER_GPUS, integer=True, unit="GPUs")
+CLUSTER_FILE = Versioned({1: Record(
+    {"gpu_types": Seq(_GPU_TYPE, 0, 10_000)},
+    {"name": Text(), "zones": Seq(OneOf((Text(), Record({"name": Text()}, {"region": Text(min_len=0)}))), 0, 10_000),
+     "nodes": Seq(Record({"name": Text(), "gpu_type": Text(), "num_gpus": _COUNT}, {"zone": Text()}), 0, MAX_CLUSTER_GPUS),
+     "counts": Table(_COUNT, Text(), 0, 10_000)})})
+"""A cluster file (:meth:`Cluster.from_dict`); an optional ``format_version`` (1)."""
 
 
 def _check_count(field_name: str, value: object, minimum: int = 0) -> None:
@@ -273,6 +297,7 @@ class Cluster:
             raise ClusterError("cluster", type(data).__name__, "must be a mapping")
         if "gpu_types" not in data:
             raise ClusterError("gpu_types", None, "missing")
+        data = decode(CLUSTER_FILE, data, error=ClusterError)
         try:
             types = tuple(GPUType(**t) for t in data["gpu_types"])
             zones = tuple(Zone(**z) if isinstance(z, Mapping) else Zone(z) for z in data.get("zones", ()))
@@ -312,8 +337,9 @@ class Cluster:
 
     @classmethod
     def from_json(cls, path: str | Path) -> Cluster:
-        """Load a cluster from a JSON file in the :meth:`from_dict` format."""
-        return cls.from_dict(read_json(path, "cluster JSON", ClusterError))
+        """Load a cluster from a JSON file in the :meth:`from_dict` format (errors name the file)."""
+        with naming_file(path):
+            return cls.from_dict(read_json(path, "cluster JSON", ClusterError))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serializable form accepted by :meth:`from_dict`."""

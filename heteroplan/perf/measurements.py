@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from heteroplan.errors import InputError
+from heteroplan.schema import Number, decode
 
 __all__ = [
     "Measurements",
@@ -197,11 +198,21 @@ def _read_columns(path: str | Path, required: Sequence[str]) -> dict[str, list[s
     return cols
 
 
+_SECONDS = Number(low=0, high=86_400.0, unit="seconds", numeral=True)
+_COUNT = Number(low=1, high=1_000_000, integer=True, numeral=True)
+CELLS = {"local_bsz": Number(low=1, high=1e8, unit="samples per GPU", numeral=True),
+         "step_time": Number(above=0, high=86_400.0, unit="seconds", numeral=True), "sync_time": _SECONDS,
+         "num_nodes": _COUNT, "num_replicas": _COUNT, "progress": Number(low=0, numeral=True),
+         "grad_sqr": Number(numeral=True), "grad_var": Number(numeral=True)}
+"""Each numeric column of a measurement CSV: its cells finite, within physical bounds (heteroplan.schema)."""
+
+
 def _floats(path: str | Path, cols: dict[str, list[str]], name: str) -> np.ndarray:
-    try:
-        return np.array([float(v) for v in cols[name]], dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{Path(path).name}: column", name, f"non-numeric value ({exc})") from None
+    """Column ``name`` as floats, each cell decoded by its spec in :data:`CELLS` (errors name the
+    file, the row (1 = first data row) and the column)."""
+    spec, file = CELLS[name], Path(path).name
+    return np.array([float(decode(spec, v, f"{file}: row {i}.{name}")) for i, v in enumerate(cols[name], start=1)],
+                    dtype=float)
 
 
 def load_placements(path: str | Path) -> Measurements:

@@ -25,10 +25,28 @@ import numpy as np
 from heteroplan.errors import InputError
 from heteroplan.inputs import read_json
 from heteroplan.perf.sailor_profiles import DATA_DIR, resolve_data_dir
+from heteroplan.schema import IntKey, Number, Pair, Record, Table, Text, decode, naming_file
 
 __all__ = ["BandwidthCurve", "NetworkModel", "load_network", "NETWORK_FILES"]
 
 NETWORK_FILES = ("network_coeffs_all_homo.json", "multizone_bandwidths_het.json", "communication_cost.json")
+
+MAX_SENDERS = 1024  # GPUs of one node sending at once
+MAX_BYTES_PER_S = 1e15  # a link's measured maximum (bytes/s): a petabyte per second is a unit error
+MAX_EGRESS_PER_GB = 1000.0  # $/GB between zones
+
+_COEFF = Number(low=-1e6, high=1e6)
+_CURVE = Pair((Pair((_COEFF, _COEFF, Number(above=0, high=1e6, unit="GB/s at 1 MB"))),
+               Number(above=0, high=MAX_BYTES_PER_S, unit="bytes/s")))
+_BY_SENDERS = Table(_CURVE, IntKey(1, MAX_SENDERS, "GPUs sending"), 1, 64)
+_BY_TYPE = Table(_BY_SENDERS, Text(), 0, 10_000)
+HOMO_FILE = Record({"inter": _BY_TYPE}, {"intra": _BY_TYPE})
+"""``network_coeffs_all_homo.json``: ``{"inter" (, "intra"): {gpu_type: {k: [[a, b, c], cap_bytes_s]}}}``."""
+MULTIZONE_FILE = Table(Table(Table(Table(Table(_BY_SENDERS, Text(), 0, 10_000), Text(), 0, 10_000),
+                                   IntKey(1, MAX_SENDERS, "GPUs sending"), 1, 64), Text(), 0, 10_000), Text(), 0, 10_000)
+"""``multizone_bandwidths_het.json``: ``{zone: {gpu_type: {k: {zone: {gpu_type: {k: curve}}}}}}``."""
+EGRESS_FILE = Table(Table(Number(low=0, high=MAX_EGRESS_PER_GB, unit="$/GB"), Text(), 0, 10_000), Text(), 0, 10_000)
+"""``communication_cost.json``: ``{zone: {zone: $/GB}}``, prices finite and >= 0."""
 
 
 @dataclass(frozen=True)
@@ -130,12 +148,13 @@ def load_network(data_dir: str | Path | None = None) -> NetworkModel:
 
 @lru_cache(maxsize=8)
 def _load_network(stamp: tuple) -> NetworkModel:
-    homo, multi, egress = (read_json(path, "network file") for path, _, _ in stamp)
-    for (path, _, _), data in zip(stamp, (homo, multi, egress), strict=True):
-        if not isinstance(data, dict):
-            raise InputError("network file", path, f"must be a JSON object, not {type(data).__name__}")
-    if not isinstance(homo.get("inter"), dict):
-        raise InputError("network file", stamp[0][0], "has no 'inter' table {gpu_type: {gpus: coefficients}}")
+    files = []
+    for (path, _, _), spec in zip(stamp, (HOMO_FILE, MULTIZONE_FILE, EGRESS_FILE), strict=True):
+        with naming_file(path):
+            data = read_json(path, "network file")
+            decode(spec, data, Path(path).stem)  # types, bounds, positive bandwidths, prices >= 0
+        files.append(data)
+    homo, multi, egress = files
     try:
         return NetworkModel(homo, multi, egress)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:  # a file of another shape

@@ -24,6 +24,18 @@ import numpy as np
 
 from heteroplan.errors import InputError
 from heteroplan.inputs import read_json
+from heteroplan.schema import (
+    Flag,
+    IntKey,
+    Number,
+    Record,
+    Seq,
+    Table,
+    Text,
+    check,
+    decode,
+    naming_file,
+)
 
 __all__ = ["DATA_DIR", "MeasuredMemory", "ModelProfile", "available_models", "load_model_profile", "resolve_data_dir"]
 
@@ -177,15 +189,69 @@ def available_models(data_dir: str | Path | None = None) -> tuple[str, ...]:
     return tuple(sorted(p.name for p in profiles.iterdir() if p.is_dir()))
 
 
+MAX_LAYERS = 100_000  # layers of one model
+MAX_TP = 1024  # GPUs of one tensor-parallel group
+MAX_MICROBATCH = 1_000_000  # samples of one microbatch
+MAX_LAYER_S = 86_400.0  # seconds one layer may take for one microbatch (a day: beyond is a unit error)
+MAX_SIZE = 1e15  # floats or bytes of one layer
+
+_SIZE = Number(low=0, high=MAX_SIZE, unit="floats or bytes")
+_LAYER_INFO = Record(
+    {"params_floats": _SIZE, "act_output_floats": _SIZE, "act_mem_floats": _SIZE},
+    {**{key: _SIZE for key in ("act_input_floats", "params_bytes", "act_output_bytes", "act_input_bytes",
+                               "act_mem_bytes", "act_fixed_bytes", "bwd_working_bytes", "bwd_working_fixed_bytes",
+                               "update_working_bytes", "loss_saved_bytes", "overhead_bytes")},
+     "param_tensor_floats": Seq(Number(low=0, high=MAX_SIZE, integer=True), 0, MAX_LAYERS),
+     "precision": Text(choices=("fp32", "tf32", "bf16")), "optimizer": Text(choices=("adam", "sgd")),
+     "cuda_graphs": Flag()})
+LLM_INFO_FILE = Table(Table(Table(_LAYER_INFO, IntKey(0, MAX_LAYERS - 1, "layer"), 1, MAX_LAYERS),
+                            IntKey(1, MAX_TP, "TP degree"), 1, 64), Text(), 0, 10_000)
+"""``llm_info.json``: ``{model: {tp: {layer: sizes}}}``; sizes are finite and >= 0."""
+
+PROFILE_FILE = Table(Table(Table(Seq(Number(low=0, high=MAX_LAYER_S, unit="s"), 3, 5),
+                                 IntKey(0, MAX_LAYERS - 1, "layer"), 1, MAX_LAYERS),
+                           IntKey(1, MAX_TP, "TP degree"), 1, 64), IntKey(1, MAX_MICROBATCH, "microbatch size"), 1, 64)
+"""``profiles/<model>/<gpu>.json``: ``{mbs: {tp: {layer: [fwd_s, bwd_s, update_s(, recomputed fwd_s, bwd_s)]}}}``;
+seconds finite and >= 0."""
+
+
+def decode_llm_info(info: object) -> dict[str, dict[int, dict[int, dict]]]:
+    """``llm_info.json``'s object checked by :data:`LLM_INFO_FILE`; each model's TP degrees have the
+    same layers ``0..L-1`` and parameters in all (keys as integers)."""
+    out = decode(LLM_INFO_FILE, info, "llm_info")
+    for model, by_tp in out.items():
+        for tp, layers in by_tp.items():
+            where = f"llm_info[{model!r}][{tp}]"
+            check(sorted(layers) == list(range(len(layers))), where, f"{len(layers)} layers",
+                  "layers must be numbered 0, 1, ... without gaps")
+            check(sum(layer["params_floats"] for layer in layers.values()) > 0, f"{where}.params_floats", 0,
+                  "the model has no parameters (every layer's params_floats is 0)")
+        counts = {len(layers) for layers in by_tp.values()}
+        check(len(counts) == 1, f"llm_info[{model!r}]", sorted(counts), "every TP degree needs the same layers")
+    return out
+
+
+def decode_profile(data: object, where: str = "profile") -> dict[int, dict[int, dict[int, list[float]]]]:
+    """A profile file's object checked by :data:`PROFILE_FILE`: layers ``0..L-1`` and a
+    positive time per microbatch in all (keys as integers)."""
+    out = decode(PROFILE_FILE, data, where)
+    for mbs, by_tp in out.items():
+        for tp, layers in by_tp.items():
+            at = f"{where}[{mbs}][{tp}]"
+            check(sorted(layers) == list(range(len(layers))), at, f"{len(layers)} layers",
+                  "layers must be numbered 0, 1, ... without gaps")
+            check(sum(row[0] + row[1] for row in layers.values()) > 0, at, 0,
+                  "forward and backward take 0 s in all: a microbatch must take time")
+    return out
+
+
 @lru_cache(maxsize=8)
 def _llm_info_at(root: str, stamp: tuple) -> dict:
     path = Path(root) / "llm_info.json"
     if not path.is_file():
         return {}
-    info = read_json(path, "llm_info.json")  # InputError: truncated, not UTF-8, nested too deep
-    if not isinstance(info, dict):
-        raise InputError("llm_info.json", str(path), f"must be a JSON object {{model: ...}}, not {type(info).__name__}")
-    return info
+    with naming_file(path):
+        return decode_llm_info(read_json(path, "llm_info.json"))  # truncated, not UTF-8, nested too deep
 
 
 def _llm_info(data_dir: str | Path | None = None) -> dict:
@@ -218,13 +284,13 @@ def _load_model_profile(model: str, root_str: str, stamp: tuple) -> ModelProfile
                          f"({type(exc).__name__}: {exc}); regenerate it with `heteroplan profile`") from None
 
 
-def _build_profile(model: str, root: Path, sizes: dict) -> ModelProfile:
-    tps = sorted(int(t) for t in sizes)
-    num_layers = len(sizes[str(tps[0])])
+def _build_profile(model: str, root: Path, sizes: dict[int, dict[int, dict]]) -> ModelProfile:
+    tps = sorted(sizes)
+    num_layers = len(sizes[tps[0]])
 
     def layer_array(tp: int, key: str) -> np.ndarray:
-        layers = sizes[str(tp)]
-        return np.array([layers[str(i)][key] for i in range(num_layers)], dtype=float)
+        layers = sizes[tp]
+        return np.array([layers[i][key] for i in range(num_layers)], dtype=float)
 
     params = {tp: layer_array(tp, "params_floats") for tp in tps}
     act_out = {tp: layer_array(tp, "act_output_floats") for tp in tps}
@@ -233,16 +299,17 @@ def _build_profile(model: str, root: Path, sizes: dict) -> ModelProfile:
     measured = _measured_memory(sizes, tps, num_layers)
     recomputed: dict[tuple[str, int, int], np.ndarray] = {}
     for path in sorted((root / "profiles" / model).glob("*.json")):
-        data = read_json(path, "profile")
+        with naming_file(path):
+            data = decode_profile(read_json(path, "profile"))
         for mbs, by_tp in data.items():
             for tp, layers in by_tp.items():
                 if len(layers) != num_layers:
                     continue
-                rows = [layers[str(i)] for i in range(num_layers)]
+                rows = [layers[i] for i in range(num_layers)]
                 arr = np.array([r[:3] for r in rows], dtype=float).T
-                compute[(path.stem, int(mbs), int(tp))] = arr
+                compute[(path.stem, mbs, tp)] = arr
                 if all(len(r) >= 5 for r in rows):  # + recomputed fwd, bwd (profile_layers(time_recomputed=True))
-                    recomputed[(path.stem, int(mbs), int(tp))] = np.array([[r[3], r[4], r[2]] for r in rows], dtype=float).T
+                    recomputed[(path.stem, mbs, tp)] = np.array([[r[3], r[4], r[2]] for r in rows], dtype=float).T
     return ModelProfile(model, num_layers, params, act_out, act_mem, _monotone_in_mbs(compute), measured,
                         _monotone_in_mbs(recomputed))
 
@@ -252,17 +319,17 @@ _MEASURED_KEYS = {"act_input": "act_input_bytes", "act_output": "act_output_byte
                   "bwd_working_fixed": "bwd_working_fixed_bytes", "update_working": "update_working_bytes", "loss_saved": "loss_saved_bytes"}
 
 
-def _measured_memory(sizes: dict, tps: list[int], num_layers: int) -> MeasuredMemory | None:
+def _measured_memory(sizes: dict[int, dict[int, dict]], tps: list[int], num_layers: int) -> MeasuredMemory | None:
     """The profiler's memory measurements, when every layer of every TP degree has them."""
-    layers = [sizes[str(tp)][str(i)] for tp in tps for i in range(num_layers)]
+    layers = [sizes[tp][i] for tp in tps for i in range(num_layers)]
     if not all(all(k in layer for k in _MEASURED_KEYS.values()) for layer in layers):
         return None
-    arrays = {name: {tp: np.array([float(sizes[str(tp)][str(i)][key]) for i in range(num_layers)]) for tp in tps}
+    arrays = {name: {tp: np.array([float(sizes[tp][i][key]) for i in range(num_layers)]) for tp in tps}
               for name, key in _MEASURED_KEYS.items()}
-    first = sizes[str(tps[0])]["0"]
+    first = sizes[tps[0]][0]
     state = {"adam": 8.0, "sgd": 0.0}.get(str(first.get("optimizer", "adam")), 8.0)
-    tensors = {tp: tuple(tuple(int(n) for n in sizes[str(tp)][str(i)]["param_tensor_floats"]) for i in range(num_layers))
-               for tp in tps if all(isinstance(sizes[str(tp)][str(i)].get("param_tensor_floats"), list)
+    tensors = {tp: tuple(tuple(int(n) for n in sizes[tp][i]["param_tensor_floats"]) for i in range(num_layers))
+               for tp in tps if all(isinstance(sizes[tp][i].get("param_tensor_floats"), list)
                                     for i in range(num_layers))}
     return MeasuredMemory(**arrays, optimizer_state_per_param=state, overhead=float(first.get("overhead_bytes", 0)),
                           precision=str(first.get("precision", "fp32")), param_tensors=tensors)

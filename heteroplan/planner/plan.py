@@ -24,6 +24,19 @@ from heteroplan._html import table, title
 from heteroplan.atomic_json import write_text_atomic
 from heteroplan.errors import InputError
 from heteroplan.inputs import enum_choice, read_json, strict_int
+from heteroplan.schema import (
+    MAX_ITEMS,
+    Nullable,
+    Number,
+    Pair,
+    Record,
+    Seq,
+    Text,
+    Versioned,
+    check,
+    decode,
+    naming_file,
+)
 
 __all__ = ["ReplicaGroup", "Stage", "Plan", "PipelineBlock", "Precision", "Recomputation", "OptimizerSharding"]
 
@@ -273,6 +286,7 @@ class Plan:
         ``first_layer`` and an exclusive ``last_layer`` (read as before)."""
         if not isinstance(data, Mapping):
             raise InputError("plan", type(data).__name__, "must be a JSON object")
+        data = decode_plan_file(data)
         _known_keys("plan", data, {f.name for f in fields(cls)} | _FORMAT_KEYS)
         v1 = _as_v1(data)
         for i, s in enumerate(v1.get("stages") or ()):
@@ -312,12 +326,18 @@ class Plan:
         return text
 
     @classmethod
-    def from_json(cls, path: str | Path) -> Plan:
-        """Read a plan written by :meth:`to_json`, or a Sailor ``plan_config_*.json`` file."""
-        data = read_json(path, "plan JSON")
-        if isinstance(data, Mapping) and "pipeline_list" in data:
-            return cls.from_sailor(data)
-        return cls.from_dict(data)
+    def from_json(cls, path: str | Path, what: str = "", model: str = "OPT-350") -> Plan:
+        """Read a plan written by :meth:`to_json`, what ``heteroplan plan --json`` prints (the plan
+        under ``"plan"``), or a Sailor ``plan_config_*.json`` file (its model named by the file's
+        ``model`` key, else ``model``). Errors are :class:`InputError` naming the file, the
+        field and the value; ``what`` (``"--plan"``) says where the file was given."""
+        with naming_file(path, what):
+            data = read_json(path, "plan JSON")
+            if isinstance(data, Mapping) and isinstance(data.get("plan"), Mapping) and "stages" not in data:
+                data = data["plan"]
+            if isinstance(data, Mapping) and "pipeline_list" in data:
+                return cls.from_sailor(data, model)
+            return cls.from_dict(data)
 
     @classmethod
     def from_sailor(cls, data: Mapping[str, Any], model: str = "OPT-350") -> Plan:
@@ -328,6 +348,7 @@ class Plan:
         ``dp``; ``mbs`` and ``gbs`` are top-level. Only the first pipeline entry is read
         (Sailor writes one per distinct pipeline shape; the validation runs have one).
         """
+        data = decode(SAILOR_PLAN_FILE, data, "plan")
         try:
             pipe = data["pipeline_list"][0]
             stages = []
@@ -341,11 +362,13 @@ class Plan:
                     else:
                         groups.append(ReplicaGroup(gpu_type, zone, int(tp), 1))
                 stages.append(Stage(int(min(layers)), int(max(layers)) + 1, tuple(groups)))
-            return cls(str(data.get("model", model)), int(data["gbs"]), int(data["mbs"]), tuple(stages))
+            plan = cls(str(data.get("model", model)), int(data["gbs"]), int(data["mbs"]), tuple(stages))
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             if isinstance(exc, InputError):
                 raise
             raise InputError("plan", "sailor plan_config", f"malformed Sailor plan: {exc!r}") from None
+        _check_plan_size(plan.num_gpus, plan.dp)
+        return plan
 
     def describe(self) -> str:
         """Multi-line human-readable summary."""
@@ -388,6 +411,63 @@ class Plan:
 # Plan files: version 2 writes each stage's layers as an inclusive [first, last] pair; version 1
 # (no "format_version" key) wrote first_layer and an exclusive last_layer.
 FORMAT_VERSION = 2
+
+MAX_PLAN_GPUS = 100_000
+"""Most GPUs a plan file may use (the largest training runs; ``"count": 1e9`` is a typo that would
+otherwise expand into a billion replicas)."""
+MAX_TP = 1024  # GPUs of one tensor-parallel group
+MAX_LAYERS = 100_000  # layers of a model
+MAX_BATCH = 100_000_000  # samples of one iteration
+
+_MISSING = "malformed plan: this key is missing"
+_LAYER = Number(low=0, high=MAX_LAYERS, integer=True)
+_REPLICA = Record({"gpu_type": Text(), "zone": Text()},
+                  {"tp": Number(low=1, high=MAX_TP, integer=True, unit="GPUs"),
+                   "count": Number(low=1, high=MAX_PLAN_GPUS, integer=True, unit="replicas")}, missing=_MISSING)
+_REPLICAS = {"replicas": Seq(_REPLICA, 1, MAX_PLAN_GPUS)}
+_STAGE_OPTIONS = {"recompute": Text(choices=tuple(m.value for m in Recomputation)),
+                  "optimizer_sharding": Text(choices=tuple(m.value for m in OptimizerSharding))}
+_PLAN_FIELDS = {"model": Text(), "global_batch_size": Number(low=1, high=MAX_BATCH, integer=True, unit="samples"),
+                "microbatch_size": Number(low=1, high=MAX_BATCH, integer=True, unit="samples")}
+_PLAN_OPTIONS = {"microbatches_per_replica": Nullable(Seq(Number(low=1, high=MAX_BATCH, integer=True), 1,
+                                                          MAX_PLAN_GPUS)),
+                 "precision": Text(choices=tuple(m.value for m in Precision))}
+_STAGE_V1 = Record({"first_layer": _LAYER, "last_layer": _LAYER, **_REPLICAS}, _STAGE_OPTIONS, missing=_MISSING)
+_STAGE_V2 = Record({"layers": Pair((_LAYER, _LAYER)), **_REPLICAS}, _STAGE_OPTIONS, missing=_MISSING)
+PLAN_FILE = Versioned({
+    1: Record({**_PLAN_FIELDS, "stages": Seq(_STAGE_V1, 1, MAX_LAYERS)}, _PLAN_OPTIONS, missing=_MISSING),
+    2: Record({**_PLAN_FIELDS, "stages": Seq(_STAGE_V2, 1, MAX_LAYERS)}, _PLAN_OPTIONS, missing=_MISSING),
+})
+"""The plan file (:meth:`Plan.to_dict`), versions 1 and 2: every field's type and bound."""
+
+_SAILOR_DEVICE = Pair((Text(), Number(low=1, high=MAX_TP, integer=True), Text()))
+SAILOR_PLAN_FILE = Record({
+    "pipeline_list": Seq(Record({
+        "layers_per_stage": Seq(Seq(_LAYER, 1, MAX_LAYERS), 1, MAX_LAYERS),
+        "tmp_per_stage": Seq(Seq(Pair((Seq(_SAILOR_DEVICE, 1, MAX_TP), Number(low=1, high=MAX_TP, integer=True))),
+                                 1, MAX_PLAN_GPUS), 1, MAX_LAYERS),
+    }, extra=True), 1, MAX_ITEMS),
+    "gbs": Number(low=1, high=MAX_BATCH, integer=True, unit="samples"),
+    "mbs": Number(low=1, high=MAX_BATCH, integer=True, unit="samples"),
+}, {"model": Text()}, extra=True)
+"""Sailor's ``plan_config`` file: the keys :meth:`Plan.from_sailor` reads (others pass unread)."""
+
+
+def decode_plan_file(data: object) -> dict[str, Any]:
+    """A plan file's object checked by :data:`PLAN_FILE` (types, bounds; at most
+    :data:`MAX_PLAN_GPUS` GPUs in all), as the same plain data."""
+    out = decode(PLAN_FILE, data, "plan")
+    gpus = sum(g.get("tp", 1) * g.get("count", 1) for st in out["stages"] for g in st["replicas"])
+    replicas = max(sum(g.get("count", 1) for g in st["replicas"]) for st in out["stages"])
+    _check_plan_size(gpus, replicas)
+    return out
+
+
+def _check_plan_size(gpus: int, replicas: int) -> None:
+    check(gpus <= MAX_PLAN_GPUS, "plan.stages.replicas", f"{gpus:,} GPUs",
+          f"a plan file may use at most {MAX_PLAN_GPUS:,} GPUs (check the counts)")
+    check(replicas <= MAX_PLAN_GPUS, "plan.stages.replicas", f"{replicas:,} replicas",
+          f"a plan file may have at most {MAX_PLAN_GPUS:,} data-parallel replicas")
 
 
 def _stage_v2(stage: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from heteroplan.errors import InputError
-from heteroplan.inputs import read_json
 from heteroplan.planner.plan import Plan
 
 __all__ = ["RankInfo", "rank_layout", "check_runnable", "stage_tp", "stage_start", "world_size", "neighbours", "load_plan"]
@@ -128,12 +127,6 @@ def neighbours(plan: Plan, me: RankInfo, direction: int, role: str) -> list[int]
 
 def load_plan(path: str | Path) -> Plan:
     """Read a plan file: what ``heteroplan plan --out`` or :meth:`Plan.to_json` writes, what
-    ``heteroplan plan --json`` prints (the plan under ``"plan"``), or a Sailor ``plan_config_*.json``."""
-    data = read_json(path, "--plan")  # InputError: unreadable, not UTF-8, invalid, nested too deep
-    if isinstance(data, dict) and isinstance(data.get("plan"), dict) and "stages" not in data:
-        data = data["plan"]
-    if isinstance(data, dict) and "pipeline_list" in data:
-        return Plan.from_sailor(data, model=str(data.get("model", Path(path).stem)))
-    if not isinstance(data, dict):
-        raise InputError("--plan", str(path), f"expected a JSON object, got {type(data).__name__}")
-    return Plan.from_dict(data)
+    ``heteroplan plan --json`` prints (the plan under ``"plan"``), or a Sailor ``plan_config_*.json``
+    (:meth:`Plan.from_json`; errors name the file, ``--plan``, the field and the value)."""
+    return Plan.from_json(path, "--plan", model=Path(path).stem)

@@ -27,8 +27,12 @@ import numpy as np
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError, check_int, check_int_list, check_seconds
 from heteroplan.inputs import check_process_count, read_json
-from heteroplan.perf.sailor_network import BandwidthCurve
+from heteroplan.perf.sailor_network import EGRESS_FILE, HOMO_FILE, MULTIZONE_FILE, BandwidthCurve
 from heteroplan.runtime._networker import ping_pong
+from heteroplan.schema import decode, naming_file
+
+NETWORK_SPECS = {"network_coeffs_all_homo.json": HOMO_FILE, "multizone_bandwidths_het.json": MULTIZONE_FILE,
+                 "communication_cost.json": EGRESS_FILE}
 
 __all__ = ["DEFAULT_SIZES", "NetworkMeasurement", "fit_bandwidth_curve", "measure_network"]
 
@@ -101,8 +105,14 @@ class NetworkMeasurement:
         root = Path(data_dir).expanduser()
 
         def read(name: str) -> dict:
+            """The file already there, checked by its format's spec (a hostile file is not merged)."""
             path = root / name
-            return read_json(path, "data_dir") if path.is_file() else {}
+            if not path.is_file():
+                return {}
+            with naming_file(path):
+                data = read_json(path, "data_dir")
+                decode(NETWORK_SPECS[name], data, path.stem)
+            return data
 
         entry = self.entry()
         homo = read("network_coeffs_all_homo.json")

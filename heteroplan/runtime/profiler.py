@@ -36,9 +36,11 @@ from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError, check_int, check_int_list
 from heteroplan.inputs import enum_choice, read_json
 from heteroplan.names import path_component
+from heteroplan.perf.sailor_profiles import decode_llm_info, decode_profile
 from heteroplan.planner.plan import Precision, Recomputation
 from heteroplan.runtime.config import OPTIMIZERS, RunConfig, make_optimizer
 from heteroplan.runtime.tensor_parallel import local_tensor
+from heteroplan.schema import naming_file
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -182,7 +184,7 @@ class LayerProfile:
             raise InputError("data_dir", str(data_dir), "exists and is not a directory")
         info_path = root / "llm_info.json"
         out = root / "profiles" / model_name / f"{gpu_type}.json"
-        info, times = _read_json(info_path), _read_json(out)
+        info, times = _read_json(info_path, decode_llm_info), _read_json(out, decode_profile)
         same = {t: e for t, e in info.get(model_name, {}).items() if len(e) == self.num_layers and t != str(tp)}
         info[model_name] = {**same, str(tp): self.llm_info()}
         write_json_atomic(info_path, info, root=root)
@@ -206,12 +208,16 @@ class LayerProfile:
         return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [head, *rows])
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path, check: Callable[[object], object]) -> dict:
+    """The file already at ``path`` (``{}`` when none), checked by ``check`` (its format's decoder:
+    a hostile file is refused, naming it, rather than merged into the new one)."""
     if not path.is_file():
         return {}
-    data = read_json(path, "data_dir")  # InputError: unreadable, not UTF-8, invalid, nested too deep
-    if not isinstance(data, dict):
-        raise InputError("data_dir", str(path), "existing file is not a JSON object")
+    with naming_file(path):
+        data = read_json(path, "data_dir")  # InputError: unreadable, not UTF-8, invalid, nested too deep
+        if not isinstance(data, dict):
+            raise InputError("data_dir", str(path), "existing file is not a JSON object")
+        check(data)
     return data
 
 

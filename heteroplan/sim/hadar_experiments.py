@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import math
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,10 +36,11 @@ from heteroplan.formulations.hadar import (
     pace_slots,
 )
 from heteroplan.policies.hadar import HadarPolicy, Planning
+from heteroplan.schema import Number, Pair, Record, decode, naming_file, shown
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.sim.loop import simulate
 from heteroplan.sim.metrics import SimResult
-from heteroplan.sim.sweep.spec import CellSpec, SweepSpec, parse_sweep
+from heteroplan.sim.sweep.spec import CellSpec, SweepSpec, parse_sweep, read_toml
 from heteroplan.solvers import solve
 from heteroplan.workload.rigid import RigidJob
 
@@ -169,16 +169,21 @@ def load_regime(path: str | Path) -> Regime:
     """A regime file: a sweep file (``simulator = "slotted"``) plus an optional
     ``[gavel_setting]`` table (``restart_delay_s``, ``window``)."""
     path = Path(path)
-    try:
-        tables = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise InputError("regime", str(path), f"cannot read: {exc}") from None
-    raw = tables.pop("gavel_setting", {})
-    if not isinstance(raw, Mapping) or set(raw) - {"restart_delay_s", "window"}:
-        raise InputError("gavel_setting", raw, "a table with restart_delay_s and/or window")
-    window = raw.get("window")
-    setting = GavelSetting(raw.get("restart_delay_s", 0.0), tuple(window) if window is not None else None)
-    return Regime(parse_sweep(tables, base=path.parent), setting)
+    tables = read_toml(path, "regime")
+    with naming_file(path):
+        raw = tables.pop("gavel_setting", {})
+        if not isinstance(raw, Mapping) or set(raw) - {"restart_delay_s", "window"}:
+            raise InputError("gavel_setting", shown(raw), "a table with restart_delay_s and/or window")
+        raw = decode(GAVEL_SETTING, raw, "gavel_setting")
+        window = raw.get("window")
+        setting = GavelSetting(raw.get("restart_delay_s", 0.0), tuple(window) if window is not None else None)
+        return Regime(parse_sweep(tables, base=path.parent), setting)
+
+
+_JOB_INDEX = Number(low=0, high=10_000_000, integer=True)
+GAVEL_SETTING = Record({}, {"restart_delay_s": Number(low=0, high=7 * 86_400.0, unit="seconds"),
+                            "window": Pair((_JOB_INDEX, _JOB_INDEX))})
+"""A regime file's ``[gavel_setting]`` table (the rest of the file is a sweep file)."""
 
 
 def simulate_gavel(jobs: Sequence[RigidJob], cluster: Cluster, policy: Any, setting: GavelSetting,

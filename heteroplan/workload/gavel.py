@@ -26,6 +26,7 @@ import numpy as np
 
 from heteroplan.errors import InputError
 from heteroplan.inputs import finite_number, read_json, strict_int
+from heteroplan.schema import IntKey, Number, Record, Table, Text, decode, naming_file
 
 __all__ = [
     "GavelThroughputs",
@@ -38,6 +39,18 @@ __all__ = [
 
 SCALE_FACTORS = (1, 2, 4, 8)
 SCALE_PROBS = (0.7, 0.1, 0.15, 0.05)
+MAX_WORKERS = 1024  # workers (scale factor) of one job
+MAX_STEPS_PER_S = 1e9  # a job's steps/s on one GPU type
+
+_RATE = Number(low=0, high=MAX_STEPS_PER_S, unit="steps/s")
+_SCALE = Number(low=1, high=MAX_WORKERS, integer=True, unit="workers", numeral=True)
+THROUGHPUTS_FILE = Record({"throughputs": Table(Table(Table(_RATE, IntKey(1, MAX_WORKERS, "workers"), 0, 64), Text(), 0, 10_000),
+                                 Text(), 1, 1000)}, {"source": Text(max_len=4096, min_len=0),
+                                                     "units": Text(max_len=4096, min_len=0)})
+"""The shipped throughputs file: ``{"throughputs": {gpu: {job: {scale: steps/s}}}}``."""
+GAVEL_THROUGHPUTS_FILE = Table(Table(Record({"null": _RATE}, extra=True), Text(max_len=1024), 0, 100_000), Text(), 1, 1000)
+"""Gavel's ``simulation_throughputs.json``: ``{gpu: {"('job', scale)": {"null": steps/s, ...}}}``."""
+
 _SHIPPED = Path(__file__).resolve().parent.parent / "data" / "gavel" / "throughputs.json"
 
 
@@ -106,22 +119,24 @@ def load_throughputs(path: str | Path | None = None) -> GavelThroughputs:
     only the consolidated ``k80``/``p100``/``v100``-style keys without ``_unconsolidated``).
     """
     if path is None:
-        data = json.loads(_SHIPPED.read_text())
-    else:
-        data = read_json(path, "throughputs")  # InputError: unreadable, not UTF-8, invalid, nested too deep
-    if not isinstance(data, dict):
-        raise InputError("throughputs", str(path), "must be a JSON object")
-    if "throughputs" in data:
-        return GavelThroughputs(data["throughputs"])
-    table: dict[str, dict[str, dict[int, float]]] = {}
-    for gpu, entries in data.items():
-        if gpu.endswith("_unconsolidated"):
-            continue
-        table[gpu] = {}
-        for key, value in entries.items():
-            name, _, scale = key.strip("()").rpartition(",")
-            table[gpu].setdefault(name.strip().strip("'\""), {})[int(scale)] = float(value["null"])
-    return GavelThroughputs(table)
+        return GavelThroughputs(json.loads(_SHIPPED.read_text())["throughputs"])
+    with naming_file(path):
+        data = read_json(path, "throughputs")
+        if isinstance(data, Mapping) and "throughputs" in data:
+            return GavelThroughputs(decode(THROUGHPUTS_FILE, data, "throughputs")["throughputs"])
+        if isinstance(data, Mapping):  # Gavel's per-worker tables are not read
+            data = {k: v for k, v in data.items() if not (isinstance(k, str) and k.endswith("_unconsolidated"))}
+        data = decode(GAVEL_THROUGHPUTS_FILE, data, "throughputs")
+        table: dict[str, dict[str, dict[int, float]]] = {}
+        for gpu, entries in data.items():
+            table[gpu] = {}
+            for key, value in entries.items():
+                name, _, scale = key.strip("()").rpartition(",")
+                where = f"throughputs[{gpu!r}][{key!r}]"
+                job = decode(Text(), name.strip().strip("'\""), where)
+                count = decode(_SCALE, scale.strip(), where)
+                table[gpu].setdefault(job, {})[count] = value["null"]
+        return GavelThroughputs(table)
 
 
 @dataclass(frozen=True)

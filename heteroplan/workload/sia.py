@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import logging
-import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 from heteroplan.atomic_json import write_text_atomic
 from heteroplan.errors import InputError
 from heteroplan.inputs import read_text, strict_int
+from heteroplan.schema import Number, Record, Text, decode, shown
 
 __all__ = ["JobSpec", "read_sia_workload", "write_sia_workload", "bundled_workload", "is_bundled_workload",
            "BUNDLED_WORKLOADS"]
@@ -69,28 +69,30 @@ class JobSpec:
             raise InputError(f"{where}.elastic", self.elastic, "must be True or False")
 
 
-def _parse_row(row: dict[str, str], where: str, known_apps: set[str] | None,
+MAX_ROWS = 1_000_000  # jobs of one workload file (the largest published traces hold ~100k)
+ROW = Record({"name": Text(), "time": Number(low=0, high=MAX_ARRIVAL, unit="seconds", numeral=True),
+              "application": Text(),
+              "num_replicas": Number(low=1, high=MAX_REPLICAS, integer=True, unit="GPUs", numeral=True),
+              "batch_size": Number(low=1, high=MAX_BATCH_SIZE, integer=True, unit="samples", numeral=True)},
+             extra=True)
+"""One row of a Sia workload CSV (cells are text; names stripped of edge spaces first); other columns pass unread."""
+
+
+def _parse_row(row: dict[str | None, str | list[str] | None], where: str, known_apps: set[str] | None,
                batch_limits: Mapping[str, int] | None) -> JobSpec:
-    try:
-        name = row["name"].strip()
-        arrival = float(row["time"])
-        app = row["application"].strip()
-        replicas = float(row["num_replicas"])
-        batch = float(row["batch_size"])
-    except (TypeError, ValueError) as exc:
-        raise InputError(where, dict(row), f"unparsable value: {exc}") from None
-    if not name:
-        raise InputError(f"{where}.name", name, "must not be empty")
-    if not 0 <= arrival <= MAX_ARRIVAL:
-        raise InputError(f"{where}.time", row["time"], f"must be between 0 and {MAX_ARRIVAL:g} seconds")
-    if not math.isfinite(replicas) or replicas != int(replicas) or not 1 <= replicas <= MAX_REPLICAS:
-        raise InputError(f"{where}.num_replicas", row["num_replicas"], f"must be an integer in [1, {MAX_REPLICAS}]")
-    limit = (batch_limits or {}).get(app, MAX_BATCH_SIZE)
-    if not math.isfinite(batch) or batch != int(batch) or not 1 <= batch <= limit:
+    if None in row:  # more cells than the header has columns
+        raise InputError(f"{where}", shown(row[None]), f"more cells than the {len(COLUMNS)}+ columns of the header")
+    missing = [c for c in COLUMNS if row.get(c) is None]
+    if missing:
+        raise InputError(f"{where}.{missing[0]}", None, "missing: the row has fewer cells than the header")
+    cells = {k: v.strip() if k in ("name", "application") and isinstance(v, str) else v for k, v in row.items()}
+    job = decode(ROW, cells, where)
+    limit = (batch_limits or {}).get(job["application"], MAX_BATCH_SIZE)
+    if job["batch_size"] > limit:
         raise InputError(f"{where}.batch_size", row["batch_size"], f"must be an integer in [1, {limit}] samples")
-    if known_apps is not None and app not in known_apps:
-        raise InputError(f"{where}.application", app, f"unknown application; known: {sorted(known_apps)}")
-    return JobSpec(name, arrival, app, int(replicas), int(batch))
+    if known_apps is not None and job["application"] not in known_apps:
+        raise InputError(f"{where}.application", job["application"], f"unknown application; known: {sorted(known_apps)}")
+    return JobSpec(job["name"], float(job["time"]), job["application"], job["num_replicas"], job["batch_size"])
 
 
 def read_sia_workload(path: str | Path, known_apps: set[str] | None = None,
@@ -105,10 +107,17 @@ def read_sia_workload(path: str | Path, known_apps: set[str] | None = None,
     path = Path(path)
     text = read_text(path, "workload")
     reader = csv.DictReader(text.splitlines())
-    missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
-    if missing:
-        raise InputError(f"{path.name}.columns", reader.fieldnames, f"missing columns {missing}")
-    parsed = [_parse_row(row, f"{path.name}:row {i}", known_apps, batch_limits) for i, row in enumerate(reader, start=1)]
+    try:
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
+        if missing:
+            raise InputError(f"{path.name}.columns", shown(reader.fieldnames), f"missing columns {missing}")
+        parsed = []
+        for i, row in enumerate(reader, start=1):
+            if i > MAX_ROWS:
+                raise InputError(str(path), f"more than {MAX_ROWS:,} rows", f"at most {MAX_ROWS:,} jobs in one workload")
+            parsed.append(_parse_row(row, f"{path.name}:row {i}", known_apps, batch_limits))
+    except csv.Error as exc:  # a cell beyond csv's field limit (128k characters), a NUL byte
+        raise InputError(str(path), f"line {reader.line_num}", f"not a valid CSV file: {exc}") from None
     jobs = _unique_names(parsed)
     if not jobs:
         raise InputError("workload", str(path), "has no jobs")

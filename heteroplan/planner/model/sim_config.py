@@ -31,6 +31,7 @@ from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError
 from heteroplan.inputs import read_json
 from heteroplan.perf.sailor_profiles import DATA_DIR, resolve_data_dir
+from heteroplan.schema import Number, Record, Table, Text, decode, shown
 
 __all__ = [
     "SimConfig", "PlatformConfigs", "DEFAULT_CONFIG", "PROFILED_CONFIG", "UNCALIBRATED_CONFIG", "SHIPPED_PLATFORMS",
@@ -162,8 +163,8 @@ class SimConfig:
             raise InputError("sim_config", type(values).__name__, "must be a JSON object {constant: number}")
         unknown = sorted(set(values) - set(cls.constant_names()))
         if unknown:
-            raise InputError("sim_config", unknown, f"unknown constants; known: {list(cls.constant_names())}")
-        return replace(base or cls(), **values)
+            raise InputError("sim_config", shown(unknown), f"unknown constants; known: {list(cls.constant_names())}")
+        return replace(base or cls(), **decode(CONSTANTS, values, "sim_config"))
 
     def write(self, data_dir: str | Path, gpu_type: str | None = None) -> Path:
         """Store these constants in ``data_dir/sim_config.json``; returns the file's path.
@@ -177,6 +178,21 @@ class SimConfig:
         path = Path(data_dir).expanduser() / SIM_CONFIG_FILE
         write_json_atomic(path, self.to_dict())
         return path
+
+
+_BYTES = Number(low=0, high=1e15, unit="bytes")
+CONSTANTS = Record({}, {
+    "bytes_per_param": Number(low=0, high=1024, unit="bytes"), "act_bytes_per_float": Number(low=0, high=64, unit="bytes"),
+    "grad_bytes_per_param": Number(low=0, high=1024, unit="bytes"),
+    "act_comm_bytes_per_float": Number(low=0, high=64, unit="bytes"), "overhead_gb": Number(low=0, high=1e4, unit="GB"),
+    "working_layers": Number(low=0, high=1e4, unit="layers"), "logits_factor": Number(low=0, high=1e4),
+    "microbatch_overhead_s": Number(low=-3600, high=3600, unit="s"), "compute_scale": Number(above=0, high=1e6),
+    "transfer_latency_s": Number(low=0, high=3600, unit="s"), "allreduce_latency_s": Number(low=0, high=3600, unit="s"),
+    "straggler_cv": Number(low=0, high=100), "replicated_tp_sends": Number(low=0, high=1),
+    "allreduce_bucket_bytes": _BYTES, "eager_send_bytes": _BYTES,
+    "update_bytes_per_param": Number(low=0, high=1024, unit="bytes")})
+"""The simulator's constants in a ``sim_config.json`` (or one platform's row): finite, within physical bounds."""
+_FITTED_ON = Table(Text(max_len=4096, min_len=0), Text(), 0, 10_000)
 
 
 @dataclass(frozen=True)
@@ -231,13 +247,17 @@ class PlatformConfigs:
         if not isinstance(rows, Mapping):
             raise InputError(f"{where}.platforms", type(rows).__name__, "must be {gpu_type: {constant: number}}")
         platforms = {}
+        decode(Table(Record(extra=True), Text(), 0, 10_000), rows, f"{where}.platforms")  # GPU types: bounded names
         for gpu_type, row in rows.items():
             try:
                 platforms[str(gpu_type)] = SimConfig.from_dict(row, default)
             except InputError as exc:
                 raise InputError(f"{where}.platforms.{gpu_type}: {exc.field}", exc.value, exc.reason) from None
-        fitted_on = values.get("fitted_on", {})
-        return cls(platforms, default, False, dict(fitted_on) if isinstance(fitted_on, Mapping) else {})
+        fitted_on = decode(_FITTED_ON, values.get("fitted_on", {}), f"{where}.fitted_on")
+        unknown = sorted(set(values) - {"platforms", "fitted_on"})
+        if unknown:
+            raise InputError(f"{where}.{shown(unknown[0])}", values[unknown[0]], "unknown key; known: platforms, fitted_on")
+        return cls(platforms, default, False, fitted_on)
 
 
 def as_platforms(config: SimConfig | PlatformConfigs) -> PlatformConfigs:

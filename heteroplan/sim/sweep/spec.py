@@ -43,6 +43,7 @@ from heteroplan.cluster import PRESETS
 from heteroplan.errors import InputError
 from heteroplan.inputs import MAX_GENERATED_JOBS, MIN_ROUND_S, read_text
 from heteroplan.names import path_component
+from heteroplan.schema import Number, Plain, Seq, Text, decode, naming_file
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.workload.sia import BUNDLED_WORKLOADS, is_bundled_workload
 
@@ -64,6 +65,17 @@ _TOP_KEYS = {"name", "simulator", "seeds", "jobs", "max_hours", "round", "worklo
              "fidelities"}
 _GENERATE_KEYS = {"jobs", "rate", "multi_gpu", "duration_scale"}
 MAX_CELLS = 100_000  # simulations in one sweep: more is a typo (a seeds array of a million)
+MAX_TABLES = 1_000  # [[workloads]], [[clusters]], [[policies]] or [[fidelities]] tables of one sweep
+MAX_HOURS = 10 * 365 * 24.0  # simulated hours of one cell (ten years)
+MAX_ROUND_S = 7 * 86_400.0  # a scheduling round (a week)
+
+# The fields of a sweep file that are single values, each checked by one spec (heteroplan.schema).
+_SEEDS = Seq(Number(low=0, high=2 ** 63 - 1, integer=True), 1, 100 * MAX_CELLS)  # MAX_CELLS bounds the grid
+_FIELDS = {"simulator": Text(choices=SIMULATORS), "jobs": Number(low=1, high=1_000_000, integer=True, unit="jobs"),
+           "max_hours": Number(above=0, high=MAX_HOURS, unit="hours"),
+           "round": Number(above=0, high=MAX_ROUND_S, unit="seconds")}
+_LABEL = Text()
+_OPTIONS = Plain()
 
 
 def _options(field_name: str, value: object) -> Options:
@@ -75,18 +87,9 @@ def _options(field_name: str, value: object) -> Options:
 
 
 def _plain(field_name: str, value: object) -> Any:
-    """``value`` as JSON data (lists for arrays), so cells hash and pickle the same everywhere."""
-    if isinstance(value, bool | int | str) or value is None:
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InputError(field_name, value, "must be a finite number")
-        return value
-    if isinstance(value, list | tuple):
-        return [_plain(field_name, v) for v in value]
-    if isinstance(value, Mapping):
-        return {str(k): _plain(f"{field_name}.{k}", v) for k, v in value.items()}
-    raise InputError(field_name, value, "must be a number, string, boolean, array or table")
+    """``value`` as JSON data (lists for arrays; finite numbers, bounded strings and nesting), so
+    cells hash and pickle the same everywhere."""
+    return decode(_OPTIONS, value, field_name)
 
 
 def _digest(field_name: str, path: Path) -> str:
@@ -229,19 +232,27 @@ class SweepSpec:
 
 # ------------------------------------------------------------------ parsing
 def load_sweep(path: str | Path) -> SweepSpec:
-    """Read a sweep TOML file; relative workload/cluster paths are relative to the file."""
+    """Read a sweep TOML file; relative workload/cluster paths are relative to the file. Errors
+    are :class:`InputError` naming the file, the field and the value."""
     path = Path(path)
-    text = read_text(path, "sweep")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError("sweep", str(path), f"not valid TOML: {exc}") from None
-    except RecursionError:
-        raise InputError("sweep", str(path), "not valid TOML: nested too deeply") from None
-    except ValueError as exc:  # an integer of more than 4300 digits
-        raise InputError("sweep", str(path), f"not valid TOML: {exc}") from None
+    data = read_toml(path, "sweep")
     data.setdefault("name", path.stem)
-    return parse_sweep(data, base=path.parent)
+    with naming_file(path):
+        return parse_sweep(data, base=path.parent)
+
+
+def read_toml(path: Path, field_name: str) -> dict[str, Any]:
+    """The tables of the TOML file ``path``; unreadable, non-UTF-8 or invalid TOML (nested too
+    deep, an integer of more than 4300 digits) is an :class:`InputError` naming ``field_name`` and the file."""
+    text = read_text(path, field_name)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(field_name, str(path), f"not valid TOML: {exc}") from None
+    except RecursionError:
+        raise InputError(field_name, str(path), "not valid TOML: nested too deeply") from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        raise InputError(field_name, str(path), f"not valid TOML: {exc}") from None
 
 
 def parse_sweep(data: Mapping[str, Any], base: str | Path = ".") -> SweepSpec:
@@ -253,20 +264,21 @@ def parse_sweep(data: Mapping[str, Any], base: str | Path = ".") -> SweepSpec:
     if unknown:
         raise InputError(unknown[0], data[unknown[0]], f"unknown sweep field; known: {sorted(_TOP_KEYS)}")
     base = Path(base)
-    simulator = data.get("simulator", "sia")
-    if simulator not in SIMULATORS:
-        raise InputError("simulator", simulator, f"choose one of {list(SIMULATORS)}")
+    values = {key: decode(spec, data[key], key) for key, spec in _FIELDS.items() if key in data}
+    simulator = values.get("simulator", "sia")
     seeds = data.get("seeds", [0])
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         seeds = [seeds]
-    if not isinstance(seeds, list) or not seeds or any(isinstance(s, bool) or not isinstance(s, int) or s < 0
-                                                       for s in seeds):
+    if not isinstance(seeds, list) or any(not isinstance(s, int) for s in seeds):  # 1.0 is no seed
         raise InputError("seeds", seeds, "must be a non-empty array of integers >= 0 (random seeds)")
-    jobs = data.get("jobs")
-    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
-        raise InputError("jobs", jobs, "must be an integer >= 1")
-    max_hours = _positive("max_hours", data.get("max_hours"))
-    round_length = _positive("round", data.get("round"))
+    try:
+        seeds = decode(_SEEDS, seeds, "seeds")
+    except InputError as exc:
+        raise InputError("seeds", exc.value, f"must be a non-empty array of integers >= 0 (random seeds): "
+                         f"{exc.reason}") from None
+    jobs = values.get("jobs")
+    max_hours = None if values.get("max_hours") is None else float(values["max_hours"])
+    round_length = None if values.get("round") is None else float(values["round"])
     if round_length is not None and round_length < MIN_ROUND_S:
         raise InputError("round", round_length, f"must be >= {MIN_ROUND_S:g} seconds (a scheduling round, not a time step)")
     name = _sweep_name(data.get("name", "sweep"))
@@ -308,6 +320,8 @@ def _tables(data: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
     tables = data.get(key)
     if not isinstance(tables, list) or not tables:
         raise InputError(key, tables, f"give at least one [[{key}]] table")
+    if len(tables) > MAX_TABLES:
+        raise InputError(key, f"{len(tables):,} tables", f"at most {MAX_TABLES:,} [[{key}]] tables")
     for i, t in enumerate(tables):
         if not isinstance(t, Mapping):
             raise InputError(f"{key}[{i}]", t, "must be a table")
@@ -327,8 +341,8 @@ def _workloads(i: int, t: Mapping[str, Any], simulator: str, base: Path) -> list
         raise InputError(where, dict(t), "give exactly one of bundled = ..., file = ..., generate = ...")
     kind = kinds[0]
     family = t.get("family")
-    if family is not None and not isinstance(family, str):
-        raise InputError(f"{where}.family", family, "must be a string")
+    if family is not None:
+        decode(_LABEL, family, f"{where}.family")
     if kind == "generate":
         _only(where, t, {"generate", "family"} | _GENERATE_KEYS)
         if simulator != "slotted":
@@ -353,6 +367,7 @@ def _workloads(i: int, t: Mapping[str, Any], simulator: str, base: Path) -> list
     names = t[kind] if isinstance(t[kind], list) else [t[kind]]
     if not names or not all(isinstance(n, str) for n in names):
         raise InputError(f"{where}.{kind}", t[kind], "must be a string or an array of strings")
+    decode(Seq(Text(max_len=4096), 1, MAX_TABLES), names, f"{where}.{kind}")
     out = []
     for n in names:
         if kind == "bundled":
@@ -390,11 +405,12 @@ def _cluster(i: int, t: Mapping[str, Any], base: Path) -> ClusterSpec:
     scale = _positive(f"{where}.scale", t.get("scale", 1.0))
     assert scale is not None
     if "preset" in t:
-        if t["preset"] not in PRESETS:
+        if not isinstance(t["preset"], str) or t["preset"] not in PRESETS:
             raise InputError(f"{where}.preset", t["preset"], f"unknown preset; known: {sorted(PRESETS)}")
         return _built(where, ClusterSpec("preset", t["preset"], scale))
     if not isinstance(t["file"], str):
         raise InputError(f"{where}.file", t["file"], "must be a path")
+    decode(Text(max_len=4096), t["file"], f"{where}.file")
     path = (base / t["file"]).resolve()
     return _built(where, ClusterSpec("file", str(path), scale, _digest(f"{where}.file", path)))
 
@@ -416,10 +432,12 @@ def _policy(i: int, t: Mapping[str, Any], simulator: str) -> PolicySpec:
     name = t.get("name")
     if not isinstance(name, str):
         raise InputError(f"{where}.name", name, "must be a policy name")
+    decode(_LABEL, name, f"{where}.name")
     options = _options(f"{where}.options", t.get("options"))
     label = t.get("label", name)
     if not isinstance(label, str) or not label:
         raise InputError(f"{where}.label", label, "must be a non-empty string")
+    decode(_LABEL, label, f"{where}.label")
     spec = PolicySpec(name, label, options)
     from heteroplan.sim.sweep.cell import build_policy  # the cell adapter owns policy construction
 
@@ -443,6 +461,8 @@ def _fidelity(i: int, t: Mapping[str, Any]) -> FidelitySpec:
         raise InputError(f"{where}.preset", preset, "choose \"sia\" or \"ideal\"")
     overrides = _options(where, {k: v for k, v in t.items() if k not in ("label", "preset")})
     default = preset + ("(" + ",".join(f"{k}={v}" for k, v in overrides) + ")" if overrides else "")
+    if "label" in t:
+        decode(_LABEL, t["label"], f"{where}.label")
     spec = FidelitySpec(str(t.get("label", default)), preset, overrides)
     try:
         spec.build()
