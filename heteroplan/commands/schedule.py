@@ -53,9 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, metavar="MODULE:FACTORY",
                    help="train your own TrainTask (default: a tiny GPT)")
     p.add_argument("--round", type=number(0), default=30.0, help="seconds per round (default 30)")
-    p.add_argument("--max-rounds", type=integer(1), default=10_000)
+    p.add_argument("--max-rounds", type=integer(1), default=10_000, help="stop after this many rounds (default 10000)")
     p.add_argument("--max-failures", type=integer(1), default=3, help="failures before a job is given up (default 3)")
-    p.add_argument("--seed", type=integer(0), default=1)
+    p.add_argument("--seed", type=integer(0), default=1, help="seed of the generated arrivals and job sizes (default 1)")
     p.add_argument("--out", default="schedule-out", help="records, checkpoints and the session (default schedule-out)")
     p.add_argument("--resume", action="store_true", help="continue the run saved in --out")
     p.add_argument("--json", action="store_true", help="print the job records as one JSON document")
