@@ -162,10 +162,13 @@ def enumerate_mixed_plans(
     *,
     network: NetworkModel | None = None,
     config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS,
+    every_share: bool = False,
 ) -> Iterator[Plan]:
     """Every plan whose stages mix two pipeline kinds (``d1 + d2`` replicas, any ``dp``, one
     shared split), microbatches shared by :func:`~heteroplan.planner.model.microbatches.two_class_totals`
-    on the per-replica times that :func:`simulate` reports (capacity checked, memory not)."""
+    on the per-replica times that :func:`simulate` reports (capacity checked, memory not);
+    ``every_share``: instead each with every way to share the iteration's microbatches among its
+    replicas (each at least one; an oracle for the shares the search chooses, tiny cases only)."""
     network = network or load_network()
     L = profile.num_layers
     pools, total, mbs_all, tps = _space(profile, gbs, pool, gpu_types, microbatch_sizes)
@@ -179,7 +182,15 @@ def enumerate_mixed_plans(
                         if not _fits(pool, ((k1, d1), (k2, dp - d1))):
                             continue
                         for cuts in itertools.combinations(range(1, L), pp - 1):
-                            yield _mixed_plan(profile, gbs, mbs, (0, *cuts, L), (k1, k2), (d1, dp - d1), network, gpu_types, config)
+                            plan = _mixed_plan(profile, gbs, mbs, (0, *cuts, L), (k1, k2), (d1, dp - d1), network, gpu_types, config)
+                            yield from _every_share(plan) if every_share else (plan,)
+
+
+def _every_share(plan: Plan) -> Iterator[Plan]:
+    """``plan`` with every sharing of its microbatches among its replicas (each at least one)."""
+    total, D = sum(plan.microbatches()), plan.dp
+    for cuts in itertools.combinations(range(1, total), D - 1):
+        yield replace(plan, microbatches_per_replica=tuple(b - a for a, b in zip((0, *cuts), (*cuts, total), strict=True)))
 
 
 def _mixed_plan(profile, gbs, mbs, bounds, kinds, counts, network, gpu_types, config) -> Plan:
@@ -220,9 +231,11 @@ def brute_force(
     sharding: bool = False,
     network: NetworkModel | None = None,
     config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS,
+    every_share: bool = False,
 ) -> tuple[Plan, SimResult]:
     """Best plan by exhaustive enumeration (same objective and constraints as the search);
-    ``mixed`` adds the plans whose stages mix two pipeline kinds (:func:`enumerate_mixed_plans`);
+    ``mixed`` adds the plans whose stages mix two pipeline kinds (:func:`enumerate_mixed_plans`;
+    ``every_share``: with every sharing of the microbatches among their replicas);
     ``sharding`` every choice of ZeRO-1 for the stages with several replicas and TP 1 (not of the
     mixed plans)."""
     network = network or load_network()
@@ -231,7 +244,8 @@ def brute_force(
     plans = enumerate_plans(profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, span_zones, sharding)
     if mixed:
         plans = itertools.chain(plans, enumerate_mixed_plans(
-            profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, network=network, config=config))
+            profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, network=network, config=config,
+            every_share=every_share))
     for plan in plans:
         sim = simulate_plan(plan, profile=profile, network=network, gpu_types=dict(gpu_types), config=config)
         limit = [[gpu_types[r.gpu_type].memory_gb for r in s.replica_list()] for s in plan.stages]
