@@ -8,6 +8,7 @@ import pytest
 
 from heteroplan.perf.sailor_profiles import load_model_profile
 from heteroplan.planner import SearchOptions, plan_job, simulate
+from heteroplan.planner.explain import FamilyKind, PlanFamily, PlanStructure, plan_structure
 from heteroplan.planner.model.microbatches import water_fill
 from heteroplan.planner.model.simulator import gpu_catalog
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
@@ -94,3 +95,36 @@ def test_pruned_search_finds_mixed_tp_optimum(pool, gbs):
     assert (mem <= cap).all()
 
 
+
+def test_result_names_its_layout_and_the_best_plan_of_the_other():
+    """8+8: the chosen plan is of the mixed-replica layout; the best uniform pipeline it reports
+    is the plan of the search without mixed stages, priced as ``simulate`` prices it."""
+    pool = {(A, Z): 8, (V, Z): 8}
+    res = plan_job("OPT-350", 1024, pool)
+    assert res.structure is PlanStructure.MIXED_REPLICAS and plan_structure(res.plan) is res.structure
+    assert res.to_dict()["structure"] == "mixed replicas"
+    assert res.best_of(PlanStructure.MIXED_REPLICAS) is None  # the chosen plan is that family's best
+    uniform = res.best_of(PlanStructure.UNIFORM_PIPELINE)
+    assert uniform is not None and uniform.family == PlanFamily.layout(PlanStructure.UNIFORM_PIPELINE)
+    assert plan_structure(uniform.plan) is PlanStructure.UNIFORM_PIPELINE
+    assert uniform.family.kind is FamilyKind.STRUCTURE and str(uniform.family) == "layout uniform pipeline"
+    without = plan_job("OPT-350", 1024, pool, options=SearchOptions(mixed_stages=False))
+    assert without.structure is PlanStructure.UNIFORM_PIPELINE
+    assert uniform.iteration_time_s == pytest.approx(without.iteration_time_s, rel=1e-9)
+    assert res.simulate(uniform.plan).iteration_time_s == pytest.approx(uniform.iteration_time_s, rel=1e-9)
+    assert uniform.iteration_time_s > res.iteration_time_s
+    assert "layout: mixed replicas; best uniform pipeline: " in res.describe()
+
+
+def test_plan_structure_of_hand_built_plans():
+    """Types or TP degrees differing within a stage make mixed replicas; across stages or zones do not."""
+    def plan(*stages):
+        bounds = np.linspace(0, OPT.num_layers, len(stages) + 1).astype(int)
+        return Plan("OPT-350", 64, 4, tuple(Stage(int(a), int(b), g) for a, b, g in zip(bounds[:-1], bounds[1:], stages, strict=True)))
+
+    one_a, one_v = (ReplicaGroup(A, Z, 1, 2),), (ReplicaGroup(V, Z, 1, 2),)
+    zones = (ReplicaGroup(A, Z, 2, 1), ReplicaGroup(A, "us-central1-b", 2, 1))
+    assert plan_structure(plan(one_v, one_a)) is PlanStructure.UNIFORM_PIPELINE
+    assert plan_structure(plan(zones)) is PlanStructure.UNIFORM_PIPELINE
+    assert plan_structure(plan((ReplicaGroup(A, Z, 1, 1), ReplicaGroup(A, Z, 2, 1)))) is PlanStructure.MIXED_REPLICAS
+    assert plan_structure(plan(one_a, (ReplicaGroup(A, Z, 1, 1), ReplicaGroup(V, Z, 1, 1)))) is PlanStructure.MIXED_REPLICAS

@@ -14,7 +14,15 @@ from heteroplan._html import table
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_network import NetworkModel
-from heteroplan.planner.explain import PlanDiff, RunnerUp, TermKind, diff_plans
+from heteroplan.planner.explain import (
+    PlanDiff,
+    PlanFamily,
+    PlanStructure,
+    RunnerUp,
+    TermKind,
+    diff_plans,
+    plan_structure,
+)
 from heteroplan.planner.model.simulator import MemoryFit, PlanEstimate, simulate_plan
 from heteroplan.planner.plan import OptimizerSharding, Plan, Recomputation
 from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions, normalize_pool
@@ -43,9 +51,10 @@ class PlanResult:
         search_time_s: seconds the search took.
         evaluated: block layouts whose layer split was optimized.
         memory_fit: the tightest GPU's memory need against its capacity (a returned plan always fits).
-        runner_ups: the best plan the search priced per GPU-type mix and per pipeline depth, other
+        runner_ups: the best plan the search priced per GPU-type mix, per pipeline depth and per
+            layout of the replicas (:class:`~heteroplan.planner.explain.PlanStructure`), other
             than ``plan`` (:class:`~heteroplan.planner.explain.RunnerUp`; :meth:`explain` prices them
-            by term).
+            by term; :meth:`best_of` picks one family's).
         estimate: the plan's estimate itemised by term (:class:`PlanEstimate`).
     """
 
@@ -92,6 +101,18 @@ class PlanResult:
         return "\n".join(lines)
 
     @property
+    def structure(self) -> PlanStructure:
+        """The chosen plan's layout of the replicas: uniform pipeline or mixed replicas."""
+        return plan_structure(self.plan)
+
+    def best_of(self, family: PlanFamily | PlanStructure) -> RunnerUp | None:
+        """The runner-up of ``family`` (a :class:`PlanStructure` stands for its layout family), or
+        None: the chosen plan is of that family, or the search priced none that fits the goal."""
+        if isinstance(family, PlanStructure):
+            family = PlanFamily.layout(family)
+        return next((r for r in self.runner_ups if r.family == family), None)
+
+    @property
     def peak_memory_gb(self) -> float:
         """The largest of :attr:`memory_per_gpu_gb` (GB per GPU)."""
         return max(self.memory_per_gpu_gb)
@@ -110,6 +131,7 @@ class PlanResult:
             "search_time_s": self.search_time_s,
             "evaluated": self.evaluated,
             "gpus": {f"{t}@{z}": n for (t, z), n in self.plan.gpus_by_type_zone().items()},
+            "structure": self.structure.value,
             "uncalibrated_gpu_types": list(self.extra.get("uncalibrated_gpu_types", [])),
         }
 
@@ -127,6 +149,7 @@ class PlanResult:
         if self.memory_fit is not None:
             lines.append("  " + self.memory_fit.describe())
         lines.append(f"  search: {self.search_time_s:.3g} s, {self.evaluated} layouts")
+        lines.append("  " + self._structure_note())
         if self.extra.get("recompute"):
             lines.append("  every stage recomputes its activations: " + self.extra["recompute"])
         if self.extra.get("optimizer_sharding"):
@@ -134,6 +157,16 @@ class PlanResult:
         if self.extra.get("uncalibrated_gpu_types"):
             lines.append("  " + uncalibrated_note(self.extra["uncalibrated_gpu_types"]))
         return "\n".join(lines)
+
+    def _structure_note(self) -> str:
+        """``"layout: mixed replicas; best uniform pipeline: 23.11 s/iteration (+3.3%)"``."""
+        others = []
+        for structure in PlanStructure:
+            r = self.best_of(structure) if structure is not self.structure else None
+            if r is not None:
+                others.append(f"best {structure.value}: {r.iteration_time_s:.4g} s/iteration "
+                              f"({r.iteration_time_s / self.iteration_time_s - 1:+.1%}), ${r.cost_per_iteration_usd:.4g}/iteration")
+        return "; ".join([f"layout: {self.structure.value}", *others])
 
     def _repr_html_(self) -> str:
         metrics = table(
