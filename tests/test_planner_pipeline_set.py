@@ -1,0 +1,96 @@
+"""Independent pipelines (issue 50): the plan format and the machine model, checked against
+``simulate_plan`` where the two must agree and against a hand-built ring where they differ."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from heteroplan.errors import InputError
+from heteroplan.perf.sailor_network import load_network
+from heteroplan.perf.sailor_profiles import load_model_profile
+from heteroplan.planner import simulate
+from heteroplan.planner.model.comm import allreduce_s
+from heteroplan.planner.model.pipeline_set import simulate_pipeline_set
+from heteroplan.planner.model.sim_config import as_platforms
+from heteroplan.planner.model.simulator import SHIPPED_PLATFORMS, gpu_catalog
+from heteroplan.planner.pipeline_set import PipelineSet
+from heteroplan.planner.plan import OptimizerSharding, Plan, ReplicaGroup, Stage
+
+A, V, Z, ZB = "A100-40", "V100-16", "us-central1-a", "us-central1-b"
+OPT = load_model_profile("OPT-350")
+CATALOG = gpu_catalog()
+L = OPT.num_layers
+
+
+def _pipe(gbs, mbs, cuts, groups, micro=None):
+    bounds = (0, *cuts, L)
+    return Plan("OPT-350", gbs, mbs, tuple(Stage(a, b, g) for a, b, g in zip(bounds[:-1], bounds[1:], groups, strict=True)),
+                micro)
+
+
+def test_one_pipeline_is_simulate_plan():
+    plan = _pipe(256, 2, (9, 17), [(ReplicaGroup(V, Z, 2, 4),)] * 2 + [(ReplicaGroup(A, Z, 1, 4),)])
+    est, ref = simulate_pipeline_set(PipelineSet((plan,))), simulate(plan)
+    assert est.iteration_time_s == pytest.approx(ref.iteration_time_s, rel=1e-12)
+    assert est.cost_per_iteration_usd == pytest.approx(ref.cost_per_iteration_usd, rel=1e-12)
+    assert est.sync_time_s == pytest.approx(ref.sync_time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("zone_b", [Z, ZB])
+def test_pipelines_that_share_their_split_are_one_plan_with_both_replicas(zone_b):
+    """Same split: every range is a stage, and the set is the plan whose stages hold the replicas
+    of both pipelines (each with its own microbatch count), priced by ``simulate_plan``; across
+    zones the ring's egress too."""
+    cuts = (13,)
+    a = _pipe(640, 2, cuts, [(ReplicaGroup(A, Z, 1, 4),)] * 2, (80, 80, 80, 80))
+    v = _pipe(384, 2, cuts, [(ReplicaGroup(V, zone_b, 2, 3),)] * 2, (64, 64, 64))
+    merged = Plan("OPT-350", 1024, 2, tuple(Stage(sa.first_layer, sa.last_layer, sa.replicas + sv.replicas)
+                                            for sa, sv in zip(a.stages, v.stages, strict=True)), (80,) * 4 + (64,) * 3)
+    est, ref = simulate_pipeline_set(PipelineSet((a, v))), simulate(merged)
+    assert est.iteration_time_s == pytest.approx(ref.iteration_time_s, rel=1e-12)
+    assert est.cost_per_iteration_usd == pytest.approx(ref.cost_per_iteration_usd, rel=1e-12)
+    assert est.pipeline_time_s == pytest.approx(ref.pipeline_time_s, rel=1e-12)
+
+
+def test_different_splits_all_reduce_each_layer_range_over_every_replica():
+    """A100 in one stage, V100 in two (cut at 9): ranges [0, 9) and [9, 26), each a ring over all
+    6 replicas at the smaller TP; the V100 stages sync their own range, the A100 stage both."""
+    a = _pipe(512, 2, (), [(ReplicaGroup(A, Z, 1, 4),)], (64,) * 4)
+    v = _pipe(512, 2, (9,), [(ReplicaGroup(V, Z, 2, 2),)] * 2, (128, 128))
+    pset = PipelineSet((a, v))
+    assert pset.segments() == ((0, 9), (9, L)) and pset.replicas == 6 and pset.global_batch_size == 1024
+    est = simulate_pipeline_set(pset)
+    cfg, net = as_platforms(SHIPPED_PLATFORMS), load_network()
+    ring = {((A, Z), (A, Z)), ((A, Z), (V, Z)), ((V, Z), (V, Z)), ((V, Z), (A, Z))}
+    want = [float(allreduce_s(net, ring, 1, 6, cfg.for_gpu(A).grad_bytes_per_param * OPT.stage_sizes(1, x, y)[0],
+                              max((cfg.for_gpu(A), cfg.for_gpu(V)), key=lambda c: c.allreduce_latency_s)))
+            for x, y in ((0, 9), (9, L))]
+    assert est.segment_allreduce_s == pytest.approx(tuple(want), rel=1e-12)
+    ua = simulate(a).stage_times.optimizer_update.max(axis=1)
+    uv = simulate(v).stage_times.optimizer_update.max(axis=1)
+    sync = max(want[0] + want[1] + ua[0], want[0] + uv[0], want[1] + uv[1])
+    pipe = max(simulate(a).pipeline_time_s, simulate(v).pipeline_time_s)
+    assert est.iteration_time_s == pytest.approx(pipe + sync, rel=1e-12)
+    assert est.fits and est.peak_memory_gb == max(simulate(a).peak_memory_gb, simulate(v).peak_memory_gb)
+    usd_per_s = (4 * CATALOG[A].price_per_hour + 8 * CATALOG[V].price_per_hour) / 3600  # 4 A100; 2 stages x 2 x TP 2 V100
+    assert est.egress_usd == 0 and est.cost_per_iteration_usd == pytest.approx(usd_per_s * est.iteration_time_s, rel=1e-12)
+
+
+def test_files_round_trip_and_bad_sets_name_the_field(tmp_path):
+    a = _pipe(512, 2, (), [(ReplicaGroup(A, Z, 1, 4),)], (64,) * 4)
+    v = _pipe(512, 2, (9,), [(ReplicaGroup(V, Z, 2, 2),)] * 2, (128, 128))
+    pset = PipelineSet((a, v))
+    pset.to_json(tmp_path / "set.json")
+    assert PipelineSet.from_json(tmp_path / "set.json") == pset
+    with pytest.raises(InputError, match="pipeline_set.pipelines"):
+        PipelineSet(())
+    other = Plan("GPT-Neo-2.7", 64, 2, (Stage(0, 34, (ReplicaGroup(A, Z, 1, 1),)),))
+    with pytest.raises(InputError, match=r"pipelines\[1\].model"):
+        PipelineSet((a, other))
+    zero = replace(a, stages=(replace(a.stages[0], optimizer_sharding=OptimizerSharding.ZERO1),))
+    with pytest.raises(InputError, match="optimizer_sharding"):
+        PipelineSet((zero,))
+    with pytest.raises(InputError, match="pipeline_set.typo"):
+        PipelineSet.from_dict({"pipelines": [a.to_dict()], "typo": 1})
