@@ -10,8 +10,9 @@ import pytest
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import load_network
 from heteroplan.perf.sailor_profiles import load_model_profile
-from heteroplan.planner import simulate
+from heteroplan.planner import plan_job, simulate
 from heteroplan.planner.model.comm import allreduce_s
+from heteroplan.planner.model.microbatches import class_microbatches
 from heteroplan.planner.model.pipeline_set import simulate_pipeline_set
 from heteroplan.planner.model.sim_config import as_platforms
 from heteroplan.planner.model.simulator import SHIPPED_PLATFORMS, gpu_catalog
@@ -94,3 +95,36 @@ def test_files_round_trip_and_bad_sets_name_the_field(tmp_path):
         PipelineSet((zero,))
     with pytest.raises(InputError, match="pipeline_set.typo"):
         PipelineSet.from_dict({"pipelines": [a.to_dict()], "typo": 1})
+
+
+def test_search_reports_the_best_set_of_single_type_pipelines_and_shares_the_batch_optimally():
+    """OPT-350 on 8 A100 + 8 V100: the search prices a set of one A100 and one V100 pipeline
+    (reported beside the chosen plan, which the runtime can execute); its batch share is the best
+    of every share under ``simulate_pipeline_set`` (each pipeline's microbatches spread evenly)."""
+    pool = {(A, Z): 8, (V, Z): 8}
+    res = plan_job("OPT-350", 1024, pool)
+    best = res.independent_pipelines
+    assert best is not None
+    pset = best.pipelines
+    assert pset.global_batch_size == 1024 and len(pset.pipelines) == 2
+    assert sorted({g.gpu_type for p in pset.pipelines for s in p.stages for g in s.replicas}) == [A, V]
+    assert all(n <= pool[k] for k, n in pset.gpus_by_type_zone().items())
+    again = simulate_pipeline_set(pset)
+    assert again.fits and again.iteration_time_s == pytest.approx(best.iteration_time_s, rel=1e-12)
+    p1, p2 = pset.pipelines
+    times = []
+    for n1 in range(p1.dp, 1024 // p1.microbatch_size + 1):
+        rest = 1024 - n1 * p1.microbatch_size
+        if rest % p2.microbatch_size or rest // p2.microbatch_size < p2.dp:
+            continue
+        n2 = rest // p2.microbatch_size
+        trial = PipelineSet((replace(p1, global_batch_size=n1 * p1.microbatch_size,
+                                     microbatches_per_replica=class_microbatches((p1.dp,), (n1,))),
+                             replace(p2, global_batch_size=rest, microbatches_per_replica=class_microbatches((p2.dp,), (n2,)))))
+        times.append(simulate_pipeline_set(trial).iteration_time_s)
+    assert best.iteration_time_s == pytest.approx(min(times), rel=1e-12)
+    assert "best independent pipelines: " in res.describe()
+
+
+def test_single_type_pools_report_no_set():
+    assert plan_job("OPT-350", 256, {(A, Z): 8}).independent_pipelines is None

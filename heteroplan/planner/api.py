@@ -15,6 +15,7 @@ from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_network import NetworkModel
 from heteroplan.planner.explain import (
+    PipelineSetRunnerUp,
     PlanDiff,
     PlanFamily,
     PlanStructure,
@@ -26,6 +27,7 @@ from heteroplan.planner.explain import (
 from heteroplan.planner.model.simulator import MemoryFit, PlanEstimate, simulate_plan
 from heteroplan.planner.plan import OptimizerSharding, Plan, Recomputation
 from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions, normalize_pool
+from heteroplan.planner.search.pipeline_sets import best_pipeline_set
 from heteroplan.planner.search.searcher import Searcher
 
 _log = logging.getLogger(__name__)
@@ -56,6 +58,9 @@ class PlanResult:
             than ``plan`` (:class:`~heteroplan.planner.explain.RunnerUp`; :meth:`explain` prices them
             by term; :meth:`best_of` picks one family's).
         estimate: the plan's estimate itemised by term (:class:`PlanEstimate`).
+        independent_pipelines: the best set of independent pipelines the search priced, one per GPU
+            type (:class:`~heteroplan.planner.explain.PipelineSetRunnerUp`; pools of two or more GPU
+            types), or None. Reported, not chosen: the runtime does not execute a set yet.
     """
 
     plan: Plan
@@ -70,6 +75,7 @@ class PlanResult:
     runner_ups: tuple[RunnerUp, ...] = field(default=(), compare=False)
     estimate: PlanEstimate | None = field(default=None, compare=False, repr=False)
     request: PlanRequest | None = field(default=None, compare=False, repr=False)
+    independent_pipelines: PipelineSetRunnerUp | None = field(default=None, compare=False, repr=False)
 
     iteration_time = renamed("iteration_time", "iteration_time_s")
     throughput = renamed("throughput", "throughput_iter_s")
@@ -107,7 +113,8 @@ class PlanResult:
 
     def best_of(self, family: PlanFamily | PlanStructure) -> RunnerUp | None:
         """The runner-up of ``family`` (a :class:`PlanStructure` stands for its layout family), or
-        None: the chosen plan is of that family, or the search priced none that fits the goal."""
+        None: the chosen plan is of that family, or the search priced none that fits the goal (a
+        set of independent pipelines is no :class:`Plan`: see :attr:`independent_pipelines`)."""
         if isinstance(family, PlanStructure):
             family = PlanFamily.layout(family)
         return next((r for r in self.runner_ups if r.family == family), None)
@@ -163,6 +170,8 @@ class PlanResult:
         others = []
         for structure in PlanStructure:
             r = self.best_of(structure) if structure is not self.structure else None
+            if structure is PlanStructure.INDEPENDENT_PIPELINES:
+                r = self.independent_pipelines
             if r is not None:
                 others.append(f"best {structure.value}: {r.iteration_time_s:.4g} s/iteration "
                               f"({r.iteration_time_s / self.iteration_time_s - 1:+.1%}), ${r.cost_per_iteration_usd:.4g}/iteration")
@@ -277,6 +286,7 @@ def plan(request: PlanRequest) -> PlanResult:
               for family, c in sorted(searcher.runner_ups.items(), key=lambda fc: fc[0].label) if c.plan != best.plan),
         sim,
         request,
+        best_pipeline_set(searcher) if len({t for t, _ in searcher.pool}) >= 2 else None,
     )
 
 

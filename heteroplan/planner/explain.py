@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum
 
 from heteroplan._deprecated import renamed
+from heteroplan.planner.model.pipeline_set import PipelineSetEstimate
 from heteroplan.planner.model.simulator import CostTerms, MemoryTerms, PlanEstimate, TimeTerms
+from heteroplan.planner.pipeline_set import PipelineSet
 from heteroplan.planner.plan import Plan
 
-__all__ = ["FamilyKind", "PlanFamily", "PlanStructure", "RunnerUp", "TermKind", "TermDiff", "PlanDiff", "diff_plans",
+__all__ = ["FamilyKind", "PipelineSetRunnerUp", "PlanFamily", "PlanStructure", "RunnerUp", "TermKind", "TermDiff", "PlanDiff", "diff_plans",
            "gpu_mix", "plan_families", "plan_structure"]
 
 
@@ -46,11 +48,14 @@ class PlanStructure(Enum):
     uniform); all replicas run the same number of microbatches unless their zones or types differ.
     ``MIXED_REPLICAS``: some stage's replicas differ in GPU type or TP degree (Metis-style; e.g. 8
     A100 at TP 1 and 2 V100 at TP 4 as replicas of one stage), the faster replicas running more
-    microbatches.
+    microbatches. ``INDEPENDENT_PIPELINES``: several pipelines, each its own depth, split and
+    microbatches (:class:`~heteroplan.planner.pipeline_set.PipelineSet`: not a :class:`Plan`, so
+    :func:`plan_structure` never returns it; :class:`PipelineSetRunnerUp`).
     """
 
     UNIFORM_PIPELINE = "uniform pipeline"
     MIXED_REPLICAS = "mixed replicas"
+    INDEPENDENT_PIPELINES = "independent pipelines"
 
 
 def plan_structure(plan: Plan) -> PlanStructure:
@@ -108,6 +113,27 @@ def plan_families(plan: Plan) -> tuple[PlanFamily, PlanFamily, PlanFamily]:
     """The families a plan competes in for runner-up: its GPU-type mix, its pipeline depth and its
     layout of the replicas (:func:`plan_structure`)."""
     return PlanFamily.mix(gpu_types(plan)), PlanFamily.depth(plan.pp), PlanFamily.layout(plan_structure(plan))
+
+
+@dataclass(frozen=True)
+class PipelineSetRunnerUp:
+    """The best set of independent pipelines the search priced (``PlanStructure.INDEPENDENT_PIPELINES``).
+
+    Attributes:
+        pipelines: the set (:class:`~heteroplan.planner.pipeline_set.PipelineSet`).
+        estimate: its :class:`~heteroplan.planner.model.pipeline_set.PipelineSetEstimate`.
+    """
+
+    pipelines: PipelineSet
+    estimate: PipelineSetEstimate
+
+    @property
+    def iteration_time_s(self) -> float:
+        return self.estimate.iteration_time_s
+
+    @property
+    def cost_per_iteration_usd(self) -> float:
+        return self.estimate.cost_per_iteration_usd
 
 
 @dataclass(frozen=True)
