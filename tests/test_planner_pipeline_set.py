@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import load_network
@@ -128,3 +130,28 @@ def test_search_reports_the_best_set_of_single_type_pipelines_and_shares_the_bat
 
 def test_single_type_pools_report_no_set():
     assert plan_job("OPT-350", 256, {(A, Z): 8}).independent_pipelines is None
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    cuts=st.lists(st.integers(1, L - 1), max_size=2, unique=True).map(lambda c: tuple(sorted(c))),
+    kinds=st.tuples(st.sampled_from([(A, 1), (A, 2), (V, 2), (V, 4)]), st.sampled_from([(A, 1), (V, 2), (V, 4)])),
+    dps=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    per=st.tuples(st.integers(1, 6), st.integers(1, 6)),
+    zone_b=st.sampled_from([Z, ZB]),
+)
+def test_sets_sharing_a_split_are_priced_as_the_merged_plan(cuts, kinds, dps, per, zone_b):
+    """Random pipelines sharing a split (GPU types, TP, replicas, microbatches, zones): the set's
+    time, cost and pipeline time are ``simulate_plan``'s of the merged plan."""
+    (ta, pa), (tb, pb) = kinds
+    (da, db), (ma, mb) = dps, per
+    pa_ = _pipe(2 * da * ma, 2, cuts, [(ReplicaGroup(ta, Z, pa, da),)] * (len(cuts) + 1), (ma,) * da)
+    pb_ = _pipe(2 * db * mb, 2, cuts, [(ReplicaGroup(tb, zone_b, pb, db),)] * (len(cuts) + 1), (mb,) * db)
+    merged = Plan("OPT-350", pa_.global_batch_size + pb_.global_batch_size, 2,
+                  tuple(Stage(x.first_layer, x.last_layer, x.replicas + y.replicas) for x, y in zip(pa_.stages, pb_.stages, strict=True)),
+                  (ma,) * da + (mb,) * db)
+    est, ref = simulate_pipeline_set(PipelineSet((pa_, pb_))), simulate(merged)
+    assert est.iteration_time_s == pytest.approx(ref.iteration_time_s, rel=1e-12)
+    assert est.cost_per_iteration_usd == pytest.approx(ref.cost_per_iteration_usd, rel=1e-12)
+    assert est.pipeline_time_s == pytest.approx(ref.pipeline_time_s, rel=1e-12)
+    assert est.fits == ref.fits
