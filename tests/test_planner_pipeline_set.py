@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import load_network
 from heteroplan.perf.sailor_profiles import load_model_profile
-from heteroplan.planner import plan_job, simulate
+from heteroplan.planner import SearchOptions, plan_job, simulate
 from heteroplan.planner.model.comm import allreduce_s
 from heteroplan.planner.model.microbatches import class_microbatches
 from heteroplan.planner.model.pipeline_set import simulate_pipeline_set
@@ -20,6 +20,7 @@ from heteroplan.planner.model.sim_config import as_platforms
 from heteroplan.planner.model.simulator import SHIPPED_PLATFORMS, gpu_catalog
 from heteroplan.planner.pipeline_set import PipelineSet
 from heteroplan.planner.plan import OptimizerSharding, Plan, ReplicaGroup, Stage
+from heteroplan.planner.search.brute_force import brute_force_pipeline_set
 
 A, V, Z, ZB = "A100-40", "V100-16", "us-central1-a", "us-central1-b"
 OPT = load_model_profile("OPT-350")
@@ -155,3 +156,17 @@ def test_sets_sharing_a_split_are_priced_as_the_merged_plan(cuts, kinds, dps, pe
     assert est.cost_per_iteration_usd == pytest.approx(ref.cost_per_iteration_usd, rel=1e-12)
     assert est.pipeline_time_s == pytest.approx(ref.pipeline_time_s, rel=1e-12)
     assert est.fits == ref.fits
+
+
+@pytest.mark.parametrize("pool,mbs,max_pp", [
+    ({(A, Z): 1, (V, Z): 4}, (2,), 2),
+    ({(A, Z): 2, (V, Z): 4}, (1, 2), 1),
+])
+def test_set_search_reaches_the_oracle_on_tiny_pools(pool, mbs, max_pp):
+    """The oracle prices every set of two one-block pipelines (types, TP, depth, split, dp,
+    microbatch size, batch share) with ``simulate_pipeline_set``; on these pools the search's
+    heuristic (each type's best plan, the share re-optimized) reaches its optimum."""
+    _, oracle = brute_force_pipeline_set(OPT, 16, pool, CATALOG, max_pp=max_pp, microbatch_sizes=mbs)
+    res = plan_job("OPT-350", 16, pool, options=SearchOptions(max_pp=max_pp, microbatch_sizes=mbs))
+    assert res.independent_pipelines is not None
+    assert res.independent_pipelines.iteration_time_s == pytest.approx(oracle.iteration_time_s, rel=1e-12)
