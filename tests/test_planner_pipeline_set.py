@@ -127,10 +127,13 @@ def test_search_reports_the_best_set_of_single_type_pipelines_and_shares_the_bat
         times.append(simulate_pipeline_set(trial).iteration_time_s)
     assert best.iteration_time_s == pytest.approx(min(times), rel=1e-12)
     assert "best independent pipelines: " in res.describe()
+    out = res.to_dict()["independent_pipelines"]
+    assert out["iteration_time_s"] == best.iteration_time_s and PipelineSet.from_dict(out["pipeline_set"]) == pset
 
 
 def test_single_type_pools_report_no_set():
-    assert plan_job("OPT-350", 256, {(A, Z): 8}).independent_pipelines is None
+    res = plan_job("OPT-350", 256, {(A, Z): 8})
+    assert res.independent_pipelines is None and res.to_dict()["independent_pipelines"] is None
 
 
 @settings(max_examples=25, deadline=None)

@@ -139,6 +139,11 @@ class PlanResult:
             "evaluated": self.evaluated,
             "gpus": {f"{t}@{z}": n for (t, z), n in self.plan.gpus_by_type_zone().items()},
             "structure": self.structure.value,
+            "independent_pipelines": None if self.independent_pipelines is None else {
+                "iteration_time_s": self.independent_pipelines.iteration_time_s,
+                "cost_per_iteration_usd": self.independent_pipelines.cost_per_iteration_usd,
+                "pipeline_set": self.independent_pipelines.pipelines.to_dict(),
+            },
             "uncalibrated_gpu_types": list(self.extra.get("uncalibrated_gpu_types", [])),
         }
 
