@@ -1,7 +1,8 @@
 """Sailor planner search: time and plan found on the paper's scenarios, and baselines.
 
 Global batch: each model's in Sailor's training configs (OPT-350 1024, GPT-Neo-2.7 2048).
-Scenarios: OPT-350 / GPT-Neo-2.7 on 128 A100 in one zone; on 5 zones x 256 A100;
+Scenarios: OPT-350 / GPT-Neo-2.7 on 128 A100 in one zone; on 5 zones x 256 A100; OPT-350 on
+A100+V100 8-8, 16-16, 32-96, 80-240, 128-384 in one zone (Sailor's heterogeneous comparison, issue 50);
 GPT-Neo-2.7 on A100+V100 32-96, 80-240, 128-384 (one zone); the two published constrained
 plans (min $/iteration with >= 0.2 iter/s, max throughput with <= 1.2 $/iteration) on the
 sailor-gcp pool (5 x 256 A100 + 256 V100) and on the pool of Sailor's constrained experiments
@@ -47,6 +48,8 @@ TWO_ZONES = {(t, z): 128 for t in (A, V) for z in ("us-central1-a", "us-central1
 THREE_POOLS = {(A, "us-central1-a"): 32, (V, "us-central1-a"): 96, (A, "us-central1-b"): 32}
 # the MIT cluster's three GPU types (the real runs' GBS 256; no prices: 0 $/h)
 MIT = {(t, Z): 16 for t in ("RTX-3090", "Titan-RTX", "RTX-2080")}
+# issue 50: the A100+V100 sizes of Sailor's heterogeneous comparison (one zone, 4 GPUs per node)
+ISSUE50_SIZES = ((8, 8), (16, 16), (32, 96), (80, 240), (128, 384))
 # Sailor's artifact, configs/training_config_*.json: global batch per model
 GBS = {"OPT-350": 1024, "GPT-Neo-2.7": 2048}
 
@@ -72,6 +75,8 @@ SCENARIOS = [
     # platforms with buffered pipeline sends: the search splits those layouts on the 1F1B replay
     ("OPT-350 MIT 16 RTX-3090 + 16 Titan-RTX + 16 RTX-2080", "OPT-350", MIT, {"gbs": 256}, None, False),
     ("OPT-350 64 GH-96", "OPT-350", {("GH-96", Z): 64}, {}, None, False),
+    # issue 50: Sailor's heterogeneous scenario, OPT-350 on A100+V100 in one zone (mixed-replica plans)
+    *((f"OPT-350 A100+V100 {a}-{v}", "OPT-350", {(A, Z): a, (V, Z): v}, {}, None, False) for a, v in ISSUE50_SIZES),
 ]
 
 
@@ -144,6 +149,8 @@ def scaling(repeats: int) -> list[dict]:
             cases.append(("OPT-350", 1024, {(A, z): per_zone for z in SAILOR_ZONES[:zones]}, f"{zones} zone(s) x {per_zone} A100"))
     for total in (128, 512, 1024, 2048, 4096):
         cases.append(("GPT-Neo-2.7", 2048, {(A, Z): total // 4, (V, Z): 3 * total // 4}, f"A100+V100 {total // 4}-{3 * total // 4}"))
+    for a, v in ISSUE50_SIZES:  # issue 50: where mixed-replica plans win
+        cases.append(("OPT-350", 1024, {(A, Z): a, (V, Z): v}, f"A100+V100 {a}-{v}"))
     rows = []
     for model, gbs, pool, label in cases:
         times, cpu = [], []

@@ -14,10 +14,21 @@ from heteroplan._html import table
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_network import NetworkModel
-from heteroplan.planner.explain import PlanDiff, RunnerUp, TermKind, diff_plans, estimate_terms
+from heteroplan.planner.explain import (
+    PipelineSetRunnerUp,
+    PlanDiff,
+    PlanFamily,
+    PlanStructure,
+    RunnerUp,
+    TermKind,
+    diff_plans,
+    estimate_terms,
+    plan_structure,
+)
 from heteroplan.planner.model.simulator import MemoryFit, PlanEstimate, simulate_plan
 from heteroplan.planner.plan import OptimizerSharding, Plan, Recomputation
 from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions, normalize_pool
+from heteroplan.planner.search.pipeline_sets import best_pipeline_set
 from heteroplan.planner.search.searcher import Searcher
 
 _log = logging.getLogger(__name__)
@@ -43,10 +54,14 @@ class PlanResult:
         search_time_s: seconds the search took.
         evaluated: block layouts whose layer split was optimized.
         memory_fit: the tightest GPU's memory need against its capacity (a returned plan always fits).
-        runner_ups: the best plan the search priced per GPU-type mix and per pipeline depth, other
+        runner_ups: the best plan the search priced per GPU-type mix, per pipeline depth and per
+            layout of the replicas (:class:`~heteroplan.planner.explain.PlanStructure`), other
             than ``plan`` (:class:`~heteroplan.planner.explain.RunnerUp`; :meth:`explain` prices them
-            by term).
+            by term; :meth:`best_of` picks one family's).
         estimate: the plan's estimate itemised by term (:class:`PlanEstimate`).
+        independent_pipelines: the best set of independent pipelines the search priced, one per GPU
+            type (:class:`~heteroplan.planner.explain.PipelineSetRunnerUp`; pools of two or more GPU
+            types), or None. Reported, not chosen: the runtime does not execute a set yet.
     """
 
     plan: Plan
@@ -61,6 +76,7 @@ class PlanResult:
     runner_ups: tuple[RunnerUp, ...] = field(default=(), compare=False)
     estimate: PlanEstimate | None = field(default=None, compare=False, repr=False)
     request: PlanRequest | None = field(default=None, compare=False, repr=False)
+    independent_pipelines: PipelineSetRunnerUp | None = field(default=None, compare=False, repr=False)
 
     iteration_time = renamed("iteration_time", "iteration_time_s")
     throughput = renamed("throughput", "throughput_iter_s")
@@ -92,6 +108,19 @@ class PlanResult:
         return "\n".join(lines)
 
     @property
+    def structure(self) -> PlanStructure:
+        """The chosen plan's layout of the replicas: uniform pipeline or mixed replicas."""
+        return plan_structure(self.plan)
+
+    def best_of(self, family: PlanFamily | PlanStructure) -> RunnerUp | None:
+        """The runner-up of ``family`` (a :class:`PlanStructure` stands for its layout family), or
+        None: the chosen plan is of that family, or the search priced none that fits the goal (a
+        set of independent pipelines is no :class:`Plan`: see :attr:`independent_pipelines`)."""
+        if isinstance(family, PlanStructure):
+            family = PlanFamily.layout(family)
+        return next((r for r in self.runner_ups if r.family == family), None)
+
+    @property
     def peak_memory_gb(self) -> float:
         """The largest of :attr:`memory_per_gpu_gb` (GB per GPU)."""
         return max(self.memory_per_gpu_gb)
@@ -110,6 +139,12 @@ class PlanResult:
             "search_time_s": self.search_time_s,
             "evaluated": self.evaluated,
             "gpus": {f"{t}@{z}": n for (t, z), n in self.plan.gpus_by_type_zone().items()},
+            "structure": self.structure.value,
+            "independent_pipelines": None if self.independent_pipelines is None else {
+                "iteration_time_s": self.independent_pipelines.iteration_time_s,
+                "cost_per_iteration_usd": self.independent_pipelines.cost_per_iteration_usd,
+                "pipeline_set": self.independent_pipelines.pipelines.to_dict(),
+            },
             "uncalibrated_gpu_types": list(self.extra.get("uncalibrated_gpu_types", [])),
             "terms": {k.value: v for k, v in estimate_terms(self.estimate).items()} if self.estimate else {},
             "runner_ups": [r.to_dict() for r in self.runner_ups],
@@ -130,6 +165,7 @@ class PlanResult:
         if self.memory_fit is not None:
             lines.append("  " + self.memory_fit.describe())
         lines.append(f"  search: {self.search_time_s:.3g} s, {self.evaluated} layouts")
+        lines.append("  " + self._structure_note())
         if self.extra.get("recompute"):
             lines.append("  every stage recomputes its activations: " + self.extra["recompute"])
         if self.extra.get("optimizer_sharding"):
@@ -137,6 +173,18 @@ class PlanResult:
         if self.extra.get("uncalibrated_gpu_types"):
             lines.append("  " + uncalibrated_note(self.extra["uncalibrated_gpu_types"]))
         return "\n".join(lines)
+
+    def _structure_note(self) -> str:
+        """``"layout: mixed replicas; best uniform pipeline: 23.11 s/iteration (+3.3%)"``."""
+        others = []
+        for structure in PlanStructure:
+            r = self.best_of(structure) if structure is not self.structure else None
+            if structure is PlanStructure.INDEPENDENT_PIPELINES:
+                r = self.independent_pipelines
+            if r is not None:
+                others.append(f"best {structure.value}: {r.iteration_time_s:.4g} s/iteration "
+                              f"({r.iteration_time_s / self.iteration_time_s - 1:+.1%}), ${r.cost_per_iteration_usd:.4g}/iteration")
+        return "; ".join([f"layout: {self.structure.value}", *others])
 
     def _repr_html_(self) -> str:
         metrics = table(
@@ -247,6 +295,7 @@ def plan(request: PlanRequest) -> PlanResult:
               for family, c in sorted(searcher.runner_ups.items(), key=lambda fc: fc[0].label) if c.plan != best.plan),
         sim,
         request,
+        best_pipeline_set(searcher) if len({t for t, _ in searcher.pool}) >= 2 else None,
     )
 
 

@@ -1,7 +1,7 @@
 """Why a plan: the runner-ups the search priced, and term-by-term differences of two plans.
 
 :class:`RunnerUp`: the best plan the search priced within one family — a set of GPU types, a
-pipeline depth. The search prunes layouts that cannot beat its best plan, so a runner-up is the
+pipeline depth, a layout of the replicas (:class:`PlanStructure`: uniform pipeline, mixed replicas). The search prunes layouts that cannot beat its best plan, so a runner-up is the
 best of what it priced, an upper bound on how good its family can be, not always the family's
 optimum. :func:`diff_plans` lays two :class:`~heteroplan.planner.model.simulator.PlanEstimate`
 side by side, term by term (seconds, $ and GB per GPU), and names the terms that differ most.
@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum
 
 from heteroplan._deprecated import renamed
+from heteroplan.planner.model.pipeline_set import PipelineSetEstimate
 from heteroplan.planner.model.simulator import CostTerms, MemoryTerms, PlanEstimate, TimeTerms
+from heteroplan.planner.pipeline_set import PipelineSet
 from heteroplan.planner.plan import Plan
 
-__all__ = ["FamilyKind", "PlanFamily", "RunnerUp", "TermKind", "TermDiff", "PlanDiff", "diff_plans", "gpu_mix",
-           "plan_families", "estimate_terms", "describe_terms"]
+__all__ = ["FamilyKind", "PipelineSetRunnerUp", "PlanFamily", "PlanStructure", "RunnerUp", "TermKind", "TermDiff",
+           "PlanDiff", "diff_plans", "gpu_mix", "plan_families", "plan_structure", "estimate_terms", "describe_terms"]
 
 
 def gpu_mix(plan: Plan) -> str:
@@ -31,25 +33,53 @@ def gpu_types(plan: Plan) -> tuple[str, ...]:
 
 
 class FamilyKind(Enum):
-    """What a family of plans shares: a set of GPU types, or a pipeline depth."""
+    """What a family of plans shares: a set of GPU types, a pipeline depth, or a layout of the replicas."""
 
     GPU_MIX = "GPU types"
     DEPTH = "PP"
+    STRUCTURE = "layout"
+
+
+class PlanStructure(Enum):
+    """How a plan lays out the data-parallel replicas of its stages (the plan families of issue 50).
+
+    ``UNIFORM_PIPELINE``: every stage's replicas share one GPU type and TP degree (their zones may
+    differ, and stages may differ from each other: a pipeline of V100 stages then A100 stages is
+    uniform); all replicas run the same number of microbatches unless their zones or types differ.
+    ``MIXED_REPLICAS``: some stage's replicas differ in GPU type or TP degree (Metis-style; e.g. 8
+    A100 at TP 1 and 2 V100 at TP 4 as replicas of one stage), the faster replicas running more
+    microbatches. ``INDEPENDENT_PIPELINES``: several pipelines, each its own depth, split and
+    microbatches (:class:`~heteroplan.planner.pipeline_set.PipelineSet`: not a :class:`Plan`, so
+    :func:`plan_structure` never returns it; :class:`PipelineSetRunnerUp`).
+    """
+
+    UNIFORM_PIPELINE = "uniform pipeline"
+    MIXED_REPLICAS = "mixed replicas"
+    INDEPENDENT_PIPELINES = "independent pipelines"
+
+
+def plan_structure(plan: Plan) -> PlanStructure:
+    """The :class:`PlanStructure` of ``plan``."""
+    mixed = any(len({(g.gpu_type, g.tp) for g in s.replicas}) > 1 for s in plan.stages)
+    return PlanStructure.MIXED_REPLICAS if mixed else PlanStructure.UNIFORM_PIPELINE
 
 
 @dataclass(frozen=True)
 class PlanFamily:
-    """A family of plans competing for runner-up: one set of GPU types, or one pipeline depth.
+    """A family of plans competing for runner-up: one set of GPU types, one pipeline depth, or one
+    layout of the replicas.
 
     Attributes:
-        kind: :attr:`FamilyKind.GPU_MIX` or :attr:`FamilyKind.DEPTH`.
+        kind: :attr:`FamilyKind.GPU_MIX`, :attr:`FamilyKind.DEPTH` or :attr:`FamilyKind.STRUCTURE`.
         gpu_types: the family's GPU types, sorted (``GPU_MIX``; empty otherwise).
         pp: the family's number of pipeline stages (``DEPTH``; 0 otherwise).
+        structure: the family's :class:`PlanStructure` (``STRUCTURE``; None otherwise).
     """
 
     kind: FamilyKind
     gpu_types: tuple[str, ...] = ()
     pp: int = 0
+    structure: PlanStructure | None = None
 
     @classmethod
     def mix(cls, gpu_types: tuple[str, ...]) -> PlanFamily:
@@ -61,19 +91,49 @@ class PlanFamily:
         """The family of plans with ``pp`` pipeline stages."""
         return cls(FamilyKind.DEPTH, pp=pp)
 
+    @classmethod
+    def layout(cls, structure: PlanStructure) -> PlanFamily:
+        """The family of plans of one :class:`PlanStructure`."""
+        return cls(FamilyKind.STRUCTURE, structure=structure)
+
     @property
     def label(self) -> str:
-        """``"GPU types A100-40+V100-16"`` or ``"PP 4"``."""
-        value = "+".join(self.gpu_types) if self.kind is FamilyKind.GPU_MIX else str(self.pp)
+        """``"GPU types A100-40+V100-16"``, ``"PP 4"`` or ``"layout mixed replicas"``."""
+        if self.kind is FamilyKind.STRUCTURE:
+            value = self.structure.value if self.structure is not None else "?"
+        else:
+            value = "+".join(self.gpu_types) if self.kind is FamilyKind.GPU_MIX else str(self.pp)
         return f"{self.kind.value} {value}"
 
     def __str__(self) -> str:
         return self.label
 
 
-def plan_families(plan: Plan) -> tuple[PlanFamily, PlanFamily]:
-    """The families a plan competes in for runner-up: its GPU-type mix and its pipeline depth."""
-    return PlanFamily.mix(gpu_types(plan)), PlanFamily.depth(plan.pp)
+def plan_families(plan: Plan) -> tuple[PlanFamily, PlanFamily, PlanFamily]:
+    """The families a plan competes in for runner-up: its GPU-type mix, its pipeline depth and its
+    layout of the replicas (:func:`plan_structure`)."""
+    return PlanFamily.mix(gpu_types(plan)), PlanFamily.depth(plan.pp), PlanFamily.layout(plan_structure(plan))
+
+
+@dataclass(frozen=True)
+class PipelineSetRunnerUp:
+    """The best set of independent pipelines the search priced (``PlanStructure.INDEPENDENT_PIPELINES``).
+
+    Attributes:
+        pipelines: the set (:class:`~heteroplan.planner.pipeline_set.PipelineSet`).
+        estimate: its :class:`~heteroplan.planner.model.pipeline_set.PipelineSetEstimate`.
+    """
+
+    pipelines: PipelineSet
+    estimate: PipelineSetEstimate
+
+    @property
+    def iteration_time_s(self) -> float:
+        return self.estimate.iteration_time_s
+
+    @property
+    def cost_per_iteration_usd(self) -> float:
+        return self.estimate.cost_per_iteration_usd
 
 
 @dataclass(frozen=True)
@@ -81,7 +141,8 @@ class RunnerUp:
     """The best plan the search priced in one family (see the module's note on pruning).
 
     Attributes:
-        family: its :class:`PlanFamily` (prints as ``GPU types A100-40+V100-16`` or ``PP 4``).
+        family: its :class:`PlanFamily` (prints as ``GPU types A100-40+V100-16``, ``PP 4`` or
+            ``layout mixed replicas``).
         plan: the plan.
         iteration_time_s: seconds per iteration, as the search priced it.
         cost_per_iteration_usd: $ per iteration, as the search priced it.

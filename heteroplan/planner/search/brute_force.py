@@ -7,6 +7,8 @@ two or more zones of one type (``span_zones``; replicas placed by
 ``sharding``, every choice of ZeRO-1 for the stages with several replicas and ``tp == 1``) is built as a
 :class:`Plan` and scored by :func:`heteroplan.planner.model.simulator.simulate` (an independent
 code path from the search's matrices). Exponential in the pipeline depth: small cases only.
+:func:`brute_force_pipeline_set` does the same for sets of two independent pipelines
+(:func:`~heteroplan.planner.model.pipeline_set.simulate_pipeline_set`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile
 from heteroplan.planner.goal import Goal
 from heteroplan.planner.model.microbatches import class_microbatches, two_class_totals
+from heteroplan.planner.model.pipeline_set import PipelineSetEstimate, simulate_pipeline_set
 from heteroplan.planner.model.simulator import (
     SHIPPED_PLATFORMS,
     PlatformConfigs,
@@ -28,10 +31,12 @@ from heteroplan.planner.model.simulator import (
     SimResult,
     simulate_plan,
 )
+from heteroplan.planner.pipeline_set import PipelineSet
 from heteroplan.planner.plan import OptimizerSharding, Plan, ReplicaGroup, Stage
 from heteroplan.planner.search.context import spread_replicas
 
-__all__ = ["enumerate_plans", "enumerate_mixed_plans", "brute_force", "sharding_variants"]
+__all__ = ["enumerate_plans", "enumerate_mixed_plans", "brute_force", "sharding_variants", "enumerate_pipeline_sets",
+           "brute_force_pipeline_set"]
 
 
 def _space(profile: ModelProfile, gbs: int, pool: Mapping[tuple[str, str], int], gpu_types: Mapping[str, GPUType],
@@ -162,10 +167,13 @@ def enumerate_mixed_plans(
     *,
     network: NetworkModel | None = None,
     config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS,
+    every_share: bool = False,
 ) -> Iterator[Plan]:
     """Every plan whose stages mix two pipeline kinds (``d1 + d2`` replicas, any ``dp``, one
     shared split), microbatches shared by :func:`~heteroplan.planner.model.microbatches.two_class_totals`
-    on the per-replica times that :func:`simulate` reports (capacity checked, memory not)."""
+    on the per-replica times that :func:`simulate` reports (capacity checked, memory not);
+    ``every_share``: instead each with every way to share the iteration's microbatches among its
+    replicas (each at least one; an oracle for the shares the search chooses, tiny cases only)."""
     network = network or load_network()
     L = profile.num_layers
     pools, total, mbs_all, tps = _space(profile, gbs, pool, gpu_types, microbatch_sizes)
@@ -179,7 +187,15 @@ def enumerate_mixed_plans(
                         if not _fits(pool, ((k1, d1), (k2, dp - d1))):
                             continue
                         for cuts in itertools.combinations(range(1, L), pp - 1):
-                            yield _mixed_plan(profile, gbs, mbs, (0, *cuts, L), (k1, k2), (d1, dp - d1), network, gpu_types, config)
+                            plan = _mixed_plan(profile, gbs, mbs, (0, *cuts, L), (k1, k2), (d1, dp - d1), network, gpu_types, config)
+                            yield from _every_share(plan) if every_share else (plan,)
+
+
+def _every_share(plan: Plan) -> Iterator[Plan]:
+    """``plan`` with every sharing of its microbatches among its replicas (each at least one)."""
+    total, D = sum(plan.microbatches()), plan.dp
+    for cuts in itertools.combinations(range(1, total), D - 1):
+        yield replace(plan, microbatches_per_replica=tuple(b - a for a, b in zip((0, *cuts), (*cuts, total), strict=True)))
 
 
 def _mixed_plan(profile, gbs, mbs, bounds, kinds, counts, network, gpu_types, config) -> Plan:
@@ -220,9 +236,11 @@ def brute_force(
     sharding: bool = False,
     network: NetworkModel | None = None,
     config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS,
+    every_share: bool = False,
 ) -> tuple[Plan, SimResult]:
     """Best plan by exhaustive enumeration (same objective and constraints as the search);
-    ``mixed`` adds the plans whose stages mix two pipeline kinds (:func:`enumerate_mixed_plans`);
+    ``mixed`` adds the plans whose stages mix two pipeline kinds (:func:`enumerate_mixed_plans`;
+    ``every_share``: with every sharing of the microbatches among their replicas);
     ``sharding`` every choice of ZeRO-1 for the stages with several replicas and TP 1 (not of the
     mixed plans)."""
     network = network or load_network()
@@ -231,7 +249,8 @@ def brute_force(
     plans = enumerate_plans(profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, span_zones, sharding)
     if mixed:
         plans = itertools.chain(plans, enumerate_mixed_plans(
-            profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, network=network, config=config))
+            profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, network=network, config=config,
+            every_share=every_share))
     for plan in plans:
         sim = simulate_plan(plan, profile=profile, network=network, gpu_types=dict(gpu_types), config=config)
         limit = [[gpu_types[r.gpu_type].memory_gb for r in s.replica_list()] for s in plan.stages]
@@ -244,4 +263,76 @@ def brute_force(
             best = (key, plan, sim)
     if best is None:
         raise InfeasibleError("no feasible plan in the enumerated space")
+    return best[1], best[2]
+
+
+def enumerate_pipeline_sets(
+    profile: ModelProfile,
+    gbs: int,
+    pool: Mapping[tuple[str, str], int],
+    gpu_types: Mapping[str, GPUType],
+    max_pp: int,
+    microbatch_sizes: tuple[int, ...] | None = None,
+) -> Iterator[PipelineSet]:
+    """Every set of two independent one-block pipelines on two different pools: each any TP,
+    depth up to ``max_pp``, layer split, ``dp`` and microbatch size, the two fitting the pool
+    together, with every sharing of the global batch (each replica at least one microbatch, spread
+    evenly over a pipeline's replicas). Memory is not checked here."""
+    L = profile.num_layers
+    pools, _, mbs_all, tps = _space(profile, gbs, pool, gpu_types, microbatch_sizes)
+    pipes: list[tuple[tuple[str, str], int, int, int, tuple[int, ...], int]] = []  # pool, tp, pp, dp, bounds, mbs
+    for p in pools:
+        for mbs in mbs_all:
+            for tp in tps(p[0], mbs):
+                for pp in range(1, min(max_pp, L) + 1):
+                    for dp in range(1, pool[p] // (tp * pp) + 1):
+                        for cuts in itertools.combinations(range(1, L), pp - 1):
+                            pipes.append((p, tp, pp, dp, (0, *cuts, L), mbs))
+    for one, two in itertools.combinations(pipes, 2):
+        if one[0] == two[0]:
+            continue
+        (p1, t1, _, d1, b1, m1), (p2, t2, _, d2, b2, m2) = one, two
+        for n1 in range(d1, gbs // m1 + 1):
+            rest = gbs - n1 * m1
+            if rest % m2 or rest // m2 < d2:
+                continue
+            yield PipelineSet((_one_block(profile, n1, m1, b1, p1, t1, d1), _one_block(profile, rest // m2, m2, b2, p2, t2, d2)))
+
+
+def _one_block(profile: ModelProfile, micro: int, mbs: int, bounds: tuple[int, ...], pool: tuple[str, str], tp: int,
+               dp: int) -> Plan:
+    """A one-block pipeline running ``micro`` microbatches of ``mbs`` spread evenly over ``dp`` replicas."""
+    groups = (ReplicaGroup(pool[0], pool[1], tp, dp),)
+    return Plan(profile.name, micro * mbs, mbs, tuple(Stage(a, b, groups) for a, b in zip(bounds[:-1], bounds[1:], strict=True)),
+                class_microbatches((dp,), (micro,)))
+
+
+def brute_force_pipeline_set(
+    profile: ModelProfile,
+    gbs: int,
+    pool: Mapping[tuple[str, str], int],
+    gpu_types: Mapping[str, GPUType],
+    objective: str = "throughput",
+    budget: float | None = None,
+    min_throughput: float | None = None,
+    *,
+    max_pp: int = 1,
+    microbatch_sizes: tuple[int, ...] | None = None,
+    network: NetworkModel | None = None,
+    config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS,
+) -> tuple[PipelineSet, PipelineSetEstimate]:
+    """The best set of :func:`enumerate_pipeline_sets` that fits memory and meets the goal, priced
+    by :func:`~heteroplan.planner.model.pipeline_set.simulate_pipeline_set`; tiny pools only."""
+    network = network or load_network()
+    goal = Goal.of(objective, budget, min_throughput)
+    best: tuple[tuple[float, float], PipelineSet, PipelineSetEstimate] | None = None
+    for pset in enumerate_pipeline_sets(profile, gbs, pool, gpu_types, max_pp, microbatch_sizes):
+        est = simulate_pipeline_set(pset, profile=profile, network=network, gpu_types=dict(gpu_types), config=config)
+        if not est.fits or not goal.meets(est.iteration_time_s, est.cost_per_iteration_usd):
+            continue
+        key = goal.key(est.iteration_time_s, est.cost_per_iteration_usd)
+        if best is None or key < best[0]:
+            best = (key, pset, est)
+    if best is None:
+        raise InfeasibleError("no feasible set of independent pipelines in the enumerated space")
     return best[1], best[2]

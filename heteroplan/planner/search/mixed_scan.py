@@ -4,10 +4,21 @@
   two blocks, each block one (type, zone) and TP degree), every ``dp`` up to the microbatches,
   every ``d1 + d2 = dp`` that fits the pool, every layer split: the space of
   :func:`~heteroplan.planner.search.brute_force.enumerate_mixed_plans`, exactly.
-- With pruning: the best plan found so far keeps its kind and ``dp``; a second kind (one or two
-  blocks, per GPU type the pool with the most idle GPUs) is added on the GPUs it leaves idle,
-  ``d2`` from the most that fit downwards while it improves (``patience``). The split is exact
-  (every split scored) where the splits are few (``PRUNED_ENUMERATE_UP_TO``), else the incumbent's.
+- With pruning, two passes:
+
+  1. the best plan found so far keeps its kind and ``dp``; a second kind (one or two
+     blocks, per GPU type the pool with the most idle GPUs) is added on the GPUs it leaves idle,
+     ``d2`` from the most that fit downwards while it improves (``patience``). The split is exact
+     (every split scored) where the splits are few (``PRUNED_ENUMERATE_UP_TO``), else the incumbent's.
+  2. *mixed replicas* (Metis-style stages whose replicas differ in GPU type or TP degree): every
+     pair of one-block kinds of the same depth that differ in GPU type or TP (both in one zone
+     unless ``SearchOptions.span_zones``), for every
+     microbatch size and every depth whose splits are few (``PRUNED_ENUMERATE_UP_TO``: every split
+     scored, with the microbatch shares, :func:`~heteroplan.planner.model.microbatches.two_class_totals`,
+     chosen jointly per split); the counts walk the two edges of the corner of the most replicas
+     that fit: ``d1`` from its most downwards with ``d2`` the most that fits beside it, and
+     ``d2`` downwards beside the most ``d1`` (``patience`` each). E.g. OPT-350 on 8 A100 + 8
+     V100: one stage of 8 A100 at TP 1 and 2 V100 at TP 4 (Sailor's plan of that pool).
 
 Both skip a layout whose lower bound (:func:`~heteroplan.planner.search.mixed_stages.mixed_lower_bound`)
 cannot beat the incumbent, exceeds the budget or misses the throughput floor. Depth is limited
@@ -16,8 +27,8 @@ to pipelines whose splits can all be scored (``ENUMERATE_UP_TO``) unless a split
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from itertools import combinations
+from collections.abc import Iterable, Iterator
+from itertools import combinations, permutations
 from math import comb
 
 import numpy as np
@@ -83,25 +94,38 @@ def _splits(searcher: SearchContext, pp: int, up_to: int = ENUMERATE_UP_TO) -> n
 Layout = tuple[tuple[Kind, Kind], tuple[int, int], int, np.ndarray]  # kinds, counts, mbs, splits
 
 
-def _groups(searcher: SearchContext) -> Iterator[list[Layout]]:
+def _groups(searcher: SearchContext) -> Iterator[Iterable[Layout]]:
     """Groups of mixed layouts to price, in the order described in the module docstring; with
-    pruning a group is one second kind with ``d2`` falling from the most that fit."""
-    pool = dict(searcher.pool)
+    pruning a group is one second kind with ``d2`` falling from the most that fit (pass 1), or one
+    edge of one pair of one-block kinds' replica counts (pass 2)."""
     if not searcher.options.prune:
-        total = sum(pool.values())
-        max_pp = searcher.options.max_pp or min(searcher.L, 16)
-        for mbs in searcher.microbatch_sizes():
-            M = searcher.gbs // mbs
-            for pp in range(1, min(max_pp, searcher.L) + 1):
-                bnd = _splits(searcher, pp)
-                if bnd is None:
-                    continue
-                for k1, k2 in combinations(pipeline_kinds(searcher, pp, mbs, pool), 2):
-                    for dp in range(2, min(M, total) + 1):
-                        for d1 in range(1, dp):
-                            if fits(pool, ((k1, d1), (k2, dp - d1))):
-                                yield [((k1, k2), (d1, dp - d1), mbs, bnd)]
+        yield from _exhaustive_groups(searcher)
         return
+    yield from _incumbent_groups(searcher)
+    yield from _replica_mix_groups(searcher)
+
+
+def _exhaustive_groups(searcher: SearchContext) -> Iterator[list[Layout]]:
+    """Without pruning: every pair of kinds, ``dp`` and ``d1 + d2 = dp`` (one layout per group)."""
+    pool = dict(searcher.pool)
+    total = sum(pool.values())
+    max_pp = searcher.options.max_pp or min(searcher.L, 16)
+    for mbs in searcher.microbatch_sizes():
+        M = searcher.gbs // mbs
+        for pp in range(1, min(max_pp, searcher.L) + 1):
+            bnd = _splits(searcher, pp)
+            if bnd is None:
+                continue
+            for k1, k2 in combinations(pipeline_kinds(searcher, pp, mbs, pool), 2):
+                for dp in range(2, min(M, total) + 1):
+                    for d1 in range(1, dp):
+                        if fits(pool, ((k1, d1), (k2, dp - d1))):
+                            yield [((k1, k2), (d1, dp - d1), mbs, bnd)]
+
+
+def _incumbent_groups(searcher: SearchContext) -> Iterator[list[Layout]]:
+    """Pass 1: a second kind on the GPUs the best plan so far leaves idle."""
+    pool = dict(searcher.pool)
     inc = searcher.incumbent
     kind = kind_of(inc.plan) if inc is not None else None
     if inc is None or kind is None:
@@ -145,7 +169,7 @@ def scan_mixed(searcher: SearchContext) -> None:
 
 def _price(searcher: SearchContext, kinds: tuple[Kind, Kind], counts: tuple[int, int], mbs: int, bnd: np.ndarray) -> Candidate | None:
     """The mixed layout's best candidate, or None (skipped by its bounds, or nothing fits)."""
-    t_lb, c_lb = mixed_lower_bound(searcher, kinds, counts, mbs)
+    t_lb, c_lb = mixed_lower_bound(searcher, kinds, counts, mbs, bnd)
     if searcher.goal.bounds_fail(t_lb, c_lb):
         searcher.skipped += 1
         return None
@@ -154,3 +178,80 @@ def _price(searcher: SearchContext, kinds: tuple[Kind, Kind], counts: tuple[int,
         searcher.skipped += 1
         return None
     return evaluate_mixed(searcher, kinds, counts, mbs, bnd, inc)
+
+
+def _most(capacity: dict[tuple[str, str], int], kind: Kind, limit: int) -> int:
+    """The most replicas of ``kind`` (at most ``limit``) that fit ``capacity``."""
+    per: dict[tuple[str, str], int] = {}
+    for b in kind:
+        per[b.pool] = per.get(b.pool, 0) + b.stages * b.tp
+    return max(0, min([limit, *(capacity.get(p, 0) // n for p, n in per.items())]))
+
+
+def _left(capacity: dict[tuple[str, str], int], kind: Kind, count: int) -> dict[tuple[str, str], int]:
+    """``capacity`` less ``count`` replicas of ``kind``."""
+    out = dict(capacity)
+    for b in kind:
+        out[b.pool] -= b.stages * b.tp * count
+    return out
+
+
+def _replica_mix_groups(searcher: SearchContext) -> Iterator[Iterable[Layout]]:
+    """Pass 2 (mixed replicas): pairs of one-block kinds that differ in GPU type or TP degree
+    (in one zone unless ``span_zones``), every microbatch
+    size, depths from 1 whose splits can all be scored, stopping after ``patience`` depths that
+    do not improve the best plan; two groups per pair, the edges of the corner of the most
+    replicas that fit (kind 1 first; both orders where the kinds share a pool, since they then
+    compete for its GPUs). Lazy: the scan prices a group before the next is made."""
+    pool = dict(searcher.pool)
+    pools = sorted(p for p, n in pool.items() if n > 0)
+    max_pp = min(searcher.options.max_pp or min(searcher.L, 16), searcher.L)
+    for mbs in searcher.microbatch_sizes():
+        M = searcher.gbs // mbs
+        stale = 0
+        for pp in range(1, max_pp + 1):
+            bnd = _splits(searcher, pp, PRUNED_ENUMERATE_UP_TO)
+            if bnd is None or stale >= searcher.options.patience:
+                break
+            before = searcher.incumbent
+            kinds = [k for k in ((PipelineBlock(p, tp, pp),) for p in pools for tp in searcher.tps(p[0], mbs))
+                     if fits(pool, ((k, 1),))]
+            for (i, k1), (j, k2) in permutations(enumerate(kinds), 2):
+                b1, b2 = k1[0], k2[0]
+                shared = b1.pool == b2.pool
+                if not shared and j < i:
+                    continue  # disjoint pools: the counts do not compete, one order is enough
+                if (b1.pool[0], b1.tp) == (b2.pool[0], b2.tp) or (b1.pool[1] != b2.pool[1] and not searcher.options.span_zones):
+                    continue  # same hardware in two zones: the zone-spanning family's (span_zones)
+                d1_top = _most(pool, k1, M - 1)
+                d2_top = _most(_left(pool, k1, d1_top), k2, M - d1_top) if d1_top else 0
+                if d2_top < 1:
+                    continue
+                if not shared and _corner_fails(searcher, (k1, k2), (d1_top, d2_top), mbs):
+                    searcher.skipped += 1
+                    continue
+                yield [((k1, k2), (d1_top, d2), mbs, bnd) for d2 in range(d2_top, 0, -1)]  # d2 falling
+                yield _d1_edge(pool, (k1, k2), d1_top, M, mbs, bnd)
+            stale = 0 if searcher.incumbent is not before else stale + 1
+
+
+def _d1_edge(pool: dict[tuple[str, str], int], kinds: tuple[Kind, Kind], d1_top: int, M: int, mbs: int,
+             bnd: np.ndarray) -> Iterator[Layout]:
+    """``d1`` falling from below ``d1_top``, ``d2`` the most that fits beside it (lazily: the scan stops early)."""
+    k1, k2 = kinds
+    for d1 in range(d1_top - 1, 0, -1):
+        d2 = _most(_left(pool, k1, d1), k2, M - d1)
+        if d2 >= 1:
+            yield (kinds, (d1, d2), mbs, bnd)
+
+
+def _corner_fails(searcher: SearchContext, kinds: tuple[Kind, Kind], counts: tuple[int, int], mbs: int) -> bool:
+    """Whether no count at or below ``counts`` can beat the incumbent: for the throughput objective
+    the compute part of the time bound (:func:`~heteroplan.planner.search.mixed_stages.mixed_lower_bound`)
+    only falls as replicas are added, so the corner's bounds every layout below it (the sync part
+    does not fall: it is left out here)."""
+    inc = searcher.incumbent
+    if inc is None or not searcher.goal.wants_throughput:
+        return False
+    t_lb, _ = mixed_lower_bound(searcher, kinds, counts, mbs)
+    return t_lb >= inc.key[0]

@@ -56,13 +56,17 @@ def mixed_groups(h1: PipelineBlock, d1: int, h2: PipelineBlock, d2: int) -> tupl
     return (ReplicaGroup(h1.pool[0], h1.pool[1], h1.tp, d1), ReplicaGroup(h2.pool[0], h2.pool[1], h2.tp, d2))
 
 
-def mixed_lower_bound(searcher: SearchContext, kinds: tuple[Kind, Kind], counts: tuple[int, int], mbs: int) -> tuple[float, float]:
-    """Lower bounds (iteration seconds, $/iteration) of any split of a mixed layout.
+def mixed_lower_bound(searcher: SearchContext, kinds: tuple[Kind, Kind], counts: tuple[int, int], mbs: int,
+                      bnd: np.ndarray | None = None) -> tuple[float, float]:
+    """Lower bounds (iteration seconds, $/iteration) of any split of a mixed layout (of the splits
+    ``bnd``, when given).
 
     Kind ``c``'s slowest replica runs ``m_c`` microbatches, ``sum_c d_c m_c >= M``, and takes at
     least ``(m_c - 1) beta_c + F`` (``beta_c``: :meth:`SearchContext.lower_bound`'s bottleneck bound,
     ``F`` the least whole-model compute of any block); so
-    ``T >= F + (M - D) / sum_c (d_c / beta_c)``."""
+    ``T >= F + (M - D) / sum_c (d_c / beta_c)``. With ``bnd``, plus the least over those splits of
+    the slowest stage's all-reduce and update (the time is the pipeline's plus that sync, so the
+    least of each part bounds their sum)."""
     M = searcher.gbs // mbs
     speed, least = 0.0, np.inf
     for kind, d in zip(kinds, counts, strict=True):
@@ -70,7 +74,20 @@ def mixed_lower_bound(searcher: SearchContext, kinds: tuple[Kind, Kind], counts:
         speed += d * sum(b.stages / max(f, 1e-12) for b, f in zip(kind, full, strict=True))
         least = min(least, *full)
     t_lb = least + (M - sum(counts)) / speed
+    if bnd is not None:
+        t_lb += _least_sync(searcher, kinds, counts, mbs, bnd)
     return t_lb, mixed_rate(searcher, kinds, counts) * t_lb
+
+
+def _least_sync(searcher: SearchContext, kinds: tuple[Kind, Kind], counts: tuple[int, int], mbs: int,
+                bnd: np.ndarray) -> float:
+    """The least over the splits ``bnd`` of the slowest stage's all-reduce + update seconds."""
+    hw1, hw2 = stage_hardware(kinds[0]), stage_hardware(kinds[1])
+    sync = np.zeros(len(bnd))
+    for s in range(len(hw1)):
+        y, _ = _ring(searcher, hw1[s], counts[0], hw2[s], counts[1], mbs)
+        sync = np.maximum(sync, y[bnd[:, s], bnd[:, s + 1]])
+    return float(sync.min())
 
 
 def mixed_rate(searcher: SearchContext, kinds: tuple[Kind, Kind], counts: tuple[int, int]) -> float:

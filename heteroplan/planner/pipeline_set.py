@@ -1,0 +1,131 @@
+"""Independent pipelines in one plan (FlashFlex / HexiScale style; issue 50).
+
+A :class:`PipelineSet` trains one model with several pipelines, each a :class:`~heteroplan.planner.plan.Plan`
+of its own: its depth, layer split, data-parallel replicas (groups of GPU type, zone and TP),
+microbatch size and microbatches per replica, over its share of the global batch (the pipeline's
+``global_batch_size``; the shares add up to the set's). After every pipeline has run its
+microbatches, the gradients are synchronised by one all-reduce per *layer range*: the ranges
+between consecutive stage boundaries of any pipeline (:meth:`PipelineSet.segments`), each a ring
+over every replica of every pipeline that holds it (all of them: every pipeline holds every layer).
+
+Files (:meth:`PipelineSet.to_json`): ``{"format_version": 2, "pipelines": [plan, ...]}``, each entry
+a plan in :meth:`Plan.to_dict`'s form. The runtime does not execute a set yet (docs/sailor.md,
+"What is not done").
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from heteroplan.atomic_json import write_json_atomic
+from heteroplan.errors import InputError
+from heteroplan.inputs import read_json
+from heteroplan.planner.plan import FORMAT_VERSION, OptimizerSharding, Plan
+
+__all__ = ["PipelineSet"]
+
+
+@dataclass(frozen=True)
+class PipelineSet:
+    """Independent pipelines of one model, synchronised by one gradient all-reduce per layer range.
+
+    Attributes:
+        pipelines: the pipelines (at least one), each a :class:`Plan` over its share of the global
+            batch; all of one model and precision, none sharding its optimizer state (ZeRO-1 shards
+            over one pipeline's replicas, which a set's all-reduce does not know).
+    """
+
+    pipelines: tuple[Plan, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pipelines", tuple(self.pipelines))
+        if not self.pipelines or not all(isinstance(p, Plan) for p in self.pipelines):
+            raise InputError("pipeline_set.pipelines", self.pipelines, "need at least one Plan")
+        first = self.pipelines[0]
+        for i, p in enumerate(self.pipelines):
+            for name in ("model", "precision", "num_layers"):
+                if getattr(p, name) != getattr(first, name):
+                    raise InputError(f"pipeline_set.pipelines[{i}].{name}", getattr(p, name),
+                                     f"every pipeline needs the first one's {name} ({getattr(first, name)})")
+            if any(s.optimizer_sharding is not OptimizerSharding.NONE for s in p.stages):
+                raise InputError(f"pipeline_set.pipelines[{i}].optimizer_sharding", "zero1",
+                                 "a pipeline of a set cannot shard its optimizer state")
+
+    @property
+    def model(self) -> str:
+        return self.pipelines[0].model
+
+    @property
+    def num_layers(self) -> int:
+        return self.pipelines[0].num_layers
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples per iteration: the pipelines' shares added up."""
+        return sum(p.global_batch_size for p in self.pipelines)
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(p.num_gpus for p in self.pipelines)
+
+    @property
+    def replicas(self) -> int:
+        """Data-parallel replicas of every layer: every pipeline's replicas."""
+        return sum(p.dp for p in self.pipelines)
+
+    def segments(self) -> tuple[tuple[int, int], ...]:
+        """The layer ranges ``[first, last)`` between consecutive stage boundaries of any pipeline:
+        the all-reduces of an iteration, one per range."""
+        cuts = sorted({s.first_layer for p in self.pipelines for s in p.stages} | {self.num_layers})
+        return tuple(zip(cuts[:-1], cuts[1:], strict=True))
+
+    def gpus_by_type_zone(self) -> dict[tuple[str, str], int]:
+        """GPUs used per (type, zone), all pipelines together."""
+        out: dict[tuple[str, str], int] = {}
+        for p in self.pipelines:
+            for key, n in p.gpus_by_type_zone().items():
+                out[key] = out.get(key, 0) + n
+        return out
+
+    def describe(self) -> str:
+        """Multi-line summary: one block per pipeline."""
+        lines = [f"{len(self.pipelines)} independent pipelines of {self.model}: GBS {self.global_batch_size}, "
+                 f"{self.num_gpus} GPUs, {len(self.segments())} all-reduce layer ranges"]
+        for i, p in enumerate(self.pipelines):
+            lines.append(f" pipeline {i} ({p.global_batch_size} samples): " + p.describe())
+        return "\n".join(lines)
+
+    # -------------------------------------------------------------- serialize
+    def to_dict(self) -> dict[str, Any]:
+        """``{"format_version": 2, "pipelines": [plan dict, ...]}``."""
+        return {"format_version": FORMAT_VERSION, "pipelines": [p.to_dict() for p in self.pipelines]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PipelineSet:
+        """Build from :meth:`to_dict`'s form (each pipeline read by :meth:`Plan.from_dict`)."""
+        if not isinstance(data, Mapping):
+            raise InputError("pipeline_set", type(data).__name__, "must be a JSON object")
+        unknown = sorted(set(data) - {"format_version", "pipelines"})
+        if unknown:
+            raise InputError(f"pipeline_set.{unknown[0]}", data[unknown[0]], "unknown key; known: ['pipelines']")
+        if data.get("format_version", FORMAT_VERSION) != FORMAT_VERSION:
+            raise InputError("pipeline_set.format_version", data.get("format_version"), f"this heteroplan reads {FORMAT_VERSION}")
+        pipelines = data.get("pipelines")
+        if not isinstance(pipelines, list) or not pipelines:
+            raise InputError("pipeline_set.pipelines", pipelines, "must be a non-empty list of plans")
+        return cls(tuple(Plan.from_dict(p) for p in pipelines))
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        """The set as JSON text; with ``path``, also written there atomically (missing directories created)."""
+        if path is not None:
+            write_json_atomic(Path(path), self.to_dict())
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> PipelineSet:
+        """Read a set written by :meth:`to_json`."""
+        return cls.from_dict(read_json(path, "pipeline set JSON"))
