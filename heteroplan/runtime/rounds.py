@@ -22,8 +22,10 @@ import enum
 import logging
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,7 @@ from heteroplan.policies.registry import make_policy
 from heteroplan.runtime.backends import ExecutionBackend, JobHandle, LocalBackend
 from heteroplan.runtime.checkpoint import latest_checkpoint
 from heteroplan.runtime.config import RunConfig, StepMetrics, make_optimizer
+from heteroplan.runtime.launch import RunResult
 from heteroplan.runtime.models import TrainTask
 from heteroplan.scheduling import Decision, DecisionKind, JobRecord, SchedulingSession, StepTiming
 from heteroplan.signals import StopFlag, stop_on_signals
@@ -218,6 +221,35 @@ class _Running:
     first_step: bool = False  # its first iteration has been reported
 
 
+def _halt(handle: JobHandle) -> RunResult:
+    """Ask ``handle``'s ranks to stop at an iteration boundary and wait for them (they checkpoint)."""
+    handle.stop()
+    return handle.wait()
+
+
+def _concurrently(calls: Mapping[str, Callable[[], Any]]) -> dict[str, Any]:
+    """Each call's result (or the :class:`RankFailure` it raised), the calls run in threads at once:
+    a round's starts and stops overlap their waits (actor start-up, checkpoints) instead of adding
+    them up. Any other exception is raised once every call has ended."""
+    if len(calls) <= 1:
+        out: dict[str, Any] = {}
+        for key, call in calls.items():
+            try:
+                out[key] = call()
+            except RankFailure as exc:
+                out[key] = exc
+        return out
+    with ThreadPoolExecutor(max_workers=min(len(calls), 16)) as pool:
+        futures = {key: pool.submit(call) for key, call in calls.items()}
+    out = {}
+    for key, future in futures.items():
+        exc = future.exception()
+        if exc is not None and not isinstance(exc, RankFailure):
+            raise exc
+        out[key] = exc if exc is not None else future.result()
+    return out
+
+
 class _Declared(PolicyBase):
     """A policy object that only has ``allocate`` (and maybe ``name``), with the round loop's
     defaults: the runtime's jobs are elastic (their GPU count may change)."""
@@ -368,20 +400,21 @@ class RoundExecutor:
     def _now(self) -> float:
         return self._clock0 + time.monotonic() - self._t0
 
-    def _stop(self, job: RuntimeJob) -> None:
-        """Stop ``job`` at an iteration boundary (it checkpoints); a failure while stopping counts."""
-        run = self._running.pop(job.job_id)
-        try:
-            run.handle.stop()
-            result = run.handle.wait()
-        except RankFailure as exc:
-            self._running[job.job_id] = run
-            self._failed(job, exc, EventKind.FAIL)
-            return
-        self._observe(job, run)
-        self._report_steps(job, max(result.final_step, self._steps_done(job)))
-        if result.final_step >= job.steps and self.session.record(job.job_id).finish_time is None:
-            self.session.finish(job.job_id, self._now())
+    def _stop(self, *jobs: RuntimeJob) -> None:
+        """Stop ``jobs`` at an iteration boundary (they checkpoint), all at once; a failure while
+        stopping counts as a failure."""
+        runs = {job.job_id: self._running[job.job_id] for job in jobs}
+        outcomes = _concurrently({jid: partial(_halt, run.handle) for jid, run in runs.items()})
+        for job in jobs:
+            result = outcomes[job.job_id]
+            if isinstance(result, RankFailure):
+                self._failed(job, result, EventKind.FAIL)
+                continue
+            self._running.pop(job.job_id)
+            self._observe(job, runs[job.job_id])
+            self._report_steps(job, max(result.final_step, self._steps_done(job)))
+            if result.final_step >= job.steps and self.session.record(job.job_id).finish_time is None:
+                self.session.finish(job.job_id, self._now())
 
     def _failed(self, job: RuntimeJob, exc: RankFailure, kind: EventKind) -> None:
         """``job``'s run failed: its ranks are gone; it restarts from its checkpoint next round, or
@@ -403,23 +436,30 @@ class RoundExecutor:
             self.session.give_up(job.job_id, now, reason)
             self._events.append(ExecutorEvent(EventKind.GIVE_UP, job.job_id, now, reason))
 
-    def _launch(self, job: RuntimeJob, decision: Decision, decided: float) -> None:
-        alloc = decision.allocation
-        assert alloc is not None
-        plan = job_plan(job, alloc, self._num_layers(job), self._steps_done(job) / job.steps)
+    def _launch(self, starts: list[Decision], decided: float) -> None:
+        """Start the jobs of ``starts`` on their allocations, all at once (a backend's start-up:
+        process or actor start, rendezvous, checkpoint probe)."""
         started = self._now()
-        try:
-            handle = self.backend.launch(job.job_id, plan, alloc, job.task, self._config(job))
-        except RankFailure as exc:
-            self._failed(job, exc, EventKind.FAIL)
-            return
-        run = _Running(handle, alloc, started=started, decided=decided, assumed_s=decision.restore_s,
-                       restart=self.session.record(job.job_id).restarts > 0)
-        self._running[job.job_id] = run
-        if handle.placements:
-            self.placements.setdefault(job.job_id, []).append((alloc, tuple(handle.placements)))
-        self._events.append(ExecutorEvent(EventKind.START, job.job_id, self._now(),
-                                          f"{alloc.num_gpus} x {alloc.gpu_type}"))
+        calls = {}
+        for d in starts:
+            job, alloc = self._by_id[d.job_id], d.allocation
+            assert alloc is not None
+            plan = job_plan(job, alloc, self._num_layers(job), self._steps_done(job) / job.steps)
+            calls[d.job_id] = partial(self.backend.launch, job.job_id, plan, alloc, job.task, self._config(job))
+        handles = _concurrently(calls)
+        for d in starts:
+            job, alloc, handle = self._by_id[d.job_id], d.allocation, handles[d.job_id]
+            assert alloc is not None
+            if isinstance(handle, RankFailure):
+                self._failed(job, handle, EventKind.FAIL)
+                continue
+            self._running[job.job_id] = _Running(handle, alloc, started=started, decided=decided,
+                                                 assumed_s=d.restore_s,
+                                                 restart=self.session.record(job.job_id).restarts > 0)
+            if handle.placements:
+                self.placements.setdefault(job.job_id, []).append((alloc, tuple(handle.placements)))
+            self._events.append(ExecutorEvent(EventKind.START, job.job_id, self._now(),
+                                              f"{alloc.num_gpus} x {alloc.gpu_type}"))
 
     def _refresh_cluster(self) -> None:
         """Read the backend's cluster; when it changed, the session schedules on the new one and
@@ -469,8 +509,9 @@ class RoundExecutor:
                         break
                     self._round(index, stopped)
             finally:
-                for jid in list(self._running):
-                    self._stop(self._by_id[jid])
+                stopping = list(self._running)
+                self._stop(*(self._by_id[jid] for jid in stopping))
+                for jid in stopping:
                     record = self.session.record(jid)
                     if record.finish_time is None and record.gave_up is None:
                         self.session.release(jid, self._now())  # stopped, checkpointed: restarted on resume
@@ -484,11 +525,13 @@ class RoundExecutor:
         now = self._now()
         decided = time.monotonic()
         decisions = self.session.round(now)
-        for d in decisions:
-            if d.job_id in self._running and d.kind in (DecisionKind.PREEMPT, DecisionKind.RESCALE):
-                self._stop(self._by_id[d.job_id])
-                kind = EventKind.STOP if d.kind is DecisionKind.PREEMPT else EventKind.RESCALE
-                self._events.append(ExecutorEvent(kind, d.job_id, self._now()))
+        moved = [d for d in decisions
+                 if d.job_id in self._running and d.kind in (DecisionKind.PREEMPT, DecisionKind.RESCALE)]
+        self._stop(*(self._by_id[d.job_id] for d in moved))
+        for d in moved:
+            kind = EventKind.STOP if d.kind is DecisionKind.PREEMPT else EventKind.RESCALE
+            self._events.append(ExecutorEvent(kind, d.job_id, self._now()))
+        starts = []
         for d in decisions:
             if d.allocation is None:
                 continue
@@ -497,8 +540,9 @@ class RoundExecutor:
                 continue
             record = self.session.record(d.job_id)
             if record.finish_time is None and record.gave_up is None:
-                self._launch(self._by_id[d.job_id], d, decided)
-        self._wait_round(time.monotonic() + self.round_length, stopped)
+                starts.append(d)
+        self._launch(starts, decided)
+        self._wait_round(decided + self.round_length, stopped)  # rounds start on the clock, as simulated
         for jid, run in list(self._running.items()):
             self._observe(self._by_id[jid], run)
         entry = RoundLog(index, now, {j: (a.gpu_type, a.num_gpus) for j, a in decisions.allocations.items()},
