@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import enum
 import math
+import numbers
 import time
 import warnings
 from dataclasses import dataclass
@@ -62,6 +63,7 @@ from heteroplan.policies.base import (
     ReportsSolveGap,
     check_allocations,
 )
+from heteroplan.scheduling.admission import Parked, admission
 from heteroplan.scheduling.decisions import Decision, DecisionKind, RoundDecisions, StepTiming
 from heteroplan.scheduling.policy_check import check_policy, restart_delay_of
 from heteroplan.scheduling.records import JobRecord
@@ -94,7 +96,8 @@ class _Job:
     arrival_time: float
     requested_gpus: int
     max_gpus: int
-    elastic: bool
+    elastic: bool  # the policy may rescale it (the policy and the job are elastic)
+    rigid: bool  # submitted with elastic=False: it runs on exactly requested_gpus
     total_work: float
     own_restart_delay: float
     estimator: PerfModel | None
@@ -119,6 +122,8 @@ class _Job:
     phi: float | None = None
     reported: bool = False
     warned: bool = False
+    admitted_on: tuple[object, int] | None = None  # (cluster, observations) of the admission below
+    parked: Parked | None = None
 
     @property
     def fraction_done(self) -> float:
@@ -194,31 +199,35 @@ class SchedulingSession:
             raise InputError("job_id", job_id, "must be a non-empty string")
         if job_id in self._jobs:
             raise InputError("job_id", job_id, "already submitted; job ids must be unique")
-        if not (isinstance(arrival_time, int | float) and math.isfinite(arrival_time) and arrival_time >= 0):
-            raise InputError(f"job[{job_id}].arrival_time", arrival_time, "must be seconds >= 0")
+        arrival_time = _seconds(f"job[{job_id}].arrival_time", arrival_time)
         app = _app_or_none(application)
         kind, estimator = _resolve_model(job_id, application, perf_model)
         if total_work is None:
             if app is None:
                 raise InputError(f"job[{job_id}].total_work", None, "give the work (model units) of a non-Sia job")
             total_work = app.total_work
-        if not (isinstance(total_work, int | float) and total_work > 0 and math.isfinite(total_work)):
-            raise InputError(f"job[{job_id}].total_work", total_work, "must be > 0 work units")
+        if not (_real(total_work) and 0 < total_work < math.inf):
+            raise InputError(f"job[{job_id}].total_work", total_work, "must be a finite number > 0 of work units")
         if isinstance(requested_gpus, bool) or not isinstance(requested_gpus, int) or requested_gpus < 1:
             raise InputError(f"job[{job_id}].requested_gpus", requested_gpus, "must be an integer >= 1")
         if max_gpus is None:
             max_gpus = int(app.max_batch_size) if app is not None else requested_gpus
         if isinstance(max_gpus, bool) or not isinstance(max_gpus, int) or max_gpus < 1:
             raise InputError(f"job[{job_id}].max_gpus", max_gpus, "must be an integer >= 1")
+        if max_gpus < requested_gpus:
+            raise InputError(f"job[{job_id}].max_gpus", max_gpus,
+                             f"must be >= requested_gpus ({requested_gpus}): a job never runs above its maximum")
         if restart_delay_s is None:
             restart_delay_s = app.restart_delay if app is not None else 0.0
-        if not (isinstance(restart_delay_s, int | float) and restart_delay_s >= 0 and math.isfinite(restart_delay_s)):
-            raise InputError(f"job[{job_id}].restart_delay_s", restart_delay_s, "must be seconds >= 0")
+        restart_delay_s = _seconds(f"job[{job_id}].restart_delay_s", restart_delay_s)
+        if not isinstance(elastic, bool):
+            raise InputError(f"job[{job_id}].elastic", elastic, "must be True or False")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
             raise InputError(f"job[{job_id}].batch_size", batch_size, "must be an integer >= 0 samples")
         self._jobs[job_id] = _Job(
             job_id=job_id, application=str(application), arrival_time=float(arrival_time),
-            requested_gpus=requested_gpus, max_gpus=max_gpus, elastic=bool(self.policy.elastic) and bool(elastic),
+            requested_gpus=requested_gpus, max_gpus=max_gpus, elastic=bool(self.policy.elastic) and elastic,
+            rigid=not elastic,
             total_work=float(total_work), own_restart_delay=float(restart_delay_s), estimator=estimator,
             given_batch=batch_size, model_kind=kind)
         self._live[job_id] = self._jobs[job_id]
@@ -238,47 +247,75 @@ class SchedulingSession:
                 ``set_measured_phi``).
         """
         job = self._job(job_id)
+        self._check_report(job, work_done, steps_done, batch_size, step_timing, phi)
+        if job.finish_time is not None:
+            for name, value, final in (("work_done", work_done, job.work_done), ("steps_done", steps_done, job.steps_done),
+                                       ("batch_size", batch_size, job.batch_size), ("step_timing", step_timing, None),
+                                       ("phi", phi, job.phi)):
+                if value is not None and value != final:
+                    raise InputError(f"job[{job_id}].{name}", value,
+                                     f"the job finished at {job.finish_time} s; its record is final")
+            return  # it restates the final record: nothing to do
         if work_done is not None:
-            if not (isinstance(work_done, int | float) and work_done >= 0 and math.isfinite(work_done)):
-                raise InputError(f"job[{job_id}].work_done", work_done, "must be work units >= 0")
             if work_done > job.work_done and job.allocation is not None:
                 job.max_gpus_run = max(job.max_gpus_run, job.allocation.num_gpus)
             job.work_done = float(work_done)
             job.reported = True
         if steps_done is not None:
-            if isinstance(steps_done, bool) or not isinstance(steps_done, int) or steps_done < 0:
-                raise InputError(f"job[{job_id}].steps_done", steps_done, "must be an integer >= 0")
             if work_done is None and steps_done > job.steps_done and job.allocation is not None:
                 job.max_gpus_run = max(job.max_gpus_run, job.allocation.num_gpus)
             job.steps_done = steps_done
             job.reported = True
         if batch_size is not None:
-            if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
-                raise InputError(f"job[{job_id}].batch_size", batch_size, "must be an integer >= 0 samples")
             job.batch_size = batch_size
         if step_timing is not None:
-            if not isinstance(step_timing, StepTiming):
-                raise InputError(f"job[{job_id}].step_timing", type(step_timing).__name__, "must be a StepTiming")
             observe = getattr(job.estimator, "observe", None)
             if observe is not None:
                 observe(step_timing.gpu_type, list(step_timing.placement), step_timing.local_bsz,
                         step_timing.step_time, step_timing.sync_time)
                 job.observations += 1
         if phi is not None:
-            if not (isinstance(phi, int | float) and phi > 0):
-                raise InputError(f"job[{job_id}].phi", phi, "must be a noise scale > 0 samples")
             job.phi = float(phi)
             setter = getattr(job.estimator, "set_measured_phi", None)
             if setter is not None:
                 setter(float(phi))
-        if job.reported:  # a finished job reported to: its flag is cleared at the next settle
-            self._live[job_id] = job
+
+    def _check_report(self, job: _Job, work_done: object, steps_done: object, batch_size: object,
+                      step_timing: object, phi: object) -> None:
+        """Refuse (before anything changes) a report that is not a number, or that rewinds progress."""
+        where = f"job[{job.job_id}]"
+        if work_done is not None:
+            if not (_real(work_done) and 0 <= work_done < math.inf):
+                raise InputError(f"{where}.work_done", work_done, "must be a finite number >= 0 of work units")
+            if work_done < job.work_done:
+                raise InputError(f"{where}.work_done", work_done,
+                                 f"is less than the {job.work_done} work units reported before; work never goes back")
+        for name, value, before in (("steps_done", steps_done, job.steps_done), ("batch_size", batch_size, None)):
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InputError(f"{where}.{name}", value, "must be an integer >= 0")
+            if before is not None and value < before:
+                raise InputError(f"{where}.{name}", value, f"is less than the {before} reported before; "
+                                 "steps never go back")
+        if step_timing is not None:
+            known = set(self.cluster.type_names)
+            if job.model_kind in (ModelKind.BOOTSTRAP, ModelKind.ORACLE, ModelKind.TABLE):
+                known |= set(job.estimator.gpu_types)  # type: ignore[union-attr]
+            _check_timing(f"{where}.step_timing", step_timing, known, len(self.cluster.nodes))
+        if phi is not None and not (_real(phi) and 0 < phi < math.inf):
+            raise InputError(f"{where}.phi", phi, "must be a finite noise scale > 0 samples")
 
     def finish(self, job_id: str, at: float) -> JobRecord:
         """Mark a job done at time ``at`` (s; within the current round); returns its record."""
         job = self._job(job_id)
         if job.finish_time is not None:
             raise InputError(f"job[{job_id}]", job_id, f"already finished at {job.finish_time} s")
+        at = _seconds(f"job[{job_id}].finish.at", at)
+        if at < job.arrival_time:
+            raise InputError(f"job[{job_id}].finish.at", at, f"is before the job's arrival ({job.arrival_time} s)")
+        if self._last_round is not None and at < self._last_round:
+            raise InputError(f"job[{job_id}].finish.at", at, f"is before the last round ({self._last_round} s)")
         if job.allocation is not None and self._last_round is not None:
             job.gpu_seconds += job.allocation.num_gpus * max(0.0, at - self._last_round)
             job.restored += min(job.restore_left, max(0.0, at - self._last_round))
@@ -296,15 +333,18 @@ class SchedulingSession:
         Raises :class:`~heteroplan.errors.PolicyError` when the policy fails or returns an
         allocation the cluster cannot carry out (``AllocationError``).
         """
-        if self._last_round is not None and now < self._last_round:
-            raise InputError("now", now, f"is before the previous round ({self._last_round} s)")
+        now = self._clock(now)
         self.settle(now)
-        order = sorted((j for j in self._live.values() if j.finish_time is None and j.arrival_time <= now),
-                       key=lambda j: (j.arrival_time, j.job_id))
+        active = sorted((j for j in self._live.values() if j.finish_time is None and j.arrival_time <= now),
+                        key=lambda j: (j.arrival_time, j.job_id))
+        order = [j for j in active if self._admit(j) is None]  # parked jobs are not the policy's
         allocations, seconds = self._allocate(order, now) if order else ({}, 0.0)  # nobody active: no policy call
         solved = self.policy.last_result if order and isinstance(self.policy, ReportsSolveGap) else None
         decisions = []
-        for job in order:
+        for job in active:
+            if job.parked is not None:
+                decisions.append(self._park(job))
+                continue
             job.active_rounds += 1
             job.active_sum += len(order)
             decisions.append(self._decide(job, allocations.get(job.job_id), now))
@@ -315,9 +355,10 @@ class SchedulingSession:
     def settle(self, now: float) -> None:
         """Charge the GPUs held since the last round through ``now`` (s) and age restores; called
         by :meth:`round`, and by a caller that stops and wants final records."""
+        now = self._clock(now)
         if self._last_round is None:
             return
-        elapsed = max(0.0, now - self._last_round)
+        elapsed = now - self._last_round
         for job in list(self._live.values()):
             alloc = job.allocation
             if job.finish_time is not None or alloc is None:
@@ -333,6 +374,35 @@ class SchedulingSession:
             job.restore_left -= spent
             job.reported = False
         self._last_round = float(now)
+
+    def _clock(self, now: object) -> float:
+        """``now`` as seconds: a finite real number, not before the last round."""
+        if not _real(now) or not math.isfinite(now):  # type: ignore[arg-type]
+            raise InputError("now", now, "must be a finite number of seconds")
+        if self._last_round is not None and now < self._last_round:  # type: ignore[operator]
+            raise InputError("now", now, f"is before the previous round ({self._last_round} s)")
+        return float(now)  # type: ignore[arg-type]
+
+    # --------------------------------------------------------------------- admission
+    def parked(self, job_id: str) -> Parked | None:
+        """Why ``job_id`` can never run on the session's cluster as it is now (it is parked: held
+        back from the policy, its decision ``WAIT`` with this reason), or ``None``. Checked again
+        at every round against ``self.cluster`` (see :mod:`heteroplan.scheduling.admission`)."""
+        return self._admit(self._job(job_id))
+
+    def _admit(self, job: _Job) -> Parked | None:
+        key = (self.cluster, job.observations)  # the verdict holds until the cluster or the model changes
+        if job.admitted_on is None or job.admitted_on[0] is not key[0] or job.admitted_on[1] != key[1]:
+            job.parked = admission(self.cluster, job.requested_gpus, job.elastic, _rate_of(job, self.cluster))
+            job.admitted_on = key
+        return job.parked
+
+    def _park(self, job: _Job) -> Decision:
+        old = job.allocation
+        job.allocation = None
+        job.restore_left = 0.0
+        return Decision(job.job_id, DecisionKind.WAIT if old is None else DecisionKind.PREEMPT, None, old,
+                        parked=job.parked)
 
     def _unreported(self, job: _Job) -> None:
         if job.allocation is None:
@@ -357,7 +427,8 @@ class SchedulingSession:
             raise PolicyError(f"policy {self.policy.name!r} failed at t={now:.0f} s: "
                               f"{type(exc).__name__}: {exc}") from exc
         seconds = time.perf_counter() - t0
-        return check_allocations(self.cluster, answer, [j.job_id for j in order]), seconds
+        return check_allocations(self.cluster, answer, views, policy=self.policy.name, forking=bool(self.policy.forking),
+                                 rigid=[j.job_id for j in order if j.rigid]), seconds
 
     def _moved(self, old: Allocation | None, new: Allocation) -> bool:
         """A (re)start: first start, other type, or other nodes (unless ``free_moves`` and same shape)."""
@@ -471,6 +542,69 @@ class SchedulingSession:
     def __repr__(self) -> str:
         return (f"SchedulingSession(policy={self.policy.name!r}, cluster={self.cluster.name!r}, "
                 f"jobs={len(self._jobs)}, unfinished={len(self.unfinished())}, rounds={self.rounds})")
+
+
+def _real(value: object) -> bool:
+    """A real number (numpy's too), not a bool or a string."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _seconds(field: str, value: object) -> float:
+    """``value`` as finite seconds >= 0, else :class:`InputError` naming ``field``."""
+    if not _real(value) or not 0 <= value < math.inf:  # type: ignore[operator]
+        raise InputError(field, value, "must be a finite number of seconds >= 0")
+    return float(value)  # type: ignore[arg-type]
+
+
+_MAX_STEP_S = 7 * 24 * 3600.0  # s; a measured step longer than a week is not a measurement
+_MAX_LOCAL_BSZ = 1e7  # samples per GPU
+
+
+def _check_timing(field: str, timing: object, known: set[str], max_nodes: int) -> None:
+    """A :class:`StepTiming` a model can learn from: a known GPU type, GPUs per node >= 1 (no more
+    than a node of that type holds), finite positive batch and times, sync within the step."""
+    if not isinstance(timing, StepTiming):
+        raise InputError(field, type(timing).__name__, "must be a StepTiming")
+    if not isinstance(timing.gpu_type, str) or timing.gpu_type not in known:
+        raise InputError(f"{field}.gpu_type", timing.gpu_type, f"must be one of the GPU types {sorted(known)}")
+    placement = timing.placement
+    if not isinstance(placement, tuple) or not placement or len(placement) > max_nodes or any(
+            isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= 1024 for c in placement):
+        raise InputError(f"{field}.placement", placement,
+                         f"must be a non-empty tuple of GPUs per node (1..1024, at most {max_nodes} nodes)")
+    if not (_real(timing.local_bsz) and 0 < timing.local_bsz <= _MAX_LOCAL_BSZ):
+        raise InputError(f"{field}.local_bsz", timing.local_bsz, f"must be samples per GPU in (0, {_MAX_LOCAL_BSZ:g}]")
+    if not (_real(timing.step_time) and 0 < timing.step_time <= _MAX_STEP_S):
+        raise InputError(f"{field}.step_time", timing.step_time, f"must be seconds in (0, {_MAX_STEP_S:g}]")
+    if not (_real(timing.sync_time) and 0 <= timing.sync_time <= timing.step_time):
+        raise InputError(f"{field}.sync_time", timing.sync_time, "must be seconds in [0, step_time]")
+
+
+def _rate_of(job: _Job, cluster: Cluster) -> Any:
+    """The job's goodput as admission reads it (``None``: no model, every type usable)."""
+    model = job.estimator
+    if model is None:
+        return None
+    # The models the session knows list their types; a user's object answers for every type.
+    types = None if job.model_kind is ModelKind.OBJECT else set(model.gpu_types)
+    total = sum(cluster.capacity().values())
+
+    def rate(gpu_type: str, num_nodes: int, num_gpus: int) -> float:
+        if types is not None and gpu_type not in types:
+            return 0.0
+        if num_gpus > total:  # it cannot run anyway (too large); is the type one it runs on at all?
+            num_nodes, num_gpus = 1, 1
+        try:
+            value = float(model.goodput(gpu_type, num_nodes, num_gpus, progress=job.fraction_done))
+        except HeteroplanError:
+            raise
+        except Exception as exc:  # a user's model object that fails: its input, named
+            raise InputError(f"job[{job.job_id}].perf_model", type(model).__name__,
+                             f"goodput({gpu_type!r}, {num_nodes}, {num_gpus}) failed: {type(exc).__name__}: {exc}"
+                             ) from exc
+        return value if math.isfinite(value) else 0.0
+
+    return rate
 
 
 def _app_or_none(application: str) -> Any:
