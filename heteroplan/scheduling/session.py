@@ -151,10 +151,8 @@ class SchedulingSession:
             raise InputError("cluster", type(cluster).__name__, "must be a heteroplan.cluster.Cluster")
         self.cluster = cluster
         self.policy = check_policy(policy)
-        if restart_delay_s is not None and not (isinstance(restart_delay_s, int | float)
-                                                and not isinstance(restart_delay_s, bool)
-                                                and restart_delay_s >= 0 and math.isfinite(restart_delay_s)):
-            raise InputError("restart_delay_s", restart_delay_s, "must be seconds >= 0 (or None)")
+        if restart_delay_s is not None:
+            restart_delay_s = _seconds("restart_delay_s", restart_delay_s)
         for name, value in (("free_moves", free_moves), ("assume_progress", assume_progress)):
             if not isinstance(value, bool):
                 raise InputError(name, value, "must be True or False")
@@ -208,12 +206,10 @@ class SchedulingSession:
             total_work = app.total_work
         if not (_real(total_work) and 0 < total_work < math.inf):
             raise InputError(f"job[{job_id}].total_work", total_work, "must be a finite number > 0 of work units")
-        if isinstance(requested_gpus, bool) or not isinstance(requested_gpus, int) or requested_gpus < 1:
-            raise InputError(f"job[{job_id}].requested_gpus", requested_gpus, "must be an integer >= 1")
+        _count(f"job[{job_id}].requested_gpus", requested_gpus, 1, MAX_GPUS)
         if max_gpus is None:
-            max_gpus = int(app.max_batch_size) if app is not None else requested_gpus
-        if isinstance(max_gpus, bool) or not isinstance(max_gpus, int) or max_gpus < 1:
-            raise InputError(f"job[{job_id}].max_gpus", max_gpus, "must be an integer >= 1")
+            max_gpus = max(int(app.max_batch_size), requested_gpus) if app is not None else requested_gpus
+        _count(f"job[{job_id}].max_gpus", max_gpus, 1, MAX_GPUS)
         if max_gpus < requested_gpus:
             raise InputError(f"job[{job_id}].max_gpus", max_gpus,
                              f"must be >= requested_gpus ({requested_gpus}): a job never runs above its maximum")
@@ -222,8 +218,7 @@ class SchedulingSession:
         restart_delay_s = _seconds(f"job[{job_id}].restart_delay_s", restart_delay_s)
         if not isinstance(elastic, bool):
             raise InputError(f"job[{job_id}].elastic", elastic, "must be True or False")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
-            raise InputError(f"job[{job_id}].batch_size", batch_size, "must be an integer >= 0 samples")
+        _count(f"job[{job_id}].batch_size", batch_size, 0, _MAX_COUNT)
         self._jobs[job_id] = _Job(
             job_id=job_id, application=str(application), arrival_time=float(arrival_time),
             requested_gpus=requested_gpus, max_gpus=max_gpus, elastic=bool(self.policy.elastic) and elastic,
@@ -293,8 +288,7 @@ class SchedulingSession:
         for name, value, before in (("steps_done", steps_done, job.steps_done), ("batch_size", batch_size, None)):
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InputError(f"{where}.{name}", value, "must be an integer >= 0")
+            _count(f"{where}.{name}", value, 0, _MAX_COUNT)
             if before is not None and value < before:
                 raise InputError(f"{where}.{name}", value, f"is less than the {before} reported before; "
                                  "steps never go back")
@@ -377,8 +371,8 @@ class SchedulingSession:
 
     def _clock(self, now: object) -> float:
         """``now`` as seconds: a finite real number, not before the last round."""
-        if not _real(now) or not math.isfinite(now):  # type: ignore[arg-type]
-            raise InputError("now", now, "must be a finite number of seconds")
+        if not _real(now) or not 0 <= now < math.inf:  # type: ignore[operator]
+            raise InputError("now", now, "must be a finite number of seconds >= 0")
         if self._last_round is not None and now < self._last_round:  # type: ignore[operator]
             raise InputError("now", now, f"is before the previous round ({self._last_round} s)")
         return float(now)  # type: ignore[arg-type]
@@ -545,8 +539,27 @@ class SchedulingSession:
 
 
 def _real(value: object) -> bool:
-    """A real number (numpy's too), not a bool or a string."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    """A real number (numpy's too) a float holds, not a bool or a string (NaN passes: compare it)."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        return False
+    try:
+        float(value)
+    except OverflowError:  # an integer beyond a float's range
+        return False
+    return True
+
+
+MAX_GPUS = 10**9
+"""Most GPUs a job may request or use (a larger count is a typo; up to it, a job too large for
+the cluster is parked, not refused)."""
+_MAX_COUNT = 2**53  # steps, samples: integers a saved session's JSON keeps exactly
+
+
+def _count(field: str, value: object, low: int, high: int) -> int:
+    """``value`` as an integer in ``[low, high]`` (bools refused), else :class:`InputError` naming ``field``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InputError(field, value, f"must be an integer in [{low}, {high:.3g}]")
+    return value
 
 
 def _seconds(field: str, value: object) -> float:

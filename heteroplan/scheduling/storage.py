@@ -50,6 +50,7 @@ SESSION_FORMAT = 2  # version of the saved-session file: 2 adds the policy's sta
 READABLE_FORMATS = (1, 2)
 
 _MAX_COUNT = 2**53  # integers a JSON reader keeps exactly
+_MAX_FLOAT = 1.7976931348623157e308  # the largest finite float (a larger integer would overflow)
 
 
 class PolicyStateLostWarning(UserWarning):
@@ -81,9 +82,9 @@ class _Fields:
         value = self.get(key, default)
         if value is None and optional:
             return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
-            raise self.error(key, value, "must be a finite number >= 0" + (" or null" if optional else ""))
-        return float(value)
+        if not isinstance(value, bool) and isinstance(value, int | float) and 0 <= value <= _MAX_FLOAT:
+            return float(value)
+        raise self.error(key, value, "must be a finite number >= 0" + (" or null" if optional else ""))
 
     def count(self, key: str, low: int = 0, default: Any = ...) -> int:
         value = self.get(key, default)
