@@ -53,6 +53,8 @@ def usable_gpus(cluster: Cluster, need: int, rate: Rate | None) -> int:
         return sum(capacity.values())
     total = 0
     for gpu_type, count in capacity.items():
+        if not count:
+            continue
         nodes = max(1, -(-need // cluster.gpu_type(gpu_type).gpus_per_node))  # integer ceil: need may be huge
         if rate(gpu_type, nodes, need) > 0:
             total += count

@@ -219,12 +219,10 @@ def _load_job(session: SchedulingSession, f: _Fields, last_round: float | None) 
 
 
 def _check_job(f: _Fields, v: dict[str, Any], last_round: float | None) -> None:
-    """What no session could have written: times before arrival, work beyond the total, ..."""
+    """What no session could have written: times before the arrival, more restarts than starts, ..."""
     for key in ("start_time", "finish_time"):
         if v[key] is not None and v[key] < v["arrival_time"]:
             raise f.error(key, v[key], f"is before the job's arrival ({v['arrival_time']} s)")
-    if v["work_done"] > v["total_work"] * (1 + 1e-9):
-        raise f.error("work_done", v["work_done"], f"exceeds the job's total work ({v['total_work']})")
     if v["phi"] is not None and v["phi"] <= 0:
         raise f.error("phi", v["phi"], "must be a noise scale > 0 samples or null")
     if v["restarts"] > v["starts"]:
