@@ -15,6 +15,19 @@ a user's own loop) does four things:
    gradient noise scale;
 4. :meth:`~SchedulingSession.finish` a job whose work ran out.
 
+**Admission.** Each round, before the policy sees them, the active jobs that can never run on
+``self.cluster`` as it is then are *parked* (:mod:`heteroplan.scheduling.admission`): held back
+from the policy, their decision ``WAIT`` (``PREEMPT`` if they held GPUs) carrying the
+:class:`~heteroplan.scheduling.admission.Parked` reason. The check runs again every round, so a
+job parked on a small cluster starts once the cluster grows.
+
+**Invariants.** The clock is finite seconds >= 0 and never goes back; a job finishes at or after
+its arrival and the last round; work and steps reported never go back; a finished job's record is
+final; ``max_gpus >= requested_gpus``; a policy's answer is checked
+(:func:`~heteroplan.policies.base.check_allocations`). Bad input is an
+:class:`~heteroplan.errors.InputError` naming the field and the value, raised before anything
+changes.
+
 Time is the caller's clock (seconds). Service is charged lazily: the GPUs a job held from one
 round to the next (or to its finish) count at the next :meth:`round`, :meth:`finish` or
 :meth:`settle`.
@@ -46,7 +59,6 @@ from __future__ import annotations
 
 import enum
 import math
-import numbers
 import time
 import warnings
 from dataclasses import dataclass
@@ -64,6 +76,17 @@ from heteroplan.policies.base import (
     check_allocations,
 )
 from heteroplan.scheduling.admission import Parked, admission
+from heteroplan.scheduling.arguments import (
+    MAX_COUNT,
+    MAX_GPUS,
+    check_clock,
+    check_count,
+    check_final,
+    check_finish,
+    check_report,
+    finite_seconds,
+    is_real,
+)
 from heteroplan.scheduling.decisions import Decision, DecisionKind, RoundDecisions, StepTiming
 from heteroplan.scheduling.policy_check import check_policy, restart_delay_of
 from heteroplan.scheduling.records import JobRecord
@@ -152,7 +175,7 @@ class SchedulingSession:
         self.cluster = cluster
         self.policy = check_policy(policy)
         if restart_delay_s is not None:
-            restart_delay_s = _seconds("restart_delay_s", restart_delay_s)
+            restart_delay_s = finite_seconds("restart_delay_s", restart_delay_s)
         for name, value in (("free_moves", free_moves), ("assume_progress", assume_progress)):
             if not isinstance(value, bool):
                 raise InputError(name, value, "must be True or False")
@@ -184,9 +207,10 @@ class SchedulingSession:
                 step timings) or ``"oracle"`` (the application's fitted ground truth); ``None``
                 for a policy that reads none (FIFO).
             requested_gpus: its gang size (GPUs a rigid policy gives it).
-            max_gpus: most GPUs it may use (default: the application's maximum batch size, else
-                ``requested_gpus``).
-            elastic: the policy may change its GPU count (only if the policy is elastic).
+            max_gpus: most GPUs it may use, >= ``requested_gpus`` (default: the application's
+                maximum batch size, at least ``requested_gpus``; else ``requested_gpus``).
+            elastic: the policy may change its GPU count (only if the policy is elastic);
+                ``False``: a rigid job, whose allocation must be exactly ``requested_gpus``.
             batch_size: its total batch (samples) until it reports one.
             total_work: work until done, in the model's units (samples for goodput models,
                 steps or samples for throughput tables); default the application's.
@@ -197,28 +221,28 @@ class SchedulingSession:
             raise InputError("job_id", job_id, "must be a non-empty string")
         if job_id in self._jobs:
             raise InputError("job_id", job_id, "already submitted; job ids must be unique")
-        arrival_time = _seconds(f"job[{job_id}].arrival_time", arrival_time)
+        arrival_time = finite_seconds(f"job[{job_id}].arrival_time", arrival_time)
         app = _app_or_none(application)
         kind, estimator = _resolve_model(job_id, application, perf_model)
         if total_work is None:
             if app is None:
                 raise InputError(f"job[{job_id}].total_work", None, "give the work (model units) of a non-Sia job")
             total_work = app.total_work
-        if not (_real(total_work) and 0 < total_work < math.inf):
+        if not (is_real(total_work) and 0 < total_work < math.inf):
             raise InputError(f"job[{job_id}].total_work", total_work, "must be a finite number > 0 of work units")
-        _count(f"job[{job_id}].requested_gpus", requested_gpus, 1, MAX_GPUS)
+        check_count(f"job[{job_id}].requested_gpus", requested_gpus, 1, MAX_GPUS)
         if max_gpus is None:
             max_gpus = max(int(app.max_batch_size), requested_gpus) if app is not None else requested_gpus
-        _count(f"job[{job_id}].max_gpus", max_gpus, 1, MAX_GPUS)
+        check_count(f"job[{job_id}].max_gpus", max_gpus, 1, MAX_GPUS)
         if max_gpus < requested_gpus:
             raise InputError(f"job[{job_id}].max_gpus", max_gpus,
                              f"must be >= requested_gpus ({requested_gpus}): a job never runs above its maximum")
         if restart_delay_s is None:
             restart_delay_s = app.restart_delay if app is not None else 0.0
-        restart_delay_s = _seconds(f"job[{job_id}].restart_delay_s", restart_delay_s)
+        restart_delay_s = finite_seconds(f"job[{job_id}].restart_delay_s", restart_delay_s)
         if not isinstance(elastic, bool):
             raise InputError(f"job[{job_id}].elastic", elastic, "must be True or False")
-        _count(f"job[{job_id}].batch_size", batch_size, 0, _MAX_COUNT)
+        check_count(f"job[{job_id}].batch_size", batch_size, 0, MAX_COUNT)
         self._jobs[job_id] = _Job(
             job_id=job_id, application=str(application), arrival_time=float(arrival_time),
             requested_gpus=requested_gpus, max_gpus=max_gpus, elastic=bool(self.policy.elastic) and elastic,
@@ -242,15 +266,13 @@ class SchedulingSession:
                 ``set_measured_phi``).
         """
         job = self._job(job_id)
-        self._check_report(job, work_done, steps_done, batch_size, step_timing, phi)
-        if job.finish_time is not None:
-            for name, value, final in (("work_done", work_done, job.work_done), ("steps_done", steps_done, job.steps_done),
-                                       ("batch_size", batch_size, job.batch_size), ("step_timing", step_timing, None),
-                                       ("phi", phi, job.phi)):
-                if value is not None and value != final:
-                    raise InputError(f"job[{job_id}].{name}", value,
-                                     f"the job finished at {job.finish_time} s; its record is final")
-            return  # it restates the final record: nothing to do
+        check_report(f"job[{job_id}]", job.work_done, job.steps_done, work_done, steps_done, batch_size, step_timing,
+                     phi, _known_types(job, self.cluster, step_timing is not None), len(self.cluster.nodes))
+        if job.finish_time is not None:  # restating its final record is harmless; changing it is refused
+            check_final(f"job[{job_id}]", job.finish_time, (("work_done", work_done, job.work_done),
+                        ("steps_done", steps_done, job.steps_done), ("batch_size", batch_size, job.batch_size),
+                        ("step_timing", step_timing, None), ("phi", phi, job.phi)))
+            return
         if work_done is not None:
             if work_done > job.work_done and job.allocation is not None:
                 job.max_gpus_run = max(job.max_gpus_run, job.allocation.num_gpus)
@@ -275,41 +297,13 @@ class SchedulingSession:
             if setter is not None:
                 setter(float(phi))
 
-    def _check_report(self, job: _Job, work_done: object, steps_done: object, batch_size: object,
-                      step_timing: object, phi: object) -> None:
-        """Refuse (before anything changes) a report that is not a number, or that rewinds progress."""
-        where = f"job[{job.job_id}]"
-        if work_done is not None:
-            if not (_real(work_done) and 0 <= work_done < math.inf):
-                raise InputError(f"{where}.work_done", work_done, "must be a finite number >= 0 of work units")
-            if work_done < job.work_done:
-                raise InputError(f"{where}.work_done", work_done,
-                                 f"is less than the {job.work_done} work units reported before; work never goes back")
-        for name, value, before in (("steps_done", steps_done, job.steps_done), ("batch_size", batch_size, None)):
-            if value is None:
-                continue
-            _count(f"{where}.{name}", value, 0, _MAX_COUNT)
-            if before is not None and value < before:
-                raise InputError(f"{where}.{name}", value, f"is less than the {before} reported before; "
-                                 "steps never go back")
-        if step_timing is not None:
-            known = set(self.cluster.type_names)
-            if job.model_kind in (ModelKind.BOOTSTRAP, ModelKind.ORACLE, ModelKind.TABLE):
-                known |= set(job.estimator.gpu_types)  # type: ignore[union-attr]
-            _check_timing(f"{where}.step_timing", step_timing, known, len(self.cluster.nodes))
-        if phi is not None and not (_real(phi) and 0 < phi < math.inf):
-            raise InputError(f"{where}.phi", phi, "must be a finite noise scale > 0 samples")
-
     def finish(self, job_id: str, at: float) -> JobRecord:
-        """Mark a job done at time ``at`` (s; within the current round); returns its record."""
+        """Mark a job done at time ``at`` (s; at or after its arrival and the last round, within the
+        current round); returns its record."""
         job = self._job(job_id)
         if job.finish_time is not None:
             raise InputError(f"job[{job_id}]", job_id, f"already finished at {job.finish_time} s")
-        at = _seconds(f"job[{job_id}].finish.at", at)
-        if at < job.arrival_time:
-            raise InputError(f"job[{job_id}].finish.at", at, f"is before the job's arrival ({job.arrival_time} s)")
-        if self._last_round is not None and at < self._last_round:
-            raise InputError(f"job[{job_id}].finish.at", at, f"is before the last round ({self._last_round} s)")
+        at = check_finish(f"job[{job_id}].finish.at", at, job.arrival_time, self._last_round)
         if job.allocation is not None and self._last_round is not None:
             job.gpu_seconds += job.allocation.num_gpus * max(0.0, at - self._last_round)
             job.restored += min(job.restore_left, max(0.0, at - self._last_round))
@@ -324,20 +318,21 @@ class SchedulingSession:
         """The policy's allocation for the round starting at ``now`` (s), as one decision per
         active job (submitted, arrived by ``now``, unfinished), in the order the policy saw them.
 
-        Raises :class:`~heteroplan.errors.PolicyError` when the policy fails or returns an
-        allocation the cluster cannot carry out (``AllocationError``).
+        Jobs admission parks (see the module doc) are not shown to the policy; their decision
+        carries the reason. Raises :class:`~heteroplan.errors.PolicyError` when the policy fails or
+        returns an allocation the cluster or the job cannot carry out (``AllocationError``).
         """
-        now = self._clock(now)
+        now = check_clock(now, self._last_round)
         self.settle(now)
         active = sorted((j for j in self._live.values() if j.finish_time is None and j.arrival_time <= now),
                         key=lambda j: (j.arrival_time, j.job_id))
-        order = [j for j in active if self._admit(j) is None]  # parked jobs are not the policy's
+        order = [j for j in active if _admit(j, self.cluster) is None]  # parked jobs are not the policy's
         allocations, seconds = self._allocate(order, now) if order else ({}, 0.0)  # nobody active: no policy call
         solved = self.policy.last_result if order and isinstance(self.policy, ReportsSolveGap) else None
         decisions = []
         for job in active:
             if job.parked is not None:
-                decisions.append(self._park(job))
+                decisions.append(_park(job))
                 continue
             job.active_rounds += 1
             job.active_sum += len(order)
@@ -349,7 +344,7 @@ class SchedulingSession:
     def settle(self, now: float) -> None:
         """Charge the GPUs held since the last round through ``now`` (s) and age restores; called
         by :meth:`round`, and by a caller that stops and wants final records."""
-        now = self._clock(now)
+        now = check_clock(now, self._last_round)
         if self._last_round is None:
             return
         elapsed = now - self._last_round
@@ -362,53 +357,17 @@ class SchedulingSession:
                 continue
             job.gpu_seconds += alloc.num_gpus * elapsed
             if not job.reported and elapsed > job.restore_left:
-                self._unreported(job)
+                _unreported(job, self.assume_progress)
             spent = min(job.restore_left, elapsed)
             job.restored += spent
             job.restore_left -= spent
             job.reported = False
         self._last_round = float(now)
 
-    def _clock(self, now: object) -> float:
-        """``now`` as seconds: a finite real number, not before the last round."""
-        if not _real(now) or not 0 <= now < math.inf:  # type: ignore[operator]
-            raise InputError("now", now, "must be a finite number of seconds >= 0")
-        if self._last_round is not None and now < self._last_round:  # type: ignore[operator]
-            raise InputError("now", now, f"is before the previous round ({self._last_round} s)")
-        return float(now)  # type: ignore[arg-type]
-
     # --------------------------------------------------------------------- admission
     def parked(self, job_id: str) -> Parked | None:
-        """Why ``job_id`` can never run on the session's cluster as it is now (it is parked: held
-        back from the policy, its decision ``WAIT`` with this reason), or ``None``. Checked again
-        at every round against ``self.cluster`` (see :mod:`heteroplan.scheduling.admission`)."""
-        return self._admit(self._job(job_id))
-
-    def _admit(self, job: _Job) -> Parked | None:
-        key = (self.cluster, job.observations)  # the verdict holds until the cluster or the model changes
-        if job.admitted_on is None or job.admitted_on[0] is not key[0] or job.admitted_on[1] != key[1]:
-            job.parked = admission(self.cluster, job.requested_gpus, job.elastic, _rate_of(job, self.cluster))
-            job.admitted_on = key
-        return job.parked
-
-    def _park(self, job: _Job) -> Decision:
-        old = job.allocation
-        job.allocation = None
-        job.restore_left = 0.0
-        return Decision(job.job_id, DecisionKind.WAIT if old is None else DecisionKind.PREEMPT, None, old,
-                        parked=job.parked)
-
-    def _unreported(self, job: _Job) -> None:
-        if job.allocation is None:
-            return
-        if self.assume_progress:
-            job.max_gpus_run = max(job.max_gpus_run, job.allocation.num_gpus)
-        if not job.warned:
-            job.warned = True
-            assumed = "assuming it ran" if self.assume_progress else "counting no progress"
-            warnings.warn(f"job {job.job_id!r} held {job.allocation.num_gpus} GPUs for a round without a progress "
-                          f"report; {assumed} (report work_done or steps_done each round)",
-                          UnreportedJobWarning, stacklevel=3)
+        """Why ``job_id`` can never run on ``self.cluster`` as it is now (parked: see the module doc), or ``None``."""
+        return _admit(self._job(job_id), self.cluster)
 
     def _allocate(self, order: list[_Job], now: float) -> tuple[dict[str, Allocation], float]:
         views = [self._view(j) for j in order]
@@ -538,59 +497,44 @@ class SchedulingSession:
                 f"jobs={len(self._jobs)}, unfinished={len(self.unfinished())}, rounds={self.rounds})")
 
 
-def _real(value: object) -> bool:
-    """A real number (numpy's too) a float holds, not a bool or a string (NaN passes: compare it)."""
-    if not isinstance(value, numbers.Real) or isinstance(value, bool):
-        return False
-    try:
-        float(value)
-    except OverflowError:  # an integer beyond a float's range
-        return False
-    return True
+def _admit(job: _Job, cluster: Cluster) -> Parked | None:
+    """Admission's verdict on ``job`` (kept until the cluster object or the model changes)."""
+    key = (cluster, job.observations)
+    if job.admitted_on is None or job.admitted_on[0] is not key[0] or job.admitted_on[1] != key[1]:
+        job.parked = admission(cluster, job.requested_gpus, job.elastic, _rate_of(job, cluster))
+        job.admitted_on = key
+    return job.parked
 
 
-MAX_GPUS = 10**9
-"""Most GPUs a job may request or use (a larger count is a typo; up to it, a job too large for
-the cluster is parked, not refused)."""
-_MAX_COUNT = 2**53  # steps, samples: integers a saved session's JSON keeps exactly
+def _unreported(job: _Job, assume_progress: bool) -> None:
+    """A job held GPUs for a round without a report: assume it ran (or not), warn once."""
+    if job.allocation is None:
+        return
+    if assume_progress:
+        job.max_gpus_run = max(job.max_gpus_run, job.allocation.num_gpus)
+    if not job.warned:
+        job.warned = True
+        assumed = "assuming it ran" if assume_progress else "counting no progress"
+        warnings.warn(f"job {job.job_id!r} held {job.allocation.num_gpus} GPUs for a round without a progress "
+                      f"report; {assumed} (report work_done or steps_done each round)",
+                      UnreportedJobWarning, stacklevel=3)
 
 
-def _count(field: str, value: object, low: int, high: int) -> int:
-    """``value`` as an integer in ``[low, high]`` (bools refused), else :class:`InputError` naming ``field``."""
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InputError(field, value, f"must be an integer in [{low}, {high:.3g}]")
-    return value
+def _park(job: _Job) -> Decision:
+    """A parked job's decision: it gets nothing (and loses what it held)."""
+    old = job.allocation
+    job.allocation = None
+    job.restore_left = 0.0
+    return Decision(job.job_id, DecisionKind.WAIT if old is None else DecisionKind.PREEMPT, None, old,
+                    parked=job.parked)
 
 
-def _seconds(field: str, value: object) -> float:
-    """``value`` as finite seconds >= 0, else :class:`InputError` naming ``field``."""
-    if not _real(value) or not 0 <= value < math.inf:  # type: ignore[operator]
-        raise InputError(field, value, "must be a finite number of seconds >= 0")
-    return float(value)  # type: ignore[arg-type]
-
-
-_MAX_STEP_S = 7 * 24 * 3600.0  # s; a measured step longer than a week is not a measurement
-_MAX_LOCAL_BSZ = 1e7  # samples per GPU
-
-
-def _check_timing(field: str, timing: object, known: set[str], max_nodes: int) -> None:
-    """A :class:`StepTiming` a model can learn from: a known GPU type, GPUs per node >= 1 (no more
-    than a node of that type holds), finite positive batch and times, sync within the step."""
-    if not isinstance(timing, StepTiming):
-        raise InputError(field, type(timing).__name__, "must be a StepTiming")
-    if not isinstance(timing.gpu_type, str) or timing.gpu_type not in known:
-        raise InputError(f"{field}.gpu_type", timing.gpu_type, f"must be one of the GPU types {sorted(known)}")
-    placement = timing.placement
-    if not isinstance(placement, tuple) or not placement or len(placement) > max_nodes or any(
-            isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= 1024 for c in placement):
-        raise InputError(f"{field}.placement", placement,
-                         f"must be a non-empty tuple of GPUs per node (1..1024, at most {max_nodes} nodes)")
-    if not (_real(timing.local_bsz) and 0 < timing.local_bsz <= _MAX_LOCAL_BSZ):
-        raise InputError(f"{field}.local_bsz", timing.local_bsz, f"must be samples per GPU in (0, {_MAX_LOCAL_BSZ:g}]")
-    if not (_real(timing.step_time) and 0 < timing.step_time <= _MAX_STEP_S):
-        raise InputError(f"{field}.step_time", timing.step_time, f"must be seconds in (0, {_MAX_STEP_S:g}]")
-    if not (_real(timing.sync_time) and 0 <= timing.sync_time <= timing.step_time):
-        raise InputError(f"{field}.sync_time", timing.sync_time, "must be seconds in [0, step_time]")
+def _known_types(job: _Job, cluster: Cluster, needed: bool) -> set[str]:
+    """GPU types a step timing of ``job`` may name: the cluster's, and those its model knows."""
+    known = set(cluster.type_names)
+    if needed and job.model_kind in (ModelKind.BOOTSTRAP, ModelKind.ORACLE, ModelKind.TABLE):
+        known |= set(job.estimator.gpu_types)  # type: ignore[union-attr]
+    return known
 
 
 def _rate_of(job: _Job, cluster: Cluster) -> Any:
