@@ -94,7 +94,8 @@ class SessionMachine(RuleBasedStateMachine):
 
     @property
     def job_ids(self) -> st.SearchStrategy[str]:
-        return or_hostile(st.sampled_from(sorted(self.jobs)), st.just(UNKNOWN)) if self.jobs else st.just(UNKNOWN)
+        hostile = st.sampled_from([UNKNOWN, ["j0"], None, 3, ""])
+        return or_hostile(st.sampled_from(sorted(self.jobs)), hostile) if self.jobs else hostile
 
     # ------------------------------------------------------------------- rules
     @initialize(name=st.sampled_from(POLICIES), data=st.data(), jobs=st.integers(0, 4))

@@ -61,8 +61,8 @@ def check_timing(field: str, timing: object, known: set[str], max_nodes: int) ->
             isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= 1024 for c in placement):
         raise InputError(f"{field}.placement", placement,
                          f"must be a non-empty tuple of GPUs per node (1..1024, at most {max_nodes} nodes)")
-    if not (is_real(timing.local_bsz) and 0 < timing.local_bsz <= _MAX_LOCAL_BSZ):
-        raise InputError(f"{field}.local_bsz", timing.local_bsz, f"must be samples per GPU in (0, {_MAX_LOCAL_BSZ:g}]")
+    if not (is_real(timing.local_bsz) and 1 <= timing.local_bsz <= _MAX_LOCAL_BSZ):
+        raise InputError(f"{field}.local_bsz", timing.local_bsz, f"must be samples per GPU in [1, {_MAX_LOCAL_BSZ:g}]")
     if not (is_real(timing.step_time) and 0 < timing.step_time <= _MAX_STEP_S):
         raise InputError(f"{field}.step_time", timing.step_time, f"must be seconds in (0, {_MAX_STEP_S:g}]")
     if not (is_real(timing.sync_time) and 0 <= timing.sync_time <= timing.step_time):

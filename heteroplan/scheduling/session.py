@@ -222,6 +222,8 @@ class SchedulingSession:
         if job_id in self._jobs:
             raise InputError("job_id", job_id, "already submitted; job ids must be unique")
         arrival_time = finite_seconds(f"job[{job_id}].arrival_time", arrival_time)
+        if not isinstance(application, str) or not application:
+            raise InputError(f"job[{job_id}].application", application, "must be a non-empty string")
         app = _app_or_none(application)
         kind, estimator = _resolve_model(job_id, application, perf_model)
         if total_work is None:
@@ -469,7 +471,7 @@ class SchedulingSession:
     def _job(self, job_id: str) -> _Job:
         try:
             return self._jobs[job_id]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: not even a possible id (a list, a dict)
             raise InputError("job_id", job_id, "not submitted to this session") from None
 
     # ------------------------------------------------------------------- save / load
@@ -478,7 +480,7 @@ class SchedulingSession:
         :meth:`load` takes it back."""
         from heteroplan.scheduling.storage import save_session
 
-        return save_session(self, path)
+        return save_session(self, _path(path))
 
     @classmethod
     def load(cls, path: str | Path, cluster: Cluster, policy: Policy) -> SchedulingSession:
@@ -490,7 +492,7 @@ class SchedulingSession:
         (:class:`~heteroplan.scheduling.storage.PolicyStateLostWarning`) under a stateful policy."""
         from heteroplan.scheduling.storage import load_session
 
-        return load_session(path, cluster, policy)
+        return load_session(_path(path), cluster, policy)
 
     def __repr__(self) -> str:
         return (f"SchedulingSession(policy={self.policy.name!r}, cluster={self.cluster.name!r}, "
@@ -562,6 +564,13 @@ def _rate_of(job: _Job, cluster: Cluster) -> Any:
         return value if math.isfinite(value) else 0.0
 
     return rate
+
+
+def _path(path: object) -> Path:
+    """``path`` (a string or a path) as a :class:`Path`, else :class:`InputError`."""
+    if not isinstance(path, str | Path) or not str(path):
+        raise InputError("path", path, "must be a file path (str or pathlib.Path)")
+    return Path(path)
 
 
 def _app_or_none(application: str) -> Any:
