@@ -220,10 +220,11 @@ class SessionMachine(RuleBasedStateMachine):
             path.write_text(text[:data.draw(st.integers(0, max(0, len(text) - 1)), label="cut")])
         else:
             saved = json.loads(text)
-            target = saved
-            if saved["jobs"] and how in ("edit", "drop") and data.draw(st.booleans(), label="in a job"):
-                target = data.draw(st.sampled_from(saved["jobs"]), label="job")
-            key = data.draw(st.sampled_from(sorted(target)), label="key")
+            target, key = saved, data.draw(st.sampled_from(sorted(saved)), label="key")
+            while isinstance(target[key], dict | list) and target[key] and data.draw(st.booleans(), label="deeper"):
+                target = target[key]  # into a job, its model, its allocation, the policy's state ...
+                keys = sorted(target) if isinstance(target, dict) else list(range(len(target)))
+                key = data.draw(st.sampled_from(keys), label="key")
             if how == "drop":
                 del target[key]
             elif how == "format":
