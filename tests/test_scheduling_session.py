@@ -222,8 +222,19 @@ def test_session_rejects_bad_input_naming_the_field() -> None:
     session.round(60.0)
     with pytest.raises(InputError, match="now"):
         session.round(0.0)
-    with pytest.raises(InputError, match="perf_model"):
-        session.save(Path(os.devnull))  # a user's own model object cannot be written
+
+def test_a_users_own_model_object_is_given_again_at_load(tmp_path: Path) -> None:
+    """A model object is code: saved without it, it is handed back at load (by job id)."""
+    session = SchedulingSession(TWO_NODES, make_policy("fifo"))
+    session.submit("x", arrival_time=0.0, application="mine", perf_model=_Table(), total_work=5.0)
+    session.round(0.0)
+    session.report("x", work_done=2.0)
+    path = session.save(tmp_path / "s.json")
+    with pytest.raises(InputError, match="'x' was saved with a model object"):
+        SchedulingSession.load(path, TWO_NODES, make_policy("fifo"))
+    model = _Table()
+    back = SchedulingSession.load(path, TWO_NODES, make_policy("fifo"), perf_models={"x": model})
+    assert back.record("x") == session.record("x") and back.view("x").estimator is model
 
 
 class _Table:

@@ -153,13 +153,16 @@ class BootstrappedModel(GoodputModel):
             phi = state["measured_phi"]
         except (KeyError, TypeError, AttributeError) as exc:
             raise InputError("model_state", type(state).__name__, f"is not a BootstrappedModel state ({exc})") from None
-        self._stale = set()
         self._compute_cache.clear()
+        self._measured_phi = None if phi is None else float(phi)
+        if stale:  # saved before its refit: refit now, as the saving model would at its next query
+            self._stale = stale
+            self._refresh()
+            return
+        self._stale = set()
         counts = {t: int(np.count_nonzero(m.num_gpus > 1)) for t, m in self._obs.items()}
         reference = max((t for t in counts if counts[t] > 0), key=lambda t: counts[t], default=None)
         self._assemble(reference, set())
-        self._stale = stale
-        self._measured_phi = None if phi is None else float(phi)
 
     # -- fitting -----------------------------------------------------------------------
     def _refresh(self) -> None:

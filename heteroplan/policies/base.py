@@ -9,7 +9,7 @@ the runtime builds the same :class:`JobState` objects from real jobs.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Integral
 from typing import Any, Protocol, runtime_checkable
@@ -279,32 +279,101 @@ def counts_by_type(allocation: Allocation, cluster: Cluster) -> dict[str, int]:
     return out
 
 
-def check_allocations(cluster: Cluster, allocations: Any, active: Iterable[str]) -> dict[str, Allocation]:
-    """Validate a policy's answer: active jobs only, placements that hold the GPUs, nodes of the
-    allocation's type, no node over-committed. Raises :class:`AllocationError`."""
-    if not isinstance(allocations, dict):
+def check_allocations(cluster: Cluster, allocations: Any, active: Iterable[str | JobState], *,
+                      policy: str = "", forking: bool = False,
+                      rigid: Collection[str] | None = None) -> dict[str, Allocation]:
+    """Validate a policy's answer; raises :class:`AllocationError` naming the policy, the job, the
+    field and the value.
+
+    Checked: a mapping of active jobs to :class:`Allocation`; integer GPU counts >= 1; only GPU
+    types and nodes ``cluster`` has, each node of the allocation's type(s) and listed at most once,
+    the placement holding exactly ``num_gpus``; no node and no type over-committed; and, for the
+    jobs given as :class:`JobState`: at most ``max_gpus``; a rigid job on exactly ``requested_gpus``
+    (under a ``forking`` policy a job that is not elastic gets a whole number of such gangs).
+
+    Args:
+        cluster: the cluster the policy allocated.
+        allocations: the policy's answer (job id -> allocation).
+        active: the jobs the policy was shown (their ids, or their :class:`JobState` views).
+        policy: the policy's name, for the message.
+        forking: the policy may give a rigid job several gangs (HadarE).
+        rigid: the ids of the jobs that must run on exactly ``requested_gpus`` (default: every job
+            whose view is not elastic; a scheduling session names the jobs submitted with
+            ``elastic=False``).
+    """
+    where = f"policy[{policy}]." if policy else ""
+    try:
         allocations = dict(allocations)
-    active = set(active)
-    node_type = {n.name: n.gpu_type for n in cluster.nodes}
-    used = {n.name: 0 for n in cluster.nodes}
+    except (TypeError, ValueError) as exc:
+        raise AllocationError(f"{where}allocation", type(allocations).__name__,
+                              f"must be a mapping of job id -> Allocation ({exc})") from None
+    shown = list(active)
+    views = {j.job_id: j for j in shown if isinstance(j, JobState)}
+    ids = set(views) | {j for j in shown if isinstance(j, str)}
+    node_type = cluster.node_types
+    used = dict.fromkeys(node_type, 0)
     for jid, alloc in allocations.items():
-        if jid not in active:
-            raise AllocationError("allocation.job", jid, "not an active job")
-        if not isinstance(alloc, Allocation) or alloc.num_gpus <= 0:
-            raise AllocationError(f"allocation[{jid}]", alloc, "must be an Allocation with num_gpus > 0")
-        if sum(c for _, c in alloc.placement) != alloc.num_gpus:
-            raise AllocationError(f"allocation[{jid}].placement", alloc.placement, f"must hold {alloc.num_gpus} GPUs")
-        allowed = set(alloc.gpu_types)
-        for node, count in alloc.placement:
-            if not count > 0:
-                raise AllocationError(f"allocation[{jid}].placement", alloc.placement, f"{node}: GPU count must be > 0")
-            if node not in node_type:
-                raise AllocationError(f"allocation[{jid}].node", node, "unknown node")
-            if node_type[node] not in allowed:
-                raise AllocationError(f"allocation[{jid}].node", node, f"holds {node_type[node]}, not {alloc.gpu_type}")
+        if not isinstance(jid, str) or jid not in ids:
+            raise AllocationError(f"{where}allocation.job", jid, "not an active job")
+        used_by = _check_one(f"{where}allocation[{jid}]", alloc, node_type, set(cluster.type_names))
+        for node, count in used_by.items():
             used[node] += count
     capacity = {n.name: n.num_gpus for n in cluster.nodes}
     over = [n for n, u in used.items() if u > capacity[n]]
     if over:
-        raise AllocationError("allocation.node", over[0], f"over-committed: {used[over[0]]} > {capacity[over[0]]} GPUs")
+        raise AllocationError(f"{where}allocation.node", over[0],
+                              f"over-committed: {used[over[0]]} > {capacity[over[0]]} GPUs")
+    by_type: dict[str, int] = {}
+    for node, count in used.items():
+        by_type[node_type[node]] = by_type.get(node_type[node], 0) + count
+    type_capacity = cluster.capacity()
+    for gpu_type, count in by_type.items():  # implied by the nodes' capacity; said per type
+        if count > type_capacity[gpu_type]:
+            raise AllocationError(f"{where}allocation.gpu_type", gpu_type,
+                                  f"over-committed: {count} > {type_capacity[gpu_type]} GPUs")
+    fixed = {j for j, v in views.items() if not v.elastic} if rigid is None else set(rigid)
+    for jid, alloc in allocations.items():
+        if jid in views:
+            _check_job_rules(f"{where}allocation[{jid}].num_gpus", alloc.num_gpus, views[jid], forking, jid in fixed)
     return allocations
+
+
+def _check_one(field: str, alloc: object, node_type: Mapping[str, str], types: set[str]) -> dict[str, int]:
+    """One allocation's own rules (see :func:`check_allocations`); its GPUs per node."""
+    if not isinstance(alloc, Allocation):
+        raise AllocationError(field, alloc, "must be an Allocation")
+    n = alloc.num_gpus
+    if isinstance(n, bool) or not isinstance(n, Integral) or n < 1:
+        raise AllocationError(f"{field}.num_gpus", n, "must be an integer >= 1 GPUs")
+    if not isinstance(alloc.gpu_type, str) or any(t not in types for t in alloc.gpu_types):
+        raise AllocationError(f"{field}.gpu_type", alloc.gpu_type, f"not a GPU type of the cluster {sorted(types)}")
+    placement = alloc.placement
+    if not isinstance(placement, tuple) or not all(isinstance(p, tuple) and len(p) == 2 for p in placement):
+        raise AllocationError(f"{field}.placement", placement, "must be a tuple of (node, GPUs) pairs")
+    allowed = set(alloc.gpu_types)
+    per_node: dict[str, int] = {}
+    for node, count in placement:
+        if isinstance(count, bool) or not isinstance(count, Integral) or count < 1:
+            raise AllocationError(f"{field}.placement", placement, f"{node}: GPU count must be an integer > 0")
+        if not isinstance(node, str) or node not in node_type:
+            raise AllocationError(f"{field}.node", node, "unknown node")
+        if node in per_node:
+            raise AllocationError(f"{field}.node", node, "listed twice in one placement")
+        if node_type[node] not in allowed:
+            raise AllocationError(f"{field}.node", node, f"holds {node_type[node]}, not {alloc.gpu_type}")
+        per_node[node] = int(count)
+    if sum(per_node.values()) != n:
+        raise AllocationError(f"{field}.placement", placement, f"must hold {n} GPUs")
+    return per_node
+
+
+def _check_job_rules(field: str, num_gpus: int, job: JobState, forking: bool, rigid: bool) -> None:
+    """Within ``max_gpus``; a rigid job on its gang (whole gangs of a job not elastic when forking)."""
+    if forking and not job.elastic:
+        if num_gpus % job.requested_gpus:
+            raise AllocationError(field, num_gpus, f"not a whole number of gangs of {job.requested_gpus} GPUs")
+    elif rigid:
+        if num_gpus != job.requested_gpus:
+            raise AllocationError(field, num_gpus, f"a rigid job runs on exactly its requested {job.requested_gpus} GPUs")
+    elif num_gpus > job.max_gpus:
+        raise AllocationError(field, num_gpus, f"above the job's max_gpus ({job.max_gpus})")

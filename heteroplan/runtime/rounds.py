@@ -332,7 +332,8 @@ class RoundExecutor:
         self._clock0 = 0.0  # seconds of the run before this process (a resumed run)
         saved = self.workdir / self.SESSION_FILE
         if resume and saved.is_file():
-            self.session = SchedulingSession.load(saved, cluster, policy)
+            self.session = SchedulingSession.load(saved, cluster, policy,
+                                                  {j.job_id: j.estimator for j in self.jobs if j.estimator is not None})
             missing = sorted(set(ids) - set(self.session.job_ids))
             if missing or len(ids) != len(self.session.job_ids):
                 raise InputError("jobs", missing or sorted(set(self.session.job_ids) - set(ids)),

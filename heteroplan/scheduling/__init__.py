@@ -7,6 +7,7 @@ with the policy's own state between rounds (:mod:`heteroplan.policies.state`).
 See ``docs/own_loop.md``.
 """
 
+from heteroplan.scheduling.admission import Parked, ParkReason, admission
 from heteroplan.scheduling.decisions import Decision, DecisionKind, RoundDecisions, StepTiming
 from heteroplan.scheduling.policy_check import check_policy, restart_delay_of
 from heteroplan.scheduling.records import JobRecord
@@ -17,12 +18,15 @@ __all__ = [
     "Decision",
     "DecisionKind",
     "JobRecord",
+    "ParkReason",
+    "Parked",
     "PolicyStateLostWarning",
     "RoundDecisions",
     "SESSION_FORMAT",
     "SchedulingSession",
     "StepTiming",
     "UnreportedJobWarning",
+    "admission",
     "check_policy",
     "restart_delay_of",
 ]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from heteroplan.policies.base import Allocation
+from heteroplan.scheduling.admission import Parked
 
 __all__ = ["DecisionKind", "Decision", "RoundDecisions", "StepTiming"]
 
@@ -45,6 +46,10 @@ class Decision:
         restart: this (re)launch counts as a restart (a first start does not).
         restore_s: seconds of checkpoint restore it must pay from the round's start before it
             makes progress (the restart cost; also what is left of an earlier restart's restore).
+        parked: why admission held it back from the policy this round (it can never run on the
+            session's cluster as it is now; :class:`~heteroplan.scheduling.admission.Parked`), or
+            ``None``. A parked job's kind is ``WAIT`` (``PREEMPT`` if it held GPUs); it is checked
+            again at every round.
     """
 
     job_id: str
@@ -53,6 +58,7 @@ class Decision:
     previous: Allocation | None = None
     restart: bool = False
     restore_s: float = 0.0
+    parked: Parked | None = None
 
     @property
     def runs(self) -> bool:
@@ -88,6 +94,11 @@ class RoundDecisions:
     def allocations(self) -> Mapping[str, Allocation]:
         """job id -> allocation of the jobs that hold GPUs this round."""
         return MappingProxyType({d.job_id: d.allocation for d in self.decisions if d.allocation is not None})
+
+    @property
+    def parked(self) -> Mapping[str, Parked]:
+        """job id -> why admission held it back, for the jobs parked this round."""
+        return MappingProxyType({d.job_id: d.parked for d in self.decisions if d.parked is not None})
 
 
 @dataclass(frozen=True)

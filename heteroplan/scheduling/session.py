@@ -15,6 +15,19 @@ a user's own loop) does four things:
    gradient noise scale;
 4. :meth:`~SchedulingSession.finish` a job whose work ran out.
 
+**Admission.** Each round, before the policy sees them, the active jobs that can never run on
+``self.cluster`` as it is then are *parked* (:mod:`heteroplan.scheduling.admission`): held back
+from the policy, their decision ``WAIT`` (``PREEMPT`` if they held GPUs) carrying the
+:class:`~heteroplan.scheduling.admission.Parked` reason. The check runs again every round, so a
+job parked on a small cluster starts once the cluster grows.
+
+**Invariants.** The clock is finite seconds >= 0 and never goes back; a job finishes at or after
+its arrival and the last round; work and steps reported never go back; a finished job's record is
+final; ``max_gpus >= requested_gpus``; a policy's answer is checked
+(:func:`~heteroplan.policies.base.check_allocations`). Bad input is an
+:class:`~heteroplan.errors.InputError` naming the field and the value, raised before anything
+changes.
+
 Time is the caller's clock (seconds). Service is charged lazily: the GPUs a job held from one
 round to the next (or to its finish) count at the next :meth:`round`, :meth:`finish` or
 :meth:`settle`.
@@ -51,6 +64,7 @@ import enum
 import math
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +78,18 @@ from heteroplan.policies.base import (
     Policy,
     ReportsSolveGap,
     check_allocations,
+)
+from heteroplan.scheduling.admission import Parked, admission
+from heteroplan.scheduling.arguments import (
+    MAX_COUNT,
+    MAX_GPUS,
+    check_clock,
+    check_count,
+    check_final,
+    check_finish,
+    check_report,
+    finite_seconds,
+    is_real,
 )
 from heteroplan.scheduling.decisions import Decision, DecisionKind, RoundDecisions, StepTiming
 from heteroplan.scheduling.policy_check import check_policy, restart_delay_of
@@ -81,7 +107,7 @@ class ModelKind(enum.Enum):
     BOOTSTRAP = "bootstrap"  # a Sia application's bootstrapped model: its state is saved
     ORACLE = "oracle"  # the application's true model: only its measured noise scale changes
     TABLE = "table"  # a ThroughputTable: its rates are saved
-    OBJECT = "object"  # any other PerfModel object: cannot be saved
+    OBJECT = "object"  # any other PerfModel object: saved without it (given again at load)
 
 
 class UnreportedJobWarning(UserWarning):
@@ -97,7 +123,8 @@ class _Job:
     arrival_time: float
     requested_gpus: int
     max_gpus: int
-    elastic: bool
+    elastic: bool  # the policy may rescale it (the policy and the job are elastic)
+    rigid: bool  # submitted with elastic=False: it runs on exactly requested_gpus
     total_work: float
     own_restart_delay: float
     estimator: PerfModel | None
@@ -125,6 +152,8 @@ class _Job:
     failures: int = 0
     steps_redone: int = 0
     gave_up: str | None = None
+    admitted_on: tuple[object, int] | None = None  # (cluster, observations) of the admission below
+    parked: Parked | None = None
 
     @property
     def fraction_done(self) -> float:
@@ -152,10 +181,8 @@ class SchedulingSession:
             raise InputError("cluster", type(cluster).__name__, "must be a heteroplan.cluster.Cluster")
         self.cluster = cluster
         self.policy = check_policy(policy)
-        if restart_delay_s is not None and not (isinstance(restart_delay_s, int | float)
-                                                and not isinstance(restart_delay_s, bool)
-                                                and restart_delay_s >= 0 and math.isfinite(restart_delay_s)):
-            raise InputError("restart_delay_s", restart_delay_s, "must be seconds >= 0 (or None)")
+        if restart_delay_s is not None:
+            restart_delay_s = finite_seconds("restart_delay_s", restart_delay_s)
         for name, value in (("free_moves", free_moves), ("assume_progress", assume_progress)):
             if not isinstance(value, bool):
                 raise InputError(name, value, "must be True or False")
@@ -187,9 +214,10 @@ class SchedulingSession:
                 step timings) or ``"oracle"`` (the application's fitted ground truth); ``None``
                 for a policy that reads none (FIFO).
             requested_gpus: its gang size (GPUs a rigid policy gives it).
-            max_gpus: most GPUs it may use (default: the application's maximum batch size, else
-                ``requested_gpus``).
-            elastic: the policy may change its GPU count (only if the policy is elastic).
+            max_gpus: most GPUs it may use, >= ``requested_gpus`` (default: the application's
+                maximum batch size, at least ``requested_gpus``; else ``requested_gpus``).
+            elastic: the policy may change its GPU count (only if the policy is elastic);
+                ``False``: a rigid job, whose allocation must be exactly ``requested_gpus``.
             batch_size: its total batch (samples) until it reports one.
             total_work: work until done, in the model's units (samples for goodput models,
                 steps or samples for throughput tables); default the application's.
@@ -200,31 +228,34 @@ class SchedulingSession:
             raise InputError("job_id", job_id, "must be a non-empty string")
         if job_id in self._jobs:
             raise InputError("job_id", job_id, "already submitted; job ids must be unique")
-        if not (isinstance(arrival_time, int | float) and math.isfinite(arrival_time) and arrival_time >= 0):
-            raise InputError(f"job[{job_id}].arrival_time", arrival_time, "must be seconds >= 0")
+        arrival_time = finite_seconds(f"job[{job_id}].arrival_time", arrival_time)
+        if not isinstance(application, str) or not application:
+            raise InputError(f"job[{job_id}].application", application, "must be a non-empty string")
         app = _app_or_none(application)
         kind, estimator = _resolve_model(job_id, application, perf_model)
         if total_work is None:
             if app is None:
                 raise InputError(f"job[{job_id}].total_work", None, "give the work (model units) of a non-Sia job")
             total_work = app.total_work
-        if not (isinstance(total_work, int | float) and total_work > 0 and math.isfinite(total_work)):
-            raise InputError(f"job[{job_id}].total_work", total_work, "must be > 0 work units")
-        if isinstance(requested_gpus, bool) or not isinstance(requested_gpus, int) or requested_gpus < 1:
-            raise InputError(f"job[{job_id}].requested_gpus", requested_gpus, "must be an integer >= 1")
+        if not (is_real(total_work) and 0 < total_work < math.inf):
+            raise InputError(f"job[{job_id}].total_work", total_work, "must be a finite number > 0 of work units")
+        check_count(f"job[{job_id}].requested_gpus", requested_gpus, 1, MAX_GPUS)
         if max_gpus is None:
-            max_gpus = int(app.max_batch_size) if app is not None else requested_gpus
-        if isinstance(max_gpus, bool) or not isinstance(max_gpus, int) or max_gpus < 1:
-            raise InputError(f"job[{job_id}].max_gpus", max_gpus, "must be an integer >= 1")
+            max_gpus = max(int(app.max_batch_size), requested_gpus) if app is not None else requested_gpus
+        check_count(f"job[{job_id}].max_gpus", max_gpus, 1, MAX_GPUS)
+        if max_gpus < requested_gpus:
+            raise InputError(f"job[{job_id}].max_gpus", max_gpus,
+                             f"must be >= requested_gpus ({requested_gpus}): a job never runs above its maximum")
         if restart_delay_s is None:
             restart_delay_s = app.restart_delay if app is not None else 0.0
-        if not (isinstance(restart_delay_s, int | float) and restart_delay_s >= 0 and math.isfinite(restart_delay_s)):
-            raise InputError(f"job[{job_id}].restart_delay_s", restart_delay_s, "must be seconds >= 0")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
-            raise InputError(f"job[{job_id}].batch_size", batch_size, "must be an integer >= 0 samples")
+        restart_delay_s = finite_seconds(f"job[{job_id}].restart_delay_s", restart_delay_s)
+        if not isinstance(elastic, bool):
+            raise InputError(f"job[{job_id}].elastic", elastic, "must be True or False")
+        check_count(f"job[{job_id}].batch_size", batch_size, 0, MAX_COUNT)
         self._jobs[job_id] = _Job(
             job_id=job_id, application=str(application), arrival_time=float(arrival_time),
-            requested_gpus=requested_gpus, max_gpus=max_gpus, elastic=bool(self.policy.elastic) and bool(elastic),
+            requested_gpus=requested_gpus, max_gpus=max_gpus, elastic=bool(self.policy.elastic) and elastic,
+            rigid=not elastic,
             total_work=float(total_work), own_restart_delay=float(restart_delay_s), estimator=estimator,
             given_batch=batch_size, model_kind=kind)
         self._live[job_id] = self._jobs[job_id]
@@ -244,47 +275,44 @@ class SchedulingSession:
                 ``set_measured_phi``).
         """
         job = self._job(job_id)
+        check_report(f"job[{job_id}]", job.work_done, job.steps_done, work_done, steps_done, batch_size, step_timing,
+                     phi, _known_types(job, self.cluster, step_timing is not None), len(self.cluster.nodes))
+        if job.finish_time is not None:  # restating its final record is harmless; changing it is refused
+            check_final(f"job[{job_id}]", job.finish_time, (("work_done", work_done, job.work_done),
+                        ("steps_done", steps_done, job.steps_done), ("batch_size", batch_size, job.batch_size),
+                        ("step_timing", step_timing, None), ("phi", phi, job.phi)))
+            return
         if work_done is not None:
-            if not (isinstance(work_done, int | float) and work_done >= 0 and math.isfinite(work_done)):
-                raise InputError(f"job[{job_id}].work_done", work_done, "must be work units >= 0")
             if work_done > job.work_done and job.allocation is not None:
                 job.max_gpus_run = max(job.max_gpus_run, job.allocation.num_gpus)
             job.work_done = float(work_done)
             job.reported = True
         if steps_done is not None:
-            if isinstance(steps_done, bool) or not isinstance(steps_done, int) or steps_done < 0:
-                raise InputError(f"job[{job_id}].steps_done", steps_done, "must be an integer >= 0")
             if work_done is None and steps_done > job.steps_done and job.allocation is not None:
                 job.max_gpus_run = max(job.max_gpus_run, job.allocation.num_gpus)
             job.steps_done = steps_done
             job.reported = True
         if batch_size is not None:
-            if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
-                raise InputError(f"job[{job_id}].batch_size", batch_size, "must be an integer >= 0 samples")
             job.batch_size = batch_size
         if step_timing is not None:
-            if not isinstance(step_timing, StepTiming):
-                raise InputError(f"job[{job_id}].step_timing", type(step_timing).__name__, "must be a StepTiming")
             observe = getattr(job.estimator, "observe", None)
             if observe is not None:
                 observe(step_timing.gpu_type, list(step_timing.placement), step_timing.local_bsz,
                         step_timing.step_time, step_timing.sync_time)
                 job.observations += 1
         if phi is not None:
-            if not (isinstance(phi, int | float) and phi > 0):
-                raise InputError(f"job[{job_id}].phi", phi, "must be a noise scale > 0 samples")
             job.phi = float(phi)
             setter = getattr(job.estimator, "set_measured_phi", None)
             if setter is not None:
                 setter(float(phi))
-        if job.reported:  # a finished job reported to: its flag is cleared at the next settle
-            self._live[job_id] = job
 
     def finish(self, job_id: str, at: float) -> JobRecord:
-        """Mark a job done at time ``at`` (s; within the current round); returns its record."""
+        """Mark a job done at time ``at`` (s; at or after its arrival and the last round, within the
+        current round); returns its record."""
         job = self._job(job_id)
         if job.finish_time is not None:
             raise InputError(f"job[{job_id}]", job_id, f"already finished at {job.finish_time} s")
+        at = check_finish(f"job[{job_id}].finish.at", at, job.arrival_time, self._last_round)
         if job.allocation is not None and self._last_round is not None:
             job.gpu_seconds += job.allocation.num_gpus * max(0.0, at - self._last_round)
             job.restored += min(job.restore_left, max(0.0, at - self._last_round))
@@ -380,19 +408,23 @@ class SchedulingSession:
         """The policy's allocation for the round starting at ``now`` (s), as one decision per
         active job (submitted, arrived by ``now``, unfinished), in the order the policy saw them.
 
-        Raises :class:`~heteroplan.errors.PolicyError` when the policy fails or returns an
-        allocation the cluster cannot carry out (``AllocationError``).
+        Jobs admission parks (see the module doc) are not shown to the policy; their decision
+        carries the reason. Raises :class:`~heteroplan.errors.PolicyError` when the policy fails or
+        returns an allocation the cluster or the job cannot carry out (``AllocationError``).
         """
-        if self._last_round is not None and now < self._last_round:
-            raise InputError("now", now, f"is before the previous round ({self._last_round} s)")
+        now = check_clock(now, self._last_round)
         self.settle(now)
-        order = sorted((j for j in self._live.values()
-                        if j.finish_time is None and j.gave_up is None and j.arrival_time <= now),
-                       key=lambda j: (j.arrival_time, j.job_id))
+        active = sorted((j for j in self._live.values()
+                         if j.finish_time is None and j.gave_up is None and j.arrival_time <= now),
+                        key=lambda j: (j.arrival_time, j.job_id))
+        order = [j for j in active if _admit(j, self.cluster) is None]  # parked jobs are not the policy's
         allocations, seconds = self._allocate(order, now) if order else ({}, 0.0)  # nobody active: no policy call
         solved = self.policy.last_result if order and isinstance(self.policy, ReportsSolveGap) else None
         decisions = []
-        for job in order:
+        for job in active:
+            if job.parked is not None:
+                decisions.append(_park(job))
+                continue
             job.active_rounds += 1
             job.active_sum += len(order)
             decisions.append(self._decide(job, allocations.get(job.job_id), now))
@@ -403,9 +435,10 @@ class SchedulingSession:
     def settle(self, now: float) -> None:
         """Charge the GPUs held since the last round through ``now`` (s) and age restores; called
         by :meth:`round`, and by a caller that stops and wants final records."""
+        now = check_clock(now, self._last_round)
         if self._last_round is None:
             return
-        elapsed = max(0.0, now - self._last_round)
+        elapsed = now - self._last_round
         for job in list(self._live.values()):
             alloc = job.allocation
             if job.finish_time is not None or alloc is None:
@@ -415,24 +448,17 @@ class SchedulingSession:
                 continue
             job.gpu_seconds += alloc.num_gpus * elapsed
             if not job.reported and elapsed > job.restore_left:
-                self._unreported(job)
+                _unreported(job, self.assume_progress)
             spent = min(job.restore_left, elapsed)
             job.restored += spent
             job.restore_left -= spent
             job.reported = False
         self._last_round = float(now)
 
-    def _unreported(self, job: _Job) -> None:
-        if job.allocation is None:
-            return
-        if self.assume_progress:
-            job.max_gpus_run = max(job.max_gpus_run, job.allocation.num_gpus)
-        if not job.warned:
-            job.warned = True
-            assumed = "assuming it ran" if self.assume_progress else "counting no progress"
-            warnings.warn(f"job {job.job_id!r} held {job.allocation.num_gpus} GPUs for a round without a progress "
-                          f"report; {assumed} (report work_done or steps_done each round)",
-                          UnreportedJobWarning, stacklevel=3)
+    # --------------------------------------------------------------------- admission
+    def parked(self, job_id: str) -> Parked | None:
+        """Why ``job_id`` can never run on ``self.cluster`` as it is now (parked: see the module doc), or ``None``."""
+        return _admit(self._job(job_id), self.cluster)
 
     def _allocate(self, order: list[_Job], now: float) -> tuple[dict[str, Allocation], float]:
         views = [self._view(j) for j in order]
@@ -445,7 +471,8 @@ class SchedulingSession:
             raise PolicyError(f"policy {self.policy.name!r} failed at t={now:.0f} s: "
                               f"{type(exc).__name__}: {exc}") from exc
         seconds = time.perf_counter() - t0
-        return check_allocations(self.cluster, answer, [j.job_id for j in order]), seconds
+        return check_allocations(self.cluster, answer, views, policy=self.policy.name, forking=bool(self.policy.forking),
+                                 rigid=[j.job_id for j in order if j.rigid]), seconds
 
     def _moved(self, old: Allocation | None, new: Allocation) -> bool:
         """A (re)start: first start, other type, or other nodes (unless ``free_moves`` and same shape)."""
@@ -539,7 +566,7 @@ class SchedulingSession:
     def _job(self, job_id: str) -> _Job:
         try:
             return self._jobs[job_id]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: not even a possible id (a list, a dict)
             raise InputError("job_id", job_id, "not submitted to this session") from None
 
     # ------------------------------------------------------------------- save / load
@@ -548,23 +575,100 @@ class SchedulingSession:
         :meth:`load` takes it back."""
         from heteroplan.scheduling.storage import save_session
 
-        return save_session(self, path)
+        return save_session(self, _path(path))
 
     @classmethod
-    def load(cls, path: str | Path, cluster: Cluster, policy: Policy) -> SchedulingSession:
+    def load(cls, path: str | Path, cluster: Cluster, policy: Policy,
+             perf_models: Mapping[str, PerfModel] | None = None) -> SchedulingSession:
         """A session saved by :meth:`save`, on ``cluster`` under ``policy`` (given again: a policy is
         code, not data; build it with the saved one's options). The policy takes back the state it
         kept between rounds (see :mod:`heteroplan.policies.state`), so the next :meth:`round`
         decides as the saved session's would have. Raises :class:`InputError` when the file holds
         another kind of policy's state; a format-1 file (saved without it) warns
-        (:class:`~heteroplan.scheduling.storage.PolicyStateLostWarning`) under a stateful policy."""
+        (:class:`~heteroplan.scheduling.storage.PolicyStateLostWarning`) under a stateful policy.
+        ``perf_models``: job id -> the model object of each job submitted with one of its own (saved
+        without it; a missing one is an :class:`InputError` naming the job)."""
         from heteroplan.scheduling.storage import load_session
 
-        return load_session(path, cluster, policy)
+        return load_session(_path(path), cluster, policy, perf_models)
 
     def __repr__(self) -> str:
         return (f"SchedulingSession(policy={self.policy.name!r}, cluster={self.cluster.name!r}, "
                 f"jobs={len(self._jobs)}, unfinished={len(self.unfinished())}, rounds={self.rounds})")
+
+
+def _admit(job: _Job, cluster: Cluster) -> Parked | None:
+    """Admission's verdict on ``job`` (kept until the cluster object or the model changes)."""
+    key = (cluster, job.observations)
+    if job.admitted_on is None or job.admitted_on[0] is not key[0] or job.admitted_on[1] != key[1]:
+        job.parked = admission(cluster, job.requested_gpus, job.elastic, _rate_of(job, cluster))
+        job.admitted_on = key
+    return job.parked
+
+
+def _unreported(job: _Job, assume_progress: bool) -> None:
+    """A job held GPUs for a round without a report: assume it ran (or not), warn once."""
+    if job.allocation is None:
+        return
+    if assume_progress:
+        job.max_gpus_run = max(job.max_gpus_run, job.allocation.num_gpus)
+    if not job.warned:
+        job.warned = True
+        assumed = "assuming it ran" if assume_progress else "counting no progress"
+        warnings.warn(f"job {job.job_id!r} held {job.allocation.num_gpus} GPUs for a round without a progress "
+                      f"report; {assumed} (report work_done or steps_done each round)",
+                      UnreportedJobWarning, stacklevel=3)
+
+
+def _park(job: _Job) -> Decision:
+    """A parked job's decision: it gets nothing (and loses what it held)."""
+    old = job.allocation
+    job.allocation = None
+    job.restore_left = 0.0
+    return Decision(job.job_id, DecisionKind.WAIT if old is None else DecisionKind.PREEMPT, None, old,
+                    parked=job.parked)
+
+
+def _known_types(job: _Job, cluster: Cluster, needed: bool) -> set[str]:
+    """GPU types a step timing of ``job`` may name: the cluster's, and those its model knows."""
+    known = set(cluster.type_names)
+    if needed and job.model_kind in (ModelKind.BOOTSTRAP, ModelKind.ORACLE, ModelKind.TABLE):
+        known |= set(job.estimator.gpu_types)  # type: ignore[union-attr]
+    return known
+
+
+def _rate_of(job: _Job, cluster: Cluster) -> Any:
+    """The job's goodput as admission reads it (``None``: no model, every type usable)."""
+    model = job.estimator
+    if model is None:
+        return None
+    # The models the session knows list their types; a user's object answers for every type.
+    types = None if job.model_kind is ModelKind.OBJECT else set(model.gpu_types)
+    total = sum(cluster.capacity().values())
+
+    def rate(gpu_type: str, num_nodes: int, num_gpus: int) -> float:
+        if types is not None and gpu_type not in types:
+            return 0.0
+        if num_gpus > total:  # it cannot run anyway (too large); is the type one it runs on at all?
+            num_nodes, num_gpus = 1, 1
+        try:
+            value = float(model.goodput(gpu_type, num_nodes, num_gpus, progress=job.fraction_done))
+        except HeteroplanError:
+            raise
+        except Exception as exc:  # a user's model object that fails: its input, named
+            raise InputError(f"job[{job.job_id}].perf_model", type(model).__name__,
+                             f"goodput({gpu_type!r}, {num_nodes}, {num_gpus}) failed: {type(exc).__name__}: {exc}"
+                             ) from exc
+        return value if math.isfinite(value) else 0.0
+
+    return rate
+
+
+def _path(path: object) -> Path:
+    """``path`` (a string or a path) as a :class:`Path`, else :class:`InputError`."""
+    if not isinstance(path, str | Path) or not str(path):
+        raise InputError("path", path, "must be a file path (str or pathlib.Path)")
+    return Path(path)
 
 
 def _app_or_none(application: str) -> Any:

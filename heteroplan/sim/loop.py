@@ -17,7 +17,8 @@ arriving inside a round are first seen at the next round boundary.
 
 Before the first round the loop refuses what can never run: a job without performance data
 for one of the cluster's GPU types is a :class:`~heteroplan.errors.MissingDataError` naming
-the job, its application and the types; a rigid job larger than the GPUs it can use is
+the job, its application and the types; a job the session's admission
+(:func:`~heteroplan.scheduling.admission`) would park -- a rigid job larger than the GPUs it can use -- is
 rejected (``on_infeasible="reject"``, listed in ``SimResult.rejected``) or an
 :class:`~heteroplan.errors.InputError` (``"raise"``). A policy that raises, or returns an
 allocation the cluster or the job cannot carry out, stops the run with a
@@ -35,7 +36,13 @@ from heteroplan.cluster import Cluster
 from heteroplan.errors import HeteroplanError, InputError, MissingDataError
 from heteroplan.inputs import MIN_ROUND_S
 from heteroplan.policies.base import Allocation, Policy, counts_by_type
-from heteroplan.scheduling import DecisionKind, JobRecord, SchedulingSession, check_policy
+from heteroplan.scheduling import (
+    DecisionKind,
+    JobRecord,
+    SchedulingSession,
+    admission,
+    check_policy,
+)
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.sim.job_models import SimJob, build_jobs
 from heteroplan.sim.metrics import SimResult
@@ -67,23 +74,16 @@ def _check_data(cluster: Cluster, jobs: Sequence[SimJob]) -> None:
 
 
 def _reject_infeasible(cluster: Cluster, jobs: list[SimJob], on_infeasible: str) -> dict[str, str]:
-    """Rigid jobs needing more GPUs than the types they can run on hold."""
-    capacity = cluster.capacity()
+    """Jobs the session's admission would park for good (the cluster never changes in a
+    simulation): needing more GPUs together than the types they can run on hold."""
     rejected: dict[str, str] = {}
     for job in jobs:
-        if job.elastic:
-            usable = sum(c for k, c in capacity.items() if job.rate_on(k, 1, 1, oracle=True)[0] > 0)
-            need = 1
-        else:
-            usable = sum(c for k, c in capacity.items()
-                         if job.rate_on(k, max(1, math.ceil(job.requested_gpus / cluster.gpu_type(k).gpus_per_node)),
-                                        job.requested_gpus, oracle=True)[0] > 0)
-            need = job.requested_gpus
-        if need > usable:
-            why = f"needs {need} GPUs together; only {usable} GPUs of types it can run on"
+        parked = admission(cluster, job.requested_gpus, job.elastic,
+                           lambda k, nodes, gpus, job=job: job.rate_on(k, nodes, gpus, oracle=True)[0])
+        if parked is not None:
             if on_infeasible == "raise":
-                raise InputError(f"job[{job.name}].requested_gpus", need, why)
-            rejected[job.name] = why
+                raise InputError(f"job[{job.name}].requested_gpus", parked.need_gpus, parked.detail)
+            rejected[job.name] = parked.detail
     return rejected
 
 
