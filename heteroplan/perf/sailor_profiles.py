@@ -84,6 +84,9 @@ class ModelProfile:
             recomputed in its backward, where the profiler timed it (``time_recomputed``).
         measured: the memory :func:`heteroplan.runtime.profiler.profile_layers` measured (bytes;
             ``None`` for Sailor's shipped data, whose memory the calibrated constants model).
+        forward_flops: per layer, the whole layer's forward FLOPs per sample the profiler counted
+            (from the TP-1 entry); ``None`` where the profile has no counts (Sailor's shipped data,
+            profiles written before the count).
     """
 
     name: str
@@ -94,6 +97,7 @@ class ModelProfile:
     compute: dict[tuple[str, int, int], np.ndarray]
     measured: MeasuredMemory | None = None
     recomputed: dict[tuple[str, int, int], np.ndarray] = field(default_factory=dict)
+    forward_flops: tuple[float, ...] | None = None
     _prefix: dict[object, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     # ---------------------------------------------------------------- queries
@@ -243,8 +247,11 @@ def _build_profile(model: str, root: Path, sizes: dict) -> ModelProfile:
                 compute[(path.stem, int(mbs), int(tp))] = arr
                 if all(len(r) >= 5 for r in rows):  # + recomputed fwd, bwd (profile_layers(time_recomputed=True))
                     recomputed[(path.stem, int(mbs), int(tp))] = np.array([[r[3], r[4], r[2]] for r in rows], dtype=float).T
+    flops = None
+    if "1" in sizes and all(isinstance(sizes["1"][str(i)].get("forward_flops"), int | float) for i in range(num_layers)):
+        flops = tuple(float(sizes["1"][str(i)]["forward_flops"]) for i in range(num_layers))
     return ModelProfile(model, num_layers, params, act_out, act_mem, _monotone_in_mbs(compute), measured,
-                        _monotone_in_mbs(recomputed))
+                        _monotone_in_mbs(recomputed), flops)
 
 
 _MEASURED_KEYS = {"act_input": "act_input_bytes", "act_output": "act_output_bytes", "act_saved": "act_mem_bytes",

@@ -111,6 +111,8 @@ class PlanResult:
             "evaluated": self.evaluated,
             "gpus": {f"{t}@{z}": n for (t, z), n in self.plan.gpus_by_type_zone().items()},
             "uncalibrated_gpu_types": list(self.extra.get("uncalibrated_gpu_types", [])),
+            "utilization": self.estimate.utilization.to_dict()
+            if self.estimate is not None and self.estimate.utilization is not None else None,
         }
 
     def __repr__(self) -> str:
@@ -126,6 +128,8 @@ class PlanResult:
         )
         if self.memory_fit is not None:
             lines.append("  " + self.memory_fit.describe())
+        if self.estimate is not None and self.estimate.utilization is not None:
+            lines.append("  predicted " + self.estimate.utilization.describe())
         lines.append(f"  search: {self.search_time_s:.3g} s, {self.evaluated} layouts")
         if self.extra.get("recompute"):
             lines.append("  every stage recomputes its activations: " + self.extra["recompute"])
