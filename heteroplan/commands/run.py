@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if result.steps:
         print(f"{plan.num_gpus} processes, median {result.median_iteration_time() * 1e3:.1f} ms/iteration, "
               f"loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}, wall {result.wall_time:.1f} s")
-        print("model FLOPs: " + (usage.describe() if usage is not None else "not counted (the model does not run on "
+        print("utilization: " + (usage.describe() if usage is not None else "model FLOPs not counted (the model does not run on "
                                  "torch's meta device), MFU: n/a"))
     if result.stopped_early:
         print(f"stopped early at iteration {result.final_step} of {config.steps}")

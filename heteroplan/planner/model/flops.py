@@ -79,11 +79,12 @@ class Utilization:
         return self.achieved_tflops / self.peak_tflops if self.peak_tflops > 0 else None
 
     def describe(self) -> str:
-        """``"245.3 TFLOP/s, MFU: 24.8% (of ...)"`` or ``"..., MFU: n/a (reason)"``."""
+        """``"3.1e+13 model FLOPs in 0.128 s = 245.3 TFLOP/s, MFU: 24.8% (of ...)"``, or ``MFU: n/a (reason)``."""
         mfu = self.mfu
         tail = f"MFU: {100 * mfu:.1f}% (of {self.peak_tflops:g} TFLOP/s, {self.peak_note})" if mfu is not None \
             else f"MFU: n/a ({self.peak_note})"
-        return f"{self.achieved_tflops:.4g} TFLOP/s ({self.model_flops:.4g} model FLOPs/iteration), {tail}"
+        return (f"{self.model_flops:.6g} model FLOPs in {self.seconds:.6g} s = {self.achieved_tflops:.6g} TFLOP/s, "
+                f"{tail}")
 
     def to_dict(self) -> dict[str, float | str | None]:
         return {"model_flops_per_iteration": self.model_flops, "achieved_tflops": self.achieved_tflops,
