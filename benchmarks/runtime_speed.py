@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             peak, note = run_peak_tflops(plan, args.device, args.peak_tflops, 1)
 
             def usage_of(seconds: float, flops: float | None = flops, peak: float = peak, note: str = note) -> Utilization | None:
-                return utilization(flops, plan.global_batch_size, seconds, peak, note) if flops else None
+                return utilization(flops, args.gbs, seconds, peak, note) if flops else None
 
             first = len(rows)
             if not args.no_plain:
