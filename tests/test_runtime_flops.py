@@ -15,16 +15,18 @@ from heteroplan.cli import main  # noqa: E402
 from heteroplan.cluster import SAILOR_GPU_TYPES, ClusterError, GPUType  # noqa: E402
 from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.perf.sailor_profiles import load_model_profile  # noqa: E402
+from heteroplan.planner import simulate  # noqa: E402
 from heteroplan.planner.model.flops import (  # noqa: E402
     Utilization,
     model_flops_per_iteration,
     peak_tflops,
     plan_peak_tflops,
+    recomputed_flops_per_sample,
     utilization,
 )
 from heteroplan.planner.plan import Plan, Precision, ReplicaGroup, Stage  # noqa: E402
 from heteroplan.runtime import RunConfig  # noqa: E402
-from heteroplan.runtime.flops import task_forward_flops_per_sample  # noqa: E402
+from heteroplan.runtime.flops import task_forward_flops_per_layer, task_forward_flops_per_sample  # noqa: E402
 from heteroplan.runtime.models import GPT_1_3B, GPT_320M, TinyGPTTask  # noqa: E402
 from heteroplan.runtime.profiler import profile_layers  # noqa: E402
 
@@ -50,6 +52,16 @@ def test_bundled_models_count_the_analytic_flops(task: TinyGPTTask) -> None:
     flops = model_flops_per_iteration(counted, 32)
     assert flops == pytest.approx(kaplan_iteration_flops(task, 32), rel=0.02)
     assert flops != pytest.approx(kaplan_iteration_flops(task, 32), rel=1e-4)  # biases, norms: not matmuls
+
+
+def test_recomputed_flops_are_the_recomputing_stages_forwards() -> None:
+    per_layer = task_forward_flops_per_layer(TINY)
+    d, s, v = TINY.d_model, TINY.seq_len, TINY.vocab
+    assert per_layer == (0.0, 24 * d * d * s + 4 * s * s * d, 24 * d * d * s + 4 * s * s * d, 2 * d * v * s)
+    g = (ReplicaGroup("cpu", "local"),)
+    plan = Plan("tiny", 8, 2, (Stage(0, 2, g, "full"), Stage(2, 4, g)))
+    assert recomputed_flops_per_sample(per_layer, plan) == per_layer[0] + per_layer[1]
+    assert recomputed_flops_per_sample(per_layer, Plan("tiny", 8, 2, (Stage(0, 4, g),))) == 0
 
 
 def test_the_1_3b_recipe_is_1b_class() -> None:
@@ -90,6 +102,11 @@ def test_mfu_is_model_flops_over_time_and_peak() -> None:
     assert u.model_flops == 3 * 1e9 * 32
     assert u.achieved_tflops == pytest.approx(9.6e10 / 0.128 / 1e12)
     assert u.mfu == pytest.approx(u.achieved_tflops / 989.4)
+    assert u.hfu == u.mfu and "HFU" not in u.describe()
+    recomputing = utilization(1e9, 32, 0.128, 989.4, "H100", recomputed_flops_per_sample=4e8)
+    assert recomputing.hardware_flops == 3 * 1e9 * 32 + 4e8 * 32 and recomputing.mfu == u.mfu
+    assert recomputing.hfu == pytest.approx(recomputing.hardware_flops / 0.128 / 1e12 / 989.4)
+    assert f"HFU {100 * recomputing.hfu:.1f}%" in recomputing.describe()
     assert "MFU: n/a (no peak)" in Utilization(1e12, 1.0, 0.0, "no peak").describe()
     with pytest.raises(InputError, match="seconds"):
         utilization(1e9, 32, 0.0)
@@ -133,6 +150,10 @@ def test_heteroplan_plan_prints_the_predicted_mfu(tmp_path: Path, capsys) -> Non
     achieved = 3 * fwd * 8 / out["iteration_time_s"] / 1e12
     assert out["utilization"]["achieved_tflops"] == pytest.approx(achieved, rel=1e-9)
     assert out["utilization"]["mfu"] == pytest.approx(achieved / 67.0, rel=1e-9)  # fp32 peak of an H100
+    recomputing = simulate(Plan("tiny-gpt", 8, 2, (Stage(0, 6, (ReplicaGroup("H100-80", "local"),), "full"),)),
+                           data_dir=data).utilization
+    assert recomputing.hardware_flops == pytest.approx(recomputing.model_flops + fwd * 8, rel=1e-12)
+    assert recomputing.hfu > recomputing.mfu
     assert main(["plan", "--model", "tiny-gpt", "--gbs", "8", "--gpus", "H100-80@us-central1-a=1", "--data-dir", str(data)]) == 0
     text = capsys.readouterr().out
     (predicted,) = _numbers(text, r"predicted: ([0-9.e+-]+) s/iteration")

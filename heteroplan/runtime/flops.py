@@ -23,7 +23,7 @@ from heteroplan.planner.plan import Plan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["forward_flops", "task_forward_flops_per_sample", "run_peak_tflops"]
+__all__ = ["forward_flops", "task_forward_flops_per_layer", "task_forward_flops_per_sample", "run_peak_tflops"]
 
 
 def _cpu_flash_attention_flops(query_shape: Any, key_shape: Any, value_shape: Any, *args: Any, **kwargs: Any) -> int:
@@ -42,19 +42,30 @@ def forward_flops(fn: Callable[[], Any]) -> int:
     return int(counter.get_total_flops())
 
 
-def task_forward_flops_per_sample(task: Any) -> float | None:
-    """Forward FLOPs of one sample of ``task``'s model, counted on the ``meta`` device (its model
-    built there, iteration 0's first sample as input); ``None`` (logged) when the model cannot run
-    on ``meta`` (a layer that reads its tensors' values)."""
+def task_forward_flops_per_layer(task: Any) -> tuple[float, ...] | None:
+    """Forward FLOPs of one sample of ``task``'s model, per plan layer, counted on the ``meta``
+    device (its model built there, iteration 0's first sample as input); ``None`` (logged) when
+    the model cannot run on ``meta`` (a layer that reads its tensors' values)."""
     try:
         with torch.device("meta"):
             model = task.build_model()
-        inputs, _ = task.batch(0, 0, 1)
+        x = task.batch(0, 0, 1)[0].to("meta")
+        counts = []
         with torch.no_grad():
-            return float(forward_flops(lambda: model(inputs.to("meta"))))
+            for layer in model:
+                out = []
+                counts.append(float(forward_flops(lambda layer=layer, x=x, out=out: out.append(layer(x)))))
+                x = out[0]
+        return tuple(counts)
     except Exception as exc:  # noqa: BLE001 - any model: no count is a report ("n/a"), not a failed run
         log.info("model FLOPs not counted (the model does not run on the meta device: %s)", exc)
         return None
+
+
+def task_forward_flops_per_sample(task: Any) -> float | None:
+    """The sum of :func:`task_forward_flops_per_layer` (``None`` where it is)."""
+    per_layer = task_forward_flops_per_layer(task)
+    return None if per_layer is None else float(sum(per_layer))
 
 
 def _type_for(name: str, device_name: str) -> GPUType | None:

@@ -42,7 +42,12 @@ from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile, load_model_profile
 from heteroplan.planner.model.comm import allreduce_s, pipeline_send_buffered, pipeline_send_s
-from heteroplan.planner.model.flops import Utilization, plan_peak_tflops, utilization
+from heteroplan.planner.model.flops import (
+    Utilization,
+    plan_peak_tflops,
+    recomputed_flops_per_sample,
+    utilization,
+)
 from heteroplan.planner.model.pipeline_replay import one_f_one_b_time
 from heteroplan.planner.model.sim_config import (
     DEFAULT_CONFIG,
@@ -581,7 +586,8 @@ def _utilization(profile: ModelProfile, plan: Plan, gpu_types: dict[str, GPUType
     if profile.forward_flops is None:
         return None
     peak, note = plan_peak_tflops(((gpu_types[t], n) for (t, _), n in plan.gpus_by_type_zone().items()), plan.precision)
-    return utilization(sum(profile.forward_flops), plan.global_batch_size, seconds, peak, note)
+    return utilization(sum(profile.forward_flops), plan.global_batch_size, seconds, peak, note,
+                       recomputed_flops_per_sample(profile.forward_flops, plan))
 
 
 def _critical_path(fb: np.ndarray, comm: np.ndarray, micro: np.ndarray, t_pipe: np.ndarray, pipe_time: float,
