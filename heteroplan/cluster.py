@@ -75,6 +75,11 @@ class GPUType:
         model: human-readable hardware name (e.g. ``"NVIDIA T4"``).
         memory_bandwidth_gbs: device memory bandwidth (GB/s, the vendor's figure); 0 when
             unknown. The planner prices a memory-bound optimizer step with it.
+        peak_tflops_fp32, peak_tflops_tf32, peak_tflops_bf16: dense peak arithmetic (TFLOP/s, no
+            sparsity) in fp32, TF32 and bf16 tensor-core matmuls; 0 when unknown or absent (a V100
+            has no TF32 nor bf16). MFU is reported against the peak of the plan's precision
+            (:mod:`heteroplan.planner.model.flops`).
+        peak_source: where the peaks come from (the vendor's datasheet).
     """
 
     name: str
@@ -83,6 +88,10 @@ class GPUType:
     price_per_hour: float = 0.0
     model: str = ""
     memory_bandwidth_gbs: float = 0.0
+    peak_tflops_fp32: float = 0.0
+    peak_tflops_tf32: float = 0.0
+    peak_tflops_bf16: float = 0.0
+    peak_source: str = ""
 
     def __post_init__(self) -> None:
         _check_name("gpu_type.name", self.name)
@@ -92,6 +101,10 @@ class GPUType:
         _check_count(f"gpu_type[{self.name}].gpus_per_node", self.gpus_per_node, minimum=1)
         _check_nonneg(f"gpu_type[{self.name}].price_per_hour", self.price_per_hour)
         _check_nonneg(f"gpu_type[{self.name}].memory_bandwidth_gbs", self.memory_bandwidth_gbs)
+        for name in ("peak_tflops_fp32", "peak_tflops_tf32", "peak_tflops_bf16"):
+            _check_nonneg(f"gpu_type[{self.name}].{name}", getattr(self, name))
+        if not isinstance(self.peak_source, str):
+            raise ClusterError(f"gpu_type[{self.name}].peak_source", self.peak_source, "must be a string")
 
 
 @dataclass(frozen=True)
@@ -365,13 +378,24 @@ GAVEL_GPU_TYPES = (
 # Sailor's GCP prices ($/h per GPU) and memories (GB); 4 GPUs per VM for A100/V100 as in its runs.
 # The RTX types are the MIT cluster of Sailor's validation runs (8 per node, no price: 0 $/h).
 # Memory bandwidths (GB/s) are the vendors' figures (A100 40GB SXM, V100 SXM2, GH200 with HBM3).
+# Dense peaks (TFLOP/s, fp32 / TF32 / bf16, without sparsity) from the vendors' datasheets, named in
+# peak_source; 0 where the GPU has no such unit (V100, Turing: no TF32 nor bf16). H100-80 and
+# H200-141 are the GPUs of the runtime's leases (SXM, 8 per node; no price recorded: 0 $/h).
+_A100 = "NVIDIA A100 datasheet (SXM): FP32 19.5, TF32 156, BF16 312 dense"
+_V100 = "NVIDIA V100 datasheet (SXM2): FP32 15.7 (FP16 tensor 125; no TF32, no BF16)"
+_HOPPER = "NVIDIA {} datasheet (SXM): FP32 67, TF32 494.7, BF16 989.4 dense (half the sparse figures)"
 SAILOR_GPU_TYPES = (
-    GPUType("A100-40", 40, 4, 3.673, "NVIDIA A100 40GB", 1555.0),
-    GPUType("V100-16", 16, 4, 2.860, "NVIDIA V100 16GB", 900.0),
-    GPUType("GH-96", 96, 4, 11.06, "NVIDIA GH200 96GB", 4000.0),
-    GPUType("RTX-2080", 11, 8, 0.0, "NVIDIA GeForce RTX 2080 Ti 11GB", 616.0),
-    GPUType("RTX-3090", 24, 8, 0.0, "NVIDIA GeForce RTX 3090 24GB", 936.0),
-    GPUType("Titan-RTX", 24, 8, 0.0, "NVIDIA Titan RTX 24GB", 672.0),
+    GPUType("A100-40", 40, 4, 3.673, "NVIDIA A100 40GB", 1555.0, 19.5, 156.0, 312.0, _A100),
+    GPUType("V100-16", 16, 4, 2.860, "NVIDIA V100 16GB", 900.0, 15.7, 0.0, 0.0, _V100),
+    GPUType("GH-96", 96, 4, 11.06, "NVIDIA GH200 96GB", 4000.0, 67.0, 494.7, 989.4, _HOPPER.format("GH200")),
+    GPUType("RTX-2080", 11, 8, 0.0, "NVIDIA GeForce RTX 2080 Ti 11GB", 616.0, 13.4, 0.0, 0.0,
+            "NVIDIA Turing whitepaper (RTX 2080 Ti): FP32 13.4 (no TF32, no BF16)"),
+    GPUType("RTX-3090", 24, 8, 0.0, "NVIDIA GeForce RTX 3090 24GB", 936.0, 35.6, 35.6, 71.0,
+            "NVIDIA Ampere GA102 whitepaper (RTX 3090): FP32 35.6, TF32 35.6, BF16 (FP32 accumulate) 71 dense"),
+    GPUType("Titan-RTX", 24, 8, 0.0, "NVIDIA Titan RTX 24GB", 672.0, 16.3, 0.0, 0.0,
+            "NVIDIA Turing whitepaper (Titan RTX): FP32 16.3 (no TF32, no BF16)"),
+    GPUType("H100-80", 80, 8, 0.0, "NVIDIA H100 80GB HBM3", 3350.0, 67.0, 494.7, 989.4, _HOPPER.format("H100")),
+    GPUType("H200-141", 141, 8, 0.0, "NVIDIA H200", 4800.0, 67.0, 494.7, 989.4, _HOPPER.format("H200")),
 )
 SAILOR_ZONES = ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f", "us-west1-b")
 

@@ -36,6 +36,12 @@ def add_training_arguments(p: argparse.ArgumentParser, *, steps: int, optimizer:
     p.add_argument("--cuda-graphs", action="store_true",
                    help="replay each microbatch as a CUDA graph (--device cuda; one-stage plans, TP 1, no ZeRO; "
                         "profile with `heteroplan profile --cuda-graphs` to predict it)")
+    p.add_argument("--compile", action="store_true",
+                   help="compile every plan layer with torch.compile (alone or with --cuda-graphs; TP 1; profile with "
+                        "`heteroplan profile --compile` to predict it)")
+    p.add_argument("--peak-tflops", type=number(0), default=None,
+                   help="declared dense peak TFLOP/s of one device in the plan's precision, for the MFU "
+                        "(default: the GPU type table's on CUDA, none on CPU)")
 
 
 def run_config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -45,6 +51,7 @@ def run_config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "pipeline": args.pipeline,
         "checkpoint_dir": args.checkpoint_dir, "checkpoint_every": args.checkpoint_every,
         "device": args.device, "timeout_s": args.timeout, "cuda_graphs": args.cuda_graphs,
+        "compile": args.compile, "peak_tflops": args.peak_tflops,
     }
 
 

@@ -168,7 +168,8 @@ def evaluate(args: argparse.Namespace) -> int:
                     "memory_per_gpu_gb": list(est.memory_per_stage_gb), "fits_memory": est.fits,
                     "memory_over_gb": est.memory_fit.over_gb if est.memory_fit else 0.0,
                     "tightest_stage": est.memory_fit.stage if est.memory_fit else None,
-                    "uncalibrated_gpu_types": list(est.uncalibrated)})
+                    "uncalibrated_gpu_types": list(est.uncalibrated),
+                    "utilization": est.utilization.to_dict() if est.utilization is not None else None})
     else:
         print(printable(loaded.describe(), keep="\n"))
         print(printable("\n".join("  " + line for line in est.describe().splitlines()), keep="\n"))

@@ -115,6 +115,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cuda-graphs", action="store_true",
                    help="CUDA: time each microbatch replayed as one CUDA graph, as `heteroplan run --cuda-graphs` "
                         "runs one-stage plans (the profile to predict such runs; a bf16 step is launch-bound without)")
+    p.add_argument("--compile", action="store_true",
+                   help="time every layer compiled with torch.compile, as `heteroplan run --compile` runs them "
+                        "(the profile to predict compiled runs)")
     p.add_argument("--no-network", action="store_true", help="skip the network measurement")
     p.add_argument("--world-size", type=integer(2), default=2, help="processes for the network measurement")
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="torch.distributed backend")
@@ -148,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         model, make_input, _sizes(args.mbs), device=args.device, warmup=args.warmup, repeats=args.repeats,
         optimizer=args.optimizer, sweeps=(9 if args.calibrate else 1) if args.sweeps is None else args.sweeps,
         loss_fn=loss_fn, timing=args.timing, precision=args.precision, time_recomputed=args.time_recomputed,
-        cuda_graphs=args.cuda_graphs,
+        cuda_graphs=args.cuda_graphs, compile=args.compile,
     )
     path = prof.write(args.out, name, args.gpu_type)
     summary: dict[str, Any] = {
@@ -157,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
         "layers": prof.num_layers,
         "microbatch_sizes": list(prof.microbatch_sizes),
         "cuda_graphs": prof.cuda_graphs,
+        "compiled": prof.compiled,
+        "forward_flops_per_sample": sum(prof.forward_flops),
         "profile": str(path),
     }
     net = None

@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
                 if exc.checkpoint is not None else "")
         raise InputError("--lr", args.lr, exc.reason + kept) from None
     code = exit_code(result)
+    usage = result.utilization() if result.steps else None
     if args.json:
         print(json.dumps({
             "plan": plan.to_dict(), "processes": plan.num_gpus, "steps": result.final_step,
@@ -102,11 +103,14 @@ def run(args: argparse.Namespace) -> int:
             "checkpoint": str(result.checkpoint.path) if result.checkpoint is not None else None,
             "stopped_early": result.stopped_early,
             "pipeline": result.pipeline,
+            "utilization": usage.to_dict() if usage is not None else None,
         }, indent=1))
         return code
     if result.steps:
         print(f"{plan.num_gpus} processes, median {result.median_iteration_time() * 1e3:.1f} ms/iteration, "
               f"loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}, wall {result.wall_time:.1f} s")
+        print("utilization: " + (usage.describe() if usage is not None else "model FLOPs not counted (the model does not run on "
+                                 "torch's meta device), MFU: n/a"))
     if result.stopped_early:
         print(f"stopped early at iteration {result.final_step} of {config.steps}")
     if result.checkpoint is not None:

@@ -96,6 +96,9 @@ class ModelProfile:
             recomputed in its backward, where the profiler timed it (``time_recomputed``).
         measured: the memory :func:`heteroplan.runtime.profiler.profile_layers` measured (bytes;
             ``None`` for Sailor's shipped data, whose memory the calibrated constants model).
+        forward_flops: per layer, the whole layer's forward FLOPs per sample the profiler counted
+            (from the TP-1 entry); ``None`` where the profile has no counts (Sailor's shipped data,
+            profiles written before the count).
     """
 
     name: str
@@ -106,6 +109,7 @@ class ModelProfile:
     compute: dict[tuple[str, int, int], np.ndarray]
     measured: MeasuredMemory | None = None
     recomputed: dict[tuple[str, int, int], np.ndarray] = field(default_factory=dict)
+    forward_flops: tuple[float, ...] | None = None
     _prefix: dict[object, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     # ---------------------------------------------------------------- queries
@@ -200,10 +204,10 @@ _LAYER_INFO = Record(
     {"params_floats": _SIZE, "act_output_floats": _SIZE, "act_mem_floats": _SIZE},
     {**{key: _SIZE for key in ("act_input_floats", "params_bytes", "act_output_bytes", "act_input_bytes",
                                "act_mem_bytes", "act_fixed_bytes", "bwd_working_bytes", "bwd_working_fixed_bytes",
-                               "update_working_bytes", "loss_saved_bytes", "overhead_bytes")},
+                               "update_working_bytes", "loss_saved_bytes", "overhead_bytes", "forward_flops")},
      "param_tensor_floats": Seq(Number(low=0, high=MAX_SIZE, integer=True), 0, MAX_LAYERS),
      "precision": Text(choices=("fp32", "tf32", "bf16")), "optimizer": Text(choices=("adam", "sgd")),
-     "cuda_graphs": Flag()})
+     "cuda_graphs": Flag(), "compiled": Flag()})
 LLM_INFO_FILE = Table(Table(Table(_LAYER_INFO, IntKey(0, MAX_LAYERS - 1, "layer"), 1, MAX_LAYERS),
                             IntKey(1, MAX_TP, "TP degree"), 1, 64), Text(), 0, 10_000)
 """``llm_info.json``: ``{model: {tp: {layer: sizes}}}``; sizes are finite and >= 0."""
@@ -310,8 +314,11 @@ def _build_profile(model: str, root: Path, sizes: dict[int, dict[int, dict]]) ->
                 compute[(path.stem, mbs, tp)] = arr
                 if all(len(r) >= 5 for r in rows):  # + recomputed fwd, bwd (profile_layers(time_recomputed=True))
                     recomputed[(path.stem, mbs, tp)] = np.array([[r[3], r[4], r[2]] for r in rows], dtype=float).T
+    flops = None
+    if 1 in sizes and all(isinstance(sizes[1][i].get("forward_flops"), int | float) for i in range(num_layers)):
+        flops = tuple(float(sizes[1][i]["forward_flops"]) for i in range(num_layers))
     return ModelProfile(model, num_layers, params, act_out, act_mem, _monotone_in_mbs(compute), measured,
-                        _monotone_in_mbs(recomputed))
+                        _monotone_in_mbs(recomputed), flops)
 
 
 _MEASURED_KEYS = {"act_input": "act_input_bytes", "act_output": "act_output_bytes", "act_saved": "act_mem_bytes",

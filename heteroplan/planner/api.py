@@ -149,6 +149,8 @@ class PlanResult:
             "terms": {k.value: v for k, v in estimate_terms(self.estimate).items()} if self.estimate else {},
             "runner_ups": [r.to_dict() for r in self.runner_ups],
             "explanation": self.explain().splitlines(),
+            "utilization": self.estimate.utilization.to_dict()
+            if self.estimate is not None and self.estimate.utilization is not None else None,
         }
 
     def __repr__(self) -> str:
@@ -164,6 +166,8 @@ class PlanResult:
         )
         if self.memory_fit is not None:
             lines.append("  " + self.memory_fit.describe())
+        if self.estimate is not None and self.estimate.utilization is not None:
+            lines.append("  predicted " + self.estimate.utilization.describe())
         lines.append(f"  search: {self.search_time_s:.3g} s, {self.evaluated} layouts")
         lines.append("  " + self._structure_note())
         if self.extra.get("recompute"):

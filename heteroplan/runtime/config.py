@@ -93,6 +93,14 @@ class RunConfig:
             dropout (:func:`heteroplan.runtime.graphs.check_cuda_graphs`, ``check_graphed_layers``).
             Profile with ``profile_layers(cuda_graphs=True)`` to predict such runs: on an H100
             within +0..+2% in time and -2.3..+2.4% in reserved memory (docs/runtime.md).
+        compile: compile every plan layer of each stage with ``torch.compile`` (inductor, static
+            shapes; :mod:`heteroplan.runtime.compiled`): the pipeline, the layer boundaries and
+            the parameters' names stay as they are. Alone or with ``cuda_graphs`` (the layers are
+            compiled in the graph's warm-up, before its capture); not with tensor-parallel stages
+            (refused). Profile with ``profile_layers(compile=True)`` to predict such runs.
+        peak_tflops: declared dense peak TFLOP/s of one process's device in the plan's precision,
+            what :attr:`RunResult.utilization`'s MFU is measured against; ``None``: on CUDA the
+            GPU type table's peak (:class:`heteroplan.cluster.GPUType`), on CPU none (MFU n/a).
         fault: fault injection for tests: ``("exit" | "hang", rank, iteration)`` makes that
             rank die (exit code 17) or hang at the start of that iteration.
         emulate: emulated GPUs (:class:`StepEmulation`): each rank's forwards and backwards of an
@@ -120,6 +128,8 @@ class RunConfig:
     memory_step: int | None = None
     cuda_expandable_segments: bool = True
     cuda_graphs: bool = False
+    compile: bool = False
+    peak_tflops: float | None = None
     emulate: StepEmulation | None = None
 
     def __post_init__(self) -> None:
@@ -155,6 +165,12 @@ class RunConfig:
             raise InputError("config.cuda_graphs", self.cuda_graphs, "must be True or False")
         if self.cuda_graphs and self.device != "cuda":
             raise InputError("config.cuda_graphs", self.cuda_graphs, "CUDA graphs need device='cuda'")
+        if not isinstance(self.compile, bool):
+            raise InputError("config.compile", self.compile, "must be True or False")
+        if self.peak_tflops is not None and not (
+                isinstance(self.peak_tflops, int | float) and not isinstance(self.peak_tflops, bool)
+                and 0 < self.peak_tflops < float("inf")):
+            raise InputError("config.peak_tflops", self.peak_tflops, "must be a number of TFLOP/s > 0 or None")
         if self.backend is not None and self.backend not in ("gloo", "nccl"):
             raise InputError("config.backend", self.backend, "choose 'gloo', 'nccl' or None")
         if self.backend == "nccl" and self.device != "cuda":

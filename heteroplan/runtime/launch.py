@@ -23,10 +23,12 @@ import torch.multiprocessing as mp
 
 from heteroplan.errors import InputError, LossNotFinite, RankFailure, check_fraction
 from heteroplan.inputs import check_process_count
+from heteroplan.planner.model.flops import Utilization, recomputed_flops_per_sample, utilization
 from heteroplan.planner.plan import Plan
 from heteroplan.runtime.checkpoint import Checkpoint, check_writable, latest_checkpoint
 from heteroplan.runtime.config import RunConfig, StepMetrics
 from heteroplan.runtime.dimensions import check_dimensions
+from heteroplan.runtime.flops import run_peak_tflops, task_forward_flops_per_layer
 from heteroplan.runtime.layout import stage_tp, world_size
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.netbench import free_port
@@ -54,6 +56,14 @@ class RunResult:
         pipeline: which engine ran the pipelines and each replica's schedule
             (:meth:`heteroplan.runtime.schedule.PipelineChoice.describe`), e.g. ``"torch: replica 0
             Schedule1F1B x 3 microbatches, replica 1 ScheduleGPipe x 1 microbatches (...)"``.
+        forward_flops_per_sample: forward FLOPs of one sample of the task's model, counted
+            (:func:`heteroplan.runtime.flops.task_forward_flops_per_sample`); ``None`` if not countable.
+        recomputed_flops_per_sample: forward FLOPs per sample of the plan's recomputing stages'
+            layers (hardware FLOPs beyond the model's: the HFU).
+        global_batch_size: samples per iteration (the plan's).
+        peak_tflops: summed dense peak of the run's devices in the plan's precision (TFLOP/s; 0:
+            none known) and ``peak_note``, what it is or why there is none
+            (:func:`heteroplan.runtime.flops.run_peak_tflops`).
     """
 
     steps: list[StepMetrics]
@@ -65,6 +75,11 @@ class RunResult:
     stopped_early: bool = False
     extra: dict = field(default_factory=dict)
     pipeline: str = ""
+    forward_flops_per_sample: float | None = None
+    global_batch_size: int = 0
+    peak_tflops: float = 0.0
+    peak_note: str = ""
+    recomputed_flops_per_sample: float = 0.0
 
     @property
     def losses(self) -> list[float]:
@@ -87,6 +102,15 @@ class RunResult:
         if not times:
             raise InputError("steps", 0, "the run finished no iteration")
         return float(np.quantile(times, q))
+
+    def utilization(self, skip: int = 1) -> Utilization | None:
+        """Model FLOPs, achieved TFLOP/s and MFU of the median iteration (skipping ``skip``), against
+        :attr:`peak_tflops` (:mod:`heteroplan.planner.model.flops`); ``None`` without a FLOP count
+        or an iteration."""
+        if self.forward_flops_per_sample is None or not self.steps or self.global_batch_size < 1:
+            return None
+        return utilization(self.forward_flops_per_sample, self.global_batch_size, self.median_iteration_time(skip),
+                           self.peak_tflops, self.peak_note, self.recomputed_flops_per_sample)
 
 
 class RankProcesses:
@@ -259,6 +283,10 @@ class RunHandle(RankProcesses):
         check_devices(plan, config)
         self.pipeline = pipeline_choice(plan, config)  # InputError here if config.pipeline cannot run the plan
         log.info("pipeline: %s", self.pipeline.describe())
+        per_layer = task_forward_flops_per_layer(task)
+        self.forward_flops = None if per_layer is None else float(sum(per_layer))
+        self.recomputed_flops = 0.0 if per_layer is None else recomputed_flops_per_sample(per_layer, plan)
+        self.peak = run_peak_tflops(plan, config.device, config.peak_tflops, world_size(plan))
         self.plan = plan
         self.config = config
         resume = latest_checkpoint(config.checkpoint_dir) if config.resume else None
@@ -278,7 +306,8 @@ class RunHandle(RankProcesses):
         final = max(self._done.values()) if self._done else self.start_step
         return RunResult(list(self._reports), final, self.start_step, latest_checkpoint(self.config.checkpoint_dir),
                          time.perf_counter() - self._t0, self.world_size, final < self.config.steps,
-                         {"signalled": self.signalled is not None, "signal": self.signal_number}, self.pipeline.describe())
+                         {"signalled": self.signalled is not None, "signal": self.signal_number}, self.pipeline.describe(),
+                         self.forward_flops, self.plan.global_batch_size, *self.peak, self.recomputed_flops)
 
 
 def check_task(task: TrainTask, plan: Plan | None = None, field: str = "plan.stages") -> None:

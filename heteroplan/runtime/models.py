@@ -22,7 +22,8 @@ from torch.nn import functional as F
 
 from heteroplan.errors import InputError, check_int
 
-__all__ = ["TrainTask", "TinyGPTTask", "SequentialTask", "tiny_gpt", "Embedding", "Block", "Head", "load_task"]
+__all__ = ["TrainTask", "TinyGPTTask", "SequentialTask", "tiny_gpt", "Embedding", "Block", "Head", "load_task",
+           "GPT_320M", "GPT_1_3B", "gpt_320m", "gpt_1_3b"]
 
 
 @runtime_checkable
@@ -148,6 +149,24 @@ class TinyGPTTask:
         """Plan layers: embedding + blocks + head."""
         return self.n_layers + 2
 
+    @property
+    def parameter_count(self) -> int:
+        """Parameters of the model, analytically: per block ``12 d^2 + 13 d`` (q, k, v and the
+        projection ``4 (d^2 + d)``, the MLP ``8 d^2 + 5 d``, two layer norms ``4 d``), the embeddings
+        ``(vocab + seq_len) d``, the head ``d vocab + vocab + 2 d``."""
+        d, v = self.d_model, self.vocab
+        return self.n_layers * (12 * d * d + 13 * d) + (v + self.seq_len) * d + d * v + v + 2 * d
+
+    @property
+    def forward_flops_per_sample(self) -> int:
+        """Forward FLOPs of one sample (``seq_len`` tokens), analytically, as torch's FLOP counter
+        counts them (2 per multiply-add of a matmul; biases, norms and activations not counted;
+        attention over the full ``s x s`` scores): per block ``24 d^2 s`` for the six matmuls and
+        ``4 s^2 d`` for the attention's two, the head ``2 d vocab s``, the embedding lookup 0.
+        That is ``2 x (parameters - embeddings - biases and norms) x tokens + attention``."""
+        d, s = self.d_model, self.seq_len
+        return self.n_layers * (24 * d * d * s + 4 * s * s * d) + 2 * d * self.vocab * s
+
     def build_model(self) -> nn.Sequential:
         if self.dtype not in ("float32", "float64"):
             raise InputError("dtype", self.dtype, "choose 'float32' or 'float64'")
@@ -166,6 +185,26 @@ class TinyGPTTask:
 
     def loss(self, output: Tensor, target: Tensor) -> Tensor:
         return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
+
+
+GPT_320M = TinyGPTTask(vocab=8192, seq_len=512, d_model=1024, n_layers=24, n_heads=16)
+"""The closed loop's GPT (docs/runtime.md): 24 blocks, width 1024, 16 heads, sequence 512,
+vocabulary 8192; 319,621,120 parameters (:attr:`TinyGPTTask.parameter_count`)."""
+
+GPT_1_3B = TinyGPTTask(vocab=8192, seq_len=512, d_model=2048, n_layers=24, n_heads=16)
+"""A 1B-class GPT: GPT-3 XL's 24 blocks of width 2048 (16 heads of 128), with the 320M GPT's
+sequence and vocabulary (the same tokens per sample); 1,243,213,824 parameters, 1.21B of them in
+the blocks."""
+
+
+def gpt_320m() -> TinyGPTTask:
+    """:data:`GPT_320M` (``--model heteroplan.runtime.models:gpt_320m``)."""
+    return GPT_320M
+
+
+def gpt_1_3b() -> TinyGPTTask:
+    """:data:`GPT_1_3B` (``--model heteroplan.runtime.models:gpt_1_3b``)."""
+    return GPT_1_3B
 
 
 @dataclass(frozen=True)

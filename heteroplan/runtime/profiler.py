@@ -106,6 +106,11 @@ class LayerProfile:
             computed from, :func:`heteroplan.planner.model.terms.zero1_share`).
         cuda_graphs: the times are those of microbatches replayed as CUDA graphs (they predict
             ``RunConfig(cuda_graphs=True)`` runs; eager runs of a launch-bound model are slower).
+        forward_flops: per layer, forward FLOPs per sample counted by torch's FLOP counter
+            (:func:`heteroplan.runtime.flops.forward_flops`; empty in profiles written before it):
+            what model FLOPs and MFU are computed from (:mod:`heteroplan.planner.model.flops`).
+        compiled: the layers were measured compiled (``torch.compile`` per layer), as
+            ``RunConfig(compile=True)`` runs them.
     """
 
     compute: dict[int, tuple[tuple[float, float, float], ...]]
@@ -128,6 +133,8 @@ class LayerProfile:
     recomputed: dict[int, tuple[tuple[float, float], ...]] | None = None
     param_tensor_floats: tuple[tuple[int, ...], ...] = ()
     cuda_graphs: bool = False
+    forward_flops: tuple[int, ...] = ()
+    compiled: bool = False
 
     @property
     def num_layers(self) -> int:
@@ -147,14 +154,15 @@ class LayerProfile:
         keys = ("params_floats", "act_output_floats", "act_input_floats", "act_mem_floats")
         keys += tuple(k.replace("floats", "bytes") for k in keys)
         extra = tuple(k for k in ("act_fixed_bytes", "bwd_working_bytes", "bwd_working_fixed_bytes",
-                                  "update_working_bytes", "loss_saved_bytes") if len(getattr(self, k)) == self.num_layers)
+                                  "update_working_bytes", "loss_saved_bytes", "forward_flops")
+                      if len(getattr(self, k)) == self.num_layers)
         info: dict[str, dict[str, Any]] = {
             str(i): {k: int(getattr(self, k)[i]) for k in keys + extra} for i in range(self.num_layers)}
         if len(self.param_tensor_floats) == self.num_layers:
             for i, numels in enumerate(self.param_tensor_floats):
                 info[str(i)]["param_tensor_floats"] = [int(n) for n in numels]
         info["0"] |= {"overhead_bytes": int(self.overhead_bytes), "precision": self.precision,
-                      "optimizer": self.optimizer, "cuda_graphs": self.cuda_graphs}
+                      "optimizer": self.optimizer, "cuda_graphs": self.cuda_graphs, "compiled": self.compiled}
         return info
 
     def profile_json(self, tp: int = 1) -> dict[str, dict[str, dict[str, list[float]]]]:
@@ -497,6 +505,7 @@ def profile_layers(
     timing: str = "prefix",
     time_recomputed: bool = False,
     cuda_graphs: bool = False,
+    compile: bool = False,
 ) -> LayerProfile:
     """Measure every layer of ``model`` (moved to ``device``) at each microbatch size.
 
@@ -535,6 +544,9 @@ def profile_layers(
             times so that they add up to it (the per-layer split stays the eager one's); with
             ``time_recomputed`` the recomputed times too, from a graphed recomputing microbatch.
             The profile of graphed runs; eager plans are predicted from a profile without it.
+        compile: time (and measure the memory of) every layer compiled with ``torch.compile``
+            (:mod:`heteroplan.runtime.compiled`), as ``RunConfig(compile=True)`` runs them: the
+            profile of compiled runs. The FLOPs are counted on the eager layers (the same model FLOPs).
         sweeps: passes over all microbatch sizes and layers; each time keeps its fastest pass's
             median. On a shared machine whose speed drifts over seconds, several interleaved
             sweeps keep one slow spell from skewing one microbatch size against the others.
@@ -555,6 +567,8 @@ def profile_layers(
         raise InputError("cuda_graphs", cuda_graphs, "must be True or False")
     if cuda_graphs and dev.type != "cuda":
         raise InputError("cuda_graphs", cuda_graphs, f"CUDA graphs need a CUDA device, not {dev}")
+    if not isinstance(compile, bool):
+        raise InputError("compile", compile, "must be True or False")
     timer = _Timer(torch, dev)
     model.to(dev)
     from heteroplan.runtime.dimensions import compute_context, set_matmul_precision
@@ -562,6 +576,14 @@ def profile_layers(
     precision = Precision(precision)
     set_matmul_precision(precision)
     layers = list(model) if precision is not Precision.BF16 else [_autocast_layer(layer, dev.type) for layer in model]
+    eager_layers = layers  # FLOPs are counted on these
+    if compile:
+        from heteroplan.runtime.compiled import compile_unavailable, compiled_copy
+
+        reason = compile_unavailable(dev.type)
+        if reason is not None:
+            raise InputError("compile", True, reason)
+        layers = [compiled_copy(layer) for layer in layers]
     user_loss = loss_fn
     if loss_fn is not None and precision is Precision.BF16:
         scalar_loss = loss_fn
@@ -576,7 +598,7 @@ def profile_layers(
     tensors = tuple(tuple(local_tensor(p).numel() for p in layer.parameters()) for layer in layers)
     params = tuple(sum(numels) for numels in tensors)
     params_bytes = tuple(sum(local_tensor(p).numel() * p.element_size() for p in layer.parameters()) for layer in layers)
-    out_f, out_b, in_f, in_b, update_work = ([0] * L for _ in range(5))
+    out_f, out_b, in_f, in_b, update_work, flops = ([0] * L for _ in range(6))
     ends = {0, len(sizes) - 1}  # memory is measured at the smallest and largest sizes, a line through both
     saved = {k: [0] * L for k in ends}
     working = {k: [0] * L for k in ends}
@@ -604,6 +626,7 @@ def profile_layers(
                         if sweep == 0:
                             out_f[i], out_b[i] = out.numel() // mbs, out.numel() * out.element_size() // mbs
                             in_f[i], in_b[i] = inp.numel() // mbs, inp.numel() * inp.element_size() // mbs
+                            flops[i] = _forward_flops(torch, eager_layers[i], inp, i) // mbs
                         seconds, update_work[i] = _time_update(torch, timer, dev, layer, optimizer, warmup, repeats)
                         update[i] = min(update[i], seconds)
                     if fwd + bwd < sum(best[k][i]):
@@ -623,10 +646,11 @@ def profile_layers(
     if cuda_graphs:
         for mbs in sizes:
             x = _make_input(make_input, mbs, dev)
-            compute[mbs] = _scaled_to(compute[mbs], graphed_microbatch_seconds(model, x, precision, user_loss, repeats))
+            compute[mbs] = _scaled_to(compute[mbs], graphed_microbatch_seconds(model, x, precision, user_loss, repeats,
+                                                                               compile=compile))
             if recomputed is not None:
                 recomputed[mbs] = _scaled_to(recomputed[mbs], graphed_microbatch_seconds(
-                    model, x, precision, user_loss, repeats, Recomputation.FULL))
+                    model, x, precision, user_loss, repeats, Recomputation.FULL, compile=compile))
     timer.warn_spread()
     mem_b, fixed_b = _per_sample_line(saved, sizes)
     work_b, work_fixed_b = _per_sample_line(working, sizes)
@@ -634,8 +658,16 @@ def profile_layers(
     return LayerProfile(
         compute, params, params_bytes, tuple(out_f), tuple(out_b), tuple(in_f), tuple(in_b), mem_b,
         str(dev), optimizer, fixed_b, work_b, work_fixed_b, tuple(update_work),
-        overhead, precision.value, loss_b, recomputed, tensors, cuda_graphs,
+        overhead, precision.value, loss_b, recomputed, tensors, cuda_graphs, tuple(flops), compile,
     )
+
+
+def _forward_flops(torch: Any, layer: nn.Module, inp: torch.Tensor, index: int) -> int:
+    """FLOPs of ``layer``'s forward on ``inp`` (:func:`heteroplan.runtime.flops.forward_flops`)."""
+    from heteroplan.runtime.flops import forward_flops
+
+    with torch.no_grad():
+        return forward_flops(lambda: _forward(layer, inp, index))
 
 
 def _scaled_to(times: tuple[tuple[float, ...], ...], seconds: float) -> tuple[tuple[float, ...], ...]:
@@ -651,13 +683,14 @@ GRAPHED_MICROBATCHES = 8
 
 def graphed_microbatch_seconds(model: nn.Sequential, x: torch.Tensor, precision: Precision | str,
                                loss_fn: Callable[[torch.Tensor], torch.Tensor] | None, repeats: int = 5,
-                               recompute: Recomputation | str = "none") -> float:
+                               recompute: Recomputation | str = "none", compile: bool = False) -> float:
     """Seconds per microbatch of ``model``'s forward, loss and backward on ``x`` (on a CUDA device,
     with the model) replayed as one CUDA graph, as ``RunConfig(cuda_graphs=True)`` runs it
     (:class:`~heteroplan.runtime.graphs.GraphedMicrobatch`, gradients accumulating in place): the
     median over ``repeats`` runs of :data:`GRAPHED_MICROBATCHES` replays in a row. ``loss_fn``:
     output -> scalar (default: the output's sum); ``recompute``: every layer recomputed in the
-    backward, as a recomputing stage runs captured. The parameters' gradients are ``None`` after."""
+    backward, as a recomputing stage runs captured; ``compile``: every layer compiled
+    (:func:`heteroplan.runtime.compiled.compiled_copy`). The parameters' gradients are ``None`` after."""
     torch = _torch()
     from heteroplan.runtime.dimensions import compute_context, run_layers
     from heteroplan.runtime.graphs import GraphedMicrobatch
@@ -669,6 +702,10 @@ def graphed_microbatch_seconds(model: nn.Sequential, x: torch.Tensor, precision:
     timer = _Timer(torch, x.device)
     params = [p for p in model.parameters() if p.requires_grad]
     layers = list(model)
+    if compile:
+        from heteroplan.runtime.compiled import compiled_copy
+
+        layers = [compiled_copy(layer) for layer in layers]
 
     def zero() -> None:
         for p in params:

@@ -28,6 +28,7 @@ from heteroplan.errors import InputError, LossNotFinite
 from heteroplan.planner.plan import Plan, Precision, Recomputation
 from heteroplan.runtime import checkpoint as ckpt
 from heteroplan.runtime.comm import TAG_ACTIVATION, TAG_GRADIENT, Links, PendingSend
+from heteroplan.runtime.compiled import check_compile, compile_in_place
 from heteroplan.runtime.config import RunConfig, StepMetrics
 from heteroplan.runtime.dimensions import (
     check_dimensions,
@@ -68,7 +69,10 @@ log = logging.getLogger(__name__)
 def pipeline_choice(plan: Plan, config: RunConfig) -> PipelineChoice:
     """The engine and per-replica schedules ``plan`` runs with under ``config`` (see
     :func:`heteroplan.runtime.schedule.choose_pipeline`); with ``config.cuda_graphs`` heteroplan's
-    loop, which replays the graphs (:class:`InputError` where graphs cannot run the plan)."""
+    loop, which replays the graphs (:class:`InputError` where graphs, or ``config.compile``, cannot
+    run the plan)."""
+    if config.compile:
+        check_compile(plan, config.device)
     if config.cuda_graphs:
         check_cuda_graphs(plan, config)
         choice = choose_pipeline(stage_tp(plan), plan.microbatches(), config.schedule, "heteroplan")
@@ -194,6 +198,8 @@ class StageTrainer:
         del full
         if self.me.tp > 1:
             shard_layers(self.stage, groups.tp[(self.me.stage, self.me.replica)], self.me.tp, self.device.type)
+        if config.compile:
+            compile_in_place(self.stage)  # per plan layer, after sharding; names unchanged
         self.params = [p for p in self.stage.parameters() if p.requires_grad]
         self.grad_buffer = flat_gradients(self.params)
         self.optimizer = make_stage_optimizer(self.params, config, spec.optimizer_sharding, self.dp_group)

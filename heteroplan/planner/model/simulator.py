@@ -43,6 +43,12 @@ from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile, load_model_profile
 from heteroplan.planner.model.comm import allreduce_s, pipeline_send_buffered, pipeline_send_s
+from heteroplan.planner.model.flops import (
+    Utilization,
+    plan_peak_tflops,
+    recomputed_flops_per_sample,
+    utilization,
+)
 from heteroplan.planner.model.pipeline_replay import one_f_one_b_time
 from heteroplan.planner.model.sim_config import (
     DEFAULT_CONFIG,
@@ -278,6 +284,9 @@ class PlanEstimate:
         cost_terms: the iteration's $ by term (:class:`CostTerms`).
         stage_times: every time term per stage and replica (:class:`StageTimes`).
         stage_memory: every memory term per stage and replica (:class:`StageMemory`).
+        utilization: model FLOPs, achieved TFLOP/s and MFU of the predicted iteration against
+            the plan's GPUs' peak in its precision (:class:`~heteroplan.planner.model.flops.Utilization`);
+            ``None`` when the profile has no FLOP counts (Sailor's shipped data).
     """
 
     iteration_time_s: float
@@ -293,6 +302,7 @@ class PlanEstimate:
     cost_terms: CostTerms | None = field(default=None, compare=False)
     stage_times: StageTimes | None = field(default=None, compare=False)
     stage_memory: StageMemory | None = field(default=None, compare=False)
+    utilization: Utilization | None = field(default=None, compare=False)
 
     @property
     def fits(self) -> bool:
@@ -328,6 +338,8 @@ class PlanEstimate:
         if self.uncalibrated:
             lines.append("no simulator calibration for " + ", ".join(self.uncalibrated)
                          + ": predicted with the uncalibrated default constants")
+        if self.utilization is not None:
+            lines.append("predicted " + self.utilization.describe())
         return "\n".join(lines)
 
 
@@ -577,7 +589,17 @@ def simulate_plan(
         CostTerms(rental, pipe_egress_cost, ring_egress_cost),
         stage_times,
         stage_memory,
+        _utilization(profile, plan, gpu_types, t_iter),
     )
+
+
+def _utilization(profile: ModelProfile, plan: Plan, gpu_types: dict[str, GPUType], seconds: float) -> Utilization | None:
+    """The plan's predicted model FLOPs and MFU (``None`` without FLOP counts in the profile)."""
+    if profile.forward_flops is None:
+        return None
+    peak, note = plan_peak_tflops(((gpu_types[t], n) for (t, _), n in plan.gpus_by_type_zone().items()), plan.precision)
+    return utilization(sum(profile.forward_flops), plan.global_batch_size, seconds, peak, note,
+                       recomputed_flops_per_sample(profile.forward_flops, plan))
 
 
 def _critical_path(fb: np.ndarray, comm: np.ndarray, micro: np.ndarray, t_pipe: np.ndarray, pipe_time: float,
