@@ -14,7 +14,10 @@ job). One property per class of finding of the issue's audit:
 - a job that can never fit the cluster is parked with a reason (an oracle computing the GPUs of
   the types it can run on from what was submitted), every round, never silently waiting;
 - save -> load gives equal records and the same next decisions; a truncated or hand-edited file
-  is an InputError naming the file.
+  is an InputError naming the file;
+- faults (issue 46): a failed job holds nothing and counts its failure and redone steps; a job given
+  up leaves the rounds; when the cluster changes, exactly the jobs on lost nodes lose their GPUs
+  and no round places anything on a node that is gone.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ class SessionMachine(RuleBasedStateMachine):
         self.jobs: dict[str, dict] = {}  # what was submitted (the oracle's view)
         self.done: dict[str, float] = {}  # fraction done last seen
         self.saves = 0
+        self.horizon = 0.0  # the latest failure time accepted (GPUs are charged up to it)
 
     def teardown(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -89,7 +93,7 @@ class SessionMachine(RuleBasedStateMachine):
         """The oracle: GPUs it needs together > GPUs of the types its model can run on."""
         job = self.jobs[job_id]
         need = 1 if (self.policy.elastic and job["elastic"]) else job["requested_gpus"]
-        usable = sum(c for n, c in CAPACITY.items() if NODE_TYPE[n] in job["types"])
+        usable = sum(n.num_gpus for n in self.cluster.nodes if n.gpu_type in job["types"])
         return need > usable
 
     @property
@@ -102,6 +106,7 @@ class SessionMachine(RuleBasedStateMachine):
     def start(self, name: str, data, jobs: int) -> None:
         self.name = name
         self.policy = make_policy(name)
+        self.cluster = CLUSTER  # what the session schedules on now (update_cluster changes it)
         self.session = SchedulingSession(CLUSTER, self.policy)
         for _ in range(jobs):  # a few well-formed jobs, so that sessions get somewhere
             self.submit_one(data, lambda valid: valid)
@@ -169,6 +174,7 @@ class SessionMachine(RuleBasedStateMachine):
                 assert NODE_TYPE[node] in a.gpu_types
                 used[node] += count
         assert all(used[n] <= CAPACITY[n] for n in CAPACITY)
+        assert all(n in {node.name for node in self.cluster.nodes} for n, c in used.items() if c)  # only nodes that exist
 
     @rule(data=st.data(), work=or_hostile(st.floats(0, 2e6)),
           steps=or_hostile(st.integers(0, 10**6)), phi=or_hostile(st.floats(1, 1e5)))
@@ -200,7 +206,7 @@ class SessionMachine(RuleBasedStateMachine):
     def save_and_load(self, later) -> None:
         self.saves += 1
         path = self.session.save(self.dir / f"s{self.saves}.json")
-        loaded = SchedulingSession.load(path, CLUSTER, make_policy(self.name))
+        loaded = SchedulingSession.load(path, self.cluster, make_policy(self.name))
         event(f"saved and loaded {len(self.jobs)} jobs")
         assert loaded.records() == self.session.records()
         assert loaded.job_ids == self.session.job_ids and loaded.rounds == self.session.rounds
@@ -234,11 +240,57 @@ class SessionMachine(RuleBasedStateMachine):
                                                                                    max_size=2)), label="value")
             path.write_text(json.dumps(saved))
         try:
-            SchedulingSession.load(path, CLUSTER, make_policy(self.name))
+            SchedulingSession.load(path, self.cluster, make_policy(self.name))
             event("a damaged file loaded")
         except InputError as exc:
             assert str(path) in str(exc)  # names the file
             event("a damaged file refused")
+
+    @rule(data=st.data(), at=or_hostile(st.floats(0, 120)), redone=or_hostile(st.integers(0, 50)))
+    def fail(self, data, at, redone) -> None:
+        """A job's ranks died: it holds nothing afterwards, the failure and the redone steps are counted."""
+        job_id = data.draw(self.job_ids, label="job_id")
+        if self.clock is not None and isinstance(at, float) and math.isfinite(at):
+            at = self.clock + at
+        before = self.session.record(job_id) if isinstance(job_id, str) and job_id in self.jobs else None
+        self.refused(self.session.fail, job_id, at, steps_redone=redone)
+        if before is None:
+            return
+        after = self.session.record(job_id)
+        if after.failures == before.failures + 1:  # taken
+            event("a failure")
+            self.horizon = max(self.horizon, float(at))  # GPUs were charged up to the failure
+            assert self.session.allocation(job_id) is None and after.steps_redone == before.steps_redone + redone
+            assert after.steps_done == max(0, before.steps_done - redone)
+            self.done[job_id] = after.fraction_done  # the work since the checkpoint is lost: may go back
+        else:
+            assert after == before
+
+    @rule(data=st.data(), reason=st.sampled_from(["ranks kept failing", "", None]))
+    def give_up(self, data, reason) -> None:
+        job_id = data.draw(self.job_ids, label="job_id")
+        record = self.refused(self.session.give_up, job_id, self.clock or 0.0, reason)
+        if record is not None:
+            event("given up")
+            assert record.gave_up == reason and job_id not in self.session.unfinished()
+            assert self.session.allocation(job_id) is None
+
+    @rule(data=st.data())
+    def change_the_cluster(self, data) -> None:
+        """A node lost or back: jobs placed on a lost node lose their GPUs (a failure each)."""
+        keep = data.draw(st.sets(st.sampled_from(sorted(CAPACITY)), min_size=1), label="nodes kept")
+        cluster = Cluster(CLUSTER.gpu_types, tuple(n for n in CLUSTER.nodes if n.name in keep), name="changed")
+        held = {j: self.session.allocation(j) for j in self.session.job_ids}
+        failures = {j: self.session.record(j).failures for j in self.session.job_ids}
+        lost = self.refused(self.session.update_cluster, cluster, self.clock or 0.0)
+        self.cluster = cluster
+        for job_id, alloc in held.items():
+            on_lost = alloc is not None and any(node not in keep for node, _ in alloc.placement)
+            assert (job_id in lost) == on_lost
+            assert self.session.record(job_id).failures == failures[job_id] + on_lost
+            if on_lost:
+                assert self.session.allocation(job_id) is None
+        event(f"cluster of {len(keep)} nodes, {len(lost)} jobs lost")
 
     # -------------------------------------------------------------- invariants
     @invariant()
@@ -248,7 +300,7 @@ class SessionMachine(RuleBasedStateMachine):
         clock = self.clock
         for record in self.session.records():
             job = self.jobs[record.job_id]
-            end = max(t for t in (clock, record.finish_time, record.arrival_time) if t is not None)
+            end = max(t for t in (clock, record.finish_time, record.arrival_time, self.horizon) if t is not None)
             assert record.gpu_seconds <= (end - record.arrival_time) * job["max_gpus"] + 1e-6
             assert record.jct_s is None or record.jct_s >= 0
             assert record.fraction_done >= self.done[record.job_id]  # work never goes back

@@ -330,11 +330,10 @@ class SchedulingSession:
         iterations done since that checkpoint, which it must train again. Counted in
         ``JobRecord.failures`` and ``JobRecord.steps_redone``."""
         job = self._job(job_id)
-        self._check_time("at", at)
+        at = finite_seconds("at", at)
         if job.finish_time is not None or job.gave_up is not None:
             raise InputError(f"job[{job_id}]", job_id, "is no longer running (finished or given up)")
-        if isinstance(steps_redone, bool) or not isinstance(steps_redone, int) or steps_redone < 0:
-            raise InputError(f"job[{job_id}].steps_redone", steps_redone, "must be an integer >= 0")
+        check_count(f"job[{job_id}].steps_redone", steps_redone, 0, MAX_COUNT)
         self._release(job, at)
         job.failures += 1
         job.steps_redone += steps_redone
@@ -348,7 +347,7 @@ class SchedulingSession:
         shutting down): it holds no GPUs from then on (charged up to ``at``) and the next round
         starts it again from its checkpoint (a restart). Not a failure."""
         job = self._job(job_id)
-        self._check_time("at", at)
+        at = finite_seconds("at", at)
         self._release(job, at)
 
     def give_up(self, job_id: str, at: float, reason: str) -> JobRecord:
@@ -356,11 +355,11 @@ class SchedulingSession:
         gave up on it for ``reason``). It leaves the rounds and :meth:`unfinished`; its record keeps
         ``finish_time=None`` and says why (``JobRecord.gave_up``)."""
         job = self._job(job_id)
-        self._check_time("at", at)
+        at = finite_seconds("at", at)
         if not isinstance(reason, str) or not reason:
             raise InputError(f"job[{job_id}].reason", reason, "must be a non-empty string")
-        if job.finish_time is not None:
-            raise InputError(f"job[{job_id}]", job_id, f"already finished at {job.finish_time} s")
+        if job.finish_time is not None or job.gave_up is not None:
+            raise InputError(f"job[{job_id}]", job_id, "already finished or given up")
         self._release(job, at)
         job.gave_up = reason
         return self.record(job_id)
@@ -375,7 +374,7 @@ class SchedulingSession:
         """
         if not isinstance(cluster, Cluster):
             raise InputError("cluster", type(cluster).__name__, "must be a heteroplan.cluster.Cluster")
-        self._check_time("at", at)
+        at = finite_seconds("at", at)
         nodes = {n.name: n for n in cluster.nodes}
         lost = []
         for job in self._jobs.values():
@@ -398,10 +397,6 @@ class SchedulingSession:
         job.allocation = None
         job.restore_left = 0.0
 
-    @staticmethod
-    def _check_time(name: str, value: float) -> None:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-            raise InputError(name, value, "must be finite seconds >= 0")
 
     # ------------------------------------------------------------------------ rounds
     def round(self, now: float) -> RoundDecisions:
