@@ -41,6 +41,7 @@ def start_cluster(gpus_per_node: int):
     import ray
     from ray.cluster_utils import Cluster
 
+    os.environ.setdefault("RAY_prestart_worker_first_driver", "0")  # no idle workers importing at start
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "num_gpus": 0})
     for label in ("A100", "V100"):
         cluster.add_node(num_cpus=gpus_per_node, num_gpus=gpus_per_node, resources={f"accelerator_type:{label}": 1})

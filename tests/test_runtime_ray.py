@@ -44,6 +44,7 @@ def gpu_node(cluster: RayTestCluster, label: str, gpus: int = 2):
 
 @pytest.fixture(scope="module")
 def ray_cluster():
+    os.environ.setdefault("RAY_prestart_worker_first_driver", "0")  # 2 cores: no idle workers importing at start
     cluster = RayTestCluster(initialize_head=True, head_node_args={"num_cpus": 0, "num_gpus": 0})
     nodes = {"A100": gpu_node(cluster, "A100"), "V100": gpu_node(cluster, "V100")}
     ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")

@@ -43,7 +43,8 @@ __all__ = ["RankPlacement", "RayBackend", "RayJobHandle"]
 log = logging.getLogger(__name__)
 
 POLL_TIMEOUT_S = 30.0
-"""Seconds one poll of a job's actors may take before the job counts as stalled."""
+"""Seconds one poll of a job's actors may take at least before the job counts as stalled (the
+run's ``config.timeout_s`` when longer: a loaded machine answers late, which is no failure)."""
 
 
 @dataclass(frozen=True)
@@ -178,13 +179,14 @@ class RayJobHandle:
         """``ray.get`` with the poll timeout; a dead actor or a timeout is a RankFailure."""
         import ray
 
+        wait = max(POLL_TIMEOUT_S, self.config.timeout_s)
         try:
-            return ray.get(refs, timeout=POLL_TIMEOUT_S)
+            return ray.get(refs, timeout=wait)
         except InputError as exc:  # a rank refused its input (Ray re-raises it as a subclass)
             self.terminate()
             raise InputError(exc.field, exc.value, exc.reason) from None
         except ray.exceptions.GetTimeoutError:
-            self._fail(None, f"the job's actors did not answer within {POLL_TIMEOUT_S:.0f} s")
+            self._fail(None, f"the job's actors did not answer within {wait:.0f} s")
         except ray.exceptions.RayActorError as exc:
             dead = getattr(exc, "actor_id", None)
             rank = next((r for r, a in enumerate(self._actors) if dead in (a._actor_id, a._actor_id.hex())), None)
