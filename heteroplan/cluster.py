@@ -45,7 +45,9 @@ a count beyond it is a typo, and would build millions of node objects."""
 _GPU_TYPE = Record({"name": Text(), "memory_gb": Number(above=0, high=1e6, unit="GB"),
                     "gpus_per_node": Number(low=1, high=4096, integer=True, unit="GPUs")},
                    {"price_per_hour": Number(low=0, high=1e6, unit="$/h"), "model": Text(min_len=0),
-                    "memory_bandwidth_gbs": Number(low=0, high=1e6, unit="GB/s")})
+                    "memory_bandwidth_gbs": Number(low=0, high=1e6, unit="GB/s"),
+                    **{f"peak_tflops_{p}": Number(low=0, high=1e6, unit="TFLOP/s") for p in ("fp32", "tf32", "bf16")},
+                    "peak_source": Text(min_len=0, max_len=1000)})
 _COUNT = Number(low=0, high=MAX_CLUSTER_GPUS, integer=True, unit="GPUs")
 CLUSTER_FILE = Versioned({1: Record(
     {"gpu_types": Seq(_GPU_TYPE, 0, 10_000)},
