@@ -173,6 +173,7 @@ def _scripted_profile(monkeypatch, times: list[float]):
 
 
 def test_the_profiler_warns_when_repeated_timings_disagree(monkeypatch) -> None:
+    pytest.importorskip("torch", reason="the profiler needs torch")
     from heteroplan.runtime.profiler import TimingSpreadWarning
 
     with pytest.warns(TimingSpreadWarning, match="more than 20% apart.*worst: layer"):
