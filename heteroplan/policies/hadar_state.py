@@ -263,14 +263,12 @@ class Commitments:
         self._saved: tuple[tuple[str, ...], tuple[int, ...], tuple[tuple[int, ...], ...]] | None = None
 
     def timeline(self, index: ClusterIndex, t: int) -> Timeline:
-        """The timeline on ``index``'s nodes: a restored one (its nodes must be these), the one
-        already laid on them, else an empty one from slot ``t`` (the commitments on another
-        cluster's nodes are dropped)."""
+        """The timeline on ``index``'s nodes: a restored one, the one already laid on them, else an
+        empty one from slot ``t``: the commitments on another cluster's nodes are dropped, whether
+        the cluster changed under a live policy or between a save and a load (a node lost while
+        the scheduler was down), so a restored policy decides as the live one would have."""
         if self._saved is not None:
             nodes, starts, usage = self._saved
-            if index.nodes != nodes:
-                raise InputError("cluster", index.cluster.name, "is not the cluster Hadar's restored state was "
-                                 f"planned on (nodes {list(nodes)[:4]}...)")
             self._saved, self._timeline, self._nodes = None, Timeline.laid(starts, usage), nodes
         if self._timeline is None or self._nodes != index.nodes:
             if self._timeline is not None:  # the cluster's nodes changed: what was committed on them is gone
