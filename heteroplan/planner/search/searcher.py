@@ -38,13 +38,13 @@ import time
 import numpy as np
 
 from heteroplan.errors import InfeasibleError
+from heteroplan.planner.model import sync
 from heteroplan.planner.model.pipeline_replay import one_f_one_b_lower_bound
 from heteroplan.planner.model.simulator import replica_pipeline_times
 from heteroplan.planner.model.straggler import clark_max
 from heteroplan.planner.model.terms import (
     balanced_step_lower_bound_s,
     one_f_one_b_s,
-    pipeline_egress_bytes,
     pipeline_fill_s,
     pipeline_step_s,
 )
@@ -59,6 +59,7 @@ from heteroplan.planner.search.context import (
 )
 from heteroplan.planner.search.layouts import Layout, layouts, single_pools
 from heteroplan.planner.search.mixed_scan import scan_mixed
+from heteroplan.planner.search.patience import Patience
 from heteroplan.planner.search.split_dp import _all_splits, best_split
 
 __all__ = ["SearchOptions", "Candidate", "Searcher", "spread_replicas", "ring_links"]  # SearchOptions lives in planner.request
@@ -120,9 +121,9 @@ class Searcher(SearchContext):
             if s + 1 < pp:
                 nxt = stages[s + 1]
                 c_out = self.send_s(blk, nxt, mbs)
-                egress = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
-                egress_t = (pipeline_egress_bytes(tab.out_bytes, blk.tp, M, self.cfg.for_gpu(blk.pool[0])) * dp / 1e9 * egress / rate
-                            if egress and rate > 0 else 0.0)
+                usd = sync.boundary_egress(self.network, blk.pool[1], nxt.pool[1], tab.out_bytes, blk.tp, M,
+                                           self.cfg.for_gpu(blk.pool[0]))[1]
+                egress_t = usd * dp / rate if rate > 0 else 0.0  # $ as seconds of the GPUs' rental
             else:
                 c_out, egress_t = np.zeros(n), 0.0
             ok, y[s], mem[s], sharded[s] = self._stage_sync(blk, mbs, dp, min(pp - s, M), spread)
@@ -229,8 +230,8 @@ class Searcher(SearchContext):
             blk, nxt = stages[s], stages[s + 1]
             if blk.pool[1] != nxt.pool[1]:
                 out = self.table(blk.pool[0], blk.tp, mbs).out_bytes[b[s + 1]]
-                price = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
-                cost += pipeline_egress_bytes(out, blk.tp, M, self.cfg.for_gpu(blk.pool[0])) * dp / 1e9 * price
+                cost += sync.boundary_egress(self.network, blk.pool[1], nxt.pool[1], out, blk.tp, M,
+                                             self.cfg.for_gpu(blk.pool[0]))[1] * dp
         return cost
 
     def _split_time(self, stages: list[PipelineBlock], b: np.ndarray, links: np.ndarray,
@@ -389,50 +390,60 @@ class Searcher(SearchContext):
 
 
     def _scan(self, max_blocks: int) -> None:
+        """Scan microbatch sizes, then data-parallel degrees in increasing order (stopping after
+        ``patience`` degrees without a better plan of that microbatch size), each over pipeline
+        depths (:meth:`_scan_depths`). Three blocks, pruned: only around the best plan so far
+        (its microbatch size, its ``dp`` and twice it, depths from one below its own)."""
         total = sum(self.pool.values())
-        max_pp = self.options.max_pp or min(self.L, 16)
         patience = self.options.patience if self.options.prune else math.inf
         inc = self.incumbent
-        near = max_blocks == 3 and self.options.prune and inc is not None
+        near = inc if max_blocks == 3 and self.options.prune else None
         for mbs in self.microbatch_sizes():
-            if near and mbs != inc.plan.microbatch_size:
-                continue  # three blocks, pruned: around the best plan's microbatch and dp only
+            if near is not None and mbs != near.plan.microbatch_size:
+                continue
             per = self.gbs // mbs
             dps = [d for d in range(1, min(per, total) + 1) if per % d == 0]
-            if near:
-                dps = [d for d in dps if d in (inc.plan.dp, 2 * inc.plan.dp)]
-            best: Candidate | None = None  # best of this mbs: drives the patience counters
-            stale_dp = 0
+            if near is not None:
+                dps = [d for d in dps if d in (near.plan.dp, 2 * near.plan.dp)]
+            by_dp = Patience(patience)
             for dp in dps:
-                best_dp: Candidate | None = None
-                stale_pp = 0
-                for pp in range(max(3, inc.plan.pp - 1) if near else 3 if max_blocks == 3 else 1, max_pp + 1):
-                    if pp * dp > total or pp > self.L:
-                        break
-                    before = self.incumbent
-                    best_pp: Candidate | None = None
-                    for rows in layouts(self, pp, mbs, dp, max_blocks):
-                        local = min((c for c in (best_dp, best_pp) if c is not None), default=None)
-                        cand = self._scan_group(rows, mbs, dp, self.incumbent, local)
-                        self.offer(cand)
-                        if cand is not None and (best_pp is None or cand < best_pp):
-                            best_pp = cand
-                    if near and best_pp is not None and not (before is None or best_pp < before):
-                        best_dp, stale_pp = min(best_pp, best_dp or best_pp), stale_pp + 1  # must beat the best plan
-                        if stale_pp >= patience:
-                            break
-                    elif best_pp is not None and (best_dp is None or best_pp < best_dp):
-                        best_dp, stale_pp = best_pp, 0
-                    elif best_dp is not None or self.incumbent is not None:
-                        stale_pp += 1
-                        if stale_pp >= patience:
-                            break
-                if best_dp is not None and (best is None or best_dp < best):
-                    best, stale_dp = best_dp, 0
-                elif best is not None:
-                    stale_dp += 1
-                    if stale_dp >= patience:
-                        break
+                if by_dp.step(self._scan_depths(max_blocks, mbs, dp, patience, near), count_empty=False):
+                    break
+
+    def _scan_depths(self, max_blocks: int, mbs: int, dp: int, patience: float,
+                     near: Candidate | None) -> Candidate | None:
+        """The best candidate of ``(mbs, dp)`` over pipeline depths in increasing order, stopping
+        after ``patience`` depths without a better one (a depth without any counts once a plan
+        exists; around ``near``, a depth must beat the best plan before it to count as a gain)."""
+        total = sum(self.pool.values())
+        max_pp = self.options.max_pp or min(self.L, 16)
+        first = max(3, near.plan.pp - 1) if near is not None else 3 if max_blocks == 3 else 1
+        by_pp = Patience(patience)
+        for pp in range(first, max_pp + 1):
+            if pp * dp > total or pp > self.L:
+                break
+            before = self.incumbent
+            best_pp = self._scan_layouts(max_blocks, pp, mbs, dp, by_pp.best)
+            if near is not None and best_pp is not None and before is not None and not best_pp < before:
+                stop = by_pp.step_without_gain(best_pp)
+            else:
+                stop = by_pp.step(best_pp, count_empty=self.incumbent is not None)
+            if stop:
+                break
+        return by_pp.best
+
+    def _scan_layouts(self, max_blocks: int, pp: int, mbs: int, dp: int, best_dp: Candidate | None) -> Candidate | None:
+        """The best candidate of ``(pp, mbs, dp)`` over the layouts (:func:`~.layouts.layouts`),
+        each offered as the incumbent; ``best_dp`` (the best of this ``dp``) and the best so far of
+        this depth cut each group's split search."""
+        best_pp: Candidate | None = None
+        for rows in layouts(self, pp, mbs, dp, max_blocks):
+            local = min((c for c in (best_dp, best_pp) if c is not None), default=None)
+            cand = self._scan_group(rows, mbs, dp, self.incumbent, local)
+            self.offer(cand)
+            if cand is not None and (best_pp is None or cand < best_pp):
+                best_pp = cand
+        return best_pp
 
     def _reason(self) -> str:
         return self.goal.why_infeasible(self.shortfall) or (
