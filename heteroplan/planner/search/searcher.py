@@ -103,42 +103,11 @@ class Searcher(SearchContext):
         ``resplit=False``: a layout with buffered sends keeps the closed form's split (priced on
         the replay all the same), a quick estimate for ranking layouts."""
         stages = [b for b in blocks for _ in range(b.stages)]
-        pp, L = len(stages), self.L
+        pp = len(stages)
         M = self.gbs // (mbs * dp)
-        n = L + 1
         rate = self.rate(blocks, dp)
-        sigma = np.empty((pp, n, n))
-        w = np.empty((pp, n, n))
-        y = np.empty((pp, n, n))
-        c_in = np.zeros(n)
-        links = np.zeros((pp, n))  # links[s]: transfer seconds out of stage s, by its last layer
         ring = self.ring_sync(blocks[0].pool[0], spread, blocks[0].tp, mbs, dp) if spread is not None else (None, 0.0)
-        mem = np.empty((pp, n, n))
-        sharded = np.zeros((pp, n, n), dtype=bool)  # whether stage s over [a, b) shards its optimizer state
-        gathers_across = False  # whether a sharded stage's all-gather pays egress (in the split objective)
-        for s, blk in enumerate(stages):
-            tab = self.table(blk.pool[0], blk.tp, mbs)
-            if s + 1 < pp:
-                nxt = stages[s + 1]
-                c_out = self.send_s(blk, nxt, mbs)
-                usd = sync.boundary_egress(self.network, blk.pool[1], nxt.pool[1], tab.out_bytes, blk.tp, M,
-                                           self.cfg.for_gpu(blk.pool[0]))[1]
-                egress_t = usd * dp / rate if rate > 0 else 0.0  # $ as seconds of the GPUs' rental
-            else:
-                c_out, egress_t = np.zeros(n), 0.0
-            ok, y[s], mem[s], sharded[s] = self._stage_sync(blk, mbs, dp, min(pp - s, M), spread)
-            if spread is not None and rate > 0 and sharded[s].any():  # ZeRO-1's all-gather across zones, as time
-                gather_t = np.where(sharded[s], self.gather_egress(blk.pool[0], spread, blk.tp, mbs, dp) / rate, 0.0)
-                gathers_across = gathers_across or bool(gather_t.any())
-                egress_t = egress_t + gather_t
-            if s == 0:
-                ok[1:, :] = False
-            if s == pp - 1:
-                ok[:, :L] = False
-            sigma[s] = pipeline_step_s(tab.fb, c_in[:, None], c_out[None, :])
-            w[s] = np.where(ok, pipeline_fill_s(tab.fb, c_out[None, :]) + egress_t, np.inf)
-            links[s] = c_out
-            c_in = c_out
+        sigma, w, y, links, mem, sharded, gathers_across = self._stage_matrices(stages, mbs, dp, spread, rate)
         self.evaluated += 1
         buffered = self.buffered(stages, mbs)
         cutoff = self._cutoff(incumbent, rate, ring[1], crosses=gathers_across or any(a.pool[1] != b.pool[1] for a, b in zip(stages, stages[1:], strict=False)))
@@ -182,6 +151,46 @@ class Searcher(SearchContext):
             self.goal.note_miss(self.shortfall, t_iter, cost)
             return None
         return self.remember(Candidate(self.goal.key(t_iter, cost), t_iter, cost, mems, plan))
+
+    def _stage_matrices(self, stages: list[PipelineBlock], mbs: int, dp: int, spread: Spread | None,
+                        rate: float) -> tuple[np.ndarray, ...]:
+        """The split DP's matrices of a layout's stages over every layer range ``[a, b]``, ``(pp, L+1, L+1)``:
+        steady-state step ``sigma``, fill-and-drain seconds ``w`` (with cross-zone egress as seconds
+        of the GPUs' ``rate`` $/s; ``inf`` where the range does not fit memory or cannot start or
+        end the pipeline), sync ``y``, GB per GPU and whether the stage shards its optimizer state;
+        ``links`` ``(pp, L+1)`` the send out of each stage by its last layer, and whether a sharded
+        stage's all-gather pays egress."""
+        pp, L, n = len(stages), self.L, self.L + 1
+        M = self.gbs // (mbs * dp)
+        sigma, w, y, mem = (np.empty((pp, n, n)) for _ in range(4))
+        c_in = np.zeros(n)
+        links = np.zeros((pp, n))  # links[s]: transfer seconds out of stage s, by its last layer
+        sharded = np.zeros((pp, n, n), dtype=bool)  # whether stage s over [a, b) shards its optimizer state
+        gathers_across = False  # whether a sharded stage's all-gather pays egress (in the split objective)
+        for s, blk in enumerate(stages):
+            tab = self.table(blk.pool[0], blk.tp, mbs)
+            if s + 1 < pp:
+                nxt = stages[s + 1]
+                c_out = self.send_s(blk, nxt, mbs)
+                usd = sync.boundary_egress(self.network, blk.pool[1], nxt.pool[1], tab.out_bytes, blk.tp, M,
+                                           self.cfg.for_gpu(blk.pool[0]))[1]
+                egress_t = usd * dp / rate if rate > 0 else 0.0  # $ as seconds of the GPUs' rental
+            else:
+                c_out, egress_t = np.zeros(n), 0.0
+            ok, y[s], mem[s], sharded[s] = self._stage_sync(blk, mbs, dp, min(pp - s, M), spread)
+            if spread is not None and rate > 0 and sharded[s].any():  # ZeRO-1's all-gather across zones, as time
+                gather_t = np.where(sharded[s], self.gather_egress(blk.pool[0], spread, blk.tp, mbs, dp) / rate, 0.0)
+                gathers_across = gathers_across or bool(gather_t.any())
+                egress_t = egress_t + gather_t
+            if s == 0:
+                ok[1:, :] = False
+            if s == pp - 1:
+                ok[:, :L] = False
+            sigma[s] = pipeline_step_s(tab.fb, c_in[:, None], c_out[None, :])
+            w[s] = np.where(ok, pipeline_fill_s(tab.fb, c_out[None, :]) + egress_t, np.inf)
+            links[s] = c_out
+            c_in = c_out
+        return sigma, w, y, links, mem, sharded, gathers_across
 
     def _stage_sync(self, blk: PipelineBlock, mbs: int, dp: int, inflight: int,
                     spread: Spread | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
