@@ -27,7 +27,7 @@ Pruning (``SearchOptions.prune``): one pool per GPU type for single-block plans 
 pair per type pair for two-block plans; two zones of one type only when one zone cannot hold
 the pipeline; TP from the smallest that fits memory, raised only
 while the objective improves; ``dp`` and ``pp`` scanned in increasing order, stopping after
-``patience`` values without improvement.
+``patience`` values without improvement (:class:`~heteroplan.planner.search.patience.Patience`).
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ from heteroplan.planner.search.replay_split import pipeline_egress_usd, replay_s
 from heteroplan.planner.search.split_dp import best_split
 
 __all__ = ["SearchOptions", "Candidate", "Searcher", "spread_replicas", "ring_links"]  # SearchOptions lives in planner.request
-
 
 
 class Searcher(SearchContext):
