@@ -199,16 +199,16 @@ class Searcher(SearchContext):
         tab = self.table(blk.pool[0], blk.tp, mbs)
         capacity = self.gpu_types[blk.pool[0]].memory_gb
 
-        def sync(shard: bool) -> np.ndarray:
+        def sync_of(shard: bool) -> np.ndarray:
             if spread is None:
                 return self.sync_matrix(blk.pool, blk.tp, mbs, dp, shard)
             return self.ring_sync(blk.pool[0], spread, blk.tp, mbs, dp, shard)[0]
 
-        mem, y = tab.memory(inflight, dp), sync(False)
+        mem, y = tab.memory(inflight, dp), sync_of(False)
         ok = mem <= capacity
         if not self.shardable(blk.tp, dp):
             return ok, y, mem, np.zeros_like(ok)
-        mem_z, y_z = tab.memory(inflight, dp, self.zero1_shares(blk.tp, dp)), sync(True)
+        mem_z, y_z = tab.memory(inflight, dp, self.zero1_shares(blk.tp, dp)), sync_of(True)
         ok_z = mem_z <= capacity
         shard = ok_z & (~ok | (y_z < y))
         return ok | ok_z, np.where(shard, y_z, y), np.where(shard, mem_z, mem), shard
