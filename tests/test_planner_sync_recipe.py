@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from heteroplan.perf.sailor_network import load_network
 from heteroplan.perf.sailor_profiles import load_model_profile
 from heteroplan.planner import simulate_plan
 from heteroplan.planner.model import sync
+from heteroplan.planner.model.comm import allreduce_s
+from heteroplan.planner.model.sim_config import DEFAULT_CONFIG
 from heteroplan.planner.plan import PipelineBlock
 from heteroplan.planner.request import PlanRequest
 from heteroplan.planner.search.searcher import Searcher
@@ -72,3 +75,34 @@ def test_one_replica_pays_no_ring(monkeypatch):
     before = simulate_plan(cand.plan, profile=OPT)
     _add_toy_term(monkeypatch)
     assert simulate_plan(cand.plan, profile=OPT).iteration_time_s == before.iteration_time_s
+
+
+# ----------------------------------------------------------- the assembled terms against hand values
+def test_ring_sync_is_the_gradients_allreduce_plus_zero1_gather_and_inf_without_a_range():
+    net, cfg, links = load_network(), DEFAULT_CONFIG, {((A, ZA), (A, ZA))}
+    grad, weights = 2e8, 4e8
+    plain = float(sync.ring_sync_s(net, links, 1, 4, grad, cfg))
+    sharded = float(sync.ring_sync_s(net, links, 1, 4, grad, cfg, weights))
+    assert plain == pytest.approx(float(allreduce_s(net, links, 1, 4, grad, cfg)), rel=1e-15)
+    # the all-gather of the fp32 weights is timed as an all-reduce of half their bytes
+    assert sharded - plain == pytest.approx(float(allreduce_s(net, links, 1, 4, weights / 2, cfg)), rel=1e-12)
+    assert float(sync.ring_sync_s(net, links, 1, 1, grad, cfg, weights)) == 0.0  # one replica: no ring
+    matrix = sync.ring_sync_s(net, links, 1, 4, [grad, float("inf")], cfg, [weights, float("inf")])
+    assert matrix[0] == pytest.approx(sharded, rel=1e-15) and matrix[1] == float("inf")
+    assert sync.stage_sync_s(plain, 0.5) == plain + 0.5
+
+
+def test_ring_and_boundary_egress_bill_only_edges_across_zones():
+    net = load_network()
+    edges = sync.ring_edges([(A, ZA), (A, ZA), (A, ZB)])
+    assert edges == [((A, ZA), (A, ZA)), ((A, ZA), (A, ZB)), ((A, ZB), (A, ZA))]
+    sent, usd = sync.ring_egress(net, edges, 3, 2, 1e9)
+    per_edge = 2 * (3 - 1) / 3 * 1e9 * 2  # 2 (D-1)/D of the bytes per rank, tp = 2 rings
+    assert sent == pytest.approx(2 * per_edge, rel=1e-15)
+    assert usd == pytest.approx(per_edge / 1e9 * (net.egress_per_gb(ZA, ZB) + net.egress_per_gb(ZB, ZA)), rel=1e-12)
+    assert sync.ring_egress(net, edges, 1, 2, 1e9) == (0.0, 0.0)
+    assert sync.ring_bytes(1e9, 4e8) == 1e9 + 2e8 and sync.ring_bytes(1e9) == 1e9
+    assert sync.boundary_egress(net, ZA, ZA, 1e6, 1, 8, DEFAULT_CONFIG) == (0.0, 0.0)
+    sent, usd = sync.boundary_egress(net, ZA, ZB, 1e6, 1, 8, DEFAULT_CONFIG)
+    assert sent == 2 * 8 * 1e6  # each microbatch's activation forward and its gradient back
+    assert usd == pytest.approx(sent / 1e9 * net.egress_per_gb(ZA, ZB), rel=1e-15)
