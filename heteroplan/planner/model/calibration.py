@@ -192,6 +192,30 @@ def _predict(plans: Sequence[Plan], config: SimConfig, quantity: str, simulate_k
     return np.array([getattr(simulate_plan(p, config=config, **simulate_kwargs), attribute) for p in plans])
 
 
+def _fit_inputs(plans: Sequence[Plan] | Mapping[str, Plan], measured: Sequence[float], constants: Sequence[str] | None,
+                quantity: str) -> tuple[tuple[str, ...], list[Plan], tuple[str, ...], np.ndarray]:
+    """``(labels, plans, constants, measurements)`` of :func:`fit_sim_config`'s arguments, checked
+    (:class:`InputError` naming the argument), the constants defaulted for the quantity."""
+    names = tuple(plans) if isinstance(plans, Mapping) else tuple(f"plan {i}" for i in range(len(plans)))
+    plan_list = list(plans.values()) if isinstance(plans, Mapping) else list(plans)
+    if quantity not in QUANTITIES:
+        raise InputError("quantity", quantity, f"must be one of {QUANTITIES}")
+    if constants is None:
+        constants = time_constants_for(plan_list) if quantity == "iteration_time" else MEMORY_CONSTANTS
+    constants = tuple(constants)
+    for c in constants:
+        if c not in _BOUNDS:
+            raise InputError("constants", c, f"cannot be fitted; choose from {sorted(_BOUNDS)}")
+    if not constants or len(set(constants)) != len(constants):
+        raise InputError("constants", constants, "must be distinct names, at least one")
+    y = np.asarray(measured, dtype=float) if _is_number_list(measured) else None
+    if y is None or y.shape != (len(plan_list),) or not np.all(np.isfinite(y)) or not np.all(y > 0):
+        raise InputError("measured", measured, f"must be {len(plan_list)} positive numbers, one per plan")
+    if len(plan_list) < len(constants):
+        raise InputError("plans", len(plan_list), f"need at least as many measured plans as constants ({len(constants)})")
+    return names, plan_list, constants, y
+
+
 def fit_sim_config(
     plans: Sequence[Plan] | Mapping[str, Plan],
     measured: Sequence[float],
@@ -219,23 +243,7 @@ def fit_sim_config(
         InputError: unknown constant or quantity, a measurement that is not a positive number,
             fewer plans than constants.
     """
-    names = tuple(plans) if isinstance(plans, Mapping) else tuple(f"plan {i}" for i in range(len(plans)))
-    plan_list = list(plans.values()) if isinstance(plans, Mapping) else list(plans)
-    if quantity not in QUANTITIES:
-        raise InputError("quantity", quantity, f"must be one of {QUANTITIES}")
-    if constants is None:
-        constants = time_constants_for(plan_list) if quantity == "iteration_time" else MEMORY_CONSTANTS
-    constants = tuple(constants)
-    for c in constants:
-        if c not in _BOUNDS:
-            raise InputError("constants", c, f"cannot be fitted; choose from {sorted(_BOUNDS)}")
-    if not constants or len(set(constants)) != len(constants):
-        raise InputError("constants", constants, "must be distinct names, at least one")
-    y = np.asarray(measured, dtype=float) if _is_number_list(measured) else None
-    if y is None or y.shape != (len(plan_list),) or not np.all(np.isfinite(y)) or not np.all(y > 0):
-        raise InputError("measured", measured, f"must be {len(plan_list)} positive numbers, one per plan")
-    if len(plan_list) < len(constants):
-        raise InputError("plans", len(plan_list), f"need at least as many measured plans as constants ({len(constants)})")
+    names, plan_list, constants, y = _fit_inputs(plans, measured, constants, quantity)
 
     def config_at(x: np.ndarray) -> SimConfig:
         return replace(base, **{c: float(v) for c, v in zip(constants, x, strict=True)})

@@ -24,7 +24,7 @@ from pathlib import Path
 from heteroplan.cluster import GPUType
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile, load_model_profile
-from heteroplan.planner.model.comm import allreduce_s
+from heteroplan.planner.model import sync
 from heteroplan.planner.model.sim_config import (
     PlatformConfigs,
     SimConfig,
@@ -32,7 +32,7 @@ from heteroplan.planner.model.sim_config import (
     load_platforms,
 )
 from heteroplan.planner.model.simulator import PlanEstimate, gpu_catalog, simulate_plan
-from heteroplan.planner.model.terms import allreduce_egress_bytes, rental_usd_per_s
+from heteroplan.planner.model.terms import rental_usd_per_s
 from heteroplan.planner.pipeline_set import PipelineSet
 
 __all__ = ["PipelineSetEstimate", "simulate_pipeline_set"]
@@ -104,21 +104,17 @@ def simulate_pipeline_set(
         tp = min(r.tp for r in reps)
         ring_cfg = max((table.for_gpu(r.gpu_type) for r in reps), key=lambda c: c.allreduce_latency_s)
         grad_bytes = ring_cfg.grad_bytes_per_param * profile.stage_sizes(tp, first, last)[0]
-        ends = [(r.gpu_type, r.zone) for r in reps]
-        edges = list(zip(ends, ends[1:] + ends[:1], strict=True))
-        ar.append(float(allreduce_s(network, set(edges), tp, D, grad_bytes, ring_cfg)) if D > 1 else 0.0)
-        for a, b in set(edges):
-            if D > 1 and a[1] != b[1]:
-                sent = allreduce_egress_bytes(D, grad_bytes, tp, edges.count((a, b)))
-                ring_egress += sent / 1e9 * network.egress_per_gb(a[1], b[1])
-    sync = 0.0
+        edges = sync.ring_edges([(r.gpu_type, r.zone) for r in reps])
+        ar.append(float(sync.ring_sync_s(network, set(edges), tp, D, grad_bytes, ring_cfg)) if D > 1 else 0.0)
+        ring_egress += float(sync.ring_egress(network, edges, D, tp, sync.ring_bytes(grad_bytes))[1])
+    sync_s = 0.0
     for p, est in zip(pset.pipelines, alone, strict=True):
         update = est.stage_times.optimizer_update.max(axis=1)
         for s, st in enumerate(p.stages):
             held = sum(t for (a, _), t in zip(segments, ar, strict=True) if st.first_layer <= a < st.last_layer)
-            sync = max(sync, held + float(update[s]))
+            sync_s = max(sync_s, float(sync.stage_sync_s(held, float(update[s]))))
     pipe = max(e.pipeline_time_s for e in alone)
-    t_iter = pipe + sync
+    t_iter = pipe + sync_s
     price = rental_usd_per_s(sum(n * gpu_types[t].price_per_hour for (t, _), n in pset.gpus_by_type_zone().items()))
     egress = sum(e.cost_terms.pipeline_egress for e in alone) + ring_egress
-    return PipelineSetEstimate(t_iter, price * t_iter + egress, pipe, sync, tuple(ar), alone, egress)
+    return PipelineSetEstimate(t_iter, price * t_iter + egress, pipe, sync_s, tuple(ar), alone, egress)

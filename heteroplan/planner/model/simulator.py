@@ -42,7 +42,8 @@ from heteroplan.cluster import SAILOR_GPU_TYPES, GPUType
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile, load_model_profile
-from heteroplan.planner.model.comm import allreduce_s, pipeline_send_buffered, pipeline_send_s
+from heteroplan.planner.model import sync
+from heteroplan.planner.model.comm import pipeline_send_buffered, pipeline_send_s
 from heteroplan.planner.model.flops import (
     Utilization,
     plan_peak_tflops,
@@ -61,10 +62,9 @@ from heteroplan.planner.model.sim_config import (
 )
 from heteroplan.planner.model.straggler import clark_max, pipeline_times
 from heteroplan.planner.model.terms import (
+    activation_bytes,
     activations_gb,
-    allgather_as_allreduce_bytes,
     allreduce_buffer_bytes,
-    allreduce_egress_bytes,
     compute_prefix_s,
     compute_s,
     fp32_weight_bytes,
@@ -74,7 +74,6 @@ from heteroplan.planner.model.terms import (
     memory_gb,
     one_f_one_b_s,
     parameter_state_gb,
-    pipeline_egress_bytes,
     pipeline_step_s,
     rental_usd_per_s,
     sharded_update_s,
@@ -477,11 +476,31 @@ def simulate_plan(
     :class:`SimConfig` for every GPU type, or a table per type; default: the shipped table
     (:data:`SHIPPED_PLATFORMS`) for shipped data and, for a ``data_dir``, its ``sim_config.json``
     (written by ``heteroplan profile --calibrate``) over :data:`PROFILED_CONFIG`.
+
+    Steps: check the plan against its profile (:func:`_check_plan`), price every stage replica's
+    compute and update (:func:`_stage_compute`), its sends (:func:`_pipeline_sends`) and every
+    stage's ring (:func:`_ring_sync`), then add them up (:func:`_estimate`).
     """
     profile = profile or load_model_profile(plan.model, data_dir)
     network = network or load_network(data_dir)
     table = load_platforms(data_dir) if config is None else as_platforms(config)
     gpu_types = gpu_types or gpu_catalog()
+    _check_plan(plan, profile, gpu_types)
+    reps = [s.replica_list() for s in plan.stages]  # reps[s][d]
+    cfg = [[table.for_gpu(r.gpu_type) for r in s] for s in reps]  # cfg[s][d]
+    micro = np.asarray(plan.microbatches(), dtype=float)
+    shares = _zero1_shares(profile, plan, reps)
+    compute = _stage_compute(profile, plan, reps, cfg, gpu_types, shares)
+    sends = _pipeline_sends(profile, network, plan, reps, cfg, micro)
+    ring = _ring_sync(profile, network, plan, reps, cfg)
+    uncalibrated = table.uncalibrated(r.gpu_type for row in reps for r in row)
+    return _estimate(plan, profile, gpu_types, reps, cfg, micro, shares, compute, sends, ring, uncalibrated)
+
+
+def _check_plan(plan: Plan, profile: ModelProfile, gpu_types: dict[str, GPUType]) -> None:
+    """Raise :class:`InputError` where ``plan`` does not match ``profile`` (layers, precision, a GPU
+    type, microbatch and TP it did not profile); warn where a profile without a precision prices
+    a plan in another than fp32 (:class:`PrecisionWarning`)."""
     if plan.num_layers != profile.num_layers:
         raise InputError("plan.stages", plan.num_layers, f"{profile.name} has {profile.num_layers} layers")
     if profile.measured is not None and profile.measured.precision != plan.precision.value:
@@ -492,31 +511,24 @@ def simulate_plan(
         warnings.warn(PrecisionWarning(
             f"plan.precision={plan.precision.value!r}: the profile of {profile.name} does not record its precision "
             f"(taken as fp32, as the search does): the plan is priced with the profile's times, not {plan.precision.value}'s; "
-            f"profile it with heteroplan profile --precision {plan.precision.value} for a prediction in it"), stacklevel=2)
-    mbs = plan.microbatch_size
-    S, D = plan.pp, plan.dp
-    reps = [s.replica_list() for s in plan.stages]  # reps[s][d]
-    micro = np.asarray(plan.microbatches(), dtype=float)
-    for s in reps:
-        for r in s:
+            f"profile it with heteroplan profile --precision {plan.precision.value} for a prediction in it"), stacklevel=3)
+    for stage in plan.stages:
+        for r in stage.replica_list():
             if r.gpu_type not in gpu_types:
                 raise InputError("replica.gpu_type", r.gpu_type, f"unknown GPU type; known: {sorted(gpu_types)}")
-            if not profile.has(r.gpu_type, mbs, r.tp):
+            if not profile.has(r.gpu_type, plan.microbatch_size, r.tp):
                 raise InputError(
-                    "plan", (r.gpu_type, mbs, r.tp), f"no {profile.name} profile for this GPU type, microbatch and TP"
+                    "plan", (r.gpu_type, plan.microbatch_size, r.tp), f"no {profile.name} profile for this GPU type, microbatch and TP"
                 )
 
-    cfg = [[table.for_gpu(r.gpu_type) for r in s] for s in reps]  # cfg[s][d]
 
-    shares = _zero1_shares(profile, plan, reps)
-    # compute and activation transfer per (stage, pipeline replica)
-    fb = np.zeros((S, D))
-    fwd_share = np.zeros((S, D))  # forward's share of f + b (for schedules and plots only)
-    upd = np.zeros((S, D))
-    comm = np.zeros((S + 1, D))  # comm[s+1] is the link between stage s and s+1
-    buffered = np.zeros((max(S - 1, 0), D), dtype=bool)  # sends the transport buffers (sender goes on)
-    egress_bytes = 0.0
-    pipe_egress_cost = 0.0
+def _stage_compute(profile: ModelProfile, plan: Plan, reps: list, cfg: list[list[SimConfig]],
+                   gpu_types: dict[str, GPUType], shares: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(S, D)`` seconds of every stage replica's forward + backward per microbatch, the forward's
+    share of it (for the replay and plots) and its optimizer step (over ``shares[s, d]`` of the
+    state under ZeRO-1)."""
+    S, D, mbs = plan.pp, plan.dp, plan.microbatch_size
+    fb, fwd_share, upd = np.zeros((S, D)), np.zeros((S, D)), np.zeros((S, D))
     for s, stage in enumerate(plan.stages):
         for d, r in enumerate(reps[s]):
             c = cfg[s][d]
@@ -528,43 +540,82 @@ def simulate_plan(
             upd[s, d] = c.update_s(u, params, gpu_types[r.gpu_type].memory_bandwidth_gbs)
             if stage.optimizer_sharding is OptimizerSharding.ZERO1:
                 upd[s, d] = sharded_update_s(upd[s, d], shares[s, d])
-            if s + 1 < S:
-                nxt = reps[s + 1][d]
-                nbytes = c.act_comm_bytes_per_float * profile.act_out[r.tp][stage.last_layer - 1] * mbs
-                comm[s + 1, d] = float(pipeline_send_s(network, (r.gpu_type, r.zone), (nxt.gpu_type, nxt.zone), r.tp, nbytes, c))
-                buffered[s, d] = pipeline_send_buffered(nbytes, r.tp, c)
-                if r.zone != nxt.zone:
-                    sent = pipeline_egress_bytes(nbytes, r.tp, micro[d], c)
-                    egress_bytes += sent
-                    pipe_egress_cost += sent / 1e9 * network.egress_per_gb(r.zone, nxt.zone)
-    cv = max(c.straggler_cv for row in cfg for c in row)
-    t_pipe, t_pipe_sd = replica_pipeline_times(fb, fwd_share, comm, buffered, micro, cv)
+    return fb, fwd_share, upd
 
-    # gradient all-reduce per stage, ring over the stage's replicas in plan order
+
+@dataclass(frozen=True, eq=False)
+class _Sends:
+    """Every pipeline boundary of a plan: ``comm`` ``(S + 1, D)`` seconds of one send (``comm[s]``
+    into stage ``s``, ends 0), ``buffered`` ``(S - 1, D)`` whether the transport buffers it, and
+    the bytes and $ per iteration billed where boundaries cross zones."""
+
+    comm: np.ndarray
+    buffered: np.ndarray
+    egress_bytes: float
+    egress_usd: float
+
+
+def _pipeline_sends(profile: ModelProfile, network: NetworkModel, plan: Plan, reps: list,
+                    cfg: list[list[SimConfig]], micro: np.ndarray) -> _Sends:
+    """Each replica's activation (and gradient) transfer from stage ``s`` to ``s + 1``
+    (:func:`~heteroplan.planner.model.comm.pipeline_send_s`, :func:`~heteroplan.planner.model.sync.boundary_egress`)."""
+    S, D, mbs = plan.pp, plan.dp, plan.microbatch_size
+    comm = np.zeros((S + 1, D))  # comm[s+1] is the link between stage s and s+1
+    buffered = np.zeros((max(S - 1, 0), D), dtype=bool)  # sends the transport buffers (sender goes on)
+    egress_bytes = egress_usd = 0.0
+    for s, stage in enumerate(plan.stages[:-1]):
+        for d, r in enumerate(reps[s]):
+            c, nxt = cfg[s][d], reps[s + 1][d]
+            nbytes = activation_bytes(profile.act_out[r.tp][stage.last_layer - 1], mbs, c)
+            comm[s + 1, d] = float(pipeline_send_s(network, (r.gpu_type, r.zone), (nxt.gpu_type, nxt.zone), r.tp, nbytes, c))
+            buffered[s, d] = pipeline_send_buffered(nbytes, r.tp, c)
+            if r.zone != nxt.zone:
+                sent, usd = sync.boundary_egress(network, r.zone, nxt.zone, nbytes, r.tp, micro[d], c)
+                egress_bytes += sent
+                egress_usd += usd
+    return _Sends(comm, buffered, egress_bytes, egress_usd)
+
+
+def _ring_sync(profile: ModelProfile, network: NetworkModel, plan: Plan, reps: list,
+               cfg: list[list[SimConfig]]) -> tuple[np.ndarray, float, float]:
+    """``(S,)`` seconds of every stage's ring collectives over its replicas in plan order
+    (:func:`~heteroplan.planner.model.sync.ring_sync_s`: gradients, and ZeRO-1's all-gather), and
+    the bytes and $ per iteration its edges across zones bill (:func:`~heteroplan.planner.model.sync.ring_egress`).
+    A ring runs at its slowest TP degree, on the constants of its largest step latency."""
+    S, D = plan.pp, plan.dp
     ar_s = np.zeros(S)
-    ring_egress_cost = 0.0
+    egress_bytes = egress_usd = 0.0
     for s, stage in enumerate(plan.stages):
+        if D <= 1:
+            continue
         tp = min(r.tp for r in reps[s])
         ring_cfg = max(cfg[s], key=lambda c: c.allreduce_latency_s)
-        grad_bytes = ring_cfg.grad_bytes_per_param * profile.stage_sizes(tp, stage.first_layer, stage.last_layer)[0]
-        if D > 1:
-            ends = [(r.gpu_type, r.zone) for r in reps[s]]
-            edges = list(zip(ends, ends[1:] + ends[:1], strict=True))
-            ar_s[s] = float(allreduce_s(network, set(edges), tp, D, grad_bytes, ring_cfg))
-            gathered = 0.0  # ZeRO-1: the all-gather of the updated shards, as an all-reduce of its size
-            if stage.optimizer_sharding is OptimizerSharding.ZERO1:
-                gathered = allgather_as_allreduce_bytes(
-                    fp32_weight_bytes(profile.stage_sizes(tp, stage.first_layer, stage.last_layer)[0]))
-                ar_s[s] += float(allreduce_s(network, set(edges), tp, D, gathered, ring_cfg))
-            for a, b in set(edges):
-                if a[1] != b[1]:
-                    sent = allreduce_egress_bytes(D, grad_bytes + gathered, tp, edges.count((a, b)))
-                    egress_bytes += sent
-                    ring_egress_cost += sent / 1e9 * network.egress_per_gb(a[1], b[1])
+        params = profile.stage_sizes(tp, stage.first_layer, stage.last_layer)[0]
+        grad_bytes = ring_cfg.grad_bytes_per_param * params
+        weights = fp32_weight_bytes(params) if stage.optimizer_sharding is OptimizerSharding.ZERO1 else None
+        edges = sync.ring_edges([(r.gpu_type, r.zone) for r in reps[s]])
+        ar_s[s] = float(sync.ring_sync_s(network, set(edges), tp, D, grad_bytes, ring_cfg, weights))
+        sent, usd = sync.ring_egress(network, edges, D, tp, sync.ring_bytes(grad_bytes, weights))
+        egress_bytes += float(sent)
+        egress_usd += float(usd)
+    return ar_s, egress_bytes, egress_usd
+
+
+def _estimate(plan: Plan, profile: ModelProfile, gpu_types: dict[str, GPUType], reps: list, cfg: list[list[SimConfig]],
+              micro: np.ndarray, shares: np.ndarray, compute: tuple[np.ndarray, np.ndarray, np.ndarray],
+              sends: _Sends, ring: tuple[np.ndarray, float, float], uncalibrated: tuple[str, ...]) -> PlanEstimate:
+    """Add the priced terms up: ``T = max_d T_pipe(d) + max_s sync_s`` (the replicas' pipelines,
+    with stragglers, :func:`replica_pipeline_times`; a stage's sync,
+    :func:`~heteroplan.planner.model.sync.stage_sync_s`), memory per GPU and its fit, and $."""
+    S, D = plan.pp, plan.dp
+    fb, fwd_share, upd = compute
+    ar_s, ring_bytes_sent, ring_usd = ring
+    cv = max(c.straggler_cv for row in cfg for c in row)
+    t_pipe, t_pipe_sd = replica_pipeline_times(fb, fwd_share, sends.comm, sends.buffered, micro, cv)
     update_s = upd.max(axis=1)
-    sync = ar_s + update_s
+    sync_s = sync.stage_sync_s(ar_s, update_s)
     pipe_time = float(clark_max(t_pipe, t_pipe_sd)[0])  # the slowest replica (expected, with stragglers)
-    t_iter = pipe_time + float(sync.max())
+    t_iter = pipe_time + float(sync_s.max())
 
     stage_memory = _stage_memory(profile, plan, reps, cfg, micro, shares)
     mem_rep = stage_memory.total  # GB per GPU of each (stage, pipeline replica)
@@ -572,22 +623,21 @@ def simulate_plan(
     fit = memory_fit(mem_rep, capacity, [[r.gpu_type for r in row] for row in reps])
     price_per_s = rental_usd_per_s(sum(n * gpu_types[t].price_per_hour for (t, _), n in plan.gpus_by_type_zone().items()))
     rental = price_per_s * t_iter
-    cost = rental + (pipe_egress_cost + ring_egress_cost)
-    stage_times = StageTimes(fb, comm, ar_s, upd, t_pipe)
+    cost = rental + (sends.egress_usd + ring_usd)
     return PlanEstimate(
         t_iter,
         tuple(float(m) for m in mem_rep.max(axis=1)),
         cost,
-        egress_bytes / 1e9,
+        (sends.egress_bytes + ring_bytes_sent) / 1e9,
         pipe_time,
-        float(sync.max()),
-        {"stage_compute": fb, "forward_share": fwd_share, "comm": comm, "buffered": buffered, "sync": sync,
+        float(sync_s.max()),
+        {"stage_compute": fb, "forward_share": fwd_share, "comm": sends.comm, "buffered": sends.buffered, "sync": sync_s,
          "pipeline_times": t_pipe, "memory": mem_rep, "memory_capacity": capacity},
-        table.uncalibrated(t for row in reps for t in (r.gpu_type for r in row)),
+        uncalibrated,
         fit,
-        _critical_path(fb, comm, micro, t_pipe, pipe_time, ar_s, update_s),
-        CostTerms(rental, pipe_egress_cost, ring_egress_cost),
-        stage_times,
+        _critical_path(fb, sends.comm, micro, t_pipe, pipe_time, ar_s, update_s),
+        CostTerms(rental, sends.egress_usd, ring_usd),
+        StageTimes(fb, sends.comm, ar_s, upd, t_pipe),
         stage_memory,
         _utilization(profile, plan, gpu_types, t_iter),
     )

@@ -17,6 +17,7 @@ from heteroplan.perf.sailor_network import NetworkModel
 from heteroplan.perf.sailor_profiles import ModelProfile
 from heteroplan.planner.model.sim_config import SimConfig
 from heteroplan.planner.model.terms import (
+    activation_bytes,
     activations_gb,
     allreduce_buffer_bytes,
     compute_prefix_s,
@@ -134,7 +135,7 @@ def build_stage_table(
             profile, tp, mbs, recompute, params)
     weights = fp32_weight_bytes(params)  # what ZeRO-1 all-gathers
     out_bytes = np.zeros(L + 1)
-    out_bytes[1:] = config.act_comm_bytes_per_float * profile.act_out[tp] * mbs
+    out_bytes[1:] = activation_bytes(profile.act_out[tp], mbs, config)
     return StageTable(
         gpu_type, zone, tp, mbs, fb, forward_share, update, config.grad_bytes_per_param * params, mem_static, mem_per_inflight,
         out_bytes, mem_floor, mem_sync_floor, mem_state, mem_update_working, weights,

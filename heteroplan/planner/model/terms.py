@@ -68,7 +68,7 @@ from heteroplan.planner.model.sim_config import SimConfig
 
 __all__ = [
     "PARAMETER_STATE_SHARES", "compute_s", "parameter_state_gb", "activations_gb", "working_gb", "static_memory_gb", "memory_gb",
-    "pipeline_egress_bytes", "allreduce_egress_bytes", "rental_usd_per_s", "pipeline_step_s", "pipeline_fill_s",
+    "activation_bytes", "pipeline_egress_bytes", "allreduce_egress_bytes", "rental_usd_per_s", "pipeline_step_s", "pipeline_fill_s",
     "one_f_one_b_s", "balanced_step_lower_bound_s", "measured_state_bytes", "measured_peak_bytes",
     "recomputed_compute_s", "compute_prefix_s", "sharded_update_s", "zero1_largest_share", "zero1_share", "zero1_share_matrix", "allgather_as_allreduce_bytes", "fp32_weight_bytes", "measured_layer_bytes",
     "allreduce_buffer_bytes",
@@ -143,6 +143,12 @@ def memory_gb(params: Number, act_floats: Number, working_floats: Number, mbs: i
     """Peak GB per GPU of a stage: the sum of the memory terms
     (:func:`static_memory_gb` + :func:`activations_gb`)."""
     return static_memory_gb(params, working_floats, mbs, config) + activations_gb(act_floats, mbs, inflight, config)
+
+
+def activation_bytes(act_out_floats: Number, mbs: int, config: SimConfig) -> Number:
+    """Bytes of one microbatch's activation that a stage ending at a layer with ``act_out_floats``
+    output floats per sample (per GPU) hands to the next stage (and of its gradient coming back)."""
+    return config.act_comm_bytes_per_float * act_out_floats * mbs
 
 
 def pipeline_egress_bytes(activation_bytes: Number, tp: int, microbatches: Number, config: SimConfig) -> Number:

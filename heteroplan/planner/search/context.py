@@ -14,16 +14,11 @@ import numpy as np
 
 from heteroplan.planner.explain import PlanFamily, plan_families
 from heteroplan.planner.goal import Shortfall
-from heteroplan.planner.model.comm import allreduce_s, pipeline_send_buffered, pipeline_send_s
+from heteroplan.planner.model import sync
+from heteroplan.planner.model.comm import pipeline_send_buffered, pipeline_send_s
 from heteroplan.planner.model.sim_config import as_platforms
 from heteroplan.planner.model.stage_tables import StageTable, build_stage_table
-from heteroplan.planner.model.terms import (
-    allgather_as_allreduce_bytes,
-    allreduce_egress_bytes,
-    rental_usd_per_s,
-    sharded_update_s,
-    zero1_share_matrix,
-)
+from heteroplan.planner.model.terms import rental_usd_per_s, sharded_update_s, zero1_share_matrix
 from heteroplan.planner.plan import OptimizerSharding, PipelineBlock, Plan, Precision, Recomputation
 from heteroplan.planner.request import PlanRequest
 
@@ -121,17 +116,11 @@ class SearchContext:
         fp32 weights (:func:`~heteroplan.planner.model.terms.allgather_as_allreduce_bytes`), as
         :func:`~heteroplan.planner.model.simulator.simulate` prices them."""
         tab = self.table(gpu, tp, mbs)
-        cfg = self.cfg.for_gpu(gpu)
         if dp <= 1:
             return tab.update.copy()
-        finite = np.isfinite(tab.grad_bytes)
-        y = allreduce_s(self.network, links, tp, dp, np.where(finite, tab.grad_bytes, 1.0), cfg)
-        if sharded:
-            gathered = allgather_as_allreduce_bytes(np.where(finite, tab.param_bytes, 1.0))
-            y = y + sharded_update_s(tab.update, self.zero1_shares(tp, dp)) + allreduce_s(self.network, links, tp, dp, gathered, cfg)
-        else:
-            y = y + tab.update
-        return np.where(finite, y, np.inf)
+        weights = tab.param_bytes if sharded else None
+        ring = sync.ring_sync_s(self.network, links, tp, dp, tab.grad_bytes, self.cfg.for_gpu(gpu), weights)
+        return sync.stage_sync_s(ring, sharded_update_s(tab.update, self.zero1_shares(tp, dp)) if sharded else tab.update)
 
     def ring_sync(self, gpu: str, spread: Spread, tp: int, mbs: int, dp: int,
                   sharded: bool = False) -> tuple[np.ndarray, float]:
@@ -143,8 +132,7 @@ class SearchContext:
             tab = self.table(gpu, tp, mbs)
             links = ring_links(gpu, spread)
             y = self.sync_seconds(set(links), gpu, tp, mbs, dp, sharded)
-            price = sum(self.network.egress_per_gb(a[1], b[1]) for a, b in links)
-            egress = allreduce_egress_bytes(dp, float(tab.grad_bytes[0, self.L]), tp) * price / 1e9
+            egress = float(sync.ring_egress(self.network, links, dp, tp, sync.ring_bytes(float(tab.grad_bytes[0, self.L])))[1])
             self.cache[key] = (y, egress)
         return self.cache[key]
 
@@ -163,9 +151,9 @@ class SearchContext:
         key = ("gather-egress", gpu, spread, tp, mbs, dp)
         if key not in self.cache:
             tab = self.table(gpu, tp, mbs)
-            price = sum(self.network.egress_per_gb(a[1], b[1]) for a, b in ring_links(gpu, spread))
             weights = np.where(np.isfinite(tab.param_bytes), tab.param_bytes, 0.0)
-            self.cache[key] = allreduce_egress_bytes(dp, allgather_as_allreduce_bytes(weights), tp) * price / 1e9
+            gathered = sync.ring_bytes(0.0, weights)  # the all-gather's share of what the ring all-reduces
+            self.cache[key] = sync.ring_egress(self.network, ring_links(gpu, spread), dp, tp, gathered)[1] + np.zeros_like(weights)
         return self.cache[key]
 
     def shardable(self, tp: int, dp: int) -> bool:
@@ -217,7 +205,7 @@ class SearchContext:
         if key not in self._links:
             gpu = link[0][0]
             whole = float(self.table(gpu, tp, mbs).grad_bytes[0, self.L])
-            self._links[key] = float(allreduce_s(self.network, {link}, tp, 2, whole, self.cfg.for_gpu(gpu)))
+            self._links[key] = float(sync.ring_sync_s(self.network, {link}, tp, 2, whole, self.cfg.for_gpu(gpu)))
         return self._links[key]
 
     def remember(self, cand: Candidate) -> Candidate:

@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from heteroplan.planner.model.comm import allreduce_s
+from heteroplan.planner.model import sync
 from heteroplan.planner.model.microbatches import class_microbatches, two_class_totals
 from heteroplan.planner.model.simulator import simulate_plan
 from heteroplan.planner.model.terms import (
-    allreduce_egress_bytes,
-    pipeline_egress_bytes,
     pipeline_fill_s,
     pipeline_step_s,
 )
@@ -114,9 +112,8 @@ def _pipeline_parts(searcher: SearchContext, kind: Kind, mbs: int, bnd: np.ndarr
         if s + 1 < pp:
             nxt = stages[s + 1]
             c_out = searcher.send_s(blk, nxt, mbs)[b]
-            price = searcher.network.egress_per_gb(blk.pool[1], nxt.pool[1])
-            if price:
-                egress += pipeline_egress_bytes(tab.out_bytes[b], blk.tp, 1, searcher.cfg.for_gpu(blk.pool[0])) / 1e9 * price
+            egress += sync.boundary_egress(searcher.network, blk.pool[1], nxt.pool[1], tab.out_bytes[b], blk.tp, 1,
+                                           searcher.cfg.for_gpu(blk.pool[0]))[1]
         fb = tab.fb[a, b]
         step = np.maximum(step, pipeline_step_s(fb, c_in, c_out))
         fixed += pipeline_fill_s(fb, c_out)
@@ -129,8 +126,7 @@ def _ring(searcher: SearchContext, h1: PipelineBlock, d1: int, h2: PipelineBlock
     """``(L+1, L+1)`` matrices by layer range of a stage whose replicas are ``d1`` on ``h1`` then
     ``d2`` on ``h2``: seconds of all-reduce + update, and the ring's egress $ (the ring as
     ``simulate`` walks it). Cached on the searcher."""
-    ends = [h1.pool] * d1 + [h2.pool] * d2
-    edges = list(zip(ends, ends[1:] + ends[:1], strict=True))
+    edges = sync.ring_edges([h1.pool] * d1 + [h2.pool] * d2)
     links = set(edges)
     key = ("mixed", h1.pool, h1.tp, h2.pool, h2.tp, d1 + d2, frozenset((e, edges.count(e)) for e in links), mbs)
     if key not in searcher.cache:
@@ -141,15 +137,10 @@ def _ring(searcher: SearchContext, h1: PipelineBlock, d1: int, h2: PipelineBlock
         params = searcher.profile.size_prefix(tp)[0]
         grad = ring_cfg.grad_bytes_per_param * (params[None, :] - params[:, None])
         finite = np.triu(np.ones(grad.shape, dtype=bool), 1)
-        grad = np.where(finite, grad, 1.0)
-        ar = allreduce_s(searcher.network, links, tp, D, grad, ring_cfg)
+        ar = sync.ring_sync_s(searcher.network, links, tp, D, np.where(finite, grad, np.inf), ring_cfg)
         update = np.maximum(searcher.table(h1.pool[0], h1.tp, mbs).update, searcher.table(h2.pool[0], h2.tp, mbs).update)
-        egress = np.zeros(grad.shape)
-        for x, y in links:
-            price = searcher.network.egress_per_gb(x[1], y[1])
-            if price:
-                egress += allreduce_egress_bytes(D, grad, tp, edges.count((x, y))) / 1e9 * price
-        searcher.cache[key] = (np.where(finite, ar + update, np.inf), egress)
+        egress = sync.ring_egress(searcher.network, edges, D, tp, np.where(finite, grad, 1.0))[1] + np.zeros(grad.shape)
+        searcher.cache[key] = (sync.stage_sync_s(ar, update), egress)
     return searcher.cache[key]
 
 

@@ -27,7 +27,7 @@ Pruning (``SearchOptions.prune``): one pool per GPU type for single-block plans 
 pair per type pair for two-block plans; two zones of one type only when one zone cannot hold
 the pipeline; TP from the smallest that fits memory, raised only
 while the objective improves; ``dp`` and ``pp`` scanned in increasing order, stopping after
-``patience`` values without improvement.
+``patience`` values without improvement (:class:`~heteroplan.planner.search.patience.Patience`).
 """
 
 from __future__ import annotations
@@ -38,13 +38,10 @@ import time
 import numpy as np
 
 from heteroplan.errors import InfeasibleError
-from heteroplan.planner.model.pipeline_replay import one_f_one_b_lower_bound
-from heteroplan.planner.model.simulator import replica_pipeline_times
-from heteroplan.planner.model.straggler import clark_max
+from heteroplan.planner.model import sync
 from heteroplan.planner.model.terms import (
     balanced_step_lower_bound_s,
     one_f_one_b_s,
-    pipeline_egress_bytes,
     pipeline_fill_s,
     pipeline_step_s,
 )
@@ -59,12 +56,11 @@ from heteroplan.planner.search.context import (
 )
 from heteroplan.planner.search.layouts import Layout, layouts, single_pools
 from heteroplan.planner.search.mixed_scan import scan_mixed
-from heteroplan.planner.search.split_dp import _all_splits, best_split
+from heteroplan.planner.search.patience import Patience
+from heteroplan.planner.search.replay_split import pipeline_egress_usd, replay_split, split_time_s
+from heteroplan.planner.search.split_dp import best_split
 
 __all__ = ["SearchOptions", "Candidate", "Searcher", "spread_replicas", "ring_links"]  # SearchOptions lives in planner.request
-
-REPLAY_ENUMERATE_UP_TO = 20_000  # splits x stages bounded at once for a layout with buffered sends (else local moves)
-REPLAY_BUDGET = 256  # most splits replayed per layout (in order of their lower bound)
 
 
 class Searcher(SearchContext):
@@ -102,48 +98,17 @@ class Searcher(SearchContext):
         ``resplit=False``: a layout with buffered sends keeps the closed form's split (priced on
         the replay all the same), a quick estimate for ranking layouts."""
         stages = [b for b in blocks for _ in range(b.stages)]
-        pp, L = len(stages), self.L
+        pp = len(stages)
         M = self.gbs // (mbs * dp)
-        n = L + 1
         rate = self.rate(blocks, dp)
-        sigma = np.empty((pp, n, n))
-        w = np.empty((pp, n, n))
-        y = np.empty((pp, n, n))
-        c_in = np.zeros(n)
-        links = np.zeros((pp, n))  # links[s]: transfer seconds out of stage s, by its last layer
         ring = self.ring_sync(blocks[0].pool[0], spread, blocks[0].tp, mbs, dp) if spread is not None else (None, 0.0)
-        mem = np.empty((pp, n, n))
-        sharded = np.zeros((pp, n, n), dtype=bool)  # whether stage s over [a, b) shards its optimizer state
-        gathers_across = False  # whether a sharded stage's all-gather pays egress (in the split objective)
-        for s, blk in enumerate(stages):
-            tab = self.table(blk.pool[0], blk.tp, mbs)
-            if s + 1 < pp:
-                nxt = stages[s + 1]
-                c_out = self.send_s(blk, nxt, mbs)
-                egress = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
-                egress_t = (pipeline_egress_bytes(tab.out_bytes, blk.tp, M, self.cfg.for_gpu(blk.pool[0])) * dp / 1e9 * egress / rate
-                            if egress and rate > 0 else 0.0)
-            else:
-                c_out, egress_t = np.zeros(n), 0.0
-            ok, y[s], mem[s], sharded[s] = self._stage_sync(blk, mbs, dp, min(pp - s, M), spread)
-            if spread is not None and rate > 0 and sharded[s].any():  # ZeRO-1's all-gather across zones, as time
-                gather_t = np.where(sharded[s], self.gather_egress(blk.pool[0], spread, blk.tp, mbs, dp) / rate, 0.0)
-                gathers_across = gathers_across or bool(gather_t.any())
-                egress_t = egress_t + gather_t
-            if s == 0:
-                ok[1:, :] = False
-            if s == pp - 1:
-                ok[:, :L] = False
-            sigma[s] = pipeline_step_s(tab.fb, c_in[:, None], c_out[None, :])
-            w[s] = np.where(ok, pipeline_fill_s(tab.fb, c_out[None, :]) + egress_t, np.inf)
-            links[s] = c_out
-            c_in = c_out
+        sigma, w, y, links, mem, sharded, gathers_across = self._stage_matrices(stages, mbs, dp, spread, rate)
         self.evaluated += 1
         buffered = self.buffered(stages, mbs)
         cutoff = self._cutoff(incumbent, rate, ring[1], crosses=gathers_across or any(a.pool[1] != b.pool[1] for a, b in zip(stages, stages[1:], strict=False)))
         if buffered.any() and resplit:
             # the closed form prices a buffered send as blocking: split on the replay's times (what simulate charges)
-            b = self._replay_split(stages, sigma, w, y, links, buffered, mbs, dp, M, rate, cutoff)
+            b = replay_split(self, stages, sigma, w, y, links, buffered, mbs, dp, M, rate, cutoff)
             if b is None:
                 return None
         else:
@@ -156,12 +121,12 @@ class Searcher(SearchContext):
                 return None
             b = np.asarray(res.bounds)
         # w carries egress as its time-equivalent ($ / rate); take it out of the iteration time
-        egress_cost = ring[1] + self._pipeline_egress(stages, b, mbs, dp, M)  # the ring's does not depend on the split
+        egress_cost = ring[1] + pipeline_egress_usd(self, stages, b, mbs, dp, M)  # the ring's does not depend on the split
         if spread is not None:  # ZeRO-1's all-gather does: each sharded stage's weights
             egress_cost += sum(float(self.gather_egress(blk.pool[0], spread, blk.tp, mbs, dp)[b[s], b[s + 1]])
                                for s, blk in enumerate(stages) if sharded[s, b[s], b[s + 1]])
         if self.cv(stages) > 0 or buffered.any():  # the split was chosen without the noise / on the replay
-            t_iter = self._split_time(stages, b, links, y, buffered, mbs, dp, M)
+            t_iter = split_time_s(self, stages, b, links, y, buffered, mbs, dp, M)
         else:
             t_iter = res.objective - ((egress_cost - ring[1]) / rate if rate > 0 else 0.0)
         cost = rate * t_iter + egress_cost
@@ -182,6 +147,46 @@ class Searcher(SearchContext):
             return None
         return self.remember(Candidate(self.goal.key(t_iter, cost), t_iter, cost, mems, plan))
 
+    def _stage_matrices(self, stages: list[PipelineBlock], mbs: int, dp: int, spread: Spread | None,
+                        rate: float) -> tuple[np.ndarray, ...]:
+        """The split DP's matrices of a layout's stages over every layer range ``[a, b]``, ``(pp, L+1, L+1)``:
+        steady-state step ``sigma``, fill-and-drain seconds ``w`` (with cross-zone egress as seconds
+        of the GPUs' ``rate`` $/s; ``inf`` where the range does not fit memory or cannot start or
+        end the pipeline), sync ``y``, GB per GPU and whether the stage shards its optimizer state;
+        ``links`` ``(pp, L+1)`` the send out of each stage by its last layer, and whether a sharded
+        stage's all-gather pays egress."""
+        pp, L, n = len(stages), self.L, self.L + 1
+        M = self.gbs // (mbs * dp)
+        sigma, w, y, mem = (np.empty((pp, n, n)) for _ in range(4))
+        c_in = np.zeros(n)
+        links = np.zeros((pp, n))  # links[s]: transfer seconds out of stage s, by its last layer
+        sharded = np.zeros((pp, n, n), dtype=bool)  # whether stage s over [a, b) shards its optimizer state
+        gathers_across = False  # whether a sharded stage's all-gather pays egress (in the split objective)
+        for s, blk in enumerate(stages):
+            tab = self.table(blk.pool[0], blk.tp, mbs)
+            if s + 1 < pp:
+                nxt = stages[s + 1]
+                c_out = self.send_s(blk, nxt, mbs)
+                usd = sync.boundary_egress(self.network, blk.pool[1], nxt.pool[1], tab.out_bytes, blk.tp, M,
+                                           self.cfg.for_gpu(blk.pool[0]))[1]
+                egress_t = usd * dp / rate if rate > 0 else 0.0  # $ as seconds of the GPUs' rental
+            else:
+                c_out, egress_t = np.zeros(n), 0.0
+            ok, y[s], mem[s], sharded[s] = self._stage_sync(blk, mbs, dp, min(pp - s, M), spread)
+            if spread is not None and rate > 0 and sharded[s].any():  # ZeRO-1's all-gather across zones, as time
+                gather_t = np.where(sharded[s], self.gather_egress(blk.pool[0], spread, blk.tp, mbs, dp) / rate, 0.0)
+                gathers_across = gathers_across or bool(gather_t.any())
+                egress_t = egress_t + gather_t
+            if s == 0:
+                ok[1:, :] = False
+            if s == pp - 1:
+                ok[:, :L] = False
+            sigma[s] = pipeline_step_s(tab.fb, c_in[:, None], c_out[None, :])
+            w[s] = np.where(ok, pipeline_fill_s(tab.fb, c_out[None, :]) + egress_t, np.inf)
+            links[s] = c_out
+            c_in = c_out
+        return sigma, w, y, links, mem, sharded, gathers_across
+
     def _stage_sync(self, blk: PipelineBlock, mbs: int, dp: int, inflight: int,
                     spread: Spread | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(fits, sync seconds, GB per GPU, sharded)`` of a stage on ``blk`` over every layer
@@ -194,16 +199,16 @@ class Searcher(SearchContext):
         tab = self.table(blk.pool[0], blk.tp, mbs)
         capacity = self.gpu_types[blk.pool[0]].memory_gb
 
-        def sync(shard: bool) -> np.ndarray:
+        def sync_of(shard: bool) -> np.ndarray:
             if spread is None:
                 return self.sync_matrix(blk.pool, blk.tp, mbs, dp, shard)
             return self.ring_sync(blk.pool[0], spread, blk.tp, mbs, dp, shard)[0]
 
-        mem, y = tab.memory(inflight, dp), sync(False)
+        mem, y = tab.memory(inflight, dp), sync_of(False)
         ok = mem <= capacity
         if not self.shardable(blk.tp, dp):
             return ok, y, mem, np.zeros_like(ok)
-        mem_z, y_z = tab.memory(inflight, dp, self.zero1_shares(blk.tp, dp)), sync(True)
+        mem_z, y_z = tab.memory(inflight, dp, self.zero1_shares(blk.tp, dp)), sync_of(True)
         ok_z = mem_z <= capacity
         shard = ok_z & (~ok | (y_z < y))
         return ok | ok_z, np.where(shard, y_z, y), np.where(shard, mem_z, mem), shard
@@ -220,98 +225,6 @@ class Searcher(SearchContext):
         if spread is None:
             return (ReplicaGroup(blk.pool[0], blk.pool[1], blk.tp, dp),)
         return tuple(ReplicaGroup(blk.pool[0], z, blk.tp, n) for z, n in spread)
-
-
-    def _pipeline_egress(self, stages: list[PipelineBlock], b: np.ndarray, mbs: int, dp: int, M: int) -> float:
-        """$ per iteration of the activations and gradients that the split ``b`` sends across zones."""
-        cost = 0.0
-        for s in range(len(stages) - 1):
-            blk, nxt = stages[s], stages[s + 1]
-            if blk.pool[1] != nxt.pool[1]:
-                out = self.table(blk.pool[0], blk.tp, mbs).out_bytes[b[s + 1]]
-                price = self.network.egress_per_gb(blk.pool[1], nxt.pool[1])
-                cost += pipeline_egress_bytes(out, blk.tp, M, self.cfg.for_gpu(blk.pool[0])) * dp / 1e9 * price
-        return cost
-
-    def _split_time(self, stages: list[PipelineBlock], b: np.ndarray, links: np.ndarray,
-                    y: np.ndarray, buffered: np.ndarray, mbs: int, dp: int, M: int) -> float:
-        """Iteration seconds of the split ``b`` exactly as ``simulate`` prices it
-        (:func:`~heteroplan.planner.model.simulator.replica_pipeline_times`, the slowest of ``dp`` replicas)."""
-        idx = np.arange(len(stages))
-        tabs = [self.table(blk.pool[0], blk.tp, mbs) for blk in stages]
-        fb = np.array([[t.fb[b[s], b[s + 1]]] for s, t in enumerate(tabs)])
-        share = np.array([[t.forward_share[b[s], b[s + 1]]] for s, t in enumerate(tabs)])
-        comm = np.zeros((len(stages) + 1, 1))
-        comm[1:-1, 0] = links[idx[:-1], b[1:-1]]  # seconds out of stage s
-        mean, sd = replica_pipeline_times(fb, share, comm, buffered[idx[:-1], b[1:-1]][:, None], np.array([M]),
-                                          self.cv(stages))
-        pipe = clark_max(np.repeat(mean, dp), np.repeat(sd, dp))[0]
-        return float(pipe) + float(y[idx, b[:-1], b[1:]].max())
-
-    def _replay_split(self, stages: list[PipelineBlock], sigma: np.ndarray, w: np.ndarray, y: np.ndarray,
-                      links: np.ndarray, buffered: np.ndarray, mbs: int, dp: int, M: int, rate: float,
-                      cutoff: float) -> np.ndarray | None:
-        """The split that minimizes the replayed time (+ pipeline egress as time, as the closed form
-        has it); None if none fits memory or none can get below ``cutoff``.
-
-        Where every split can be scored at once (``REPLAY_ENUMERATE_UP_TO`` splits x stages):
-        splits are replayed in order of a lower bound
-        (:func:`~heteroplan.planner.model.pipeline_replay.one_f_one_b_lower_bound` + the slowest sync)
-        until the bound reaches the best replayed (exact), at most ``REPLAY_BUDGET`` replays.
-        Deeper: the closed form's best split, then moves of one boundary by one layer while they
-        improve (a local search; no new pass after ``REPLAY_BUDGET`` replays)."""
-        pp = len(stages)
-        idx = np.arange(pp)
-        fb = np.stack([self.table(blk.pool[0], blk.tp, mbs).fb for blk in stages])
-
-        def score(bnd: np.ndarray) -> float:
-            if not np.isfinite(w[idx, bnd[:-1], bnd[1:]]).all():
-                return np.inf
-            egress = self._pipeline_egress(stages, bnd, mbs, dp, M) / rate if rate > 0 else 0.0
-            return self._split_time(stages, bnd, links, y, buffered, mbs, dp, M) + egress
-
-        if math.comb(self.L - 1, pp - 1) * pp <= REPLAY_ENUMERATE_UP_TO:
-            splits = _all_splits(pp, self.L)
-            a, z = splits[:, :-1], splits[:, 1:]
-            stage_fb = fb[idx, a, z]
-            share = np.stack([self.table(blk.pool[0], blk.tp, mbs).forward_share for blk in stages])[idx, a, z]
-            send, buf = links[idx[:-1], z[:, :-1]], buffered[idx[:-1], z[:, :-1]]
-            closed = one_f_one_b_s(M, sigma[idx, a, z].max(axis=1), pipeline_fill_s(stage_fb.sum(axis=1), send.sum(axis=1)))
-            replayed = one_f_one_b_lower_bound(stage_fb * share, stage_fb * (1 - share), send, M, buf)
-            # a split without a buffered send is priced by the closed form (a bound too: the noise only adds)
-            lb = np.where(buf.any(axis=1), replayed, closed) + y[idx, a, z].max(axis=1)
-            lb = np.where(np.isfinite(w[idx, a, z]).all(axis=1), lb, np.inf)
-            if not np.isfinite(lb).any():
-                self.memory_misses += 1
-                return None
-            best, best_score = None, cutoff
-            for k in np.argsort(lb, kind="stable")[:REPLAY_BUDGET]:
-                if lb[k] >= best_score:
-                    break
-                t = score(splits[k])
-                if t < best_score:
-                    best, best_score = splits[k], t
-            return best
-        res = best_split(sigma, w, y, M, self.options.max_split_dp_calls)
-        if res is None:
-            self.memory_misses += 1
-            return None
-        best = np.asarray(res.bounds)
-        best_score = score(best)
-        improved, replays = True, 1
-        while improved and replays < REPLAY_BUDGET:
-            improved = False
-            for i in range(1, pp):
-                for step in (-1, 1):
-                    trial = best.copy()
-                    trial[i] += step
-                    if not trial[i - 1] < trial[i] < trial[i + 1]:
-                        continue
-                    t = score(trial)
-                    replays += 1
-                    if t < best_score * (1 - 1e-12):
-                        best, best_score, improved = trial, t, True
-        return best if best_score < cutoff else None
 
 
     # ------------------------------------------------------------- layouts
@@ -389,50 +302,60 @@ class Searcher(SearchContext):
 
 
     def _scan(self, max_blocks: int) -> None:
+        """Scan microbatch sizes, then data-parallel degrees in increasing order (stopping after
+        ``patience`` degrees without a better plan of that microbatch size), each over pipeline
+        depths (:meth:`_scan_depths`). Three blocks, pruned: only around the best plan so far
+        (its microbatch size, its ``dp`` and twice it, depths from one below its own)."""
         total = sum(self.pool.values())
-        max_pp = self.options.max_pp or min(self.L, 16)
         patience = self.options.patience if self.options.prune else math.inf
         inc = self.incumbent
-        near = max_blocks == 3 and self.options.prune and inc is not None
+        near = inc if max_blocks == 3 and self.options.prune else None
         for mbs in self.microbatch_sizes():
-            if near and mbs != inc.plan.microbatch_size:
-                continue  # three blocks, pruned: around the best plan's microbatch and dp only
+            if near is not None and mbs != near.plan.microbatch_size:
+                continue
             per = self.gbs // mbs
             dps = [d for d in range(1, min(per, total) + 1) if per % d == 0]
-            if near:
-                dps = [d for d in dps if d in (inc.plan.dp, 2 * inc.plan.dp)]
-            best: Candidate | None = None  # best of this mbs: drives the patience counters
-            stale_dp = 0
+            if near is not None:
+                dps = [d for d in dps if d in (near.plan.dp, 2 * near.plan.dp)]
+            by_dp = Patience(patience)
             for dp in dps:
-                best_dp: Candidate | None = None
-                stale_pp = 0
-                for pp in range(max(3, inc.plan.pp - 1) if near else 3 if max_blocks == 3 else 1, max_pp + 1):
-                    if pp * dp > total or pp > self.L:
-                        break
-                    before = self.incumbent
-                    best_pp: Candidate | None = None
-                    for rows in layouts(self, pp, mbs, dp, max_blocks):
-                        local = min((c for c in (best_dp, best_pp) if c is not None), default=None)
-                        cand = self._scan_group(rows, mbs, dp, self.incumbent, local)
-                        self.offer(cand)
-                        if cand is not None and (best_pp is None or cand < best_pp):
-                            best_pp = cand
-                    if near and best_pp is not None and not (before is None or best_pp < before):
-                        best_dp, stale_pp = min(best_pp, best_dp or best_pp), stale_pp + 1  # must beat the best plan
-                        if stale_pp >= patience:
-                            break
-                    elif best_pp is not None and (best_dp is None or best_pp < best_dp):
-                        best_dp, stale_pp = best_pp, 0
-                    elif best_dp is not None or self.incumbent is not None:
-                        stale_pp += 1
-                        if stale_pp >= patience:
-                            break
-                if best_dp is not None and (best is None or best_dp < best):
-                    best, stale_dp = best_dp, 0
-                elif best is not None:
-                    stale_dp += 1
-                    if stale_dp >= patience:
-                        break
+                if by_dp.step(self._scan_depths(max_blocks, mbs, dp, patience, near), count_empty=False):
+                    break
+
+    def _scan_depths(self, max_blocks: int, mbs: int, dp: int, patience: float,
+                     near: Candidate | None) -> Candidate | None:
+        """The best candidate of ``(mbs, dp)`` over pipeline depths in increasing order, stopping
+        after ``patience`` depths without a better one (a depth without any counts once a plan
+        exists; around ``near``, a depth must beat the best plan before it to count as a gain)."""
+        total = sum(self.pool.values())
+        max_pp = self.options.max_pp or min(self.L, 16)
+        first = max(3, near.plan.pp - 1) if near is not None else 3 if max_blocks == 3 else 1
+        by_pp = Patience(patience)
+        for pp in range(first, max_pp + 1):
+            if pp * dp > total or pp > self.L:
+                break
+            before = self.incumbent
+            best_pp = self._scan_layouts(max_blocks, pp, mbs, dp, by_pp.best)
+            if near is not None and best_pp is not None and before is not None and not best_pp < before:
+                stop = by_pp.step_without_gain(best_pp)
+            else:
+                stop = by_pp.step(best_pp, count_empty=self.incumbent is not None)
+            if stop:
+                break
+        return by_pp.best
+
+    def _scan_layouts(self, max_blocks: int, pp: int, mbs: int, dp: int, best_dp: Candidate | None) -> Candidate | None:
+        """The best candidate of ``(pp, mbs, dp)`` over the layouts (:func:`~.layouts.layouts`),
+        each offered as the incumbent; ``best_dp`` (the best of this ``dp``) and the best so far of
+        this depth cut each group's split search."""
+        best_pp: Candidate | None = None
+        for rows in layouts(self, pp, mbs, dp, max_blocks):
+            local = min((c for c in (best_dp, best_pp) if c is not None), default=None)
+            cand = self._scan_group(rows, mbs, dp, self.incumbent, local)
+            self.offer(cand)
+            if cand is not None and (best_pp is None or cand < best_pp):
+                best_pp = cand
+        return best_pp
 
     def _reason(self) -> str:
         return self.goal.why_infeasible(self.shortfall) or (
