@@ -90,7 +90,8 @@ class Spec:
 class Number(Spec):
     """A finite number (bools and strings refused) within ``[low, high]``, ``> above`` when given;
     ``integer``: a whole number, returned as ``int``; ``unit`` names the unit in messages (``"s"``);
-    ``numeral``: a string holding the number is read too (a CSV cell)."""
+    ``numeral``: a string holding the number is read too (a CSV cell); ``finite=False``: NaN and
+    infinities pass too (a training loss that diverged; bounds still apply to the others)."""
 
     low: float | None = None
     high: float | None = None
@@ -98,9 +99,10 @@ class Number(Spec):
     integer: bool = False
     unit: str = ""
     numeral: bool = False
+    finite: bool = True
 
     def _rule(self) -> str:
-        what = "a whole number" if self.integer else "a finite number"
+        what = "a whole number" if self.integer else "a finite number" if self.finite else "a number"
         parts = []
         if self.above is not None:
             parts.append(f"> {_num(self.above)}")
@@ -127,7 +129,9 @@ class Number(Spec):
         except OverflowError:  # an integer beyond float range
             raise _fail(path, value, self._rule()) from None
         if not math.isfinite(as_float):
-            raise _fail(path, value, self._rule())
+            if self.finite or self.integer:
+                raise _fail(path, value, self._rule())
+            return as_float
         if self.integer:
             if as_float != int(as_float):
                 raise _fail(path, value, self._rule())
