@@ -19,9 +19,13 @@ Gavel's time fractions and priorities, ``pollux-sia``'s virtual nodes, merged pr
 generator, Hadar's commitments and rates). Format 1 (before the policy state was kept) still
 loads: its policy starts from a fresh state, so the next decisions of a stateful policy may differ
 from the original's (a :class:`PolicyStateLostWarning` says so); those of a stateless policy
-(Sia, FIFO, YARN-CS, Tiresias) do not. Any other format is refused, naming it. Every field is
-decoded with its type and range checked: a hand-edited or truncated file is an
-:class:`~heteroplan.errors.InputError` naming the file, the field and the value.
+(Sia, FIFO, YARN-CS, Tiresias) do not. Any other format is refused, naming it.
+
+The file is decoded by :mod:`heteroplan.schema` (:data:`SESSION_FILE`, :data:`JOB`,
+:data:`ALLOCATION`, :data:`MODELS`): every field's type and range; then the checks between
+fields no spec states (:func:`_check_job`, :func:`_check_bootstrap`, :func:`_allocation`). A
+hand-edited or truncated file is an :class:`~heteroplan.errors.InputError` naming the file, the
+field and the value.
 """
 
 from __future__ import annotations
@@ -61,11 +65,10 @@ from heteroplan.schema import (
 if TYPE_CHECKING:
     from heteroplan.scheduling.session import SchedulingSession, _Job
 
-__all__ = ["SESSION_FORMAT", "READABLE_FORMATS", "JOB_FIELDS", "SESSION_FILE", "PolicyStateLostWarning",
-           "save_session", "load_session"]
+__all__ = ["SESSION_FORMAT", "READABLE_FORMATS", "JOB_FIELDS", "SESSION_FILE", "JOB", "ALLOCATION", "MODELS",
+           "BOOTSTRAP_STATE", "POLICY_STATE", "PolicyStateLostWarning", "save_session", "load_session"]
 
 SESSION_FORMAT = 2  # version of the saved-session file: 2 adds the policy's state
-READABLE_FORMATS = (1, 2)
 
 MAX_TEXT = 65_536
 """Most characters of a saved job id, application or give-up reason (free text the session's API
@@ -161,6 +164,7 @@ SESSION_FILE = Versioned({
     2: Record(required={**_SESSION, "policy_state": POLICY_STATE}, optional=_NAMES, missing=_MISSING),
 }, key="format")
 """A saved session, formats 1 and 2 (2 adds ``policy_state``)."""
+READABLE_FORMATS = tuple(sorted(SESSION_FILE.versions))
 
 
 def save_session(session: SchedulingSession, path: str | Path) -> Path:
