@@ -164,7 +164,8 @@ class Text(Spec):
                 raise _fail(path, value, f"choose one of {list(self.choices)}")
             return value
         if not self.min_len <= len(value) <= self.max_len:
-            raise _fail(path, value, f"must have {self.min_len} to {self.max_len} characters, not {len(value):,}")
+            bound = f"{self.min_len} to {self.max_len}" if self.max_len < MAX_ITEMS ** 2 else f"at least {self.min_len}"
+            raise _fail(path, value, f"must have {bound} characters, not {len(value):,}")
         if self.printable and not value.isprintable():  # control (escape sequences), format (bidi overrides), unassigned
             raise _fail(path, value, "must be printable text (no control, format or unassigned characters)")
         return value

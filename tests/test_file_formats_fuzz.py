@@ -647,6 +647,24 @@ def test_session_files_old_and_damaged(tmp_path) -> None:
         assert info.value.field == f"{tmp_path / 'session.json'}: {field}" and info.value.value == value
 
 
+def test_every_session_save_writes_loads_back(tmp_path) -> None:
+    """What the session's API takes the file takes too: a 1,000-character job id with a tab, a
+    reason over several lines, a ThroughputTable keyed by a long type name."""
+    from heteroplan.cluster import preset
+    from heteroplan.perf.goodput import ThroughputTable
+    from heteroplan.policies.registry import make_policy
+    from heteroplan.scheduling import SchedulingSession
+
+    session = SchedulingSession(preset("sia-64"), make_policy("fifo"))
+    odd = "j\t" * 500
+    session.submit(odd, arrival_time=0.0, application="my app\n", perf_model=ThroughputTable({"rtx": 1.0, "x" * 300: 2.0}),
+                   total_work=5.0)
+    session.round(0.0)
+    session.give_up(odd, 30.0, "failed 3 times;\nlast: a rank died")
+    loaded = SchedulingSession.load(session.save(tmp_path / "s.json"), preset("sia-64"), make_policy("fifo"))
+    assert loaded.records() == session.records() and loaded.record(odd).gave_up.endswith("a rank died")
+
+
 # ------------------------------------------------------------------------ checkpoint manifests
 def valid_checkpoint() -> tuple[Path, dict]:
     """A checkpoint of step 2 (a DCP save of a small model) and its manifest (format 2, with a plan)."""

@@ -30,6 +30,7 @@ field and the value.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -70,9 +71,10 @@ __all__ = ["SESSION_FORMAT", "READABLE_FORMATS", "JOB_FIELDS", "SESSION_FILE", "
 
 SESSION_FORMAT = 2  # version of the saved-session file: 2 adds the policy's state
 
-MAX_TEXT = 65_536
-"""Most characters of a saved job id, application or give-up reason (free text the session's API
-takes as given, so any characters; a longer one is not a file the session wrote)."""
+_UNBOUNDED = sys.maxsize
+"""The bound of what the session itself does not bound (job ids and reasons of any length, any
+number of jobs and measured steps): a file holds what its session held (its size bounds it), so
+every file ``save`` writes loads back."""
 
 
 class PolicyStateLostWarning(UserWarning):
@@ -93,7 +95,7 @@ _AMOUNT = _Float(low=0)  # work units, GPU-seconds
 _NOISE = Nullable(_Float(above=0, unit="samples"))  # a noise scale (phi), or null: not measured
 _COUNT = Number(low=0, high=MAX_COUNT, integer=True)
 _GPUS = Number(low=1, high=MAX_GPUS, integer=True, unit="GPUs")
-_FREE_TEXT = Text(max_len=MAX_TEXT, printable=False)
+_FREE_TEXT = Text(max_len=_UNBOUNDED, printable=False)  # names and reasons as the session and its cluster take them
 
 # every job field of the file besides "model_kind", "model" and "allocation", as _Job names it
 JOB_FIELDS: Mapping[str, Spec] = {
@@ -117,18 +119,19 @@ _JOB_DEFAULTS: Mapping[str, Any] = {"rigid": False, "failures": 0, "steps_redone
 _MISSING = "missing (a truncated or hand-edited file?)"
 
 ALLOCATION = Record(required={
-    "gpu_type": Text(max_len=MAX_TEXT),  # one type, or a gang's types joined (Allocation.spanning)
+    "gpu_type": _FREE_TEXT,  # one type, or a gang's types joined (Allocation.spanning)
     "num_gpus": _GPUS,
-    "placement": Seq(Pair((Text(), _GPUS)), min_len=1),  # [[node, GPUs], ...]
+    "placement": Seq(Pair((_FREE_TEXT, _GPUS)), min_len=1, max_len=MAX_GPUS),  # [[node, GPUs], ...]
 }, missing=_MISSING)
 """A job's GPUs: ``{"gpu_type", "num_gpus", "placement": [[node, GPUs >= 1], ...]}``."""
 
 _OBS_COLUMNS = ("num_nodes", "num_gpus", "local_bsz", "step_time", "sync_time")
 
 BOOTSTRAP_STATE = Record(required={
-    "observations": Table(Record(required={c: Seq(_Float(low=0)) for c in _OBS_COLUMNS}, missing=_MISSING)),
-    "fits": Table(Record(required={f.name: _Float() for f in fields(ThroughputParams)}, missing=_MISSING)),
-    "stale": Seq(Text()),
+    "observations": Table(key=_FREE_TEXT, value=Record(required={c: Seq(_Float(low=0), max_len=_UNBOUNDED) for c in _OBS_COLUMNS},
+                                 missing=_MISSING)),
+    "fits": Table(key=_FREE_TEXT, value=Record(required={f.name: _Float() for f in fields(ThroughputParams)}, missing=_MISSING)),
+    "stale": Seq(_FREE_TEXT),
     "measured_phi": _NOISE,
 }, missing=_MISSING)
 """A bootstrapped model's state (:meth:`~heteroplan.perf.bootstrap.BootstrappedModel.state`):
@@ -138,7 +141,7 @@ awaiting a refit, the measured noise scale (samples)."""
 MODELS: Mapping[ModelKind, Spec | None] = {
     ModelKind.NONE: None,
     ModelKind.OBJECT: None,  # code, given again at load
-    ModelKind.TABLE: Table(_Float(low=0, unit="work units/s"), min_len=1),  # a ThroughputTable's rates
+    ModelKind.TABLE: Table(_Float(low=0, unit="work units/s"), key=_FREE_TEXT, min_len=1),  # a ThroughputTable's rates
     ModelKind.BOOTSTRAP: BOOTSTRAP_STATE,
     ModelKind.ORACLE: Record(required={"measured_phi": _NOISE}, missing=_MISSING),
 }
@@ -156,7 +159,7 @@ POLICY_STATE = Record(required={"type": Text(), "data": Later()}, missing=_MISSI
 
 _SESSION: Mapping[str, Spec] = {"free_moves": Flag(), "restart_delay_s": Nullable(_SECONDS),
                                 "assume_progress": Flag(), "last_round": Nullable(_SECONDS), "rounds": _COUNT,
-                                "jobs": Seq(JOB)}
+                                "jobs": Seq(JOB, max_len=_UNBOUNDED)}
 _NAMES: Mapping[str, Spec] = {"cluster": _FREE_TEXT, "policy": _FREE_TEXT}  # what it ran on, for messages
 
 SESSION_FILE = Versioned({
