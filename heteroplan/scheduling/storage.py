@@ -128,9 +128,10 @@ ALLOCATION = Record(required={
 _OBS_COLUMNS = ("num_nodes", "num_gpus", "local_bsz", "step_time", "sync_time")
 
 BOOTSTRAP_STATE = Record(required={
-    "observations": Table(key=_FREE_TEXT, value=Record(required={c: Seq(_Float(low=0), max_len=_UNBOUNDED) for c in _OBS_COLUMNS},
-                                 missing=_MISSING)),
-    "fits": Table(key=_FREE_TEXT, value=Record(required={f.name: _Float() for f in fields(ThroughputParams)}, missing=_MISSING)),
+    "observations": Table(key=_FREE_TEXT, value=Record(  # GPU type -> columns of measured steps
+        required={c: Seq(_Float(low=0), max_len=_UNBOUNDED) for c in _OBS_COLUMNS}, missing=_MISSING)),
+    "fits": Table(key=_FREE_TEXT, value=Record(  # GPU type -> ThroughputParams
+        required={f.name: _Float() for f in fields(ThroughputParams)}, missing=_MISSING)),
     "stale": Seq(_FREE_TEXT),
     "measured_phi": _NOISE,
 }, missing=_MISSING)
