@@ -1,9 +1,10 @@
 """One typed decoder for every file heteroplan reads: plan files, profile and network
-directories, calibration tables, sweep files, cluster files and workload CSVs.
+directories, calibration tables, sweep files, cluster files, workload CSVs, saved scheduling
+sessions and checkpoint manifests.
 
 A format is a tree of small frozen *specs* — :class:`Number`, :class:`Text`, :class:`Flag`,
 :class:`Seq`, :class:`Pair`, :class:`Table`, :class:`Record`, :class:`Nullable`,
-:class:`OneOf`, :class:`Plain` and :class:`Versioned` — and :func:`decode` walks a document
+:class:`OneOf`, :class:`Plain`, :class:`Later` and :class:`Versioned` — and :func:`decode` walks a document
 (parsed JSON or TOML, or a CSV row) along it. Every value is checked for its type, its range
 and its physical sense (finite numbers; non-negative times, sizes and prices; integer counts
 within a bound; names of bounded length, printable; bounded list lengths and
@@ -33,7 +34,7 @@ from typing import Any
 from heteroplan.errors import InputError
 
 __all__ = ["Spec", "Number", "Text", "Flag", "Seq", "Pair", "Table", "Record", "Nullable", "OneOf", "Plain",
-           "Versioned", "IntKey", "decode", "check", "naming_file", "shown", "MAX_NAME", "MAX_ITEMS", "MAX_DEPTH"]
+           "Later", "Versioned", "IntKey", "decode", "check", "naming_file", "shown", "MAX_NAME", "MAX_ITEMS", "MAX_DEPTH"]
 
 MAX_NAME = 256
 """Most characters of a name read from a file (a GPU type, zone, model, job, label)."""
@@ -89,7 +90,8 @@ class Spec:
 class Number(Spec):
     """A finite number (bools and strings refused) within ``[low, high]``, ``> above`` when given;
     ``integer``: a whole number, returned as ``int``; ``unit`` names the unit in messages (``"s"``);
-    ``numeral``: a string holding the number is read too (a CSV cell)."""
+    ``numeral``: a string holding the number is read too (a CSV cell); ``finite=False``: NaN and
+    infinities pass too (a training loss that diverged; bounds still apply to the others)."""
 
     low: float | None = None
     high: float | None = None
@@ -97,9 +99,10 @@ class Number(Spec):
     integer: bool = False
     unit: str = ""
     numeral: bool = False
+    finite: bool = True
 
     def _rule(self) -> str:
-        what = "a whole number" if self.integer else "a finite number"
+        what = "a whole number" if self.integer else "a finite number" if self.finite else "a number"
         parts = []
         if self.above is not None:
             parts.append(f"> {_num(self.above)}")
@@ -126,7 +129,9 @@ class Number(Spec):
         except OverflowError:  # an integer beyond float range
             raise _fail(path, value, self._rule()) from None
         if not math.isfinite(as_float):
-            raise _fail(path, value, self._rule())
+            if self.finite or self.integer:
+                raise _fail(path, value, self._rule())
+            return as_float
         if self.integer:
             if as_float != int(as_float):
                 raise _fail(path, value, self._rule())
@@ -142,11 +147,14 @@ class Number(Spec):
 @dataclass(frozen=True)
 class Text(Spec):
     """A string of ``min_len..max_len`` printable characters (no control characters: escape
-    sequences would reach a terminal; no bidi overrides), one of ``choices`` when given."""
+    sequences would reach a terminal; no bidi overrides), one of ``choices`` when given.
+    ``printable=False``: any characters (free text an API took as given, e.g. a saved session's
+    job ids and reasons; escaped where printed)."""
 
     max_len: int = MAX_NAME
     min_len: int = 1
     choices: tuple[str, ...] | None = None
+    printable: bool = True
 
     def decode(self, value: object, path: str) -> str:
         if not isinstance(value, str):
@@ -156,8 +164,9 @@ class Text(Spec):
                 raise _fail(path, value, f"choose one of {list(self.choices)}")
             return value
         if not self.min_len <= len(value) <= self.max_len:
-            raise _fail(path, value, f"must have {self.min_len} to {self.max_len} characters, not {len(value):,}")
-        if not value.isprintable():  # control (escape sequences), format (bidi overrides), unassigned
+            bound = f"{self.min_len} to {self.max_len}" if self.max_len < MAX_ITEMS ** 2 else f"at least {self.min_len}"
+            raise _fail(path, value, f"must have {bound} characters, not {len(value):,}")
+        if self.printable and not value.isprintable():  # control (escape sequences), format (bidi overrides), unassigned
             raise _fail(path, value, "must be printable text (no control, format or unassigned characters)")
         return value
 
@@ -347,6 +356,16 @@ class Plain(Spec):
                 raise _fail(path, value, f"must have at most {MAX_ITEMS:,} entries")
             return {str(k): self.decode(v, _at(path, str(k)), depth + 1) for k, v in value.items()}
         raise _fail(path, value, "must be a number, string, boolean, array or table")
+
+
+@dataclass(frozen=True)
+class Later(Spec):
+    """A value decoded after its record, by a spec another field of the record picks (a saved
+    job's ``model`` by its ``model_kind``) or by its own type's parser (a policy's saved state):
+    passed through as it is here."""
+
+    def decode(self, value: object, path: str) -> Any:
+        return value
 
 
 @dataclass(frozen=True)

@@ -550,6 +550,197 @@ def test_gavel_throughput_files(data: bytes) -> None:
     check_reads(load_throughputs, path, throughputs_physical)
 
 
+# ---------------------------------------------------------------------------- saved sessions
+_SESSIONS: dict[str, Any] = {}
+
+
+def valid_session() -> dict:
+    """A saved session (format 2) with a job of each saved model kind -- a bootstrapped model
+    after step timings on two types, an oracle with a noise scale, a table, none -- after a round."""
+    if "doc" not in _SESSIONS:
+        from heteroplan.cluster import preset
+        from heteroplan.perf.goodput import ThroughputTable
+        from heteroplan.policies.registry import make_policy
+        from heteroplan.scheduling import SchedulingSession, StepTiming
+
+        session = SchedulingSession(preset("sia-64"), make_policy("fifo"))
+        session.submit("a", arrival_time=0.0, application="cifar10", perf_model="bootstrap")
+        session.submit("b", arrival_time=5.0, application="bert", perf_model="oracle")
+        session.submit("c", arrival_time=0.0, application="mine", perf_model=ThroughputTable({"rtx": 2.0}),
+                       total_work=50.0)
+        session.submit("d", arrival_time=0.0, application="mine", perf_model=None, total_work=5.0)
+        for gpu_type in ("rtx", "aws"):
+            session.report("a", step_timing=StepTiming(gpu_type, (2,), 32.0, 0.1, 0.01))
+        session.report("b", phi=120.0)
+        session.round(60.0)
+        session.report("c", work_done=10.0)
+        _SESSIONS["doc"] = json.loads(session.save(fresh_dir() / "s.json").read_text())
+    return _SESSIONS["doc"]
+
+
+def session_physical(session) -> None:
+    records = session.records()
+    for r in records:
+        assert printable(r.job_id) or r.job_id in "abcd"
+        assert math.isfinite(r.arrival_time) and r.arrival_time >= 0
+        for t in (r.start_time, r.finish_time):
+            assert t is None or (math.isfinite(t) and t >= r.arrival_time)
+        assert 0 <= r.restarts and math.isfinite(r.gpu_seconds) and r.gpu_seconds >= 0
+        assert 0 <= r.fraction_done <= 1 and r.requested_gpus >= 1
+        assert r.phi is None or (math.isfinite(r.phi) and r.phi > 0)
+    for job_id in session.job_ids:
+        alloc = session.allocation(job_id)
+        if alloc is not None:
+            assert sum(c for _, c in alloc.placement) == alloc.num_gpus >= 1
+    again = fresh_dir() / "again.json"  # what loaded saves and loads back alike
+    from heteroplan.policies.registry import make_policy
+    from heteroplan.scheduling import SchedulingSession
+
+    assert SchedulingSession.load(session.save(again), session.cluster, make_policy("fifo")).records() == records
+
+
+@FUZZ
+@given(st.data())
+def test_saved_session_files(data) -> None:
+    from heteroplan.cluster import preset
+    from heteroplan.policies.registry import make_policy
+    from heteroplan.scheduling import SchedulingSession
+
+    path = fresh_dir() / "session.json"
+    path.write_bytes(data.draw(hostile_json(valid_session())))
+    check_reads(lambda p: SchedulingSession.load(p, preset("sia-64"), make_policy("fifo")), path, session_physical)
+
+
+def test_session_files_old_and_damaged(tmp_path) -> None:
+    """The control and the examples: the valid file loads; a file of before ``rigid`` and the
+    faults' fields loads with their defaults; a missing format, a format as a string, a model on a
+    job of kind "none" and a GPU count of 2.5 are refused naming the file, the field and the value."""
+    from heteroplan.cluster import preset
+    from heteroplan.policies.registry import make_policy
+    from heteroplan.scheduling import SchedulingSession
+
+    def load(doc: dict):
+        path = tmp_path / "session.json"
+        path.write_text(json.dumps(doc))
+        return SchedulingSession.load(path, preset("sia-64"), make_policy("fifo"))
+
+    good = valid_session()
+    loaded = load(good)
+    session_physical(loaded)
+    assert loaded.view("a").estimator is not None and loaded.record("b").phi == 120.0 and loaded.rounds == 1
+    old = copy.deepcopy(good)
+    for job in old["jobs"]:
+        for key in ("rigid", "failures", "steps_redone", "gave_up"):
+            del job[key]
+    assert load(old).records() == loaded.records()
+    none_job = next(i for i, j in enumerate(good["jobs"]) if j["model_kind"] == "none")
+    for change, field, value in ((lambda d: d.pop("format"), "session.format", None),
+                                 (lambda d: d.update(format="2"), "session.format", "2"),
+                                 (lambda d: d["jobs"][none_job].update(model={"rtx": 1.0}),
+                                  f"session.jobs[{none_job}].model", {"rtx": 1.0}),
+                                 (lambda d: d["jobs"][0].update(requested_gpus=2.5),
+                                  "session.jobs[0].requested_gpus", 2.5)):
+        bad = copy.deepcopy(good)
+        change(bad)
+        with pytest.raises(InputError) as info:
+            load(bad)
+        assert info.value.field == f"{tmp_path / 'session.json'}: {field}" and info.value.value == value
+
+
+def test_every_session_save_writes_loads_back(tmp_path) -> None:
+    """What the session's API takes the file takes too: a 1,000-character job id with a tab, a
+    reason over several lines, a ThroughputTable keyed by a long type name."""
+    from heteroplan.cluster import preset
+    from heteroplan.perf.goodput import ThroughputTable
+    from heteroplan.policies.registry import make_policy
+    from heteroplan.scheduling import SchedulingSession
+
+    session = SchedulingSession(preset("sia-64"), make_policy("fifo"))
+    odd = "j\t" * 500
+    session.submit(odd, arrival_time=0.0, application="my app\n", perf_model=ThroughputTable({"rtx": 1.0, "x" * 300: 2.0}),
+                   total_work=5.0)
+    session.round(0.0)
+    session.give_up(odd, 30.0, "failed 3 times;\nlast: a rank died")
+    loaded = SchedulingSession.load(session.save(tmp_path / "s.json"), preset("sia-64"), make_policy("fifo"))
+    assert loaded.records() == session.records() and loaded.record(odd).gave_up.endswith("a rank died")
+
+
+# ------------------------------------------------------------------------ checkpoint manifests
+def valid_checkpoint() -> tuple[Path, dict]:
+    """A checkpoint of step 2 (a DCP save of a small model) and its manifest (format 2, with a plan)."""
+    if "checkpoint" not in _SESSIONS:
+        import warnings
+
+        import torch
+
+        from heteroplan.planner.plan import Plan
+        from heteroplan.runtime import checkpoint as ckpt
+
+        root = fresh_dir()
+        model = torch.nn.Linear(3, 2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # DCP: "assuming the intent is to save in a single process"
+            ckpt.save_state(root, 2, model, torch.optim.SGD(model.parameters(), lr=0.1))
+        plan = Plan.from_dict({**VALID_PLAN, "stages": VALID_PLAN["stages"][:1], "microbatches_per_replica": [8, 8]})
+        written = ckpt.write_manifest(root, 2, 1, {"loss": 0.5, "plan": plan.to_dict()})
+        _SESSIONS["checkpoint"] = (root, written.manifest)
+    return _SESSIONS["checkpoint"]
+
+
+def manifest_physical(checkpoint) -> None:
+    if checkpoint is None:  # its files no longer match the (edited) checksums: skipped
+        return
+    manifest = checkpoint.manifest
+    assert checkpoint.step == manifest["step"] == 2 and manifest["num_layers"] >= 1
+    assert manifest["files"] and all(len(d) == 64 and "/" not in n for n, d in manifest["files"].items())
+    assert checkpoint.loss is None or isinstance(checkpoint.loss, float | int)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), st.booleans())
+def test_checkpoint_manifests(data, resign: bool) -> None:
+    """A hostile manifest, its checksum sometimes recomputed (as one who edits it would): the
+    newest checkpoint, or none, or an InputError naming the manifest."""
+    pytest.importorskip("torch", reason="checkpoints need torch: pip install torch (CPU build)")
+    from heteroplan.runtime import checkpoint as ckpt
+
+    source, manifest = valid_checkpoint()
+    root = fresh_dir() / "ck"
+    shutil.copytree(source, root)
+    text = data.draw(hostile_json(manifest))
+    if resign:
+        try:
+            doc = json.loads(text)
+        except (ValueError, RecursionError):
+            doc = None  # not JSON any more: as it is
+        if isinstance(doc, dict):
+            doc["manifest_sha256"] = ckpt._manifest_sha256(doc)
+            text = json.dumps(doc).encode()
+    path = ckpt.step_dir(root, 2) / ckpt.MANIFEST
+    path.write_bytes(text)
+    check_reads(lambda _: ckpt.latest_checkpoint(root), path, manifest_physical)
+
+
+def test_a_written_manifest_reads_back_with_its_plan() -> None:
+    """The control: the manifest write_manifest wrote decodes to itself (NaN-free loss, the plan's
+    dict, the checksum), and a manifest with a key it does not know is refused even re-signed."""
+    pytest.importorskip("torch", reason="checkpoints need torch: pip install torch (CPU build)")
+    from heteroplan.planner.plan import Plan
+    from heteroplan.runtime import checkpoint as ckpt
+
+    source, manifest = valid_checkpoint()
+    got = ckpt.latest_checkpoint(source)
+    assert got is not None and got.step == 2 and got.manifest == json.loads(json.dumps(manifest)) and got.loss == 0.5
+    assert Plan.from_dict(got.manifest["plan"]).num_gpus == 2
+    root = fresh_dir() / "ck"
+    shutil.copytree(source, root)
+    doc = {**manifest, "colour": 1}
+    doc["manifest_sha256"] = ckpt._manifest_sha256(doc)
+    (ckpt.step_dir(root, 2) / ckpt.MANIFEST).write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="manifest.json.*corrupt.*colour"):
+        ckpt.latest_checkpoint(root)
+
+
 # ------------------------------------------------------------------------ the valid documents
 def test_the_valid_documents_read(tmp_path) -> None:
     """The control: every format's valid document reads (so the properties test more than refusals)."""

@@ -126,3 +126,26 @@ def test_any_data_decodes_or_is_an_input_error(value) -> None:
             decode(spec, value, "doc")
         except InputError:
             pass
+
+
+def test_later_numbers_that_may_diverge_and_free_text() -> None:
+    """``Later`` passes its value on untouched; ``Number(finite=False)`` keeps NaN and infinities
+    (a diverged loss) but still refuses what is not a number; ``Text(printable=False)`` takes any
+    characters within its lengths, and a Text without a real upper bound says "at least"."""
+    from heteroplan.schema import Later
+
+    marker = {"deep": [object()]}
+    assert decode(Record({"a": Later()}), {"a": marker})["a"] is marker
+    loss = Number(finite=False)
+    assert math.isnan(decode(loss, math.nan)) and decode(loss, -math.inf) == -math.inf and decode(loss, 2) == 2
+    for bad in ("nan", True, None, [1.0]):
+        with pytest.raises(InputError):
+            decode(loss, bad, "loss")
+    with pytest.raises(InputError):
+        decode(Number(finite=False, integer=True), math.inf)
+    free = Text(max_len=10**12, printable=False)
+    assert decode(free, "a\tb\x1b[2J") == "a\tb\x1b[2J"
+    with pytest.raises(InputError, match="at least 1 characters"):
+        decode(free, "", "job_id")
+    with pytest.raises(InputError, match="printable"):
+        decode(Text(), "a\tb")

@@ -14,6 +14,8 @@ the newest good checkpoint. A manifest that is not valid JSON, does not match it
 (edited or damaged), or claims another step than its directory's is an :class:`InputError` naming
 it, and so is a ``.metadata`` that names anything but DCP's metadata classes (see :mod:`.dcp_safety`).
 A manifest of an older version (no ``format``, no checksum of its own) is read with a warning.
+Every manifest is decoded by :data:`MANIFEST_FILE` (:mod:`heteroplan.schema`): typed fields,
+bounded counts, no unknown keys.
 """
 
 from __future__ import annotations
@@ -33,17 +35,31 @@ from torch import nn
 
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError
-from heteroplan.inputs import strict_int
 from heteroplan.names import path_component
+from heteroplan.planner.plan import PLAN_FILE
+from heteroplan.schema import (
+    MAX_ITEMS,
+    Nullable,
+    Number,
+    Record,
+    Spec,
+    Table,
+    Text,
+    Versioned,
+    check,
+    decode,
+)
 
-__all__ = ["Checkpoint", "latest_checkpoint", "save_state", "load_state", "write_manifest", "prune",
-           "check_writable", "verify"]
+__all__ = ["Checkpoint", "MANIFEST_FILE", "latest_checkpoint", "save_state", "load_state", "write_manifest",
+           "prune", "check_writable", "verify"]
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 2
 """Version of ``manifest.json``: 2 holds ``format`` and ``manifest_sha256`` (1, unversioned: neither)."""
 _STEP_DIR = re.compile(r"step-(\d{8,})")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+MAX_STEP = 2**53
+"""Largest step a manifest may claim (iterations; integers JSON keeps exactly)."""
 log = logging.getLogger(__name__)
 
 
@@ -104,9 +120,27 @@ def _manifest_sha256(data: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+def _manifest_spec(versioned: bool) -> Record:
+    """The fields of a manifest: of format 2 (``versioned``) or of an older, unversioned one."""
+    fields: dict[str, Spec] = {"step": Number(low=0, high=MAX_STEP, integer=True),
+                               "num_layers": Number(low=1, high=MAX_ITEMS, integer=True),
+                               "files": Table(Text(min_len=64, max_len=64))}  # file name -> SHA-256 (hex)
+    if versioned:
+        fields["manifest_sha256"] = Text(min_len=64, max_len=64)
+    return Record(required=fields, optional={"loss": Nullable(Number(finite=False)), "plan": PLAN_FILE},
+                  missing="missing")
+
+
+MANIFEST_FILE = Versioned({1: _manifest_spec(False), MANIFEST_FORMAT: _manifest_spec(True)}, key="format")
+"""``manifest.json``: ``step``, ``num_layers``, ``files`` (name -> SHA-256), the training ``loss``
+before it (NaN kept) and the ``plan`` (a plan file's dict); format 2 adds ``format`` and
+``manifest_sha256``, the SHA-256 of its other fields."""
+
+
 def _read_manifest(path: Path) -> dict[str, Any]:
-    """The manifest at ``path`` (``<root>/step-<n>/manifest.json``), checked against its own checksum
-    and its directory; :class:`InputError` naming the file when it is corrupt."""
+    """The manifest at ``path`` (``<root>/step-<n>/manifest.json``), decoded by :data:`MANIFEST_FILE`,
+    checked against its own checksum and its directory; :class:`InputError` naming the file when
+    it is corrupt."""
     def corrupt(why: str) -> InputError:
         return InputError("checkpoint manifest", str(path), f"is corrupt ({why}); delete its directory")
 
@@ -114,35 +148,28 @@ def _read_manifest(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text())  # not read_json: a manifest may hold a loss of NaN
     except (OSError, json.JSONDecodeError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise corrupt(repr(exc)) from None
-    if not isinstance(data, dict):
-        raise corrupt(f"a JSON {type(data).__name__}, not an object")
-    if "format" in data or "manifest_sha256" in data:
-        if data.get("format") != MANIFEST_FORMAT:
-            raise corrupt(f"format {data.get('format')!r}, this version reads {MANIFEST_FORMAT}")
-        if data.get("manifest_sha256") != _manifest_sha256(data):
+    try:
+        check(not isinstance(data, dict) or data.get("format", MANIFEST_FORMAT) == MANIFEST_FORMAT, "format",
+              data.get("format") if isinstance(data, dict) else None,
+              f"this version reads {MANIFEST_FORMAT} (or none: written before manifests had versions)")
+        manifest = decode(MANIFEST_FILE, data)
+        for name, digest in manifest["files"].items():
+            path_component("files", name)
+            check(_SHA256.fullmatch(digest) is not None, f"files[{name}]", digest,
+                  "must be a SHA-256 digest (64 hex digits)")
+    except InputError as exc:
+        raise corrupt(str(exc)) from None
+    if "format" in manifest:
+        if manifest["manifest_sha256"] != _manifest_sha256(data):
             raise corrupt("it does not match its own checksum: edited or damaged")
     else:
         log.warning("checkpoint manifest %s has no checksum of its own (written by an older heteroplan): "
                     "its fields are checked, not its integrity", path)
-    try:
-        step = strict_int("step", data.get("step"), 0)
-        strict_int("num_layers", data.get("num_layers"), 1)
-        files = data.get("files")
-        if not isinstance(files, dict):
-            raise InputError("files", files, "must map file names to SHA-256 digests")
-        for name, digest in files.items():
-            path_component("files", name)
-            if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
-                raise InputError(f"files[{name}]", digest, "must be a SHA-256 digest (64 hex digits)")
-        loss = data.get("loss")
-        if loss is not None and (isinstance(loss, bool) or not isinstance(loss, int | float)):
-            raise InputError("loss", loss, "must be a number")
-    except InputError as exc:
-        raise corrupt(str(exc)) from None
+    step = manifest["step"]
     named = _STEP_DIR.fullmatch(path.parent.name)
     if named is None or int(named.group(1)) != step:
         raise corrupt(f"it claims step {step}, its directory is {path.parent.name}")
-    return data
+    return manifest
 
 
 def _sha256(path: Path) -> str:
@@ -269,6 +296,7 @@ def write_manifest(root: str | Path, step: int, num_layers: int, extra: dict[str
     files = {p.name: _sha256(p) for p in sorted(d.iterdir()) if p.is_file() and p.name != MANIFEST}
     data = {"step": step, "num_layers": num_layers, "files": files, **extra, "format": MANIFEST_FORMAT}
     data["manifest_sha256"] = _manifest_sha256(data)
+    decode(MANIFEST_FILE, data, "manifest")  # what is written reads back (extra: "loss", "plan")
     write_json_atomic(d / MANIFEST, data, root=root)
     return Checkpoint(step, d, data)
 

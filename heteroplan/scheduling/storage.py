@@ -19,16 +19,21 @@ Gavel's time fractions and priorities, ``pollux-sia``'s virtual nodes, merged pr
 generator, Hadar's commitments and rates). Format 1 (before the policy state was kept) still
 loads: its policy starts from a fresh state, so the next decisions of a stateful policy may differ
 from the original's (a :class:`PolicyStateLostWarning` says so); those of a stateless policy
-(Sia, FIFO, YARN-CS, Tiresias) do not. Any other format is refused, naming it. Every field is
-decoded with its type and range checked: a hand-edited or truncated file is an
-:class:`~heteroplan.errors.InputError` naming the file, the field and the value.
+(Sia, FIFO, YARN-CS, Tiresias) do not. Any other format is refused, naming it.
+
+The file is decoded by :mod:`heteroplan.schema` (:data:`SESSION_FILE`, :data:`JOB`,
+:data:`ALLOCATION`, :data:`MODELS`): every field's type and range; then the checks between
+fields no spec states (:func:`_check_job`, :func:`_check_bootstrap`, :func:`_allocation`). A
+hand-edited or truncated file is an :class:`~heteroplan.errors.InputError` naming the file, the
+field and the value.
 """
 
 from __future__ import annotations
 
-import math
+import sys
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,21 +41,40 @@ from heteroplan.atomic_json import write_json_atomic
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError
 from heteroplan.inputs import read_json
+from heteroplan.perf.throughput import ThroughputParams
 from heteroplan.policies.base import Allocation, PerfModel, Policy
 from heteroplan.policies.state import NoState, PolicyState, policy_state, restore_policy_state
+from heteroplan.scheduling.arguments import MAX_COUNT, MAX_GPUS
 from heteroplan.scheduling.session import ModelKind
+from heteroplan.schema import (
+    Flag,
+    Later,
+    Nullable,
+    Number,
+    Pair,
+    Record,
+    Seq,
+    Spec,
+    Table,
+    Text,
+    Versioned,
+    check,
+    decode,
+    naming_file,
+)
 
 if TYPE_CHECKING:
     from heteroplan.scheduling.session import SchedulingSession, _Job
 
-__all__ = ["SESSION_FORMAT", "READABLE_FORMATS", "JOB_FIELDS", "PolicyStateLostWarning", "save_session",
-           "load_session"]
+__all__ = ["SESSION_FORMAT", "READABLE_FORMATS", "JOB_FIELDS", "SESSION_FILE", "JOB", "ALLOCATION", "MODELS",
+           "BOOTSTRAP_STATE", "POLICY_STATE", "PolicyStateLostWarning", "save_session", "load_session"]
 
 SESSION_FORMAT = 2  # version of the saved-session file: 2 adds the policy's state
-READABLE_FORMATS = (1, 2)
 
-_MAX_COUNT = 2**53  # integers a JSON reader keeps exactly
-_MAX_FLOAT = 1.7976931348623157e308  # the largest finite float (a larger integer would overflow)
+_UNBOUNDED = sys.maxsize
+"""The bound of what the session itself does not bound (job ids and reasons of any length, any
+number of jobs and measured steps): a file holds what its session held (its size bounds it), so
+every file ``save`` writes loads back."""
 
 
 class PolicyStateLostWarning(UserWarning):
@@ -58,77 +82,93 @@ class PolicyStateLostWarning(UserWarning):
     state between rounds: the policy starts afresh, so its next decisions may differ."""
 
 
-class _Fields:
-    """Typed reads of one JSON object of a saved session; errors name the file and the field."""
+@dataclass(frozen=True)
+class _Float(Number):
+    """A :class:`Number` read as a ``float`` (the session keeps its times and amounts as floats)."""
 
-    def __init__(self, path: str | Path, where: str, data: Any) -> None:
-        self.path, self.where = str(path), where
-        if not isinstance(data, dict):
-            raise self.error("", data, "must be a JSON object")
-        self.data = data
-
-    def error(self, key: str, value: object, reason: str) -> InputError:
-        field = f"{self.where}.{key}" if key else self.where
-        return InputError(f"{self.path}: {field}", value, reason)
-
-    def get(self, key: str, default: Any = ...) -> Any:
-        if key not in self.data:
-            if default is ...:
-                raise self.error(key, None, "is missing (a truncated or hand-edited file?)")
-            return default
-        return self.data[key]
-
-    def seconds(self, key: str, optional: bool = False, default: Any = ...) -> float | None:
-        value = self.get(key, default)
-        if value is None and optional:
-            return None
-        if not isinstance(value, bool) and isinstance(value, int | float) and 0 <= value <= _MAX_FLOAT:
-            return float(value)
-        raise self.error(key, value, "must be a finite number >= 0" + (" or null" if optional else ""))
-
-    def count(self, key: str, low: int = 0, default: Any = ...) -> int:
-        value = self.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _MAX_COUNT:
-            raise self.error(key, value, f"must be an integer in [{low}, 2**53]")
-        return value
-
-    def flag(self, key: str, default: Any = ...) -> bool:
-        value = self.get(key, default)
-        if not isinstance(value, bool):
-            raise self.error(key, value, "must be true or false")
-        return value
-
-    def note(self, key: str) -> str | None:
-        """An optional non-empty string (``null`` or absent: ``None``)."""
-        value = self.get(key, None)
-        if value is not None and (not isinstance(value, str) or not value):
-            raise self.error(key, value, "must be a non-empty string or null")
-        return value
-
-    def text(self, key: str) -> str:
-        value = self.get(key)
-        if not isinstance(value, str) or not value:
-            raise self.error(key, value, "must be a non-empty string")
-        return value
+    def decode(self, value: object, path: str) -> float:
+        return float(super().decode(value, path))
 
 
-# name -> how to read it; every job field of the file (besides "model_kind", "model", "allocation").
-JOB_FIELDS: dict[str, Callable[[_Fields, str], Any]] = {
-    "job_id": _Fields.text, "application": _Fields.text,
-    "arrival_time": _Fields.seconds, "total_work": _Fields.seconds, "own_restart_delay": _Fields.seconds,
-    "requested_gpus": lambda f, k: f.count(k, 1), "max_gpus": lambda f, k: f.count(k, 1),
-    "elastic": _Fields.flag, "rigid": lambda f, k: f.flag(k, False),  # rigid: optional (files before it: False)
-    "given_batch": _Fields.count, "work_done": _Fields.seconds, "steps_done": _Fields.count,
-    "restore_left": _Fields.seconds, "restored": _Fields.seconds, "restarts": _Fields.count,
-    "starts": _Fields.count, "gpu_seconds": _Fields.seconds,
-    "start_time": lambda f, k: f.seconds(k, optional=True), "finish_time": lambda f, k: f.seconds(k, optional=True),
-    "last_gpus": _Fields.count, "max_gpus_run": _Fields.count, "batch_size": _Fields.count,
-    "active_rounds": _Fields.count, "active_sum": _Fields.count, "observations": _Fields.count,
-    "phi": lambda f, k: f.seconds(k, optional=True), "reported": _Fields.flag, "warned": _Fields.flag,
-    # faults (optional: files before them had none)
-    "failures": lambda f, k: f.count(k, 0, 0), "steps_redone": lambda f, k: f.count(k, 0, 0), "gave_up": _Fields.note,
+_SECONDS = _Float(low=0, unit="s")
+_AMOUNT = _Float(low=0)  # work units, GPU-seconds
+_NOISE = Nullable(_Float(above=0, unit="samples"))  # a noise scale (phi), or null: not measured
+_COUNT = Number(low=0, high=MAX_COUNT, integer=True)
+_GPUS = Number(low=1, high=MAX_GPUS, integer=True, unit="GPUs")
+_FREE_TEXT = Text(max_len=_UNBOUNDED, printable=False)  # names and reasons as the session and its cluster take them
+
+# every job field of the file besides "model_kind", "model" and "allocation", as _Job names it
+JOB_FIELDS: Mapping[str, Spec] = {
+    "job_id": _FREE_TEXT, "application": _FREE_TEXT,
+    "arrival_time": _SECONDS, "total_work": _AMOUNT, "own_restart_delay": _SECONDS,
+    "requested_gpus": _GPUS, "max_gpus": _GPUS, "elastic": Flag(), "rigid": Flag(),
+    "given_batch": _COUNT, "work_done": _AMOUNT, "steps_done": _COUNT,
+    "restore_left": _SECONDS, "restored": _SECONDS, "restarts": _COUNT,
+    "starts": _COUNT, "gpu_seconds": _AMOUNT,
+    "start_time": Nullable(_SECONDS), "finish_time": Nullable(_SECONDS),
+    "last_gpus": _COUNT, "max_gpus_run": _COUNT, "batch_size": _COUNT,
+    "active_rounds": _COUNT, "active_sum": _COUNT, "observations": _COUNT,
+    "phi": _NOISE, "reported": Flag(), "warned": Flag(),
+    "failures": _COUNT, "steps_redone": _COUNT, "gave_up": Nullable(_FREE_TEXT),
 }
-"""The saved fields of a job (names as in the file) and their readers (type and range checks)."""
+"""The saved fields of a job (names as in the file and on the session's job) and their specs."""
+
+_JOB_DEFAULTS: Mapping[str, Any] = {"rigid": False, "failures": 0, "steps_redone": 0, "gave_up": None}
+"""Job fields older files lack, and what they were then."""
+
+_MISSING = "missing (a truncated or hand-edited file?)"
+
+ALLOCATION = Record(required={
+    "gpu_type": _FREE_TEXT,  # one type, or a gang's types joined (Allocation.spanning)
+    "num_gpus": _GPUS,
+    "placement": Seq(Pair((_FREE_TEXT, _GPUS)), min_len=1, max_len=MAX_GPUS),  # [[node, GPUs], ...]
+}, missing=_MISSING)
+"""A job's GPUs: ``{"gpu_type", "num_gpus", "placement": [[node, GPUs >= 1], ...]}``."""
+
+_OBS_COLUMNS = ("num_nodes", "num_gpus", "local_bsz", "step_time", "sync_time")
+
+BOOTSTRAP_STATE = Record(required={
+    "observations": Table(key=_FREE_TEXT, value=Record(  # GPU type -> columns of measured steps
+        required={c: Seq(_Float(low=0), max_len=_UNBOUNDED) for c in _OBS_COLUMNS}, missing=_MISSING)),
+    "fits": Table(key=_FREE_TEXT, value=Record(  # GPU type -> ThroughputParams
+        required={f.name: _Float() for f in fields(ThroughputParams)}, missing=_MISSING)),
+    "stale": Seq(_FREE_TEXT),
+    "measured_phi": _NOISE,
+}, missing=_MISSING)
+"""A bootstrapped model's state (:meth:`~heteroplan.perf.bootstrap.BootstrappedModel.state`):
+measured steps per GPU type (columns of one length), fitted parameters per type, the types
+awaiting a refit, the measured noise scale (samples)."""
+
+MODELS: Mapping[ModelKind, Spec | None] = {
+    ModelKind.NONE: None,
+    ModelKind.OBJECT: None,  # code, given again at load
+    ModelKind.TABLE: Table(_Float(low=0, unit="work units/s"), key=_FREE_TEXT, min_len=1),  # a ThroughputTable's rates
+    ModelKind.BOOTSTRAP: BOOTSTRAP_STATE,
+    ModelKind.ORACLE: Record(required={"measured_phi": _NOISE}, missing=_MISSING),
+}
+"""The ``model`` a job of each ``model_kind`` saves (``None``: none)."""
+
+JOB = Record(
+    required={**{k: v for k, v in JOB_FIELDS.items() if k not in _JOB_DEFAULTS},
+              "model_kind": Text(choices=tuple(k.value for k in ModelKind))},
+    optional={**{k: JOB_FIELDS[k] for k in _JOB_DEFAULTS}, "model": Later(), "allocation": Nullable(ALLOCATION)},
+    missing=_MISSING)
+"""One job entry (its ``model`` is decoded next, by :data:`MODELS` of its ``model_kind``)."""
+
+POLICY_STATE = Record(required={"type": Text(), "data": Later()}, missing=_MISSING)
+"""The policy's state: its class name and its JSON (parsed by that :class:`PolicyState` class)."""
+
+_SESSION: Mapping[str, Spec] = {"free_moves": Flag(), "restart_delay_s": Nullable(_SECONDS),
+                                "assume_progress": Flag(), "last_round": Nullable(_SECONDS), "rounds": _COUNT,
+                                "jobs": Seq(JOB, max_len=_UNBOUNDED)}
+_NAMES: Mapping[str, Spec] = {"cluster": _FREE_TEXT, "policy": _FREE_TEXT}  # what it ran on, for messages
+
+SESSION_FILE = Versioned({
+    1: Record(required=_SESSION, optional={**_NAMES, "policy_state": Nullable(POLICY_STATE)}, missing=_MISSING),
+    2: Record(required={**_SESSION, "policy_state": POLICY_STATE}, optional=_NAMES, missing=_MISSING),
+}, key="format")
+"""A saved session, formats 1 and 2 (2 adds ``policy_state``)."""
+READABLE_FORMATS = tuple(sorted(SESSION_FILE.versions))
 
 
 def save_session(session: SchedulingSession, path: str | Path) -> Path:
@@ -170,179 +210,125 @@ def load_session(path: str | Path, cluster: Cluster, policy: Policy,
     model object, which is code and is given again, as the policy is)."""
     from heteroplan.scheduling.session import SchedulingSession
 
-    top = _Fields(path, "session", read_json(path))
-    version = top.get("format")
-    if isinstance(version, bool) or version not in READABLE_FORMATS:
-        raise top.error("format", version, f"not a saved-session format this version reads ({list(READABLE_FORMATS)})")
-    saved_state = _policy_state_of(top, policy)
-    restart = top.seconds("restart_delay_s", optional=True)
-    session = SchedulingSession(cluster, policy, free_moves=top.flag("free_moves"), restart_delay_s=restart,
-                                assume_progress=top.flag("assume_progress"))
-    last_round = top.seconds("last_round", optional=True)
-    rounds = top.count("rounds")
-    jobs = top.get("jobs")
-    if not isinstance(jobs, list):
-        raise top.error("jobs", type(jobs).__name__, "must be a list of jobs")
-    for i, entry in enumerate(jobs):
-        _load_job(session, _Fields(path, f"jobs[{i}]", entry), last_round, perf_models or {})
-    session._last_round = last_round
-    session.rounds = rounds
+    with naming_file(path):
+        data = read_json(path)
+        check(not isinstance(data, Mapping) or "format" in data, "session.format", None, _MISSING)
+        doc = decode(SESSION_FILE, data, "session")
+        saved_state = _policy_state_of(path, doc, policy)
+        session = SchedulingSession(cluster, policy, free_moves=doc["free_moves"],
+                                    restart_delay_s=doc["restart_delay_s"], assume_progress=doc["assume_progress"])
+        for i, entry in enumerate(doc["jobs"]):
+            _load_job(session, f"session.jobs[{i}]", entry, doc["last_round"], perf_models or {})
+    session._last_round = doc["last_round"]
+    session.rounds = doc["rounds"]
     if saved_state is not None:
         restore_policy_state(session.policy, saved_state)
     return session
 
 
-def _load_job(session: SchedulingSession, f: _Fields, last_round: float | None,
+def _load_job(session: SchedulingSession, where: str, entry: dict[str, Any], last_round: float | None,
               perf_models: Mapping[str, PerfModel]) -> None:
-    """Decode one job entry into ``session`` (checked field by field, then against each other)."""
-    values = {name: read(f, name) for name, read in JOB_FIELDS.items()}
-    kind_text = f.get("model_kind")
-    try:
-        kind = ModelKind(kind_text)
-    except ValueError:
-        raise f.error("model_kind", kind_text, f"choose one of {[k.value for k in ModelKind]}") from None
+    """Put one decoded job entry into ``session`` (its model decoded by its kind, then the fields
+    checked against each other)."""
+    values = {name: entry.get(name, _JOB_DEFAULTS.get(name)) for name in JOB_FIELDS}
+    kind = ModelKind(entry["model_kind"])
     job_id = values["job_id"]
-    if kind is ModelKind.OBJECT:
-        if job_id not in perf_models:
-            raise f.error("model_kind", kind_text, f"job {job_id!r} was saved with a model object: give it again "
-                          "(load(..., perf_models={job_id: model}))")
-        perf: PerfModel | str | None = perf_models[job_id]
+    model_spec = MODELS[kind]
+    if model_spec is None:
+        check("model" not in entry, f"{where}.model", entry.get("model"), f"a {kind.value!r} job saves no model")
+        model = None
     else:
-        perf = _model_of(f, kind)
-    if job_id in session._jobs:
-        raise f.error("job_id", job_id, "saved twice")
+        check("model" in entry, f"{where}.model", None, _MISSING)
+        model = decode(model_spec, entry["model"], f"{where}.model")
+    perf: PerfModel | str | None = kind.value if kind in (ModelKind.BOOTSTRAP, ModelKind.ORACLE) else None
+    if kind is ModelKind.OBJECT:
+        check(job_id in perf_models, f"{where}.model_kind", kind.value, f"job {job_id!r} was saved with a model "
+              "object: give it again (load(..., perf_models={job_id: model}))")
+        perf = perf_models[job_id]
+    elif kind is ModelKind.TABLE:
+        from heteroplan.perf.goodput import ThroughputTable
+
+        try:
+            perf = ThroughputTable(model)
+        except InputError as exc:
+            raise InputError(f"{where}.model.{exc.field}", exc.value, exc.reason) from None
+    check(job_id not in session._jobs, f"{where}.job_id", job_id, "saved twice")
+    _check_job(where, values, entry.get("allocation"), last_round)
+    allocation = _allocation(where, entry.get("allocation"), session.cluster)
+    if kind is ModelKind.BOOTSTRAP:
+        _check_bootstrap(f"{where}.model", model)
     try:
         session.submit(job_id, arrival_time=values["arrival_time"], application=values["application"],
                        perf_model=perf, requested_gpus=values["requested_gpus"], max_gpus=values["max_gpus"],
                        elastic=not values["rigid"], batch_size=values["given_batch"],
                        total_work=values["total_work"], restart_delay_s=values["own_restart_delay"])
     except InputError as exc:
-        raise f.error(exc.field, exc.value, exc.reason) from None
+        raise InputError(f"{where}.{exc.field}", exc.value, exc.reason) from None
     job = session._jobs[job_id]
     if kind is ModelKind.BOOTSTRAP:
-        _restore_bootstrap(f, job.estimator)
-    elif kind is ModelKind.ORACLE:
-        phi = _Fields(f.path, f"{f.where}.model", f.get("model")).seconds("measured_phi", optional=True)
-        if phi is not None:
-            if phi <= 0:
-                raise f.error("model.measured_phi", phi, "must be a noise scale > 0 samples or null")
-            job.estimator.set_measured_phi(phi)  # type: ignore[union-attr]
-    _check_job(f, values, last_round)
+        try:
+            job.estimator.restore_state(model)  # type: ignore[union-attr]
+        except InputError as exc:
+            raise InputError(f"{where}.model.{exc.field}", exc.value, exc.reason) from None
+    elif kind is ModelKind.ORACLE and model["measured_phi"] is not None:
+        job.estimator.set_measured_phi(model["measured_phi"])  # type: ignore[union-attr]
     for name, value in values.items():
         setattr(job, name, value)
-    job.allocation = _alloc_from_json(f, session.cluster)
+    job.allocation = allocation
 
 
-def _check_job(f: _Fields, v: dict[str, Any], last_round: float | None) -> None:
+def _check_job(where: str, v: Mapping[str, Any], allocation: object, last_round: float | None) -> None:
     """What no session could have written: times before the arrival, more restarts than starts, ..."""
     for key in ("start_time", "finish_time"):
-        if v[key] is not None and v[key] < v["arrival_time"]:
-            raise f.error(key, v[key], f"is before the job's arrival ({v['arrival_time']} s)")
-    if v["phi"] is not None and v["phi"] <= 0:
-        raise f.error("phi", v["phi"], "must be a noise scale > 0 samples or null")
-    if v["restarts"] > v["starts"]:
-        raise f.error("restarts", v["restarts"], f"exceeds the job's starts ({v['starts']})")
-    if v["finish_time"] is not None and f.get("allocation", None) is not None:
-        raise f.error("allocation", f.get("allocation"), "a finished job holds no GPUs")
-    if last_round is None and f.get("allocation", None) is not None:
-        raise f.error("allocation", f.get("allocation"), "no round was run, so no job holds GPUs")
+        check(v[key] is None or v[key] >= v["arrival_time"], f"{where}.{key}", v[key],
+              f"is before the job's arrival ({v['arrival_time']} s)")
+    check(v["restarts"] <= v["starts"], f"{where}.restarts", v["restarts"], f"exceeds the job's starts ({v['starts']})")
+    check(v["finish_time"] is None or allocation is None, f"{where}.allocation", allocation,
+          "a finished job holds no GPUs")
+    check(last_round is not None or allocation is None, f"{where}.allocation", allocation,
+          "no round was run, so no job holds GPUs")
 
 
-def _model_of(f: _Fields, kind: ModelKind) -> PerfModel | str | None:
-    if kind is ModelKind.NONE:
-        return None
-    if kind is not ModelKind.TABLE:
-        return kind.value
-    from heteroplan.perf.goodput import ThroughputTable
-
-    rates = f.get("model")
-    if not isinstance(rates, dict) or not rates:
-        raise f.error("model", rates, "must be a table's rates: {GPU type: work units/s >= 0}")
-    for gpu_type, rate in rates.items():
-        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate < math.inf:
-            raise f.error(f"model[{gpu_type}]", rate, "must be a finite rate >= 0 (work units/s)")
-    try:
-        return ThroughputTable(rates)
-    except InputError as exc:
-        raise f.error(f"model.{exc.field}", exc.value, exc.reason) from None
-
-
-_OBS_COLUMNS = ("num_nodes", "num_gpus", "local_bsz", "step_time", "sync_time")
-
-
-def _restore_bootstrap(f: _Fields, model: Any) -> None:
-    """Check a bootstrapped model's saved state (observations, fits, stale types, noise scale) and
-    hand it to the model."""
-    from heteroplan.perf.throughput import ThroughputParams
-
-    m = _Fields(f.path, f"{f.where}.model", f.get("model"))
-    observations, fits, stale = m.get("observations"), m.get("fits"), m.get("stale")
-    if not isinstance(observations, dict):
-        raise m.error("observations", type(observations).__name__, "must map GPU type -> measured steps")
+def _check_bootstrap(where: str, state: Mapping[str, Any]) -> None:
+    """A decoded bootstrapped-model state whose parts agree: columns of one length, measured steps
+    (nodes <= GPUs, batch > 0, 0 <= sync <= step time > 0), stale types observed, fits for every
+    type with multi-GPU observations that does not await a refit."""
+    observations, fits, stale = state["observations"], state["fits"], state["stale"]
     for gpu_type, rows in observations.items():
-        o = _Fields(f.path, f"{m.where}.observations[{gpu_type}]", rows)
-        lengths = set()
-        for col in _OBS_COLUMNS:
-            values = o.get(col)
-            if not isinstance(values, list) or not all(
-                    not isinstance(x, bool) and isinstance(x, int | float) and 0 <= x < math.inf for x in values):
-                raise o.error(col, values, "must be a list of finite numbers >= 0")
-            lengths.add(len(values))
-        if len(lengths) != 1 or set(o.data) != set(_OBS_COLUMNS):
-            raise o.error("", sorted(o.data), f"must hold {list(_OBS_COLUMNS)}, lists of one length")
-        for nodes, gpus, bsz, step, sync in zip(*(o.data[c] for c in _OBS_COLUMNS), strict=True):
-            if not (1 <= nodes <= gpus and bsz > 0 and step > 0 and sync <= step):
-                raise o.error("", [nodes, gpus, bsz, step, sync], "is not a measured step (nodes <= GPUs, "
-                              "batch > 0, 0 <= sync <= step time > 0)")
-    if not isinstance(fits, dict):
-        raise m.error("fits", type(fits).__name__, "must map GPU type -> fitted parameters")
-    for gpu_type, params in fits.items():
-        p = _Fields(f.path, f"{m.where}.fits[{gpu_type}]", params)
-        names = tuple(ThroughputParams.__dataclass_fields__)
-        if set(p.data) != set(names):
-            raise p.error("", sorted(p.data), f"must hold {list(names)}")
-        for name in names:
-            value = p.get(name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise p.error(name, value, "must be a finite number")
-    if not isinstance(stale, list) or not all(isinstance(t, str) and t in observations for t in stale):
-        raise m.error("stale", stale, "must list GPU types that have observations")
+        at = f"{where}.observations[{gpu_type!r}]"
+        check(len({len(rows[c]) for c in _OBS_COLUMNS}) == 1, at, {c: len(rows[c]) for c in _OBS_COLUMNS},
+              f"must hold {list(_OBS_COLUMNS)}, lists of one length")
+        for i, (nodes, gpus, bsz, step, sync) in enumerate(zip(*(rows[c] for c in _OBS_COLUMNS), strict=True)):
+            check(1 <= nodes <= gpus and bsz > 0 and step > 0 and sync <= step, f"{at}[{i}]",
+                  [nodes, gpus, bsz, step, sync], "is not a measured step (nodes <= GPUs, batch > 0, "
+                  "0 <= sync <= step time > 0)")
+    check(all(t in observations for t in stale), f"{where}.stale", stale, "must list GPU types that have observations")
     unfitted = [t for t, rows in observations.items() if t not in stale and t not in fits
                 and any(g > 1 for g in rows["num_gpus"])]
-    if unfitted:
-        raise m.error("fits", sorted(fits), f"lacks the fit of {unfitted} (multi-GPU observations, not awaiting a refit)")
-    phi = m.seconds("measured_phi", optional=True)
-    if phi is not None and phi <= 0:
-        raise m.error("measured_phi", phi, "must be a noise scale > 0 samples or null")
-    try:
-        model.restore_state(m.data)
-    except InputError as exc:
-        raise m.error(exc.field, exc.value, exc.reason) from None
+    check(not unfitted, f"{where}.fits", sorted(fits),
+          f"lacks the fit of {unfitted} (multi-GPU observations, not awaiting a refit)")
 
 
-def _policy_state_of(top: _Fields, policy: Policy) -> PolicyState | None:
+def _policy_state_of(path: str | Path, doc: Mapping[str, Any], policy: Policy) -> PolicyState | None:
     """The saved policy state, parsed as the given policy's state type (``None``: a format-1 file,
     nothing saved); :class:`InputError` when the file holds another policy's kind of state."""
     fresh = policy_state(policy)
-    saved = top.get("policy_state", None)
-    if saved is None:
-        if top.get("format") >= 2:
-            raise top.error("policy_state", None, f"is missing (format {top.get('format')} saves it)")
+    saved = doc.get("policy_state")
+    if saved is None:  # format 1 (format 2's spec requires it)
         if not isinstance(fresh, NoState):
-            warnings.warn(f"{top.path}: saved without its policy's state (format {top.get('format')}); policy "
+            warnings.warn(f"{path}: saved without its policy's state (format {doc['format']}); policy "
                           f"{policy.name!r} starts afresh, so its next decisions may differ from the original's",
                           PolicyStateLostWarning, stacklevel=4)
         return None
-    if not isinstance(saved, dict) or saved.get("type") != type(fresh).__name__:
-        kind = saved.get("type") if isinstance(saved, dict) else type(saved).__name__
-        raise InputError("policy", policy.name, f"keeps a {type(fresh).__name__}, but {top.path} holds a {kind} "
-                         f"(saved under policy {top.get('policy', None)!r}); load it with a policy like that one")
+    if saved["type"] != type(fresh).__name__:
+        raise InputError("policy", policy.name, f"keeps a {type(fresh).__name__}, but {path} holds a {saved['type']} "
+                         f"(saved under policy {doc.get('policy')!r}); load it with a policy like that one")
     try:
-        return type(fresh).parse(saved.get("data"))
+        return type(fresh).parse(saved["data"])
     except InputError as exc:
-        raise top.error(f"policy_state.{exc.field}", exc.value, exc.reason) from None
+        raise InputError(f"session.policy_state.{exc.field}", exc.value, exc.reason) from None
     except RecursionError:
-        raise top.error("policy_state.data", "...", "nested too deeply") from None
+        raise InputError("session.policy_state.data", "...", "nested too deeply") from None
 
 
 def _alloc_to_json(alloc: Allocation | None) -> Any:
@@ -351,23 +337,17 @@ def _alloc_to_json(alloc: Allocation | None) -> Any:
     return {"gpu_type": alloc.gpu_type, "num_gpus": alloc.num_gpus, "placement": [list(p) for p in alloc.placement]}
 
 
-def _alloc_from_json(f: _Fields, cluster: Cluster) -> Allocation | None:
-    """The job's saved allocation, on nodes of ``cluster`` of its type(s)."""
-    data = f.get("allocation", None)
+def _allocation(where: str, data: Mapping[str, Any] | None, cluster: Cluster) -> Allocation | None:
+    """The job's decoded allocation, checked on ``cluster``: its GPUs add up, each node once, on
+    nodes of its type(s)."""
     if data is None:
         return None
-    a = _Fields(f.path, f"{f.where}.allocation", data)
-    gpu_type, num = a.text("gpu_type"), a.count("num_gpus", 1)
-    placement = a.get("placement")
-    if not isinstance(placement, list) or not all(
-            isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
-            and not isinstance(p[1], bool) and isinstance(p[1], int) and p[1] >= 1 for p in placement):
-        raise a.error("placement", placement, "must be a list of [node, GPUs >= 1] pairs")
-    alloc = Allocation(gpu_type, num, tuple((str(n), int(c)) for n, c in placement))
+    alloc = Allocation(data["gpu_type"], data["num_gpus"], tuple((n, c) for n, c in data["placement"]))
+    at = f"{where}.allocation.placement"
+    check(sum(c for _, c in alloc.placement) == alloc.num_gpus
+          and len({n for n, _ in alloc.placement}) == len(alloc.placement),
+          at, data["placement"], f"must hold {alloc.num_gpus} GPUs, each node once")
     types = cluster.node_types
-    if sum(c for _, c in alloc.placement) != num or len({n for n, _ in alloc.placement}) != len(alloc.placement):
-        raise a.error("placement", placement, f"must hold {num} GPUs, each node once")
     for node, _ in alloc.placement:
-        if types.get(node) not in alloc.gpu_types:
-            raise a.error("placement", node, f"not a {gpu_type} node of cluster {cluster.name!r}")
+        check(types.get(node) in alloc.gpu_types, at, node, f"not a {alloc.gpu_type} node of cluster {cluster.name!r}")
     return alloc
