@@ -8,16 +8,25 @@ import sys
 from heteroplan.argtypes import integer, number
 from heteroplan.cluster import preset
 from heteroplan.commands.jsonout import print_json
+from heteroplan.errors import InputError
 from heteroplan.inputs import MAX_GENERATED_JOBS, MIN_ROUND_S
 from heteroplan.names import printable
 from heteroplan.signals import Interrupted, SignalGuard
 
 POLICIES = ("hadar", "hadare", "gavel", "yarn-cs", "tiresias")
 
+MAX_JOBS = 5_000
+"""Most jobs one ``heteroplan hadar`` run takes. It runs each policy in turn in one process and
+prints a policy's row when its whole simulation ends: 400 jobs took 190 s for Hadar alone on a busy
+2-core machine, so 100,000 would run for days with nothing written. Larger workloads belong in a
+sweep or regime file (``heteroplan sweep``), which runs cells in parallel, writes each as it
+finishes and keeps them on Ctrl-C."""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("hadar", help="Hadar/HadarE vs Gavel, YARN-CS, Tiresias on a generated Gavel workload")
-    p.add_argument("--jobs", type=integer(1, MAX_GENERATED_JOBS), default=60, help="generated jobs (default 60)")
+    p.add_argument("--jobs", type=integer(1, MAX_GENERATED_JOBS), default=60,
+                   help=f"generated jobs, at most {MAX_JOBS:,} (default 60; more: a sweep file)")
     p.add_argument("--rate", type=number(1e-3, strict=False, high=1e6), default=6.0,
                    help="arrivals per hour, in [0.001, 1e6] (default 6)")
     p.add_argument("--seed", type=integer(0), default=0, help="seed of the generated workload (default 0)")
@@ -35,6 +44,11 @@ def run(args: argparse.Namespace) -> int:
     from heteroplan.workload.gavel import generate_workload, load_throughputs
     from heteroplan.workload.rigid import rigid_jobs_from_gavel
 
+    if args.jobs > MAX_JOBS:
+        raise InputError("--jobs", args.jobs, f"at most {MAX_JOBS:,} jobs in one `heteroplan hadar` run (each policy "
+                         "runs in turn and its row is printed when it ends; 400 jobs took minutes per policy); for more, "
+                         "write a sweep file with a `generate` workload and run `heteroplan sweep`, which writes each "
+                         "cell as it finishes")
     cluster = preset("gavel-108")
     jobs = rigid_jobs_from_gavel(generate_workload(args.jobs, args.rate, seed=args.seed), load_throughputs())
     names = args.policy or [p for p in POLICIES if p != "tiresias"]
@@ -49,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     with SignalGuard() as guard:  # SIGINT/SIGTERM: the policies that finished are still printed
         try:
             for name in names:
-                res = simulate(jobs, cluster, make_policy(name, round_length=args.round), progress=False)
+                # progress bar on stderr when it is a terminal (never on stdout: the table stays as it was)
+                res = simulate(jobs, cluster, make_policy(name, round_length=args.round), progress=None)
                 warn_rejected(res)
                 m = res.summary()
                 rows[name] = {c: m[c] for c in cols[2:]} | {"unfinished": len(res.unfinished)}

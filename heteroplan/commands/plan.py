@@ -70,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-throughput", type=number(0), help="min iterations/s (cost objective only)")
     p.add_argument("--max-pp", type=integer(1), help="deepest pipeline to try (>= 1)")
     p.add_argument("--homogeneous", action="store_true", help="one (type, zone) block per plan")
-    p.add_argument("--no-prune", action="store_true", help="scan the whole plan space (slow)")
+    p.add_argument("--no-prune", action="store_true", help=f"scan the whole plan space (slow; pools of at most {NO_PRUNE_MAX_GPUS} GPUs)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--data-dir", help="profiles and network files of `heteroplan profile --out` (default: shipped data)")
     p.add_argument("--out", help="write the plan to this JSON file (run it with `heteroplan run --plan FILE`)")
@@ -106,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         options = replace(options, config=load_platforms(args.data_dir))
     request = PlanRequest.build(args.model, args.gbs, pool, args.objective, args.budget, args.min_throughput,  # type: ignore[arg-type]
                                 options=options, data_dir=args.data_dir)
+    check_unpruned_size(request, args.no_prune)
     with _log_filtered("heteroplan.planner.api", lambda r: not hasattr(r, "uncalibrated")):
         result = plan(request)  # the result names uncalibrated types itself: the log would say it twice
     if args.out:
@@ -124,6 +125,21 @@ def run(args: argparse.Namespace) -> int:
         print(printable(_indented("why this plan (the best the search priced of each GPU mix and depth)",
                                   result.explain()), keep="\n"))
     return 0
+
+
+NO_PRUNE_MAX_GPUS = 32
+"""Largest pool (GPUs) ``plan --no-prune`` scans: the unpruned plan space grows steeply with the
+pool (OPT-350, gbs 64, A100 + V100 on a busy 2-core machine: 16 GPUs 23 s, 64 GPUs over 4 min,
+against 1.2 s and 3.8 s pruned), and the scan writes nothing until it ends."""
+
+
+def check_unpruned_size(request: PlanRequest, no_prune: bool) -> None:
+    """:class:`InputError` naming ``--no-prune`` for a pool above :data:`NO_PRUNE_MAX_GPUS` GPUs."""
+    total = sum(request.pool.values())
+    if no_prune and total > NO_PRUNE_MAX_GPUS:
+        raise InputError("--no-prune", f"{total} GPUs", f"scans the whole plan space, which grows steeply with the "
+                         f"pool (16 GPUs: ~20 s, 64: minutes); at most {NO_PRUNE_MAX_GPUS} GPUs with --no-prune: drop "
+                         "it (Sailor's pruning, the default) or give fewer GPUs")
 
 
 def check_plan_on_cluster(loaded: Plan, cluster: Cluster) -> None:

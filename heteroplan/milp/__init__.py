@@ -12,6 +12,7 @@ from heteroplan.milp.model import (
     Model,
     StandardForm,
     VarBlock,
+    as_model,
 )
 from heteroplan.milp.solution import Solution, SolveStatus, relative_gap
 
@@ -25,4 +26,5 @@ __all__ = [
     "Solution",
     "SolveStatus",
     "relative_gap",
+    "as_model",
 ]

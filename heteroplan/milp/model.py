@@ -19,7 +19,7 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +27,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from heteroplan.errors import ModelError
+from heteroplan.milp import args
 
-__all__ = ["Model", "LinExpr", "VarBlock", "Constraint", "ConstraintBlock", "StandardForm"]
+__all__ = ["Model", "LinExpr", "VarBlock", "Constraint", "ConstraintBlock", "StandardForm", "as_model"]
 
 Shape = tuple[int, ...]
 
@@ -36,10 +37,12 @@ Shape = tuple[int, ...]
 def _as_shape(shape: int | Sequence[int], field: str) -> Shape:
     if isinstance(shape, int | np.integer):
         shape = (int(shape),)
+    if isinstance(shape, str | bytes) or not all(isinstance(s, int | float | np.number) for s in _items(shape)):
+        raise ModelError(field, args.brief(shape), "must be an int or a sequence of ints")
     try:
         out = tuple(int(s) for s in shape)
-    except TypeError:
-        raise ModelError(field, shape, "must be an int or a sequence of ints") from None
+    except (TypeError, ValueError, OverflowError):
+        raise ModelError(field, args.brief(shape), "must be an int or a sequence of ints") from None
     if any(s < 0 for s in out) or any(int(s) != s for s in shape):
         raise ModelError(field, shape, "dimensions must be non-negative integers")
     if math.prod(out) > MAX_BLOCK_SIZE:  # before numpy tries to allocate terabytes
@@ -49,6 +52,11 @@ def _as_shape(shape: int | Sequence[int], field: str) -> Shape:
 
 
 MAX_BLOCK_SIZE = 2**31 - 1
+
+
+def _items(value: Any) -> Sequence[Any]:
+    """The items of a sequence given as a shape (none when it is not one)."""
+    return value if isinstance(value, Sequence | np.ndarray) else ()
 
 
 def _size(shape: Shape) -> int:
@@ -147,10 +155,7 @@ class LinExpr:
             if other.model is not self.model:
                 raise ModelError("expression", other, "belongs to another Model")
             return other
-        arr = np.asarray(other, dtype=float)
-        if not np.all(np.isfinite(arr)):
-            raise ModelError("constant", other, "must be finite")
-        return arr
+        return args.finite_array("constant", other)
 
     def _select(self, src: np.ndarray, shape: Shape) -> LinExpr:
         """New expression whose element ``r`` is this expression's element ``src[r]``."""
@@ -170,7 +175,7 @@ class LinExpr:
 
     def broadcast_to(self, shape: Shape) -> LinExpr:
         """This expression repeated to ``shape`` (numpy broadcasting rules)."""
-        shape = tuple(shape)
+        shape = _as_shape(shape, "shape")
         if shape == self.shape:
             return self
         try:
@@ -240,13 +245,13 @@ class LinExpr:
         """``A @ expr`` for a 1-D expression of length n and an (m, n) dense or sparse A."""
         if self.ndim != 1:
             raise ModelError("expression.shape", self.shape, "A @ expr needs a 1-D expression")
-        A = matrix if sp.issparse(matrix) else np.atleast_2d(np.asarray(matrix, dtype=float))
+        A = args.sparse_matrix("matrix", matrix)
         if A.ndim != 2 or A.shape[1] != self.shape[0]:
             raise ModelError("matrix.shape", A.shape, f"needs {self.shape[0]} columns")
         if not sp.issparse(A):
             nonzero = A != 0
             per_column = nonzero.sum(axis=0)
-            if per_column.max(initial=0) <= 1:  # no scipy needed: find each column's non-zero
+            if per_column.max(initial=0) <= 1 and A.shape[0]:  # no scipy needed: find each column's non-zero
                 out_row = nonzero.argmax(axis=0)
                 return self._rmatmul_one_per_column(A, out_row, A[out_row, np.arange(A.shape[1])], per_column)
         # Term t (element r_t) becomes one term per non-zero A[i, r_t]: walk A's columns.
@@ -282,8 +287,11 @@ class LinExpr:
         building ``A``: e.g. ``x.scatter(job_of, gpus, num_jobs)`` sums each job's terms."""
         if self.ndim != 1:
             raise ModelError("expression.shape", self.shape, "scatter needs a 1-D expression")
+        num_rows = args.count("scatter.num_rows", num_rows, MAX_BLOCK_SIZE)
         out_row = np.asarray(out_row)
-        coef = np.asarray(coef, dtype=float)
+        if out_row.dtype.kind not in "iu":
+            raise ModelError("scatter.out_row", args.brief(out_row), "must be integer row indices")
+        coef = args.finite_array("scatter.coef", coef)
         if out_row.shape != self.shape or coef.shape != self.shape:
             raise ModelError("scatter.shape", (out_row.shape, coef.shape), f"need {self.shape} rows and coefficients")
         if out_row.size and (out_row.min() < 0 or out_row.max() >= num_rows):
@@ -331,7 +339,8 @@ class LinExpr:
         return self._select(src, src.shape)
 
     def reshape(self, *shape: Any) -> LinExpr:
-        new = np.empty(self.shape, dtype=np.int8).reshape(*shape).shape
+        """The same elements in C order in ``shape`` (integers, one of them may be -1)."""
+        new = args.new_shape(shape, self.size, self.shape)
         return self._with_terms(self.vals, self.const, new)
 
     def ravel(self) -> LinExpr:
@@ -339,13 +348,7 @@ class LinExpr:
 
     def sum(self, axis: int | Sequence[int] | None = None) -> LinExpr:
         """Sum over ``axis`` (all axes when None, giving a scalar expression)."""
-        if axis is None:
-            axes = tuple(range(self.ndim))
-        else:
-            raw = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
-            if any(not -self.ndim <= a < self.ndim for a in raw):
-                raise ModelError("axis", axis, f"out of range for an expression of {self.ndim} dimensions")
-            axes = tuple(sorted({int(a) % self.ndim for a in raw}))
+        axes = args.axes(axis, self.ndim)
         out_shape = tuple(s for i, s in enumerate(self.shape) if i not in axes)
         out_size = _size(out_shape)
         if _is_zero_view(self.const):
@@ -394,7 +397,8 @@ class LinExpr:
     # -------------------------------------------------------------- evaluate
     def value(self, x: np.ndarray) -> np.ndarray:
         """Evaluate at the full variable vector ``x`` (length ``model.num_vars``)."""
-        out = np.bincount(self.rows, weights=self.vals * np.asarray(x)[self.cols], minlength=self.size)
+        x = args.point("x", x, self.model.num_vars)
+        out = np.bincount(self.rows, weights=self.vals * x[self.cols], minlength=self.size)
         return (out + self.const).reshape(self.shape)
 
 
@@ -584,6 +588,8 @@ class Model:
     """A linear or mixed-integer program built from variable and constraint blocks."""
 
     def __init__(self, name: str = "model") -> None:
+        if not isinstance(name, str):
+            raise ModelError("name", name, "a model's name must be a string")
         self.name = name
         self.variables: dict[str, VarBlock] = {}
         self.constraints: dict[str, ConstraintBlock] = {}
@@ -622,20 +628,21 @@ class Model:
         if name in self.variables:
             raise ModelError("variables.name", name, "a variable block with this name exists")
         shape = _as_shape(shape, f"variables[{name}].shape")
+        if not isinstance(integer, bool | np.bool_):  # integer="no" is truthy: an integer block
+            raise ModelError(f"variables[{name}].integer", integer, "must be True or False")
         given = []
         for field, value in (("lb", lb), ("ub", ub)):
-            try:
-                arr = np.asarray(value, dtype=float)
-            except (TypeError, ValueError):
-                raise ModelError(f"variables[{name}].{field}", value, "must be numbers (a scalar or an array)") from None
+            arr = args.numbers_array(f"variables[{name}].{field}", value)
             if np.any(arr == (np.inf if field == "lb" else -np.inf)):
                 raise ModelError(f"variables[{name}].{field}", value,
                                  "a lower bound of +inf or an upper bound of -inf leaves no value")
             if arr.ndim and arr.shape != shape:
                 try:
-                    np.broadcast_shapes(arr.shape, shape)
+                    fits = np.broadcast_shapes(arr.shape, shape) == shape
                 except ValueError:
-                    raise ModelError(f"variables[{name}].{field}", arr.shape, f"does not broadcast to {shape}") from None
+                    fits = False
+                if not fits:
+                    raise ModelError(f"variables[{name}].{field}", arr.shape, f"does not broadcast to {shape}")
             if np.isnan(arr).any():
                 raise ModelError(f"variables[{name}].{field}", value, "contains NaN")
             given.append(arr)
@@ -669,6 +676,8 @@ class Model:
             )
         if constraint.expr.model is not self:
             raise ModelError(f"constraints[{name}]", name, "expression belongs to another Model")
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ModelError("constraints.name", name, "must be a non-empty string or None")
         name = name or f"c{len(self.constraints)}"
         if name in self.constraints:
             raise ModelError("constraints.name", name, "a constraint block with this name exists")
@@ -694,7 +703,11 @@ class Model:
 
         ``A`` spans all model variables, or only the block ``columns`` when given.
         """
-        A = sp.csr_matrix(A, dtype=float)
+        if not isinstance(name, str) or not name:
+            raise ModelError("constraints.name", name, "must be a non-empty string")
+        if columns is not None and (not isinstance(columns, VarBlock) or columns.model is not self):
+            raise ModelError(f"constraints[{name}].columns", args.brief(columns), "must be a variable block of this Model")
+        A = sp.csr_matrix(args.sparse_matrix(f"constraints[{name}].A", A), dtype=float)
         A.sum_duplicates()
         A = A.tocoo()
         width = columns.size if columns is not None else self.num_vars
@@ -702,14 +715,15 @@ class Model:
             raise ModelError(f"constraints[{name}].A", A.shape, f"needs {width} columns")
         m = A.shape[0]
         cols = A.col.astype(np.int64) + (columns.offset if columns is not None else 0)
-        lbs = np.broadcast_to(np.asarray(lb, dtype=float), (m,)).copy()
-        ubs = np.broadcast_to(np.asarray(ub, dtype=float), (m,)).copy()
+        lbs, ubs = (_row_bounds(f"constraints[{name}].{field}", value, m) for field, value in (("lb", lb), ("ub", ub)))
         expr = LinExpr(self, A.row.astype(np.int64), cols, A.data, np.zeros(m), (m,), unique=1)
         return self.add_constraints(Constraint(expr, lbs, ubs), name)
 
     # ------------------------------------------------------------- objective
     def _set_objective(self, expr: Any, maximize: bool) -> None:
         if isinstance(expr, int | float | np.number):
+            if not np.isfinite(args.numbers_array("objective", expr)):
+                raise ModelError("objective", expr, "a constant objective must be finite")
             empty = np.zeros(0, dtype=np.int64)
             expr = LinExpr(self, empty, empty, np.zeros(0), np.array([float(expr)]), ())
         if not isinstance(expr, LinExpr) or expr.model is not self:
@@ -762,28 +776,34 @@ class Model:
 
     def unpack(self, x: np.ndarray) -> dict[str, np.ndarray]:
         """Split a full variable vector into arrays shaped like the blocks."""
+        x = args.point("x", x, self.num_vars, finite=False)
         return {name: np.asarray(x[v.slice]).reshape(v.shape) for name, v in self.variables.items()}
 
     def unpack_rows(self, y: np.ndarray) -> dict[str, np.ndarray]:
         """Split a full row vector (e.g. row duals) into arrays shaped like the constraint blocks."""
+        y = args.point("y", y, self.num_rows, finite=False)
         return {name: np.asarray(y[b.slice]).reshape(b.shape) for name, b in self.constraints.items()}
 
-    def pack(self, values: dict[str, Any], default: float = 0.0) -> np.ndarray:
-        """Inverse of :meth:`unpack`; missing blocks get ``default``."""
+    def pack(self, values: Mapping[str, Any], default: float = 0.0, field: str = "values") -> np.ndarray:
+        """Inverse of :meth:`unpack`: finite values per block name (each broadcast to its block's
+        shape); missing blocks get ``default``. ``field`` names the argument in errors."""
+        if not isinstance(values, Mapping):
+            raise ModelError(field, args.brief(values), "must be a mapping of variable block names to values")
         x = np.full(self.num_vars, default, dtype=float)
         for name, value in values.items():
-            if name not in self.variables:
-                raise ModelError("values", name, f"unknown variable block; known: {list(self.variables)}")
+            if not isinstance(name, str) or name not in self.variables:
+                raise ModelError(field, name, f"unknown variable block; known: {list(self.variables)}")
             v = self.variables[name]
+            arr = args.finite_array(f"{field}[{name!r}]", value)
             try:
-                x[v.slice] = np.broadcast_to(np.asarray(value, dtype=float), v.shape).ravel()
-            except (ValueError, TypeError):
-                shape = np.shape(value) if not isinstance(value, str) else "a string"
-                raise ModelError(f"values[{name!r}]", shape, f"must be numbers of shape {v.shape}") from None
+                x[v.slice] = np.broadcast_to(arr, v.shape).ravel()
+            except ValueError:
+                raise ModelError(f"{field}[{name!r}]", np.shape(value), f"must be numbers of shape {v.shape}") from None
         return x
 
     def violation(self, x: np.ndarray) -> float:
         """Largest violation of any row, bound or integrality at the full vector ``x``."""
+        x = args.point("x", x, self.num_vars)
         sf = self.to_standard_form()
         ax = sf.A @ x
         parts = [
@@ -802,6 +822,24 @@ class Model:
     def row_names(self) -> list[str]:
         """Readable names ``block[i]`` for every constraint row (used by exports)."""
         return [n for b in self.constraints.values() for n in _element_names(b.name, b.shape)]
+
+
+def as_model(value: Any, field: str = "model") -> Model:
+    """``value`` when it is a :class:`Model`, else :class:`ModelError` naming ``field``."""
+    if not isinstance(value, Model):
+        raise ModelError(field, args.brief(value), f"must be a heteroplan Model, not {type(value).__name__}")
+    return value
+
+
+def _row_bounds(field: str, value: Any, m: int) -> np.ndarray:
+    """Row bounds for ``m`` rows: a scalar or ``m`` numbers (``inf`` allowed, NaN refused)."""
+    arr = args.numbers_array(field, value)
+    if np.isnan(arr).any():
+        raise ModelError(field, args.brief(value), "contains NaN")
+    try:
+        return np.broadcast_to(arr, (m,)).copy()
+    except ValueError:
+        raise ModelError(field, f"shape {arr.shape}", f"needs a scalar or {m} bounds") from None
 
 
 def _flat_bounds(arr: np.ndarray, shape: Shape) -> np.ndarray:

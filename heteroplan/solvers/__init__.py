@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from heteroplan.milp import Model, Solution, SolveStatus
+from heteroplan.milp import Model, Solution, SolveStatus, as_model
 from heteroplan.solvers import oracles
 from heteroplan.solvers.exports import to_cvxpy, to_pulp, to_scipy, write_lp, write_model, write_mps
 from heteroplan.solvers.highs import ALGORITHMS, solve_highs
@@ -84,12 +84,16 @@ def solve(
         verbose: show the solver log (the library is silent otherwise).
 
     Raises:
-        InputError: an unknown backend, a bad value, or an option the backend cannot honour
+        InputError: ``model`` not a :class:`Model`, a warm start that is not finite values per
+            block name, an unknown backend, a bad value, or an option the backend cannot honour
             (the message names the option and the backend).
     """
+    model = as_model(model)
     chosen = get_backend(backend)
     options = SolveOptions(time_limit, mip_gap, threads, relax, warm_start, algorithm, verbose)
     chosen.check(model, options)
+    if warm_start:
+        model.pack(warm_start, field="warm_start")  # known blocks, finite values of their shapes
     solution = chosen.solve(model, options)
     if not relax:
         solution.values = integral_values(model, solution.values)

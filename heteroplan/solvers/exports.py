@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from heteroplan.errors import ModelError
-from heteroplan.milp import Model
+from heteroplan.milp import Model, as_model
 
 __all__ = ["to_scipy", "to_pulp", "to_cvxpy", "write_lp", "write_mps", "write_model", "file_names"]
 
@@ -28,7 +28,7 @@ def to_scipy(model: Model, relax: bool = False) -> dict[str, Any]:
     """
     from scipy.optimize import Bounds, LinearConstraint
 
-    sf = model.to_standard_form()
+    sf = as_model(model).to_standard_form()
     sign = -1.0 if sf.maximize else 1.0
     kwargs: dict[str, Any] = {
         "c": sign * sf.c,
@@ -48,7 +48,7 @@ def to_pulp(model: Model, relax: bool = False) -> tuple[Any, list[Any]]:
     """
     import pulp
 
-    sf = model.to_standard_form()
+    sf = as_model(model).to_standard_form()
     names = model.variable_names()
     sense = pulp.LpMaximize if sf.maximize else pulp.LpMinimize
     prob = pulp.LpProblem(_pulp_name(model.name), sense)
@@ -89,7 +89,7 @@ def to_cvxpy(model: Model, relax: bool = False) -> tuple[Any, Any]:
     """
     import cvxpy as cp
 
-    sf = model.to_standard_form()
+    sf = as_model(model).to_standard_form()
     n = sf.num_vars
     int_idx = np.flatnonzero(sf.integrality) if not relax else np.zeros(0, dtype=int)
     cont_idx = np.setdiff1d(np.arange(n), int_idx)
@@ -135,6 +135,7 @@ def write_model(model: Model, path: str | Path) -> Path:
 
     from heteroplan.solvers.highs import build_highs
 
+    model = as_model(model)
     path = Path(path)
     if path.suffix not in (".lp", ".mps"):
         raise ModelError("path", str(path), "suffix must be .lp or .mps")
@@ -192,9 +193,9 @@ def _file_in(path: str | Path, model: Model, suffix: str) -> Path:
 
 def write_lp(model: Model, path: str | Path) -> Path:
     """Write the model as a CPLEX LP file (into ``path/<model name>.lp`` when ``path`` is a directory)."""
-    return write_model(model, _file_in(path, model, ".lp"))
+    return write_model(model, _file_in(path, as_model(model), ".lp"))
 
 
 def write_mps(model: Model, path: str | Path) -> Path:
     """Write the model as a (free) MPS file (into ``path/<model name>.mps`` when ``path`` is a directory)."""
-    return write_model(model, _file_in(path, model, ".mps"))
+    return write_model(model, _file_in(path, as_model(model), ".mps"))

@@ -14,7 +14,7 @@ import numpy as np
 
 from heteroplan.errors import InputError, ModelError, ModelWarning, SolverError
 from heteroplan.milp import Model, Solution, SolveStatus, StandardForm, relative_gap
-from heteroplan.solvers.registry import SolveOptions
+from heteroplan.solvers.registry import MAX_THREADS, SolveOptions
 
 __all__ = ["solve_highs", "build_highs", "new_highs"]
 
@@ -174,8 +174,8 @@ def default_threads(num_columns: int | None = None) -> int | None:
         value = int(text)
     except ValueError:
         raise InputError("HETEROPLAN_SOLVER_THREADS", text, "must be a positive integer") from None
-    if value < 1:
-        raise InputError("HETEROPLAN_SOLVER_THREADS", text, "must be a positive integer")
+    if not 1 <= value <= MAX_THREADS:  # 10**9 made HiGHS allocate tens of GB (killed for memory)
+        raise InputError("HETEROPLAN_SOLVER_THREADS", text, f"must be a positive integer, at most {MAX_THREADS}")
     return value
 
 

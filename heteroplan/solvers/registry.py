@@ -10,13 +10,14 @@ cannot be honoured, instead of silently dropping it. Users add their own backend
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from heteroplan.errors import InputError, ModelError
 from heteroplan.milp import Model, Solution
+from heteroplan.milp.args import brief
 
 __all__ = ["Capabilities", "SolveOptions", "Backend", "register_backend", "get_backend", "backend_names"]
 
@@ -69,11 +70,15 @@ class SolveOptions:
     verbose: bool = False
 
     def __post_init__(self) -> None:
-        t = self.time_limit
-        if isinstance(t, bool) or not (isinstance(t, int | float) and t > 0 and not math.isnan(t)):
-            raise ModelError("time_limit", t, "must be a positive number of seconds")
-        if isinstance(self.mip_gap, bool) or not (isinstance(self.mip_gap, int | float) and self.mip_gap >= 0):
-            raise ModelError("mip_gap", self.mip_gap, "must be >= 0")
+        t = _real(self.time_limit)
+        if not t > 0:  # inf allowed: no limit
+            raise ModelError("time_limit", self.time_limit, "must be a positive number of seconds")
+        if not 0 <= _real(self.mip_gap) < math.inf:
+            raise ModelError("mip_gap", self.mip_gap, "must be a finite number >= 0")
+        if not isinstance(self.algorithm, str):
+            raise ModelError("algorithm", self.algorithm, "must be a string")
+        if self.warm_start is not None and not isinstance(self.warm_start, Mapping):
+            raise ModelError("warm_start", brief(self.warm_start), "must be a mapping of variable block names to values")
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1):
             raise ModelError("threads", self.threads, "must be a positive integer or None")
         if self.threads is not None and self.threads > MAX_THREADS:  # 10**9: std::bad_alloc inside HiGHS
@@ -81,6 +86,16 @@ class SolveOptions:
         for name in ("relax", "verbose"):  # relax="no" is truthy: it would solve the relaxation
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise ModelError(name, getattr(self, name), "must be True or False")
+
+
+def _real(value: object) -> float:
+    """``value`` as a float when it is a real number (not a bool) within a float's range; else NaN."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return math.nan
 
 
 @dataclass(frozen=True)
@@ -103,7 +118,7 @@ class Backend:
         if not caps.threads and options.threads is not None:
             raise InputError("threads", options.threads, f"{where}; leave threads=None")
         if not caps.warm_start and options.warm_start:
-            raise InputError("warm_start", sorted(options.warm_start), f"{where}; leave warm_start=None")
+            raise InputError("warm_start", sorted(map(str, options.warm_start)), f"{where}; leave warm_start=None")
         if options.algorithm not in caps.algorithms:
             raise InputError("algorithm", options.algorithm, f"{where}; choose from {sorted(caps.algorithms)}")
         if not caps.verbose and options.verbose:
