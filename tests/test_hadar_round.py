@@ -13,6 +13,9 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_scheduling_policy_state import (
+    _Rates,  # a job's whole-gang rate per GPU type, whatever the count
+)
 
 from heteroplan.cluster import Cluster, GPUType, Node
 from heteroplan.policies.base import Allocation, JobState
@@ -162,20 +165,6 @@ def test_idle_fill_keeps_a_queued_job_on_its_last_gpus() -> None:
     assert moved["j0"].placement == (("n0", 2),)
     faster = [np.array([1.0, 0.0, 4.0])]  # 4x faster elsewhere beats the 50 s restore
     assert fill_idle(residual(index, {}, [job], faster), [current], SLOT)["j0"].placement == (("n1", 2),)
-
-
-class _Rates:
-    """A job's whole-gang rate per GPU type (steps/s), whatever the count."""
-
-    def __init__(self, rates: dict[str, float]) -> None:
-        self.rates = rates
-
-    @property
-    def gpu_types(self) -> tuple[str, ...]:
-        return tuple(self.rates)
-
-    def goodput(self, gpu_type, num_nodes, num_gpus, progress=0.0):
-        return np.full(np.shape(num_gpus), self.rates[gpu_type], dtype=float)
 
 
 def test_commitments_follow_the_cluster_nodes_not_the_cluster_object() -> None:
