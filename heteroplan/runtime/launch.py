@@ -32,6 +32,7 @@ from heteroplan.runtime.flops import run_peak_tflops, task_forward_flops_per_lay
 from heteroplan.runtime.layout import stage_tp, world_size
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.netbench import free_port
+from heteroplan.runtime.schedule import PipelineChoice
 from heteroplan.runtime.worker import pipeline_choice, rank_entry
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 STOP_GRACE_S = 4.0
 """Seconds the ranks get after SIGTERM/SIGINT to finish their iteration and checkpoint before they are killed."""
 
-__all__ = ["RankProcesses", "RunHandle", "RunResult", "check_devices", "check_task", "launch", "run_plan"]
+__all__ = ["RankProcesses", "RunHandle", "RunResult", "RunSetup", "prepare_run", "check_devices", "check_task", "launch", "run_plan"]
 
 @dataclass
 class RunResult:
@@ -267,6 +268,43 @@ class RankProcesses:
                 p.join(timeout=5)
 
 
+@dataclass(frozen=True)
+class RunSetup:
+    """What every backend checks and counts before it starts a plan's ranks.
+
+    Attributes:
+        pipeline: the engine and schedules the plan runs with.
+        forward_flops: the model's forward FLOPs per sample (``None``: not counted).
+        recomputed_flops: forward FLOPs per sample its recomputing stages run again.
+        peak: (dense peak TFLOP/s of the plan's devices, where the figure comes from).
+        start_step: the iteration it resumes from (0, or the newest checkpoint's).
+    """
+
+    pipeline: PipelineChoice
+    forward_flops: float | None
+    recomputed_flops: float
+    peak: tuple[float, str]
+    start_step: int
+
+
+def prepare_run(plan: Plan, task: TrainTask, config: RunConfig) -> RunSetup:
+    """Check ``plan``, ``task`` and ``config`` (an :class:`InputError` naming the field before any rank
+    starts) and count what the run's result reports (local processes and Ray alike)."""
+    if not isinstance(config, RunConfig):
+        raise InputError("config", type(config).__name__, "must be a heteroplan.runtime.RunConfig")
+    check_task(task, plan)
+    check_dimensions(plan, _declared_dtype(task))
+    check_writable(config.checkpoint_dir)
+    pipeline = pipeline_choice(plan, config)  # InputError here if config.pipeline cannot run the plan
+    log.info("pipeline: %s", pipeline.describe())
+    per_layer = task_forward_flops_per_layer(task)
+    resume = latest_checkpoint(config.checkpoint_dir) if config.resume else None
+    return RunSetup(pipeline, None if per_layer is None else float(sum(per_layer)),
+                    0.0 if per_layer is None else recomputed_flops_per_sample(per_layer, plan),
+                    run_peak_tflops(plan, config.device, config.peak_tflops, world_size(plan)),
+                    resume.step if resume else 0)
+
+
 class RunHandle(RankProcesses):
     """A run in progress: poll its metrics, ask it to stop, wait for its result."""
 
@@ -274,23 +312,13 @@ class RunHandle(RankProcesses):
     """Where each rank ran, for backends that place ranks on other machines (local: empty)."""
 
     def __init__(self, plan: Plan, task: TrainTask, config: RunConfig) -> None:
-        if not isinstance(config, RunConfig):
-            raise InputError("config", type(config).__name__, "must be a heteroplan.runtime.RunConfig")
-        check_task(task, plan)
         check_process_count("plan.num_gpus", world_size(plan))  # one process per planned GPU
-        check_dimensions(plan, _declared_dtype(task))
-        check_writable(config.checkpoint_dir)
+        setup = prepare_run(plan, task, config)
         check_devices(plan, config)
-        self.pipeline = pipeline_choice(plan, config)  # InputError here if config.pipeline cannot run the plan
-        log.info("pipeline: %s", self.pipeline.describe())
-        per_layer = task_forward_flops_per_layer(task)
-        self.forward_flops = None if per_layer is None else float(sum(per_layer))
-        self.recomputed_flops = 0.0 if per_layer is None else recomputed_flops_per_sample(per_layer, plan)
-        self.peak = run_peak_tflops(plan, config.device, config.peak_tflops, world_size(plan))
+        self.pipeline, self.forward_flops, self.recomputed_flops = setup.pipeline, setup.forward_flops, setup.recomputed_flops
+        self.peak, self.start_step = setup.peak, setup.start_step
         self.plan = plan
         self.config = config
-        resume = latest_checkpoint(config.checkpoint_dir) if config.resume else None
-        self.start_step = resume.step if resume else 0
         super().__init__(world_size(plan), rank_entry, (plan.to_dict(), task, config),
                          timeout_s=config.timeout_s, startup_timeout_s=config.startup_timeout_s,
                          checkpoint_dir=config.checkpoint_dir)

@@ -33,7 +33,7 @@ from heteroplan.planner.plan import Plan
 from heteroplan.policies.base import Allocation
 from heteroplan.runtime.checkpoint import check_writable, latest_checkpoint
 from heteroplan.runtime.config import RunConfig, StepMetrics
-from heteroplan.runtime.launch import RunResult
+from heteroplan.runtime.launch import RunResult, prepare_run
 from heteroplan.runtime.layout import rank_layout, world_size
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.ray_cluster import NODE_ID_LABEL, RayNodes, cluster_from_ray, connect
@@ -144,10 +144,10 @@ class RayJobHandle:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        self.setup = prepare_run(plan, task, config)  # the local launcher's checks and counts
         self.plan, self.config, self.job_id = plan, config, job_id
         self.world_size = world_size(plan)
-        resume = latest_checkpoint(config.checkpoint_dir) if config.resume else None
-        self.start_step = resume.step if resume else 0
+        self.start_step = self.setup.start_step
         self._t0 = time.perf_counter()
         self._reports: list[StepMetrics] = []
         self._done: dict[int, int] = {}
@@ -250,9 +250,11 @@ class RayJobHandle:
         finally:
             self.terminate()
         final = max(self._done.values()) if self._done else self.start_step
+        setup = self.setup
         return RunResult(list(self._reports), final, self.start_step, latest_checkpoint(self.config.checkpoint_dir),
                          time.perf_counter() - self._t0, self.world_size, final < self.config.steps,
-                         {}, "ray")
+                         {}, f"ray: {setup.pipeline.describe()}", setup.forward_flops, self.plan.global_batch_size,
+                         *setup.peak, setup.recomputed_flops)
 
     def _fail(self, rank: int | None, reason: str) -> None:
         self.terminate()
