@@ -23,19 +23,20 @@ from heteroplan.planner.plan import Plan
 from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions
 
 
-def parse_gpus(text: str) -> dict[tuple[str, str], int]:
-    """``"A100-40@us-central1-a=64,V100-16@us-central1-a=64"`` -> ``{(type, zone): count}``."""
+def parse_gpus(text: str, flag: str = "--gpus", zone: str = "us-central1-a") -> dict[tuple[str, str], int]:
+    """``"A100-40@us-central1-a=64,V100-16@us-central1-a=64"`` -> ``{(type, zone): count}`` (``zone``
+    where none is given); errors name ``flag``."""
     pool: dict[tuple[str, str], int] = {}
     for item in filter(None, (p.strip() for p in text.split(","))):
         try:
             left, count = item.split("=")
-            gpu, zone = left.split("@") if "@" in left else (left, "us-central1-a")
-            key = (gpu.strip(), zone.strip())
+            gpu, where = left.split("@") if "@" in left else (left, zone)
+            key = (gpu.strip(), where.strip())
             pool[key] = pool.get(key, 0) + integer(1)(count.strip())  # a repeated TYPE@ZONE adds up
         except (ValueError, argparse.ArgumentTypeError):
-            raise InputError("--gpus", item, "expected TYPE@ZONE=COUNT, e.g. A100-40@us-central1-a=64") from None
+            raise InputError(flag, item, "expected TYPE@ZONE=COUNT, e.g. A100-40@us-central1-a=64") from None
     if not pool:
-        raise InputError("--gpus", text, "no GPUs given")
+        raise InputError(flag, text, "no GPUs given")
     return pool
 
 

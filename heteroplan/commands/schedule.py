@@ -130,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
     from heteroplan.atomic_json import write_json_atomic
     from heteroplan.cluster import Cluster, GPUType
     from heteroplan.commands.outdir import writable_dir
+    from heteroplan.commands.plan import parse_gpus
     from heteroplan.policies.registry import make_policy
 
     emulation = StepEmulation(_pairs("--emulate", args.emulate), overhead_s=args.overhead)
@@ -148,8 +149,9 @@ def run(args: argparse.Namespace) -> int:
         from heteroplan.runtime.backends import LocalBackend
 
         backend = LocalBackend()
-        counts = {name: int(n) for name, n in _pairs("--cluster", args.cluster).items()}
-        cluster = Cluster.from_counts(tuple(GPUType(t, 16, max(1, n)) for t, n in counts.items()), counts, "local")
+        counts = parse_gpus(args.cluster, "--cluster", zone="default")
+        per_node = {t: max(n for (tt, _), n in counts.items() if tt == t) for t, _ in counts}
+        cluster = Cluster.from_counts(tuple(GPUType(t, 16, n) for t, n in per_node.items()), counts, "local")
     workload = _workload(args, emulation)
     jobs = emulated_jobs(workload, RunConfig(lr=0.01, startup_timeout_s=300.0, timeout_s=120.0))
     rounds = (out / "rounds.jsonl").open("a", encoding="utf-8")

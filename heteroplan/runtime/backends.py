@@ -67,10 +67,6 @@ class ExecutionBackend(Protocol):
         """The cluster as the engine sees it now (``None``: it never changes)."""
         ...
 
-    def close(self) -> None:
-        """Release what the backend holds (connections, placement groups)."""
-        ...
-
 
 class LocalBackend:
     """Every rank a process of this machine, whatever node the decision names (one per GPU)."""
@@ -80,7 +76,4 @@ class LocalBackend:
         return launch(plan, task, config)
 
     def cluster(self) -> Cluster | None:
-        return None
-
-    def close(self) -> None:
         return None

@@ -14,7 +14,7 @@ import queue as queue_mod
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -286,6 +286,16 @@ class RunSetup:
     peak: tuple[float, str]
     start_step: int
 
+    def result(self, plan: Plan, config: RunConfig, steps: list[StepMetrics], done: Mapping[int, int], wall_s: float,
+               extra: dict, engine: str) -> RunResult:
+        """The :class:`RunResult` of a run of ``plan`` whose ranks reported ``steps`` (rank 0) and
+        finished at iterations ``done`` (by rank), ``wall_s`` seconds after launch; ``engine`` says
+        where its pipelines ran."""
+        final = max(done.values()) if done else self.start_step
+        return RunResult(steps, final, self.start_step, latest_checkpoint(config.checkpoint_dir), wall_s,
+                         world_size(plan), final < config.steps, extra, engine, self.forward_flops,
+                         plan.global_batch_size, *self.peak, self.recomputed_flops)
+
 
 def prepare_run(plan: Plan, task: TrainTask, config: RunConfig) -> RunSetup:
     """Check ``plan``, ``task`` and ``config`` (an :class:`InputError` naming the field before any rank
@@ -315,8 +325,7 @@ class RunHandle(RankProcesses):
         check_process_count("plan.num_gpus", world_size(plan))  # one process per planned GPU
         setup = prepare_run(plan, task, config)
         check_devices(plan, config)
-        self.pipeline, self.forward_flops, self.recomputed_flops = setup.pipeline, setup.forward_flops, setup.recomputed_flops
-        self.peak, self.start_step = setup.peak, setup.start_step
+        self.setup, self.pipeline, self.start_step = setup, setup.pipeline, setup.start_step
         self.plan = plan
         self.config = config
         super().__init__(world_size(plan), rank_entry, (plan.to_dict(), task, config),
@@ -331,11 +340,9 @@ class RunHandle(RankProcesses):
     def wait(self, timeout: float | None = None, progress: Callable[[StepMetrics], None] | None = None) -> RunResult:
         """Block until every rank is done; ``progress`` is called for each new iteration."""
         self.wait_all(timeout, progress)
-        final = max(self._done.values()) if self._done else self.start_step
-        return RunResult(list(self._reports), final, self.start_step, latest_checkpoint(self.config.checkpoint_dir),
-                         time.perf_counter() - self._t0, self.world_size, final < self.config.steps,
-                         {"signalled": self.signalled is not None, "signal": self.signal_number}, self.pipeline.describe(),
-                         self.forward_flops, self.plan.global_batch_size, *self.peak, self.recomputed_flops)
+        return self.setup.result(self.plan, self.config, list(self._reports), self._done, time.perf_counter() - self._t0,
+                                 {"signalled": self.signalled is not None, "signal": self.signal_number},
+                                 self.pipeline.describe())
 
 
 def check_task(task: TrainTask, plan: Plan | None = None, field: str = "plan.stages") -> None:

@@ -249,12 +249,8 @@ class RayJobHandle:
                 time.sleep(0.05)
         finally:
             self.terminate()
-        final = max(self._done.values()) if self._done else self.start_step
-        setup = self.setup
-        return RunResult(list(self._reports), final, self.start_step, latest_checkpoint(self.config.checkpoint_dir),
-                         time.perf_counter() - self._t0, self.world_size, final < self.config.steps,
-                         {}, f"ray: {setup.pipeline.describe()}", setup.forward_flops, self.plan.global_batch_size,
-                         *setup.peak, setup.recomputed_flops)
+        return self.setup.result(self.plan, self.config, list(self._reports), self._done,
+                                 time.perf_counter() - self._t0, {}, f"ray: {self.setup.pipeline.describe()}")
 
     def _fail(self, rank: int | None, reason: str) -> None:
         self.terminate()
@@ -332,6 +328,3 @@ class RayBackend:
             i = next(i for i, (t, _) in enumerate(slots) if t == gpu_type)
             out.append(slots.pop(i)[1])
         return out
-
-    def close(self) -> None:
-        return None

@@ -33,6 +33,7 @@ import numpy as np
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError, RankFailure, check_int, check_seconds
+from heteroplan.inputs import finite_number
 from heteroplan.names import path_component
 from heteroplan.perf.measurements import Measurements
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
@@ -92,8 +93,7 @@ class RuntimeJob:
 
     def __post_init__(self) -> None:
         path_component("job_id", self.job_id)  # its checkpoints go to workdir/<job_id>
-        if not (isinstance(self.restart_delay_s, int | float) and 0 <= self.restart_delay_s < float("inf")):
-            raise InputError(f"job[{self.job_id}].restart_delay_s", self.restart_delay_s, "must be seconds >= 0")
+        finite_number(f"job[{self.job_id}].restart_delay_s", self.restart_delay_s, low=0.0)
         for name in ("steps", "global_batch_size", "max_gpus"):
             check_int(f"job[{self.job_id}].{name}", getattr(self, name), 1)
         if not (isinstance(self.arrival_time, int | float) and self.arrival_time >= 0):
@@ -231,23 +231,17 @@ def _concurrently(calls: Mapping[str, Callable[[], Any]]) -> dict[str, Any]:
     """Each call's result (or the :class:`RankFailure` it raised), the calls run in threads at once:
     a round's starts and stops overlap their waits (actor start-up, checkpoints) instead of adding
     them up. Any other exception is raised once every call has ended."""
-    if len(calls) <= 1:
-        out: dict[str, Any] = {}
-        for key, call in calls.items():
-            try:
-                out[key] = call()
-            except RankFailure as exc:
-                out[key] = exc
-        return out
+    def guarded(call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except RankFailure as exc:
+            return exc
+
+    if len(calls) <= 1:  # no thread for one call
+        return {key: guarded(call) for key, call in calls.items()}
     with ThreadPoolExecutor(max_workers=min(len(calls), 16)) as pool:
-        futures = {key: pool.submit(call) for key, call in calls.items()}
-    out = {}
-    for key, future in futures.items():
-        exc = future.exception()
-        if exc is not None and not isinstance(exc, RankFailure):
-            raise exc
-        out[key] = exc if exc is not None else future.result()
-    return out
+        futures = {key: pool.submit(guarded, call) for key, call in calls.items()}
+    return {key: future.result() for key, future in futures.items()}
 
 
 class _Declared(PolicyBase):
@@ -326,6 +320,7 @@ class RoundExecutor:
         self.latencies: list[RestartLatency] = []
         self.placements: dict[str, list[Any]] = {}
         self._running: dict[str, _Running] = {}
+        self._events: list[ExecutorEvent] = []  # this round's (a stop at shutdown may add to them)
         self.stopped_by: StopFlag | None = None  # the run's signal flag (its signum: SIGINT/SIGTERM, or None)
         self._by_id = {j.job_id: j for j in self.jobs}
         self._saving = True
@@ -420,22 +415,31 @@ class RoundExecutor:
     def _failed(self, job: RuntimeJob, exc: RankFailure, kind: EventKind) -> None:
         """``job``'s run failed: its ranks are gone; it restarts from its checkpoint next round, or
         is given up after ``max_failures`` failures."""
-        run = self._running.pop(job.job_id, None)
-        if run is not None:
-            run.handle.terminate()
-            self._observe(job, run)
+        self._drop(job.job_id)
         now = self._now()
         checkpoint = latest_checkpoint(self.workdir / job.job_id)
         redone = max(0, self._steps_done(job) - (checkpoint.step if checkpoint else 0))
         record = self.session.record(job.job_id)
         if record.finish_time is None and record.gave_up is None:
             self.session.fail(job.job_id, now, steps_redone=redone)
-        self._events.append(ExecutorEvent(kind, job.job_id, now, f"{exc.reason.splitlines()[0][:200]}; "
-                                          f"{redone} iteration(s) to redo"))
-        if self.session.record(job.job_id).failures >= self.max_failures:
-            reason = f"failed {self.max_failures} times; last: {exc.reason.splitlines()[0][:200]}"
-            self.session.give_up(job.job_id, now, reason)
-            self._events.append(ExecutorEvent(EventKind.GIVE_UP, job.job_id, now, reason))
+        cause = exc.reason.splitlines()[0][:200]
+        self._events.append(ExecutorEvent(kind, job.job_id, now, f"{cause}; {redone} iteration(s) to redo"))
+        self._give_up_if_exhausted(job.job_id, now, cause)
+
+    def _drop(self, job_id: str) -> None:
+        """``job_id``'s ranks are gone or going: kill what is left, keep what they reported."""
+        run = self._running.pop(job_id, None)
+        if run is not None:
+            run.handle.terminate()
+            self._observe(self._by_id[job_id], run)
+
+    def _give_up_if_exhausted(self, job_id: str, now: float, cause: str) -> None:
+        """After ``max_failures`` failures the job is given up, with its last failure as the reason."""
+        record = self.session.record(job_id)
+        if record.gave_up is None and record.failures >= self.max_failures:
+            reason = f"failed {self.max_failures} times; last: {cause}"
+            self.session.give_up(job_id, now, reason)
+            self._events.append(ExecutorEvent(EventKind.GIVE_UP, job_id, now, reason))
 
     def _launch(self, starts: list[Decision], decided: float) -> None:
         """Start the jobs of ``starts`` on their allocations, all at once (a backend's start-up:
@@ -476,14 +480,9 @@ class RoundExecutor:
         for name in sorted(old - new):
             self._events.append(ExecutorEvent(EventKind.NODE_LOST, name, now))
         for jid in self.session.update_cluster(cluster, now):
-            run = self._running.pop(jid, None)
-            if run is not None:
-                run.handle.terminate()
-                self._observe(self._by_id[jid], run)
+            self._drop(jid)
             self._events.append(ExecutorEvent(EventKind.LOST, jid, now, "its node left the cluster"))
-            if self.session.record(jid).failures >= self.max_failures:
-                self.session.give_up(jid, now, f"lost its node; failed {self.max_failures} times")
-                self._events.append(ExecutorEvent(EventKind.GIVE_UP, jid, now))
+            self._give_up_if_exhausted(jid, now, "its node left the cluster")
         self.cluster = cluster
 
     def _save(self) -> None:
@@ -491,7 +490,7 @@ class RoundExecutor:
             return
         try:
             self.session.save(self.workdir / self.SESSION_FILE)
-        except InputError as exc:  # a performance model that cannot be saved: say so once
+        except InputError as exc:  # the path cannot be written: say so once, keep running
             log.warning("the session is not saved (the run cannot be resumed): %s", exc)
             self._saving = False
 
@@ -521,7 +520,7 @@ class RoundExecutor:
         return self.outcomes
 
     def _round(self, index: int, stopped: Callable[[], bool]) -> None:
-        self._events: list[ExecutorEvent] = []
+        self._events = []
         self._refresh_cluster()
         now = self._now()
         decided = time.monotonic()

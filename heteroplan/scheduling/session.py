@@ -313,11 +313,7 @@ class SchedulingSession:
         if job.finish_time is not None:
             raise InputError(f"job[{job_id}]", job_id, f"already finished at {job.finish_time} s")
         at = check_finish(f"job[{job_id}].finish.at", at, job.arrival_time, self._last_round)
-        if job.allocation is not None and self._last_round is not None:
-            job.gpu_seconds += job.allocation.num_gpus * max(0.0, at - self._last_round)
-            job.restored += min(job.restore_left, max(0.0, at - self._last_round))
-        job.allocation = None
-        job.restore_left = 0.0
+        self._release(job, at)
         job.work_done = job.total_work
         job.finish_time = float(at)
         return self.record(job_id)
