@@ -9,16 +9,7 @@
 # matrix 275 s (profile 104 s): 407 s with PRECISIONS=bf16 STEPS=4 REPEATS=4 SWEEPS=2; both
 # precisions do not fit one 600 s call. CLOSED_LOOP=0 skips the closed loop (e.g. PROBE only).
 set -u
-export PYTHONUNBUFFERED=1  # partial logs come back if a step is cut off
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export PYTHONPATH=$PWD
-# The caching allocator with expandable segments (what the runtime's ranks use unless
-# PYTORCH_CUDA_ALLOC_CONF is set): ALLOC_CONF= (empty) runs torch's default instead.
-export PYTORCH_CUDA_ALLOC_CONF=${ALLOC_CONF-expandable_segments:True}
-[ -z "$PYTORCH_CUDA_ALLOC_CONF" ] && unset PYTORCH_CUDA_ALLOC_CONF
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-  python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name())";   echo "PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-}"; } > "$OUT/device.txt" 2>&1
-SECONDS=0
+source "$(dirname "$0")/gpu_env.sh"  # $OUT, PYTHONPATH, the allocator, device.txt, SECONDS=0
 if [ "${CUDA_TESTS:-1}" = 1 ]; then
   timeout 180 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_cuda.py > "$OUT/cuda_tests.txt" 2>&1
   tail -3 "$OUT/cuda_tests.txt"

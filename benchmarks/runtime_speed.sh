@@ -8,16 +8,7 @@
 # over two calls. Env: MODELS, PRECISION (bf16), GBS (32), MBS (8), STEPS (6), VARIANTS, CUDA_TESTS (1),
 # SPEED_S (per-model timeout, 420), EXTRA (more flags for runtime_speed.py).
 set -u
-export PYTHONUNBUFFERED=1  # partial logs come back if a step is cut off
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export PYTHONPATH=$PWD
-export PYTORCH_CUDA_ALLOC_CONF=${ALLOC_CONF-expandable_segments:True}
-[ -z "$PYTORCH_CUDA_ALLOC_CONF" ] && unset PYTORCH_CUDA_ALLOC_CONF
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-  python3 -c "import torch, triton; print(torch.__version__, torch.version.cuda, 'triton', triton.__version__, torch.cuda.get_device_name())"
-  echo "PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-}"; } > "$OUT/device.txt" 2>&1
-cat "$OUT/device.txt"
-SECONDS=0
+source "$(dirname "$0")/gpu_env.sh"  # $OUT, PYTHONPATH, the allocator, device.txt, SECONDS=0
 if [ "${CUDA_TESTS:-1}" = 1 ]; then  # compiled (alone and graphed) against eager, float64
   timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_cuda.py -k compiled > "$OUT/cuda_tests.txt" 2>&1
   echo "cuda tests rc=$? after ${SECONDS}s"; tail -3 "$OUT/cuda_tests.txt"

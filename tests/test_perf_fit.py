@@ -70,17 +70,19 @@ def test_load_trace_files_any_column_order() -> None:
     assert run.batch_size == 128 and len(run.progress) == 100
 
 
-def test_missing_column_names_file_and_column(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("text", "match"), [
+    ("placement,local_bsz,step_time\n1,32,0.1\n", r"placements-aws\.csv: column='sync_time'"),
+    ("placement,local_bsz,step_time,sync_time\n1,32,fast,0.0\n", "step_time"),
+    ("placement,local_bsz,step_time,sync_time\n1,-4,0.1,0.0\n", "local_bsz"),
+])
+def test_bad_placements_file_names_file_and_column(tmp_path: Path, text: str, match: str) -> None:
     bad = tmp_path / "placements-aws.csv"
-    bad.write_text("placement,local_bsz,step_time\n1,32,0.1\n")
-    with pytest.raises(InputError, match=r"placements-aws\.csv: column='sync_time'"):
+    bad.write_text(text)
+    with pytest.raises(InputError, match=match):
         load_placements(bad)
-    bad.write_text("placement,local_bsz,step_time,sync_time\n1,32,fast,0.0\n")
-    with pytest.raises(InputError, match="step_time"):
-        load_placements(bad)
-    bad.write_text("placement,local_bsz,step_time,sync_time\n1,-4,0.1,0.0\n")
-    with pytest.raises(InputError, match="local_bsz"):
-        load_placements(bad)
+
+
+def test_missing_placements_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no such file"):
         load_placements(tmp_path / "nope.csv")
 

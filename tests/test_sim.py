@@ -141,17 +141,17 @@ def test_a_run_that_cannot_progress_stops_and_says_stalled() -> None:
     assert res.end_time <= 3600 + 3 * 60
 
 
-def test_bad_workload_rows_name_the_row(tmp_path) -> None:
+@pytest.mark.parametrize(("text", "match", "known"), [
+    ("name,time,application,num_replicas,batch_size\na,0,cifar10,2,256\nb,10,cifar10,-1,256\n",
+     r"w.csv:row 2.num_replicas", None),
+    ("name,time,application\na,0,cifar10\n", "missing columns", None),
+    ("name,time,application,num_replicas,batch_size\na,0,tpu-app,2,256\n", "unknown application", {"cifar10"}),
+])
+def test_bad_workload_rows_name_the_row(tmp_path, text, match, known) -> None:
     path = tmp_path / "w.csv"
-    path.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,2,256\nb,10,cifar10,-1,256\n")
-    with pytest.raises(InputError, match=r"w.csv:row 2.num_replicas"):
-        read_sia_workload(path)
-    path.write_text("name,time,application\na,0,cifar10\n")
-    with pytest.raises(InputError, match="missing columns"):
-        read_sia_workload(path)
-    path.write_text("name,time,application,num_replicas,batch_size\na,0,tpu-app,2,256\n")
-    with pytest.raises(InputError, match="unknown application"):
-        read_sia_workload(path, known_apps={"cifar10"})
+    path.write_text(text)
+    with pytest.raises(InputError, match=match):
+        read_sia_workload(path, known_apps=known) if known else read_sia_workload(path)
 
 
 def test_empty_round_and_empty_workload() -> None:

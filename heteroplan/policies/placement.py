@@ -152,20 +152,7 @@ def _place_on_topology(
     for job, gpu_type, count in todo:
         nodes = [n for n in by_type.get(gpu_type, ()) if free[n] > 0]
         cluster.gpu_type(gpu_type)
-        chosen = choose_under_switches(topology, free, nodes, count)
-        if not chosen:
-            fits = [n for n in nodes if free[n] >= count]
-            if fits:
-                best = min(fits, key=lambda n: (free[n], n))
-                chosen = [(best, count)]
-        if not chosen and sum(free[n] for n in nodes) >= count:
-            left = count
-            for n in sorted(nodes, key=lambda n: (-free[n], n)):
-                take = min(free[n], left)
-                chosen.append((n, take))
-                left -= take
-                if left == 0:
-                    break
+        chosen = choose_under_switches(topology, free, nodes, count) or _tightest_or_spread(nodes, free, count)
         if not chosen:
             failed.append(job)
             continue
@@ -173,3 +160,22 @@ def _place_on_topology(
             free[n] -= c
         placed[job] = Allocation(gpu_type, count, tuple(chosen))
     return placed, failed
+
+
+def _tightest_or_spread(nodes: list[str], free: dict[str, int], count: int) -> list[tuple[str, int]]:
+    """``count`` GPUs on the fullest node that holds them all, else spread over the freest nodes
+    (fewest nodes first); ``[]`` when ``nodes`` lack ``count`` free GPUs."""
+    fits = [n for n in nodes if free[n] >= count]
+    if fits:
+        return [(min(fits, key=lambda n: (free[n], n)), count)]
+    if sum(free[n] for n in nodes) < count:
+        return []
+    chosen: list[tuple[str, int]] = []
+    left = count
+    for n in sorted(nodes, key=lambda n: (-free[n], n)):
+        take = min(free[n], left)
+        chosen.append((n, take))
+        left -= take
+        if left == 0:
+            break
+    return chosen
