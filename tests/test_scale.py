@@ -36,16 +36,15 @@ def scan_place(cluster, wanted, previous):
         by_type.setdefault(n.gpu_type, []).append(n.name)
     capacity = {n.name: n.num_gpus for n in cluster.nodes}
     free = dict(capacity)
-    placed, todo = {}, []
-    for job, (gpu_type, count) in wanted.items():
+    def kept(job):  # the job's previous allocation where it asks for the same again
         old = previous.get(job)
-        if old is not None and old.gpu_type == gpu_type and old.num_gpus == count and old.placement:
-            placed[job] = old
-            for node, c in old.placement:
-                free[node] -= c
-        else:
-            todo.append((job, gpu_type, count))
-    todo.sort(key=lambda t: (-t[2], t[0]))
+        return old if old is not None and old.placement and (old.gpu_type, old.num_gpus) == wanted[job] else None
+
+    placed = {job: kept(job) for job in wanted if kept(job) is not None}
+    for alloc in placed.values():
+        for node, c in alloc.placement:
+            free[node] -= c
+    todo = sorted(((job, *wanted[job]) for job in wanted if job not in placed), key=lambda t: (-t[2], t[0]))
     failed = []
     for job, gpu_type, count in todo:
         nodes = [n for n in by_type.get(gpu_type, ()) if free[n] > 0]
@@ -68,12 +67,11 @@ def scan_place(cluster, wanted, previous):
                 left -= take
                 if left == 0:
                     break
-        if not chosen:
+        if chosen:
+            free.update({n: free[n] - c for n, c in chosen})
+            placed[job] = Allocation(gpu_type, count, tuple(chosen))
+        else:
             failed.append(job)
-            continue
-        for n, c in chosen:
-            free[n] -= c
-        placed[job] = Allocation(gpu_type, count, tuple(chosen))
     return placed, failed
 
 

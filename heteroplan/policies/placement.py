@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from heteroplan.cluster import Cluster
 from heteroplan.errors import PolicyError
 from heteroplan.policies.base import Allocation
-from heteroplan.policies.topology_placement import choose_under_switches
+from heteroplan.policies.topology_placement import choose_under_switches, fill_in_order
 from heteroplan.topology import Topology
 
 __all__ = ["place", "free_gpus"]
@@ -170,12 +170,4 @@ def _tightest_or_spread(nodes: list[str], free: dict[str, int], count: int) -> l
         return [(min(fits, key=lambda n: (free[n], n)), count)]
     if sum(free[n] for n in nodes) < count:
         return []
-    chosen: list[tuple[str, int]] = []
-    left = count
-    for n in sorted(nodes, key=lambda n: (-free[n], n)):
-        take = min(free[n], left)
-        chosen.append((n, take))
-        left -= take
-        if left == 0:
-            break
-    return chosen
+    return fill_in_order(sorted(nodes, key=lambda n: (-free[n], n)), free, count)

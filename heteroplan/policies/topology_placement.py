@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from heteroplan.topology import Topology
 
-__all__ = ["choose_under_switches"]
+__all__ = ["choose_under_switches", "fill_in_order"]
 
 
 def choose_under_switches(topology: Topology, free: Mapping[str, int], nodes: list[str], count: int) -> list[tuple[str, int]]:
@@ -35,6 +35,12 @@ def choose_under_switches(topology: Topology, free: Mapping[str, int], nodes: li
         order = groups[min(holding, key=lambda sw: (room[sw], sw))]
     else:  # spread over as few switches as possible: roomiest switches first
         order = [n for sw in sorted(groups, key=lambda sw: (-room[sw], sw)) for n in groups[sw]]
+    return fill_in_order(order, free, count)
+
+
+def fill_in_order(order: list[str], free: dict[str, int], count: int) -> list[tuple[str, int]]:
+    """``count`` GPUs taken from the nodes of ``order`` in turn, each node's free GPUs in full but
+    the last's: ``(node, GPUs)`` pairs (short of ``count`` when ``order`` lacks them)."""
     chosen: list[tuple[str, int]] = []
     left = count
     for n in order:
