@@ -145,7 +145,9 @@ class StageTrainer:
     Ranks of the plan are the global ranks ``0 .. plan ranks - 1`` (a larger world may hold other
     plans' ranks too). ``groups`` are the plan's data- and tensor-parallel groups, as
     :func:`~heteroplan.runtime.tensor_parallel.create_groups` returns them; ``group`` the plan's
-    ranks for the end-of-iteration control all-reduce (``None``: the default group).
+    ranks for the end-of-iteration control all-reduce (``None``: the default group). The stage is
+    built by ``appliers``, one per dimension, in order (precision, recomputation, tensor
+    parallelism, compile, CUDA graphs, optimizer sharding: :data:`~heteroplan.runtime.appliers.APPLIERS`).
 
     The forwards and backwards of an iteration run under ``torch.distributed.pipelining`` when
     :func:`pipeline_choice` says so (``groups`` must then hold the pipeline groups:
