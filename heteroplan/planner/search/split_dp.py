@@ -131,7 +131,7 @@ def _enumerated_split(sigma: np.ndarray, w: np.ndarray, y: np.ndarray, weight: i
     return SplitResult(tuple(int(x) for x in bnd[k]), float(total[k]), float(s_max[k]), float(wsum[k]), float(y_max[k]), True)
 
 
-# Over 80 lines on purpose: one exact algorithm (bottleneck thresholds, then (bottleneck, sync) pairs)
+# long: one exact algorithm (bottleneck thresholds, then (bottleneck, sync) pairs)
 # whose nested helpers share and tighten the incumbent (best, calls); split apart they would pass
 # that state back and forth. Each phase is a named closure with its own docstring.
 def best_split(
