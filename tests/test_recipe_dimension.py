@@ -3,13 +3,9 @@ loss scaling) added to the runtime's applier list trains as one process does."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install torch==2.13.0 (CPU wheel: --index-url https://download.pytorch.org/whl/cpu)")
-dist = pytest.importorskip("torch.distributed", reason="the runtime tests need torch.distributed")
 
 from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
@@ -18,18 +14,8 @@ from heteroplan.runtime.appliers import APPLIERS, StageBuild, StageContext  # no
 from heteroplan.runtime.tensor_parallel import create_groups  # noqa: E402
 from heteroplan.runtime.worker import StageTrainer  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 TASK = TinyGPTTask(n_layers=2, dtype="float64")  # 4 plan layers
 GBS = 8
-
-
-def recipe(marker: str) -> dict[str, object]:
-    """Run the block of docs/contributing.md that contains ``marker``; its namespace."""
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "contributing.md").read_text(), flags=re.S)
-    (code,) = [b for b in blocks if marker in b]
-    namespace: dict[str, object] = {"__name__": "contributing"}
-    exec(compile(code, "contributing.md", "exec", dont_inherit=True), namespace)  # noqa: S102 - our own docs
-    return namespace
 
 
 class Logged:
@@ -47,23 +33,12 @@ class Logged:
         self.inner.apply(build, ctx)
 
 
-@pytest.fixture
-def one_rank_group(tmp_path: Path):
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialised in this process")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 def one_gpu_plan() -> Plan:
     return Plan("tiny-gpt", GBS, 2, (Stage(0, 4, (ReplicaGroup("cpu", "local"),)),))
 
 
-def test_a_new_applier_runs_in_its_place_and_trains_as_one_process(one_rank_group) -> None:
-    scale_applier = recipe("class LossScaleApplier")["LossScaleApplier"]
+def test_a_new_applier_runs_in_its_place_and_trains_as_one_process(one_rank_group, docs_block) -> None:
+    scale_applier = docs_block("contributing.md", "class LossScaleApplier")["LossScaleApplier"]
     applier = scale_applier(1024.0)
     log: list[tuple[str, str]] = []
     appliers = tuple(Logged(a, log) for a in (*APPLIERS, applier))
@@ -82,8 +57,8 @@ def test_a_new_applier_runs_in_its_place_and_trains_as_one_process(one_rank_grou
     assert max(float((state[k] - v).abs().max()) for k, v in TASK.build_model().state_dict().items()) > 1e-6
 
 
-def test_a_new_applier_refuses_what_it_cannot_run_before_the_stage_is_built(one_rank_group) -> None:
-    scale_applier = recipe("class LossScaleApplier")["LossScaleApplier"]
+def test_a_new_applier_refuses_what_it_cannot_run_before_the_stage_is_built(one_rank_group, docs_block) -> None:
+    scale_applier = docs_block("contributing.md", "class LossScaleApplier")["LossScaleApplier"]
     plan = one_gpu_plan()
     with pytest.raises(InputError, match="loss_scale.*power of two"):
         StageTrainer(plan, TASK, RunConfig(pipeline="heteroplan"), 0, create_groups(plan),

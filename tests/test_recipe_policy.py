@@ -3,9 +3,7 @@ registered by name, runs in the simulator and in a scheduling session with known
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -17,17 +15,12 @@ from heteroplan.scheduling import ParkReason
 from heteroplan.sim.compare import compare_policies
 from heteroplan.workload.rigid import RigidJob
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 @pytest.fixture(scope="module")
-def recipe() -> Iterator[dict[str, object]]:
+def recipe(docs_block) -> Iterator[dict[str, object]]:
     """The namespace of docs/contributing.md's policy block (it registers the policy, which is
     taken out of the registry again afterwards, as tests/test_scheduling_session.py does)."""
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "contributing.md").read_text(), flags=re.S)
-    (code,) = [b for b in blocks if "class LeastWorkFirst" in b]
-    namespace: dict[str, object] = {"__name__": "contributing"}
-    exec(compile(code, "contributing.md", "exec", dont_inherit=True), namespace)  # noqa: S102 - our own docs
+    namespace = docs_block("contributing.md", "class LeastWorkFirst")
     try:
         yield namespace
     finally:
