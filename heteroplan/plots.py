@@ -179,21 +179,10 @@ def pipeline_timeline(
     if new_figure:
         fig.set_size_inches(8.0, 1.5 + 0.5 * S)
     rows = np.repeat(np.arange(S), M)
-    c = sched.comm
     fs, fe = sched.forward_start[:, :M], sched.forward_end[:, :M]
     bs, be = sched.backward_start[:, :M], sched.backward_end[:, :M]
     h = 0.8
-    if sched.transfers is not None:  # replayed: the transfers as they crossed, under the sender's row
-        t = sched.transfers[(sched.transfers[:, 2] < M) & (sched.transfers[:, 4] > sched.transfers[:, 3])]
-        ax.barh(t[:, 0] + h / 2 + 0.05, t[:, 4] - t[:, 3], left=t[:, 3], height=0.1, color="0.5", label="comm")
-    else:  # blocking: receive before each op, send after it (zero-length ones are dropped)
-        recv_f, send_f = np.broadcast_to(c[:S, None], fs.shape), np.broadcast_to(c[1:, None], fs.shape)
-        recv_b, send_b = send_f, recv_f
-        comm_left = np.concatenate([fs - recv_f, fe, bs - recv_b, be], axis=None)
-        comm_width = np.concatenate([recv_f, send_f, recv_b, send_b], axis=None)
-        comm_rows = np.tile(rows, 4)
-        keep = comm_width > 0
-        ax.barh(comm_rows[keep], comm_width[keep], left=comm_left[keep], height=h * 0.4, color="0.7", label="comm")
+    _draw_transfers(ax, sched, M, h)
     ax.barh(rows, (fe - fs).ravel(), left=fs.ravel(), height=h, color="tab:blue", edgecolor="white", lw=0.5,
             label="forward")
     ax.barh(rows, (be - bs).ravel(), left=bs.ravel(), height=h, color="tab:orange", edgecolor="white", lw=0.5,
@@ -218,6 +207,26 @@ def pipeline_timeline(
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
     fig.tight_layout()
     return save(fig, path)
+
+
+def _draw_transfers(ax: Any, sched: Any, M: int, h: float) -> None:
+    """The ``"comm"`` bars of :func:`pipeline_timeline` for the first ``M`` microbatches (``h``:
+    the ops' bar height): on a replayed replica the transfers as they crossed, under the sender's
+    row; on a blocking one a receive before each op and a send after it (zero-length ones dropped)."""
+    if sched.transfers is not None:
+        t = sched.transfers[(sched.transfers[:, 2] < M) & (sched.transfers[:, 4] > sched.transfers[:, 3])]
+        ax.barh(t[:, 0] + h / 2 + 0.05, t[:, 4] - t[:, 3], left=t[:, 3], height=0.1, color="0.5", label="comm")
+        return
+    S, c = sched.num_stages, sched.comm
+    fs, fe = sched.forward_start[:, :M], sched.forward_end[:, :M]
+    bs, be = sched.backward_start[:, :M], sched.backward_end[:, :M]
+    recv_f, send_f = np.broadcast_to(c[:S, None], fs.shape), np.broadcast_to(c[1:, None], fs.shape)
+    recv_b, send_b = send_f, recv_f
+    comm_left = np.concatenate([fs - recv_f, fe, bs - recv_b, be], axis=None)
+    comm_width = np.concatenate([recv_f, send_f, recv_b, send_b], axis=None)
+    comm_rows = np.tile(np.repeat(np.arange(S), M), 4)
+    keep = comm_width > 0
+    ax.barh(comm_rows[keep], comm_width[keep], left=comm_left[keep], height=h * 0.4, color="0.7", label="comm")
 
 
 def cost_throughput_front(

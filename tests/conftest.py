@@ -8,7 +8,9 @@
   installs them and runs exactly those node ids again.
 
 Fixtures shared by the test modules: ``cli_error`` (run the CLI expecting exit code 2, get stderr);
-every test's matplotlib figures are closed after it (``_close_figures``).
+``one_rank_group`` (a one-process gloo group, torch only); every test's matplotlib figures are
+closed after it (``_close_figures``); ``docs_block`` gives ``run_docs_block(page, marker)``, which
+runs the one Python block of ``docs/<page>`` that contains ``marker`` and returns its namespace.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +87,35 @@ def _close_figures():
     pyplot = sys.modules.get("matplotlib.pyplot")
     if pyplot is not None:
         pyplot.close("all")
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    """A one-process ``torch.distributed`` gloo group (its ``WORLD``), destroyed after the test;
+    the test is skipped where a group already exists in this process."""
+    pytest.importorskip("torch", reason="the runtime tests need torch: pip install torch==2.13.0 (CPU wheel: --index-url https://download.pytorch.org/whl/cpu)")
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised in this process")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()
+
+
+def run_docs_block(page: str, marker: str) -> dict[str, object]:
+    """Run the one ```python block of ``docs/<page>`` that contains ``marker`` (compiled without
+    this module's ``__future__`` flags, as a reader's script would be); its namespace."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / page).read_text(encoding="utf-8")
+    (code,) = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if marker in b]
+    namespace: dict[str, object] = {"__name__": "docs"}
+    exec(compile(code, page, "exec", dont_inherit=True), namespace)  # noqa: S102 - our own docs
+    return namespace
+
+
+@pytest.fixture(scope="session")
+def docs_block() -> Callable[[str, str], dict[str, object]]:
+    """:func:`run_docs_block`, for test modules (which do not import conftest)."""
+    return run_docs_block

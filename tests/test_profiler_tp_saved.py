@@ -15,22 +15,10 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip install torch==2.13.0 (CPU wheel: --index-url https://download.pytorch.org/whl/cpu)")
 
-import torch.distributed as dist  # noqa: E402
 
 from heteroplan.runtime import TinyGPTTask  # noqa: E402
 from heteroplan.runtime.profiler import _saved_bytes  # noqa: E402
 from heteroplan.runtime.tensor_parallel import shard_layers  # noqa: E402
-
-
-@pytest.fixture
-def one_rank_group(tmp_path):
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialised in this process")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
-    try:
-        yield dist.group.WORLD
-    finally:
-        dist.destroy_process_group()
 
 
 def test_a_sharded_block_saves_the_bytes_of_the_plain_block(one_rank_group) -> None:

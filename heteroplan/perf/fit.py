@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import expit
@@ -171,15 +172,25 @@ def _fit(
     prior: ThroughputParams | None,
     missing: str,
 ) -> ThroughputParams:
-    """:func:`fit_throughput_params` without the cache (arguments checked by the caller)."""
-    n_nodes, k, m = meas.num_nodes, meas.num_gpus, meas.local_bsz
+    """:func:`fit_throughput_params` without the cache (arguments checked by the caller): which
+    parameters are free, where the fit starts and what the prior pulls towards, the measurements
+    collapsed into rows, then Levenberg-Marquardt on them."""
+    guess = _initial_guess(meas)
+    free, tie, fixed = _parameter_roles(meas, guess, fallback, missing)
+    is_gamma, x0, center = _start_and_center(guess, init, prior, free)
+    rows = _collapsed_rows(meas, sync_weight)
+    return _solve(rows, free, tie, fixed, is_gamma, x0, center, prior_weight)
+
+
+def _parameter_roles(meas: Measurements, guess: np.ndarray, fallback: ThroughputParams | None,
+                     missing: str) -> tuple[list[int], dict[int, int], dict[int, float]]:
+    """Which of the 7 parameters are free (indices); the others are tied to another index or
+    fixed (to the fallback's value) where the measurements cannot tell them."""
+    n_nodes, k = meas.num_nodes, meas.num_gpus
     multi = k > 1
     intra = multi & (n_nodes == 1)
     inter = multi & (n_nodes > 1)
-    guess = _initial_guess(meas)
     fb = (fallback or ThroughputParams(guess[0], guess[1])).as_array()
-
-    # Which of the 7 parameters are free; others are fixed or tied to another index.
     free = [0, 1]
     tie: dict[int, int] = {}
     fixed: dict[int, float] = {}
@@ -198,7 +209,14 @@ def _fit(
         free.append(6)
     else:
         fixed.update({i: fb[i] for i in (2, 3, 4, 5, 6)})
+    return free, tie, fixed
 
+
+def _start_and_center(guess: np.ndarray, init: ThroughputParams | None, prior: ThroughputParams | None,
+                      free: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which free column is gamma, the free columns' starting point (log-parameters; gamma as
+    its softplus argument z) and the prior's centre (log-parameters, and gamma itself, not z, so
+    its pull is uniform)."""
     start = guess.copy()
     if init is not None:
         start = np.where(init.as_array() > 0, init.as_array(), guess)
@@ -212,8 +230,30 @@ def _fit(
         guess_c[6] = 1.0
     # Prior centre: log-parameters, and gamma itself (not z) so its pull is uniform.
     center = np.where(is_gamma, guess_c[free], np.log(np.maximum(guess_c[free], 1e-9)))
-    # Rows with equal (nodes, GPUs, local batch) collapse into one residual weighted by
-    # sqrt(count) on their mean log time: the same objective, fewer rows.
+    return is_gamma, x0, center
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The measurements collapsed by (nodes, GPUs, local batch): per unique row its local batch
+    ``u_m``, ``weight`` (sqrt of its count) and mean log step time; the rows with a measured
+    sync time (``sync_rows``), their mean log sync time and weights; ``basis`` with
+    ``t_grad = basis[:, :2] . p[0:2]`` and ``t_sync = basis[:, 2:6] . p[2:6]``."""
+
+    u_m: np.ndarray
+    weight: np.ndarray
+    log_step: np.ndarray
+    sync_rows: np.ndarray
+    log_sync: np.ndarray
+    sync_w: np.ndarray
+    basis: np.ndarray
+
+
+def _collapsed_rows(meas: Measurements, sync_weight: float) -> _Rows:
+    """Rows with equal (nodes, GPUs, local batch) collapsed into one residual weighted by
+    sqrt(count) on their mean log time: the same objective, fewer rows."""
+    n_nodes, k, m = meas.num_nodes, meas.num_gpus, meas.local_bsz
+    multi = k > 1
     keys = np.stack([n_nodes, k, m], axis=1)
     uniq, inverse, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
     inverse = inverse.ravel()
@@ -234,13 +274,26 @@ def _fit(
     # Basis: t_grad = [1, m] . p[0:2] and t_sync = basis[:, 2:6] . p[2:6] for every row.
     basis = np.stack([np.ones_like(u_m), u_m, intra_u, intra_u * extra, inter_u,
                       inter_u * extra], axis=1)
-    sync_basis = basis[sync_rows, 2:6]
-    free_idx = np.array(free)
-    # cmap[i, j] = 1 when full parameter i takes its value (and gradient) from free column j.
+    return _Rows(u_m, weight, log_step, sync_rows, log_sync, sync_w, basis)
+
+
+def _column_map(free: list[int], tie: dict[int, int]) -> np.ndarray:
+    """``cmap[i, j] = 1`` when full parameter ``i`` takes its value (and gradient) from free column ``j``."""
     cmap = np.zeros((7, len(free)))
-    cmap[free_idx, np.arange(len(free))] = 1.0
+    cmap[np.array(free), np.arange(len(free))] = 1.0
     for i, j in tie.items():
         cmap[i] = cmap[j]
+    return cmap
+
+
+def _solve(rows: _Rows, free: list[int], tie: dict[int, int], fixed: dict[int, float], is_gamma: np.ndarray,
+           x0: np.ndarray, center: np.ndarray, prior_weight: float) -> ThroughputParams:
+    """Levenberg-Marquardt on ``rows`` over the ``free`` parameters from ``x0``, with the
+    analytic Jacobian (gamma through its softplus argument) and the prior's rows."""
+    u_m, weight, log_step, basis = rows.u_m, rows.weight, rows.log_step, rows.basis
+    sync_rows, log_sync, sync_w = rows.sync_rows, rows.log_sync, rows.sync_w
+    sync_basis = basis[sync_rows, 2:6]
+    free_idx, cmap = np.array(free), _column_map(free, tie)
     prior_rows = prior_weight * np.eye(len(free))
 
     def unpack(x: np.ndarray) -> np.ndarray:

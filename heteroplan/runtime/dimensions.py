@@ -33,15 +33,25 @@ from heteroplan.planner.plan import OptimizerSharding, Plan, Precision, Recomput
 from heteroplan.runtime.config import RunConfig, implementation_kwargs, optimizer_class
 
 __all__ = ["compute_context", "set_matmul_precision", "run_layers", "make_stage_optimizer", "check_dimensions",
-           "local_optimizer", "state_bytes", "loss_under"]
+           "check_precision", "check_optimizer_sharding", "local_optimizer", "state_bytes", "loss_under", "LossFn"]
 
 
 def check_dimensions(plan: Plan, model_dtype: torch.dtype | None = None) -> None:
     """Raise :class:`InputError` for dimensions the runtime cannot apply to ``plan``: mixed or TF32
     precision on a model that is not float32; ZeRO-1 on a tensor-parallel stage."""
+    check_precision(plan, model_dtype)
+    check_optimizer_sharding(plan)
+
+
+def check_precision(plan: Plan, model_dtype: torch.dtype | None = None) -> None:
+    """Raise :class:`InputError` for mixed or TF32 precision on a model that is not float32."""
     if plan.precision is not Precision.FP32 and model_dtype is not None and model_dtype != torch.float32:
         raise InputError("plan.precision", plan.precision.value,
                          f"needs a float32 model (its master weights); this model is {model_dtype}")
+
+
+def check_optimizer_sharding(plan: Plan) -> None:
+    """Raise :class:`InputError` for ZeRO-1 on a tensor-parallel stage."""
     for i, stage in enumerate(plan.stages):
         if stage.optimizer_sharding is OptimizerSharding.ZERO1 and any(g.tp > 1 for g in stage.replicas):
             raise InputError(f"plan.stages[{i}].optimizer_sharding", stage.optimizer_sharding.value,

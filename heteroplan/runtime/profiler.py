@@ -492,20 +492,11 @@ def _autocast_layer(layer: nn.Module, device_type: str) -> nn.Module:
 
 
 def profile_layers(
-    model: nn.Sequential,
-    make_input: Callable[[int], torch.Tensor],
-    microbatch_sizes: Sequence[int] = (1, 2, 4),
-    loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    device: str | torch.device = "cpu",
-    warmup: int = 2,
-    repeats: int = 5,
-    optimizer: str = "sgd",
-    sweeps: int = 1,
-    precision: Precision | str = Precision.FP32,
-    timing: str = "prefix",
-    time_recomputed: bool = False,
-    cuda_graphs: bool = False,
-    compile: bool = False,
+    model: nn.Sequential, make_input: Callable[[int], torch.Tensor], microbatch_sizes: Sequence[int] = (1, 2, 4),
+    loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None, device: str | torch.device = "cpu",
+    warmup: int = 2, repeats: int = 5, optimizer: str = "sgd", sweeps: int = 1,
+    precision: Precision | str = Precision.FP32, timing: str = "prefix", time_recomputed: bool = False,
+    cuda_graphs: bool = False, compile: bool = False,
 ) -> LayerProfile:
     """Measure every layer of ``model`` (moved to ``device``) at each microbatch size.
 
@@ -555,6 +546,45 @@ def profile_layers(
     """
     torch = _torch()
     sizes = _check_args(model, microbatch_sizes, warmup, repeats, optimizer)
+    dev = _check_profile_options(make_input, loss_fn, device, sweeps, timing, cuda_graphs, compile)
+    timer = _Timer(torch, dev)
+    model.to(dev)
+    precision = Precision(precision)
+    layers, eager_layers = _profiled_layers(model, precision, dev, compile)
+    user_loss = loss_fn
+    loss_fn = _loss_under(loss_fn, precision, dev)
+    with torch.enable_grad():
+        overhead = _overhead_bytes(torch, dev, model, layers, make_input, sizes[0], loss_fn)
+    tensors, params, params_bytes = _parameter_sizes(layers)
+    lp = _LayerPass.run(torch, timer, dev, layers, eager_layers, make_input, loss_fn, optimizer, sizes, timing,
+                        sweeps, (warmup, repeats))
+    best = lp.best if timing != "prefix" else [
+        _prefix_times(torch, timer, layers, make_input, mbs, dev, loss_fn, warmup, repeats, sweeps) for mbs in sizes]
+    recomputed = _recomputed(torch, timer, layers, make_input, sizes, dev, loss_fn, warmup, repeats, sweeps,
+                             timing) if time_recomputed else None
+    compute = {mbs: tuple((*best[k][i], lp.update[i]) for i in range(len(layers))) for k, mbs in enumerate(sizes)}
+    if cuda_graphs:
+        _scale_to_graphs(compute, recomputed, model, make_input, sizes, dev, precision, user_loss, repeats, compile)
+    timer.warn_spread()
+    mem_b, fixed_b, work_b, work_fixed_b, loss_b = lp.memory_lines(sizes)
+    return LayerProfile(compute, params, params_bytes, tuple(lp.out_f), tuple(lp.out_b), tuple(lp.in_f),
+                        tuple(lp.in_b), mem_b, str(dev), optimizer, fixed_b, work_b, work_fixed_b, tuple(lp.update_work),
+                        overhead, precision.value, loss_b, recomputed, tensors, cuda_graphs, tuple(lp.flops), compile)
+
+
+def _parameter_sizes(layers: list[nn.Module]) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...], tuple[int, ...]]:
+    """Per layer: each parameter tensor's elements, their sum and their bytes (under tensor
+    parallelism the shard this rank holds)."""
+    tensors = tuple(tuple(local_tensor(p).numel() for p in layer.parameters()) for layer in layers)
+    params = tuple(sum(numels) for numels in tensors)
+    params_bytes = tuple(sum(local_tensor(p).numel() * p.element_size() for p in layer.parameters()) for layer in layers)
+    return tensors, params, params_bytes
+
+
+def _check_profile_options(make_input: Any, loss_fn: Any, device: Any, sweeps: int, timing: str, cuda_graphs: Any,
+                           compile: Any) -> torch.device:
+    """:func:`profile_layers`'s options checked (:class:`InputError` naming the first bad one);
+    returns the device."""
     check_int("sweeps", sweeps, 1)
     if timing not in ("layer", "prefix"):
         raise InputError("timing", timing, "choose 'layer' or 'prefix'")
@@ -569,11 +599,15 @@ def profile_layers(
         raise InputError("cuda_graphs", cuda_graphs, f"CUDA graphs need a CUDA device, not {dev}")
     if not isinstance(compile, bool):
         raise InputError("compile", compile, "must be True or False")
-    timer = _Timer(torch, dev)
-    model.to(dev)
-    from heteroplan.runtime.dimensions import compute_context, set_matmul_precision
+    return dev
 
-    precision = Precision(precision)
+
+def _profiled_layers(model: nn.Sequential, precision: Precision, dev: torch.device,
+                     compile: bool) -> tuple[list[nn.Module], list[nn.Module]]:
+    """The layers as timed (under ``precision``'s autocast, compiled with ``compile``) and as
+    their FLOPs are counted (not compiled); sets the process's TF32 switch for ``precision``."""
+    from heteroplan.runtime.dimensions import set_matmul_precision
+
     set_matmul_precision(precision)
     layers = list(model) if precision is not Precision.BF16 else [_autocast_layer(layer, dev.type) for layer in model]
     eager_layers = layers  # FLOPs are counted on these
@@ -584,82 +618,123 @@ def profile_layers(
         if reason is not None:
             raise InputError("compile", True, reason)
         layers = [compiled_copy(layer) for layer in layers]
-    user_loss = loss_fn
-    if loss_fn is not None and precision is Precision.BF16:
-        scalar_loss = loss_fn
+    return layers, eager_layers
 
-        def loss_fn(out: torch.Tensor) -> torch.Tensor:
-            with compute_context(precision, dev.type):
-                return scalar_loss(out)
-    L = len(layers)
-    with torch.enable_grad():
-        overhead = _overhead_bytes(torch, dev, model, layers, make_input, sizes[0], loss_fn)
-    # under tensor parallelism the shard this rank holds
-    tensors = tuple(tuple(local_tensor(p).numel() for p in layer.parameters()) for layer in layers)
-    params = tuple(sum(numels) for numels in tensors)
-    params_bytes = tuple(sum(local_tensor(p).numel() * p.element_size() for p in layer.parameters()) for layer in layers)
-    out_f, out_b, in_f, in_b, update_work, flops = ([0] * L for _ in range(6))
-    ends = {0, len(sizes) - 1}  # memory is measured at the smallest and largest sizes, a line through both
-    saved = {k: [0] * L for k in ends}
-    working = {k: [0] * L for k in ends}
-    loss_saved = {k: [0] * L for k in ends}  # what the loss saves of the last layer's output
-    update = [math.inf] * L
-    # best[k][i] = (fwd_s, bwd_s): per microbatch size and layer, the fastest sweep's medians
-    best = [[(math.inf, math.inf)] * L for _ in sizes]
-    # Prefix timing replaces the layer times: one pass over the layers measures the sizes, memory
-    # and optimizer steps, its own layer times (one untimed-quality run each) are not kept.
-    layer_sweeps, layer_warmup, layer_repeats = (1, 0, 1) if timing == "prefix" else (sweeps, warmup, repeats)
-    with torch.enable_grad():
-        for sweep in range(layer_sweeps):
-            for k, mbs in enumerate(sizes):
-                x = _make_input(make_input, mbs, dev)
-                for i, layer in enumerate(layers):
-                    inp = _leaf_input(torch, x)
-                    fwd, bwd, out = _time_layer(torch, timer, layer, inp, i, loss_fn if i == L - 1 else None,
-                                                layer_warmup, layer_repeats)
-                    if sweep == 0 and k in ends:
-                        saved[k][i] = _saved_bytes(torch, layer, inp, i, loss_fn if i == L - 1 else None)
-                        if i == L - 1 and loss_fn is not None:
-                            loss_saved[k][i] = saved[k][i] - _saved_bytes(torch, layer, inp, i)
-                        working[k][i] = _backward_working_bytes(torch, dev, layer, inp, i, loss_fn if i == L - 1 else None)
-                    if k == 0:
-                        if sweep == 0:
-                            out_f[i], out_b[i] = out.numel() // mbs, out.numel() * out.element_size() // mbs
-                            in_f[i], in_b[i] = inp.numel() // mbs, inp.numel() * inp.element_size() // mbs
-                            flops[i] = _forward_flops(torch, eager_layers[i], inp, i) // mbs
-                        seconds, update_work[i] = _time_update(torch, timer, dev, layer, optimizer, warmup, repeats)
-                        update[i] = min(update[i], seconds)
-                    if fwd + bwd < sum(best[k][i]):
-                        best[k][i] = (fwd, bwd)
-                    x = out.detach()
-                    del out
-    if timing == "prefix":
-        best = [_prefix_times(torch, timer, layers, make_input, mbs, dev, loss_fn, warmup, repeats, sweeps)
-                for mbs in sizes]
-    recomputed = None
-    if time_recomputed:
-        wrapped = [_checkpointed(layer) for layer in layers]
+
+def _loss_under(loss_fn: Callable[[torch.Tensor], torch.Tensor] | None, precision: Precision,
+                dev: torch.device) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """``loss_fn`` computed under ``precision``'s autocast (bf16), else itself."""
+    if loss_fn is None or precision is not Precision.BF16:
+        return loss_fn
+    from heteroplan.runtime.dimensions import compute_context
+
+    scalar_loss = loss_fn
+
+    def wrapped(out: torch.Tensor) -> torch.Tensor:
+        with compute_context(precision, dev.type):
+            return scalar_loss(out)
+
+    return wrapped
+
+
+@dataclass
+class _LayerPass:
+    """What :func:`profile_layers`' pass over the layers measures, per layer ``i``: per-sample
+    output/input floats and bytes, optimizer-step work and FLOPs (at the smallest size), the
+    fastest update seconds, the saved, working and loss-saved bytes at the smallest and largest
+    size index (``k`` in ``saved``), and ``best[k][i] = (fwd_s, bwd_s)``, the fastest sweep's medians."""
+
+    out_f: list[int]
+    out_b: list[int]
+    in_f: list[int]
+    in_b: list[int]
+    update_work: list[int]
+    flops: list[int]
+    saved: dict[int, list[int]]
+    working: dict[int, list[int]]
+    loss_saved: dict[int, list[int]]
+    update: list[float]
+    best: list[list[tuple[float, float]]]
+
+    @classmethod
+    def run(cls, torch: Any, timer: _Timer, dev: torch.device, layers: list[nn.Module], eager_layers: list[nn.Module],
+            make_input: Callable[[int], torch.Tensor], loss_fn: Callable[[torch.Tensor], torch.Tensor] | None,
+            optimizer: str, sizes: Sequence[int], timing: str, sweeps: int, runs: tuple[int, int]) -> _LayerPass:
+        """The pass over every size and layer (``sweeps`` times with ``runs`` = (warm-up, timed) runs
+        per measurement under ``"layer"`` timing). Prefix timing replaces the layer times: one pass
+        measures the sizes, memory and optimizer steps; its own layer times (one untimed-quality
+        run each) are not kept."""
+        L, ends = len(layers), {0, len(sizes) - 1}  # memory at the smallest and largest sizes, a line through both
+        lp = cls(*([0] * L for _ in range(6)), {k: [0] * L for k in ends}, {k: [0] * L for k in ends},
+                 {k: [0] * L for k in ends}, [math.inf] * L, [[(math.inf, math.inf)] * L for _ in sizes])
+        layer_sweeps, layer_runs = (1, (0, 1)) if timing == "prefix" else (sweeps, runs)
         with torch.enable_grad():
-            recomputed = {mbs: tuple(_recomputed_times(torch, timer, wrapped, make_input, mbs, dev, loss_fn, warmup,
-                                                       repeats, sweeps, timing)) for mbs in sizes}
-    compute = {mbs: tuple((*best[k][i], update[i]) for i in range(L)) for k, mbs in enumerate(sizes)}
-    if cuda_graphs:
-        for mbs in sizes:
-            x = _make_input(make_input, mbs, dev)
-            compute[mbs] = _scaled_to(compute[mbs], graphed_microbatch_seconds(model, x, precision, user_loss, repeats,
-                                                                               compile=compile))
-            if recomputed is not None:
-                recomputed[mbs] = _scaled_to(recomputed[mbs], graphed_microbatch_seconds(
-                    model, x, precision, user_loss, repeats, Recomputation.FULL, compile=compile))
-    timer.warn_spread()
-    mem_b, fixed_b = _per_sample_line(saved, sizes)
-    work_b, work_fixed_b = _per_sample_line(working, sizes)
-    loss_b = tuple(-(-b // sizes[max(loss_saved)]) for b in loss_saved[max(loss_saved)])
-    return LayerProfile(
-        compute, params, params_bytes, tuple(out_f), tuple(out_b), tuple(in_f), tuple(in_b), mem_b,
-        str(dev), optimizer, fixed_b, work_b, work_fixed_b, tuple(update_work),
-        overhead, precision.value, loss_b, recomputed, tensors, cuda_graphs, tuple(flops), compile,
-    )
+            for sweep in range(layer_sweeps):
+                for k, mbs in enumerate(sizes):
+                    lp.measure_size(torch, timer, dev, layers, eager_layers, make_input, loss_fn, optimizer, sweep, k,
+                                    mbs, layer_runs, runs)
+        return lp
+
+    def memory_lines(self, sizes: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+        """Saved and working bytes as per-sample lines (per sample, fixed) through the two measured
+        sizes, and the loss's saved bytes per sample at the largest."""
+        mem_b, fixed_b = _per_sample_line(self.saved, sizes)
+        work_b, work_fixed_b = _per_sample_line(self.working, sizes)
+        loss_b = tuple(-(-b // sizes[max(self.loss_saved)]) for b in self.loss_saved[max(self.loss_saved)])
+        return mem_b, fixed_b, work_b, work_fixed_b, loss_b
+
+    def measure_size(self, torch: Any, timer: _Timer, dev: torch.device, layers: list[nn.Module],
+                     eager_layers: list[nn.Module], make_input: Callable[[int], torch.Tensor],
+                     loss_fn: Callable[[torch.Tensor], torch.Tensor] | None, optimizer: str, sweep: int, k: int,
+                     mbs: int, layer_runs: tuple[int, int], update_runs: tuple[int, int]) -> None:
+        """Sweep ``sweep`` at microbatch size ``mbs`` (index ``k``): every layer in order, each fed
+        the previous one's output; ``layer_runs``/``update_runs``: (warm-up, timed) runs."""
+        L = len(layers)
+        x = _make_input(make_input, mbs, dev)
+        for i, layer in enumerate(layers):
+            inp = _leaf_input(torch, x)
+            fwd, bwd, out = _time_layer(torch, timer, layer, inp, i, loss_fn if i == L - 1 else None, *layer_runs)
+            if sweep == 0 and k in self.saved:
+                self.saved[k][i] = _saved_bytes(torch, layer, inp, i, loss_fn if i == L - 1 else None)
+                if i == L - 1 and loss_fn is not None:
+                    self.loss_saved[k][i] = self.saved[k][i] - _saved_bytes(torch, layer, inp, i)
+                self.working[k][i] = _backward_working_bytes(torch, dev, layer, inp, i, loss_fn if i == L - 1 else None)
+            if k == 0:
+                if sweep == 0:
+                    self.out_f[i], self.out_b[i] = out.numel() // mbs, out.numel() * out.element_size() // mbs
+                    self.in_f[i], self.in_b[i] = inp.numel() // mbs, inp.numel() * inp.element_size() // mbs
+                    self.flops[i] = _forward_flops(torch, eager_layers[i], inp, i) // mbs
+                seconds, self.update_work[i] = _time_update(torch, timer, dev, layer, optimizer, *update_runs)
+                self.update[i] = min(self.update[i], seconds)
+            if fwd + bwd < sum(self.best[k][i]):
+                self.best[k][i] = (fwd, bwd)
+            x = out.detach()
+            del out
+
+
+def _recomputed(torch: Any, timer: _Timer, layers: list[nn.Module], make_input: Callable[[int], torch.Tensor],
+                sizes: Sequence[int], dev: torch.device, loss_fn: Callable[[torch.Tensor], torch.Tensor] | None,
+                warmup: int, repeats: int, sweeps: int, timing: str) -> dict[int, tuple[tuple[float, ...], ...]]:
+    """Per microbatch size, every layer's times recomputed in its backward (each wrapped in a
+    non-reentrant checkpoint, as a ``recompute="full"`` stage runs it)."""
+    wrapped = [_checkpointed(layer) for layer in layers]
+    with torch.enable_grad():
+        return {mbs: tuple(_recomputed_times(torch, timer, wrapped, make_input, mbs, dev, loss_fn, warmup,
+                                             repeats, sweeps, timing)) for mbs in sizes}
+
+
+def _scale_to_graphs(compute: dict, recomputed: dict | None, model: nn.Sequential,
+                     make_input: Callable[[int], torch.Tensor], sizes: Sequence[int], dev: torch.device,
+                     precision: Precision, user_loss: Any, repeats: int, compile: bool) -> None:
+    """Scale each size's layer times in ``compute`` (and ``recomputed``) in place to add up to a
+    whole microbatch replayed as one CUDA graph (:func:`graphed_microbatch_seconds`)."""
+    for mbs in sizes:
+        x = _make_input(make_input, mbs, dev)
+        compute[mbs] = _scaled_to(compute[mbs], graphed_microbatch_seconds(model, x, precision, user_loss, repeats,
+                                                                           compile=compile))
+        if recomputed is not None:
+            recomputed[mbs] = _scaled_to(recomputed[mbs], graphed_microbatch_seconds(
+                model, x, precision, user_loss, repeats, Recomputation.FULL, compile=compile))
 
 
 def _forward_flops(torch: Any, layer: nn.Module, inp: torch.Tensor, index: int) -> int:

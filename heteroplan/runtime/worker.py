@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -25,21 +25,20 @@ import torch.distributed as dist
 from torch import nn
 
 from heteroplan.errors import InputError, LossNotFinite
-from heteroplan.planner.plan import Plan, Precision, Recomputation
+from heteroplan.planner.plan import Plan
 from heteroplan.runtime import checkpoint as ckpt
-from heteroplan.runtime.comm import TAG_ACTIVATION, TAG_GRADIENT, Links, PendingSend
-from heteroplan.runtime.compiled import check_compile, compile_in_place
-from heteroplan.runtime.config import RunConfig, StepMetrics
-from heteroplan.runtime.dimensions import (
-    check_dimensions,
-    compute_context,
-    local_optimizer,
-    loss_under,
-    make_stage_optimizer,
-    run_layers,
-    set_matmul_precision,
+from heteroplan.runtime.appliers import (
+    APPLIERS,
+    DimensionApplier,
+    LayerRange,
+    StageContext,
+    build_stage,
+    check_plan,
 )
-from heteroplan.runtime.graphs import GraphedMicrobatch, check_cuda_graphs, check_graphed_layers
+from heteroplan.runtime.comm import TAG_ACTIVATION, TAG_GRADIENT, Links, PendingSend
+from heteroplan.runtime.config import RunConfig, StepMetrics
+from heteroplan.runtime.dimensions import local_optimizer
+from heteroplan.runtime.graphs import GraphedMicrobatch
 from heteroplan.runtime.layout import (
     RankInfo,
     check_runnable,
@@ -57,7 +56,6 @@ from heteroplan.runtime.tensor_parallel import (
     ProcessGroups,
     create_groups,
     local_tensor,
-    shard_layers,
 )
 from heteroplan.training_args import add_training_arguments, model_kwargs, run_config_kwargs
 
@@ -69,12 +67,10 @@ log = logging.getLogger(__name__)
 def pipeline_choice(plan: Plan, config: RunConfig) -> PipelineChoice:
     """The engine and per-replica schedules ``plan`` runs with under ``config`` (see
     :func:`heteroplan.runtime.schedule.choose_pipeline`); with ``config.cuda_graphs`` heteroplan's
-    loop, which replays the graphs (:class:`InputError` where graphs, or ``config.compile``, cannot
-    run the plan)."""
-    if config.compile:
-        check_compile(plan, config.device)
+    loop, which replays the graphs (:class:`InputError` where a dimension's applier cannot run the
+    plan: :func:`heteroplan.runtime.appliers.check_plan`)."""
+    check_plan(plan, config)
     if config.cuda_graphs:
-        check_cuda_graphs(plan, config)
         choice = choose_pipeline(stage_tp(plan), plan.microbatches(), config.schedule, "heteroplan")
         return replace(choice, reason="CUDA graphs: each microbatch replayed as one graph")
     return choose_pipeline(stage_tp(plan), plan.microbatches(), config.schedule, config.pipeline)
@@ -88,27 +84,6 @@ def _device(config: RunConfig, rank: int) -> torch.device:
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
     return torch.device("cpu")
-
-
-class LayerRange(nn.Module):
-    """Layers ``[first, last)`` of a model, registered under their global indices (names ``"3.q.weight"``
-    as in the full ``nn.Sequential``), so checkpoints are keyed by layer whatever the pipeline split.
-
-    The forward runs under the plan's ``precision`` (autocast for bf16) and ``recompute`` policy
-    (see :mod:`heteroplan.runtime.dimensions`); neither changes the parameters or their names.
-    ``captured``: the forward is recorded into a CUDA graph (autocast's cast cache off).
-    """
-
-    def __init__(self, model: nn.Sequential, first: int, last: int, recompute: Recomputation = Recomputation.NONE,
-                 precision: Precision = Precision.FP32, device_type: str = "cpu", captured: bool = False) -> None:
-        super().__init__()
-        for i in range(first, last):
-            self.add_module(str(i), model[i])
-        self.recompute, self.precision, self.device_type, self.captured = recompute, precision, device_type, captured
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with compute_context(self.precision, self.device_type, self.recompute, self.captured):
-            return run_layers(list(self.children()), x, self.recompute, self.captured)
 
 
 _NORM_CHUNK = 1 << 16
@@ -170,7 +145,9 @@ class StageTrainer:
     Ranks of the plan are the global ranks ``0 .. plan ranks - 1`` (a larger world may hold other
     plans' ranks too). ``groups`` are the plan's data- and tensor-parallel groups, as
     :func:`~heteroplan.runtime.tensor_parallel.create_groups` returns them; ``group`` the plan's
-    ranks for the end-of-iteration control all-reduce (``None``: the default group).
+    ranks for the end-of-iteration control all-reduce (``None``: the default group). The stage is
+    built by ``appliers``, one per dimension, in order (precision, recomputation, tensor
+    parallelism, compile, CUDA graphs, optimizer sharding: :data:`~heteroplan.runtime.appliers.APPLIERS`).
 
     The forwards and backwards of an iteration run under ``torch.distributed.pipelining`` when
     :func:`pipeline_choice` says so (``groups`` must then hold the pipeline groups:
@@ -179,7 +156,7 @@ class StageTrainer:
     """
 
     def __init__(self, plan: Plan, task: TrainTask, config: RunConfig, rank: int, groups: ProcessGroups,
-                 group: Any = None) -> None:
+                 group: Any = None, appliers: Sequence[DimensionApplier] = APPLIERS) -> None:
         layout = rank_layout(plan)
         self.me: RankInfo = layout[rank]
         self.plan, self.task, self.rank, self.group = plan, task, rank, group
@@ -190,22 +167,17 @@ class StageTrainer:
         self.config = config
         full = task.build_model()
         check_runnable(plan, len(full))
-        check_dimensions(plan, next((p.dtype for p in full.parameters() if p.is_floating_point()), None))
-        set_matmul_precision(plan.precision)
-        spec = plan.stages[self.me.stage]
-        self.stage = LayerRange(full, self.me.first_layer, self.me.last_layer, spec.recompute, plan.precision,
-                                self.device.type, captured=config.cuda_graphs).to(self.device)
+        check_plan(plan, config, next((p.dtype for p in full.parameters() if p.is_floating_point()), None), appliers)
+        ctx = StageContext(plan, config, self.me.stage, self.device, self.me.tp,
+                           groups.tp.get((self.me.stage, self.me.replica)), self.dp_group)
+        build = build_stage(LayerRange(full, self.me.first_layer, self.me.last_layer).to(self.device), task.loss,
+                            ctx, appliers)
         del full
-        if self.me.tp > 1:
-            shard_layers(self.stage, groups.tp[(self.me.stage, self.me.replica)], self.me.tp, self.device.type)
-        if config.compile:
-            compile_in_place(self.stage)  # per plan layer, after sharding; names unchanged
+        self.stage, self.loss = build.layers, build.loss
         self.params = [p for p in self.stage.parameters() if p.requires_grad]
         self.grad_buffer = flat_gradients(self.params)
-        self.optimizer = make_stage_optimizer(self.params, config, spec.optimizer_sharding, self.dp_group)
-        self.loss = loss_under(plan.precision, self.device.type, task.loss, captured=config.cuda_graphs)
+        self.optimizer = build.make_optimizer(self.params)
         if config.cuda_graphs:
-            check_graphed_layers(self.stage, spec.recompute)
             if self.grad_buffer is None:
                 raise InputError("config.cuda_graphs", True, "needs the stage's parameters in one buffer: one dtype, "
                                  "no tensor parallelism")

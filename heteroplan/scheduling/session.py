@@ -224,40 +224,11 @@ class SchedulingSession:
             restart_delay_s: seconds a (re)start costs it (default the application's measured
                 delay, else 0); the session's and the policy's option take precedence.
         """
-        if not isinstance(job_id, str) or not job_id:
-            raise InputError("job_id", job_id, "must be a non-empty string")
-        if job_id in self._jobs:
+        if isinstance(job_id, str) and job_id in self._jobs:
             raise InputError("job_id", job_id, "already submitted; job ids must be unique")
-        arrival_time = finite_seconds(f"job[{job_id}].arrival_time", arrival_time)
-        if not isinstance(application, str) or not application:
-            raise InputError(f"job[{job_id}].application", application, "must be a non-empty string")
-        app = _app_or_none(application)
-        kind, estimator = _resolve_model(job_id, application, perf_model)
-        if total_work is None:
-            if app is None:
-                raise InputError(f"job[{job_id}].total_work", None, "give the work (model units) of a non-Sia job")
-            total_work = app.total_work
-        if not (is_real(total_work) and 0 < total_work < math.inf):
-            raise InputError(f"job[{job_id}].total_work", total_work, "must be a finite number > 0 of work units")
-        check_count(f"job[{job_id}].requested_gpus", requested_gpus, 1, MAX_GPUS)
-        if max_gpus is None:
-            max_gpus = max(int(app.max_batch_size), requested_gpus) if app is not None else requested_gpus
-        check_count(f"job[{job_id}].max_gpus", max_gpus, 1, MAX_GPUS)
-        if max_gpus < requested_gpus:
-            raise InputError(f"job[{job_id}].max_gpus", max_gpus,
-                             f"must be >= requested_gpus ({requested_gpus}): a job never runs above its maximum")
-        if restart_delay_s is None:
-            restart_delay_s = app.restart_delay if app is not None else 0.0
-        restart_delay_s = finite_seconds(f"job[{job_id}].restart_delay_s", restart_delay_s)
-        if not isinstance(elastic, bool):
-            raise InputError(f"job[{job_id}].elastic", elastic, "must be True or False")
-        check_count(f"job[{job_id}].batch_size", batch_size, 0, MAX_COUNT)
-        self._jobs[job_id] = _Job(
-            job_id=job_id, application=str(application), arrival_time=float(arrival_time),
-            requested_gpus=requested_gpus, max_gpus=max_gpus, elastic=bool(self.policy.elastic) and elastic,
-            rigid=not elastic,
-            total_work=float(total_work), own_restart_delay=float(restart_delay_s), estimator=estimator,
-            given_batch=batch_size, model_kind=kind)
+        self._jobs[job_id] = _new_job(job_id, arrival_time, application, perf_model, requested_gpus, max_gpus,
+                                      bool(self.policy.elastic) and elastic, elastic, batch_size, total_work,
+                                      restart_delay_s)
         self._live[job_id] = self._jobs[job_id]
 
     def report(self, job_id: str, *, work_done: float | None = None, steps_done: int | None = None,
@@ -418,7 +389,7 @@ class SchedulingSession:
                 continue
             job.active_rounds += 1
             job.active_sum += len(order)
-            decisions.append(self._decide(job, allocations.get(job.job_id), now))
+            decisions.append(_decide(job, allocations.get(job.job_id), now, self.free_moves, self.restart_delay(job.job_id)))
         self._last_round = float(now)
         self.rounds += 1
         return RoundDecisions(float(now), tuple(decisions), seconds, None if solved is None else float(solved.gap))
@@ -452,7 +423,7 @@ class SchedulingSession:
         return _admit(self._job(job_id), self.cluster)
 
     def _allocate(self, order: list[_Job], now: float) -> tuple[dict[str, Allocation], float]:
-        views = [self._view(j) for j in order]
+        views = [_view(j, self.restart_delay(j.job_id)) for j in order]
         t0 = time.perf_counter()
         try:
             answer = self.policy.allocate(self.cluster, views, now)
@@ -465,37 +436,6 @@ class SchedulingSession:
         return check_allocations(self.cluster, answer, views, policy=self.policy.name, forking=bool(self.policy.forking),
                                  rigid=[j.job_id for j in order if j.rigid]), seconds
 
-    def _moved(self, old: Allocation | None, new: Allocation) -> bool:
-        """A (re)start: first start, other type, or other nodes (unless ``free_moves`` and same shape)."""
-        if old is None or old.gpu_type != new.gpu_type:
-            return True
-        if sorted(old.placement) == sorted(new.placement):
-            return False
-        if not self.free_moves:
-            return True
-        return sorted(c for _, c in old.placement) != sorted(c for _, c in new.placement)
-
-    def _decide(self, job: _Job, new: Allocation | None, now: float) -> Decision:
-        old = job.allocation
-        if new is None:
-            job.allocation = None
-            job.restore_left = 0.0
-            return Decision(job.job_id, DecisionKind.WAIT if old is None else DecisionKind.PREEMPT, None, old)
-        restarted = self._moved(old, new)
-        if restarted:
-            if job.starts:
-                job.restarts += 1
-            job.starts += 1
-            job.restore_left = self.restart_delay(job.job_id)
-            if job.start_time is None:
-                job.start_time = float(now)
-            kind = DecisionKind.START if old is None else DecisionKind.RESCALE
-        else:
-            kind = DecisionKind.KEEP
-        job.allocation = new
-        job.last_gpus = new.num_gpus
-        return Decision(job.job_id, kind, new, old, restarted and job.starts > 1, job.restore_left)
-
     # ------------------------------------------------------------------------- views
     def restart_delay(self, job_id: str) -> float:
         """Seconds a (re)start of ``job_id`` costs (session option, else policy option, else the job's)."""
@@ -505,32 +445,13 @@ class SchedulingSession:
         policy_delay = restart_delay_of(self.policy)
         return job.own_restart_delay if policy_delay is None else policy_delay
 
-    def _view(self, job: _Job) -> JobState:
-        return JobState(
-            job_id=job.job_id, application=job.application, arrival_time=job.arrival_time,
-            requested_gpus=job.requested_gpus, elastic=job.elastic, max_gpus=job.max_gpus,
-            allocation=job.allocation, restoring=job.restore_left > 0, num_restarts=job.restarts,
-            attained_service=job.gpu_seconds, progress=job.fraction_done,
-            remaining_work=max(0.0, job.total_work - job.work_done), restart_delay=self.restart_delay(job.job_id),
-            estimator=job.estimator, max_gpus_run=job.max_gpus_run, last_gpus=job.last_gpus,
-            batch_size=job.batch_size or job.given_batch, requested_batch=job.given_batch,
-        )
-
     def view(self, job_id: str) -> JobState:
         """What the policy sees of ``job_id`` at the next round."""
-        return self._view(self._job(job_id))
+        return _view(self._job(job_id), self.restart_delay(job_id))
 
     def record(self, job_id: str) -> JobRecord:
         """The job's record so far."""
-        j = self._job(job_id)
-        return JobRecord(
-            job_id=j.job_id, application=j.application, arrival_time=j.arrival_time, start_time=j.start_time,
-            finish_time=j.finish_time, restarts=j.restarts, gpu_seconds=j.gpu_seconds,
-            fraction_done=j.fraction_done, requested_gpus=j.requested_gpus,
-            avg_active=j.active_sum / j.active_rounds if j.active_rounds else 1.0,
-            steps_done=j.steps_done, observations=j.observations, phi=j.phi, restore_seconds=j.restored,
-            failures=j.failures, steps_redone=j.steps_redone, gave_up=j.gave_up,
-        )
+        return _record(self._job(job_id))
 
     def records(self) -> tuple[JobRecord, ...]:
         """Every submitted job's record, in submission order."""
@@ -595,6 +516,105 @@ def _admit(job: _Job, cluster: Cluster) -> Parked | None:
         job.parked = admission(cluster, job.requested_gpus, job.elastic, _rate_of(job, cluster))
         job.admitted_on = key
     return job.parked
+
+
+def _new_job(job_id: str, arrival_time: float, application: str, perf_model: PerfModel | str | None,
+             requested_gpus: int, max_gpus: int | None, rescalable: bool, elastic: bool, batch_size: int,
+             total_work: float | None, restart_delay_s: float | None) -> _Job:
+    """A submitted job's state, every argument checked (see :meth:`SchedulingSession.submit`);
+    ``rescalable``: the policy may change its GPU count (policy and job elastic)."""
+    if not isinstance(job_id, str) or not job_id:
+        raise InputError("job_id", job_id, "must be a non-empty string")
+    arrival_time = finite_seconds(f"job[{job_id}].arrival_time", arrival_time)
+    if not isinstance(application, str) or not application:
+        raise InputError(f"job[{job_id}].application", application, "must be a non-empty string")
+    app = _app_or_none(application)
+    kind, estimator = _resolve_model(job_id, application, perf_model)
+    if total_work is None:
+        if app is None:
+            raise InputError(f"job[{job_id}].total_work", None, "give the work (model units) of a non-Sia job")
+        total_work = app.total_work
+    if not (is_real(total_work) and 0 < total_work < math.inf):
+        raise InputError(f"job[{job_id}].total_work", total_work, "must be a finite number > 0 of work units")
+    check_count(f"job[{job_id}].requested_gpus", requested_gpus, 1, MAX_GPUS)
+    if max_gpus is None:
+        max_gpus = max(int(app.max_batch_size), requested_gpus) if app is not None else requested_gpus
+    check_count(f"job[{job_id}].max_gpus", max_gpus, 1, MAX_GPUS)
+    if max_gpus < requested_gpus:
+        raise InputError(f"job[{job_id}].max_gpus", max_gpus,
+                         f"must be >= requested_gpus ({requested_gpus}): a job never runs above its maximum")
+    if restart_delay_s is None:
+        restart_delay_s = app.restart_delay if app is not None else 0.0
+    restart_delay_s = finite_seconds(f"job[{job_id}].restart_delay_s", restart_delay_s)
+    if not isinstance(elastic, bool):
+        raise InputError(f"job[{job_id}].elastic", elastic, "must be True or False")
+    check_count(f"job[{job_id}].batch_size", batch_size, 0, MAX_COUNT)
+    return _Job(
+        job_id=job_id, application=str(application), arrival_time=float(arrival_time),
+        requested_gpus=requested_gpus, max_gpus=max_gpus, elastic=rescalable,
+        rigid=not elastic,
+        total_work=float(total_work), own_restart_delay=float(restart_delay_s), estimator=estimator,
+        given_batch=batch_size, model_kind=kind)
+
+
+def _moved(old: Allocation | None, new: Allocation, free_moves: bool) -> bool:
+    """A (re)start: first start, other type, or other nodes (unless ``free_moves`` and same shape)."""
+    if old is None or old.gpu_type != new.gpu_type:
+        return True
+    if sorted(old.placement) == sorted(new.placement):
+        return False
+    if not free_moves:
+        return True
+    return sorted(c for _, c in old.placement) != sorted(c for _, c in new.placement)
+
+
+def _decide(job: _Job, new: Allocation | None, now: float, free_moves: bool, restart_delay: float) -> Decision:
+    """``job``'s decision for the round at ``now`` (s) given its new allocation (``None``: none);
+    a (re)start costs ``restart_delay`` seconds of restore."""
+    old = job.allocation
+    if new is None:
+        job.allocation = None
+        job.restore_left = 0.0
+        return Decision(job.job_id, DecisionKind.WAIT if old is None else DecisionKind.PREEMPT, None, old)
+    restarted = _moved(old, new, free_moves)
+    if restarted:
+        if job.starts:
+            job.restarts += 1
+        job.starts += 1
+        job.restore_left = restart_delay
+        if job.start_time is None:
+            job.start_time = float(now)
+        kind = DecisionKind.START if old is None else DecisionKind.RESCALE
+    else:
+        kind = DecisionKind.KEEP
+    job.allocation = new
+    job.last_gpus = new.num_gpus
+    return Decision(job.job_id, kind, new, old, restarted and job.starts > 1, job.restore_left)
+
+
+def _view(job: _Job, restart_delay: float) -> JobState:
+    """What a policy sees of ``job`` (``restart_delay``: seconds a (re)start costs it)."""
+    return JobState(
+        job_id=job.job_id, application=job.application, arrival_time=job.arrival_time,
+        requested_gpus=job.requested_gpus, elastic=job.elastic, max_gpus=job.max_gpus,
+        allocation=job.allocation, restoring=job.restore_left > 0, num_restarts=job.restarts,
+        attained_service=job.gpu_seconds, progress=job.fraction_done,
+        remaining_work=max(0.0, job.total_work - job.work_done), restart_delay=restart_delay,
+        estimator=job.estimator, max_gpus_run=job.max_gpus_run, last_gpus=job.last_gpus,
+        batch_size=job.batch_size or job.given_batch, requested_batch=job.given_batch,
+    )
+
+
+def _record(j: _Job) -> JobRecord:
+    """``j``'s record so far."""
+    return JobRecord(
+        job_id=j.job_id, application=j.application, arrival_time=j.arrival_time, start_time=j.start_time,
+        finish_time=j.finish_time, restarts=j.restarts, gpu_seconds=j.gpu_seconds,
+        fraction_done=j.fraction_done, requested_gpus=j.requested_gpus,
+        avg_active=j.active_sum / j.active_rounds if j.active_rounds else 1.0,
+        steps_done=j.steps_done, observations=j.observations, phi=j.phi, restore_seconds=j.restored,
+        failures=j.failures, steps_redone=j.steps_redone, gave_up=j.gave_up,
+    )
 
 
 def _unreported(job: _Job, assume_progress: bool) -> None:

@@ -206,6 +206,37 @@ def simulate(
         KeyboardInterrupt: passed on, with ``exc.result`` (``stop_reason="interrupted"``) attached.
     """
     policy = check_policy(policy)
+    L, max_time, fidelity = _check_options(jobs, cluster, policy, round_length, max_time, fidelity, on_infeasible)
+    sim_jobs = build_jobs(jobs, cluster, bool(policy.elastic), estimator, fidelity)
+    names = [j.name for j in sim_jobs]
+    if len(set(names)) != len(names):
+        raise InputError("jobs", sorted(n for n in set(names) if names.count(n) > 1)[:5], "job names must be unique")
+    _check_data(cluster, sim_jobs)
+    rejected = _reject_infeasible(cluster, sim_jobs, on_infeasible)
+    if round_length is not None and abs(L - float(policy.round_length)) > 1e-9:
+        log.info("policy %s designed for %.0f s rounds runs with %.0f s rounds", policy.name, policy.round_length, L)
+    run = _Run(cluster, policy, L, sim_jobs, rejected, record, fidelity)
+    pending = sorted((j for j in sim_jobs if j.name not in rejected), key=lambda j: (j.ready_time, j.arrival_time))
+    run.t = math.ceil(pending[0].ready_time / L - 1e-9) * L if pending else 0.0
+    bar = ProgressBar(f"{policy.name:>8}", progress)
+    try:
+        stop, error = _rounds(run, pending, max_time, max_rounds, stall_limit, bar)
+    except HeteroplanError as exc:
+        exc.result = run.result("error", str(exc))  # type: ignore[attr-defined]
+        raise
+    except KeyboardInterrupt as exc:  # SIGINT: the caller may still write what ran
+        exc.result = run.result("interrupted")  # type: ignore[attr-defined]
+        raise
+    finally:
+        bar.close()
+    return run.result(stop, error)
+
+
+def _check_options(jobs: Sequence[JobSpec | RigidJob], cluster: Cluster, policy: Policy, round_length: float | None,
+                   max_time: float | None, fidelity: SimFidelity | None,
+                   on_infeasible: str) -> tuple[float, float, SimFidelity]:
+    """:func:`simulate`'s options checked (:class:`InputError` naming the first bad one); returns
+    the round length (s), the time limit (s) and the fidelity, defaults filled in."""
     if not isinstance(cluster, Cluster):
         raise InputError("cluster", cluster, "must be a heteroplan.Cluster (heteroplan.cluster.preset(name) for a preset)")
     L = float(policy.round_length if round_length is None else round_length)
@@ -225,57 +256,40 @@ def simulate(
         fidelity = SimFidelity()
     if not isinstance(fidelity, SimFidelity):
         raise InputError("fidelity", fidelity, "must be a SimFidelity")
-    sim_jobs = build_jobs(jobs, cluster, bool(policy.elastic), estimator, fidelity)
-    names = [j.name for j in sim_jobs]
-    if len(set(names)) != len(names):
-        raise InputError("jobs", sorted(n for n in set(names) if names.count(n) > 1)[:5], "job names must be unique")
-    _check_data(cluster, sim_jobs)
-    rejected = _reject_infeasible(cluster, sim_jobs, on_infeasible)
-    if round_length is not None and abs(L - float(policy.round_length)) > 1e-9:
-        log.info("policy %s designed for %.0f s rounds runs with %.0f s rounds", policy.name, policy.round_length, L)
-    run = _Run(cluster, policy, L, sim_jobs, rejected, record, fidelity)
-    pending = sorted((j for j in sim_jobs if j.name not in rejected), key=lambda j: (j.ready_time, j.arrival_time))
-    run.t = math.ceil(pending[0].ready_time / L - 1e-9) * L if pending else 0.0
-    bar = ProgressBar(f"{policy.name:>8}", progress)
+    return L, max_time, fidelity
+
+
+def _rounds(run: _Run, pending: list[SimJob], max_time: float, max_rounds: int | None, stall_limit: float,
+            bar: ProgressBar) -> tuple[str, str | None]:
+    """:func:`simulate`'s round loop from ``run.t``: jobs of ``pending`` (in order of readiness)
+    submitted as they become ready, one round every ``run.L`` seconds, until every job finished
+    or a limit stops it; returns the stop reason and the error text (``None`` unless stalled)."""
+    L = run.L
     active: dict[str, SimJob] = {}
     unfinished, nxt, idle = len(pending), 0, 0
-    stop, error = "finished", None
-    try:
-        while unfinished:
-            if run.t >= max_time:
-                stop = "max_time"
-                break
-            if max_rounds is not None and run.rounds >= max_rounds:
-                stop = "max_rounds"
-                break
-            while nxt < len(pending) and pending[nxt].ready_time <= run.t + 1e-9:
-                active[pending[nxt].name] = pending[nxt]
-                run.submit(pending[nxt])
-                nxt += 1
-            if not active:
-                run.t = math.ceil(pending[nxt].ready_time / L - 1e-9) * L
-                continue
-            before = sum(j.done for j in active.values())
-            finished = run.round(active)
-            run.rounds += 1
-            moved = sum(j.done for j in active.values()) > before
-            idle = 0 if moved or nxt < len(pending) else idle + 1
-            for name in finished:
-                del active[name]
-                unfinished -= 1
-            run.t += L
-            if idle * L > stall_limit:
-                stop = "stalled"
-                error = (f"stalled: no job progressed for {stall_limit / 3600:.0f} h and no arrivals remain; "
-                         f"jobs that cannot run: {sorted(active)[:5]}")
-                break
-            bar.update(1 - unfinished / len(pending), f"t={run.t / 3600:.1f}h active={len(active)}")
-    except HeteroplanError as exc:
-        exc.result = run.result("error", str(exc))  # type: ignore[attr-defined]
-        raise
-    except KeyboardInterrupt as exc:  # SIGINT: the caller may still write what ran
-        exc.result = run.result("interrupted")  # type: ignore[attr-defined]
-        raise
-    finally:
-        bar.close()
-    return run.result(stop, error)
+    while unfinished:
+        if run.t >= max_time:
+            return "max_time", None
+        if max_rounds is not None and run.rounds >= max_rounds:
+            return "max_rounds", None
+        while nxt < len(pending) and pending[nxt].ready_time <= run.t + 1e-9:
+            active[pending[nxt].name] = pending[nxt]
+            run.submit(pending[nxt])
+            nxt += 1
+        if not active:
+            run.t = math.ceil(pending[nxt].ready_time / L - 1e-9) * L
+            continue
+        before = sum(j.done for j in active.values())
+        finished = run.round(active)
+        run.rounds += 1
+        moved = sum(j.done for j in active.values()) > before
+        idle = 0 if moved or nxt < len(pending) else idle + 1
+        for name in finished:
+            del active[name]
+            unfinished -= 1
+        run.t += L
+        if idle * L > stall_limit:
+            return "stalled", (f"stalled: no job progressed for {stall_limit / 3600:.0f} h and no arrivals remain; "
+                               f"jobs that cannot run: {sorted(active)[:5]}")
+        bar.update(1 - unfinished / len(pending), f"t={run.t / 3600:.1f}h active={len(active)}")
+    return "finished", None

@@ -275,8 +275,8 @@ def _validated(
     return f.tolist(), b.tolist(), c.tolist(), eager.tolist(), int(microbatches)
 
 
-# Over 80 lines on purpose: one discrete-event loop whose handlers (land, parked_at) share its
-# state (program counters, clocks, the wire, arrivals); the loop body is one instruction's cases.
+# long: one discrete-event loop whose handlers (land, parked_at) share its state (program
+# counters, clocks, the wire, arrivals); the loop body is one instruction's cases.
 def _replay(f: list[float], b: list[float], c: list[float], eager: list[bool], microbatches: int,
             shared_nic: bool, log: _Log | None = None) -> float:
     """:func:`one_f_one_b_time` on validated plain lists; ``log`` collects the intervals."""
