@@ -61,8 +61,7 @@ def candidates(gbs: int) -> list[dict]:
             plan, sim = best_of_shape(pp, dp, tp, mbs, gbs, prof.num_layers)
             if sim.peak_memory_gb > 40:
                 continue
-            d = sim.details
-            sync = d["sync"]
+            sync = sim.stage_times.sync
             rows.append(
                 {
                     "gbs": gbs,
@@ -70,7 +69,7 @@ def candidates(gbs: int) -> list[dict]:
                     "PPxDPxTP": f"{pp}x{dp}x{tp}",
                     "mbs": mbs,
                     "M": plan.microbatches()[0],
-                    "fb_ms": 1e3 * float(d["stage_compute"][:, 0].max()),
+                    "fb_ms": 1e3 * float(sim.stage_times.compute[:, 0].max()),
                     "pipe_s": sim.pipeline_time_s,
                     "sync_s": float(sync.max()),
                     "iter_s": sim.iteration_time_s,
@@ -111,7 +110,7 @@ def main() -> None:
     for key, (dp, tp, mbs) in {"TP4xDP16": (16, 4, 8), "TP2xDP32": (32, 2, 4)}.items():
         sim = simulate(build(1, dp, tp, mbs, 1024, (0, prof.num_layers)))
         upd = prof.stage_compute(A, mbs, tp, 0, prof.num_layers)[2]
-        parts[key] = (sim.pipeline_time_s, float(sim.details["sync"][0]) - upd, upd)
+        parts[key] = (sim.pipeline_time_s, float(sim.stage_times.sync[0]) - upd, upd)
     (p4, a4, u4), (p2, a2, u2) = parts["TP4xDP16"], parts["TP2xDP32"]
     x = ((p4 + u4) - (p2 + u2)) / (a2 - a4)
     out["allreduce_break_even_factor"] = x

@@ -72,4 +72,4 @@ def test_needs_a_recorded_schedule():
     from dataclasses import replace
 
     with pytest.raises(InputError, match="record=True"):
-        load_breakdown(replace(result, schedule=()))
+        load_breakdown(replace(result, decisions=()))

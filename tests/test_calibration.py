@@ -50,10 +50,10 @@ def test_transfer_latency_adds_two_per_microbatch_and_stage_boundary_on_the_crit
     lat = 0.003
     base = simulate(plan, config=DEFAULT_CONFIG)
     late = simulate(plan, config=replace(DEFAULT_CONFIG, transfer_latency_s=lat))
-    sigma = base.details["stage_compute"][:, 0] + 2 * (base.details["comm"][:-1, 0] + base.details["comm"][1:, 0])
+    sigma = base.stage_times.compute[:, 0] + 2 * (base.stage_times.pipeline_send[:-1, 0] + base.stage_times.pipeline_send[1:, 0])
     late_sigma = sigma + 2 * lat * np.array([1 if s in (0, pp - 1) else 2 for s in range(pp)])
-    expected = (M - 1) * late_sigma.max() + base.details["stage_compute"][:, 0].sum() + 2 * (
-        base.details["comm"][:, 0].sum() + lat * (pp - 1))
+    expected = (M - 1) * late_sigma.max() + base.stage_times.compute[:, 0].sum() + 2 * (
+        base.stage_times.pipeline_send[:, 0].sum() + lat * (pp - 1))
     assert late.pipeline_time_s == pytest.approx(expected, rel=1e-12)
     if pp == 2:  # both stages gain 2 lat per step: exactly 2 lat M in all
         assert late.pipeline_time_s - base.pipeline_time_s == pytest.approx(2 * lat * M, rel=1e-9)
@@ -69,7 +69,7 @@ def test_allreduce_latency_adds_two_per_ring_step(pp, dp) -> None:
     lat = 0.004
     base = simulate(plan, config=DEFAULT_CONFIG)
     late = simulate(plan, config=replace(DEFAULT_CONFIG, allreduce_latency_s=lat))
-    np.testing.assert_allclose(late.details["sync"], base.details["sync"] + 2 * (dp - 1) * lat, rtol=1e-12)
+    np.testing.assert_allclose(late.stage_times.sync, base.stage_times.sync + 2 * (dp - 1) * lat, rtol=1e-12)
     assert late.iteration_time_s == pytest.approx(base.iteration_time_s + 2 * (dp - 1) * lat, rel=1e-12)
     assert late.pipeline_time_s == base.pipeline_time_s
     single = _plan(2, 1, 4)  # one replica: no all-reduce, nothing added
@@ -92,7 +92,7 @@ def test_search_prices_the_latencies_as_the_simulator_does(constant, width) -> N
     fast = plan_job(MODEL, 256, pool, options=SearchOptions(config=DEFAULT_CONFIG))
     config = replace(DEFAULT_CONFIG, **{constant: 0.05})
     slow = plan_job(MODEL, 256, pool, options=SearchOptions(config=config))
-    assert slow.extra["search_iteration_time_s"] == pytest.approx(slow.iteration_time_s, rel=1e-9)
+    assert slow.search_iteration_time_s == pytest.approx(slow.iteration_time_s, rel=1e-9)
     assert slow.iteration_time_s == pytest.approx(simulate(slow.plan, config=config).iteration_time_s, rel=1e-12)
     # 50 ms per transfer (per ring step) makes pipelines (data parallelism) expensive: no deeper (wider) pick
     assert getattr(slow.plan, width) <= getattr(fast.plan, width)

@@ -252,6 +252,7 @@ def test_same_shape_moves_are_free_only_with_free_moves():
 
 def test_restart_delay_charged_on_first_start_and_arrival_waits_for_round_boundary():
     from heteroplan.perf.applications import get_app
+    from heteroplan.sim.events import SimEventKind
     from heteroplan.workload.sia import JobSpec
 
     cluster = Cluster((GPUType("dgx-ext", 80, 8),), (Node("d0", "dgx-ext", 8),))
@@ -261,7 +262,7 @@ def test_restart_delay_charged_on_first_start_and_arrival_waits_for_round_bounda
     assert rec.start_time == 60.0  # arrived at 5 s, first seen at the next boundary
     delay = get_app("cifar10").restart_delay
     assert delay > 0
-    first = [e for e in res.events if e[2] == "start"]
+    first = [e for e in res.events if e.kind is SimEventKind.START]
     assert len(first) == 1 and rec.restarts == 0
     # Its run time is its work at its rate plus the restore delay of the first start.
     quick = simulate([JobSpec("c", 5.0, "cifar10", 1, 128)], cluster, make_policy("gavel"), round_length=60.0,

@@ -18,6 +18,7 @@ from heteroplan.perf.sailor_profiles import load_model_profile  # noqa: E402
 from heteroplan.planner import SearchOptions, plan_job, simulate  # noqa: E402
 from heteroplan.planner.model.sim_config import PROFILED_CONFIG  # noqa: E402
 from heteroplan.planner.model.stage_tables import build_stage_table  # noqa: E402
+from heteroplan.planner.notes import NoteKind  # noqa: E402
 from heteroplan.planner.plan import (  # noqa: E402
     Plan,
     Recomputation,  # noqa: E402
@@ -106,7 +107,8 @@ def test_plan_job_recomputes_when_nothing_fits_otherwise_and_the_runtime_runs_it
     options = SearchOptions(config=PROFILED_CONFIG, max_blocks=1, mixed_stages=False, microbatch_sizes=(4,))
     result = plan_job("gpt-fp32", 8, {("cpu", "local"): 1}, gpu_types=(tight,), data_dir=data_dir, options=options)
     assert [st.recompute for st in result.plan.stages] == [Recomputation.FULL]
-    assert "no plan without recomputation" in result.extra["recompute"]
+    assert [n.kind for n in result.notes] == [NoteKind.RECOMPUTATION]
+    assert "no plan without recomputation" in result.notes[0].message
     assert "every stage recomputes its activations" in result.describe()
     assert result.memory_fit.fits and result.memory_fit.need_gb <= 0.0035
     pred_none, meas_none = predicted_and_measured(data_dir, "fp32", "none")

@@ -200,7 +200,7 @@ def test_closed_form_pipeline_matches_the_replay_on_real_plans(pattern):
     for path in sorted(DATA.glob(pattern)):
         plan = Plan.from_sailor(json.loads(path.read_text()), "OPT-350")
         sim = simulate(plan, config=blocking)
-        fb, share, comm = (sim.details[k] for k in ("stage_compute", "forward_share", "comm"))
+        fb, share, comm = (sim.stage_times.compute, sim.stage_times.forward_share, sim.stage_times.pipeline_send)
         replay = max(
             one_f_one_b_time(fb[:, d] * share[:, d], fb[:, d] * (1 - share[:, d]), comm[1:-1, d], m)
             for d, m in enumerate(plan.microbatches())
@@ -213,7 +213,7 @@ def test_simulate_replays_a_replica_with_buffered_sends():
     time is the buffered replay of the simulator's own stage times."""
     plan = Plan.from_sailor(json.loads((DATA / "mit" / "plan_config_N4_D1.json").read_text()), "OPT-350")
     sim = simulate(plan)
-    fb, share, comm = (sim.details[k][:, 0] for k in ("stage_compute", "forward_share", "comm"))
+    fb, share, comm = (x[:, 0] for x in (sim.stage_times.compute, sim.stage_times.forward_share, sim.stage_times.pipeline_send))
     m = plan.microbatches()[0]
     assert sim.pipeline_time_s == pytest.approx(
         one_f_one_b_time(fb * share, fb * (1 - share), comm[1:-1], m, [True] * 3, shared_nic=True))

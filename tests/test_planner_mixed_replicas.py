@@ -29,7 +29,7 @@ def _sailor_8_8() -> Plan:
     2 V100 at TP 4, microbatch 2, the microbatches shared so that the slowest replica finishes first."""
     stage = Stage(0, OPT.num_layers, (ReplicaGroup(A, Z, 1, 8), ReplicaGroup(V, Z, 4, 2)))
     even = Plan("OPT-350", 1024, 2, (stage,), (1,) * 9 + (503,))
-    fb = simulate(even).details["stage_compute"][0]  # seconds per microbatch of each replica
+    fb = simulate(even).stage_times.compute[0]  # seconds per microbatch of each replica
     return Plan("OPT-350", 1024, 2, (stage,), water_fill(fb, fb, 512))
 
 
@@ -43,7 +43,7 @@ def test_issue_8_plus_8_finds_a_plan_at_least_as_good_as_sailors():
     assert res.throughput_iter_s > 0.04328 * 1.01
     assert _mixes_tp(res.plan)
     # the search's own pricing is the simulator's
-    assert res.extra["search_iteration_time_s"] == pytest.approx(res.iteration_time_s, rel=1e-9)
+    assert res.search_iteration_time_s == pytest.approx(res.iteration_time_s, rel=1e-9)
     assert simulate(res.plan).iteration_time_s == pytest.approx(res.iteration_time_s, rel=1e-9)
 
 
@@ -90,7 +90,7 @@ def test_pruned_search_finds_mixed_tp_optimum(pool, gbs):
     assert _mixes_tp(plan)
     res = plan_job("OPT-350", gbs, pool, options=SearchOptions(max_pp=1, microbatch_sizes=(2,)))
     assert res.iteration_time_s == pytest.approx(sim.iteration_time_s, rel=1e-12)
-    mem = simulate(res.plan).details["memory"]
+    mem = simulate(res.plan).stage_memory.total
     cap = np.array([[CATALOG[r.gpu_type].memory_gb for r in s.replica_list()] for s in res.plan.stages])
     assert (mem <= cap).all()
 

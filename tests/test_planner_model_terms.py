@@ -40,12 +40,12 @@ def test_terms_add_up_to_the_totals(name, cv):
     assert est.time_terms.total == pytest.approx(est.iteration_time_s, rel=1e-12)
     assert est.cost_terms.total == pytest.approx(est.cost_per_iteration_usd, rel=1e-12)
     assert est.time_terms.allreduce + est.time_terms.optimizer_update == pytest.approx(est.sync_time_s, rel=1e-12)
-    assert (est.time_terms.straggler > 0) == (cv > 0 and est.details["pipeline_times"].size > 1)
+    assert (est.time_terms.straggler > 0) == (cv > 0 and est.stage_times.pipeline.size > 1)
     mem = est.stage_memory
     parts = sum(getattr(mem, n) for n in ("weights", "gradients", "optimizer_state", "activations", "working_buffers",
                                          "runtime_overhead"))
     np.testing.assert_allclose(parts, mem.total, rtol=1e-12)
-    np.testing.assert_allclose(mem.total, est.details["memory"], rtol=0)
+    np.testing.assert_allclose(mem.total, est.stage_memory.total, rtol=0)
     assert est.memory_per_stage_gb == tuple(mem.total.max(axis=1))
 
 

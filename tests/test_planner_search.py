@@ -120,8 +120,8 @@ def test_search_equals_exhaustive_enumeration(objective, pool, budget, floor, mb
         assert res.cost_per_iteration_usd == pytest.approx(sim.cost_per_iteration_usd, rel=1e-9)
         assert pruned.cost_per_iteration_usd == pytest.approx(sim.cost_per_iteration_usd, rel=1e-9)
     # the search's own matrices agree with the independent simulator
-    assert res.extra["search_iteration_time_s"] == pytest.approx(res.iteration_time_s, rel=1e-9)
-    assert res.extra["search_cost_usd"] == pytest.approx(res.cost_per_iteration_usd, rel=1e-9)
+    assert res.search_iteration_time_s == pytest.approx(res.iteration_time_s, rel=1e-9)
+    assert res.search_cost_per_iteration_usd == pytest.approx(res.cost_per_iteration_usd, rel=1e-9)
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -163,7 +163,7 @@ def test_search_on_buffered_sends_equals_enumeration(pool, gbs, mbs, max_pp):
     res = plan_job("OPT-350", gbs, pool, "throughput",
                    options=SearchOptions(max_pp=max_pp, microbatch_sizes=mbs, prune=False, mixed_stages=False))
     assert res.iteration_time_s == pytest.approx(sim.iteration_time_s, rel=1e-9)
-    assert res.extra["search_iteration_time_s"] == pytest.approx(res.iteration_time_s, rel=1e-9)
+    assert res.search_iteration_time_s == pytest.approx(res.iteration_time_s, rel=1e-9)
 
 
 def test_replay_split_beats_the_closed_forms_split_and_both_are_priced_as_simulate_does():
@@ -190,7 +190,7 @@ def test_search_prices_its_plan_as_simulate_does_on_buffered_platforms(pool, gbs
         res = plan_job("OPT-350", gbs, pool, "throughput", options=SearchOptions(max_pp=4, mixed_stages=False))
     except InfeasibleError:
         return
-    assert res.extra["search_iteration_time_s"] == pytest.approx(res.iteration_time_s, rel=1e-9)
+    assert res.search_iteration_time_s == pytest.approx(res.iteration_time_s, rel=1e-9)
 
 
 pools = st.dictionaries(
@@ -212,7 +212,7 @@ def test_plans_fit_memory_and_available_gpus(pool, gbs, objective):
     sim = simulate(res.plan)
     # each replica within its own GPU's memory (a stage may mix GPU types)
     limit = [[CATALOG[r.gpu_type].memory_gb for r in stage.replica_list()] for stage in res.plan.stages]
-    assert (sim.details["memory"] <= limit).all()
+    assert (sim.stage_memory.total <= limit).all()
     for stage in res.plan.stages:
         for g in stage.replicas:
             assert g.tp <= CATALOG[g.gpu_type].gpus_per_node  # TP within a node

@@ -77,8 +77,8 @@ def test_search_with_mixed_stages_equals_exhaustive_enumeration(objective, pool,
     key = (lambda r: r.iteration_time_s) if objective == "throughput" else (lambda r: r.cost_per_iteration_usd)
     assert key(res) == pytest.approx(key(sim), rel=1e-9)
     # the search's matrices price the mixed plan exactly as the simulator does
-    assert res.extra["search_iteration_time_s"] == pytest.approx(res.iteration_time_s, rel=1e-9)
-    assert res.extra["search_cost_usd"] == pytest.approx(res.cost_per_iteration_usd, rel=1e-9)
+    assert res.search_iteration_time_s == pytest.approx(res.iteration_time_s, rel=1e-9)
+    assert res.search_cost_per_iteration_usd == pytest.approx(res.cost_per_iteration_usd, rel=1e-9)
 
 
 def test_mixed_stages_pay_on_a_pool_with_idle_gpus():
@@ -110,7 +110,7 @@ def test_three_block_search_equals_exhaustive_enumeration(pool, gbs, mbs):
     opts = SearchOptions(max_pp=3, microbatch_sizes=mbs, max_blocks=3, mixed_stages=False)
     exact = plan_job("OPT-350", gbs, pool, options=replace(opts, prune=False))
     assert exact.iteration_time_s == pytest.approx(sim.iteration_time_s, rel=1e-9)
-    assert exact.extra["search_iteration_time_s"] == pytest.approx(exact.iteration_time_s, rel=1e-9)
+    assert exact.search_iteration_time_s == pytest.approx(exact.iteration_time_s, rel=1e-9)
     # the pruned search finds three blocks too, and they beat every two-block plan
     pruned = plan_job("OPT-350", gbs, pool, options=opts)
     two = plan_job("OPT-350", gbs, pool, options=replace(opts, max_blocks=2))

@@ -54,8 +54,8 @@ def test_search_with_zone_spanning_equals_exhaustive_enumeration(objective, pool
     )
     assert got == pytest.approx(want, rel=1e-9)
     # the search's own matrices agree with the independent simulator, egress included
-    assert res.extra["search_iteration_time_s"] == pytest.approx(res.iteration_time_s, rel=1e-9)
-    assert res.extra["search_cost_usd"] == pytest.approx(res.cost_per_iteration_usd, rel=1e-9)
+    assert res.search_iteration_time_s == pytest.approx(res.iteration_time_s, rel=1e-9)
+    assert res.search_cost_per_iteration_usd == pytest.approx(res.cost_per_iteration_usd, rel=1e-9)
     assert res.plan.gpus_by_type_zone().keys() <= pool.keys()
 
 
@@ -98,9 +98,9 @@ def test_plans_keep_zone_capacity_and_each_replicas_memory(pool, gbs, objective)
     sim = simulate(res.plan)
     # each replica within its own GPU's memory (stages may mix GPU types)
     limit = [[CATALOG[r.gpu_type].memory_gb for r in stage.replica_list()] for stage in res.plan.stages]
-    assert (sim.details["memory"] <= limit).all()
-    assert res.extra["search_iteration_time_s"] == pytest.approx(sim.iteration_time_s, rel=1e-9)
-    assert res.extra["search_cost_usd"] == pytest.approx(sim.cost_per_iteration_usd, rel=1e-9)
+    assert (sim.stage_memory.total <= limit).all()
+    assert res.search_iteration_time_s == pytest.approx(sim.iteration_time_s, rel=1e-9)
+    assert res.search_cost_per_iteration_usd == pytest.approx(sim.cost_per_iteration_usd, rel=1e-9)
 
 
 def _sailor(pp: int, zones: tuple[str, ...], per_zone: int, tp: int, mbs: int, split: tuple[int, ...]) -> Plan:

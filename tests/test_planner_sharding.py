@@ -25,6 +25,7 @@ from heteroplan.perf.sailor_profiles import load_model_profile  # noqa: E402
 from heteroplan.planner import SearchOptions, plan_job, simulate  # noqa: E402
 from heteroplan.planner.model.sim_config import PROFILED_CONFIG  # noqa: E402
 from heteroplan.planner.model.terms import zero1_largest_share  # noqa: E402
+from heteroplan.planner.notes import NoteKind  # noqa: E402
 from heteroplan.planner.plan import OptimizerSharding, Plan, Recomputation, ReplicaGroup, Stage  # noqa: E402
 from heteroplan.planner.request import PlanRequest  # noqa: E402
 from heteroplan.planner.search.brute_force import brute_force  # noqa: E402
@@ -109,7 +110,7 @@ def test_the_searchs_sharded_tables_are_the_simulators(data_dir, recompute) -> N
             sim = simulate(plan, data_dir=data_dir, gpu_types={"cpu": cpu(16)}, config=PROFILED_CONFIG)
             inflight = min(plan.pp - s, 2)
             assert table.memory(inflight, 2, search.zero1_shares(1, 2))[a, b] == pytest.approx(float(sim.stage_memory.total[s, 0]), rel=1e-9)
-            assert sync[a, b] == pytest.approx(float(sim.details["sync"][s]), rel=1e-9), (a, b)
+            assert sync[a, b] == pytest.approx(float(sim.stage_times.sync[s]), rel=1e-9), (a, b)
 
 
 def test_plan_job_shards_the_state_when_only_that_fits_and_the_runtime_runs_it(data_dir) -> None:
@@ -122,8 +123,9 @@ def test_plan_job_shards_the_state_when_only_that_fits_and_the_runtime_runs_it(d
     result = plan_job(MODEL, 16, POOL, gpu_types=(tight,), data_dir=data_dir, options=options(max_pp=1))
     assert result.plan.dp == 2 and [st.optimizer_sharding for st in result.plan.stages] == [ZERO1]
     assert result.memory_fit.fits and result.memory_fit.need_gb == pytest.approx(sharded, rel=1e-9)
-    assert "ZeRO-1" in result.describe() and "does not fit" in result.extra["optimizer_sharding"]
-    assert result.extra["search_iteration_time_s"] == pytest.approx(result.iteration_time_s, rel=1e-9)
+    assert "ZeRO-1" in result.describe() and [n.kind for n in result.notes] == [NoteKind.OPTIMIZER_SHARDING] \
+        and "does not fit" in result.notes[0].message
+    assert result.search_iteration_time_s == pytest.approx(result.iteration_time_s, rel=1e-9)
     profile, network = load_model_profile(MODEL, data_dir), load_network(data_dir)
     oracle, sim = brute_force(profile, 16, POOL, {"cpu": tight}, max_pp=1, microbatch_sizes=(4,), max_blocks=1,
                               network=network, config=PROFILED_CONFIG, sharding=True)
@@ -264,5 +266,5 @@ def test_zero1_across_zones_bills_the_all_gather_and_the_search_prices_it_so(dat
     result = plan_job(MODEL, 16, pool, gpu_types=(tight,), data_dir=root, options=options(max_pp=1))
     assert [st.optimizer_sharding for st in result.plan.stages] == [ZERO1]
     assert {g.zone for g in result.plan.stages[0].replicas} == {"a", "b"}
-    assert result.extra["search_cost_usd"] == pytest.approx(result.cost_per_iteration_usd, rel=1e-9)
+    assert result.search_cost_per_iteration_usd == pytest.approx(result.cost_per_iteration_usd, rel=1e-9)
     assert result.estimate.cost_terms.allreduce_egress == pytest.approx(sims[ZERO1].cost_terms.allreduce_egress, rel=1e-9)

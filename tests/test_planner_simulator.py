@@ -195,7 +195,7 @@ def test_a_plan_that_does_not_fit_says_so_by_how_much_and_where():
 def test_memory_fit_names_the_tightest_stage_and_agrees_with_the_per_replica_memory():
     for tp, pp, dp in ((1, 2, 4), (4, 4, 2), (4, 8, 1), (2, 17, 1)):
         sim = simulate(_gpt_neo_on_v100(tp, pp, dp))
-        mem, cap = sim.details["memory"], sim.details["memory_capacity"]
+        mem, cap = sim.stage_memory.total, sim.stage_memory.capacity
         assert sim.fits == bool((mem <= cap).all())
         assert sim.memory_fit.stage == int(np.argmax((mem - cap).max(axis=1)))
         assert sim.memory_fit.headroom_gb == pytest.approx(float((cap - mem).min()))

@@ -28,6 +28,7 @@ from heteroplan.planner.model.sim_config import (
     write_platform,
 )
 from heteroplan.planner.model.simulator import stage_memory_gb
+from heteroplan.planner.notes import NoteKind
 
 C1, CZ = 2.0, 0.5  # GB/s
 ONCE, REPLICATED = SimConfig(), SimConfig(replicated_tp_sends=1.0)
@@ -113,7 +114,7 @@ def test_simulate_charges_the_formula_and_bills_cross_zone_bytes(tp) -> None:
     n = 4 * real.act_out[tp][12] * 2
     for cfg, copies in ((ONCE, 1), (REPLICATED, tp)):
         sim = simulate(_two_stage(tp, "b"), profile=profile, network=_network("shared"), gpu_types=types, config=cfg)
-        assert sim.details["comm"][1, 0] == pytest.approx(copies * n / 1e9 / CZ)
+        assert sim.stage_times.pipeline_send[1, 0] == pytest.approx(copies * n / 1e9 / CZ)
         assert sim.egress_gb == pytest.approx(2 * copies * n * 32 / 1e9)  # act + grad, 32 microbatches
 
 
@@ -127,11 +128,12 @@ def test_a_gpu_type_without_calibration_uses_the_default_and_says_so(caplog) -> 
     assert (sim.iteration_time_s, sim.memory_per_stage_gb) == (chosen.iteration_time_s, chosen.memory_per_stage_gb)
     assert chosen.uncalibrated == ()
     result = plan_job("OPT-350", 64, {("A100-40", "us-central1-a"): 4})
-    assert result.extra["uncalibrated_gpu_types"] == ["A100-40"]
+    assert result.uncalibrated_gpu_types == ("A100-40",)
+    assert [n.kind for n in result.notes] == [NoteKind.UNCALIBRATED] and "A100-40" in result.notes[0].message
     assert result.to_dict()["uncalibrated_gpu_types"] == ["A100-40"] and "A100-40" in result.describe().splitlines()[-1]
     assert "uncalibrated" in caplog.text
     gh = plan_job("OPT-350", 64, {("GH-96", "us-central1-a"): 4})
-    assert "uncalibrated_gpu_types" not in gh.extra
+    assert gh.uncalibrated_gpu_types == () and not gh.notes and gh.to_dict()["notes"] == []
 
 
 def test_a_plan_mixing_gpu_types_uses_each_types_own_constants() -> None:
@@ -146,7 +148,7 @@ def test_a_plan_mixing_gpu_types_uses_each_types_own_constants() -> None:
     assert sim.memory_per_stage_gb == pytest.approx((stage_memory_gb(profile, 2, 0, 13, 2, 2, rtx),
                                                   stage_memory_gb(profile, 2, 13, 26, 2, 1, gh)))
     f, b, _ = profile.stage_compute("RTX-3090", 2, 2, 0, 13)
-    assert sim.details["stage_compute"][0, 0] == pytest.approx(max(rtx.compute_scale * (f + b) + rtx.microbatch_overhead_s, 0))
+    assert sim.stage_times.compute[0, 0] == pytest.approx(max(rtx.compute_scale * (f + b) + rtx.microbatch_overhead_s, 0))
     assert sim.uncalibrated == ()
 
 
@@ -209,7 +211,7 @@ def test_every_plan_the_search_returns_fits_memory_under_per_platform_constants(
     res = plan_job("OPT-350", 64, pool, objective)
     sim = simulate(res.plan)
     assert res.iteration_time_s == pytest.approx(sim.iteration_time_s, rel=1e-9)
-    assert res.extra["search_iteration_time_s"] == pytest.approx(sim.iteration_time_s, rel=1e-9)
+    assert res.search_iteration_time_s == pytest.approx(sim.iteration_time_s, rel=1e-9)
     for mem, stage in zip(sim.memory_per_stage_gb, res.plan.stages, strict=True):
         for g in stage.replicas:
             assert mem <= catalog[g.gpu_type].memory_gb

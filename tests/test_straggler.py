@@ -100,7 +100,7 @@ def test_a_replica_with_slack_costs_nothing() -> None:
     """Replicas with 3 and 1 microbatches of 8: the light one is never the straggler."""
     plan = Plan(MODEL, 32, 8, (Stage(0, LAYERS, (ReplicaGroup(GPU, ZONE, 1, 2),)),), (3, 1))
     base, noisy = simulate(plan, config=DEFAULT_CONFIG), simulate(plan, config=replace(DEFAULT_CONFIG, straggler_cv=0.1))
-    heavy = base.details["pipeline_times"].max()
+    heavy = base.stage_times.pipeline.max()
     assert noisy.pipeline_time_s == pytest.approx(heavy, rel=1e-6)
 
 
@@ -115,7 +115,7 @@ def test_pipelined_replicas_spread_as_their_bottleneck_stage() -> None:
     cv = 0.15
     plan = _plan((0, 12, LAYERS), 2, 2)
     base = simulate(plan, config=DEFAULT_CONFIG)
-    fb, comm = base.details["stage_compute"][:, 0], base.details["comm"][:, 0]
+    fb, comm = base.stage_times.compute[:, 0], base.stage_times.pipeline_send[:, 0]
     M = plan.global_batch_size // (plan.microbatch_size * plan.dp)
     bottleneck = int(np.argmax(fb + 2 * (comm[:-1] + comm[1:])))
     sd = cv * ((M - 1) * fb[bottleneck] + np.sqrt((fb**2).sum()))
@@ -127,7 +127,7 @@ def test_unequal_replicas_match_sampling_the_rank_noise() -> None:
     """DP 3 with 6, 6 and 4 microbatches: sample each replica's speed, average the slowest."""
     cv = 0.2
     plan = Plan(MODEL, 128, 8, (Stage(0, LAYERS, (ReplicaGroup(GPU, ZONE, 1, 3),)),), (6, 6, 4))
-    t = simulate(plan, config=DEFAULT_CONFIG).details["pipeline_times"]
+    t = simulate(plan, config=DEFAULT_CONFIG).stage_times.pipeline
     rng = np.random.default_rng(5)
     sampled = (t * (1 + cv * rng.standard_normal((400_000, 3)))).max(axis=1).mean()
     noisy = simulate(plan, config=replace(DEFAULT_CONFIG, straggler_cv=cv))
@@ -140,7 +140,7 @@ def test_search_prices_stragglers_as_the_simulator_does() -> None:
     config = replace(DEFAULT_CONFIG, straggler_cv=0.2)
     fast = plan_job(MODEL, 256, pool, options=SearchOptions(config=DEFAULT_CONFIG))
     noisy = plan_job(MODEL, 256, pool, options=SearchOptions(config=config))
-    assert noisy.extra["search_iteration_time_s"] == pytest.approx(noisy.iteration_time_s, rel=1e-9)
+    assert noisy.search_iteration_time_s == pytest.approx(noisy.iteration_time_s, rel=1e-9)
     assert noisy.iteration_time_s == pytest.approx(simulate(noisy.plan, config=config).iteration_time_s, rel=1e-12)
     assert noisy.iteration_time_s > fast.iteration_time_s
 

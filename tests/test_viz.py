@@ -225,7 +225,7 @@ def test_pipeline_schedule_uses_slowest_replica_and_plan_numbers(geo_result):
     sched = pipeline_schedule(geo_result)
     assert sched.simulated_time == pytest.approx(sim.pipeline_time_s)
     assert sched.num_stages == plan.pp and sched.num_microbatches == plan.microbatches()[sched.replica]
-    fb = sim.details["stage_compute"][:, sched.replica]
+    fb = sim.stage_times.compute[:, sched.replica]
     assert sched.forward + sched.backward == pytest.approx(fb)
     assert np.all(sched.forward > 0) and np.all(sched.forward < fb)  # forward is the smaller part
     _check_schedule(sched.forward, sched.backward, sched.comm, sched.num_microbatches)

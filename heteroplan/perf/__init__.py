@@ -9,6 +9,8 @@ Pollux/Sia goodput (this package's first part):
   configuration) and :class:`ThroughputTable` (rigid jobs).
 * :mod:`~heteroplan.perf.fit` -- fitting parameters to observed steps.
 * :mod:`~heteroplan.perf.bootstrap` -- :class:`BootstrappedModel` (Sia's online model).
+* :mod:`~heteroplan.perf.protocols` -- what a performance model can do beyond its goodput, one
+  ``typing.Protocol`` per capability (checked with ``isinstance``, never probed by name).
 * :mod:`~heteroplan.perf.measurements` -- Sia trace readers.
 * :mod:`~heteroplan.perf.sia_data` -- :func:`true_model` / :func:`bootstrap_model` from the
   shipped reference data.

@@ -16,6 +16,7 @@ from heteroplan.planner.model.simulator import (
     simulate,
     simulate_plan,
 )
+from heteroplan.planner.notes import NoteKind, PlanNote
 from heteroplan.planner.pareto import ParetoFront, ParetoPoint, pareto_front
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.planner.request import PlanRequest, SearchOptions
@@ -34,6 +35,8 @@ __all__ = [
     "Plan",
     "PlanRequest",
     "PlanResult",
+    "PlanNote",
+    "NoteKind",
     "ReplicaGroup",
     "SearchOptions",
     "SimConfig",

@@ -7,6 +7,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from heteroplan._deprecated import renamed
@@ -26,6 +27,7 @@ from heteroplan.planner.explain import (
     plan_structure,
 )
 from heteroplan.planner.model.simulator import MemoryFit, PlanEstimate, simulate_plan
+from heteroplan.planner.notes import NoteKind, PlanNote
 from heteroplan.planner.plan import OptimizerSharding, Plan, Recomputation
 from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions, normalize_pool
 from heteroplan.planner.search.pipeline_sets import best_pipeline_set
@@ -33,7 +35,7 @@ from heteroplan.planner.search.searcher import Searcher
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["PlanResult", "PlanRequest", "plan", "plan_job", "normalize_pool", "OBJECTIVES"]
+__all__ = ["PlanResult", "PlanRequest", "PlanNote", "NoteKind", "plan", "plan_job", "normalize_pool", "OBJECTIVES"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -53,6 +55,9 @@ class PlanResult:
         memory_per_gpu_gb: peak GB per GPU of each stage.
         search_time_s: seconds the search took.
         evaluated: block layouts whose layer split was optimized.
+        notes: what the planner did beyond the request and why, in the order ``describe()``
+            prints them (:class:`~heteroplan.planner.notes.PlanNote`: recomputation, ZeRO-1,
+            uncalibrated GPU types).
         memory_fit: the tightest GPU's memory need against its capacity (a returned plan always fits).
         runner_ups: the best plan the search priced per GPU-type mix, per pipeline depth and per
             layout of the replicas (:class:`~heteroplan.planner.explain.PlanStructure`), other
@@ -62,6 +67,14 @@ class PlanResult:
         independent_pipelines: the best set of independent pipelines the search priced, one per GPU
             type (:class:`~heteroplan.planner.explain.PipelineSetRunnerUp`; pools of two or more GPU
             types), or None. Reported, not chosen: the runtime does not execute a set yet.
+        uncalibrated_gpu_types: the plan's GPU types that had no fitted simulator constants (empty
+            when every type is calibrated).
+        search_iteration_time_s: seconds per iteration as the search priced the plan (the same as
+            ``iteration_time_s`` up to rounding: the search prices as the simulator does); None
+            for a result no search found (a baseline).
+        search_cost_per_iteration_usd: $ per iteration as the search priced it (None likewise).
+        milp_gpus: GPUs per ``(gpu_type, zone)`` the resource MILP chose to narrow the pool to
+            (``SearchOptions(narrow_with_milp=True)``), or None.
     """
 
     plan: Plan
@@ -71,12 +84,16 @@ class PlanResult:
     memory_per_gpu_gb: tuple[float, ...]
     search_time_s: float
     evaluated: int = 0
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    notes: tuple[PlanNote, ...] = field(default=(), compare=False)
     memory_fit: MemoryFit | None = None
     runner_ups: tuple[RunnerUp, ...] = field(default=(), compare=False)
     estimate: PlanEstimate | None = field(default=None, compare=False, repr=False)
     request: PlanRequest | None = field(default=None, compare=False, repr=False)
     independent_pipelines: PipelineSetRunnerUp | None = field(default=None, compare=False, repr=False)
+    uncalibrated_gpu_types: tuple[str, ...] = field(default=(), compare=False)
+    search_iteration_time_s: float | None = field(default=None, compare=False)
+    search_cost_per_iteration_usd: float | None = field(default=None, compare=False)
+    milp_gpus: Mapping[tuple[str, str], int] | None = field(default=None, compare=False, repr=False)
 
     iteration_time = renamed("iteration_time", "iteration_time_s")
     throughput = renamed("throughput", "throughput_iter_s")
@@ -145,7 +162,8 @@ class PlanResult:
                 "cost_per_iteration_usd": self.independent_pipelines.cost_per_iteration_usd,
                 "pipeline_set": self.independent_pipelines.pipelines.to_dict(),
             },
-            "uncalibrated_gpu_types": list(self.extra.get("uncalibrated_gpu_types", [])),
+            "uncalibrated_gpu_types": list(self.uncalibrated_gpu_types),
+            "notes": [n.to_dict() for n in self.notes],
             "terms": {k.value: v for k, v in estimate_terms(self.estimate).items()} if self.estimate else {},
             "runner_ups": [r.to_dict() for r in self.runner_ups],
             "explanation": self.explain().splitlines(),
@@ -170,12 +188,7 @@ class PlanResult:
             lines.append("  predicted " + self.estimate.utilization.describe())
         lines.append(f"  search: {self.search_time_s:.3g} s, {self.evaluated} layouts")
         lines.append("  " + self._structure_note())
-        if self.extra.get("recompute"):
-            lines.append("  every stage recomputes its activations: " + self.extra["recompute"])
-        if self.extra.get("optimizer_sharding"):
-            lines.append("  " + self.extra["optimizer_sharding"])
-        if self.extra.get("uncalibrated_gpu_types"):
-            lines.append("  " + uncalibrated_note(self.extra["uncalibrated_gpu_types"]))
+        lines += ["  " + n.message for n in self.notes]
         return "\n".join(lines)
 
     def _structure_note(self) -> str:
@@ -225,8 +238,8 @@ def plan_job(
         options: search knobs; default ``SearchOptions()``, whose simulator constants are the
             shipped table per GPU type (``SHIPPED_PLATFORMS``) for shipped data and, when
             ``data_dir`` is given, its ``sim_config.json`` (``heteroplan profile --calibrate``) over
-            ``PROFILED_CONFIG``; ``result.extra["uncalibrated_gpu_types"]`` names the plan's GPU types that
-            had none (``describe()`` says so, with how to calibrate; logged at INFO, not WARNING).
+            ``PROFILED_CONFIG``; ``result.uncalibrated_gpu_types`` names the plan's GPU types that
+            had none (a note of ``result.notes`` says so, with how to calibrate; logged at INFO, not WARNING).
         network: network model (default: that of ``data_dir``).
         data_dir: directory of profiles and network files written by
             :mod:`heteroplan.runtime.profiler` (default: the shipped Sailor data).
@@ -249,7 +262,8 @@ def plan(request: PlanRequest) -> PlanResult:
         InfeasibleError: no plan satisfies the request; ``reason`` says why.
     """
     t0 = time.perf_counter()
-    extra: dict[str, Any] = {}
+    notes: list[PlanNote] = []
+    milp_gpus: Mapping[tuple[str, str], int] | None = None
     narrowed = request
     if request.options.narrow_with_milp:
         from heteroplan.planner.search.resources import choose_resources, narrow_pool, replica_kinds
@@ -257,7 +271,7 @@ def plan(request: PlanRequest) -> PlanResult:
         try:
             choice = choose_resources(replica_kinds(request), request)
             narrowed = replace(request, pool=narrow_pool(choice, request.pool))
-            extra["milp_gpus"] = {f"{t}@{z}": n for (t, z), n in choice.gpus.items()}
+            milp_gpus = MappingProxyType(dict(choice.gpus))
         except InfeasibleError:
             narrowed = request
     try:
@@ -271,18 +285,19 @@ def plan(request: PlanRequest) -> PlanResult:
             searcher, best, stats = _search(replace(narrowed, options=retry.options), retry)
         except InfeasibleError:
             raise _explain(exc, request) from None
-        extra["recompute"] = f"no plan without recomputation: {exc}"
+        notes.append(PlanNote(NoteKind.RECOMPUTATION,
+                              f"every stage recomputes its activations: no plan without recomputation: {exc}"))
         request = retry
     sim = simulate_plan(best.plan, profile=request.profile, network=request.network, gpu_types=dict(request.gpu_types),
                    config=request.options.config)
     if not sim.fits:  # the search prices memory as simulate does: a broken invariant, not a user error
         raise InfeasibleError(f"internal error: the search chose a plan that does not fit; {sim.memory_fit.describe()}")
     if any(st.optimizer_sharding is OptimizerSharding.ZERO1 for st in best.plan.stages):
-        extra["optimizer_sharding"] = _why_sharded(best.plan, sim, request)
+        notes.append(PlanNote(NoteKind.OPTIMIZER_SHARDING, _why_sharded(best.plan, sim, request)))
     if sim.uncalibrated:
-        extra["uncalibrated_gpu_types"] = list(sim.uncalibrated)
+        notes.append(PlanNote(NoteKind.UNCALIBRATED, uncalibrated_note(sim.uncalibrated)))
         # INFO, not WARNING: the library is quiet unless asked, and the result itself names the types
-        # (extra, to_dict, describe(), which `heteroplan plan` prints); A100-40 and V100-16, shipped
+        # (uncalibrated_gpu_types, notes, to_dict, describe(), which `heteroplan plan` prints); A100-40 and V100-16, shipped
         # as profiles without real runs to fit, would otherwise warn on every process that plans them
         _log.info("%s", uncalibrated_note(sim.uncalibrated), extra={"uncalibrated": sim.uncalibrated})
     return PlanResult(
@@ -293,13 +308,17 @@ def plan(request: PlanRequest) -> PlanResult:
         sim.memory_per_stage_gb,
         time.perf_counter() - t0,
         stats["evaluated"],
-        extra | {"search_iteration_time_s": best.iteration_time, "search_cost_usd": best.cost_per_iteration},
+        tuple(notes),
         sim.memory_fit,
         tuple(RunnerUp(family, c.plan, c.iteration_time, c.cost_per_iteration)
               for family, c in sorted(searcher.runner_ups.items(), key=lambda fc: fc[0].label) if c.plan != best.plan),
         sim,
         request,
         best_pipeline_set(searcher) if len({t for t, _ in searcher.pool}) >= 2 else None,
+        uncalibrated_gpu_types=sim.uncalibrated,
+        search_iteration_time_s=best.iteration_time,
+        search_cost_per_iteration_usd=best.cost_per_iteration,
+        milp_gpus=milp_gpus,
     )
 
 

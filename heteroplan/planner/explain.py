@@ -265,8 +265,7 @@ def diff_plans(a: PlanEstimate, b: PlanEstimate, labels: tuple[str, str] = ("a",
 
 def _tightest(est: PlanEstimate) -> MemoryTerms:
     """Memory terms of the GPU with the least headroom."""
-    cap = est.details["memory_capacity"]
-    head = cap - est.stage_memory.total
+    head = est.stage_memory.capacity - est.stage_memory.total
     s, d = divmod(int(head.argmin()), head.shape[1])
     return est.stage_memory.at(s, d)
 
@@ -277,9 +276,8 @@ def estimate_terms(est: PlanEstimate) -> dict[TermKind, dict[str, float]]:
     if est.time_terms is None or est.cost_terms is None:
         return {}
     terms = {TermKind.TIME: est.time_terms.as_dict(), TermKind.COST: est.cost_terms.as_dict()}
-    if est.stage_memory is not None and "memory_capacity" in est.details:
-        tight = _tightest(est)
-        terms[TermKind.MEMORY] = {n: getattr(tight, n) for n in MemoryTerms.NAMES}
+    tight = _tightest(est)
+    terms[TermKind.MEMORY] = {n: getattr(tight, n) for n in MemoryTerms.NAMES}
     return terms
 
 

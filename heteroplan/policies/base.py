@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 from heteroplan._html import table, title
 from heteroplan.cluster import Cluster
 from heteroplan.errors import ClusterError, InputError, PolicyError
+from heteroplan.perf.protocols import GoodputRate
 from heteroplan.policies.state import NO_STATE, NoState, PolicyState, expect_state
 
 __all__ = ["Allocation", "AllocationError", "JobState", "Policy", "PolicyBase", "PerfModel", "GoodputEstimator",
@@ -81,7 +82,7 @@ class Allocation:
 
 
 @runtime_checkable
-class PerfModel(Protocol):
+class PerfModel(GoodputRate, Protocol):
     """The one performance model every policy reads (see :mod:`heteroplan.perf`).
 
     ``goodput`` is the job's rate of useful work on ``num_gpus`` GPUs of ``gpu_type`` spread
@@ -91,13 +92,13 @@ class PerfModel(Protocol):
     (:class:`~heteroplan.perf.goodput.ThroughputTable`). ``remaining_work / goodput`` is
     therefore seconds. 0 means the job cannot run there. Arguments broadcast (numpy arrays);
     ``gpu_type`` may be an array of type names. ``progress`` is the fraction of the job done.
-    ``gpu_types`` lists the types the model has data for.
+    ``gpu_types`` lists the types the model has data for. Optional capabilities (a refit from
+    measured steps, a version, a per-batch throughput, ...) are the protocols of
+    :mod:`heteroplan.perf.protocols`.
     """
 
     @property
     def gpu_types(self) -> tuple[str, ...]: ...
-
-    def goodput(self, gpu_type: Any, num_nodes: Any, num_gpus: Any, progress: float = 0.0) -> Any: ...
 
 
 GoodputEstimator = PerfModel  # the former name

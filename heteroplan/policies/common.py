@@ -9,6 +9,7 @@ import numpy as np
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError
 from heteroplan.formulations.sia import ConfigSet, GoodputPairs
+from heteroplan.perf.protocols import NoiseScaled, Versioned
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.placement import place
 
@@ -115,11 +116,9 @@ def model_state(job: JobState) -> tuple | None:
     and noise scale at its progress (the progress itself for an estimator without a noise
     scale); ``None`` when the estimator has no ``version`` (nothing may be reused)."""
     est = job.estimator
-    version = getattr(est, "version", None)
-    if version is None:
+    if not isinstance(est, Versioned):
         return None
-    noise = getattr(est, "noise_scale", None)
-    return (version, noise(job.progress) if noise is not None else job.progress)
+    return (est.version, est.noise_scale(job.progress) if isinstance(est, NoiseScaled) else job.progress)
 
 
 def _evaluate(job: JobState, configs: ConfigSet, cols: np.ndarray, names: np.ndarray) -> np.ndarray:

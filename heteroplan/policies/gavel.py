@@ -41,6 +41,7 @@ from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError, SolverError, check_seconds
 from heteroplan.inputs import enum_choice
 from heteroplan.perf.applications import SIA_SLOWDOWNS
+from heteroplan.perf.protocols import BatchThroughput, HasApplication
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.gavel_lp import (
     GavelObjective,
@@ -122,14 +123,14 @@ def iteration_rate(job: JobState, gpu_type: str, gpus: int, gpus_per_node: int) 
     est = job.estimator
     if est is None:
         return 1.0
-    if job.batch_size <= 0 or not (hasattr(est, "throughput") and hasattr(est, "max_local_bsz")):
+    if job.batch_size <= 0 or not isinstance(est, BatchThroughput):
         return rate_of(est, gpu_type, gpus, gpus_per_node)
     local = math.ceil(job.batch_size / gpus - 1e-8)
     accum = math.ceil(local / est.max_local_bsz(gpu_type) - 1e-8) - 1
     if gpus == 1:
         accum = max(1, accum)  # as the artifact does
     atomic = math.ceil(local / (accum + 1) - 1e-8)
-    atomic = max(1, min(atomic, int(est.app.max_batch_size / (gpus * (accum + 1))))) if hasattr(est, "app") \
+    atomic = max(1, min(atomic, int(est.app.max_batch_size / (gpus * (accum + 1))))) if isinstance(est, HasApplication) \
         else atomic
     nodes = -(-gpus // gpus_per_node)
     samples = float(np.asarray(est.throughput(gpu_type, nodes, gpus, atomic, accum), dtype=float).reshape(-1)[0])

@@ -52,6 +52,7 @@ from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError, check_seconds
 from heteroplan.formulations.sia import ConfigSet, SiaResult, build_sia_model, restart_factor
 from heteroplan.inputs import enum_choice
+from heteroplan.perf.protocols import RecordsObservations
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.common import GoodputCache, choosable_columns, place_blind
 from heteroplan.policies.pollux_profile import MergedProfile, ProfileState
@@ -208,7 +209,7 @@ class PolluxPolicy:
         :mod:`heteroplan.policies.pollux_profile`), updated with its new observations; unchanged
         when its estimator does not record observations (an oracle model)."""
         est = job.estimator
-        if est is None or not hasattr(est, "observations"):
+        if not isinstance(est, RecordsObservations):
             return job
         types = cluster.type_names
         profile = self._profiles.get(job.job_id)

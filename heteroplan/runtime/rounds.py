@@ -36,6 +36,7 @@ from heteroplan.errors import InputError, RankFailure, check_int, check_seconds
 from heteroplan.inputs import finite_number
 from heteroplan.names import path_component
 from heteroplan.perf.measurements import Measurements
+from heteroplan.perf.protocols import ObservesSteps, OptimizesBatch
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.policies.base import Allocation, Policy, PolicyBase
 from heteroplan.policies.registry import make_policy
@@ -147,9 +148,8 @@ def measure_single_gpu(task: TrainTask, local_batch_sizes: Sequence[int], steps:
 def job_plan(job: RuntimeJob, alloc: Allocation, num_layers: int, progress: float) -> Plan:
     """The plan ``job`` runs on ``alloc``: data parallel over its GPUs, at the batch the estimator
     picks (``adaptive_batch``) or at ``job.global_batch_size``."""
-    optimize = getattr(job.estimator, "optimize", None)
-    if job.adaptive_batch and optimize is not None:
-        _, local, accum = optimize(alloc.gpu_type, max(alloc.num_nodes, 1), alloc.num_gpus, progress=progress)
+    if job.adaptive_batch and isinstance(job.estimator, OptimizesBatch):
+        _, local, accum = job.estimator.optimize(alloc.gpu_type, max(alloc.num_nodes, 1), alloc.num_gpus, progress=progress)
         local, accum = int(local), int(accum)
         if local > 0:  # 0: no model for this type yet; keep the job's batch
             stage = Stage(0, num_layers, (ReplicaGroup(alloc.gpu_type, "local", 1, alloc.num_gpus),))
@@ -373,7 +373,7 @@ class RoundExecutor:
         latest = reported[-1].step if reported else 0  # none yet: still starting (no progress)
         self._report_steps(job, max(latest, self._steps_done(job)))
         self._observe_noise(job, steps)
-        if not steps or getattr(job.estimator, "observe", None) is None or run.allocation.mixed:
+        if not steps or not isinstance(job.estimator, ObservesSteps) or run.allocation.mixed:
             return
         n, plan = run.allocation.num_gpus, run.handle.plan
         placement = tuple(c for _, c in run.allocation.placement) or (n,)

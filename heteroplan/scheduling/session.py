@@ -71,6 +71,7 @@ from typing import Any
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import HeteroplanError, InputError, PolicyError
+from heteroplan.perf.protocols import GoodputRate, ObservesSteps, TakesMeasuredNoise
 from heteroplan.policies.base import (
     Allocation,
     JobState,
@@ -266,16 +267,14 @@ class SchedulingSession:
         if batch_size is not None:
             job.batch_size = batch_size
         if step_timing is not None:
-            observe = getattr(job.estimator, "observe", None)
-            if observe is not None:
-                observe(step_timing.gpu_type, list(step_timing.placement), step_timing.local_bsz,
-                        step_timing.step_time, step_timing.sync_time)
+            if isinstance(job.estimator, ObservesSteps):
+                job.estimator.observe(step_timing.gpu_type, list(step_timing.placement), step_timing.local_bsz,
+                                      step_timing.step_time, step_timing.sync_time)
                 job.observations += 1
         if phi is not None:
             job.phi = float(phi)
-            setter = getattr(job.estimator, "set_measured_phi", None)
-            if setter is not None:
-                setter(float(phi))
+            if isinstance(job.estimator, TakesMeasuredNoise):
+                job.estimator.set_measured_phi(float(phi))
 
     def finish(self, job_id: str, at: float) -> JobRecord:
         """Mark a job done at time ``at`` (s; at or after its arrival and the last round, within the
@@ -709,7 +708,7 @@ def _resolve_model(job_id: str, application: str, perf_model: PerfModel | str | 
 
         kind = ModelKind(perf_model)
         return kind, (bootstrap_model(application) if kind is ModelKind.BOOTSTRAP else true_model(application))
-    if not callable(getattr(perf_model, "goodput", None)):
+    if not isinstance(perf_model, GoodputRate):
         raise InputError(f"job[{job_id}].perf_model", type(perf_model).__name__,
                          "must be a PerfModel (goodput(gpu_type, num_nodes, num_gpus, progress))")
     from heteroplan.perf.bootstrap import BootstrappedModel

@@ -3,7 +3,8 @@
 - :func:`simulate` (:mod:`heteroplan.sim.loop`): one policy on one workload and cluster; Sia
   workload jobs (goodput ground truth) and rigid jobs with throughput tables alike.
 - :func:`run_policy` / :func:`compare_policies`: by registered name, or several at once.
-- :class:`SimResult`: per-job records and per-round logs; metrics (JCT, makespan, GPU-hours,
+- :class:`SimResult`: per-job records, per-round logs, typed events (:class:`SimEvent`) and, when
+  recorded, the session's decisions; metrics (JCT, makespan, GPU-hours,
   restarts, utilization, FTF, policy time), JSON, plots.
 - :class:`SimulatedTraining` (:mod:`heteroplan.sim.training`): the modelled progress the loop
   feeds its :class:`~heteroplan.scheduling.SchedulingSession`; a user's own loop can use it too.
@@ -13,6 +14,7 @@
 from heteroplan.policies.base import AllocationError
 from heteroplan.policies.registry import POLICIES, make_policy
 from heteroplan.sim.compare import POLICY_FACTORIES, compare_policies, run_policy
+from heteroplan.sim.events import SimEvent, SimEventKind
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.sim.loop import simulate
 from heteroplan.sim.metrics import JobRecord, SimResult, compare_table
@@ -24,6 +26,8 @@ __all__ = [
     "POLICIES",
     "POLICY_FACTORIES",
     "SimFidelity",
+    "SimEvent",
+    "SimEventKind",
     "SimResult",
     "SimulatedTraining",
     "compare_policies",

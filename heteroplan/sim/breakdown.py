@@ -1,7 +1,7 @@
 """Where jobs spend their time under load: queueing vs restoring vs running, per job and per round.
 
 :func:`load_breakdown` reads a :class:`~heteroplan.sim.metrics.SimResult` simulated with
-``record=True`` (it needs every round's allocations) and splits each job's time from arrival to
+``record=True`` (it reads every round's decisions, as the scheduling session made them) and splits each job's time from arrival to
 completion (or to the end of the run) into
 
 - ``queued``: seconds it was waiting without GPUs (before its first start and after preemptions,
@@ -9,8 +9,9 @@ completion (or to the end of the run) into
 - ``restoring``: seconds it held GPUs while restoring from a checkpoint ((re)start delays);
 - ``running``: seconds it held GPUs and trained;
 
-and counts its restarts, preemptions and allocation changes (rounds whose allocation differs
-from the previous round's: a start, a resumption, a preemption, a new GPU count, type or node).
+and counts its restarts, preemptions (the session's ``PREEMPT`` decisions) and allocation changes
+(rounds whose allocation differs from what the job held the round before: a start, a resumption,
+a preemption, a new GPU count, type or node).
 Per round it gives the GPUs held and the jobs waiting. Times in seconds, summaries in hours.
 """
 
@@ -22,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from heteroplan.errors import InputError
+from heteroplan.policies.base import Allocation
+from heteroplan.scheduling.decisions import Decision, DecisionKind
 from heteroplan.sim.metrics import SimResult, artifact_p99
 
 __all__ = ["JobBreakdown", "LoadBreakdown", "LoadSummary", "load_breakdown"]
@@ -35,8 +38,8 @@ class JobBreakdown:
         jct: completion time (s); None if it did not finish (times then run to the end of the run).
         queued, restoring, running: seconds without GPUs, holding GPUs while restoring, training.
         restarts: (re)starts after the first (the simulator's count).
-        preemptions: rounds in which it lost all its GPUs before finishing.
-        allocation_changes: rounds whose allocation differs from the previous round's.
+        preemptions: rounds in which it lost all its GPUs before finishing (``PREEMPT`` decisions).
+        allocation_changes: rounds whose allocation differs from what it held the round before.
         gpu_seconds: GPU-seconds it held.
         mean_gpus: GPUs it held on average while it held any.
     """
@@ -146,8 +149,8 @@ class LoadBreakdown:
 def load_breakdown(result: SimResult) -> LoadBreakdown:
     """Split every job's time of ``result`` (simulated with ``record=True``) into queued,
     restoring and running seconds, and count its allocation changes (see the module docstring)."""
-    if result.rounds and not result.schedule:
-        raise InputError("result.schedule", "empty", "simulate with record=True to break the time down")
+    if result.rounds and not result.decisions:
+        raise InputError("result.decisions", "empty", "simulate with record=True to break the time down")
     L = result.round_length
     held = {j.name: 0.0 for j in result.jobs}
     gpu_s = {j.name: 0.0 for j in result.jobs}
@@ -155,22 +158,18 @@ def load_breakdown(result: SimResult) -> LoadBreakdown:
     preempt = {j.name: 0 for j in result.jobs}
     end = {j.name: (j.finish_time if j.finish_time is not None else result.end_time) for j in result.jobs}
     arrival = {j.name: j.arrival_time for j in result.jobs}
-    previous: dict[str, object] = {}
-    for t, allocs in result.schedule:
-        for name, alloc in allocs.items():
+    for decisions in result.decisions:
+        t = decisions.time
+        for d in decisions:
+            name = d.job_id
             if name not in held:
                 continue
-            span = max(0.0, min(L, end[name] - t))
-            held[name] += span
-            gpu_s[name] += alloc.num_gpus * span
-            old = previous.get(name)
-            if old is None or (old.gpu_type, sorted(old.placement)) != (alloc.gpu_type, sorted(alloc.placement)):
-                changes[name] += 1
-        for name in previous:
-            if name not in allocs and name in held and end[name] > t:
-                changes[name] += 1
-                preempt[name] += 1
-        previous = {n: a for n, a in allocs.items() if end.get(n, t) > t + L - 1e-9}
+            if d.allocation is not None:
+                span = max(0.0, min(L, end[name] - t))
+                held[name] += span
+                gpu_s[name] += d.allocation.num_gpus * span
+            changes[name] += _changed(d)
+            preempt[name] += d.kind is DecisionKind.PREEMPT
     jobs = []
     for j in result.jobs:
         restoring = min(j.restore_seconds, held[j.name])
@@ -183,6 +182,18 @@ def load_breakdown(result: SimResult) -> LoadBreakdown:
         ))
     times = tuple(t for t, _, _ in result.timeline)
     gpus = tuple(int(sum(u.values())) for _, u, _ in result.timeline)
-    allocated = {t: len(a) for t, a in result.schedule}
+    allocated = {d.time: len(d.allocations) for d in result.decisions}
     waiting = tuple(max(0, n - allocated.get(t, 0)) for t, _, n in result.timeline)
     return LoadBreakdown(result.policy, tuple(jobs), times, gpus, waiting, int(sum(result.capacity.values())))
+
+
+def _changed(d: Decision) -> bool:
+    """Whether the job's allocation this round differs from what it held the round before (GPU
+    type and nodes; a preemption is a change, a move that keeps both is not)."""
+    if d.allocation is None:
+        return d.kind is DecisionKind.PREEMPT
+    return d.previous is None or _where(d.previous) != _where(d.allocation)
+
+
+def _where(a: Allocation) -> tuple[str, list[tuple[str, int]]]:
+    return a.gpu_type, sorted(a.placement)

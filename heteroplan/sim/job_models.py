@@ -25,6 +25,7 @@ from heteroplan.errors import InputError
 from heteroplan.perf.applications import AppSpec, get_app
 from heteroplan.perf.goodput import GoodputModel, ThroughputTable
 from heteroplan.perf.gradstats import GradStats
+from heteroplan.perf.protocols import ObservesSteps
 from heteroplan.perf.sia_data import bootstrap_model, grad_stats, true_model
 from heteroplan.perf.throughput import sync_time, throughput
 from heteroplan.policies.base import Allocation, JobState, PerfModel
@@ -244,7 +245,7 @@ class GoodputJob(SimJob):
         return self._timing(est, alloc, local), phi
 
     def _timing(self, est: GoodputModel, alloc: Allocation, local: int) -> StepTiming | None:
-        if getattr(est, "observe", None) is None or local <= 0 or alloc.mixed:  # BootstrappedModel only
+        if not isinstance(est, ObservesSteps) or local <= 0 or alloc.mixed:  # BootstrappedModel only
             return None
         placement = tuple(sorted((c for _, c in alloc.placement), reverse=True))
         key = (alloc.gpu_type, placement)

@@ -35,14 +35,16 @@ from dataclasses import replace
 from heteroplan.cluster import Cluster
 from heteroplan.errors import HeteroplanError, InputError, MissingDataError
 from heteroplan.inputs import MIN_ROUND_S
-from heteroplan.policies.base import Allocation, Policy, counts_by_type
+from heteroplan.policies.base import Policy, counts_by_type
 from heteroplan.scheduling import (
     DecisionKind,
     JobRecord,
+    RoundDecisions,
     SchedulingSession,
     admission,
     check_policy,
 )
+from heteroplan.sim.events import SimEvent, SimEventKind
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.sim.job_models import SimJob, build_jobs
 from heteroplan.sim.metrics import SimResult
@@ -101,8 +103,8 @@ class _Run:
         self.timeline: list[tuple[float, dict[str, int], int]] = []
         self.policy_times: list[float] = []
         self.solve_gaps: list[float | None] = []
-        self.events: list[tuple[float, str, str, str]] = []
-        self.schedule: list[tuple[float, dict[str, Allocation]]] = []
+        self.events: list[SimEvent] = []
+        self.decisions: list[RoundDecisions] = []
         self.t = 0.0
         self.rounds = 0
 
@@ -128,7 +130,7 @@ class _Run:
             capacity=self.cluster.capacity(), jobs=records, timeline=tuple(self.timeline),
             policy_times=tuple(self.policy_times), solve_gaps=tuple(self.solve_gaps), events=tuple(self.events), end_time=self.t,
             rounds=self.rounds, rejected=dict(self.rejected), stop_reason=stop_reason, error=error,
-            schedule=tuple(self.schedule),
+            decisions=tuple(self.decisions),
         )
 
     def round(self, active: dict[str, SimJob]) -> list[str]:
@@ -138,25 +140,26 @@ class _Run:
         self.policy_times.append(decisions.policy_seconds)
         self.solve_gaps.append(decisions.solve_gap)
         if self.record:
-            self.schedule.append((t, dict(decisions.allocations)))
+            # a WAIT (no GPUs before, none now) says nothing a record needs: left out, as waiting jobs
+            # can outnumber running ones by far over thousands of rounds
+            self.decisions.append(replace(decisions, decisions=tuple(
+                d for d in decisions if d.kind is not DecisionKind.WAIT)))
         in_use = dict.fromkeys(self.cluster.type_names, 0)
         finished = []
         for d in decisions:
             job, new = active[d.job_id], d.allocation
             if new is None:
                 if d.kind is DecisionKind.PREEMPT:
-                    old = d.previous
-                    self.events.append((t, job.name, "preempt", f"{old.num_gpus}x{old.gpu_type}"))
+                    self.events.append(SimEvent(t, job.name, SimEventKind.PREEMPT, d.previous))
                 continue
             if d.kind is not DecisionKind.KEEP:
-                self.events.append((t, job.name, "restart" if d.restart else "start",
-                                    f"{new.num_gpus}x{new.gpu_type} on {len(new.placement)} nodes"))
+                self.events.append(SimEvent(t, job.name, SimEventKind.RESTART if d.restart else SimEventKind.START, new))
             for gpu_type, count in counts_by_type(new, self.cluster).items():
                 in_use[gpu_type] += count
             used = self.training.run(job, d, self.L, self.session.report)
             if used is not None:
                 self.session.finish(job.name, t + used)
-                self.events.append((t + used, job.name, "finish", ""))
+                self.events.append(SimEvent(t + used, job.name, SimEventKind.FINISH))
                 finished.append(job.name)
         self.timeline.append((t, in_use, len(decisions)))
         return finished
@@ -198,7 +201,8 @@ def simulate(
             this many seconds in which no job progressed and no arrival remains.
         on_infeasible: ``"reject"`` lists rigid jobs larger than their usable GPUs in
             ``rejected``; ``"raise"`` raises :class:`InputError` instead.
-        record: keep every round's allocations in ``SimResult.schedule``.
+        record: keep every round's decisions in ``SimResult.decisions`` (those of jobs that hold
+            or lose GPUs; and so its allocations in ``SimResult.schedule``).
 
     Raises:
         MissingDataError: before the first round, for a job without data for a cluster GPU type.

@@ -16,7 +16,9 @@ from heteroplan._html import table, title
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.names import printable
 from heteroplan.policies.base import Allocation
+from heteroplan.scheduling.decisions import RoundDecisions
 from heteroplan.scheduling.records import JobRecord
+from heteroplan.sim.events import SimEvent
 from heteroplan.sim.summary import SimSummary
 
 __all__ = ["JobRecord", "SimResult", "SimSummary", "compare_table"]
@@ -41,14 +43,18 @@ class SimResult:
         policy_times: seconds the policy took each round.
         solve_gaps: each round's relative gap of the policy's solve to its bound (``None`` in
             rounds where the policy reports none; see ``RoundDecisions.solve_gap``).
-        events: ``(time s, job, event, detail)``.
+        events: every start, restart, preemption and finish, in time order within a round
+            (:class:`~heteroplan.sim.events.SimEvent`).
         end_time: simulated time the run stopped (s).
         rounds: rounds simulated.
         rejected: ``{job: reason}`` for jobs refused before the first round (they can never fit).
         stop_reason: ``"finished"``, ``"max_time"``, ``"max_rounds"``, ``"stalled"``; on a result
             attached to an exception, ``"error"`` or ``"interrupted"``.
         error: what went wrong when the run stalled (``None`` otherwise).
-        schedule: every round's allocations ``(time s, {job: Allocation})`` when recorded.
+        decisions: every round's decisions as the scheduling session made them
+            (:class:`~heteroplan.scheduling.decisions.RoundDecisions`) when recorded
+            (``simulate(..., record=True)``), but for ``WAIT`` (a job without GPUs that had
+            none: the timeline counts them); :attr:`schedule` is their allocations.
     """
 
     policy: str
@@ -59,13 +65,18 @@ class SimResult:
     timeline: tuple[tuple[float, Mapping[str, int], int], ...] = ()
     policy_times: tuple[float, ...] = ()
     solve_gaps: tuple[float | None, ...] = ()
-    events: tuple[tuple[float, str, str, str], ...] = ()
+    events: tuple[SimEvent, ...] = ()
     end_time: float = 0.0
     rounds: int = 0
     rejected: Mapping[str, str] = field(default_factory=dict)
     stop_reason: str = "finished"
     error: str | None = None
-    schedule: tuple[tuple[float, Mapping[str, Allocation]], ...] = ()
+    decisions: tuple[RoundDecisions, ...] = ()
+
+    @property
+    def schedule(self) -> tuple[tuple[float, dict[str, Allocation]], ...]:
+        """Every recorded round's allocations: ``(time s, {job: Allocation})`` (jobs holding GPUs)."""
+        return tuple((d.time, dict(d.allocations)) for d in self.decisions)
 
     # ------------------------------------------------------------ per job
     def finished(self) -> list[JobRecord]:
@@ -158,7 +169,7 @@ class SimResult:
             "timeline": [{"time": t, "in_use": dict(u), "active": n} for t, u, n in self.timeline],
             "policy_times": list(self.policy_times),
             "solve_gaps": list(self.solve_gaps),
-            "events": [list(e) for e in self.events],
+            "events": [e.to_list() for e in self.events],
         }
 
     def to_json(self, path: str | Path) -> Path:

@@ -178,15 +178,15 @@ def pipeline_schedule(
     if not isinstance(plan, Plan):
         raise InputError("plan_or_result", type(plan_or_result).__name__, "give a Plan or a PlanResult")
     sim = simulate_plan(plan, config=config, **simulate_kwargs)
-    times = sim.details["pipeline_times"]
+    times = sim.stage_times.pipeline
     if replica is None:
         replica = int(np.argmax(times))
     if isinstance(replica, bool) or not isinstance(replica, int | np.integer) or not 0 <= replica < plan.dp:
         raise InputError("replica", replica, f"must be an integer in [0, {plan.dp})")
-    fb = sim.details["stage_compute"][:, replica]
-    share = sim.details["forward_share"][:, replica]
-    comm = sim.details["comm"][:, replica]
-    buffered = sim.details["buffered"][:, replica]
+    fb = sim.stage_times.compute[:, replica]
+    share = sim.stage_times.forward_share[:, replica]
+    comm = sim.stage_times.pipeline_send[:, replica]
+    buffered = sim.stage_times.buffered[:, replica]
     m = plan.microbatches()[replica]
     labels = tuple(
         f"{r.gpu_type}@{r.zone} TP{r.tp}" for r in (stage.replica_list()[replica] for stage in plan.stages)

@@ -219,7 +219,8 @@ class MemoryTerms:
 
 @dataclass(frozen=True, eq=False)
 class StageMemory:
-    """:class:`MemoryTerms` of every (stage, pipeline replica): ``(S, D)`` GB arrays."""
+    """:class:`MemoryTerms` of every (stage, pipeline replica): ``(S, D)`` GB arrays, and
+    ``capacity``: ``(S, D)`` GB of each replica's GPU type."""
 
     weights: np.ndarray
     gradients: np.ndarray
@@ -228,6 +229,7 @@ class StageMemory:
     working_buffers: np.ndarray
     runtime_overhead: np.ndarray
     total: np.ndarray
+    capacity: np.ndarray
 
     def at(self, stage: int, replica: int) -> MemoryTerms:
         return MemoryTerms(*(float(getattr(self, n)[stage, replica]) for n in MemoryTerms.NAMES))
@@ -243,6 +245,10 @@ class StageTimes:
         allreduce: ``(S,)`` the stage's gradient ring all-reduce.
         optimizer_update: ``(S, D)`` the optimizer step.
         pipeline: ``(D,)`` each replica's 1F1B time (no stragglers).
+        sync: ``(S,)`` the stage's sync after the pipeline: all-reduce + the slowest replica's update.
+        forward_share: ``(S, D)`` the forward's profiled fraction of ``compute`` (no unit).
+        buffered: ``(S - 1, D)`` booleans: whether the send from stage ``s`` to ``s + 1`` is
+            buffered (a replica with one is priced by the 1F1B replay).
     """
 
     compute: np.ndarray
@@ -250,6 +256,9 @@ class StageTimes:
     allreduce: np.ndarray
     optimizer_update: np.ndarray
     pipeline: np.ndarray
+    sync: np.ndarray
+    forward_share: np.ndarray
+    buffered: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -267,22 +276,17 @@ class PlanEstimate:
         egress_gb: GB per iteration that cross zones.
         pipeline_time_s: seconds of the slowest pipeline replica.
         sync_time_s: seconds of all-reduce + optimizer update (slowest stage).
-        details: arrays behind the totals, ``S`` stages x ``D`` pipeline replicas:
-            ``stage_compute`` (S, D) forward + backward seconds per microbatch,
-            ``forward_share`` (S, D) the forward's profiled fraction of it,
-            ``comm`` (S + 1, D) activation send seconds, ``comm[s]`` between stages ``s-1`` and ``s``,
-            ``buffered`` (S - 1, D) whether the send from stage ``s`` to ``s + 1`` is buffered (a
-            replica with one is priced by the 1F1B replay),
-            ``sync`` (S,) all-reduce + update seconds, ``pipeline_times`` (D,) seconds per replica,
-            ``memory`` (S, D) peak GB per GPU of each replica, ``memory_capacity`` (S, D) GB of its GPU type.
+        stage_times: the arrays behind the times, ``S`` stages x ``D`` pipeline replicas
+            (:class:`StageTimes`: seconds of every term per stage and replica, each replica's
+            pipeline, each stage's sync, the forward's share, which sends are buffered).
+        stage_memory: the arrays behind the memory (:class:`StageMemory`: GB per GPU of every term
+            per stage and replica, ``total`` the peak, ``capacity`` the GPU type's).
         uncalibrated: GPU types of the plan that had no constants of their own and used the
             uncalibrated default (empty when every type is calibrated).
         memory_fit: whether every GPU fits its memory; if not, by how much and on which stage
             (:class:`MemoryFit`; a plan that does not fit is still priced, as if it did).
         time_terms: the iteration's seconds by term (:class:`TimeTerms`, they add up to it).
         cost_terms: the iteration's $ by term (:class:`CostTerms`).
-        stage_times: every time term per stage and replica (:class:`StageTimes`).
-        stage_memory: every memory term per stage and replica (:class:`StageMemory`).
         utilization: model FLOPs, achieved TFLOP/s and MFU of the predicted iteration against
             the plan's GPUs' peak in its precision (:class:`~heteroplan.planner.model.flops.Utilization`);
             ``None`` when the profile has no FLOP counts (Sailor's shipped data).
@@ -294,13 +298,12 @@ class PlanEstimate:
     egress_gb: float
     pipeline_time_s: float
     sync_time_s: float
-    details: dict = field(default_factory=dict, compare=False)
+    stage_times: StageTimes = field(compare=False, repr=False)
+    stage_memory: StageMemory = field(compare=False, repr=False)
     uncalibrated: tuple[str, ...] = ()
     memory_fit: MemoryFit | None = None
     time_terms: TimeTerms | None = field(default=None, compare=False)
     cost_terms: CostTerms | None = field(default=None, compare=False)
-    stage_times: StageTimes | None = field(default=None, compare=False)
-    stage_memory: StageMemory | None = field(default=None, compare=False)
     utilization: Utilization | None = field(default=None, compare=False)
 
     @property
@@ -423,10 +426,11 @@ def _zero1_shares(profile: ModelProfile, plan: Plan, reps: list) -> np.ndarray:
 
 
 def _stage_memory(profile: ModelProfile, plan: Plan, reps: list, cfg: list[list[SimConfig]], micro: np.ndarray,
-                  shares: np.ndarray) -> StageMemory:
+                  shares: np.ndarray, capacity: np.ndarray) -> StageMemory:
     """The memory terms of every (stage, replica), ``inflight = min(S - s, M_d)`` microbatches held
     by stage ``s`` under 1F1B, holding ``shares[s, d]`` of the optimizer state
-    (:func:`_zero1_shares`); evaluated on arrays, one platform's constants at a time."""
+    (:func:`_zero1_shares`); evaluated on arrays, one platform's constants at a time.
+    ``capacity``: ``(S, D)`` GB of each replica's GPU type."""
     S, D, mbs = plan.pp, plan.dp, plan.microbatch_size
     if profile.measured is not None:
         terms = {name: np.zeros((S, D)) for name in MemoryTerms.NAMES}
@@ -435,7 +439,7 @@ def _stage_memory(profile: ModelProfile, plan: Plan, reps: list, cfg: list[list[
                 one = measured_memory_terms(profile, stage, r.tp, mbs, int(min(S - s, micro[d])), float(shares[s, d]), D)
                 for name in MemoryTerms.NAMES:
                     terms[name][s, d] = getattr(one, name)
-        return StageMemory(**terms)
+        return StageMemory(**terms, capacity=capacity)
     if any(st.recompute is not Recomputation.NONE or st.optimizer_sharding is not OptimizerSharding.NONE
            for st in plan.stages):
         raise InputError("plan.stages", plan.model, "recomputation and optimizer sharding need a profile that "
@@ -456,7 +460,7 @@ def _stage_memory(profile: ModelProfile, plan: Plan, reps: list, cfg: list[list[
         terms["working_buffers"][on] = working_gb(working, mbs, c)
         terms["runtime_overhead"][on] = c.overhead_gb
         terms["total"][on] = memory_gb(params, act, working, mbs, held, c)
-    return StageMemory(**terms)
+    return StageMemory(**terms, capacity=capacity)
 
 
 def simulate_plan(
@@ -617,9 +621,9 @@ def _estimate(plan: Plan, profile: ModelProfile, gpu_types: dict[str, GPUType], 
     pipe_time = float(clark_max(t_pipe, t_pipe_sd)[0])  # the slowest replica (expected, with stragglers)
     t_iter = pipe_time + float(sync_s.max())
 
-    stage_memory = _stage_memory(profile, plan, reps, cfg, micro, shares)
-    mem_rep = stage_memory.total  # GB per GPU of each (stage, pipeline replica)
     capacity = np.array([[gpu_types[r.gpu_type].memory_gb for r in row] for row in reps], dtype=float).reshape(S, D)
+    stage_memory = _stage_memory(profile, plan, reps, cfg, micro, shares, capacity)
+    mem_rep = stage_memory.total  # GB per GPU of each (stage, pipeline replica)
     fit = memory_fit(mem_rep, capacity, [[r.gpu_type for r in row] for row in reps])
     price_per_s = rental_usd_per_s(sum(n * gpu_types[t].price_per_hour for (t, _), n in plan.gpus_by_type_zone().items()))
     rental = price_per_s * t_iter
@@ -631,14 +635,12 @@ def _estimate(plan: Plan, profile: ModelProfile, gpu_types: dict[str, GPUType], 
         (sends.egress_bytes + ring_bytes_sent) / 1e9,
         pipe_time,
         float(sync_s.max()),
-        {"stage_compute": fb, "forward_share": fwd_share, "comm": sends.comm, "buffered": sends.buffered, "sync": sync_s,
-         "pipeline_times": t_pipe, "memory": mem_rep, "memory_capacity": capacity},
+        StageTimes(fb, sends.comm, ar_s, upd, t_pipe, sync_s, fwd_share, sends.buffered),
+        stage_memory,
         uncalibrated,
         fit,
         _critical_path(fb, sends.comm, micro, t_pipe, pipe_time, ar_s, update_s),
         CostTerms(rental, sends.egress_usd, ring_usd),
-        StageTimes(fb, sends.comm, ar_s, upd, t_pipe),
-        stage_memory,
         _utilization(profile, plan, gpu_types, t_iter),
     )
 

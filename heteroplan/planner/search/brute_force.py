@@ -211,8 +211,8 @@ def _mixed_plan(profile, gbs, mbs, bounds, kinds, counts, network, gpu_types, co
         stages.append(Stage(bounds[s], bounds[s + 1], groups))
     M = gbs // mbs
     trial = Plan(profile.name, gbs, mbs, tuple(stages), (1,) * (d1 + d2 - 1) + (M - d1 - d2 + 1,))
-    det = simulate_plan(trial, profile=profile, network=network, gpu_types=dict(gpu_types), config=config).details
-    fb, comm = det["stage_compute"], det["comm"]
+    times = simulate_plan(trial, profile=profile, network=network, gpu_types=dict(gpu_types), config=config).stage_times
+    fb, comm = times.compute, times.pipeline_send
     step = (fb + 2 * (comm[:-1] + comm[1:])).max(axis=0)
     fixed = fb.sum(axis=0) + 2 * comm.sum(axis=0)
     big1, _ = two_class_totals(step[0], fixed[0], d1, step[d1], fixed[d1], d2, M)
@@ -254,7 +254,7 @@ def brute_force(
     for plan in plans:
         sim = simulate_plan(plan, profile=profile, network=network, gpu_types=dict(gpu_types), config=config)
         limit = [[gpu_types[r.gpu_type].memory_gb for r in s.replica_list()] for s in plan.stages]
-        if not (sim.details["memory"] <= limit).all():
+        if not (sim.stage_memory.total <= limit).all():
             continue
         if not goal.meets(sim.iteration_time_s, sim.cost_per_iteration_usd):
             continue

@@ -62,8 +62,8 @@ def _unsharded(plan: Plan) -> Plan:
 
 def _closed_form(ctx: SearchContext, plan: Plan) -> tuple[float, float]:
     """The slowest replica's 1F1B step and fill-and-drain seconds (closed form)."""
-    det = simulate_plan(plan, profile=ctx.profile, network=ctx.network, gpu_types=ctx.gpu_types, config=ctx.cfg).details
-    fb, comm = det["stage_compute"], det["comm"]
+    times = simulate_plan(plan, profile=ctx.profile, network=ctx.network, gpu_types=ctx.gpu_types, config=ctx.cfg).stage_times
+    fb, comm = times.compute, times.pipeline_send
     step = pipeline_step_s(fb, comm[:-1], comm[1:]).max(axis=0)
     fixed = fb.sum(axis=0) + 2 * comm.sum(axis=0)
     return float(step.max()), float(fixed.max())
