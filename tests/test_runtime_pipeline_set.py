@@ -173,3 +173,12 @@ def test_what_a_segment_run_cannot_do_is_refused_before_any_rank_starts(tmp_path
     (tmp_path / "bad.json").write_text(json.dumps({"pipelines": []}))
     with pytest.raises(InputError, match="bad.json"):
         load_run(tmp_path / "bad.json")
+
+
+def test_the_ray_backend_refuses_a_set_by_name() -> None:
+    pytest.importorskip("ray", reason="the Ray backend needs ray: pip install 'heteroplan[ray]'")
+    from heteroplan.runtime.ray_backend import RayJobHandle
+
+    pset = PipelineSet((pipeline(4, [0, 4], [1]), pipeline(4, [0, 4], [1])))
+    with pytest.raises(InputError, match="Ray backend runs a Plan"):
+        RayJobHandle(pset, TASK, RunConfig(steps=1), ["node"], 1.0, "job")
