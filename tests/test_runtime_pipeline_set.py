@@ -68,7 +68,12 @@ def test_a_set_takes_consecutive_ranks_and_samples_and_its_segments_are_the_sets
     pset = PipelineSet((pipeline(6, [0, 1, 4], [1, 1]), pipeline(2, [0, 3, 4], [2, 1])))
     slots = run_pipelines(pset)
     assert [(s.rank_offset, s.sample_offset, s.batch_size, s.world) for s in slots] == [(0, 0, 8, 5), (2, 6, 8, 5)]
-    assert [r.rank for r in rank_layout(slots[1].plan, 2, 6)] == [2, 3, 4]
+    second = rank_layout(slots[1].plan, 2, 6)
+    assert [(r.rank, r.sample_offset) for r in second] == [(2, 6), (3, 6), (4, 6)]
+    # the second pipeline's TP 2 -> TP 1 boundary links its own ranks (offset 2), not the first pipeline's
+    assert neighbours(slots[1].plan, second[0], +1, "destination", 2) == [4]
+    assert neighbours(slots[1].plan, second[2], -1, "destination", 2) == [2, 3]
+    assert neighbours(slots[1].plan, second[1], +1, "source", 2) == [4]
     segments = plan_segments(slots)
     assert tuple((s.first, s.last) for s in segments) == pset.segments() == ((0, 1), (1, 3), (3, 4))
     assert [s.holders for s in segments] == [((0,), (2, 3)), ((1,), (2, 3)), ((1,), (4,))]
@@ -124,7 +129,8 @@ def test_mixed_tp_stage_matches_single_process_and_its_checkpoint_resumes_across
 def test_independent_pipelines_match_single_process_and_checkpoints_move_between_sets_and_plans(tmp_path: Path) -> None:
     """PP 2 (layers 0 | 1-3, 6 samples) beside PP 1 on TP 2 (2 samples): the parameters of one
     process; its checkpoint resumes on a plain plan (PP 1 x DP 2), whose checkpoint resumes on
-    another set (PP 2 cut at 3, PP 2 cut at 1: three all-reduce ranges)."""
+    another set (PP 2 cut at 3, PP 2 cut at 1: three all-reduce ranges) on heteroplan's own
+    pipeline loop (its links between the second pipeline's ranks, which start at rank 2)."""
     config = RunConfig(steps=4, optimizer="adam", lr=0.01, checkpoint_dir=str(tmp_path))
     model4, losses4 = train_reference(TASK, GBS, config)
     model2, _ = train_reference(TASK, GBS, RunConfig(**{**config.__dict__, "steps": 2}))
@@ -141,7 +147,8 @@ def test_independent_pipelines_match_single_process_and_checkpoints_move_between
     second = run_plan(plain, TASK, RunConfig(**{**config.__dict__, "steps": 3}))
     assert second.start_step == 2 and second.losses == pytest.approx(losses4[2:3], rel=1e-9)
     other_set = PipelineSet((pipeline(4, [0, 3, 4], [1, 1]), pipeline(4, [0, 1, 4], [1, 1])))
-    third = run_plan(other_set, TASK, config)
+    third = run_plan(other_set, TASK, RunConfig(**{**config.__dict__, "pipeline": "heteroplan"}))
+    assert third.pipeline.startswith("pipeline 0 heteroplan: replica 0 1f1b x 2") and "pipeline 1 heteroplan" in third.pipeline
     assert third.start_step == 3 and third.losses == pytest.approx(losses4[3:], rel=1e-9)
     assert max_param_diff(third.checkpoint.model_state(), model4) < 1e-9
 
