@@ -165,7 +165,7 @@ class SegmentSync:
             for p in params:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
-            if grad_buffer is not None:  # TP 1: the segment's gradients are one slice of the buffer
+            if grad_buffer is not None:  # no DTensor: the segment's gradients are one slice of the buffer
                 start = offsets[id(params[0])]
                 flat = grad_buffer[start:start + sum(p.numel() for p in params)]
                 if reduce_group is not None:
