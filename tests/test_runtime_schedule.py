@@ -11,7 +11,7 @@ pytest.importorskip("torch", reason="the runtime tests need torch: pip install t
 
 from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
-from heteroplan.runtime.layout import rank_layout  # noqa: E402
+from heteroplan.runtime.layout import rank_layout, stage_tp  # noqa: E402
 from heteroplan.runtime.schedule import SCHEDULES, choose_pipeline, gpipe, one_f_one_b  # noqa: E402
 
 
@@ -107,10 +107,11 @@ def test_layout_covers_every_sample_once_per_stage(pp: int, micro: list[int], mb
     assert layout[-1].last_layer == layers
 
 
-def test_layout_rejects_replicas_of_one_stage_with_different_tp() -> None:
+def test_layout_of_replicas_of_one_stage_with_different_tp_and_one_degree_per_stage_refused() -> None:
     plan = Plan("m", 4, 1, (Stage(0, 2, (ReplicaGroup("A100-40", "z", 2, 1), ReplicaGroup("V100-16", "z", 1, 1))),))
     with pytest.raises(InputError, match="tp"):
-        rank_layout(plan)
+        stage_tp(plan)
+    assert [(r.rank, r.replica, r.tp) for r in rank_layout(plan)] == [(0, 0, 2), (1, 0, 2), (2, 1, 1)]
     assert len(rank_layout(Plan("m", 4, 1, (Stage(0, 2, (ReplicaGroup("A100-40", "z", 2, 2),)),)))) == 4
 
 

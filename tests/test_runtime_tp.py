@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch", reason="the runtime needs torch")
 from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
 from heteroplan.runtime import RunConfig, TinyGPTTask, run_plan, train_reference  # noqa: E402
-from heteroplan.runtime.layout import neighbours, rank_layout, world_size  # noqa: E402
+from heteroplan.runtime.layout import neighbours, rank_layout, stage_tp, world_size  # noqa: E402
 
 DEVICE = os.environ.get("HETEROPLAN_TEST_DEVICE", "cpu")
 TASK = TinyGPTTask(n_layers=2, d_model=16, n_heads=2, dtype="float64")  # 4 plan layers
@@ -41,8 +41,10 @@ def test_layout_numbers_tp_ranks_of_a_replica_together_and_links_full_activation
     assert neighbours(plan, layout[0], +1, "destination") == [4] and neighbours(plan, layout[1], +1, "destination") == []
     assert neighbours(plan, layout[1], +1, "source") == [4] and neighbours(plan, layout[3], +1, "source") == [5]
     assert neighbours(plan, layout[5], -1, "source") == [2] and neighbours(plan, layout[5], -1, "destination") == [2, 3]
+    mixed = Plan("m", GBS, 2, (Stage(0, 4, (group(2, 1), group(1, 1, "gpu-b"))),))
     with pytest.raises(InputError, match="one tensor-parallel degree"):
-        rank_layout(Plan("m", GBS, 2, (Stage(0, 4, (group(2, 1), group(1, 1, "gpu-b"))),)))
+        stage_tp(mixed)  # what needs one degree per stage (torch's pipelines) refuses a mixed stage
+    assert [(r.replica, r.tp_index, r.tp) for r in rank_layout(mixed)] == [(0, 0, 2), (0, 1, 2), (1, 0, 1)]
 
 
 def test_pp2_dp2_tp2_matches_single_process_and_rescales_to_tp1_dp4(tmp_path: Path) -> None:

@@ -134,7 +134,8 @@ def test_bad_runs_are_refused_before_any_process_starts(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="layers"):
         run_plan(plan_of([(0, 3)], dp=1, mbs=8), TASK)
     with pytest.raises(InputError, match="tensor-parallel degree"):  # replicas of one stage with TP 2 and TP 1
-        run_plan(Plan("m", 8, 2, (Stage(0, 4, (ReplicaGroup("cpu", "local", 2, 1), ReplicaGroup("gpu", "local", 1, 1))),)), TASK)
+        run_plan(Plan("m", 8, 2, (Stage(0, 4, (ReplicaGroup("cpu", "local", 2, 1), ReplicaGroup("gpu", "local", 1, 1))),)),
+                 TASK, RunConfig(pipeline="torch"))  # runnable on heteroplan's loop (test_runtime_pipeline_set), not torch's
     with pytest.raises(InputError, match="n_heads"):  # TP 4 cannot split 2 heads
         run_plan(Plan("m", 8, 2, (Stage(0, 4, (ReplicaGroup("cpu", "local", 4, 1),)),)), TASK)
     with pytest.raises(InputError, match="config.optimizer"):

@@ -16,8 +16,8 @@ from heteroplan.training_args import add_training_arguments, model_kwargs, run_c
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="execute a plan for real: train a tiny GPT on local processes (needs [runtime])")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--plan", help="plan JSON: `heteroplan plan --out` / --json output, Plan.to_json, or a Sailor "
-                     "plan_config file; one process per planned GPU")
+    src.add_argument("--plan", help="plan JSON: `heteroplan plan --out` / --json output, Plan.to_json, a Sailor "
+                     "plan_config file, or independent pipelines (PipelineSet.to_json); one process per planned GPU")
     src.add_argument("--pp", type=integer(1), default=2, help="pipeline stages of a generated plan (default 2)")
     p.add_argument("--dp", type=integer(1), default=2, help="data-parallel replicas of a generated plan (default 2)")
     p.add_argument("--microbatches", type=int_list(1), default=None,
@@ -53,8 +53,8 @@ def generated_plan(args: argparse.Namespace, num_layers: int):
 def run(args: argparse.Namespace) -> int:
     try:
         from heteroplan.runtime import RunConfig, TinyGPTTask, run_plan
-        from heteroplan.runtime.layout import load_plan, stage_tp, world_size
-        from heteroplan.runtime.worker import pipeline_choice
+        from heteroplan.runtime.layout import load_run, run_world_size, tp_degrees
+        from heteroplan.runtime.worker import run_pipeline_choice
     except ImportError as exc:
         raise InputError("runtime", "torch", str(exc)) from None
 
@@ -64,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
 
         user_task = load_task(args.model)
     if args.plan:
-        plan = load_plan(args.plan)
-        check_process_count("--plan", world_size(plan))  # one process per planned GPU
+        plan = load_run(args.plan)
+        check_process_count("--plan", run_world_size(plan))  # one process per planned GPU
     elif user_task is not None:
         plan = generated_plan(args, getattr(user_task, "num_layers", None) or len(user_task.build_model()))
     else:
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if user_task is not None:
         task = user_task
     else:
-        model = model_kwargs(args, plan.num_layers, stage_tp(plan))
+        model = model_kwargs(args, plan.num_layers, tp_degrees(plan))
         if model["n_layers"] < 1:
             raise InputError("--layers", model["n_layers"], "the tiny GPT needs at least 1 block (plans of >= 3 layers)")
         task = TinyGPTTask(**model)
@@ -82,8 +82,8 @@ def run(args: argparse.Namespace) -> int:
     print(printable(plan.describe(), keep="\n"), file=log)
     what = (f"{args.model}" if args.model else f"GPT-2-style decoder, {task.n_layers} blocks, width {task.d_model}, "
             f"{task.n_heads} heads, sequence {task.seq_len}")
-    print(f"model: {what}; {world_size(plan)} processes on this machine (one per planned GPU)", file=log)
-    print(f"pipeline: {pipeline_choice(plan, config).describe()}", file=log)
+    print(f"model: {what}; {run_world_size(plan)} processes on this machine (one per planned GPU)", file=log)
+    print(f"pipeline: {run_pipeline_choice(plan, config).describe()}", file=log)
     print(f"{'step':>6} {'loss':>8} {'ms/iter':>9} {'sync ms':>8}", file=log)
     try:
         result = run_plan(plan, task, config, progress=lambda m: print(

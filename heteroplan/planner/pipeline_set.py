@@ -9,8 +9,8 @@ between consecutive stage boundaries of any pipeline (:meth:`PipelineSet.segment
 over every replica of every pipeline that holds it (all of them: every pipeline holds every layer).
 
 Files (:meth:`PipelineSet.to_json`): ``{"format_version": 2, "pipelines": [plan, ...]}``, each entry
-a plan in :meth:`Plan.to_dict`'s form. The runtime does not execute a set yet (docs/sailor.md,
-"What is not done").
+a plan in :meth:`Plan.to_dict`'s form. The runtime trains a set (``heteroplan.runtime.run_plan``,
+``heteroplan run --plan``; docs/runtime.md, "Independent pipelines").
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ from heteroplan.schema import (
     Nullable,
     Number,
     Record,
+    Seq,
     Spec,
     Table,
     Text,
@@ -127,13 +128,14 @@ def _manifest_spec(versioned: bool) -> Record:
                                "files": Table(Text(min_len=64, max_len=64))}  # file name -> SHA-256 (hex)
     if versioned:
         fields["manifest_sha256"] = Text(min_len=64, max_len=64)
-    return Record(required=fields, optional={"loss": Nullable(Number(finite=False)), "plan": PLAN_FILE},
-                  missing="missing")
+    return Record(required=fields, optional={"loss": Nullable(Number(finite=False)), "plan": PLAN_FILE,
+                                             "pipelines": Seq(PLAN_FILE, 1, MAX_ITEMS)}, missing="missing")
 
 
 MANIFEST_FILE = Versioned({1: _manifest_spec(False), MANIFEST_FORMAT: _manifest_spec(True)}, key="format")
 """``manifest.json``: ``step``, ``num_layers``, ``files`` (name -> SHA-256), the training ``loss``
-before it (NaN kept) and the ``plan`` (a plan file's dict); format 2 adds ``format`` and
+before it (NaN kept) and the ``plan`` (a plan file's dict), or the ``pipelines`` of a
+:class:`~heteroplan.planner.pipeline_set.PipelineSet` (a list of them); format 2 adds ``format`` and
 ``manifest_sha256``, the SHA-256 of its other fields."""
 
 
@@ -230,13 +232,23 @@ def _state(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any
 
 
 def save_state(root: str | Path, step: int, module: nn.Module, optimizer: torch.optim.Optimizer,
-               group: Any = None) -> Path:
-    """Save this rank's layers and optimizer state (collective over ``group``: every rank of the plan calls it)."""
+               group: Any = None, layers: frozenset[int] | None = None) -> Path:
+    """Save this rank's layers and optimizer state (collective over ``group``: every rank of the plan
+    calls it); ``layers``: only the parameters (and their state) of these layers (``None``: all of
+    the rank's). Replicas whose pieces of a tensor overlap (different TP degrees) must not all write it."""
     import torch.distributed.checkpoint as dcp
 
     d = step_dir(root, step)
-    dcp.save(_state(module, optimizer), checkpoint_id=d, process_group=group)
+    state = _state(module, optimizer)
+    if layers is not None:
+        state = {part: {k: v for k, v in entries.items() if _layer_of(k) in layers} for part, entries in state.items()}
+    dcp.save(state, checkpoint_id=d, process_group=group)
     return d
+
+
+def _layer_of(key: str) -> int | None:
+    """The layer a state key belongs to: its first number (``"3.q.weight"``, ``"state.3.q.weight.exp_avg"``)."""
+    return next((int(part) for part in key.split(".") if part.isdigit()), None)
 
 
 def load_state(ckpt: Checkpoint, module: nn.Module, optimizer: torch.optim.Optimizer, group: Any = None) -> None:
@@ -271,7 +283,16 @@ def _load_state(ckpt: Checkpoint, module: nn.Module, optimizer: torch.optim.Opti
     _check_shapes(metadata, state["model"], ckpt.path)
     dcp.load(state, storage_reader=SafeReader(ckpt.path), planner=SafeLoadPlanner(), process_group=group)
     set_model_state_dict(module, state["model"])
+    # how this rank's optimizer steps (fused for plain tensors, not for DTensors) is its own, not the writer's
+    kept = [{k: g[k] for k in _IMPLEMENTATION if k in g} for g in optimizer.param_groups]
     set_optimizer_state_dict(module, optimizer, state["optim"], options=StateDictOptions(flatten_optimizer_state_dict=True))
+    for g, own in zip(optimizer.param_groups, kept, strict=True):
+        g.update(own)
+
+
+_IMPLEMENTATION = ("fused", "foreach", "capturable", "differentiable")
+"""Options of an optimizer's param groups that say how it runs, not what it learned: a checkpoint
+written by a rank of plain tensors (fused) must not make a rank of DTensors step fused (refused)."""
 
 
 def _check_shapes(metadata: Any, model_state: dict[str, Any], path: Path) -> None:

@@ -24,16 +24,18 @@ import torch.multiprocessing as mp
 from heteroplan.errors import InputError, LossNotFinite, RankFailure, check_fraction
 from heteroplan.inputs import check_process_count
 from heteroplan.planner.model.flops import Utilization, recomputed_flops_per_sample, utilization
+from heteroplan.planner.pipeline_set import PipelineSet
 from heteroplan.planner.plan import Plan
 from heteroplan.runtime.checkpoint import Checkpoint, check_writable, latest_checkpoint
 from heteroplan.runtime.config import RunConfig, StepMetrics
 from heteroplan.runtime.dimensions import check_dimensions
 from heteroplan.runtime.flops import run_peak_tflops, task_forward_flops_per_layer
-from heteroplan.runtime.layout import stage_tp, world_size
+from heteroplan.runtime.layout import run_pipelines, run_world_size
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.netbench import free_port
-from heteroplan.runtime.schedule import PipelineChoice
-from heteroplan.runtime.worker import pipeline_choice, rank_entry
+from heteroplan.runtime.schedule import PipelineChoice, PipelineSetChoice
+from heteroplan.runtime.segment_sync import check_segment_run
+from heteroplan.runtime.worker import rank_entry, run_pipeline_choice
 
 log = logging.getLogger(__name__)
 
@@ -273,46 +275,51 @@ class RunSetup:
     """What every backend checks and counts before it starts a plan's ranks.
 
     Attributes:
-        pipeline: the engine and schedules the plan runs with.
+        pipeline: the engine and schedules the plan runs with (of each pipeline, for a set).
         forward_flops: the model's forward FLOPs per sample (``None``: not counted).
         recomputed_flops: forward FLOPs per sample its recomputing stages run again.
         peak: (dense peak TFLOP/s of the plan's devices, where the figure comes from).
         start_step: the iteration it resumes from (0, or the newest checkpoint's).
     """
 
-    pipeline: PipelineChoice
+    pipeline: PipelineChoice | PipelineSetChoice
     forward_flops: float | None
     recomputed_flops: float
     peak: tuple[float, str]
     start_step: int
 
-    def result(self, plan: Plan, config: RunConfig, steps: list[StepMetrics], done: Mapping[int, int], wall_s: float,
+    def result(self, plan: Plan | PipelineSet, config: RunConfig, steps: list[StepMetrics], done: Mapping[int, int], wall_s: float,
                extra: dict, engine: str) -> RunResult:
         """The :class:`RunResult` of a run of ``plan`` whose ranks reported ``steps`` (rank 0) and
         finished at iterations ``done`` (by rank), ``wall_s`` seconds after launch; ``engine`` says
         where its pipelines ran."""
         final = max(done.values()) if done else self.start_step
         return RunResult(steps, final, self.start_step, latest_checkpoint(config.checkpoint_dir), wall_s,
-                         world_size(plan), final < config.steps, extra, engine, self.forward_flops,
+                         run_world_size(plan), final < config.steps, extra, engine, self.forward_flops,
                          plan.global_batch_size, *self.peak, self.recomputed_flops)
 
 
-def prepare_run(plan: Plan, task: TrainTask, config: RunConfig) -> RunSetup:
-    """Check ``plan``, ``task`` and ``config`` (an :class:`InputError` naming the field before any rank
-    starts) and count what the run's result reports (local processes and Ray alike)."""
+def prepare_run(plan: Plan | PipelineSet, task: TrainTask, config: RunConfig) -> RunSetup:
+    """Check ``plan`` (or a set of independent pipelines), ``task`` and ``config`` (an
+    :class:`InputError` naming the field before any rank starts) and count what the run's result
+    reports (local processes and Ray alike)."""
     if not isinstance(config, RunConfig):
         raise InputError("config", type(config).__name__, "must be a heteroplan.runtime.RunConfig")
+    slots = run_pipelines(plan)
     check_task(task, plan)
-    check_dimensions(plan, _declared_dtype(task))
+    for slot in slots:
+        check_dimensions(slot.plan, _declared_dtype(task))
+    check_segment_run(slots)
     check_writable(config.checkpoint_dir)
-    pipeline = pipeline_choice(plan, config)  # InputError here if config.pipeline cannot run the plan
+    pipeline = run_pipeline_choice(plan, config)  # InputError here if config.pipeline cannot run the plan
     log.info("pipeline: %s", pipeline.describe())
     per_layer = task_forward_flops_per_layer(task)
     resume = latest_checkpoint(config.checkpoint_dir) if config.resume else None
-    return RunSetup(pipeline, None if per_layer is None else float(sum(per_layer)),
-                    0.0 if per_layer is None else recomputed_flops_per_sample(per_layer, plan),
-                    run_peak_tflops(plan, config.device, config.peak_tflops, world_size(plan)),
-                    resume.step if resume else 0)
+    recomputed = 0.0 if per_layer is None else sum(
+        s.plan.global_batch_size / s.batch_size * recomputed_flops_per_sample(per_layer, s.plan) for s in slots)
+    peaks = [run_peak_tflops(s.plan, config.device, config.peak_tflops, run_world_size(s.plan)) for s in slots]
+    return RunSetup(pipeline, None if per_layer is None else float(sum(per_layer)), recomputed,
+                    (sum(p[0] for p in peaks), peaks[0][1]), resume.step if resume else 0)
 
 
 class RunHandle(RankProcesses):
@@ -321,14 +328,14 @@ class RunHandle(RankProcesses):
     placements: tuple = ()
     """Where each rank ran, for backends that place ranks on other machines (local: empty)."""
 
-    def __init__(self, plan: Plan, task: TrainTask, config: RunConfig) -> None:
-        check_process_count("plan.num_gpus", world_size(plan))  # one process per planned GPU
+    def __init__(self, plan: Plan | PipelineSet, task: TrainTask, config: RunConfig) -> None:
+        check_process_count("plan.num_gpus", run_world_size(plan))  # one process per planned GPU
         setup = prepare_run(plan, task, config)
         check_devices(plan, config)
         self.setup, self.pipeline, self.start_step = setup, setup.pipeline, setup.start_step
         self.plan = plan
         self.config = config
-        super().__init__(world_size(plan), rank_entry, (plan.to_dict(), task, config),
+        super().__init__(run_world_size(plan), rank_entry, (plan.to_dict(), task, config),
                          timeout_s=config.timeout_s, startup_timeout_s=config.startup_timeout_s,
                          checkpoint_dir=config.checkpoint_dir)
 
@@ -345,7 +352,7 @@ class RunHandle(RankProcesses):
                                  self.pipeline.describe())
 
 
-def check_task(task: TrainTask, plan: Plan | None = None, field: str = "plan.stages") -> None:
+def check_task(task: TrainTask, plan: Plan | PipelineSet | None = None, field: str = "plan.stages") -> None:
     """Raise :class:`InputError` unless ``task`` has what the runtime calls (and, when it says
     how many layers its model has, ``plan`` covers them; ``field`` names the plan's stages)."""
     for attr in ("build_model", "batch", "loss"):
@@ -356,9 +363,10 @@ def check_task(task: TrainTask, plan: Plan | None = None, field: str = "plan.sta
         raise InputError(field, plan.num_layers, f"the task's model has {num_layers} layers; the plan must cover them")
     heads = getattr(task, "n_heads", None)
     if plan is not None and isinstance(heads, int):
-        for s, tp in enumerate(stage_tp(plan)):
-            if heads % tp:
-                raise InputError(f"{field}[{s}].replicas.tp", tp, f"must divide the model's n_heads={heads}")
+        for slot in run_pipelines(plan):
+            for s, stage in enumerate(slot.plan.stages):
+                for tp in (g.tp for g in stage.replicas if heads % g.tp):
+                    raise InputError(f"{field}[{s}].replicas.tp", tp, f"must divide the model's n_heads={heads}")
 
 
 def _declared_dtype(task: TrainTask) -> Any:
@@ -370,26 +378,27 @@ def _declared_dtype(task: TrainTask) -> Any:
     return value if isinstance(value, torch.dtype) else None
 
 
-def check_devices(plan: Plan, config: RunConfig) -> None:
+def check_devices(plan: Plan | PipelineSet, config: RunConfig) -> None:
     """One process per planned GPU: on CUDA each needs its own GPU here (else :class:`InputError`);
     on CPU every planned GPU becomes a process of this machine, whatever its GPU type."""
     if config.device != "cuda":
         return
     import torch
 
-    have, need = torch.cuda.device_count(), world_size(plan)
+    have, need = torch.cuda.device_count(), run_world_size(plan)
     if have < need:
         raise InputError("plan", f"{need} GPUs", f"this machine has {have} CUDA devices; run it with device='cpu' "
                          "(one process per planned GPU) or across nodes with torchrun")
 
 
-def launch(plan: Plan, task: TrainTask, config: RunConfig | None = None) -> RunHandle:
-    """Start ``plan``'s ranks as local processes and return at once."""
+def launch(plan: Plan | PipelineSet, task: TrainTask, config: RunConfig | None = None) -> RunHandle:
+    """Start ``plan``'s ranks (a plan's, or a set of independent pipelines') as local processes and return at once."""
     return RunHandle(plan, task, config or RunConfig())
 
 
-def run_plan(plan: Plan, task: TrainTask, config: RunConfig | None = None,
+def run_plan(plan: Plan | PipelineSet, task: TrainTask, config: RunConfig | None = None,
              progress: Callable[[StepMetrics], None] | None = None) -> RunResult:
-    """Train ``task`` under ``plan`` on local processes until ``config.steps``; see :class:`RunConfig`."""
+    """Train ``task`` under ``plan`` (a :class:`Plan`, or a :class:`PipelineSet` of independent
+    pipelines) on local processes until ``config.steps``; see :class:`RunConfig`."""
     return launch(plan, task, config).wait(progress=progress)
 

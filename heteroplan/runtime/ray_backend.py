@@ -144,6 +144,9 @@ class RayJobHandle:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        if not isinstance(plan, Plan):  # prepare_run accepts a PipelineSet; the actors' layout is a plan's
+            raise InputError("plan", type(plan).__name__, "the Ray backend runs a Plan; run a PipelineSet on local "
+                             "processes (run_plan) or across nodes with torchrun")
         self.setup = prepare_run(plan, task, config)  # the local launcher's checks and counts
         self.plan, self.config, self.job_id = plan, config, job_id
         self.world_size = world_size(plan)

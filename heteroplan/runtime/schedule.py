@@ -18,7 +18,8 @@ from typing import Literal, NamedTuple
 
 from heteroplan.errors import InputError, check_int
 
-__all__ = ["Op", "one_f_one_b", "gpipe", "SCHEDULES", "PIPELINE_ENGINES", "PipelineChoice", "choose_pipeline"]
+__all__ = ["Op", "one_f_one_b", "gpipe", "SCHEDULES", "PIPELINE_ENGINES", "PipelineChoice", "PipelineSetChoice",
+           "choose_pipeline"]
 
 
 class Op(NamedTuple):
@@ -90,6 +91,17 @@ class PipelineChoice:
         per_replica = ", ".join(f"replica {d} {s} x {m} microbatches"
                                 for d, (s, m) in enumerate(zip(self.schedules, self.microbatches, strict=True)))
         return f"{self.engine}: {per_replica} ({self.reason})"
+
+
+@dataclass(frozen=True)
+class PipelineSetChoice:
+    """The :class:`PipelineChoice` of each pipeline of a set of independent pipelines (each chosen alone)."""
+
+    pipelines: tuple[PipelineChoice, ...]
+
+    def describe(self) -> str:
+        """One line: ``"pipeline 0 torch: ...; pipeline 1 heteroplan: ..."``."""
+        return "; ".join(f"pipeline {i} {c.describe()}" for i, c in enumerate(self.pipelines))
 
 
 def choose_pipeline(stage_tp: list[int], microbatches: list[int], schedule: str = "1f1b",

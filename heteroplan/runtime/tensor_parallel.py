@@ -21,7 +21,7 @@ from torch import nn
 
 from heteroplan.errors import InputError
 from heteroplan.planner.plan import Plan
-from heteroplan.runtime.layout import stage_start, stage_tp
+from heteroplan.runtime.layout import replica_start, replica_tp, stage_tp
 
 __all__ = ["ProcessGroups", "create_groups", "shard_layers", "local_tensor"]
 
@@ -32,9 +32,10 @@ class ProcessGroups:
     and (for torch's pipelining) pipeline groups, one per (replica, TP index).
 
     Data-parallel group ``(s, t)`` holds TP rank ``t`` of every replica of stage ``s`` (they hold the
-    same shard); ``None`` where it would have a single rank. Pipeline group ``(d, t)`` holds TP rank
-    ``t`` of replica ``d`` on every stage, in stage order (group rank = stage index); only made when
-    asked for (every stage has the same TP degree).
+    same shard); ``None`` where it would have a single rank, and absent for a stage whose replicas
+    differ in TP degree (their gradients meet in :mod:`heteroplan.runtime.segment_sync`). Pipeline
+    group ``(d, t)`` holds TP rank ``t`` of replica ``d`` on every stage, in stage order (group
+    rank = stage index); only made when asked for (every stage has the same TP degree).
     """
 
     dp: dict[tuple[int, int], Any]
@@ -42,25 +43,30 @@ class ProcessGroups:
     pipe: dict[tuple[int, int], Any] = field(default_factory=dict)
 
 
-def create_groups(plan: Plan, pipelines: bool = False) -> ProcessGroups:
+def create_groups(plan: Plan, pipelines: bool = False, rank_offset: int = 0, data_parallel: bool = True) -> ProcessGroups:
     """Create every group of ``plan`` (all ranks of the world must call this, in the same order);
-    ``pipelines``: also one group per pipeline (replica, TP index), for torch's pipelining."""
-    starts, tps, dp = stage_start(plan), stage_tp(plan), plan.dp
+    ``pipelines``: also one group per pipeline (replica, TP index), for torch's pipelining;
+    ``rank_offset``: the plan's first global rank (a pipeline of a set); ``data_parallel=False``:
+    no data-parallel groups (a segment sync reduces the gradients instead)."""
+    starts, tps, dp = replica_start(plan), replica_tp(plan), plan.dp
     dp_groups: dict[tuple[int, int], Any] = {}
     tp_groups: dict[tuple[int, int], Any] = {}
-    for s, tp in enumerate(tps):
-        for t in range(tp):
-            ranks = [starts[s] + d * tp + t for d in range(dp)]
-            dp_groups[(s, t)] = dist.new_group(ranks) if dp > 1 else None
-        for d in range(dp):
-            tp_groups[(s, d)] = dist.new_group(list(range(starts[s] + d * tp, starts[s] + (d + 1) * tp))) if tp > 1 else None
+    for s, degrees in enumerate(tps):
+        if data_parallel and len(set(degrees)) == 1:
+            for t in range(degrees[0]):
+                ranks = [rank_offset + starts[s][d] + t for d in range(dp)]
+                dp_groups[(s, t)] = dist.new_group(ranks) if dp > 1 else None
+        for d, tp in enumerate(degrees):
+            first = rank_offset + starts[s][d]
+            tp_groups[(s, d)] = dist.new_group(list(range(first, first + tp))) if tp > 1 else None
     pipe_groups: dict[tuple[int, int], Any] = {}
-    if pipelines and len(set(tps)) != 1:
-        raise InputError("plan.stages.replicas.tp", tps, "one pipeline per TP index needs one TP degree on every stage")
     if pipelines:
+        uniform = stage_tp(plan)
+        if len(set(uniform)) != 1:
+            raise InputError("plan.stages.replicas.tp", uniform, "one pipeline per TP index needs one TP degree on every stage")
         for d in range(dp):
-            for t in range(tps[0]):
-                pipe_groups[(d, t)] = dist.new_group([starts[s] + d * tps[s] + t for s in range(len(tps))])
+            for t in range(uniform[0]):
+                pipe_groups[(d, t)] = dist.new_group([rank_offset + starts[s][d] + t for s in range(len(uniform))])
     return ProcessGroups(dp_groups, tp_groups, pipe_groups)
 
 

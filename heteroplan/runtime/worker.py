@@ -25,6 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 from heteroplan.errors import InputError, LossNotFinite
+from heteroplan.planner.pipeline_set import PipelineSet
 from heteroplan.planner.plan import Plan
 from heteroplan.runtime import checkpoint as ckpt
 from heteroplan.runtime.appliers import (
@@ -40,18 +41,28 @@ from heteroplan.runtime.config import RunConfig, StepMetrics
 from heteroplan.runtime.dimensions import local_optimizer
 from heteroplan.runtime.graphs import GraphedMicrobatch
 from heteroplan.runtime.layout import (
+    PipelineSlot,
     RankInfo,
     check_runnable,
-    load_plan,
+    load_run,
     neighbours,
     rank_layout,
+    run_from_dict,
+    run_pipelines,
     stage_tp,
-    world_size,
+    tp_degrees,
+    uniform_stage_tp,
 )
 from heteroplan.runtime.memory import PeakMemory, persistent_bytes
 from heteroplan.runtime.models import TrainTask
 from heteroplan.runtime.pipelining import TorchPipeline
-from heteroplan.runtime.schedule import SCHEDULES, PipelineChoice, choose_pipeline
+from heteroplan.runtime.schedule import (
+    SCHEDULES,
+    PipelineChoice,
+    PipelineSetChoice,
+    choose_pipeline,
+)
+from heteroplan.runtime.segment_sync import SegmentSync, uses_segment_sync
 from heteroplan.runtime.tensor_parallel import (
     ProcessGroups,
     create_groups,
@@ -59,7 +70,8 @@ from heteroplan.runtime.tensor_parallel import (
 )
 from heteroplan.training_args import add_training_arguments, model_kwargs, run_config_kwargs
 
-__all__ = ["LayerRange", "StageTrainer", "flat_gradients", "pipeline_choice", "train_rank", "rank_entry", "main"]
+__all__ = ["LayerRange", "StageTrainer", "flat_gradients", "pipeline_choice", "run_pipeline_choice",
+           "make_trainer", "train_rank", "rank_entry", "main"]
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +85,19 @@ def pipeline_choice(plan: Plan, config: RunConfig) -> PipelineChoice:
     if config.cuda_graphs:
         choice = choose_pipeline(stage_tp(plan), plan.microbatches(), config.schedule, "heteroplan")
         return replace(choice, reason="CUDA graphs: each microbatch replayed as one graph")
+    if uniform_stage_tp(plan) is None:  # a stage's replicas differ in TP: torch's pipelines need one degree
+        if config.pipeline == "torch":
+            stage_tp(plan)  # InputError naming the stage
+        return PipelineChoice("heteroplan", tuple(config.schedule for _ in plan.microbatches()), plan.microbatches(),
+                              "replicas of a stage differ in TP degree; torch's pipelines need one per stage")
     return choose_pipeline(stage_tp(plan), plan.microbatches(), config.schedule, config.pipeline)
+
+
+def run_pipeline_choice(run: Plan | PipelineSet, config: RunConfig) -> PipelineChoice | PipelineSetChoice:
+    """:func:`pipeline_choice` of a plan, or of every pipeline of a set."""
+    if isinstance(run, Plan):
+        return pipeline_choice(run, config)
+    return PipelineSetChoice(tuple(pipeline_choice(slot.plan, config) for slot in run_pipelines(run)))
 
 
 def _device(config: RunConfig, rank: int) -> torch.device:
@@ -153,15 +177,23 @@ class StageTrainer:
     :func:`pipeline_choice` says so (``groups`` must then hold the pipeline groups:
     ``create_groups(plan, pipelines=True)``), else under heteroplan's own schedule; the
     data-parallel all-reduce, the update and the timing are the same for both.
+
+    ``slot``: where ``plan`` sits in a larger run (a pipeline of a set: its first rank and sample,
+    the run's batch; default: alone); ``segment_sync``: the run's gradient all-reduce when its
+    replicas of a layer are sharded differently (:mod:`heteroplan.runtime.segment_sync`), instead
+    of the data-parallel groups.
     """
 
     def __init__(self, plan: Plan, task: TrainTask, config: RunConfig, rank: int, groups: ProcessGroups,
-                 group: Any = None, appliers: Sequence[DimensionApplier] = APPLIERS) -> None:
-        layout = rank_layout(plan)
-        self.me: RankInfo = layout[rank]
+                 group: Any = None, slot: PipelineSlot | None = None, segment_sync: SegmentSync | None = None,
+                 appliers: Sequence[DimensionApplier] = APPLIERS) -> None:
+        slot = slot or PipelineSlot.alone(plan)
+        layout = rank_layout(plan, slot.rank_offset, slot.sample_offset)
+        self.me: RankInfo = layout[rank - slot.rank_offset]
         self.plan, self.task, self.rank, self.group = plan, task, rank, group
-        self.dp_group = groups.dp[(self.me.stage, self.me.tp_index)]
-        self.solo = len(layout) == 1
+        self.batch_size, self.segment_sync = slot.batch_size, segment_sync
+        self.dp_group = None if segment_sync is not None else groups.dp[(self.me.stage, self.me.tp_index)]
+        self.solo = slot.world == 1
         self.device = _device(config, rank)
         torch.set_num_threads(config.threads_per_rank)
         self.config = config
@@ -183,17 +215,17 @@ class StageTrainer:
                                  "no tensor parallelism")
         self.graphed: GraphedMicrobatch | None = None  # captured at the first microbatch (cuda_graphs)
         self.first, self.last = self.me.stage == 0, self.me.stage == plan.pp - 1
-        self.act_source = neighbours(plan, self.me, -1, "source")
-        self.act_destinations = neighbours(plan, self.me, +1, "destination")
-        self.grad_source = neighbours(plan, self.me, +1, "source")
-        self.grad_destinations = neighbours(plan, self.me, -1, "destination")
+        self.act_source = neighbours(plan, self.me, -1, "source", slot.rank_offset)
+        self.act_destinations = neighbours(plan, self.me, +1, "destination", slot.rank_offset)
+        self.grad_source = neighbours(plan, self.me, +1, "source", slot.rank_offset)
+        self.grad_destinations = neighbours(plan, self.me, -1, "destination", slot.rank_offset)
         self.reports_loss = self.last and self.me.tp_index == 0  # every TP rank computes the same loss
         # gradient noise statistics need each replica's whole gradient on one rank: pure data parallelism
-        self.grad_stats = plan.pp == 1 and self.me.tp == 1 and plan.dp > 1
+        self.grad_stats = plan.pp == 1 and self.me.tp == 1 and plan.dp > 1 and segment_sync is None
         self.choice = pipeline_choice(plan, config)
         self.pipeline: TorchPipeline | None = None
         if self.choice.engine == "torch":
-            scale = plan.microbatch_size / plan.global_batch_size
+            scale = plan.microbatch_size / self.batch_size
             self.pipeline = TorchPipeline(
                 self.stage, self.me.stage, plan.pp, self.device, groups.pipe[(self.me.replica, self.me.tp_index)],
                 self.me.num_microbatches, self.choice.schedules[self.me.replica],
@@ -201,7 +233,7 @@ class StageTrainer:
         self.ops = SCHEDULES[config.schedule](plan.pp, self.me.stage, self.me.num_microbatches)
         self.links = Links()
         # stop, loss, |G|^2, tr(Sigma), then every rank's peak allocated and reserved bytes (memory_step only)
-        self.control = torch.zeros(4 + 2 * len(layout), dtype=torch.float64, device=self.device)
+        self.control = torch.zeros(4 + 2 * slot.world, dtype=torch.float64, device=self.device)
 
     def step(self, step: int, request_stop: bool = False) -> tuple[StepMetrics, bool]:
         """Train iteration ``step`` (0-based; it picks the data); returns what rank 0 reports
@@ -221,7 +253,9 @@ class StageTrainer:
                            - (time.perf_counter() - t0)))
         t_sync = time.perf_counter()
         global_sqr = 0.0
-        if self.dp_group is not None:
+        if self.segment_sync is not None:
+            self.segment_sync.reduce(self.stage, self.grad_buffer)
+        elif self.dp_group is not None:
             if self.grad_buffer is not None:
                 flat = self.grad_buffer
             else:
@@ -284,7 +318,7 @@ class StageTrainer:
         last stage a float64 tensor on the device, added there so that no microbatch waits for the
         device to read its loss; the float64 sum of the float32 losses in order, as a Python sum of
         floats would give)."""
-        me, mbs, gbs, device = self.me, self.plan.microbatch_size, self.plan.global_batch_size, self.device
+        me, mbs, gbs, device = self.me, self.plan.microbatch_size, self.batch_size, self.device
         pending: list[PendingSend] = []
         saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         loss_sum: float | torch.Tensor = torch.zeros((), dtype=torch.float64, device=device) if self.last else 0.0
@@ -324,7 +358,7 @@ class StageTrainer:
         :func:`~heteroplan.runtime.graphs.check_cuda_graphs`); returns the float64 sum of the
         scaled microbatch losses, on the device."""
         me, mbs, device = self.me, self.plan.microbatch_size, self.device
-        scale = mbs / self.plan.global_batch_size
+        scale = mbs / self.batch_size
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         for j in range(me.num_microbatches):
             inputs, target = self.task.batch(step, me.sample_offset + j * mbs, mbs)
@@ -353,26 +387,29 @@ class StageTrainer:
 
 
 def train_rank(
-    plan: Plan,
+    plan: Plan | PipelineSet,
     task: TrainTask,
     config: RunConfig,
     should_stop: Callable[[], bool] = lambda: False,
     report: Callable[[StepMetrics], None] = lambda m: None,
 ) -> int:
-    """Train this rank's share of ``plan``; returns the iterations done in total.
+    """Train this rank's share of ``plan`` (a plan, or a set of independent pipelines); returns the
+    iterations done in total.
 
     Every replica of a stage runs its own microbatch count; gradients are summed over the
     samples of the global batch (each microbatch loss is scaled by ``mbs / global_batch``) and
-    all-reduced within the stage, so the update equals single-process training on the whole batch.
+    all-reduced within the stage (per layer range over every pipeline holding it, for a set or
+    a stage whose replicas differ in TP degree), so the update equals single-process training on
+    the whole batch.
     """
     rank, world = dist.get_rank(), dist.get_world_size()
     ckpt.check_writable(config.checkpoint_dir)
-    if world != world_size(plan):
-        raise RuntimeError(f"world size {world} but the plan has {world_size(plan)} ranks")
-    choice = pipeline_choice(plan, config)
+    slots = run_pipelines(plan)
+    if world != slots[0].world:
+        raise RuntimeError(f"world size {world} but the plan has {slots[0].world} ranks")
     if rank == 0:
-        log.debug("pipeline: %s", choice.describe())
-    trainer = StageTrainer(plan, task, config, rank, create_groups(plan, pipelines=choice.engine == "torch"))
+        log.debug("pipeline: %s", run_pipeline_choice(plan, config).describe())
+    trainer = make_trainer(slots, task, config, rank)
     start = 0
     resume = ckpt.latest_checkpoint(config.checkpoint_dir) if config.resume else None
     if resume is not None:
@@ -401,6 +438,21 @@ def train_rank(
     return done
 
 
+def make_trainer(slots: tuple[PipelineSlot, ...], task: TrainTask, config: RunConfig, rank: int) -> StageTrainer:
+    """Create the process groups of a run's pipelines (collective: every rank creates every group, in
+    the same order) and the :class:`StageTrainer` of ``rank``."""
+    segment = uses_segment_sync(slots)
+    mine: tuple[PipelineSlot, ProcessGroups] | None = None
+    for slot in slots:
+        torch_pipes = pipeline_choice(slot.plan, config).engine == "torch"
+        groups = create_groups(slot.plan, pipelines=torch_pipes, rank_offset=slot.rank_offset, data_parallel=not segment)
+        if slot.holds(rank):
+            mine = (slot, groups)
+    assert mine is not None, f"rank {rank} is in no pipeline"
+    sync = SegmentSync(slots, rank) if segment else None
+    return StageTrainer(mine[0].plan, task, config, rank, mine[1], slot=mine[0], segment_sync=sync)
+
+
 def _stop_diverged(trainer: StageTrainer, step: int, loss: float) -> None:
     """Iteration ``step``'s loss is not finite: raise :class:`LossNotFinite` on the lowest rank whose
     own part of it is not finite (rank 0 when every part is finite but not their sum); the other
@@ -415,11 +467,14 @@ def _stop_diverged(trainer: StageTrainer, step: int, loss: float) -> None:
         raise LossNotFinite(culprit, step, trainer.local_loss if culprit is not None else loss)
 
 
-def _checkpoint(plan: Plan, config: RunConfig, trainer: StageTrainer, step: int, loss: float) -> None:
-    ckpt.save_state(config.checkpoint_dir, step, trainer.stage, local_optimizer(trainer.optimizer), trainer.group)
+def _checkpoint(plan: Plan | PipelineSet, config: RunConfig, trainer: StageTrainer, step: int, loss: float) -> None:
+    written = trainer.segment_sync.written_layers() if trainer.segment_sync is not None else None
+    ckpt.save_state(config.checkpoint_dir, step, trainer.stage, local_optimizer(trainer.optimizer), trainer.group,
+                    layers=written)
     dist.barrier(group=trainer.group)
     if trainer.rank == 0:
-        ckpt.write_manifest(config.checkpoint_dir, step, plan.num_layers, {"loss": loss, "plan": plan.to_dict()})
+        run = {"plan": plan.to_dict()} if isinstance(plan, Plan) else {"pipelines": plan.to_dict()["pipelines"]}
+        ckpt.write_manifest(config.checkpoint_dir, step, plan.num_layers, {"loss": loss, **run})
         ckpt.prune(config.checkpoint_dir, config.keep_checkpoints)
 
 
@@ -429,7 +484,7 @@ def rank_entry(rank: int, world_size: int, init_method: str, plan_dict: dict, ta
     try:
         follow_launcher()
         join_process_group(config, init_method, rank, world_size)
-        plan = Plan.from_dict(plan_dict)
+        plan = run_from_dict(plan_dict)
         done = train_rank(plan, task, config, stop_event.is_set, lambda m: queue.put(("step", rank, m)))
         queue.put(("done", rank, done))
         dist.destroy_process_group()
@@ -483,12 +538,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan", required=True, help="plan JSON (plan --out/--json, Plan.to_json or Sailor plan_config)")
     add_training_arguments(parser, steps=10, optimizer="sgd", lr=0.05)
     args = parser.parse_args(argv)
-    plan = load_plan(args.plan)
+    plan = load_run(args.plan)
     config = RunConfig(**run_config_kwargs(args))
-    task = load_task(args.model) if args.model else TinyGPTTask(**model_kwargs(args, plan.num_layers, stage_tp(plan)))
+    task = load_task(args.model) if args.model else TinyGPTTask(**model_kwargs(args, plan.num_layers, tp_degrees(plan)))
     dist.init_process_group(config.resolved_backend, timeout=timedelta(seconds=config.timeout_s))
     if dist.get_rank() == 0:
-        print(f"pipeline: {pipeline_choice(plan, config).describe()}", flush=True)
+        print(f"pipeline: {run_pipeline_choice(plan, config).describe()}", flush=True)
 
     def show(m: StepMetrics) -> None:
         print(f"step {m.step:5d}  loss {m.loss:.4f}  {m.iteration_time * 1e3:8.1f} ms", flush=True)
