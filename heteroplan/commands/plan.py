@@ -181,7 +181,6 @@ def evaluate(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"plan": loaded.to_dict(), "iteration_time_s": est.iteration_time_s,
                     "throughput_iter_s": est.throughput_iter_s, "cost_per_iteration_usd": est.cost_per_iteration_usd,
-                    "cost_per_iteration": est.cost_per_iteration_usd,  # deprecated: the same, without its unit
                     "memory_per_gpu_gb": list(est.memory_per_stage_gb), "fits_memory": est.fits,
                     "memory_over_gb": est.memory_fit.over_gb if est.memory_fit else 0.0,
                     "tightest_stage": est.memory_fit.stage if est.memory_fit else None,

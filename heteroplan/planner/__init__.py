@@ -1,7 +1,4 @@
-"""Sailor planner: plans, the machine model that prices them (``simulate_plan``), the search.
-
-``simulate`` and ``SimResult`` are the old names of ``simulate_plan`` and ``PlanEstimate`` (kept as
-aliases; the cluster simulator in :mod:`heteroplan.sim` has its own ``simulate``)."""
+"""Sailor planner: plans, the machine model that prices them (``simulate_plan``), the search."""
 
 from heteroplan.planner.api import OBJECTIVES, PlanResult, plan, plan_job
 from heteroplan.planner.model.schedule import PipelineSchedule, pipeline_schedule
@@ -11,9 +8,7 @@ from heteroplan.planner.model.simulator import (
     MemoryTerms,
     PlanEstimate,
     SimConfig,
-    SimResult,
     TimeTerms,
-    simulate,
     simulate_plan,
 )
 from heteroplan.planner.pareto import ParetoFront, ParetoPoint, pareto_front
@@ -37,11 +32,9 @@ __all__ = [
     "ReplicaGroup",
     "SearchOptions",
     "SimConfig",
-    "SimResult",
     "Stage",
     "pareto_front",
     "pipeline_schedule",
     "plan",
     "plan_job",
-    "simulate",
 ]

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from heteroplan._deprecated import renamed
 from heteroplan._html import table
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InfeasibleError
@@ -41,9 +40,7 @@ class PlanResult:
     """The plan found and what the simulator predicts for it.
 
     Each number has its unit in its name, the same in Python and in :meth:`to_dict` (what
-    ``heteroplan plan --json`` prints). The former attributes ``iteration_time``, ``throughput``,
-    ``cost_per_iteration``, ``memory_per_gpu`` and ``search_time`` still read, with a
-    :class:`DeprecationWarning` (and the JSON key ``cost_per_iteration``, without the warning).
+    ``heteroplan plan --json`` prints).
 
     Attributes:
         plan: the training plan.
@@ -77,12 +74,6 @@ class PlanResult:
     estimate: PlanEstimate | None = field(default=None, compare=False, repr=False)
     request: PlanRequest | None = field(default=None, compare=False, repr=False)
     independent_pipelines: PipelineSetRunnerUp | None = field(default=None, compare=False, repr=False)
-
-    iteration_time = renamed("iteration_time", "iteration_time_s")
-    throughput = renamed("throughput", "throughput_iter_s")
-    cost_per_iteration = renamed("cost_per_iteration", "cost_per_iteration_usd")
-    memory_per_gpu = renamed("memory_per_gpu", "memory_per_gpu_gb")
-    search_time = renamed("search_time", "search_time_s")
 
     def simulate(self, other: Plan) -> PlanEstimate:
         """``other`` priced with this result's data and constants (profile, network, GPU types)."""
@@ -131,7 +122,6 @@ class PlanResult:
             "iteration_time_s": self.iteration_time_s,
             "throughput_iter_s": self.throughput_iter_s,
             "cost_per_iteration_usd": self.cost_per_iteration_usd,
-            "cost_per_iteration": self.cost_per_iteration_usd,  # deprecated: the same, without its unit
             "memory_per_gpu_gb": list(self.memory_per_gpu_gb),
             "peak_memory_gb": self.peak_memory_gb,
             "fits_memory": self.memory_fit is None or self.memory_fit.fits,

@@ -19,7 +19,7 @@ from heteroplan.cluster import Cluster
 from heteroplan.errors import ClusterError, InputError, PolicyError
 from heteroplan.policies.state import NO_STATE, NoState, PolicyState, expect_state
 
-__all__ = ["Allocation", "AllocationError", "JobState", "Policy", "PolicyBase", "PerfModel", "GoodputEstimator",
+__all__ = ["Allocation", "AllocationError", "JobState", "Policy", "PolicyBase", "PerfModel",
            "ReportsSolveGap", "SolveReport", "check_allocations", "counts_by_type"]
 
 
@@ -98,9 +98,6 @@ class PerfModel(Protocol):
     def gpu_types(self) -> tuple[str, ...]: ...
 
     def goodput(self, gpu_type: Any, num_nodes: Any, num_gpus: Any, progress: float = 0.0) -> Any: ...
-
-
-GoodputEstimator = PerfModel  # the former name
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@
 
 from heteroplan.policies.base import AllocationError
 from heteroplan.policies.registry import POLICIES, make_policy
-from heteroplan.sim.compare import POLICY_FACTORIES, compare_policies, run_policy
+from heteroplan.sim.compare import compare_policies, run_policy
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.sim.loop import simulate
 from heteroplan.sim.metrics import JobRecord, SimResult, compare_table
@@ -22,7 +22,6 @@ __all__ = [
     "AllocationError",
     "JobRecord",
     "POLICIES",
-    "POLICY_FACTORIES",
     "SimFidelity",
     "SimResult",
     "SimulatedTraining",

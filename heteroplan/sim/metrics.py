@@ -74,17 +74,17 @@ class SimResult:
     @property
     def completion(self) -> dict[str, float]:
         """Finish time (s) of every finished job."""
-        return {j.name: j.finish_time for j in self.jobs if j.finish_time is not None}
+        return {j.job_id: j.finish_time for j in self.jobs if j.finish_time is not None}
 
     @property
     def first_start(self) -> dict[str, float]:
         """First time (s) each started job got GPUs."""
-        return {j.name: j.start_time for j in self.jobs if j.start_time is not None}
+        return {j.job_id: j.start_time for j in self.jobs if j.start_time is not None}
 
     @property
     def unfinished(self) -> list[str]:
         """Admitted jobs that did not finish (sorted)."""
-        return sorted(j.name for j in self.jobs if j.finish_time is None)
+        return sorted(j.job_id for j in self.jobs if j.finish_time is None)
 
     # ------------------------------------------------------------ metrics
     def summary(self) -> SimSummary:
@@ -100,7 +100,7 @@ class SimResult:
         per round (ms) and in total (s).
         """
         done = self.finished()
-        jct = np.array([j.jct for j in done]) if done else np.zeros(0)
+        jct = np.array([j.jct_s for j in done]) if done else np.zeros(0)
         first = min((j.arrival_time for j in done), default=0.0)
         makespan = max((j.finish_time for j in done), default=first) - first
         total_gpus = sum(self.capacity.values())
@@ -112,8 +112,8 @@ class SimResult:
         window = (max(max((j.finish_time for j in done), default=0.0), self.end_time if unfinished else 0.0)
                   - min((j.arrival_time for j in self.jobs), default=0.0))
         finite = [j for j in done if np.isfinite(j.isolated_time) and j.isolated_time > 0]
-        ftf = np.array([j.jct / (j.isolated_time * max(1.0, j.avg_active)) for j in finite])
-        rho = np.array([j.jct / (j.isolated_time * max(1.0, j.avg_active * j.requested_gpus / max(total_gpus, 1)))
+        ftf = np.array([j.jct_s / (j.isolated_time * max(1.0, j.avg_active)) for j in finite])
+        rho = np.array([j.jct_s / (j.isolated_time * max(1.0, j.avg_active * j.requested_gpus / max(total_gpus, 1)))
                         for j in finite])
         queue = np.array([j.queueing_delay_s for j in done])
         pt = np.array(self.policy_times) if self.policy_times else np.zeros(1)
@@ -151,8 +151,8 @@ class SimResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "summary": self.summary().to_dict(),
-            # the record's fields (seconds), its derived times with their unit ("jct": the former key)
-            "jobs": [asdict(j) | {"jct_s": j.jct_s, "queueing_delay_s": j.queueing_delay_s, "jct": j.jct_s}
+            # the record's fields (seconds), its derived times with their unit
+            "jobs": [asdict(j) | {"jct_s": j.jct_s, "queueing_delay_s": j.queueing_delay_s}
                      for j in self.jobs],
             "rejected": dict(self.rejected),
             "timeline": [{"time": t, "in_use": dict(u), "active": n} for t, u, n in self.timeline],

@@ -98,7 +98,7 @@ def run_cell(cell: CellSpec) -> dict[str, Any]:
     result = simulate(jobs, cluster, policy, round_length=round_length, max_time=max_time, progress=False,
                       fidelity=fidelity)
     metrics = {k: v for k, v in result.summary().items() if k not in ("policy", "error")}
-    return {"metrics": metrics, "jcts": [j.jct for j in result.finished()], "error": result.error}
+    return {"metrics": metrics, "jcts": [j.jct_s for j in result.finished()], "error": result.error}
 
 
 def execute_cell(cell: CellSpec, fn: CellFunction = run_cell) -> dict[str, Any]:
