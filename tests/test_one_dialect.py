@@ -48,8 +48,11 @@ def _import(name: str) -> types.ModuleType | None:
     try:
         return importlib.import_module(name)
     except ImportError as exc:
-        if exc.name and exc.name.split(".")[0] != "heteroplan":
-            return None
+        cause: BaseException | None = exc
+        while cause is not None:  # heteroplan.runtime re-raises torch's ImportError with advice
+            if isinstance(cause, ImportError) and cause.name and cause.name.split(".")[0] != "heteroplan":
+                return None
+            cause = cause.__cause__
         raise
 
 

@@ -16,7 +16,7 @@ Pollux/Sia goodput (this package's first part):
 
 from heteroplan.perf.applications import APPLICATIONS, SIA_TYPE_NAMES, AppSpec, get_app
 from heteroplan.perf.bootstrap import BootstrappedModel
-from heteroplan.perf.efficiency import PhiTable, efficiency
+from heteroplan.perf.efficiency import PhiTable
 from heteroplan.perf.fit import fit_throughput_params
 from heteroplan.perf.goodput import GoodputModel, ThroughputTable
 from heteroplan.perf.measurements import Measurements, load_placements, load_scalability
@@ -30,7 +30,6 @@ __all__ = [
     "get_app",
     "BootstrappedModel",
     "PhiTable",
-    "efficiency",
     "fit_throughput_params",
     "GoodputModel",
     "ThroughputTable",

@@ -1,6 +1,6 @@
 """Sailor planner: plans, the machine model that prices them (``simulate_plan``), the search."""
 
-from heteroplan.planner.api import OBJECTIVES, PlanResult, plan, plan_job
+from heteroplan.planner.api import OBJECTIVES, PlanResult, plan_job
 from heteroplan.planner.model.schedule import PipelineSchedule, pipeline_schedule
 from heteroplan.planner.model.simulator import (
     CostTerms,
@@ -35,6 +35,5 @@ __all__ = [
     "Stage",
     "pareto_front",
     "pipeline_schedule",
-    "plan",
     "plan_job",
 ]

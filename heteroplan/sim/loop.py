@@ -18,7 +18,7 @@ arriving inside a round are first seen at the next round boundary.
 Before the first round the loop refuses what can never run: a job without performance data
 for one of the cluster's GPU types is a :class:`~heteroplan.errors.MissingDataError` naming
 the job, its application and the types; a job the session's admission
-(:func:`~heteroplan.scheduling.admission`) would park -- a rigid job larger than the GPUs it can use -- is
+(:func:`~heteroplan.scheduling.admission.admission`) would park -- a rigid job larger than the GPUs it can use -- is
 rejected (``on_infeasible="reject"``, listed in ``SimResult.rejected``) or an
 :class:`~heteroplan.errors.InputError` (``"raise"``). A policy that raises, or returns an
 allocation the cluster or the job cannot carry out, stops the run with a
@@ -40,9 +40,9 @@ from heteroplan.scheduling import (
     DecisionKind,
     JobRecord,
     SchedulingSession,
-    admission,
     check_policy,
 )
+from heteroplan.scheduling.admission import admission
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.sim.job_models import SimJob, build_jobs
 from heteroplan.sim.metrics import SimResult
