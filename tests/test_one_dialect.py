@@ -140,3 +140,118 @@ def test_no_package_attribute_shadows_its_submodule() -> None:
             if not isinstance(namespace["_m"], types.ModuleType):
                 shadowed.append(full)
     assert shadowed == []
+
+
+# -- choices are enums: strings accepted at the boundary, a bad one names the field and the choices
+def _sia_policy(**kw):
+    from heteroplan.policies.sia import SiaPolicy
+
+    return SiaPolicy(**kw)
+
+
+def _pollux_policy(**kw):
+    from heteroplan.policies.pollux import PolluxPolicy
+
+    return PolluxPolicy(**kw)
+
+
+def _fidelity(**kw):
+    from heteroplan.sim.fidelity import SimFidelity
+
+    return SimFidelity(**kw)
+
+
+def _request(objective):
+    from heteroplan.planner.request import PlanRequest
+
+    return PlanRequest.build("OPT-350", 64, {("A100-40", "us-central1-a"): 8}, objective)
+
+
+def _executor(kind):
+    from heteroplan.sim.sweep.executors import make_executor
+
+    return make_executor(kind)
+
+
+CHOICES = [
+    # (build with the value, what to read back, the enum, its field name in the error, a good value)
+    (lambda v: _request(v).objective, "heteroplan.planner.goal:Objective", "objective", "cost"),
+    (lambda v: _sia_policy(mode=v).mode, "heteroplan.formulations.sia:SolveMode", "mode", "lp-round"),
+    (lambda v: _sia_policy(scale_up_from=v).scale_up_from, "heteroplan.policies.common:ScaleFrom", "scale_up_from",
+     "current"),
+    (lambda v: _pollux_policy(scale_up_from=v).scale_up_from, "heteroplan.policies.common:ScaleFrom",
+     "scale_up_from", "current"),
+    (lambda v: _fidelity(batch_size=v).batch_size, "heteroplan.sim.fidelity:BatchSizeSource", "fidelity.batch_size",
+     "truth"),
+    (lambda v: _fidelity(grad_stats=v).grad_stats, "heteroplan.sim.fidelity:GradStatsSource", "fidelity.grad_stats",
+     "median"),
+]
+
+
+def _enum(path: str) -> type:
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@pytest.mark.parametrize(("build", "enum", "field", "good"), CHOICES)
+def test_a_choice_takes_its_value_and_refuses_another_naming_the_field_and_the_choices(build, enum, field, good):
+    members = _enum(enum)
+    assert build(good) is members(good)
+    with pytest.raises(heteroplan.InputError) as err:
+        build("no-such-choice")
+    assert err.value.field == field and str([m.value for m in members]) in str(err.value)
+
+
+def test_the_simulator_and_the_executor_take_their_enums_values() -> None:
+    from heteroplan.cluster import preset
+    from heteroplan.sim import SimFidelity, run_policy
+    from heteroplan.sim.fidelity import FidelityPreset
+    from heteroplan.sim.loop import OnInfeasible
+    from heteroplan.sim.sweep.executors import ExecutorKind, InProcessExecutor
+    from heteroplan.workload.sia import bundled_workload
+
+    assert isinstance(_executor(ExecutorKind.INPROCESS), InProcessExecutor)
+    assert isinstance(_executor("inprocess"), InProcessExecutor)
+    with pytest.raises(heteroplan.InputError, match=r"executor.*\['inprocess', 'processes', 'ray'\]"):
+        _executor("threads")
+    assert SimFidelity.preset("ideal") == SimFidelity.preset(FidelityPreset.IDEAL) == SimFidelity.ideal()
+    with pytest.raises(heteroplan.InputError, match="fidelity"):
+        SimFidelity.preset("real")
+    jobs = bundled_workload("philly/workload-1")[:2]
+    by_value = run_policy(jobs, preset("sia-64"), "fifo", max_time=3600.0, progress=False, estimator="oracle",
+                          on_infeasible="raise")
+    by_member = run_policy(jobs, preset("sia-64"), "fifo", max_time=3600.0, progress=False,
+                           on_infeasible=OnInfeasible.RAISE)  # fifo is rigid: oracle by default
+    assert by_value.summary().to_dict() | {"policy_ms_median": 0, "policy_ms_p95": 0, "policy_time_s": 0} == \
+        by_member.summary().to_dict() | {"policy_ms_median": 0, "policy_ms_p95": 0, "policy_time_s": 0}
+    for kw, field in (({"estimator": "truth"}, "estimator"), ({"on_infeasible": "skip"}, "on_infeasible")):
+        with pytest.raises(heteroplan.InputError) as err:
+            run_policy(jobs, preset("sia-64"), "fifo", max_time=3600.0, progress=False, **kw)
+        assert err.value.field == field
+
+
+def test_argparse_choices_are_the_enums_values() -> None:
+    from heteroplan.cli import build_parser
+    from heteroplan.inputs import enum_values
+    from heteroplan.planner.goal import Objective
+    from heteroplan.run_options import (
+        CommBackend,
+        Device,
+        LayerTiming,
+        Optimizer,
+        PipelineEngine,
+        PipelineSchedule,
+    )
+    from heteroplan.sim.fidelity import FidelityPreset
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.choices and "plan" in a.choices).choices
+    expected = {("plan", "--objective"): Objective, ("simulate", "--fidelity"): FidelityPreset,
+                ("profile", "--optimizer"): Optimizer, ("profile", "--timing"): LayerTiming,
+                ("profile", "--backend"): CommBackend, ("run", "--optimizer"): Optimizer,
+                ("run", "--schedule"): PipelineSchedule, ("run", "--pipeline"): PipelineEngine,
+                ("run", "--device"): Device}
+    for (command, flag), enum in expected.items():
+        action = next(a for a in commands[command]._actions if flag in a.option_strings)
+        assert tuple(action.choices) == enum_values(enum), (command, flag)
+        assert action.default in enum_values(enum)

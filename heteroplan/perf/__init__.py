@@ -20,7 +20,7 @@ from heteroplan.perf.efficiency import PhiTable
 from heteroplan.perf.fit import fit_throughput_params
 from heteroplan.perf.goodput import GoodputModel, ThroughputTable
 from heteroplan.perf.measurements import Measurements, load_placements, load_scalability
-from heteroplan.perf.sia_data import bootstrap_model, true_model
+from heteroplan.perf.sia_data import Estimator, bootstrap_model, true_model
 from heteroplan.perf.throughput import ThroughputParams
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "AppSpec",
     "get_app",
     "BootstrappedModel",
+    "Estimator",
     "PhiTable",
     "fit_throughput_params",
     "GoodputModel",

@@ -1,6 +1,7 @@
 """Sailor planner: plans, the machine model that prices them (``simulate_plan``), the search."""
 
-from heteroplan.planner.api import OBJECTIVES, PlanResult, plan_job
+from heteroplan.planner.api import PlanResult, plan_job
+from heteroplan.planner.goal import Objective
 from heteroplan.planner.model.schedule import PipelineSchedule, pipeline_schedule
 from heteroplan.planner.model.simulator import (
     CostTerms,
@@ -16,7 +17,7 @@ from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.planner.request import PlanRequest, SearchOptions
 
 __all__ = [
-    "OBJECTIVES",
+    "Objective",
     "CostTerms",
     "MemoryFit",
     "MemoryTerms",

@@ -24,15 +24,16 @@ from heteroplan.planner.explain import (
     estimate_terms,
     plan_structure,
 )
+from heteroplan.planner.goal import Objective
 from heteroplan.planner.model.simulator import MemoryFit, PlanEstimate, simulate_plan
 from heteroplan.planner.plan import OptimizerSharding, Plan, Recomputation
-from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions, normalize_pool
+from heteroplan.planner.request import PlanRequest, SearchOptions, normalize_pool
 from heteroplan.planner.search.pipeline_sets import best_pipeline_set
 from heteroplan.planner.search.searcher import Searcher
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["PlanResult", "PlanRequest", "plan", "plan_job", "normalize_pool", "OBJECTIVES"]
+__all__ = ["PlanResult", "PlanRequest", "plan", "plan_job", "normalize_pool"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -193,7 +194,7 @@ def plan_job(
     model: str,
     gbs: int,
     pool: Cluster | Mapping[tuple[str, str], int],
-    objective: str = "throughput",
+    objective: Objective | str = Objective.THROUGHPUT,
     budget: float | None = None,
     min_throughput: float | None = None,
     *,
@@ -209,7 +210,8 @@ def plan_job(
             (``heteroplan.perf.sailor_profiles.available_models(data_dir)``).
         gbs: global batch size (samples per iteration).
         pool: GPUs that can be rented, as a Cluster or ``{(gpu_type, zone): count}``.
-        objective: ``"throughput"`` (max iter/s, optionally under ``budget`` $/iteration) or
+        objective: :class:`~heteroplan.planner.goal.Objective` or its value: ``"throughput"`` (max
+            iter/s, optionally under ``budget`` $/iteration) or
             ``"cost"`` (min $/iteration, optionally under a floor ``min_throughput`` iter/s).
         gpu_types: GPU catalog (memory, GPUs per node, $/h).
         options: search knobs; default ``SearchOptions()``, whose simulator constants are the

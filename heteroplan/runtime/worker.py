@@ -26,6 +26,7 @@ from torch import nn
 
 from heteroplan.errors import InputError, LossNotFinite
 from heteroplan.planner.plan import Plan, Precision, Recomputation
+from heteroplan.run_options import FaultKind, PipelineEngine
 from heteroplan.runtime import checkpoint as ckpt
 from heteroplan.runtime.comm import TAG_ACTIVATION, TAG_GRADIENT, Links, PendingSend
 from heteroplan.runtime.compiled import check_compile, compile_in_place
@@ -220,7 +221,7 @@ class StageTrainer:
         self.grad_stats = plan.pp == 1 and self.me.tp == 1 and plan.dp > 1
         self.choice = pipeline_choice(plan, config)
         self.pipeline: TorchPipeline | None = None
-        if self.choice.engine == "torch":
+        if self.choice.engine is PipelineEngine.TORCH:
             scale = plan.microbatch_size / plan.global_batch_size
             self.pipeline = TorchPipeline(
                 self.stage, self.me.stage, plan.pp, self.device, groups.pipe[(self.me.replica, self.me.tp_index)],
@@ -400,7 +401,7 @@ def train_rank(
     choice = pipeline_choice(plan, config)
     if rank == 0:
         log.debug("pipeline: %s", choice.describe())
-    trainer = StageTrainer(plan, task, config, rank, create_groups(plan, pipelines=choice.engine == "torch"))
+    trainer = StageTrainer(plan, task, config, rank, create_groups(plan, pipelines=choice.engine is PipelineEngine.TORCH))
     start = 0
     resume = ckpt.latest_checkpoint(config.checkpoint_dir) if config.resume else None
     if resume is not None:
@@ -410,7 +411,7 @@ def train_rank(
     done = start
     for step in range(start, config.steps):
         if config.fault is not None and tuple(config.fault[1:]) == (rank, step):
-            if config.fault[0] == "exit":
+            if config.fault[0] is FaultKind.EXIT:
                 os._exit(17)  # die without a word, as a crashed node would
             time.sleep(10 * config.timeout_s)  # hang, as a wedged GPU would
         ask = rank == 0 and (should_stop() or (deadline is not None and time.monotonic() > deadline))

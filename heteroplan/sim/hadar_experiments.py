@@ -40,7 +40,7 @@ from heteroplan.schema import Number, Pair, Record, decode, naming_file, shown
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.sim.loop import simulate
 from heteroplan.sim.metrics import SimResult
-from heteroplan.sim.sweep.spec import CellSpec, SweepSpec, parse_sweep, read_toml
+from heteroplan.sim.sweep.spec import CellSpec, SimulatorKind, SweepSpec, parse_sweep, read_toml
 from heteroplan.solvers import solve
 from heteroplan.workload.rigid import RigidJob
 
@@ -304,7 +304,7 @@ def gavel_cell(cell: CellSpec, setting: GavelSetting) -> dict[str, Any]:
     from heteroplan.workload.gavel import generate_workload, load_throughputs
     from heteroplan.workload.rigid import rigid_jobs_from_gavel
 
-    if cell.simulator != "slotted":
+    if cell.simulator != SimulatorKind.SLOTTED:
         raise InputError("simulator", cell.simulator, "the Gavel setting runs the slotted simulator")
     cluster = build_cluster(cell.cluster)
     policy = build_policy(cell.policy, cell.simulator)
