@@ -255,3 +255,30 @@ def test_argparse_choices_are_the_enums_values() -> None:
         action = next(a for a in commands[command]._actions if flag in a.option_strings)
         assert tuple(action.choices) == enum_values(enum), (command, flag)
         assert action.default in enum_values(enum)
+
+
+def test_more_choices_refuse_a_bad_value_naming_the_field_and_the_choices() -> None:
+    from heteroplan.perf.fit import MissingSync, fit_throughput_params
+    from heteroplan.perf.measurements import Measurements
+    from heteroplan.planner.model.calibration import CalibratedQuantity, relative_errors
+    from heteroplan.planner.model.sim_config import DEFAULT_CONFIG
+    from heteroplan.topology import Topology, VertexKind
+
+    assert relative_errors([], [], DEFAULT_CONFIG, quantity="peak_memory_gb").size == 0
+    cases = [
+        (lambda: relative_errors([], [], DEFAULT_CONFIG, quantity="memory"), "quantity", CalibratedQuantity),
+        (lambda: fit_throughput_params(Measurements([1], [1], [32], [0.1], [0.0]), missing="guess"), "missing",
+         MissingSync),
+    ]
+    import networkx as nx
+
+    graph = nx.Graph()
+    graph.add_node("a", kind="rack")
+    cases.append((lambda: Topology.from_graph(graph), "graph.nodes['a'].kind", VertexKind))
+    for call, field, enum in cases:
+        with pytest.raises(heteroplan.InputError) as err:
+            call()
+        assert err.value.field == field and str([m.value for m in enum]) in str(err.value), err.value
+    graph.nodes["a"].update(kind="node", intra_gbps=100.0)
+    topology = Topology.from_graph(graph)
+    assert topology.graph.nodes["a"]["kind"] is VertexKind.NODE and graph.nodes["a"]["kind"] == "node"

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from heteroplan.errors import InputError, check_int
-from heteroplan.run_options import Optimizer
+from heteroplan.run_options import Device, Optimizer
 from heteroplan.runtime.config import RunConfig
 from heteroplan.runtime.launch import RankProcesses
 from heteroplan.runtime.models import TrainTask
@@ -69,7 +69,7 @@ def _profile_entry(rank: int, world_size: int, init_method: str, task: TrainTask
         follow_launcher()
         join_process_group(config, init_method, rank, world_size)
         torch.set_num_threads(config.threads_per_rank)
-        device = torch.device("cuda", rank) if config.device == "cuda" else torch.device("cpu")
+        device = torch.device("cuda", rank) if config.device is Device.CUDA else torch.device("cpu")
         model = task.build_model().to(device)
         if world_size > 1:
             shard_layers(model, dist.group.WORLD, world_size, device.type)

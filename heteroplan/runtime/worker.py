@@ -26,7 +26,7 @@ from torch import nn
 
 from heteroplan.errors import InputError, LossNotFinite
 from heteroplan.planner.plan import Plan, Precision, Recomputation
-from heteroplan.run_options import FaultKind, PipelineEngine
+from heteroplan.run_options import Device, FaultKind, PipelineEngine
 from heteroplan.runtime import checkpoint as ckpt
 from heteroplan.runtime.comm import TAG_ACTIVATION, TAG_GRADIENT, Links, PendingSend
 from heteroplan.runtime.compiled import check_compile, compile_in_place
@@ -82,7 +82,7 @@ def pipeline_choice(plan: Plan, config: RunConfig) -> PipelineChoice:
 
 
 def _device(config: RunConfig, rank: int) -> torch.device:
-    if config.device == "cuda":
+    if config.device is Device.CUDA:
         if not torch.cuda.is_initialized():  # the allocator reads its settings when CUDA starts
             os.environ.update(config.allocator_environment(os.environ))
         local = int(os.environ.get("LOCAL_RANK", rank % max(torch.cuda.device_count(), 1)))

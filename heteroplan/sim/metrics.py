@@ -167,17 +167,16 @@ class SimResult:
         write_json_atomic(path, self.to_dict(), default=float)
         return path
 
-    def to_dataframe(self, what: str = "jobs") -> Any:
-        """A pandas DataFrame: ``"jobs"`` (one row per job), ``"gpus"`` (GPUs in use per type
-        over time) or ``"summary"`` (one row); see :mod:`heteroplan.sim.tables`."""
+    def to_dataframe(self, what: Any = "jobs") -> Any:
+        """A pandas DataFrame (:class:`~heteroplan.sim.tables.FrameKind` or its value): ``"jobs"``
+        (one row per job), ``"gpus"`` (GPUs in use per type over time) or ``"summary"`` (one row);
+        see :mod:`heteroplan.sim.tables`."""
+        from heteroplan.inputs import enum_choice
         from heteroplan.sim import tables
 
-        frames = {"jobs": tables.jobs_frame, "gpus": tables.gpus_frame, "summary": lambda r: tables.summary_frame([r])}
-        if what not in frames:
-            from heteroplan.errors import InputError
-
-            raise InputError("what", what, f"choose one of {sorted(frames)}")
-        return frames[what](self)
+        frames = {tables.FrameKind.JOBS: tables.jobs_frame, tables.FrameKind.GPUS: tables.gpus_frame,
+                  tables.FrameKind.SUMMARY: lambda r: tables.summary_frame([r])}
+        return frames[enum_choice(tables.FrameKind, "what", what)](self)
 
     def __repr__(self) -> str:
         """A few lines: what ran, where, how far, and the summary (the records stay out of it)."""

@@ -20,7 +20,14 @@ from typing import Any
 
 from heteroplan.cluster import Cluster, preset
 from heteroplan.errors import InputError
-from heteroplan.sim.sweep.spec import CellSpec, ClusterSpec, PolicySpec, SimulatorKind
+from heteroplan.sim.sweep.spec import (
+    CellSpec,
+    ClusterSource,
+    ClusterSpec,
+    PolicySpec,
+    SimulatorKind,
+    WorkloadSource,
+)
 
 __all__ = ["CellFunction", "build_cluster", "build_policy", "execute_cell", "failed_record", "run_cell"]
 
@@ -29,7 +36,7 @@ CellFunction = Callable[[CellSpec], dict[str, Any]]
 
 def build_cluster(spec: ClusterSpec) -> Cluster:
     """The cluster of ``spec``: a preset or JSON file, every (type, zone) GPU count x ``scale``."""
-    cluster = preset(spec.name) if spec.kind == "preset" else Cluster.from_json(spec.name)
+    cluster = preset(spec.name) if spec.kind == ClusterSource.PRESET else Cluster.from_json(spec.name)
     if spec.scale == 1:
         return cluster
     counts = {key: max(1, round(n * spec.scale)) for key, n in cluster.capacity_by_zone().items()}
@@ -75,7 +82,7 @@ def _jobs(cell: CellSpec) -> list[Any]:
     if cell.simulator == SimulatorKind.SIA:
         from heteroplan.workload.sia import bundled_workload, read_sia_workload
 
-        return (bundled_workload(w.name) if w.kind == "bundled" else read_sia_workload(w.name))[: cell.jobs]
+        return (bundled_workload(w.name) if w.kind == WorkloadSource.BUNDLED else read_sia_workload(w.name))[: cell.jobs]
     raise InputError("simulator", cell.simulator, f"choose one of {[k.value for k in SimulatorKind]}")
 
 

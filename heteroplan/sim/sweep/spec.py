@@ -50,6 +50,8 @@ from heteroplan.workload.sia import BUNDLED_WORKLOADS, is_bundled_workload
 
 __all__ = [
     "SimulatorKind",
+    "WorkloadSource",
+    "ClusterSource",
     "CellSpec",
     "ClusterSpec",
     "FidelitySpec",
@@ -59,6 +61,21 @@ __all__ = [
     "load_sweep",
     "parse_sweep",
 ]
+
+class WorkloadSource(StrEnum):
+    """Where a sweep's workload comes from (the sweep file's ``bundled``, ``file`` or ``generate`` key)."""
+
+    BUNDLED = "bundled"
+    FILE = "file"
+    GENERATED = "generated"
+
+
+class ClusterSource(StrEnum):
+    """Where a sweep's cluster comes from (the sweep file's ``preset`` or ``file`` key)."""
+
+    PRESET = "preset"
+    FILE = "file"
+
 
 class SimulatorKind(StrEnum):
     """The workloads a sweep simulates (both run in the one round loop)."""
@@ -108,11 +125,12 @@ def _digest(field_name: str, path: Path) -> str:
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    """One workload: ``kind`` is ``"bundled"`` (``name`` = e.g. ``philly/workload-3``), ``"file"``
-    (``name`` = a Sia workload CSV path) or ``"generated"`` (``name`` = ``"gavel"``: Gavel-style
-    jobs drawn with the cell's seed; ``params``: jobs, rate jobs/h, multi_gpu, duration_scale)."""
+    """One workload: ``kind`` (:class:`WorkloadSource`) is ``"bundled"`` (``name`` = e.g.
+    ``philly/workload-3``), ``"file"`` (``name`` = a Sia workload CSV path) or ``"generated"``
+    (``name`` = ``"gavel"``: Gavel-style jobs drawn with the cell's seed; ``params``: jobs, rate
+    jobs/h, multi_gpu, duration_scale)."""
 
-    kind: str
+    kind: WorkloadSource
     name: str
     family: str
     params: Options = ()
@@ -120,23 +138,24 @@ class WorkloadSpec:
 
     @property
     def label(self) -> str:
-        if self.kind == "generated":
+        if self.kind == WorkloadSource.GENERATED:
             return f"{self.name}(" + ",".join(f"{k}={v}" for k, v in self.params) + ")"
         return self.name
 
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """A cluster preset or JSON file (``kind`` ``"preset"``/``"file"``), every GPU count x ``scale``."""
+    """A cluster preset or JSON file (``kind``, :class:`ClusterSource`: ``"preset"``/``"file"``),
+    every GPU count x ``scale``."""
 
-    kind: str
+    kind: ClusterSource
     name: str
     scale: float = 1.0
     digest: str = ""
 
     @property
     def label(self) -> str:
-        base = Path(self.name).stem if self.kind == "file" else self.name
+        base = Path(self.name).stem if self.kind == ClusterSource.FILE else self.name
         return base if self.scale == 1 else f"{base}x{self.scale:g}"
 
 
@@ -367,7 +386,7 @@ def _workloads(i: int, t: Mapping[str, Any], simulator: SimulatorKind, base: Pat
                 _positive(f"{where}.{key}", params[key])
         if not isinstance(params.get("multi_gpu", True), bool):
             raise InputError(f"{where}.multi_gpu", params["multi_gpu"], "must be true or false")
-        return [WorkloadSpec("generated", "gavel", family or "gavel", tuple(params.items()))]
+        return [WorkloadSpec(WorkloadSource.GENERATED, "gavel", family or "gavel", tuple(params.items()))]
     _only(where, t, {kind, "family"})
     if simulator is not SimulatorKind.SIA:
         raise InputError(f"{where}.{kind}", t[kind], "the slotted simulator takes generated workloads only")
@@ -381,12 +400,12 @@ def _workloads(i: int, t: Mapping[str, Any], simulator: SimulatorKind, base: Pat
             if not is_bundled_workload(n):
                 raise InputError(f"{where}.bundled", n, f"unknown bundled workload; known: {list(BUNDLED_WORKLOADS)}"
                                                         " and newtrace/seed-<s>")
-            out.append(WorkloadSpec("bundled", n, family or n.split("/")[0]))
+            out.append(WorkloadSpec(WorkloadSource.BUNDLED, n, family or n.split("/")[0]))
         else:
             path = (base / n).resolve()
             digest = _digest(f"{where}.file", path)
             _check_workload_file(f"{where}.file", path)
-            out.append(WorkloadSpec("file", str(path), family or path.stem, (), digest))
+            out.append(WorkloadSpec(WorkloadSource.FILE, str(path), family or path.stem, (), digest))
     return out
 
 
@@ -414,12 +433,12 @@ def _cluster(i: int, t: Mapping[str, Any], base: Path) -> ClusterSpec:
     if "preset" in t:
         if not isinstance(t["preset"], str) or t["preset"] not in PRESETS:
             raise InputError(f"{where}.preset", t["preset"], f"unknown preset; known: {sorted(PRESETS)}")
-        return _built(where, ClusterSpec("preset", t["preset"], scale))
+        return _built(where, ClusterSpec(ClusterSource.PRESET, t["preset"], scale))
     if not isinstance(t["file"], str):
         raise InputError(f"{where}.file", t["file"], "must be a path")
     decode(Text(max_len=4096), t["file"], f"{where}.file")
     path = (base / t["file"]).resolve()
-    return _built(where, ClusterSpec("file", str(path), scale, _digest(f"{where}.file", path)))
+    return _built(where, ClusterSpec(ClusterSource.FILE, str(path), scale, _digest(f"{where}.file", path)))
 
 
 def _built(where: str, spec: ClusterSpec) -> ClusterSpec:
