@@ -14,10 +14,12 @@ import numpy as np
 
 from heteroplan._html import table, title
 from heteroplan.atomic_json import write_json_atomic
+from heteroplan.inputs import enum_choice
 from heteroplan.names import printable
 from heteroplan.policies.base import Allocation
 from heteroplan.scheduling.records import JobRecord
 from heteroplan.sim.summary import SimSummary
+from heteroplan.sim.tables import FrameKind
 
 __all__ = ["JobRecord", "SimResult", "SimSummary", "compare_table"]
 
@@ -167,16 +169,15 @@ class SimResult:
         write_json_atomic(path, self.to_dict(), default=float)
         return path
 
-    def to_dataframe(self, what: Any = "jobs") -> Any:
+    def to_dataframe(self, what: FrameKind | str = FrameKind.JOBS) -> Any:
         """A pandas DataFrame (:class:`~heteroplan.sim.tables.FrameKind` or its value): ``"jobs"``
         (one row per job), ``"gpus"`` (GPUs in use per type over time) or ``"summary"`` (one row);
         see :mod:`heteroplan.sim.tables`."""
-        from heteroplan.inputs import enum_choice
         from heteroplan.sim import tables
 
-        frames = {tables.FrameKind.JOBS: tables.jobs_frame, tables.FrameKind.GPUS: tables.gpus_frame,
-                  tables.FrameKind.SUMMARY: lambda r: tables.summary_frame([r])}
-        return frames[enum_choice(tables.FrameKind, "what", what)](self)
+        frames = {FrameKind.JOBS: tables.jobs_frame, FrameKind.GPUS: tables.gpus_frame,
+                  FrameKind.SUMMARY: lambda r: tables.summary_frame([r])}
+        return frames[enum_choice(FrameKind, "what", what)](self)
 
     def __repr__(self) -> str:
         """A few lines: what ran, where, how far, and the summary (the records stay out of it)."""
