@@ -5,7 +5,7 @@ precision, ZeRO-1 sharded optimizer state) of a GPT-2-style model:
 
 1. **profile** the model's layers with ``profile_layers`` in the plan's precision (fp32 and bf16
    profiles; a TP-2 profile with ``profile_tensor_parallel`` for the TP plan) into a data directory;
-2. **predict** the iteration time and every rank's peak memory with the planner's ``simulate``
+2. **predict** the iteration time and every rank's peak memory with the planner's ``simulate_plan``
    (uncalibrated, ``PROFILED_CONFIG``): its machine model prices recomputation, ZeRO-1 and the
    measured memory terms itself (docs/runtime.md, "Machine-model terms for the new dimensions");
 3. **run** the plan with the runtime (``run_plan``; CPU: gloo, one process per rank; ``--device
@@ -48,7 +48,7 @@ import torch
 
 from heteroplan.cluster import GPUType
 from heteroplan.errors import RankFailure
-from heteroplan.planner import simulate
+from heteroplan.planner import simulate_plan
 from heteroplan.planner.model.sim_config import PROFILED_CONFIG
 from heteroplan.planner.plan import (
     Plan,
@@ -188,7 +188,7 @@ def main() -> None:
             model_name = f"profile-{plan.precision.value}"
             if any(st.replicas[0].tp > 1 for st in plan.stages) and tp_prof is not None:
                 tp_prof.write(data_dir, model_name, "cpu", tp=2)
-            sim = simulate(dataclasses.replace(plan, model=model_name), data_dir=data_dir, gpu_types={"cpu": cpu},
+            sim = simulate_plan(dataclasses.replace(plan, model=model_name), data_dir=data_dir, gpu_types={"cpu": cpu},
                            config=PROFILED_CONFIG)
             predicted_s = sim.iteration_time_s
             notes = ["simulate"]

@@ -8,7 +8,7 @@ global batch, microbatch size and precision, one after the other in one process:
 - ``plain compile``: the same loop over ``torch.compile(model)`` (whole model, default mode);
 - heteroplan ``eager``, ``graphs`` (``RunConfig.cuda_graphs``), ``compiled`` (``RunConfig.compile``)
   and ``compiled+graphs``: each profiled under its own options (``profile_layers(cuda_graphs=...,
-  compile=...)``), predicted by the planner's ``simulate``, then run by ``run_plan`` (one-stage
+  compile=...)``), predicted by the planner's ``simulate_plan``, then run by ``run_plan`` (one-stage
   plan, one process) with its peak memory measured (``RunConfig.memory_step``).
 
 Every row: median iteration seconds (iterations after the first), model TFLOP/s and MFU
@@ -40,7 +40,7 @@ import torch
 
 from heteroplan.cluster import SAILOR_GPU_TYPES, GPUType
 from heteroplan.errors import InputError, RankFailure
-from heteroplan.planner import simulate
+from heteroplan.planner import simulate_plan
 from heteroplan.planner.model.flops import Utilization, utilization
 from heteroplan.planner.model.sim_config import PROFILED_CONFIG
 from heteroplan.planner.plan import Plan, Precision, ReplicaGroup, Stage
@@ -158,7 +158,7 @@ def heteroplan_row(name: str, task: TinyGPTTask, plan: Plan, variant: str, args:
     prof.write(data_dir, model_name, gpu.name)
     profiled_s = time.perf_counter() - t0
     release_memory(args.device)  # the rank's process needs the GPU's memory
-    sim = simulate(dataclasses.replace(plan, model=model_name), data_dir=data_dir, gpu_types={gpu.name: gpu},
+    sim = simulate_plan(dataclasses.replace(plan, model=model_name), data_dir=data_dir, gpu_types={gpu.name: gpu},
                    config=PROFILED_CONFIG)
     config = RunConfig(steps=args.steps, optimizer="adam", lr=1e-4, device=args.device, memory_step=args.steps - 1,
                        timeout_s=600, startup_timeout_s=900, cuda_graphs=graphs, compile=compile,

@@ -36,7 +36,7 @@ import tempfile
 import torch
 
 from heteroplan.cluster import GPUType
-from heteroplan.planner import plan_job, simulate
+from heteroplan.planner import plan_job, simulate_plan
 from heteroplan.planner.model.sim_config import PROFILED_CONFIG
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.runtime import RunConfig, TinyGPTTask
@@ -152,8 +152,8 @@ def main() -> None:
             samples = measured[n]
             time = float(statistic(samples))
             q25, q75 = statistics.quantiles(samples, n=4)[::2] if len(samples) > 1 else (time, time)
-            raw = simulate(plan, config=PROFILED_CONFIG, **sim_kwargs).iteration_time_s
-            cal = simulate(plan, **sim_kwargs).iteration_time_s  # the directory's sim_config.json
+            raw = simulate_plan(plan, config=PROFILED_CONFIG, **sim_kwargs).iteration_time_s
+            cal = simulate_plan(plan, **sim_kwargs).iteration_time_s  # the directory's sim_config.json
             engine = pipeline_choice(plan, run_config).engine
             rows.append({"plan": n, "role": roles[n], "processes": plan.num_gpus, "engine": engine, "measured_s": time,
                          "q25_s": q25, "q75_s": q75,

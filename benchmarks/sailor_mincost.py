@@ -23,7 +23,7 @@ from _common import print_table, write_json  # noqa: E402
 
 from heteroplan.errors import InfeasibleError  # noqa: E402
 from heteroplan.perf.sailor_profiles import load_model_profile  # noqa: E402
-from heteroplan.planner import plan_job, simulate  # noqa: E402
+from heteroplan.planner import plan_job, simulate_plan  # noqa: E402
 from heteroplan.planner.model.simulator import DEFAULT_CONFIG, gpu_catalog  # noqa: E402
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
 from heteroplan.planner.search.brute_force import brute_force  # noqa: E402
@@ -46,7 +46,7 @@ def best_of_shape(pp: int, dp: int, tp: int, mbs: int, gbs: int, L: int):
         splits = [(0, *c, L) for c in itertools.combinations(range(1, L), pp - 1)]
     else:
         splits = [tuple(round(i * L / pp) for i in range(pp + 1))]
-    sims = [(simulate(p), p) for p in (build(pp, dp, tp, mbs, gbs, b) for b in splits)]
+    sims = [(simulate_plan(p), p) for p in (build(pp, dp, tp, mbs, gbs, b) for b in splits)]
     sim, plan = min(sims, key=lambda x: (x[0].peak_memory_gb > 40, x[0].cost_per_iteration_usd))
     return plan, sim
 
@@ -108,7 +108,7 @@ def main() -> None:
     prof = load_model_profile(MODEL)
     parts = {}
     for key, (dp, tp, mbs) in {"TP4xDP16": (16, 4, 8), "TP2xDP32": (32, 2, 4)}.items():
-        sim = simulate(build(1, dp, tp, mbs, 1024, (0, prof.num_layers)))
+        sim = simulate_plan(build(1, dp, tp, mbs, 1024, (0, prof.num_layers)))
         upd = prof.stage_compute(A, mbs, tp, 0, prof.num_layers)[2]
         parts[key] = (sim.pipeline_time_s, float(sim.stage_times.sync[0]) - upd, upd)
     (p4, a4, u4), (p2, a2, u2) = parts["TP4xDP16"], parts["TP2xDP32"]

@@ -35,7 +35,7 @@ from _common import median_time, print_table, write_json  # noqa: E402
 from heteroplan.cluster import SAILOR_ZONES, preset  # noqa: E402
 from heteroplan.errors import InfeasibleError, InputError  # noqa: E402
 from heteroplan.perf.sailor_profiles import load_model_profile  # noqa: E402
-from heteroplan.planner import SearchOptions, plan_job, simulate  # noqa: E402
+from heteroplan.planner import SearchOptions, plan_job, simulate_plan  # noqa: E402
 from heteroplan.planner.baselines import homogeneous_plan, uniform_split_plan  # noqa: E402
 from heteroplan.planner.model.simulator import gpu_catalog  # noqa: E402
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
@@ -111,7 +111,7 @@ def reference(name: str, model: str, gbs: int, kw: dict) -> dict:
         reps = tuple(ReplicaGroup(t, z, tp, n) for t, z, n in groups)
         plan = Plan(model, gbs, mbs, tuple(Stage(a, b, reps) for a, b in zip(bounds, bounds[1:], strict=False)))
         try:
-            sim = simulate(plan)
+            sim = simulate_plan(plan)
         except InputError:
             continue
         if max(sim.memory_per_stage_gb) > catalog[A].memory_gb:

@@ -42,7 +42,7 @@ from _common import print_table, write_json  # noqa: E402
 from heteroplan.atomic_json import write_json_atomic  # noqa: E402
 from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.perf.sailor_profiles import DATA_DIR as SHIPPED  # noqa: E402
-from heteroplan.planner import Plan, simulate  # noqa: E402
+from heteroplan.planner import Plan, simulate_plan  # noqa: E402
 from heteroplan.planner.model.calibration import fit_sim_config  # noqa: E402
 from heteroplan.planner.model.sim_config import PLATFORMS_FILE, UNCALIBRATED_CONFIG, SimConfig  # noqa: E402
 
@@ -91,7 +91,7 @@ def load_runs(data_dir: Path, patterns: tuple[str, ...], model: str) -> tuple[li
             for key in ("real", "max_mem"):
                 if not isinstance(data.get(key), int | float) or data[key] <= 0:
                     raise InputError(key, data.get(key), "a measured run needs a positive number here")
-            simulate(plan, config=UNCALIBRATED_CONFIG)
+            simulate_plan(plan, config=UNCALIBRATED_CONFIG)
         except (OSError, ValueError) as exc:  # InputError and json's errors are ValueErrors
             skipped.append(f"{p}: {exc}")
             continue
@@ -103,7 +103,7 @@ def errors(runs, cfg: SimConfig | None) -> np.ndarray:
     """(runs, 2) relative errors of time and memory; ``cfg`` None: the shipped table."""
     out = []
     for _, plan, real in runs:
-        sim = simulate(plan, config=cfg)
+        sim = simulate_plan(plan, config=cfg)
         out.append((sim.iteration_time_s / real["real"] - 1, sim.peak_memory_gb / (real["max_mem"] / 1e9) - 1))
     return np.array(out).reshape(-1, 2)
 
@@ -194,7 +194,7 @@ def main() -> None:
                             "Sailor % (time / mem)": SETS[name][3] if label == "leave one run out" else ""})
         cfg = fitted[own][0] if own in fitted else None  # the shipped table when this platform can't be fitted
         for (run, plan, real), lo in zip(runs, loo if len(loo) else [(np.nan,) * 2] * len(runs), strict=True):
-            sim = simulate(plan, config=cfg)
+            sim = simulate_plan(plan, config=cfg)
             per_run.append({
                 "set": name, "run": run, "PPxDPxTP": f"{plan.pp}x{plan.dp}x{plan.stages[0].replicas[0].tp}",
                 "mbs": plan.microbatch_size, "gbs": plan.global_batch_size,

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from heteroplan.errors import InputError
 
-__all__ = ["read_text", "read_json", "finite_number", "strict_int", "enum_choice", "local_process_limit",
+__all__ = ["read_text", "read_json", "finite_number", "strict_int", "enum_choice", "enum_values", "local_process_limit",
            "check_process_count", "MIN_ROUND_S", "MAX_GENERATED_JOBS"]
 
 E = TypeVar("E", bound=Enum)
@@ -106,6 +106,11 @@ def strict_int(field: str, value: object, low: int | None = None, error: type[In
     if low is not None and value < low:
         raise error(field, value, f"must be >= {low}")
     return value
+
+
+def enum_values(enum: type[Enum]) -> tuple[str, ...]:
+    """The values of ``enum``'s members, in order (argparse ``choices=``, file-format choices)."""
+    return tuple(str(member.value) for member in enum)
 
 
 def enum_choice(enum: type[E], field: str, value: object) -> E:

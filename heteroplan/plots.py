@@ -75,7 +75,7 @@ def jct_cdf(results: Sequence[Any], ax: Any = None, path: str | Path | None = No
     """
     if title is None and results:
         title = f"JCT CDF: {len(results[0].jobs)} jobs on {results[0].cluster}"
-    return jct_cdf_of({res.policy: [j.jct for j in res.finished()] for res in results}, ax, path, title, colors)
+    return jct_cdf_of({res.policy: [j.jct_s for j in res.finished()] for res in results}, ax, path, title, colors)
 
 
 def jct_cdf_of(jcts: Mapping[str, Sequence[float]], ax: Any = None, path: str | Path | None = None,

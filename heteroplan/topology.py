@@ -22,15 +22,23 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import networkx as nx
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError
+from heteroplan.inputs import enum_choice
 
-__all__ = ["Topology", "KINDS"]
+__all__ = ["Topology", "VertexKind"]
 
-KINDS = ("node", "switch", "zone")
+
+class VertexKind(StrEnum):
+    """What a vertex of the network graph is (its ``kind`` attribute; the value is accepted)."""
+
+    NODE = "node"  # a machine of the cluster
+    SWITCH = "switch"  # a top-of-rack switch
+    ZONE = "zone"  # a zone's spine/router
 
 
 def _check_gbps(name: str, value: object) -> float:
@@ -51,12 +59,12 @@ class Topology:
     _switch: dict[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        g = nx.freeze(nx.Graph(self.graph))
+        g = nx.Graph(self.graph)  # new attribute dicts: the caller's graph is left as it is
         for v, data in g.nodes(data=True):
-            if data.get("kind") not in KINDS:
-                raise InputError(f"graph.nodes[{v!r}].kind", data.get("kind"), f"must be one of {KINDS}")
-            if data["kind"] == "node":
+            data["kind"] = enum_choice(VertexKind, f"graph.nodes[{v!r}].kind", data.get("kind"))
+            if data["kind"] is VertexKind.NODE:
                 _check_gbps(f"graph.nodes[{v!r}].intra_gbps", data.get("intra_gbps"))
+        g = nx.freeze(g)
         for a, b, data in g.edges(data=True):
             _check_gbps(f"graph.edges[{a!r}, {b!r}].gbps", data.get("gbps"))
         if g.number_of_nodes() and not nx.is_connected(g):
@@ -64,8 +72,8 @@ class Topology:
             raise InputError("graph", f"{len(parts)} components", f"must be connected; parts start with {parts}")
         switch: dict[str, str] = {}
         for v, data in g.nodes(data=True):
-            if data["kind"] == "node":
-                ups = [u for u in g.neighbors(v) if g.nodes[u]["kind"] == "switch"]
+            if data["kind"] is VertexKind.NODE:
+                ups = [u for u in g.neighbors(v) if g.nodes[u]["kind"] is VertexKind.SWITCH]
                 switch[v] = ups[0] if len(ups) == 1 else v  # a node on no (or several) switch is its own group
         object.__setattr__(self, "graph", g)
         object.__setattr__(self, "_tree", nx.maximum_spanning_tree(g, weight="gbps"))
@@ -126,12 +134,12 @@ class Topology:
             sw = switch_of[n.name]
             if zone_of_switch.setdefault(sw, n.zone) != n.zone:
                 raise InputError(f"switch_of[{n.name!r}]", sw, f"switch spans zones {zone_of_switch[sw]} and {n.zone}")
-            g.add_node(n.name, kind="node", intra_gbps=bw["intra_gbps"], zone=n.zone, gpu_type=n.gpu_type)
-            g.add_node(sw, kind="switch", zone=n.zone)
+            g.add_node(n.name, kind=VertexKind.NODE, intra_gbps=bw["intra_gbps"], zone=n.zone, gpu_type=n.gpu_type)
+            g.add_node(sw, kind=VertexKind.SWITCH, zone=n.zone)
             g.add_edge(n.name, sw, gbps=bw["node_gbps"])
         zones = sorted(set(zone_of_switch.values()))
         for sw, zone in zone_of_switch.items():
-            g.add_node(f"zone:{zone}", kind="zone")
+            g.add_node(f"zone:{zone}", kind=VertexKind.ZONE)
             g.add_edge(sw, f"zone:{zone}", gbps=bw["uplink_gbps"])
         for a, b in itertools.combinations(zones, 2):
             g.add_edge(f"zone:{a}", f"zone:{b}", gbps=bw["zone_gbps"])

@@ -9,6 +9,8 @@ import argparse
 from typing import Any
 
 from heteroplan.argtypes import MAX_TOKENS, integer, number
+from heteroplan.inputs import enum_values
+from heteroplan.run_options import Device, Optimizer, PipelineEngine, PipelineSchedule
 
 __all__ = ["add_training_arguments", "run_config_kwargs", "model_kwargs"]
 
@@ -23,14 +25,15 @@ def add_training_arguments(p: argparse.ArgumentParser, *, steps: int, optimizer:
                    help="attention heads (default: the least common multiple of 2 and the plan's TP degrees)")
     p.add_argument("--seq-len", type=integer(1, MAX_TOKENS), default=16, help="sequence length (tokens, default 16)")
     p.add_argument("--steps", type=integer(1), default=steps, help=f"iterations to train (default {steps})")
-    p.add_argument("--optimizer", default=optimizer, choices=("sgd", "adam"), help=f"optimizer (default {optimizer})")
+    p.add_argument("--optimizer", default=optimizer, choices=enum_values(Optimizer), help=f"optimizer (default {optimizer})")
     p.add_argument("--lr", type=number(0), default=lr, help=f"learning rate (default {lr})")
-    p.add_argument("--schedule", default="1f1b", choices=("1f1b", "gpipe"), help="pipeline schedule")
-    p.add_argument("--pipeline", default="auto", choices=("auto", "torch", "heteroplan"),
+    p.add_argument("--schedule", default=PipelineSchedule.ONE_F_ONE_B.value, choices=enum_values(PipelineSchedule),
+                   help="pipeline schedule")
+    p.add_argument("--pipeline", default=PipelineEngine.AUTO.value, choices=enum_values(PipelineEngine),
                    help="pipeline engine: torch.distributed.pipelining where it can run the plan (auto), or force one")
     p.add_argument("--checkpoint-dir", default=None, help="write (and resume from) checkpoints here")
     p.add_argument("--checkpoint-every", type=integer(0), default=0, help="iterations between checkpoints (0: at the end)")
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+    p.add_argument("--device", default=Device.CPU.value, choices=enum_values(Device),
                    help="where the ranks compute: cpu (gloo; default) or cuda (one GPU per rank, NCCL)")
     p.add_argument("--timeout", type=number(0), default=120.0, help="seconds a rank may wait on a peer")
     p.add_argument("--cuda-graphs", action="store_true",

@@ -11,7 +11,7 @@ import pytest
 
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_profiles import DATA_DIR
-from heteroplan.planner import plan_job, simulate
+from heteroplan.planner import plan_job, simulate_plan
 from heteroplan.planner.model.calibration import fit_sim_config, relative_errors, time_constants_for
 from heteroplan.planner.model.sim_config import (
     DEFAULT_CONFIG,
@@ -37,9 +37,9 @@ PLANS = {f"PP{pp} DP{dp} mbs{m}": _plan(pp, dp, m) for pp, dp, m in
 
 
 def test_shipped_profile_has_the_layers_the_tests_assume() -> None:
-    assert simulate(PLANS["PP1 DP4 mbs2"]).iteration_time_s > 0
+    assert simulate_plan(PLANS["PP1 DP4 mbs2"]).iteration_time_s > 0
     with pytest.raises(InputError):
-        simulate(Plan(MODEL, 256, 2, (Stage(0, LAYERS - 1, (ReplicaGroup(GPU, ZONE),)),)))
+        simulate_plan(Plan(MODEL, 256, 2, (Stage(0, LAYERS - 1, (ReplicaGroup(GPU, ZONE),)),)))
 
 
 @pytest.mark.parametrize("pp, mbs", [(2, 2), (2, 8), (4, 4)])
@@ -48,8 +48,8 @@ def test_transfer_latency_adds_two_per_microbatch_and_stage_boundary_on_the_crit
     plan = _plan(pp, 1, mbs)
     M = plan.global_batch_size // mbs
     lat = 0.003
-    base = simulate(plan, config=DEFAULT_CONFIG)
-    late = simulate(plan, config=replace(DEFAULT_CONFIG, transfer_latency_s=lat))
+    base = simulate_plan(plan, config=DEFAULT_CONFIG)
+    late = simulate_plan(plan, config=replace(DEFAULT_CONFIG, transfer_latency_s=lat))
     sigma = base.stage_times.compute[:, 0] + 2 * (base.stage_times.pipeline_send[:-1, 0] + base.stage_times.pipeline_send[1:, 0])
     late_sigma = sigma + 2 * lat * np.array([1 if s in (0, pp - 1) else 2 for s in range(pp)])
     expected = (M - 1) * late_sigma.max() + base.stage_times.compute[:, 0].sum() + 2 * (
@@ -59,7 +59,7 @@ def test_transfer_latency_adds_two_per_microbatch_and_stage_boundary_on_the_crit
         assert late.pipeline_time_s - base.pipeline_time_s == pytest.approx(2 * lat * M, rel=1e-9)
     # no pipeline, no transfer: data parallelism alone is unchanged
     flat = _plan(1, 4, mbs)
-    assert simulate(flat, config=replace(DEFAULT_CONFIG, transfer_latency_s=lat)).iteration_time_s == simulate(flat, config=DEFAULT_CONFIG).iteration_time_s
+    assert simulate_plan(flat, config=replace(DEFAULT_CONFIG, transfer_latency_s=lat)).iteration_time_s == simulate_plan(flat, config=DEFAULT_CONFIG).iteration_time_s
 
 
 @pytest.mark.parametrize("pp, dp", [(1, 2), (1, 4), (2, 2), (4, 2)])
@@ -67,14 +67,14 @@ def test_allreduce_latency_adds_two_per_ring_step(pp, dp) -> None:
     """Alpha-beta ring all-reduce: D replicas take 2 (D - 1) steps, each paying the latency once."""
     plan = _plan(pp, dp, 4)
     lat = 0.004
-    base = simulate(plan, config=DEFAULT_CONFIG)
-    late = simulate(plan, config=replace(DEFAULT_CONFIG, allreduce_latency_s=lat))
+    base = simulate_plan(plan, config=DEFAULT_CONFIG)
+    late = simulate_plan(plan, config=replace(DEFAULT_CONFIG, allreduce_latency_s=lat))
     np.testing.assert_allclose(late.stage_times.sync, base.stage_times.sync + 2 * (dp - 1) * lat, rtol=1e-12)
     assert late.iteration_time_s == pytest.approx(base.iteration_time_s + 2 * (dp - 1) * lat, rel=1e-12)
     assert late.pipeline_time_s == base.pipeline_time_s
     single = _plan(2, 1, 4)  # one replica: no all-reduce, nothing added
-    assert simulate(single, config=replace(DEFAULT_CONFIG, allreduce_latency_s=lat)).iteration_time_s == (
-        simulate(single, config=DEFAULT_CONFIG).iteration_time_s)
+    assert simulate_plan(single, config=replace(DEFAULT_CONFIG, allreduce_latency_s=lat)).iteration_time_s == (
+        simulate_plan(single, config=DEFAULT_CONFIG).iteration_time_s)
 
 
 def test_time_constants_follow_what_the_plans_exercise() -> None:
@@ -87,13 +87,13 @@ def test_time_constants_follow_what_the_plans_exercise() -> None:
 
 @pytest.mark.parametrize("constant, width", [("transfer_latency_s", "pp"), ("allreduce_latency_s", "dp")])
 def test_search_prices_the_latencies_as_the_simulator_does(constant, width) -> None:
-    """The DP search keeps its own stage tables: its best plan's time must equal simulate's with the same constants."""
+    """The DP search keeps its own stage tables: its best plan's time must equal simulate_plan's with the same constants."""
     pool = {(GPU, ZONE): 16}
     fast = plan_job(MODEL, 256, pool, options=SearchOptions(config=DEFAULT_CONFIG))
     config = replace(DEFAULT_CONFIG, **{constant: 0.05})
     slow = plan_job(MODEL, 256, pool, options=SearchOptions(config=config))
     assert slow.search_iteration_time_s == pytest.approx(slow.iteration_time_s, rel=1e-9)
-    assert slow.iteration_time_s == pytest.approx(simulate(slow.plan, config=config).iteration_time_s, rel=1e-12)
+    assert slow.iteration_time_s == pytest.approx(simulate_plan(slow.plan, config=config).iteration_time_s, rel=1e-12)
     # 50 ms per transfer (per ring step) makes pipelines (data parallelism) expensive: no deeper (wider) pick
     assert getattr(slow.plan, width) <= getattr(fast.plan, width)
     assert slow.iteration_time_s >= fast.iteration_time_s
@@ -103,7 +103,7 @@ def test_search_prices_the_latencies_as_the_simulator_does(constant, width) -> N
 def test_fit_recovers_known_constants_from_exact_measurements(last, value) -> None:
     truth = replace(DEFAULT_CONFIG, compute_scale=1.3, microbatch_overhead_s=0.004, transfer_latency_s=0.002,
                     **{last: value})
-    measured = [simulate(p, config=truth).iteration_time_s for p in PLANS.values()]
+    measured = [simulate_plan(p, config=truth).iteration_time_s for p in PLANS.values()]
     constants = ("compute_scale", "microbatch_overhead_s", "transfer_latency_s", last)
     fit = fit_sim_config(PLANS, measured, base=DEFAULT_CONFIG,
                          constants=None if last == "straggler_cv" else constants)  # the default, or asked for
@@ -121,7 +121,7 @@ def test_fit_recovers_known_constants_from_exact_measurements(last, value) -> No
 
 def test_fit_of_memory_constants_recovers_them() -> None:
     truth = replace(DEFAULT_CONFIG, overhead_gb=3.0, working_layers=1.5)
-    measured = [simulate(p, config=truth).peak_memory_gb for p in PLANS.values()]
+    measured = [simulate_plan(p, config=truth).peak_memory_gb for p in PLANS.values()]
     fit = fit_sim_config(PLANS, measured, constants=("overhead_gb", "working_layers"), quantity="peak_memory_gb",
                          base=DEFAULT_CONFIG)
     assert fit.config.overhead_gb == pytest.approx(3.0, rel=1e-3)
@@ -133,10 +133,10 @@ def test_a_measurement_no_plausible_constants_reach_is_named(caplog) -> None:
     weights, Adam state and in-flight activations) is out of reach of the fit: the calibration
     names it and warns; readings inside the reach are not named."""
     truth = replace(DEFAULT_CONFIG, overhead_gb=3.0, working_layers=1.5)
-    measured = {n: simulate(p, config=truth).peak_memory_gb for n, p in PLANS.items()}
+    measured = {n: simulate_plan(p, config=truth).peak_memory_gb for n, p in PLANS.items()}
     bare = replace(DEFAULT_CONFIG, overhead_gb=0.0, working_layers=0.0)
-    floor = simulate(PLANS["PP4 DP1 mbs4"], config=bare).peak_memory_gb
-    ceiling = simulate(PLANS["PP1 DP4 mbs8"], config=replace(DEFAULT_CONFIG, overhead_gb=16.0, working_layers=8.0)).peak_memory_gb
+    floor = simulate_plan(PLANS["PP4 DP1 mbs4"], config=bare).peak_memory_gb
+    ceiling = simulate_plan(PLANS["PP1 DP4 mbs8"], config=replace(DEFAULT_CONFIG, overhead_gb=16.0, working_layers=8.0)).peak_memory_gb
     measured["PP4 DP1 mbs4"] = 0.5 * floor  # e.g. another GPU's reading
     measured["PP1 DP4 mbs8"] = 1.1 * ceiling
     with caplog.at_level("WARNING"):
@@ -154,7 +154,7 @@ def test_a_measurement_no_plausible_constants_reach_is_named(caplog) -> None:
     assert np.all(fit.reach[:, 0] <= fit.reach[:, 1])
     assert "below the least predicted" in fit.describe() and "above the most predicted" in fit.describe()
     assert "PP4 DP1 mbs4" in caplog.text and fit.to_dict()["out_of_reach"] == list(fit.out_of_reach)
-    clean = fit_sim_config(PLANS, [simulate(p, config=truth).peak_memory_gb for p in PLANS.values()],
+    clean = fit_sim_config(PLANS, [simulate_plan(p, config=truth).peak_memory_gb for p in PLANS.values()],
                            constants=("overhead_gb", "working_layers"), quantity="peak_memory_gb", base=DEFAULT_CONFIG)
     assert clean.out_of_reach == ()
     # too few readings in reach to fit two constants without the bad ones: they are kept, and it says so
@@ -169,13 +169,13 @@ def test_sim_config_file_is_used_by_simulate_and_plan_job(tmp_path) -> None:
     shutil.copytree(DATA_DIR, data)
     plan = PLANS["PP2 DP2 mbs4"]
     assert load_sim_config(data) == PROFILED_CONFIG
-    assert simulate(plan, data_dir=data).iteration_time_s == simulate(plan, config=PROFILED_CONFIG).iteration_time_s
+    assert simulate_plan(plan, data_dir=data).iteration_time_s == simulate_plan(plan, config=PROFILED_CONFIG).iteration_time_s
     fitted = replace(PROFILED_CONFIG, compute_scale=2.0, transfer_latency_s=0.01)
     fitted.write(data)
     assert load_sim_config(data) == fitted
-    assert simulate(plan, data_dir=data).iteration_time_s == pytest.approx(simulate(plan, config=fitted).iteration_time_s)
+    assert simulate_plan(plan, data_dir=data).iteration_time_s == pytest.approx(simulate_plan(plan, config=fitted).iteration_time_s)
     result = plan_job(MODEL, 256, {(GPU, ZONE): 8}, data_dir=data)
-    assert result.iteration_time_s == pytest.approx(simulate(result.plan, config=fitted).iteration_time_s, rel=1e-12)
+    assert result.iteration_time_s == pytest.approx(simulate_plan(result.plan, config=fitted).iteration_time_s, rel=1e-12)
     # rewritten file is re-read
     replace(fitted, compute_scale=3.0).write(data)
     assert load_sim_config(data).compute_scale == 3.0
@@ -214,7 +214,7 @@ def test_fit_steps_off_a_bound_its_simplex_collapsed_on() -> None:
     0.04% error left); the retry from 1% inside the range finds the exact constants."""
     truth = replace(DEFAULT_CONFIG, compute_scale=1.3, microbatch_overhead_s=0.004, transfer_latency_s=0.002,
                     allreduce_latency_s=0.003)
-    measured = [simulate(p, config=truth).iteration_time_s for p in PLANS.values()]
+    measured = [simulate_plan(p, config=truth).iteration_time_s for p in PLANS.values()]
     fit = fit_sim_config(PLANS, measured, base=replace(DEFAULT_CONFIG, compute_scale=1.0),
                          constants=("compute_scale", "microbatch_overhead_s", "transfer_latency_s", "allreduce_latency_s"))
     assert fit.config.allreduce_latency_s == pytest.approx(0.003, rel=1e-2)

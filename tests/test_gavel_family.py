@@ -352,10 +352,10 @@ def test_rate_changes_at_each_epoch_boundary_inside_a_round():
         start = end
     policy = make_policy("gavel-sia")
     walked = simulate([spec], cluster, policy, progress=False, fidelity=SimFidelity())
-    assert walked.jobs[0].jct == pytest.approx(expected, rel=1e-6)
-    assert walked.jobs[0].jct / 3600 == pytest.approx(0.063, rel=0.05)  # the artifact's Job.step: 0.063 h
+    assert walked.jobs[0].jct_s == pytest.approx(expected, rel=1e-6)
+    assert walked.jobs[0].jct_s / 3600 == pytest.approx(0.063, rel=0.05)  # the artifact's Job.step: 0.063 h
     once = simulate([spec], cluster, make_policy("gavel-sia"), progress=False,
                     fidelity=SimFidelity(epoch_rates=False))
-    assert once.jobs[0].jct > 2 * expected
+    assert once.jobs[0].jct_s > 2 * expected
     with pytest.raises(InputError, match="epoch_rates"):
         SimFidelity(epoch_rates=1)

@@ -186,5 +186,5 @@ def test_replanned_job_keeping_its_types_keeps_its_nodes():
     res = simulate(jobs, cluster, HadarPolicy(slot=100.0, order="shortest"), round_length=100.0, record=True)
     placements = [allocs["a"].placement for _, allocs in res.schedule if "a" in allocs]
     assert len(set(placements)) == 1 and len(placements) == 10
-    assert {j.name: j.restarts for j in res.jobs}["a"] == 0
+    assert {j.job_id: j.restarts for j in res.jobs}["a"] == 0
     assert res.completion["a"] == pytest.approx(1000.0) and res.completion["b"] == pytest.approx(400.0)

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip i
 from heteroplan.cluster import GPUType  # noqa: E402
 from heteroplan.perf.sailor_network import load_network  # noqa: E402
 from heteroplan.perf.sailor_profiles import load_model_profile  # noqa: E402
-from heteroplan.planner import SearchOptions, plan_job, simulate  # noqa: E402
+from heteroplan.planner import SearchOptions, plan_job, simulate_plan  # noqa: E402
 from heteroplan.planner.model.sim_config import PROFILED_CONFIG  # noqa: E402
 from heteroplan.planner.model.stage_tables import build_stage_table  # noqa: E402
 from heteroplan.planner.notes import NoteKind  # noqa: E402
@@ -52,7 +52,7 @@ def data_dir(tmp_path_factory):
 def predicted_and_measured(data_dir, precision: str, recompute: str) -> tuple[float, float]:
     plan = Plan(f"gpt-{precision}", 8, 4, (Stage(0, TASK.num_layers, (ReplicaGroup("cpu", "local"),), recompute),),
                 precision=precision)
-    sim = simulate(plan, data_dir=data_dir, gpu_types={"cpu": CPU}, config=PROFILED_CONFIG)
+    sim = simulate_plan(plan, data_dir=data_dir, gpu_types={"cpu": CPU}, config=PROFILED_CONFIG)
     result = run_plan(plan, TASK, RunConfig(steps=3, optimizer="adam", lr=1e-3, memory_step=2))
     return float(sim.stage_memory.total[0, 0]) * 1e9, float(result.steps[-1].extra["peak_allocated_bytes"][0])
 
@@ -73,7 +73,7 @@ def test_a_plan_in_another_precision_than_its_profile_is_refused(data_dir) -> No
 
     plan = Plan("gpt-fp32", 8, 4, (Stage(0, TASK.num_layers, (ReplicaGroup("cpu", "local"),)),), precision="bf16")
     with pytest.raises(InputError, match="plan.precision"):
-        simulate(plan, data_dir=data_dir, gpu_types={"cpu": CPU}, config=PROFILED_CONFIG)
+        simulate_plan(plan, data_dir=data_dir, gpu_types={"cpu": CPU}, config=PROFILED_CONFIG)
 
 
 @pytest.mark.parametrize("recompute,replicas", [("none", 1), ("full", 1), ("none", 2)])
@@ -93,7 +93,7 @@ def test_the_searchs_memory_tables_are_the_simulators_memory(data_dir, recompute
                 stages = (*first, Stage(a, b, group, recompute), *rest)
                 plan = Plan("gpt-bf16", 4 * 8 * replicas, 4, stages, precision="bf16")
                 s = len(first)
-                sim = simulate(plan, data_dir=data_dir, gpu_types={"cpu": CPU}, config=PROFILED_CONFIG)
+                sim = simulate_plan(plan, data_dir=data_dir, gpu_types={"cpu": CPU}, config=PROFILED_CONFIG)
                 inflight = min(plan.pp - s, 8)
                 if inflight == k:
                     assert mem[a, b] == pytest.approx(float(sim.stage_memory.total[s, 0]), rel=1e-9), (a, b, k)

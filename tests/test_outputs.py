@@ -36,7 +36,7 @@ def test_summary_is_typed_prints_nicely_and_reads_as_a_mapping(results) -> None:
     res = results[0]
     s = res.summary()
     assert isinstance(s, SimSummary)
-    assert s.avg_jct_h == s["avg_jct_h"] == pytest.approx(np.mean([j.jct for j in res.finished()]) / 3600)
+    assert s.avg_jct_h == s["avg_jct_h"] == pytest.approx(np.mean([j.jct_s for j in res.finished()]) / 3600)
     assert s.finished == 30 and 0 <= s.utilization <= 1
     text = str(s)
     assert text == repr(s) and len(text.splitlines()) == 5 and "average JCT" not in text
@@ -44,8 +44,9 @@ def test_summary_is_typed_prints_nicely_and_reads_as_a_mapping(results) -> None:
     plain = s.to_dict()
     assert dict(s) == plain and json.loads(json.dumps(plain, default=float))["policy"] == "fifo"
     assert "avg_queueing_delay_h" in s and "avg_queuing_delay_h" not in s  # one spelling, as in the jobs table
-    with pytest.warns(DeprecationWarning, match="avg_queueing_delay_h"):
-        assert s["avg_queuing_delay_h"] == s.avg_queueing_delay_h
+    with pytest.raises(KeyError):  # the former spelling is gone, as a key and as an attribute
+        s["avg_queuing_delay_h"]
+    assert not hasattr(s, "avg_queuing_delay_h")
     with pytest.raises(KeyError):
         s["no_such_metric"]
 
@@ -62,7 +63,8 @@ def test_the_jobs_table_and_the_summary_spell_queueing_alike(results) -> None:
     assert frame["jct_h"].to_numpy() == pytest.approx(frame["jct_s"].to_numpy() / 3600, nan_ok=True)
     job = results[0].to_dict()["jobs"][0]
     record = results[0].jobs[0]
-    assert job["jct_s"] == record.jct_s == job["jct"] and job["queueing_delay_s"] == record.queueing_delay_s
+    assert job["jct_s"] == record.jct_s and job["queueing_delay_s"] == record.queueing_delay_s
+    assert "jct" not in job and job["job_id"] == record.job_id  # one spelling each, written with its unit
 
 
 def test_solution_repr_shows_shapes_not_values() -> None:
@@ -85,12 +87,12 @@ def test_plan_result_repr_and_units_in_its_json() -> None:
         res = plan_job("OPT-350", 64, {("GH-96", "us-central1-a"): 4})
     assert repr(res) == res.describe() and len(repr(res).splitlines()) <= 8
     data = res.to_dict()
-    assert data["cost_per_iteration_usd"] == res.cost_per_iteration_usd == data["cost_per_iteration"]
+    assert data["cost_per_iteration_usd"] == res.cost_per_iteration_usd and "cost_per_iteration" not in data
     assert data["iteration_time_s"] == res.iteration_time_s and data["throughput_iter_s"] == res.throughput_iter_s
 
 
-def test_python_names_carry_units_as_the_json_does_and_the_former_names_still_read() -> None:
-    """PlanResult, PlanEstimate and RunnerUp: one spelling with its unit; the former names warn."""
+def test_python_names_carry_units_as_the_json_does_and_the_former_names_are_gone() -> None:
+    """PlanResult, PlanEstimate and RunnerUp: one spelling with its unit; the former names are gone."""
     from heteroplan.planner import plan_job
 
     res = plan_job("OPT-350", 256, {("A100-40", "us-central1-a"): 8, ("V100-16", "us-central1-a"): 16})
@@ -111,8 +113,7 @@ def test_python_names_carry_units_as_the_json_does_and_the_former_names_still_re
               (est, "throughput", "throughput_iter_s"), (runner, "iteration_time", "iteration_time_s"),
               (runner, "cost_per_iteration", "cost_per_iteration_usd")]
     for obj, old, new in former:
-        with pytest.warns(DeprecationWarning, match=f"{type(obj).__name__}.{old} is deprecated; use {new}"):
-            assert getattr(obj, old) == getattr(obj, new)
+        assert hasattr(obj, new) and not hasattr(obj, old), (type(obj).__name__, old)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing the library does itself reads a former name
         res.describe(), res.explain(), res.to_dict(), est.describe(), res._repr_html_()

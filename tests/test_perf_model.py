@@ -17,7 +17,7 @@ from heteroplan.perf.efficiency import PhiTable, efficiency
 from heteroplan.perf.goodput import GoodputModel, ThroughputParams, ThroughputTable
 from heteroplan.perf.sia_data import true_model
 from heteroplan.perf.throughput import step_time, sync_time, throughput
-from heteroplan.policies.base import GoodputEstimator
+from heteroplan.policies.base import PerfModel
 
 DATA = Path(__file__).parent / "data" / "sia"
 
@@ -248,5 +248,5 @@ def test_throughput_table_and_protocol() -> None:
     assert table.gpu_types == ("k80", "v100")
     with pytest.raises(InputError, match="rates"):
         ThroughputTable({"k80": -1.0})
-    assert isinstance(table, GoodputEstimator)
-    assert isinstance(true_model("ncf"), GoodputEstimator)
+    assert isinstance(table, PerfModel)
+    assert isinstance(true_model("ncf"), PerfModel)

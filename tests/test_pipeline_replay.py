@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from heteroplan.errors import InputError
-from heteroplan.planner import Plan, simulate
+from heteroplan.planner import Plan, simulate_plan
 from heteroplan.planner.model.comm import pipeline_send_buffered
 from heteroplan.planner.model.pipeline_replay import (
     one_f_one_b_lower_bound,
@@ -199,7 +199,7 @@ def test_closed_form_pipeline_matches_the_replay_on_real_plans(pattern):
     blocking = SHIPPED_PLATFORMS.with_values(eager_send_bytes=0.0)
     for path in sorted(DATA.glob(pattern)):
         plan = Plan.from_sailor(json.loads(path.read_text()), "OPT-350")
-        sim = simulate(plan, config=blocking)
+        sim = simulate_plan(plan, config=blocking)
         fb, share, comm = (sim.stage_times.compute, sim.stage_times.forward_share, sim.stage_times.pipeline_send)
         replay = max(
             one_f_one_b_time(fb[:, d] * share[:, d], fb[:, d] * (1 - share[:, d]), comm[1:-1, d], m)
@@ -212,7 +212,7 @@ def test_simulate_replays_a_replica_with_buffered_sends():
     """MIT N4_D1 (4 stages of TP 8, microbatch 2): each rank sends 2 MiB, buffered; the pipeline
     time is the buffered replay of the simulator's own stage times."""
     plan = Plan.from_sailor(json.loads((DATA / "mit" / "plan_config_N4_D1.json").read_text()), "OPT-350")
-    sim = simulate(plan)
+    sim = simulate_plan(plan)
     fb, share, comm = (x[:, 0] for x in (sim.stage_times.compute, sim.stage_times.forward_share, sim.stage_times.pipeline_send))
     m = plan.microbatches()[0]
     assert sim.pipeline_time_s == pytest.approx(

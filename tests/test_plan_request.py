@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from heteroplan.errors import InputError
-from heteroplan.planner import PlanRequest, SearchOptions, plan, plan_job
+from heteroplan.planner import PlanRequest, SearchOptions, plan_job
+from heteroplan.planner.api import plan
 
 A, Z = "A100-40", "us-central1-a"
 

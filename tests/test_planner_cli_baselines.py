@@ -7,7 +7,7 @@ import json
 import pytest
 
 from heteroplan.cli import main
-from heteroplan.planner import Plan, ReplicaGroup, SearchOptions, Stage, plan_job, simulate
+from heteroplan.planner import Plan, ReplicaGroup, SearchOptions, Stage, plan_job, simulate_plan
 from heteroplan.planner.baselines import homogeneous_plan, uniform_split_plan
 
 A, V, Z = "A100-40", "V100-16", "us-central1-a"
@@ -22,7 +22,7 @@ def test_cli_plan_json_matches_api(capsys):
     api = plan_job("OPT-350", 64, POOL, options=SearchOptions(max_pp=3))
     assert plan == api.plan
     assert out["throughput_iter_s"] == pytest.approx(api.throughput_iter_s)
-    assert out["iteration_time_s"] == pytest.approx(simulate(plan).iteration_time_s)
+    assert out["iteration_time_s"] == pytest.approx(simulate_plan(plan).iteration_time_s)
     assert sum(out["gpus"].values()) == plan.num_gpus
 
 
@@ -60,12 +60,12 @@ def test_cli_evaluate_says_whether_a_plan_file_fits(tmp_path, capsys):
     assert main(["plan", "--evaluate", str(tmp_path / "small.json"), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["fits_memory"] is True and data["memory_over_gb"] == 0.0
-    assert data["iteration_time_s"] == pytest.approx(simulate(small).iteration_time_s)
+    assert data["iteration_time_s"] == pytest.approx(simulate_plan(small).iteration_time_s)
     assert main(["plan", "--evaluate", str(tmp_path / "small.json"), "--gbs", "128"]) == 2
 
 
 def test_plan_job_answers_fit_their_gpus():
     res = plan_job("GPT-Neo-2.7", 64, {("V100-16", Z): 16}, options=SearchOptions(max_pp=4))
     assert res.memory_fit.fits and res.memory_fit.headroom_gb >= 0
-    assert simulate(res.plan).fits
+    assert simulate_plan(res.plan).fits
     assert res.to_dict()["fits_memory"] is True and "fits memory" in res.describe()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from heteroplan.errors import InputError
 from heteroplan.planner.goal import Goal, Objective, Shortfall
 
 
@@ -59,8 +60,10 @@ def test_reasons_name_the_closest_miss():
 
 
 def test_objective_names_are_the_requests():
-    from heteroplan.planner.request import OBJECTIVES
+    from heteroplan.planner.request import PlanRequest
 
-    assert tuple(o.value for o in Objective) == OBJECTIVES
+    assert PlanRequest.build("OPT-350", 64, {("A100-40", "us-central1-a"): 8}, "cost").objective is Objective.COST
+    with pytest.raises(InputError, match=r"objective.*speed.*\['throughput', 'cost'\]"):
+        PlanRequest.build("OPT-350", 64, {("A100-40", "us-central1-a"): 8}, "speed")
     with pytest.raises(ValueError):
         Goal.of("speed")

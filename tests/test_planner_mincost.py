@@ -13,7 +13,7 @@ import pytest
 from heteroplan.cluster import preset
 from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_profiles import load_model_profile
-from heteroplan.planner import SearchOptions, plan_job, simulate
+from heteroplan.planner import SearchOptions, plan_job, simulate_plan
 from heteroplan.planner.model.simulator import DEFAULT_CONFIG, gpu_catalog
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.planner.search.brute_force import brute_force
@@ -30,7 +30,7 @@ def published(gbs: int) -> Plan:
 
 
 def test_published_plan_is_feasible_at_gbs_1024():
-    sim = simulate(published(1024))
+    sim = simulate_plan(published(1024))
     assert sim.throughput_iter_s >= FLOOR
     assert sim.peak_memory_gb <= 40
 
@@ -39,7 +39,7 @@ def test_min_cost_on_64_a100_equals_enumeration_and_beats_published():
     res = plan_job("OPT-350", 1024, POOL64, "cost", min_throughput=FLOOR)
     plan, sim = brute_force(OPT, 1024, POOL64, gpu_catalog(), "cost", min_throughput=FLOOR, max_pp=2, max_blocks=1)
     assert res.cost_per_iteration_usd == pytest.approx(sim.cost_per_iteration_usd, rel=1e-9)
-    assert res.cost_per_iteration_usd <= simulate(published(1024)).cost_per_iteration_usd
+    assert res.cost_per_iteration_usd <= simulate_plan(published(1024)).cost_per_iteration_usd
     assert res.throughput_iter_s >= FLOOR and res.plan.num_gpus <= 64 and res.peak_memory_gb <= 40
 
 
@@ -50,7 +50,7 @@ def test_search_returns_published_plan_when_it_is_the_optimum():
     plan, sim = brute_force(OPT, 1024, POOL64, gpu_catalog(), "cost", min_throughput=FLOOR, max_pp=2, microbatch_sizes=(8,), max_blocks=1)
     assert (res.plan.pp, res.plan.dp, res.plan.stages[0].replicas[0].tp, res.plan.num_gpus) == (1, 16, 4, 64)
     assert (plan.pp, plan.dp, plan.stages[0].replicas[0].tp) == (1, 16, 4)
-    assert res.cost_per_iteration_usd == pytest.approx(simulate(published(1024)).cost_per_iteration_usd, rel=1e-9)
+    assert res.cost_per_iteration_usd == pytest.approx(simulate_plan(published(1024)).cost_per_iteration_usd, rel=1e-9)
 
 
 def test_sailor_gcp_pool_picks_64_a100_in_one_zone_at_gbs_1024():
@@ -58,7 +58,7 @@ def test_sailor_gcp_pool_picks_64_a100_in_one_zone_at_gbs_1024():
     by_type_zone = res.plan.gpus_by_type_zone()
     assert list(by_type_zone) == [(A, next(iter(by_type_zone))[1])]  # A100 only, one zone
     assert res.plan.num_gpus == 64 and res.plan.pp == 1
-    assert res.cost_per_iteration_usd <= simulate(published(1024)).cost_per_iteration_usd
+    assert res.cost_per_iteration_usd <= simulate_plan(published(1024)).cost_per_iteration_usd
 
 
 def compute_bound(gbs: int, gpus: int) -> float:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from heteroplan.perf.sailor_profiles import load_model_profile
-from heteroplan.planner import SearchOptions, plan_job, simulate
+from heteroplan.planner import SearchOptions, plan_job, simulate_plan
 from heteroplan.planner.explain import FamilyKind, PlanFamily, PlanStructure, plan_structure
 from heteroplan.planner.model.microbatches import water_fill
 from heteroplan.planner.model.simulator import gpu_catalog
@@ -29,14 +29,14 @@ def _sailor_8_8() -> Plan:
     2 V100 at TP 4, microbatch 2, the microbatches shared so that the slowest replica finishes first."""
     stage = Stage(0, OPT.num_layers, (ReplicaGroup(A, Z, 1, 8), ReplicaGroup(V, Z, 4, 2)))
     even = Plan("OPT-350", 1024, 2, (stage,), (1,) * 9 + (503,))
-    fb = simulate(even).stage_times.compute[0]  # seconds per microbatch of each replica
+    fb = simulate_plan(even).stage_times.compute[0]  # seconds per microbatch of each replica
     return Plan("OPT-350", 1024, 2, (stage,), water_fill(fb, fb, 512))
 
 
 def test_issue_8_plus_8_finds_a_plan_at_least_as_good_as_sailors():
     """The issue's case: Sailor's one-stage mixed-TP plan rates 0.04472 iter/s under our simulator;
     the search used to choose 0.04328 (PP 2, V100 then A100). It now finds a plan at least as good."""
-    sailor = simulate(_sailor_8_8())
+    sailor = simulate_plan(_sailor_8_8())
     assert sailor.fits and sailor.throughput_iter_s == pytest.approx(0.04472, abs=5e-6)
     res = plan_job("OPT-350", 1024, {(A, Z): 8, (V, Z): 8})
     assert res.throughput_iter_s >= sailor.throughput_iter_s * (1 - 1e-9)
@@ -44,7 +44,7 @@ def test_issue_8_plus_8_finds_a_plan_at_least_as_good_as_sailors():
     assert _mixes_tp(res.plan)
     # the search's own pricing is the simulator's
     assert res.search_iteration_time_s == pytest.approx(res.iteration_time_s, rel=1e-9)
-    assert simulate(res.plan).iteration_time_s == pytest.approx(res.iteration_time_s, rel=1e-9)
+    assert simulate_plan(res.plan).iteration_time_s == pytest.approx(res.iteration_time_s, rel=1e-9)
 
 
 def test_issue_8_plus_8_one_stage_equals_the_exhaustive_search():
@@ -55,7 +55,7 @@ def test_issue_8_plus_8_one_stage_equals_the_exhaustive_search():
     exact = plan_job("OPT-350", 1024, pool, options=SearchOptions(max_pp=1, microbatch_sizes=(2,), prune=False))
     pruned = plan_job("OPT-350", 1024, pool, options=opts)
     assert pruned.iteration_time_s == pytest.approx(exact.iteration_time_s, rel=1e-12)
-    assert pruned.iteration_time_s == pytest.approx(simulate(_sailor_8_8()).iteration_time_s, rel=1e-12)
+    assert pruned.iteration_time_s == pytest.approx(simulate_plan(_sailor_8_8()).iteration_time_s, rel=1e-12)
 
 
 # pools where the optimum mixes GPU types and TP degrees in one stage (the oracle says so)
@@ -67,7 +67,7 @@ EVERY_SHARE_CASES = [
 
 @pytest.mark.parametrize("pool,gbs", EVERY_SHARE_CASES)
 def test_search_equals_oracle_over_every_microbatch_sharing(pool, gbs):
-    """The oracle scores every sharing of the microbatches among the replicas with ``simulate``
+    """The oracle scores every sharing of the microbatches among the replicas with ``simulate_plan``
     (not the search's two-class rule): the exact and the pruned search both reach its optimum."""
     plan, sim = brute_force(OPT, gbs, pool, CATALOG, max_pp=1, microbatch_sizes=(2,), mixed=True, every_share=True)
     assert _mixes_tp(plan)
@@ -90,7 +90,7 @@ def test_pruned_search_finds_mixed_tp_optimum(pool, gbs):
     assert _mixes_tp(plan)
     res = plan_job("OPT-350", gbs, pool, options=SearchOptions(max_pp=1, microbatch_sizes=(2,)))
     assert res.iteration_time_s == pytest.approx(sim.iteration_time_s, rel=1e-12)
-    mem = simulate(res.plan).stage_memory.total
+    mem = simulate_plan(res.plan).stage_memory.total
     cap = np.array([[CATALOG[r.gpu_type].memory_gb for r in s.replica_list()] for s in res.plan.stages])
     assert (mem <= cap).all()
 
@@ -98,7 +98,7 @@ def test_pruned_search_finds_mixed_tp_optimum(pool, gbs):
 
 def test_result_names_its_layout_and_the_best_plan_of_the_other():
     """8+8: the chosen plan is of the mixed-replica layout; the best uniform pipeline it reports
-    is the plan of the search without mixed stages, priced as ``simulate`` prices it."""
+    is the plan of the search without mixed stages, priced as ``simulate_plan`` prices it."""
     pool = {(A, Z): 8, (V, Z): 8}
     res = plan_job("OPT-350", 1024, pool)
     assert res.structure is PlanStructure.MIXED_REPLICAS and plan_structure(res.plan) is res.structure

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import load_network
 from heteroplan.perf.sailor_profiles import load_model_profile
-from heteroplan.planner import SearchOptions, plan_job, simulate
+from heteroplan.planner import SearchOptions, plan_job, simulate_plan
 from heteroplan.planner.model.comm import allreduce_s
 from heteroplan.planner.model.microbatches import class_microbatches
 from heteroplan.planner.model.pipeline_set import simulate_pipeline_set
@@ -36,7 +36,7 @@ def _pipe(gbs, mbs, cuts, groups, micro=None):
 
 def test_one_pipeline_is_simulate_plan():
     plan = _pipe(256, 2, (9, 17), [(ReplicaGroup(V, Z, 2, 4),)] * 2 + [(ReplicaGroup(A, Z, 1, 4),)])
-    est, ref = simulate_pipeline_set(PipelineSet((plan,))), simulate(plan)
+    est, ref = simulate_pipeline_set(PipelineSet((plan,))), simulate_plan(plan)
     assert est.iteration_time_s == pytest.approx(ref.iteration_time_s, rel=1e-12)
     assert est.cost_per_iteration_usd == pytest.approx(ref.cost_per_iteration_usd, rel=1e-12)
     assert est.sync_time_s == pytest.approx(ref.sync_time_s, rel=1e-12)
@@ -52,7 +52,7 @@ def test_pipelines_that_share_their_split_are_one_plan_with_both_replicas(zone_b
     v = _pipe(384, 2, cuts, [(ReplicaGroup(V, zone_b, 2, 3),)] * 2, (64, 64, 64))
     merged = Plan("OPT-350", 1024, 2, tuple(Stage(sa.first_layer, sa.last_layer, sa.replicas + sv.replicas)
                                             for sa, sv in zip(a.stages, v.stages, strict=True)), (80,) * 4 + (64,) * 3)
-    est, ref = simulate_pipeline_set(PipelineSet((a, v))), simulate(merged)
+    est, ref = simulate_pipeline_set(PipelineSet((a, v))), simulate_plan(merged)
     assert est.iteration_time_s == pytest.approx(ref.iteration_time_s, rel=1e-12)
     assert est.cost_per_iteration_usd == pytest.approx(ref.cost_per_iteration_usd, rel=1e-12)
     assert est.pipeline_time_s == pytest.approx(ref.pipeline_time_s, rel=1e-12)
@@ -72,12 +72,12 @@ def test_different_splits_all_reduce_each_layer_range_over_every_replica():
                               max((cfg.for_gpu(A), cfg.for_gpu(V)), key=lambda c: c.allreduce_latency_s)))
             for x, y in ((0, 9), (9, L))]
     assert est.segment_allreduce_s == pytest.approx(tuple(want), rel=1e-12)
-    ua = simulate(a).stage_times.optimizer_update.max(axis=1)
-    uv = simulate(v).stage_times.optimizer_update.max(axis=1)
+    ua = simulate_plan(a).stage_times.optimizer_update.max(axis=1)
+    uv = simulate_plan(v).stage_times.optimizer_update.max(axis=1)
     sync = max(want[0] + want[1] + ua[0], want[0] + uv[0], want[1] + uv[1])
-    pipe = max(simulate(a).pipeline_time_s, simulate(v).pipeline_time_s)
+    pipe = max(simulate_plan(a).pipeline_time_s, simulate_plan(v).pipeline_time_s)
     assert est.iteration_time_s == pytest.approx(pipe + sync, rel=1e-12)
-    assert est.fits and est.peak_memory_gb == max(simulate(a).peak_memory_gb, simulate(v).peak_memory_gb)
+    assert est.fits and est.peak_memory_gb == max(simulate_plan(a).peak_memory_gb, simulate_plan(v).peak_memory_gb)
     usd_per_s = (4 * CATALOG[A].price_per_hour + 8 * CATALOG[V].price_per_hour) / 3600  # 4 A100; 2 stages x 2 x TP 2 V100
     assert est.egress_usd == 0 and est.cost_per_iteration_usd == pytest.approx(usd_per_s * est.iteration_time_s, rel=1e-12)
 
@@ -154,7 +154,7 @@ def test_sets_sharing_a_split_are_priced_as_the_merged_plan(cuts, kinds, dps, pe
     merged = Plan("OPT-350", pa_.global_batch_size + pb_.global_batch_size, 2,
                   tuple(Stage(x.first_layer, x.last_layer, x.replicas + y.replicas) for x, y in zip(pa_.stages, pb_.stages, strict=True)),
                   (ma,) * da + (mb,) * db)
-    est, ref = simulate_pipeline_set(PipelineSet((pa_, pb_))), simulate(merged)
+    est, ref = simulate_pipeline_set(PipelineSet((pa_, pb_))), simulate_plan(merged)
     assert est.iteration_time_s == pytest.approx(ref.iteration_time_s, rel=1e-12)
     assert est.cost_per_iteration_usd == pytest.approx(ref.cost_per_iteration_usd, rel=1e-12)
     assert est.pipeline_time_s == pytest.approx(ref.pipeline_time_s, rel=1e-12)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster
 from heteroplan.errors import InfeasibleError, InputError
 from heteroplan.perf.sailor_profiles import load_model_profile
-from heteroplan.planner import SearchOptions, plan_job, simulate
+from heteroplan.planner import SearchOptions, plan_job, simulate_plan
 from heteroplan.planner.model.simulator import gpu_catalog
 from heteroplan.planner.plan import PipelineBlock
 from heteroplan.planner.request import PlanRequest
@@ -174,7 +174,7 @@ def test_replay_split_beats_the_closed_forms_split_and_both_are_priced_as_simula
     exact = searcher.evaluate(layout, 1, 1)  # splits 14/12, 8.13 s
     quick = searcher.evaluate(layout, 1, 1, resplit=False)  # the closed form's 13/13, 8.14 s
     for cand in (exact, quick):
-        assert cand.iteration_time == pytest.approx(simulate(cand.plan).iteration_time_s, rel=1e-9)
+        assert cand.iteration_time == pytest.approx(simulate_plan(cand.plan).iteration_time_s, rel=1e-9)
     assert exact.iteration_time <= quick.iteration_time
     assert [s.first_layer for s in exact.plan.stages] != [s.first_layer for s in quick.plan.stages]
 
@@ -209,7 +209,7 @@ def test_plans_fit_memory_and_available_gpus(pool, gbs, objective):
     used = res.plan.gpus_by_type_zone()
     for key, n in used.items():
         assert n <= pool.get(key, 0)
-    sim = simulate(res.plan)
+    sim = simulate_plan(res.plan)
     # each replica within its own GPU's memory (a stage may mix GPU types)
     limit = [[CATALOG[r.gpu_type].memory_gb for r in stage.replica_list()] for stage in res.plan.stages]
     assert (sim.stage_memory.total <= limit).all()

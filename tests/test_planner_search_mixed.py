@@ -120,7 +120,7 @@ def test_three_block_search_equals_exhaustive_enumeration(pool, gbs, mbs):
 def test_a_mixed_split_with_buffered_sends_is_priced_as_simulate_replays_it():
     """Two TP-8 RTX kinds, 3 stages, microbatch 2: 2 MiB per rank, buffered. The closed form
     put this split at 39.85 s; simulate replays both replicas (shared NICs): 39.77 s."""
-    from heteroplan.planner import simulate
+    from heteroplan.planner import simulate_plan
     from heteroplan.planner.plan import PipelineBlock
     from heteroplan.planner.request import PlanRequest
     from heteroplan.planner.search.mixed_stages import evaluate_mixed
@@ -131,6 +131,6 @@ def test_a_mixed_split_with_buffered_sends_is_priced_as_simulate_replays_it():
     searcher = Searcher(PlanRequest.build("OPT-350", 256, pool, "throughput"))
     kinds = ((PipelineBlock(("RTX-2080", ZA), 8, 3),), (PipelineBlock(("RTX-3090", ZA), 8, 3),))
     cand = evaluate_mixed(searcher, kinds, (1, 1), 2, _all_splits(3, OPT.num_layers))
-    sim = simulate(cand.plan)
+    sim = simulate_plan(cand.plan)
     assert cand.iteration_time == pytest.approx(sim.iteration_time_s, rel=1e-9)
     assert cand.cost_per_iteration == pytest.approx(sim.cost_per_iteration_usd, rel=1e-9, abs=1e-12)

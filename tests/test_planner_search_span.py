@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from heteroplan.cluster import SAILOR_ZONES
 from heteroplan.errors import InfeasibleError
 from heteroplan.perf.sailor_profiles import load_model_profile
-from heteroplan.planner import SearchOptions, plan_job, simulate
+from heteroplan.planner import SearchOptions, plan_job, simulate_plan
 from heteroplan.planner.model.simulator import gpu_catalog
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.planner.search.brute_force import brute_force
@@ -95,7 +95,7 @@ def test_plans_keep_zone_capacity_and_each_replicas_memory(pool, gbs, objective)
         return
     for key, n in res.plan.gpus_by_type_zone().items():
         assert n <= pool.get(key, 0)
-    sim = simulate(res.plan)
+    sim = simulate_plan(res.plan)
     # each replica within its own GPU's memory (stages may mix GPU types)
     limit = [[CATALOG[r.gpu_type].memory_gb for r in stage.replica_list()] for stage in res.plan.stages]
     assert (sim.stage_memory.total <= limit).all()
@@ -113,7 +113,7 @@ def test_two_zone_budget_case_at_least_as_good_as_sailor():
     pool = {(t, z): 128 for t in (A, V) for z in (ZA, ZB)}
     res = plan_job("OPT-350", 1024, pool, budget=1.2)
     best_sailor = max(
-        (simulate(_sailor(1, (ZA, ZB), 32, 4, m, (0, 26))) for m in OPT.microbatch_sizes(A) if 1024 % (64 * m) == 0),
+        (simulate_plan(_sailor(1, (ZA, ZB), 32, 4, m, (0, 26))) for m in OPT.microbatch_sizes(A) if 1024 % (64 * m) == 0),
         key=lambda s: s.throughput_iter_s,
     )
     assert best_sailor.cost_per_iteration_usd <= 1.2
@@ -126,7 +126,7 @@ def test_five_zone_case_at_least_as_good_as_sailor():
     pool = {(A, z): 256 for z in SAILOR_ZONES}
     res = plan_job("OPT-350", 1024, pool)
     sailor = max(
-        (simulate(_sailor(2, SAILOR_ZONES[:4], 32, 4, m, (0, 13, 26))) for m in OPT.microbatch_sizes(A) if 1024 % (128 * m) == 0),
+        (simulate_plan(_sailor(2, SAILOR_ZONES[:4], 32, 4, m, (0, 13, 26))) for m in OPT.microbatch_sizes(A) if 1024 % (128 * m) == 0),
         key=lambda s: s.throughput_iter_s,
     )
     assert res.throughput_iter_s >= sailor.throughput_iter_s * (1 - 1e-9)

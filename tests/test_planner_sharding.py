@@ -3,7 +3,7 @@
 A tiny GPT profiled with ``profile_layers`` (fp32, Adam, measured memory) on CPU; "GPUs" whose
 memory is set from the planner's own predictions. The search's choice is checked against the
 exhaustive oracle (:func:`~heteroplan.planner.search.brute_force.brute_force` with every
-choice of sharding, priced by ``simulate``), its tables against ``simulate``, and the plan it
+choice of sharding, priced by ``simulate_plan``), its tables against ``simulate_plan``, and the plan it
 returns where only sharding fits is trained by the runtime (2 gloo ranks) within 5% of the
 predicted peak memory.
 """
@@ -22,7 +22,7 @@ from heteroplan.cluster import GPUType  # noqa: E402
 from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.perf.sailor_network import load_network  # noqa: E402
 from heteroplan.perf.sailor_profiles import load_model_profile  # noqa: E402
-from heteroplan.planner import SearchOptions, plan_job, simulate  # noqa: E402
+from heteroplan.planner import SearchOptions, plan_job, simulate_plan  # noqa: E402
 from heteroplan.planner.model.sim_config import PROFILED_CONFIG  # noqa: E402
 from heteroplan.planner.model.terms import zero1_largest_share  # noqa: E402
 from heteroplan.planner.notes import NoteKind  # noqa: E402
@@ -71,7 +71,7 @@ def single_stage(gbs: int, dp: int, sharding: OptimizerSharding, layers: tuple[i
 
 
 def need_gb(data_dir, plan: Plan) -> float:
-    sim = simulate(plan, data_dir=data_dir, gpu_types={"cpu": cpu(16)}, config=PROFILED_CONFIG)
+    sim = simulate_plan(plan, data_dir=data_dir, gpu_types={"cpu": cpu(16)}, config=PROFILED_CONFIG)
     return max(sim.memory_per_stage_gb)
 
 
@@ -93,7 +93,7 @@ def test_sharding_divides_the_state_as_the_terms_say(data_dir) -> None:
 def test_the_searchs_sharded_tables_are_the_simulators(data_dir, recompute) -> None:
     """Every layer range [a, b) of a stage over 2 replicas with ZeRO-1: the search's memory table
     and its sync seconds (update over half the state + all-reduce + all-gather) equal
-    ``simulate``'s of a plan with that stage (an independent per-stage code path)."""
+    ``simulate_plan``'s of a plan with that stage (an independent per-stage code path)."""
     request = PlanRequest.build(MODEL, 16, POOL, gpu_types=(cpu(16),), data_dir=data_dir,
                                 options=options(recompute=Recomputation(recompute)))
     search = Searcher(request)
@@ -107,7 +107,7 @@ def test_the_searchs_sharded_tables_are_the_simulators(data_dir, recompute) -> N
             rest = [Stage(b, L, group)] if b < L else []
             plan = Plan(MODEL, 16, 4, (*first, Stage(a, b, group, recompute, ZERO1), *rest))
             s = len(first)
-            sim = simulate(plan, data_dir=data_dir, gpu_types={"cpu": cpu(16)}, config=PROFILED_CONFIG)
+            sim = simulate_plan(plan, data_dir=data_dir, gpu_types={"cpu": cpu(16)}, config=PROFILED_CONFIG)
             inflight = min(plan.pp - s, 2)
             assert table.memory(inflight, 2, search.zero1_shares(1, 2))[a, b] == pytest.approx(float(sim.stage_memory.total[s, 0]), rel=1e-9)
             assert sync[a, b] == pytest.approx(float(sim.stage_times.sync[s]), rel=1e-9), (a, b)
@@ -162,7 +162,7 @@ def test_a_data_parallel_rank_with_one_microbatch_peaks_where_predicted(data_dir
 @pytest.mark.parametrize("memory", ["tight", "roomy"])
 def test_the_search_shards_where_the_oracle_does(data_dir, tmp_path, pool, memory, max_pp) -> None:
     """Against the exhaustive oracle (every plan, every choice of ZeRO-1 per stage, priced by
-    ``simulate``): the same iteration time. On a network where the all-gather of the weights
+    ``simulate_plan``): the same iteration time. On a network where the all-gather of the weights
     lasts twice the whole update (so sharding never pays in time) and a batch large enough that
     data parallelism does: one-stage plans are data-parallel, unsharded with room, and sharded
     where a replica's whole state does not fit."""
@@ -174,7 +174,7 @@ def test_the_search_shards_where_the_oracle_does(data_dir, tmp_path, pool, memor
     slow = tmp_path / "slow"
     write_network(slow, params / update_s / 1e9)
     network = load_network(slow)
-    sim = simulate(single_stage(4, 1, NONE), data_dir=data_dir, gpu_types={"cpu": cpu(16)}, config=PROFILED_CONFIG)
+    sim = simulate_plan(single_stage(4, 1, NONE), data_dir=data_dir, gpu_types={"cpu": cpu(16)}, config=PROFILED_CONFIG)
     microbatch_s = float(sim.stage_times.compute[0, 0])
     gbs = 16 * max(4, int(np.ceil(16 * update_s / microbatch_s)))  # DP 1: > 64 updates of compute
     sharded, one = need_gb(data_dir, single_stage(gbs, 2, ZERO1)), need_gb(data_dir, single_stage(gbs, 1, NONE))
@@ -203,7 +203,7 @@ def test_a_sharded_recomputing_pipeline_peaks_as_predicted_on_every_rank(data_di
     L = TASK.num_layers
     group = (ReplicaGroup("cpu", "local", 1, 2),)
     plan = Plan(MODEL, 32, 4, (Stage(0, L // 2, group, "full", ZERO1), Stage(L // 2, L, group, "full", ZERO1)), (5, 3))
-    sim = simulate(plan, data_dir=data_dir, gpu_types={"cpu": cpu(16)}, config=PROFILED_CONFIG)
+    sim = simulate_plan(plan, data_dir=data_dir, gpu_types={"cpu": cpu(16)}, config=PROFILED_CONFIG)
     run = run_plan(plan, TASK, RunConfig(steps=3, optimizer="adam", lr=1e-3, memory_step=2))
     measured = run.steps[-1].extra["peak_allocated_bytes"]
     predicted = [float(sim.stage_memory.total[s, d]) * 1e9 for s in range(2) for d in range(2)]  # ranks: stage-major
@@ -215,7 +215,7 @@ def test_a_sharded_recomputing_pipeline_peaks_as_predicted_on_every_rank(data_di
 def test_the_profile_records_each_layers_tensors_and_zero1_charges_the_busiest_replica(data_dir) -> None:
     """``profile_layers`` records every layer's parameter tensors; a ZeRO-1 stage over 4 replicas
     is charged the state of the replica torch's partition gives the most (whole tensors, largest
-    first: 3% above a quarter for the tiny GPT), in ``simulate`` and in the search's tables."""
+    first: 3% above a quarter for the tiny GPT), in ``simulate_plan`` and in the search's tables."""
     profile = load_model_profile(MODEL, data_dir)
     model = TASK.build_model()
     tensors = tuple(tuple(p.numel() for p in layer.parameters()) for layer in model)
@@ -223,7 +223,7 @@ def test_the_profile_records_each_layers_tensors_and_zero1_charges_the_busiest_r
     share = zero1_largest_share([n for layer in tensors for n in layer], 4)
     assert share > 1.02 / 4
     plan = Plan(MODEL, 16, 4, (Stage(0, TASK.num_layers, (ReplicaGroup("cpu", "local", 1, 4),), "none", ZERO1),))
-    sim = simulate(plan, data_dir=data_dir, gpu_types={"cpu": cpu(16)}, config=PROFILED_CONFIG)
+    sim = simulate_plan(plan, data_dir=data_dir, gpu_types={"cpu": cpu(16)}, config=PROFILED_CONFIG)
     params = float(profile.params[1].sum())
     assert float(sim.stage_memory.optimizer_state[0, 0]) * 1e9 == pytest.approx(8 * params * share, rel=1e-9)
     request = PlanRequest.build(MODEL, 16, {("cpu", "local"): 4}, gpu_types=(cpu(16),), data_dir=data_dir, options=options())
@@ -236,9 +236,9 @@ def test_the_profile_records_each_layers_tensors_and_zero1_charges_the_busiest_r
 def test_zero1_across_zones_bills_the_all_gather_and_the_search_prices_it_so(data_dir, tmp_path) -> None:
     """A stage whose two replicas sit in two zones (0.05 $/GB between them): with ZeRO-1 its ring
     also all-gathers the updated fp32 weights, (d-1)/d x 4P bytes per rank over each of the
-    ring's two cross-zone edges, which ``simulate`` bills on top of the gradients' all-reduce;
+    ring's two cross-zone edges, which ``simulate_plan`` bills on top of the gradients' all-reduce;
     where only the sharded plan fits, the search returns it and its own cost accounting is
-    ``simulate``'s to the cent (it left the all-gather out before)."""
+    ``simulate_plan``'s to the cent (it left the all-gather out before)."""
     root = tmp_path / "zones"
     shutil.copytree(data_dir, root)
     measurement = NetworkMeasurement((1_000_000,), (2.0,), (5e-4,), (0.0, 0.0, 2.0), 2e9)
@@ -256,7 +256,7 @@ def test_zero1_across_zones_bills_the_all_gather_and_the_search_prices_it_so(dat
         replicas = (ReplicaGroup("cpu", "a", 1, 1), ReplicaGroup("cpu", "b", 1, 1))
         return Plan(MODEL, 16, 4, (Stage(0, TASK.num_layers, replicas, "none", sharding),))
 
-    sims = {s: simulate(across(s), data_dir=root, gpu_types={"cpu": cpu(16)}, config=PROFILED_CONFIG) for s in (NONE, ZERO1)}
+    sims = {s: simulate_plan(across(s), data_dir=root, gpu_types={"cpu": cpu(16)}, config=PROFILED_CONFIG) for s in (NONE, ZERO1)}
     params = float(load_model_profile(MODEL, root).params[1].sum())
     gathered_usd = 2 * (1 / 2) * 4 * params / 1e9 * 0.05  # two edges, (d-1)/d of the fp32 weights each
     extra = sims[ZERO1].cost_terms.allreduce_egress - sims[NONE].cost_terms.allreduce_egress

@@ -12,7 +12,7 @@ import pytest
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import load_network
 from heteroplan.perf.sailor_profiles import load_model_profile
-from heteroplan.planner import Plan, ReplicaGroup, Stage, simulate
+from heteroplan.planner import Plan, ReplicaGroup, Stage, simulate_plan
 from heteroplan.planner.model.simulator import DEFAULT_CONFIG, SHIPPED_PLATFORMS
 
 DATA = Path(__file__).parent / "data" / "sailor"
@@ -24,7 +24,7 @@ def _errors() -> np.ndarray:
     rows = []
     for path in RUNS:
         real = json.loads(path.read_text())
-        sim = simulate(Plan.from_json(path))
+        sim = simulate_plan(Plan.from_json(path))
         rows.append((sim.iteration_time_s / real["real"] - 1, sim.peak_memory_gb / (real["max_mem"] / 1e9) - 1))
     return np.array(rows)
 
@@ -53,10 +53,10 @@ def test_mit_runs_load_with_the_shipped_catalogue_and_pipelines_are_no_longer_ov
     for path in MIT_RUNS:
         real = json.loads(path.read_text())
         plan = Plan.from_json(path)
-        sim = simulate(plan)
+        sim = simulate_plan(plan)
         assert sim.uncalibrated == ()
         errors.append(sim.iteration_time_s / real["real"] - 1)
-        replicated = simulate(plan, config=replace(SHIPPED_PLATFORMS.for_gpu("RTX-2080"), replicated_tp_sends=1.0))
+        replicated = simulate_plan(plan, config=replace(SHIPPED_PLATFORMS.for_gpu("RTX-2080"), replicated_tp_sends=1.0))
         if any(r.tp == 8 for s in plan.stages for r in s.replicas) and plan.pp > 1:
             assert replicated.iteration_time_s > 2 * real["real"]  # the old transfer model, TP 8 pipelines
     assert max(np.abs(errors)) < 0.3 and np.abs(errors).mean() < 0.15, errors
@@ -66,7 +66,7 @@ def test_uncalibrated_simulator_is_worse_on_memory():
     """The memory constants matter: without framework overhead the error is large."""
     raw = replace(DEFAULT_CONFIG, overhead_gb=0.0, working_layers=0.0)
     real = json.loads(RUNS[0].read_text())
-    sim = simulate(Plan.from_json(RUNS[0]), config=raw)
+    sim = simulate_plan(Plan.from_json(RUNS[0]), config=raw)
     assert sim.peak_memory_gb < 0.85 * real["max_mem"] / 1e9
 
 
@@ -94,7 +94,7 @@ def _plan(stages, mbs=4, gbs=64):
 def test_single_gpu_time_is_sum_of_profiled_layers():
     prof = load_model_profile("OPT-350")
     plan = _plan([Stage(0, 26, (ReplicaGroup("A100-40", "us-central1-a", 1, 1),))], mbs=4, gbs=16)
-    sim = simulate(plan, config=DEFAULT_CONFIG)
+    sim = simulate_plan(plan, config=DEFAULT_CONFIG)
     f, b, _ = prof.stage_compute("A100-40", 4, 1, 0, 26)
     # DEFAULT_CONFIG (GH200's row) prices the fused optimizer step by memory bandwidth: 28 bytes
     # per parameter over the A100-40's 1555 GB/s
@@ -109,7 +109,7 @@ def test_pipeline_time_follows_1f1b_formula():
     net = load_network()
     z = "us-central1-a"
     plan = _plan([Stage(0, 10, (ReplicaGroup("A100-40", z, 1, 1),)), Stage(10, 26, (ReplicaGroup("A100-40", z, 1, 1),))])
-    sim = simulate(plan, config=DEFAULT_CONFIG)
+    sim = simulate_plan(plan, config=DEFAULT_CONFIG)
     M = 16
     cfg = DEFAULT_CONFIG
     fb = [
@@ -127,7 +127,7 @@ def test_more_stages_hold_more_inflight_activations_on_first_stage():
     z = "us-central1-a"
     one = _plan([Stage(0, 26, (ReplicaGroup("A100-40", z, 1, 1),))])
     two = _plan([Stage(0, 13, (ReplicaGroup("A100-40", z, 1, 1),)), Stage(13, 26, (ReplicaGroup("A100-40", z, 1, 1),))])
-    m1, m2 = simulate(one).memory_per_stage_gb, simulate(two).memory_per_stage_gb
+    m1, m2 = simulate_plan(one).memory_per_stage_gb, simulate_plan(two).memory_per_stage_gb
     assert m2[0] < m1[0]  # half the layers...
     assert m2[0] > m2[1] - 1.0  # ...but two microbatches in flight on stage 0
 
@@ -135,7 +135,7 @@ def test_more_stages_hold_more_inflight_activations_on_first_stage():
 def test_cross_zone_pipeline_pays_egress_and_is_slower():
     same = _plan([Stage(0, 13, (ReplicaGroup("A100-40", "us-central1-a", 1, 2),)), Stage(13, 26, (ReplicaGroup("A100-40", "us-central1-a", 1, 2),))])
     cross = _plan([Stage(0, 13, (ReplicaGroup("A100-40", "us-central1-a", 1, 2),)), Stage(13, 26, (ReplicaGroup("A100-40", "us-west1-b", 1, 2),))])
-    s, c = simulate(same), simulate(cross)
+    s, c = simulate_plan(same), simulate_plan(cross)
     assert s.egress_gb == 0.0 and c.egress_gb > 0
     prof = load_model_profile("OPT-350")
     # 2 directions x 8 microbatches x 2 pipelines x activation bytes
@@ -150,17 +150,17 @@ def test_straggler_replica_sets_the_pace():
     fast = _plan([Stage(0, 26, (ReplicaGroup("A100-40", z, 4, 2),))])
     mixed = _plan([Stage(0, 26, (ReplicaGroup("A100-40", z, 4, 1), ReplicaGroup("V100-16", z, 4, 1)))])
     slow = _plan([Stage(0, 26, (ReplicaGroup("V100-16", z, 4, 2),))])
-    tf, tm, ts = (simulate(p).iteration_time_s for p in (fast, mixed, slow))
+    tf, tm, ts = (simulate_plan(p).iteration_time_s for p in (fast, mixed, slow))
     assert tf < tm <= ts * 1.001
 
 
 def test_unprofiled_choice_is_a_clear_error():
     plan = _plan([Stage(0, 26, (ReplicaGroup("A100-40", "us-central1-a", 8, 1),))])
     with pytest.raises(InputError, match="profile"):
-        simulate(plan)
+        simulate_plan(plan)
     plan = _plan([Stage(0, 26, (ReplicaGroup("H100", "us-central1-a", 1, 1),))])
     with pytest.raises(InputError, match="gpu_type"):
-        simulate(plan)
+        simulate_plan(plan)
 
 
 @pytest.mark.parametrize("path", RUNS, ids=lambda p: p.stem)
@@ -183,7 +183,7 @@ def _gpt_neo_on_v100(tp: int, pp: int, dp: int) -> Plan:
 
 def test_a_plan_that_does_not_fit_says_so_by_how_much_and_where():
     """GPT-Neo-2.7 on 8 V100-16 without TP (the issue's example): 70 GB on a 16 GB GPU."""
-    sim = simulate(_gpt_neo_on_v100(tp=1, pp=1, dp=8))
+    sim = simulate_plan(_gpt_neo_on_v100(tp=1, pp=1, dp=8))
     fit = sim.memory_fit
     assert not sim.fits and not fit.fits
     assert (fit.stage, fit.gpu_type, fit.capacity_gb) == (0, "V100-16", 16.0)
@@ -194,7 +194,7 @@ def test_a_plan_that_does_not_fit_says_so_by_how_much_and_where():
 
 def test_memory_fit_names_the_tightest_stage_and_agrees_with_the_per_replica_memory():
     for tp, pp, dp in ((1, 2, 4), (4, 4, 2), (4, 8, 1), (2, 17, 1)):
-        sim = simulate(_gpt_neo_on_v100(tp, pp, dp))
+        sim = simulate_plan(_gpt_neo_on_v100(tp, pp, dp))
         mem, cap = sim.stage_memory.total, sim.stage_memory.capacity
         assert sim.fits == bool((mem <= cap).all())
         assert sim.memory_fit.stage == int(np.argmax((mem - cap).max(axis=1)))

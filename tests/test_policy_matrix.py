@@ -94,7 +94,7 @@ def test_a_lone_table_job_finishes_at_its_known_optimum(policy_name) -> None:
     copies on idle GPUs (faster still); Pollux and Tiresias are type-blind (no faster than that)."""
     job = RigidJob("j", 2, 7200.0, 0.0, {"aws": 1.0, "rtx": 2.0, "dgx-ext": 4.0})
     res = simulate([job], preset("sia-64"), make_policy(policy_name), progress=False)
-    jct = res.jobs[0].jct
+    jct = res.jobs[0].jct_s
     if policy_name in ("sia", "gavel", "hadar"):
         assert jct == pytest.approx(7200.0 / 4.0)
     else:

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip i
 
 from heteroplan.cluster import GPUType  # noqa: E402
 from heteroplan.errors import InputError  # noqa: E402
-from heteroplan.planner import plan_job, simulate  # noqa: E402
+from heteroplan.planner import plan_job, simulate_plan  # noqa: E402
 from heteroplan.planner.model.sim_config import PROFILED_CONFIG, load_sim_config  # noqa: E402
 from heteroplan.runtime import TinyGPTTask  # noqa: E402
 from heteroplan.runtime.calibrate import best_of, calibrate, calibration_plans  # noqa: E402
@@ -88,13 +88,13 @@ def test_calibrate_runs_fits_writes_and_the_planner_uses_it(profiled, interleave
     # predictions are the simulator's with the fitted constants
     cpu = GPUType("cpu", memory_gb=1e6, gpus_per_node=2)
     plans = calibration_plans("tiny", TASK.num_layers, (1, 2), 8, 2)
-    again = [simulate(p, config=cal.config, data_dir=profiled, gpu_types={"cpu": cpu}).iteration_time_s for p in plans.values()]
+    again = [simulate_plan(p, config=cal.config, data_dir=profiled, gpu_types={"cpu": cpu}).iteration_time_s for p in plans.values()]
     np.testing.assert_allclose(again, cal.predicted_after, rtol=1e-12)
     # written to the directory and used by simulate and plan_job from there
     assert load_sim_config(profiled, "cpu") == cal.config  # the platform's row of the table
     result = plan_job("tiny", 8, {("cpu", "local"): 2}, gpu_types=(GPUType("cpu", 16, 2),), data_dir=profiled)
     assert result.iteration_time_s == pytest.approx(
-        simulate(result.plan, config=cal.config, data_dir=profiled, gpu_types={"cpu": cpu}).iteration_time_s, rel=1e-12)
+        simulate_plan(result.plan, config=cal.config, data_dir=profiled, gpu_types={"cpu": cpu}).iteration_time_s, rel=1e-12)
 
 
 def test_calibrate_refuses_an_unprofiled_device(profiled) -> None:

@@ -15,7 +15,7 @@ from heteroplan.cli import main  # noqa: E402
 from heteroplan.cluster import SAILOR_GPU_TYPES, ClusterError, GPUType  # noqa: E402
 from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.perf.sailor_profiles import load_model_profile  # noqa: E402
-from heteroplan.planner import simulate  # noqa: E402
+from heteroplan.planner import simulate_plan  # noqa: E402
 from heteroplan.planner.model.flops import (  # noqa: E402
     Utilization,
     model_flops_per_iteration,
@@ -150,7 +150,7 @@ def test_heteroplan_plan_prints_the_predicted_mfu(tmp_path: Path, capsys) -> Non
     achieved = 3 * fwd * 8 / out["iteration_time_s"] / 1e12
     assert out["utilization"]["achieved_tflops"] == pytest.approx(achieved, rel=1e-9)
     assert out["utilization"]["mfu"] == pytest.approx(achieved / 67.0, rel=1e-9)  # fp32 peak of an H100
-    recomputing = simulate(Plan("tiny-gpt", 8, 2, (Stage(0, 6, (ReplicaGroup("H100-80", "local"),), "full"),)),
+    recomputing = simulate_plan(Plan("tiny-gpt", 8, 2, (Stage(0, 6, (ReplicaGroup("H100-80", "local"),), "full"),)),
                            data_dir=data).utilization
     assert recomputing.hardware_flops == pytest.approx(recomputing.model_flops + fwd * 8, rel=1e-12)
     assert recomputing.hfu > recomputing.mfu

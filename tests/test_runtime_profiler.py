@@ -17,7 +17,7 @@ from heteroplan.cluster import GPUType  # noqa: E402
 from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.perf.sailor_network import BandwidthCurve, load_network  # noqa: E402
 from heteroplan.perf.sailor_profiles import DATA_DIR, available_models, load_model_profile  # noqa: E402
-from heteroplan.planner import plan_job, simulate  # noqa: E402
+from heteroplan.planner import plan_job, simulate_plan  # noqa: E402
 from heteroplan.runtime.netbench import NetworkMeasurement, fit_bandwidth_curve, measure_network  # noqa: E402
 from heteroplan.runtime.profiler import profile_layers  # noqa: E402
 
@@ -220,7 +220,7 @@ def test_plan_job_on_the_written_profile(profiled) -> None:
     cpu = GPUType("cpu", 16, 4, 0.5)
     result = plan_job("toy", 8, {("cpu", "local"): 4}, gpu_types=(cpu,), data_dir=root)
     assert result.plan.num_gpus <= 4
-    sim = simulate(result.plan, data_dir=root, gpu_types={"cpu": cpu})
+    sim = simulate_plan(result.plan, data_dir=root, gpu_types={"cpu": cpu})
     assert sim.iteration_time_s == pytest.approx(result.iteration_time_s)
     assert sim.cost_per_iteration_usd == pytest.approx(result.cost_per_iteration_usd)
     assert sim.memory_per_stage_gb == pytest.approx(result.memory_per_gpu_gb)
@@ -365,7 +365,7 @@ def test_recomputed_layers_are_timed_checkpointed_and_priced_from_the_profile(mo
         NetworkMeasurement((1_000_000,), (2.0,), (5e-4,), (0.0, 0.0, 2.0), 2e9).write(root, "cpu", "local")
         assert load_model_profile("toy", root).has_recomputed("cpu", 2, 1) == timed
         plan = Plan("toy", 2, 2, (Stage(0, L, (ReplicaGroup("cpu", "local"),), "full"),))
-        sim = simulate(plan, data_dir=root, gpu_types={"cpu": cpu}, config=PROFILED_CONFIG)
+        sim = simulate_plan(plan, data_dir=root, gpu_types={"cpu": cpu}, config=PROFILED_CONFIG)
         times[timed] = float(sim.stage_times.compute[0, 0])
     assert times[True] == pytest.approx(L * 12e-3)
     assert times[False] == pytest.approx(L * 4e-3)

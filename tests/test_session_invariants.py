@@ -30,8 +30,8 @@ from heteroplan.scheduling import (
     ParkReason,
     SchedulingSession,
     StepTiming,
-    admission,
 )
+from heteroplan.scheduling.admission import admission
 
 pytestmark = pytest.mark.filterwarnings("ignore::heteroplan.scheduling.UnreportedJobWarning")
 

@@ -123,7 +123,7 @@ def test_job_larger_than_cluster_is_rejected_before_the_first_round() -> None:
     jobs = [JobSpec("huge", 0, "cifar10", 64, 4096), JobSpec("ok", 0, "cifar10", 2, 256)]
     res = simulate(jobs, SMALL, YarnCSPolicy(backfill=True), progress=False)
     assert "huge" in res.rejected and "64 GPUs" in res.rejected["huge"]
-    assert [j.name for j in res.jobs] == ["ok"] and res.jobs[0].finish_time is not None
+    assert [j.job_id for j in res.jobs] == ["ok"] and res.jobs[0].finish_time is not None
     with pytest.raises(InputError, match="huge"):
         simulate(jobs, SMALL, YarnCSPolicy(backfill=True), progress=False, on_infeasible="raise")
 
@@ -192,7 +192,7 @@ def test_mixed_type_allocation_runs_at_the_slowest_types_pace() -> None:
     res = simulate([job], SMALL, Mixed(), progress=False)
     assert res.error is None and res.stop_reason == "finished"
     app = get_app("cifar10")
-    jct = res.jobs[0].jct
+    jct = res.jobs[0].jct_s
     assert app.restart_delay + app.total_work / max(slow) - 60 <= jct <= app.restart_delay + app.total_work / min(slow) + 60
     assert jct > app.restart_delay + app.total_work / min(fast) + 60  # not at the fast type's pace
     assert all(u["aws"] == 1 and u["dgx-ext"] == 1 for _, u, _ in res.timeline)
@@ -226,4 +226,4 @@ def test_an_interrupted_run_keeps_its_results_on_the_exception() -> None:
     with pytest.raises(KeyboardInterrupt) as info:
         simulate([JobSpec("a", 0, "cifar10", 1, 256)], SMALL, Interrupted(), progress=False)
     res = info.value.result
-    assert res.stop_reason == "interrupted" and res.rounds == 10 and [j.name for j in res.jobs] == ["a"]
+    assert res.stop_reason == "interrupted" and res.rounds == 10 and [j.job_id for j in res.jobs] == ["a"]

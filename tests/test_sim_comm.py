@@ -16,7 +16,7 @@ import pytest
 from heteroplan.cluster import GPUType
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import NetworkModel
-from heteroplan.planner import Plan, ReplicaGroup, Stage, plan_job, simulate
+from heteroplan.planner import Plan, ReplicaGroup, Stage, plan_job, simulate_plan
 from heteroplan.planner.model.comm import allreduce_s, pipeline_bytes, pipeline_send_s
 from heteroplan.planner.model.sim_config import (
     SHIPPED_PLATFORMS,
@@ -113,7 +113,7 @@ def test_simulate_charges_the_formula_and_bills_cross_zone_bytes(tp) -> None:
     types = {"T": GPUType("T", 96, 8, 1.0)}
     n = 4 * real.act_out[tp][12] * 2
     for cfg, copies in ((ONCE, 1), (REPLICATED, tp)):
-        sim = simulate(_two_stage(tp, "b"), profile=profile, network=_network("shared"), gpu_types=types, config=cfg)
+        sim = simulate_plan(_two_stage(tp, "b"), profile=profile, network=_network("shared"), gpu_types=types, config=cfg)
         assert sim.stage_times.pipeline_send[1, 0] == pytest.approx(copies * n / 1e9 / CZ)
         assert sim.egress_gb == pytest.approx(2 * copies * n * 32 / 1e9)  # act + grad, 32 microbatches
 
@@ -122,9 +122,9 @@ def test_a_gpu_type_without_calibration_uses_the_default_and_says_so(caplog) -> 
     caplog.set_level(logging.INFO, logger="heteroplan.planner.api")  # logged at INFO (quiet unless asked)
     plan = Plan("OPT-350", 64, 2, (Stage(0, 26, (ReplicaGroup("A100-40", "us-central1-a", 1, 1),)),))
     assert "A100-40" not in SHIPPED_PLATFORMS.platforms
-    sim = simulate(plan)
+    sim = simulate_plan(plan)
     assert sim.uncalibrated == ("A100-40",)
-    chosen = simulate(plan, config=UNCALIBRATED_CONFIG)  # the same constants, chosen: nothing to report
+    chosen = simulate_plan(plan, config=UNCALIBRATED_CONFIG)  # the same constants, chosen: nothing to report
     assert (sim.iteration_time_s, sim.memory_per_stage_gb) == (chosen.iteration_time_s, chosen.memory_per_stage_gb)
     assert chosen.uncalibrated == ()
     result = plan_job("OPT-350", 64, {("A100-40", "us-central1-a"): 4})
@@ -144,7 +144,7 @@ def test_a_plan_mixing_gpu_types_uses_each_types_own_constants() -> None:
     assert gh != rtx
     plan = Plan("OPT-350", 64, 2, (Stage(0, 13, (ReplicaGroup("RTX-3090", "us-central1-a", 2, 1),)),
                                    Stage(13, 26, (ReplicaGroup("GH-96", "us-central1-a", 2, 1),))))
-    sim = simulate(plan)
+    sim = simulate_plan(plan)
     assert sim.memory_per_stage_gb == pytest.approx((stage_memory_gb(profile, 2, 0, 13, 2, 2, rtx),
                                                   stage_memory_gb(profile, 2, 13, 26, 2, 1, gh)))
     f, b, _ = profile.stage_compute("RTX-3090", 2, 2, 0, 13)
@@ -184,11 +184,11 @@ def test_a_fused_optimizer_step_is_priced_by_memory_bandwidth() -> None:
     profile = load_model_profile("OPT-350")
     params = profile.stage_sizes(4, 0, 26)[0]
     assert SHIPPED_PLATFORMS.for_gpu("GH-96").update_bytes_per_param == 28
-    assert simulate(plan).sync_time_s == pytest.approx(28 * params / 4000e9, rel=1e-12)  # about 0.58 ms
+    assert simulate_plan(plan).sync_time_s == pytest.approx(28 * params / 4000e9, rel=1e-12)  # about 0.58 ms
     profiled = profile.stage_compute("GH-96", 4, 4, 0, 26)[2]
-    assert simulate(plan, config=UNCALIBRATED_CONFIG).sync_time_s == pytest.approx(profiled, rel=1e-12)  # 11.7 ms
+    assert simulate_plan(plan, config=UNCALIBRATED_CONFIG).sync_time_s == pytest.approx(profiled, rel=1e-12)  # 11.7 ms
     unknown = {**gpu_catalog(), "GH-96": GPUType("GH-96", 96, 4, 11.06)}  # no bandwidth given
-    assert simulate(plan, gpu_types=unknown).sync_time_s == pytest.approx(profiled, rel=1e-12)
+    assert simulate_plan(plan, gpu_types=unknown).sync_time_s == pytest.approx(profiled, rel=1e-12)
     with pytest.raises(InputError, match="update_bytes_per_param"):
         SimConfig(update_bytes_per_param=-1.0)
 
@@ -209,7 +209,7 @@ def test_every_plan_the_search_returns_fits_memory_under_per_platform_constants(
 
     catalog = gpu_catalog()
     res = plan_job("OPT-350", 64, pool, objective)
-    sim = simulate(res.plan)
+    sim = simulate_plan(res.plan)
     assert res.iteration_time_s == pytest.approx(sim.iteration_time_s, rel=1e-9)
     assert res.search_iteration_time_s == pytest.approx(sim.iteration_time_s, rel=1e-9)
     for mem, stage in zip(sim.memory_per_stage_gb, res.plan.stages, strict=True):
@@ -223,10 +223,10 @@ def test_a_fit_that_stops_at_the_end_of_a_plausible_range_is_reported(caplog) ->
 
     plans = [Plan("OPT-350", 64, m, (Stage(0, 26, (ReplicaGroup("GH-96", "us-central1-a", 4, 1),)),)) for m in (1, 2, 4)]
     truth = SimConfig(compute_scale=6.0)  # beyond the plausible 0.25-4
-    measured = [simulate(p, config=truth).iteration_time_s for p in plans]
+    measured = [simulate_plan(p, config=truth).iteration_time_s for p in plans]
     fit = fit_sim_config(plans, measured, constants=("compute_scale",), base=SimConfig())
     assert fit.at_bound == ("compute_scale",) and fit.config.compute_scale == pytest.approx(BOUNDS["compute_scale"][1])
     assert "plausible range" in fit.describe() and "compute_scale" in caplog.text
-    inside = fit_sim_config(plans, [simulate(p, config=SimConfig(compute_scale=1.5)).iteration_time_s for p in plans],
+    inside = fit_sim_config(plans, [simulate_plan(p, config=SimConfig(compute_scale=1.5)).iteration_time_s for p in plans],
                             constants=("compute_scale",), base=SimConfig())
     assert inside.at_bound == () and inside.config.compute_scale == pytest.approx(1.5, rel=1e-4)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scipy import integrate, stats
 
 from heteroplan.errors import InputError
-from heteroplan.planner import plan_job, simulate
+from heteroplan.planner import plan_job, simulate_plan
 from heteroplan.planner.model.sim_config import DEFAULT_CONFIG, SimConfig
 from heteroplan.planner.model.straggler import clark_max
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
@@ -78,9 +78,9 @@ def test_clark_never_below_the_largest_mean_and_exact_without_noise(pairs) -> No
 def test_one_process_or_no_noise_changes_nothing() -> None:
     noisy = replace(DEFAULT_CONFIG, straggler_cv=0.3)
     alone = _plan((0, LAYERS), 1, 4)
-    assert simulate(alone, config=noisy).iteration_time_s == simulate(alone, config=DEFAULT_CONFIG).iteration_time_s
+    assert simulate_plan(alone, config=noisy).iteration_time_s == simulate_plan(alone, config=DEFAULT_CONFIG).iteration_time_s
     wide = _plan((0, 13, LAYERS), 2, 4)
-    assert simulate(wide, config=replace(noisy, straggler_cv=0.0)).iteration_time_s == simulate(wide, config=DEFAULT_CONFIG).iteration_time_s
+    assert simulate_plan(wide, config=replace(noisy, straggler_cv=0.0)).iteration_time_s == simulate_plan(wide, config=DEFAULT_CONFIG).iteration_time_s
 
 
 @pytest.mark.parametrize("dp", [2, 4])
@@ -88,8 +88,8 @@ def test_balanced_data_parallel_replicas_wait_for_the_slowest(dp) -> None:
     """One stage, ``dp`` identical replicas: each takes ``M fb (1 + e)``; E[max] = M fb (1 + cv E[max of dp N(0,1)])."""
     cv = 0.2
     plan = _plan((0, LAYERS), dp, 4)
-    base = simulate(plan, config=DEFAULT_CONFIG)
-    noisy = simulate(plan, config=replace(DEFAULT_CONFIG, straggler_cv=cv))
+    base = simulate_plan(plan, config=DEFAULT_CONFIG)
+    noisy = simulate_plan(plan, config=replace(DEFAULT_CONFIG, straggler_cv=cv))
     expected_max = {2: 1 / math.sqrt(math.pi), 4: 1.0293753730039641}[dp]  # E[max of dp standard normals]
     rel = 1e-12 if dp == 2 else 0.01  # Clark is exact for two, an approximation for more
     assert noisy.pipeline_time_s == pytest.approx(base.pipeline_time_s * (1 + cv * expected_max), rel=rel)
@@ -99,7 +99,7 @@ def test_balanced_data_parallel_replicas_wait_for_the_slowest(dp) -> None:
 def test_a_replica_with_slack_costs_nothing() -> None:
     """Replicas with 3 and 1 microbatches of 8: the light one is never the straggler."""
     plan = Plan(MODEL, 32, 8, (Stage(0, LAYERS, (ReplicaGroup(GPU, ZONE, 1, 2),)),), (3, 1))
-    base, noisy = simulate(plan, config=DEFAULT_CONFIG), simulate(plan, config=replace(DEFAULT_CONFIG, straggler_cv=0.1))
+    base, noisy = simulate_plan(plan, config=DEFAULT_CONFIG), simulate_plan(plan, config=replace(DEFAULT_CONFIG, straggler_cv=0.1))
     heavy = base.stage_times.pipeline.max()
     assert noisy.pipeline_time_s == pytest.approx(heavy, rel=1e-6)
 
@@ -107,19 +107,19 @@ def test_a_replica_with_slack_costs_nothing() -> None:
 def test_pipeline_stages_are_not_maximised_over() -> None:
     """One replica: the noise has no slower peer to wait for, whatever the stages."""
     plan = _plan((0, 9, 17, LAYERS), 1, 2)
-    assert simulate(plan, config=replace(DEFAULT_CONFIG, straggler_cv=0.3)).iteration_time_s == simulate(plan, config=DEFAULT_CONFIG).iteration_time_s
+    assert simulate_plan(plan, config=replace(DEFAULT_CONFIG, straggler_cv=0.3)).iteration_time_s == simulate_plan(plan, config=DEFAULT_CONFIG).iteration_time_s
 
 
 def test_pipelined_replicas_spread_as_their_bottleneck_stage() -> None:
     """PP 2 x DP 2: two identical replicas, each spread cv ((M-1) fb_bottleneck + |fb|); Clark is exact for two."""
     cv = 0.15
     plan = _plan((0, 12, LAYERS), 2, 2)
-    base = simulate(plan, config=DEFAULT_CONFIG)
+    base = simulate_plan(plan, config=DEFAULT_CONFIG)
     fb, comm = base.stage_times.compute[:, 0], base.stage_times.pipeline_send[:, 0]
     M = plan.global_batch_size // (plan.microbatch_size * plan.dp)
     bottleneck = int(np.argmax(fb + 2 * (comm[:-1] + comm[1:])))
     sd = cv * ((M - 1) * fb[bottleneck] + np.sqrt((fb**2).sum()))
-    noisy = simulate(plan, config=replace(DEFAULT_CONFIG, straggler_cv=cv))
+    noisy = simulate_plan(plan, config=replace(DEFAULT_CONFIG, straggler_cv=cv))
     assert noisy.pipeline_time_s == pytest.approx(base.pipeline_time_s + math.sqrt(2) * sd / math.sqrt(2 * math.pi), rel=1e-12)
 
 
@@ -127,10 +127,10 @@ def test_unequal_replicas_match_sampling_the_rank_noise() -> None:
     """DP 3 with 6, 6 and 4 microbatches: sample each replica's speed, average the slowest."""
     cv = 0.2
     plan = Plan(MODEL, 128, 8, (Stage(0, LAYERS, (ReplicaGroup(GPU, ZONE, 1, 3),)),), (6, 6, 4))
-    t = simulate(plan, config=DEFAULT_CONFIG).stage_times.pipeline
+    t = simulate_plan(plan, config=DEFAULT_CONFIG).stage_times.pipeline
     rng = np.random.default_rng(5)
     sampled = (t * (1 + cv * rng.standard_normal((400_000, 3)))).max(axis=1).mean()
-    noisy = simulate(plan, config=replace(DEFAULT_CONFIG, straggler_cv=cv))
+    noisy = simulate_plan(plan, config=replace(DEFAULT_CONFIG, straggler_cv=cv))
     assert noisy.pipeline_time_s == pytest.approx(sampled, rel=0.003)  # the noise adds about 12%
     assert noisy.pipeline_time_s > 1.1 * t.max()
 
@@ -141,7 +141,7 @@ def test_search_prices_stragglers_as_the_simulator_does() -> None:
     fast = plan_job(MODEL, 256, pool, options=SearchOptions(config=DEFAULT_CONFIG))
     noisy = plan_job(MODEL, 256, pool, options=SearchOptions(config=config))
     assert noisy.search_iteration_time_s == pytest.approx(noisy.iteration_time_s, rel=1e-9)
-    assert noisy.iteration_time_s == pytest.approx(simulate(noisy.plan, config=config).iteration_time_s, rel=1e-12)
+    assert noisy.iteration_time_s == pytest.approx(simulate_plan(noisy.plan, config=config).iteration_time_s, rel=1e-12)
     assert noisy.iteration_time_s > fast.iteration_time_s
 
 

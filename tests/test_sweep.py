@@ -122,7 +122,7 @@ def test_run_cell_matches_a_direct_simulation():
     direct = simulate(bundled_workload("philly/workload-1")[:8], preset("sia-64"), make_policy("tiresias"),
                       max_time=100 * 3600, progress=False)
     assert out["metrics"]["avg_jct_h"] == direct.summary()["avg_jct_h"]
-    assert out["jcts"] == [j.jct for j in direct.finished()]
+    assert out["jcts"] == [j.jct_s for j in direct.finished()]
     assert out["error"] is None
 
 
@@ -137,7 +137,7 @@ def test_slotted_cell_matches_a_direct_simulation():
     jobs = rigid_jobs_from_gavel(generate_workload(12, 6.0, seed=3), load_throughputs())
     direct = simulate(jobs, preset("gavel-108"), make_policy("yarn-cs"), round_length=360.0, progress=False)
     assert out["metrics"]["avg_jct_h"] == direct.summary()["avg_jct_h"]
-    assert out["jcts"] == [j.jct for j in direct.finished()]
+    assert out["jcts"] == [j.jct_s for j in direct.finished()]
 
 
 # ---------------------------------------------------------------- executors, resume, failures

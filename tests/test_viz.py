@@ -21,7 +21,7 @@ from heteroplan import plots  # noqa: E402
 from heteroplan.cluster import SAILOR_GPU_TYPES  # noqa: E402
 from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.perf.sailor_profiles import load_model_profile  # noqa: E402
-from heteroplan.planner import Plan, ReplicaGroup, SearchOptions, Stage, plan_job, simulate  # noqa: E402
+from heteroplan.planner import Plan, ReplicaGroup, SearchOptions, Stage, plan_job, simulate_plan  # noqa: E402
 from heteroplan.planner.model.schedule import one_f_one_b_order, pipeline_schedule, schedule_1f1b  # noqa: E402
 from heteroplan.planner.model.sim_config import SHIPPED_PLATFORMS  # noqa: E402
 from heteroplan.planner.pareto import ParetoPoint, non_dominated, pareto_front  # noqa: E402
@@ -221,7 +221,7 @@ def test_schedules_of_real_plans_close_to_simulator():
 
 def test_pipeline_schedule_uses_slowest_replica_and_plan_numbers(geo_result):
     plan = geo_result.plan
-    sim = simulate(plan)
+    sim = simulate_plan(plan)
     sched = pipeline_schedule(geo_result)
     assert sched.simulated_time == pytest.approx(sim.pipeline_time_s)
     assert sched.num_stages == plan.pp and sched.num_microbatches == plan.microbatches()[sched.replica]
@@ -274,7 +274,7 @@ def test_a_replayed_replica_is_laid_out_as_the_replay_that_priced_it():
     on a stage never overlap, every transfer lands before the op that needs it, and the plot
     draws one bar per transfer under its sender's row."""
     plan = Plan.from_sailor(__import__("json").loads((DATA / "mit" / "plan_config_N4_D1.json").read_text()), "OPT-350")
-    sim = simulate(plan)
+    sim = simulate_plan(plan)
     sched = pipeline_schedule(plan)
     S, M = sched.num_stages, sched.num_microbatches
     assert sched.makespan == pytest.approx(sim.pipeline_time_s, rel=1e-12)
@@ -337,7 +337,7 @@ def test_front_equals_exhaustive_front_on_small_pool(pool):
     types = {t.name: t for t in SAILOR_GPU_TYPES}
     everything = []
     for plan in enumerate_plans(profile, gbs, pool, types, max_pp=2, microbatch_sizes=mbs):
-        sim = simulate(plan, profile=profile, gpu_types=types)
+        sim = simulate_plan(plan, profile=profile, gpu_types=types)
         if all(m <= types[s.replicas[0].gpu_type].memory_gb for m, s in zip(sim.memory_per_stage_gb, plan.stages,
                                                                             strict=True)):
             everything.append(ParetoPoint(sim.cost_per_iteration_usd, sim.throughput_iter_s, None))

@@ -17,10 +17,11 @@ from heteroplan.errors import InputError
 from heteroplan.names import printable
 from heteroplan.planner.api import plan
 from heteroplan.planner.explain import describe_terms
+from heteroplan.planner.goal import Objective
 from heteroplan.planner.model.sim_config import load_platforms
 from heteroplan.planner.model.simulator import gpu_catalog, simulate_plan
 from heteroplan.planner.plan import Plan
-from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions
+from heteroplan.planner.request import PlanRequest, SearchOptions
 
 
 def parse_gpus(text: str, flag: str = "--gpus", zone: str = "us-central1-a") -> dict[tuple[str, str], int]:
@@ -64,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "(with --cluster: on that cluster's GPU types, e.g. the ones a --data-dir profiled)")
     p.add_argument("--cluster", help=f"preset ({', '.join(PRESETS)}) or cluster JSON file: the GPUs to plan on, "
                    "or with --evaluate the GPU types (memory, $/h) and GPUs the plan may use")
-    p.add_argument("--objective", choices=OBJECTIVES, default="throughput",
+    p.add_argument("--objective", choices=[o.value for o in Objective], default=Objective.THROUGHPUT.value,
                    help="maximize iterations/s (throughput; default, optionally under --budget) or minimize $ per "
                    "iteration (cost; optionally above --min-throughput)")
     p.add_argument("--budget", type=number(0), help="max $ per iteration (throughput objective only)")
@@ -181,7 +182,6 @@ def evaluate(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"plan": loaded.to_dict(), "iteration_time_s": est.iteration_time_s,
                     "throughput_iter_s": est.throughput_iter_s, "cost_per_iteration_usd": est.cost_per_iteration_usd,
-                    "cost_per_iteration": est.cost_per_iteration_usd,  # deprecated: the same, without its unit
                     "memory_per_gpu_gb": list(est.memory_per_stage_gb), "fits_memory": est.fits,
                     "memory_over_gb": est.memory_fit.over_gb if est.memory_fit else 0.0,
                     "tightest_stage": est.memory_fit.stage if est.memory_fit else None,

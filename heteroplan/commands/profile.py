@@ -10,8 +10,10 @@ from typing import Any
 
 from heteroplan.argtypes import MAX_TOKENS, integer
 from heteroplan.errors import InputError
-from heteroplan.inputs import check_process_count
+from heteroplan.inputs import check_process_count, enum_values
 from heteroplan.names import printable
+from heteroplan.planner.plan import Precision
+from heteroplan.run_options import CommBackend, LayerTiming, Optimizer
 
 DEMO_NAME = "demo-mlp"
 TINY_GPT_NAME = "tiny-gpt"
@@ -102,15 +104,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sweeps", type=integer(1, 1000), default=None,
                    help="interleaved passes over all sizes and layers, the fastest kept (default: 9 with --calibrate, "
                         "else 1; more on a machine whose speed drifts)")
-    p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd", help="optimizer whose step is timed")
-    p.add_argument("--timing", choices=("layer", "prefix"), default="prefix",
+    p.add_argument("--optimizer", choices=enum_values(Optimizer), default=Optimizer.SGD.value, help="optimizer whose step is timed")
+    p.add_argument("--timing", choices=enum_values(LayerTiming), default=LayerTiming.PREFIX.value,
                    help="time whole prefixes of the model so the layers add up to a measured whole forward and "
                         "backward (default; H100: within 1%% of the step at microbatch 1-8), or each layer alone "
                         "(L instead of L(L+1)/2 runs; +23-38%% at microbatch 1) (docs/runtime.md)")
     p.add_argument("--time-recomputed", action="store_true",
                    help="also time the layers recomputed (torch.utils.checkpoint), so recomputing plans are "
                         "priced from measurement")
-    p.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32",
+    p.add_argument("--precision", choices=enum_values(Precision), default=Precision.FP32.value,
                    help="profile the arithmetic a plan of this precision runs (bf16: autocast)")
     p.add_argument("--cuda-graphs", action="store_true",
                    help="CUDA: time each microbatch replayed as one CUDA graph, as `heteroplan run --cuda-graphs` "
@@ -120,7 +122,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(the profile to predict compiled runs)")
     p.add_argument("--no-network", action="store_true", help="skip the network measurement")
     p.add_argument("--world-size", type=integer(2), default=2, help="processes for the network measurement")
-    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="torch.distributed backend")
+    p.add_argument("--backend", choices=enum_values(CommBackend), default=CommBackend.GLOO.value, help="torch.distributed backend")
     p.add_argument("--calibrate", action="store_true",
                    help="then run calibration plans of the built-in tiny GPT with the runtime and fit the simulator "
                         "to them (writes sim_config.json)")

@@ -8,8 +8,9 @@ import sys
 
 from heteroplan.argtypes import int_list, integer
 from heteroplan.errors import InputError, LossNotFinite
-from heteroplan.inputs import check_process_count
+from heteroplan.inputs import check_process_count, enum_values
 from heteroplan.names import printable
+from heteroplan.planner.plan import OptimizerSharding, Precision, Recomputation
 from heteroplan.training_args import add_training_arguments, model_kwargs, run_config_kwargs
 
 
@@ -23,11 +24,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--microbatches", type=int_list(1), default=None,
                    help="microbatches per replica of a generated plan, e.g. 3,1 (heterogeneous DP)")
     p.add_argument("--mbs", type=integer(1), default=4, help="microbatch size of a generated plan (samples)")
-    p.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32",
+    p.add_argument("--precision", choices=enum_values(Precision), default=Precision.FP32.value,
                    help="arithmetic of a generated plan (bf16: autocast with fp32 master weights)")
-    p.add_argument("--recompute", choices=("none", "full"), default="none",
+    p.add_argument("--recompute", choices=enum_values(Recomputation), default=Recomputation.NONE.value,
                    help="activation recomputation on every stage of a generated plan")
-    p.add_argument("--optimizer-sharding", choices=("none", "zero1"), default="none",
+    p.add_argument("--optimizer-sharding", choices=enum_values(OptimizerSharding), default=OptimizerSharding.NONE.value,
                    help="optimizer state of a generated plan's stages sharded over their replicas (zero1)")
     p.add_argument("--json", action="store_true", help="print the run's summary as JSON (steps on stderr)")
     add_training_arguments(p, steps=20, optimizer="adam", lr=0.003)

@@ -22,11 +22,11 @@ from heteroplan.atomic_json import inside, write_json_atomic
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.commands.jsonout import print_json
 from heteroplan.commands.outdir import writable_dir
-from heteroplan.inputs import MIN_ROUND_S
+from heteroplan.inputs import MIN_ROUND_S, enum_values
 from heteroplan.names import path_component, printable
 from heteroplan.policies.registry import POLICIES, make_policy
 from heteroplan.signals import Interrupted, SignalGuard
-from heteroplan.sim.fidelity import SimFidelity
+from heteroplan.sim.fidelity import FidelityPreset, SimFidelity
 from heteroplan.sim.loop import simulate
 from heteroplan.sim.metrics import SimResult, compare_table
 from heteroplan.workload.sia import (
@@ -59,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser, default_policies: tuple[str, ...] 
                    help="round length in seconds (default: the policy's own, 60 s for Sia, 360 s for Gavel)")
     p.add_argument("--max-hours", type=number(0), default=None,
                    help="stop after this many simulated hours (> 0; default 2160 = 90 days)")
-    p.add_argument("--fidelity", choices=["sia", "ideal"], default="sia",
+    p.add_argument("--fidelity", choices=enum_values(FidelityPreset), default=FidelityPreset.SIA.value,
                    help="simulator mechanisms: the Sia artifact's slowdowns, estimated batch sizes and "
                    "per-batch gradient statistics (default), or none of them")
     p.add_argument("--out", default=None,
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr if args.json else sys.stdout)
     meta = run_metadata(args, cluster, jobs, policies)
     earlier = earlier_results(out, meta, policies) if out is not None else {}
-    fidelity = SimFidelity.ideal() if args.fidelity == "ideal" else SimFidelity()
+    fidelity = SimFidelity.preset(args.fidelity)
     results: list[SimResult] = []
     stopped: Interrupted | None = None
     # the guard stays up until run.json says how the run ended: a second signal cannot cut that short

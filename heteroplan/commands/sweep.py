@@ -10,7 +10,7 @@ from heteroplan.argtypes import integer
 from heteroplan.commands.jsonout import print_json
 from heteroplan.names import path_component, printable
 from heteroplan.sim.sweep import SweepReport, load_sweep, run_sweep
-from heteroplan.sim.sweep.executors import cores
+from heteroplan.sim.sweep.executors import ExecutorKind, cores
 from heteroplan.sim.sweep.results import format_summary
 
 
@@ -38,8 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     spec = load_sweep(args.sweep)
     out = Path(args.out) if args.out else Path("sweeps") / path_component("sweep name", spec.name)
-    executor = "inprocess" if args.inprocess else "ray" if args.ray else "processes"
-    if executor == "processes" and args.workers is not None and args.workers > cores():
+    executor = ExecutorKind.INPROCESS if args.inprocess else ExecutorKind.RAY if args.ray else ExecutorKind.PROCESSES
+    if executor is ExecutorKind.PROCESSES and args.workers is not None and args.workers > cores():
         print(f"heteroplan sweep: --workers {args.workers} capped at the {cores()} cores of this machine",
               file=sys.stderr)
     try:

@@ -25,13 +25,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 
-from heteroplan.errors import InputError
+from heteroplan.inputs import enum_choice
 from heteroplan.milp import Model
 
-__all__ = ["ReplicaKind", "ResourceChoice", "build_resource_model", "decode_resource_choice"]
+__all__ = ["Objective", "ReplicaKind", "ResourceChoice", "build_resource_model", "decode_resource_choice"]
+
+
+class Objective(StrEnum):
+    """``throughput``: max iterations/s; ``cost``: min $/iteration (also the planner's,
+    :class:`heteroplan.planner.goal.Objective`)."""
+
+    THROUGHPUT = "throughput"
+    COST = "cost"
 
 
 @dataclass(frozen=True)
@@ -67,14 +76,13 @@ def build_resource_model(
     kinds: list[ReplicaKind],
     pool: Mapping[tuple[str, str], int],
     gbs: int,
-    objective: str = "throughput",
+    objective: Objective | str = Objective.THROUGHPUT,
     budget: float | None = None,
     min_throughput: float | None = None,
     lam: float = 0.0,
 ) -> Model:
     """The MILP over ``x[k]`` (replicas of kind ``k``); ``lam`` is Dinkelbach's ratio (cost objective)."""
-    if objective not in ("throughput", "cost"):
-        raise InputError("objective", objective, "must be 'throughput' or 'cost'")
+    objective = enum_choice(Objective, "objective", objective)
     pools = sorted(pool)
     index = {p: i for i, p in enumerate(pools)}
     K = len(kinds)
@@ -89,7 +97,7 @@ def build_resource_model(
     x = m.add_variables("x", (K,), lb=0.0, ub=np.floor(cap[rows] / g), integer=True)
     m.add_constraints(A @ x <= cap, name="capacity")
     m.add_constraints(x.sum() >= 1, name="some_replica")
-    if objective == "throughput":
+    if objective is Objective.THROUGHPUT:
         if budget is not None:
             m.add_constraints((x * (c - budget * r)).sum() <= 0, name="budget")
         m.maximize((x * r).sum())

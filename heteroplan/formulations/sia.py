@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import cached_property
 
 import numpy as np
@@ -39,8 +40,18 @@ IMPROVE_ABOVE = 1e-3
 # ~11k cells (about 1 ms); larger models get no tightened bound.
 KNAPSACK_BOUND_CELLS = 500_000
 
-__all__ = ["ConfigSet", "GoodputPairs", "SiaProblem", "SiaResult", "build_sia_model", "build_sia_model_pairs",
+__all__ = ["ConfigSet", "GoodputPairs", "SiaProblem", "SiaResult", "SolveMode", "build_sia_model", "build_sia_model_pairs",
            "restart_factor"]
+
+
+class SolveMode(StrEnum):
+    """How Sia's model is solved: ``MILP`` (branch and bound to the MIP gap), ``LP_ROUND`` (the LP
+    relaxation, then greedy rounding of the few fractional jobs) or ``AUTO`` (LP-round, kept when
+    its measured gap is small enough, else the MILP; see :func:`heteroplan.policies.sia_solve.solve_sia`)."""
+
+    MILP = "milp"
+    LP_ROUND = "lp-round"
+    AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -149,7 +160,7 @@ class SiaResult:
     status: SolveStatus
     build_time: float
     solve_time: float
-    mode: str = "milp"
+    mode: SolveMode = SolveMode.MILP  # the solve that produced ``choice``: MILP or LP_ROUND
 
 
 @dataclass

@@ -18,11 +18,11 @@ Pollux/Sia goodput (this package's first part):
 
 from heteroplan.perf.applications import APPLICATIONS, SIA_TYPE_NAMES, AppSpec, get_app
 from heteroplan.perf.bootstrap import BootstrappedModel
-from heteroplan.perf.efficiency import PhiTable, efficiency
+from heteroplan.perf.efficiency import PhiTable
 from heteroplan.perf.fit import fit_throughput_params
 from heteroplan.perf.goodput import GoodputModel, ThroughputTable
 from heteroplan.perf.measurements import Measurements, load_placements, load_scalability
-from heteroplan.perf.sia_data import bootstrap_model, true_model
+from heteroplan.perf.sia_data import Estimator, bootstrap_model, true_model
 from heteroplan.perf.throughput import ThroughputParams
 
 __all__ = [
@@ -31,8 +31,8 @@ __all__ = [
     "AppSpec",
     "get_app",
     "BootstrappedModel",
+    "Estimator",
     "PhiTable",
-    "efficiency",
     "fit_throughput_params",
     "GoodputModel",
     "ThroughputTable",

@@ -21,15 +21,25 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 from scipy.special import expit
 
 from heteroplan.errors import InputError
+from heteroplan.inputs import enum_choice
 from heteroplan.perf.measurements import Measurements
 from heteroplan.perf.throughput import ThroughputParams
 
-__all__ = ["fit_throughput_params", "fit_compute", "clear_fit_cache"]
+__all__ = ["fit_throughput_params", "fit_compute", "clear_fit_cache", "MissingSync"]
+
+
+class MissingSync(StrEnum):
+    """The sync parameters of the side of the node boundary without multi-GPU data: ``TIE`` them
+    to the fitted side's, or hold them at the ``fallback`` (``FALLBACK``, when one is given)."""
+
+    TIE = "tie"
+    FALLBACK = "fallback"
 
 # Fits are deterministic functions of their inputs, and the simulator repeats many of them
 # exactly: jobs of one application start from the same profiles and see the same step times on
@@ -108,7 +118,7 @@ def fit_throughput_params(
     prior_weight: float = 0.05,
     sync_weight: float = 0.0,
     prior: ThroughputParams | None = None,
-    missing: str = "tie",
+    missing: MissingSync | str = MissingSync.TIE,
 ) -> ThroughputParams:
     """Fit the throughput model to ``meas``.
 
@@ -122,9 +132,9 @@ def fit_throughput_params(
             starting guess; see ``docs/goodput.md`` for why).
         prior: centre of the ridge prior (default: a guess derived from the data); e.g. a
             projection from another GPU type.
-        missing: with multi-GPU data on one side of the node boundary only, ``"tie"`` the
-            other side's sync parameters to the fitted ones or hold them at ``fallback``
-            (``"fallback"``, when a fallback is given).
+        missing: :class:`MissingSync` or its value: with multi-GPU data on one side of the node
+            boundary only, ``"tie"`` the other side's sync parameters to the fitted ones or hold
+            them at ``fallback`` (``"fallback"``, when a fallback is given).
 
     Returns:
         The fitted parameters (kept per exact input: a repeated fit returns the same object).
@@ -135,8 +145,7 @@ def fit_throughput_params(
         raise InputError("meas", 0, "need at least one observation to fit")
     if not prior_weight >= 0:
         raise InputError("prior_weight", prior_weight, "must be >= 0")
-    if missing not in ("tie", "fallback"):
-        raise InputError("missing", missing, "choose 'tie' or 'fallback'")
+    missing = enum_choice(MissingSync, "missing", missing)
     key = _fit_key(meas, init, fallback, prior_weight, sync_weight, prior, missing)
     with _fit_cache_lock:
         hit = _fit_cache.get(key)
@@ -170,7 +179,7 @@ def _fit(
     prior_weight: float,
     sync_weight: float,
     prior: ThroughputParams | None,
-    missing: str,
+    missing: MissingSync,
 ) -> ThroughputParams:
     """:func:`fit_throughput_params` without the cache (arguments checked by the caller): which
     parameters are free, where the fit starts and what the prior pulls towards, the measurements
@@ -199,7 +208,7 @@ def _parameter_roles(meas: Measurements, guess: np.ndarray, fallback: Throughput
     if inter.any():
         free += [4, 5]
     one_side = multi.any() and not (intra.any() and inter.any())
-    if one_side and missing == "fallback" and fallback is not None:
+    if one_side and missing is MissingSync.FALLBACK and fallback is not None:
         fixed.update({i: fb[i] for i in ((4, 5) if intra.any() else (2, 3))})
     elif intra.any() and not inter.any():
         tie.update({4: 2, 5: 3})

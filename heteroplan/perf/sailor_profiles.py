@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from heteroplan.errors import InputError
-from heteroplan.inputs import read_json
+from heteroplan.inputs import enum_values, read_json
+from heteroplan.run_options import Optimizer
 from heteroplan.schema import (
     Flag,
     IntKey,
@@ -197,6 +198,7 @@ MAX_LAYERS = 100_000  # layers of one model
 MAX_TP = 1024  # GPUs of one tensor-parallel group
 MAX_MICROBATCH = 1_000_000  # samples of one microbatch
 MAX_LAYER_S = 86_400.0  # seconds one layer may take for one microbatch (a day: beyond is a unit error)
+_STATE_BYTES_PER_PARAM = {Optimizer.ADAM: 8.0, Optimizer.SGD: 0.0}  # optimizer state per parameter (Adam: two fp32 moments)
 MAX_SIZE = 1e15  # floats or bytes of one layer
 
 _SIZE = Number(low=0, high=MAX_SIZE, unit="floats or bytes")
@@ -206,7 +208,7 @@ _LAYER_INFO = Record(
                                "act_mem_bytes", "act_fixed_bytes", "bwd_working_bytes", "bwd_working_fixed_bytes",
                                "update_working_bytes", "loss_saved_bytes", "overhead_bytes", "forward_flops")},
      "param_tensor_floats": Seq(Number(low=0, high=MAX_SIZE, integer=True), 0, MAX_LAYERS),
-     "precision": Text(choices=("fp32", "tf32", "bf16")), "optimizer": Text(choices=("adam", "sgd")),
+     "precision": Text(choices=("fp32", "tf32", "bf16")), "optimizer": Text(choices=enum_values(Optimizer)),
      "cuda_graphs": Flag(), "compiled": Flag()})
 LLM_INFO_FILE = Table(Table(Table(_LAYER_INFO, IntKey(0, MAX_LAYERS - 1, "layer"), 1, MAX_LAYERS),
                             IntKey(1, MAX_TP, "TP degree"), 1, 64), Text(), 0, 10_000)
@@ -334,7 +336,7 @@ def _measured_memory(sizes: dict[int, dict[int, dict]], tps: list[int], num_laye
     arrays = {name: {tp: np.array([float(sizes[tp][i][key]) for i in range(num_layers)]) for tp in tps}
               for name, key in _MEASURED_KEYS.items()}
     first = sizes[tps[0]][0]
-    state = {"adam": 8.0, "sgd": 0.0}.get(str(first.get("optimizer", "adam")), 8.0)
+    state = _STATE_BYTES_PER_PARAM[Optimizer(first.get("optimizer", Optimizer.ADAM))]
     tensors = {tp: tuple(tuple(int(n) for n in sizes[tp][i]["param_tensor_floats"]) for i in range(num_layers))
                for tp in tps if all(isinstance(sizes[tp][i].get("param_tensor_floats"), list)
                                     for i in range(num_layers))}

@@ -45,6 +45,7 @@ __all__ = [
     "load_reference",
     "true_model",
     "bootstrap_model",
+    "Estimator",
     "ProfileSource",
     "load_app_measurements",
     "load_app_phi",
@@ -160,6 +161,16 @@ def grad_stats(app: str) -> GradStats:
         return GradStats.from_dict(_load_grad_stats()["apps"][app])
     except KeyError:
         raise InputError("application", app, "no gradient statistics in the shipped data") from None
+
+
+class Estimator(StrEnum):
+    """A Sia application's performance model chosen by name (a session's ``perf_model``, the
+    simulator's ``estimator``)."""
+
+    BOOTSTRAP = "bootstrap"
+    """Sia's: built from 1-GPU profiles, refit from reported step timings (:func:`bootstrap_model`)."""
+    ORACLE = "oracle"
+    """The application's fitted ground truth (:func:`true_model`)."""
 
 
 class ProfileSource(StrEnum):

@@ -1,9 +1,7 @@
-"""Sailor planner: plans, the machine model that prices them (``simulate_plan``), the search.
+"""Sailor planner: plans, the machine model that prices them (``simulate_plan``), the search."""
 
-``simulate`` and ``SimResult`` are the old names of ``simulate_plan`` and ``PlanEstimate`` (kept as
-aliases; the cluster simulator in :mod:`heteroplan.sim` has its own ``simulate``)."""
-
-from heteroplan.planner.api import OBJECTIVES, PlanResult, plan, plan_job
+from heteroplan.planner.api import PlanResult, plan_job
+from heteroplan.planner.goal import Objective
 from heteroplan.planner.model.schedule import PipelineSchedule, pipeline_schedule
 from heteroplan.planner.model.simulator import (
     CostTerms,
@@ -11,9 +9,7 @@ from heteroplan.planner.model.simulator import (
     MemoryTerms,
     PlanEstimate,
     SimConfig,
-    SimResult,
     TimeTerms,
-    simulate,
     simulate_plan,
 )
 from heteroplan.planner.notes import NoteKind, PlanNote
@@ -22,7 +18,7 @@ from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
 from heteroplan.planner.request import PlanRequest, SearchOptions
 
 __all__ = [
-    "OBJECTIVES",
+    "Objective",
     "CostTerms",
     "MemoryFit",
     "MemoryTerms",
@@ -40,11 +36,8 @@ __all__ = [
     "ReplicaGroup",
     "SearchOptions",
     "SimConfig",
-    "SimResult",
     "Stage",
     "pareto_front",
     "pipeline_schedule",
-    "plan",
     "plan_job",
-    "simulate",
 ]

@@ -10,7 +10,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from heteroplan._deprecated import renamed
 from heteroplan._html import table
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InfeasibleError
@@ -26,16 +25,17 @@ from heteroplan.planner.explain import (
     estimate_terms,
     plan_structure,
 )
+from heteroplan.planner.goal import Objective
 from heteroplan.planner.model.simulator import MemoryFit, PlanEstimate, simulate_plan
 from heteroplan.planner.notes import NoteKind, PlanNote
 from heteroplan.planner.plan import OptimizerSharding, Plan, Recomputation
-from heteroplan.planner.request import OBJECTIVES, PlanRequest, SearchOptions, normalize_pool
+from heteroplan.planner.request import PlanRequest, SearchOptions, normalize_pool
 from heteroplan.planner.search.pipeline_sets import best_pipeline_set
 from heteroplan.planner.search.searcher import Searcher
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["PlanResult", "PlanRequest", "PlanNote", "NoteKind", "plan", "plan_job", "normalize_pool", "OBJECTIVES"]
+__all__ = ["PlanResult", "PlanRequest", "PlanNote", "NoteKind", "plan", "plan_job", "normalize_pool"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -43,9 +43,7 @@ class PlanResult:
     """The plan found and what the simulator predicts for it.
 
     Each number has its unit in its name, the same in Python and in :meth:`to_dict` (what
-    ``heteroplan plan --json`` prints). The former attributes ``iteration_time``, ``throughput``,
-    ``cost_per_iteration``, ``memory_per_gpu`` and ``search_time`` still read, with a
-    :class:`DeprecationWarning` (and the JSON key ``cost_per_iteration``, without the warning).
+    ``heteroplan plan --json`` prints).
 
     Attributes:
         plan: the training plan.
@@ -95,12 +93,6 @@ class PlanResult:
     search_cost_per_iteration_usd: float | None = field(default=None, compare=False)
     milp_gpus: Mapping[tuple[str, str], int] | None = field(default=None, compare=False, repr=False)
 
-    iteration_time = renamed("iteration_time", "iteration_time_s")
-    throughput = renamed("throughput", "throughput_iter_s")
-    cost_per_iteration = renamed("cost_per_iteration", "cost_per_iteration_usd")
-    memory_per_gpu = renamed("memory_per_gpu", "memory_per_gpu_gb")
-    search_time = renamed("search_time", "search_time_s")
-
     def simulate(self, other: Plan) -> PlanEstimate:
         """``other`` priced with this result's data and constants (profile, network, GPU types)."""
         if self.request is None:
@@ -148,7 +140,6 @@ class PlanResult:
             "iteration_time_s": self.iteration_time_s,
             "throughput_iter_s": self.throughput_iter_s,
             "cost_per_iteration_usd": self.cost_per_iteration_usd,
-            "cost_per_iteration": self.cost_per_iteration_usd,  # deprecated: the same, without its unit
             "memory_per_gpu_gb": list(self.memory_per_gpu_gb),
             "peak_memory_gb": self.peak_memory_gb,
             "fits_memory": self.memory_fit is None or self.memory_fit.fits,
@@ -216,7 +207,7 @@ def plan_job(
     model: str,
     gbs: int,
     pool: Cluster | Mapping[tuple[str, str], int],
-    objective: str = "throughput",
+    objective: Objective | str = Objective.THROUGHPUT,
     budget: float | None = None,
     min_throughput: float | None = None,
     *,
@@ -232,7 +223,8 @@ def plan_job(
             (``heteroplan.perf.sailor_profiles.available_models(data_dir)``).
         gbs: global batch size (samples per iteration).
         pool: GPUs that can be rented, as a Cluster or ``{(gpu_type, zone): count}``.
-        objective: ``"throughput"`` (max iter/s, optionally under ``budget`` $/iteration) or
+        objective: :class:`~heteroplan.planner.goal.Objective` or its value: ``"throughput"`` (max
+            iter/s, optionally under ``budget`` $/iteration) or
             ``"cost"`` (min $/iteration, optionally under a floor ``min_throughput`` iter/s).
         gpu_types: GPU catalog (memory, GPUs per node, $/h).
         options: search knobs; default ``SearchOptions()``, whose simulator constants are the

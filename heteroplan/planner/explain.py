@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 
-from heteroplan._deprecated import renamed
 from heteroplan.planner.model.pipeline_set import PipelineSetEstimate
 from heteroplan.planner.model.simulator import CostTerms, MemoryTerms, PlanEstimate, TimeTerms
 from heteroplan.planner.pipeline_set import PipelineSet
@@ -146,17 +145,12 @@ class RunnerUp:
         plan: the plan.
         iteration_time_s: seconds per iteration, as the search priced it.
         cost_per_iteration_usd: $ per iteration, as the search priced it.
-
-    ``iteration_time`` and ``cost_per_iteration``, the former names, still read (with a DeprecationWarning).
     """
 
     family: PlanFamily
     plan: Plan
     iteration_time_s: float
     cost_per_iteration_usd: float
-
-    iteration_time = renamed("iteration_time", "iteration_time_s")
-    cost_per_iteration = renamed("cost_per_iteration", "cost_per_iteration_usd")
 
     def to_dict(self) -> dict[str, object]:
         """``family`` (its label), ``plan``, ``iteration_time_s`` and ``cost_per_iteration_usd``."""

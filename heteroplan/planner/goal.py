@@ -9,22 +9,16 @@ constraint or cannot beat the best plan is skipped (:meth:`Goal.bounds_fail`, :m
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 import numpy as np
+
+from heteroplan.formulations.sailor import Objective
 
 __all__ = ["Objective", "Goal", "Shortfall"]
 
 Number = float | np.ndarray
 TOLERANCE = 1e-12  # relative slack on the budget and the floor (a plan exactly at the limit meets it)
-
-
-class Objective(enum.StrEnum):
-    """``throughput``: max iterations/s; ``cost``: min $/iteration."""
-
-    THROUGHPUT = "throughput"
-    COST = "cost"
 
 
 @dataclass

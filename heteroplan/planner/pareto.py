@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -19,12 +20,21 @@ import numpy as np
 from heteroplan._html import table, title
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InfeasibleError, InputError
+from heteroplan.inputs import enum_choice
 from heteroplan.planner.api import PlanResult, plan
+from heteroplan.planner.goal import Objective
 from heteroplan.planner.request import PlanRequest
 
-__all__ = ["ParetoPoint", "ParetoFront", "pareto_front", "non_dominated", "SWEEPS"]
+__all__ = ["ParetoPoint", "ParetoFront", "pareto_front", "non_dominated", "Sweep"]
 
-SWEEPS = ("budget", "throughput", "both")
+
+class Sweep(StrEnum):
+    """Which default sweep :func:`pareto_front` runs: budgets ($/iteration caps under the
+    throughput objective), throughput floors (iter/s under the cost objective), or both."""
+
+    BUDGET = "budget"
+    THROUGHPUT = "throughput"
+    BOTH = "both"
 
 
 class ParetoPoint(NamedTuple):
@@ -126,7 +136,7 @@ def pareto_front(
     n: int = 8,
     *,
     min_throughputs: Sequence[float] | None = None,
-    sweep: str = "budget",
+    sweep: Sweep | str = Sweep.BUDGET,
     **plan_kwargs: Any,
 ) -> ParetoFront:
     """Sweep the planner between the cheapest and the fastest plan; return the Pareto front.
@@ -140,8 +150,8 @@ def pareto_front(
         n: sweep points per default sweep (>= 2, ends included).
         min_throughputs: iter/s floors to plan under (``objective="cost"``); default, when
             ``sweep`` asks for them, ``n`` values between the two ends' throughputs.
-        sweep: which default sweep to run when neither list is given: ``"budget"``,
-            ``"throughput"`` or ``"both"``.
+        sweep: which default sweep to run when neither list is given (:class:`Sweep` or its
+            value: ``"budget"``, ``"throughput"`` or ``"both"``).
         plan_kwargs: passed to :meth:`~heteroplan.planner.request.PlanRequest.build` (``gpu_types``,
             ``options``, ``network``, ``data_dir``), as for ``plan_job``.
 
@@ -152,8 +162,7 @@ def pareto_front(
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise InputError("n", n, "must be an integer >= 2 (the two ends are included)")
-    if sweep not in SWEEPS:
-        raise InputError("sweep", sweep, f"must be one of {SWEEPS}")
+    sweep = enum_choice(Sweep, "sweep", sweep)
     caps = _levels("budgets", budgets)
     floors = _levels("min_throughputs", min_throughputs)
     for key in ("objective", "budget", "min_throughput"):
@@ -168,18 +177,18 @@ def pareto_front(
         except InfeasibleError:
             return None
 
-    fastest = plan(base.unconstrained("throughput"))
-    cheapest = plan(base.unconstrained("cost"))
+    fastest = plan(base.unconstrained(Objective.THROUGHPUT))
+    cheapest = plan(base.unconstrained(Objective.COST))
     found: list[PlanResult] = [cheapest, fastest]
     if caps is None and floors is None:
-        if sweep in ("budget", "both"):
+        if sweep in (Sweep.BUDGET, Sweep.BOTH):
             caps = _inner(cheapest.cost_per_iteration_usd, fastest.cost_per_iteration_usd, n)
-        if sweep in ("throughput", "both"):
+        if sweep in (Sweep.THROUGHPUT, Sweep.BOTH):
             floors = _inner(cheapest.throughput_iter_s, fastest.throughput_iter_s, n)
     for cap in caps or ():
-        found.append(run(objective="throughput", budget=cap))
+        found.append(run(objective=Objective.THROUGHPUT, budget=cap))
     for floor in floors or ():
-        found.append(run(objective="cost", min_throughput=floor))
+        found.append(run(objective=Objective.COST, min_throughput=floor))
     evaluated = tuple(ParetoPoint(r.cost_per_iteration_usd, r.throughput_iter_s, r) for r in found if r is not None)
     return ParetoFront(tuple(non_dominated(evaluated)), evaluated, model, gbs)
 

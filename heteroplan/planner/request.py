@@ -18,7 +18,7 @@ from heteroplan.errors import InputError
 from heteroplan.inputs import enum_choice, strict_int
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile, load_model_profile
-from heteroplan.planner.goal import Goal
+from heteroplan.planner.goal import Goal, Objective
 from heteroplan.planner.model.sim_config import (
     SHIPPED_PLATFORMS,
     PlatformConfigs,
@@ -27,9 +27,7 @@ from heteroplan.planner.model.sim_config import (
 )
 from heteroplan.planner.plan import OptimizerSharding, Recomputation
 
-__all__ = ["SearchOptions", "PlanRequest", "normalize_pool", "OBJECTIVES"]
-
-OBJECTIVES = ("throughput", "cost")
+__all__ = ["SearchOptions", "PlanRequest", "normalize_pool"]
 
 Pool = tuple[str, str]  # (gpu_type, zone)
 
@@ -107,7 +105,8 @@ class PlanRequest:
         gpu_types: GPU catalog by name (memory GB, GPUs per node, $/h).
         pool: GPUs that may be rented, ``{(gpu_type, zone): count}`` (profiled types only, > 0).
         gbs: global batch size (samples per iteration).
-        objective: ``"throughput"`` (max iter/s) or ``"cost"`` (min $/iteration).
+        objective: :class:`~heteroplan.planner.goal.Objective` (its value, ``"throughput"``: max
+            iter/s, or ``"cost"``: min $/iteration, is accepted and turned into the member).
         budget: max $/iteration (throughput objective), or None.
         min_throughput: min iterations/s (cost objective), or None.
         options: search knobs.
@@ -118,12 +117,13 @@ class PlanRequest:
     gpu_types: Mapping[str, GPUType]
     pool: Mapping[Pool, int]
     gbs: int
-    objective: str = "throughput"
+    objective: Objective = Objective.THROUGHPUT
     budget: float | None = None
     min_throughput: float | None = None
     options: SearchOptions = SearchOptions()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "objective", enum_choice(Objective, "objective", self.objective))
         _check_goal(self.gbs, self.objective, self.budget, self.min_throughput)
 
     @classmethod
@@ -132,7 +132,7 @@ class PlanRequest:
         model: str,
         gbs: int,
         pool: Cluster | Mapping[Pool, int],
-        objective: str = "throughput",
+        objective: Objective | str = Objective.THROUGHPUT,
         budget: float | None = None,
         min_throughput: float | None = None,
         *,
@@ -146,6 +146,7 @@ class PlanRequest:
         ``options`` default to ``SearchOptions()`` with the simulator constants of ``data_dir``
         (its ``sim_config.json``) when one is given; ``network`` defaults to ``data_dir``'s.
         """
+        objective = enum_choice(Objective, "objective", objective)
         _check_goal(gbs, objective, budget, min_throughput)  # before loading anything
         profile = load_model_profile(model, data_dir)
         counts, types = normalize_pool(pool, {t.name: t for t in gpu_types})
@@ -167,24 +168,22 @@ class PlanRequest:
         """The objective and its constraint (:class:`~heteroplan.planner.goal.Goal`)."""
         return Goal.of(self.objective, self.budget, self.min_throughput)
 
-    def unconstrained(self, objective: str) -> PlanRequest:
+    def unconstrained(self, objective: Objective | str) -> PlanRequest:
         """The same request with ``objective`` and neither budget nor throughput floor."""
         return PlanRequest(self.profile, self.network, self.gpu_types, self.pool, self.gbs, objective, None, None, self.options)
 
 
-def _check_goal(gbs: int, objective: str, budget: float | None, min_throughput: float | None) -> None:
-    if objective not in OBJECTIVES:
-        raise InputError("objective", objective, f"must be one of {OBJECTIVES}")
+def _check_goal(gbs: int, objective: Objective, budget: float | None, min_throughput: float | None) -> None:
     if isinstance(gbs, bool) or not isinstance(gbs, int) or gbs < 1:
         raise InputError("gbs", gbs, "must be an integer >= 1")
     for name, value in (("budget", budget), ("min_throughput", min_throughput)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
                                   or not math.isfinite(value)):
             raise InputError(name, value, "must be a finite number > 0")
-    if budget is not None and objective != "throughput":  # it would be ignored
-        raise InputError("budget", budget, f"applies to objective='throughput', not {objective!r}")
-    if min_throughput is not None and objective != "cost":
-        raise InputError("min_throughput", min_throughput, f"applies to objective='cost', not {objective!r}")
+    if budget is not None and objective is not Objective.THROUGHPUT:  # it would be ignored
+        raise InputError("budget", budget, f"applies to objective='throughput', not '{objective}'")
+    if min_throughput is not None and objective is not Objective.COST:
+        raise InputError("min_throughput", min_throughput, f"applies to objective='cost', not '{objective}'")
 
 
 def normalize_pool(

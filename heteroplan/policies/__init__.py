@@ -10,6 +10,6 @@ and the runtime. Policies: :mod:`~heteroplan.policies.sia`, :mod:`~heteroplan.po
 One class per mechanism; the registry (:mod:`~heteroplan.policies.registry`) builds them by name.
 """
 
-from heteroplan.policies.base import Allocation, GoodputEstimator, JobState, Policy
+from heteroplan.policies.base import Allocation, JobState, PerfModel, Policy
 
-__all__ = ["Allocation", "GoodputEstimator", "JobState", "Policy"]
+__all__ = ["Allocation", "JobState", "PerfModel", "Policy"]

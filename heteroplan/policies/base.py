@@ -20,7 +20,7 @@ from heteroplan.errors import ClusterError, InputError, PolicyError
 from heteroplan.perf.protocols import GoodputRate
 from heteroplan.policies.state import NO_STATE, NoState, PolicyState, expect_state
 
-__all__ = ["Allocation", "AllocationError", "JobState", "Policy", "PolicyBase", "PerfModel", "GoodputEstimator",
+__all__ = ["Allocation", "AllocationError", "JobState", "Policy", "PolicyBase", "PerfModel",
            "ReportsSolveGap", "SolveReport", "check_allocations", "counts_by_type"]
 
 
@@ -99,9 +99,6 @@ class PerfModel(GoodputRate, Protocol):
 
     @property
     def gpu_types(self) -> tuple[str, ...]: ...
-
-
-GoodputEstimator = PerfModel  # the former name
 
 
 @dataclass(frozen=True)

@@ -3,24 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from enum import StrEnum
 
 import numpy as np
 
 from heteroplan.cluster import Cluster
-from heteroplan.errors import InputError
 from heteroplan.formulations.sia import ConfigSet, GoodputPairs
+from heteroplan.inputs import enum_choice
 from heteroplan.perf.protocols import NoiseScaled, Versioned
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.placement import place
 
 __all__ = ["GoodputCache", "model_state", "goodput_matrix", "goodput_pairs", "choosable_columns", "max_gpus_this_round",
-           "current_config", "place_blind"]
+           "current_config", "place_blind", "ScaleFrom"]
 
 
-SCALE_UP_FROM = ("max", "current")
+class ScaleFrom(StrEnum):
+    """The GPU count an elastic job's per-round scale-up limit multiplies (``scale_up_from``)."""
+
+    MAX = "max"  # the most GPUs the job has ever run on
+    CURRENT = "current"  # its current allocation (else its last one)
 
 
-def max_gpus_this_round(job: JobState, scale_up: float, scale_from: str = "max") -> int:
+def max_gpus_this_round(job: JobState, scale_up: float, scale_from: ScaleFrom | str = ScaleFrom.MAX) -> int:
     """Sia/Pollux scale-up rule: start at 1 GPU, at most ``scale_up`` x a reference count.
 
     ``scale_from="max"``: the most GPUs the job has ever run on (``job.max_gpus_run``;
@@ -28,15 +33,14 @@ def max_gpus_this_round(job: JobState, scale_up: float, scale_from: str = "max")
     across GPU types), so a job shrunk by contention may grow straight back;
     ``"current"``: its current allocation (else its last one, ``job.last_gpus``).
     """
-    if scale_from not in SCALE_UP_FROM:
-        raise InputError("scale_up_from", scale_from, f"choose one of {list(SCALE_UP_FROM)}")
+    scale_from = enum_choice(ScaleFrom, "scale_up_from", scale_from)
     current = job.allocation.num_gpus if job.allocation else job.last_gpus
-    ref = max(current, job.max_gpus_run) if scale_from == "max" else current
+    ref = max(current, job.max_gpus_run) if scale_from is ScaleFrom.MAX else current
     return int(min(job.max_gpus, max(1, np.floor(scale_up * ref))))
 
 
 def choosable_columns(job: JobState, configs: ConfigSet, scale_up: float | None = 2.0,
-                      scale_from: str = "max") -> np.ndarray:
+                      scale_from: ScaleFrom | str = ScaleFrom.MAX) -> np.ndarray:
     """Indices of the configurations ``job`` may get this round (ascending).
 
     Rigid jobs: exactly their requested GPU count; elastic jobs: at most
@@ -130,7 +134,7 @@ def _evaluate(job: JobState, configs: ConfigSet, cols: np.ndarray, names: np.nda
 
 def goodput_pairs(
     jobs: Sequence[JobState], configs: ConfigSet, scale_up: float | None = 2.0, types: np.ndarray | None = None,
-    scale_from: str = "max", cache: GoodputCache | None = None,
+    scale_from: ScaleFrom | str = ScaleFrom.MAX, cache: GoodputCache | None = None,
 ) -> GoodputPairs:
     """Goodput (samples/s) of each job on each configuration it may get this round (see
     :func:`choosable_columns`), evaluated only there: a job with a scale-up limit costs its
@@ -158,7 +162,7 @@ def goodput_pairs(
 
 def goodput_matrix(
     jobs: Sequence[JobState], configs: ConfigSet, scale_up: float | None = 2.0, types: np.ndarray | None = None,
-    scale_from: str = "max",
+    scale_from: ScaleFrom | str = ScaleFrom.MAX,
 ) -> np.ndarray:
     """(jobs, configs) goodput in samples/s from each job's estimator; 0 where not allowed.
 

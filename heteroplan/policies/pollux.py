@@ -54,9 +54,9 @@ from heteroplan.formulations.sia import ConfigSet, SiaResult, build_sia_model, r
 from heteroplan.inputs import enum_choice
 from heteroplan.perf.protocols import RecordsObservations
 from heteroplan.policies.base import Allocation, JobState
-from heteroplan.policies.common import GoodputCache, choosable_columns, place_blind
+from heteroplan.policies.common import GoodputCache, ScaleFrom, choosable_columns, place_blind
 from heteroplan.policies.pollux_profile import MergedProfile, ProfileState
-from heteroplan.policies.sia_solve import check_solve_options, solve_sia
+from heteroplan.policies.sia_solve import SolveMode, check_solve_options, solve_sia
 from heteroplan.policies.state import GeneratorState, PolicyState, expect_state
 
 __all__ = ["PolluxPolicy", "PolluxState", "SpeedupBase", "fair_share_goodput"]
@@ -129,8 +129,8 @@ class PolluxPolicy:
     p: float = -1.0
     lam: float | None = None
     scale_up: float = 2.0
-    scale_up_from: str = "max"
-    mode: str = "auto"
+    scale_up_from: ScaleFrom = ScaleFrom.MAX
+    mode: SolveMode = SolveMode.AUTO
     auto_limit: int | None = 20_000
     threads: int | None = None
     time_limit: float = 10.0
@@ -155,7 +155,8 @@ class PolluxPolicy:
     def __post_init__(self) -> None:
         check_seconds("time_limit", self.time_limit)
         check_seconds("round_length", self.round_length)
-        check_solve_options(self.mode, self.threads, self.auto_limit, self.mip_gap)
+        self.mode = check_solve_options(self.mode, self.threads, self.auto_limit, self.mip_gap)
+        self.scale_up_from = enum_choice(ScaleFrom, "scale_up_from", self.scale_up_from)
         if self.mechanism != self.MECHANISM:
             raise InputError("mechanism", self.mechanism, f"{type(self).__name__} runs {self.MECHANISM!r}; Pollux's "
                              "mechanisms are PolluxPolicy ('pooled-type', policy pollux) and "

@@ -21,10 +21,10 @@ from heteroplan.formulations.sia import (
 from heteroplan.inputs import enum_choice, finite_number
 from heteroplan.perf.goodput import GoodputModel
 from heteroplan.policies.base import Allocation, JobState
-from heteroplan.policies.common import GoodputCache, current_config, goodput_pairs
+from heteroplan.policies.common import GoodputCache, ScaleFrom, current_config, goodput_pairs
 from heteroplan.policies.placement import place
 from heteroplan.policies.requested_batch import RequestedBatchModel
-from heteroplan.policies.sia_solve import check_solve_options, solve_sia
+from heteroplan.policies.sia_solve import SolveMode, check_solve_options, solve_sia
 
 __all__ = ["SiaPolicy", "ARTIFACT_RESTART_PENALTIES", "BatchLimit"]
 
@@ -64,10 +64,12 @@ class SiaPolicy:
             to its application's limit; see :mod:`heteroplan.policies.requested_batch`) or
             ``"application"`` (its application's largest, as the policy planned before it
             followed the artifact here).
-        scale_up: at most this factor more GPUs per round than ``scale_up_from``:
+        scale_up: at most this factor more GPUs per round than ``scale_up_from`` (a
+            :class:`~heteroplan.policies.common.ScaleFrom` or its value):
             ``"max"`` (default, the Sia artifact: the most GPUs the job has run on) or
             ``"current"`` (its current or last allocation).
-        mode: ``"milp"``, ``"lp-round"``, or ``"auto"`` (default: LP + rounding, kept when its
+        mode: a :class:`~heteroplan.formulations.sia.SolveMode` or its value: ``"milp"``,
+            ``"lp-round"``, or ``"auto"`` (default: LP + rounding, kept when its
             measured gap to the LP bound, or to the tighter knapsack bound of small models, is at
             most ``mip_gap``; else the exact MILP while the model has at most ``auto_limit``
             variables).
@@ -86,8 +88,8 @@ class SiaPolicy:
     young_exempt: bool = True
     batch_limit: BatchLimit = BatchLimit.REQUESTED
     scale_up: float = 2.0
-    scale_up_from: str = "max"
-    mode: str = "auto"
+    scale_up_from: ScaleFrom = ScaleFrom.MAX
+    mode: SolveMode = SolveMode.AUTO
     auto_limit: int = 20_000
     time_limit: float = 10.0
     mip_gap: float = 1e-2
@@ -102,10 +104,9 @@ class SiaPolicy:
     _planned: dict[str, RequestedBatchModel] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:  # options are checked when given, not at the first round
-        check_solve_options(self.mode, self.threads, self.auto_limit, self.mip_gap)
+        self.mode = check_solve_options(self.mode, self.threads, self.auto_limit, self.mip_gap)
         self.batch_limit = enum_choice(BatchLimit, "batch_limit", self.batch_limit)
-        if self.scale_up_from not in ("max", "current"):
-            raise InputError("scale_up_from", self.scale_up_from, "choose 'max' or 'current'")
+        self.scale_up_from = enum_choice(ScaleFrom, "scale_up_from", self.scale_up_from)
         check_seconds("time_limit", self.time_limit)
         check_seconds("round_length", self.round_length)
         finite_number("p", self.p)

@@ -5,14 +5,13 @@ from __future__ import annotations
 import dataclasses
 
 from heteroplan.errors import InputError
-from heteroplan.formulations.sia import SiaProblem, SiaResult
-from heteroplan.inputs import finite_number
+from heteroplan.formulations.sia import SiaProblem, SiaResult, SolveMode
+from heteroplan.inputs import enum_choice, finite_number
 from heteroplan.milp import Solution, SolveStatus
 from heteroplan.solvers import solve
 
-__all__ = ["MODES", "check_solve_options", "solve_sia"]
+__all__ = ["SolveMode", "check_solve_options", "solve_sia"]
 
-MODES = ("milp", "lp-round", "auto")
 # LP relaxations with more columns than this are solved by interior point (with crossover to a
 # vertex, which keeps LP-round's few fractional jobs): at 16,384 GPUs / 6,400 jobs (59k columns)
 # HiGHS's simplex took 1.4-2.2 s CPU and its interior point 0.55 s (2048 GPUs: 0.049 vs 0.030 s;
@@ -21,16 +20,17 @@ MODES = ("milp", "lp-round", "auto")
 IPM_ABOVE = 2_000
 
 
-def check_solve_options(mode: object, threads: object, auto_limit: object, mip_gap: object) -> None:
-    """Raise :class:`~heteroplan.errors.InputError` naming the first of a policy's solve options
+def check_solve_options(mode: object, threads: object, auto_limit: object, mip_gap: object) -> SolveMode:
+    """``mode`` as a :class:`SolveMode` (a member or its value); raise
+    :class:`~heteroplan.errors.InputError` naming the first of a policy's solve options
     (``mode``, ``threads``, ``auto_limit``, ``mip_gap``) that :func:`solve_sia` cannot take."""
-    if mode not in MODES:
-        raise InputError("mode", mode, f"choose one of {list(MODES)}")
+    solve_mode = enum_choice(SolveMode, "mode", mode)
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise InputError("threads", threads, "must be a positive integer or None")
     if auto_limit is not None and (isinstance(auto_limit, bool) or not isinstance(auto_limit, int) or auto_limit < 0):
         raise InputError("auto_limit", auto_limit, "must be a number of variables >= 0, or None")
     finite_number("mip_gap", mip_gap, low=0.0)
+    return solve_mode
 
 
 def _tightened(problem: SiaProblem, rounded: SiaResult, lp: Solution) -> SiaResult:
@@ -47,12 +47,12 @@ def _tightened(problem: SiaProblem, rounded: SiaResult, lp: Solution) -> SiaResu
     return dataclasses.replace(rounded, bound=bound, gap=gap)
 
 
-def solve_sia(problem: SiaProblem, mode: str = "milp", time_limit: float = 10.0, mip_gap: float = 1e-3,
+def solve_sia(problem: SiaProblem, mode: SolveMode | str = SolveMode.MILP, time_limit: float = 10.0, mip_gap: float = 1e-3,
               threads: int | None = None, milp_limit: int | None = None) -> SiaResult:
     """Solve a :class:`SiaProblem` with HiGHS.
 
     Args:
-        mode: ``"milp"`` (branch and bound to ``mip_gap``), ``"lp-round"`` (LP relaxation by
+        mode: a :class:`SolveMode` or its value: ``"milp"`` (branch and bound to ``mip_gap``), ``"lp-round"`` (LP relaxation by
             simplex or interior point, then greedy rounding of the few fractional jobs), or ``"auto"``: LP-round,
             kept when its gap to the LP bound (an upper bound on its gap to the optimum) is at
             most ``mip_gap``, or else to the tighter bound of
@@ -67,17 +67,16 @@ def solve_sia(problem: SiaProblem, mode: str = "milp", time_limit: float = 10.0,
     the MILP); ``build_time``/``solve_time`` cover every
     solve made.
     """
-    if mode not in MODES:
-        raise InputError("mode", mode, f"choose one of {list(MODES)}")
+    mode = enum_choice(SolveMode, "mode", mode)
     if problem.model.num_vars == 0:
         return problem.empty_result()
     rounded = None
-    if mode in ("lp-round", "auto"):
+    if mode in (SolveMode.LP_ROUND, SolveMode.AUTO):
         algorithm = "simplex-no-presolve" if problem.model.num_vars <= IPM_ABOVE else "ipm"
         sol = solve(problem.model, time_limit=time_limit, mip_gap=mip_gap, relax=True, algorithm=algorithm,
                     threads=threads)
-        rounded = dataclasses.replace(problem.decode(sol, relaxed=True), mode="lp-round")
-        if mode == "lp-round" or (rounded.status is SolveStatus.OPTIMAL and rounded.gap <= mip_gap):
+        rounded = dataclasses.replace(problem.decode(sol, relaxed=True), mode=SolveMode.LP_ROUND)
+        if mode is SolveMode.LP_ROUND or (rounded.status is SolveStatus.OPTIMAL and rounded.gap <= mip_gap):
             return rounded
         if rounded.status is SolveStatus.OPTIMAL:
             rounded = _tightened(problem, rounded, sol)
@@ -86,7 +85,7 @@ def solve_sia(problem: SiaProblem, mode: str = "milp", time_limit: float = 10.0,
         if milp_limit is not None and problem.model.num_vars > milp_limit:
             return rounded
     sol = solve(problem.model, time_limit=time_limit, mip_gap=mip_gap, algorithm="auto", threads=threads)
-    exact = dataclasses.replace(problem.decode(sol), mode="milp")
+    exact = dataclasses.replace(problem.decode(sol), mode=SolveMode.MILP)
     if rounded is None:
         return exact
     exact = dataclasses.replace(exact, build_time=exact.build_time + rounded.build_time,

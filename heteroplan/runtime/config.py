@@ -8,14 +8,19 @@ from pathlib import Path
 from typing import Any
 
 from heteroplan.errors import InputError, check_int, check_seconds
-from heteroplan.inputs import finite_number
-from heteroplan.runtime.schedule import PIPELINE_ENGINES
+from heteroplan.inputs import enum_choice, finite_number
+from heteroplan.run_options import (
+    CommBackend,
+    Device,
+    FaultKind,
+    Optimizer,
+    PipelineEngine,
+    PipelineSchedule,
+)
 
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 
-__all__ = ["StepEmulation", "RunConfig", "StepMetrics", "OPTIMIZERS", "implementation_kwargs", "make_optimizer", "optimizer_class"]
-
-OPTIMIZERS = ("sgd", "adam")
+__all__ = ["StepEmulation", "RunConfig", "StepMetrics", "implementation_kwargs", "make_optimizer", "optimizer_class"]
 
 
 @dataclass(frozen=True)
@@ -106,25 +111,29 @@ class RunConfig:
         emulate: emulated GPUs (:class:`StepEmulation`): each rank's forwards and backwards of an
             iteration last at least the emulated seconds of its GPU type and samples, whatever the
             CPU's load; the synchronisation, checkpoints and restarts stay real. ``None``: none.
+
+    The named choices (``optimizer``, ``schedule``, ``pipeline``, ``device``, ``backend``,
+    ``fault``'s kind) are enums of :mod:`heteroplan.run_options`; their values are accepted and
+    turned into the members.
     """
 
     steps: int = 10
-    optimizer: str = "sgd"
+    optimizer: Optimizer = Optimizer.SGD
     lr: float = 0.05
     momentum: float = 0.0
-    schedule: str = "1f1b"
-    pipeline: str = "auto"
+    schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
+    pipeline: PipelineEngine = PipelineEngine.AUTO
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
     keep_checkpoints: int = 2
     resume: bool = True
     timeout_s: float = 60.0
     max_seconds: float | None = None
-    device: str = "cpu"
-    backend: str | None = None
+    device: Device = Device.CPU
+    backend: CommBackend | None = None
     threads_per_rank: int = 1
     startup_timeout_s: float = 120.0
-    fault: tuple[str, int, int] | None = None
+    fault: tuple[FaultKind, int, int] | None = None
     memory_step: int | None = None
     cuda_expandable_segments: bool = True
     cuda_graphs: bool = False
@@ -139,31 +148,30 @@ class RunConfig:
             object.__setattr__(self, "checkpoint_dir", str(self.checkpoint_dir))
         for name, low in (("steps", 1), ("threads_per_rank", 1), ("checkpoint_every", 0), ("keep_checkpoints", 0)):
             check_int(f"config.{name}", getattr(self, name), low)
-        if self.optimizer not in OPTIMIZERS:
-            raise InputError("config.optimizer", self.optimizer, f"choose one of {OPTIMIZERS}")
-        if self.schedule not in ("1f1b", "gpipe"):
-            raise InputError("config.schedule", self.schedule, "choose '1f1b' or 'gpipe'")
-        if self.pipeline not in PIPELINE_ENGINES:
-            raise InputError("config.pipeline", self.pipeline, f"choose one of {PIPELINE_ENGINES}")
+        for name, enum in (("optimizer", Optimizer), ("schedule", PipelineSchedule), ("pipeline", PipelineEngine),
+                           ("device", Device)):
+            object.__setattr__(self, name, enum_choice(enum, f"config.{name}", getattr(self, name)))
+        if self.backend is not None:
+            object.__setattr__(self, "backend", enum_choice(CommBackend, "config.backend", self.backend))
         if not (isinstance(self.lr, int | float) and self.lr > 0):
             raise InputError("config.lr", self.lr, "must be a number > 0")
         if not (isinstance(self.momentum, int | float) and 0 <= self.momentum < 1):
             raise InputError("config.momentum", self.momentum, "must be in [0, 1)")
         check_seconds("config.timeout_s", self.timeout_s)
         check_seconds("config.startup_timeout_s", self.startup_timeout_s)
-        if self.fault is not None and (len(self.fault) != 3 or self.fault[0] not in ("exit", "hang")):
-            raise InputError("config.fault", self.fault, "must be ('exit' | 'hang', rank, iteration)")
+        if self.fault is not None:
+            if not isinstance(self.fault, tuple | list) or len(self.fault) != 3 or self.fault[0] not in tuple(FaultKind):
+                raise InputError("config.fault", self.fault, "must be ('exit' | 'hang', rank, iteration)")
+            object.__setattr__(self, "fault", (FaultKind(self.fault[0]), *self.fault[1:]))
         if self.max_seconds is not None and not (isinstance(self.max_seconds, int | float) and self.max_seconds > 0):
             raise InputError("config.max_seconds", self.max_seconds, "must be a number of seconds > 0 or None")
         if self.memory_step is not None:
             check_int("config.memory_step", self.memory_step, 0)
         if not isinstance(self.cuda_expandable_segments, bool):
             raise InputError("config.cuda_expandable_segments", self.cuda_expandable_segments, "must be True or False")
-        if self.device not in ("cpu", "cuda"):
-            raise InputError("config.device", self.device, "choose 'cpu' or 'cuda'")
         if not isinstance(self.cuda_graphs, bool):
             raise InputError("config.cuda_graphs", self.cuda_graphs, "must be True or False")
-        if self.cuda_graphs and self.device != "cuda":
+        if self.cuda_graphs and self.device is not Device.CUDA:
             raise InputError("config.cuda_graphs", self.cuda_graphs, "CUDA graphs need device='cuda'")
         if not isinstance(self.compile, bool):
             raise InputError("config.compile", self.compile, "must be True or False")
@@ -171,14 +179,12 @@ class RunConfig:
                 isinstance(self.peak_tflops, int | float) and not isinstance(self.peak_tflops, bool)
                 and 0 < self.peak_tflops < float("inf")):
             raise InputError("config.peak_tflops", self.peak_tflops, "must be a number of TFLOP/s > 0 or None")
-        if self.backend is not None and self.backend not in ("gloo", "nccl"):
-            raise InputError("config.backend", self.backend, "choose 'gloo', 'nccl' or None")
-        if self.backend == "nccl" and self.device != "cuda":
+        if self.backend is CommBackend.NCCL and self.device is not Device.CUDA:
             raise InputError("config.backend", self.backend, "NCCL needs device='cuda'")
 
     @property
-    def resolved_backend(self) -> str:
-        return self.backend or ("nccl" if self.device == "cuda" else "gloo")
+    def resolved_backend(self) -> CommBackend:
+        return self.backend or (CommBackend.NCCL if self.device is Device.CUDA else CommBackend.GLOO)
 
     def allocator_environment(self, environ: Mapping[str, str]) -> dict[str, str]:
         """Environment variables a rank sets before CUDA starts, given its ``environ``: the
@@ -210,7 +216,7 @@ def optimizer_class(config: RunConfig) -> tuple[type, dict[str, Any]]:
     """The torch optimizer class ``config`` asks for and its keyword arguments."""
     import torch
 
-    if config.optimizer == "adam":
+    if config.optimizer is Optimizer.ADAM:
         return torch.optim.Adam, {"lr": config.lr}
     return torch.optim.SGD, {"lr": config.lr, "momentum": config.momentum}
 

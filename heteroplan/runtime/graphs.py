@@ -25,6 +25,7 @@ from torch import nn
 
 from heteroplan.errors import InputError
 from heteroplan.planner.plan import OptimizerSharding, Plan, Recomputation
+from heteroplan.run_options import PipelineEngine
 from heteroplan.runtime.config import RunConfig
 
 __all__ = ["GraphedMicrobatch", "WARMUP_ITERATIONS", "check_cuda_graphs", "check_graphed_layers"]
@@ -52,7 +53,7 @@ def check_cuda_graphs(plan: Plan, config: RunConfig) -> None:
         raise InputError("config.cuda_graphs", True, "not with sharded optimizer state (plan.stages[0]."
                          f"optimizer_sharding={stage.optimizer_sharding.value!r}): its broadcasts of the "
                          "updated parameters are not checked against a captured graph")
-    if config.pipeline == "torch":
+    if config.pipeline is PipelineEngine.TORCH:
         raise InputError("config.pipeline", config.pipeline, "CUDA graphs run heteroplan's own loop; use 'auto'")
     if config.schedule != "1f1b":
         raise InputError("config.schedule", config.schedule, "CUDA graphs run each microbatch's forward and "

@@ -30,6 +30,7 @@ import torch.distributed as dist
 
 from heteroplan.errors import InputError, check_int
 from heteroplan.planner.plan import Plan
+from heteroplan.run_options import PipelineEngine
 from heteroplan.runtime.config import RunConfig
 from heteroplan.runtime.launch import RankProcesses, check_task
 from heteroplan.runtime.layout import rank_layout
@@ -129,7 +130,7 @@ def interleaved_entry(rank: int, world_size: int, init_method: str, plan_dicts: 
         for plan, config in zip(map(Plan.from_dict, plan_dicts), configs, strict=True):
             width = len(rank_layout(plan))
             # every rank creates every group, in the same order
-            groups = create_groups(plan, pipelines=pipeline_choice(plan, config).engine == "torch")
+            groups = create_groups(plan, pipelines=pipeline_choice(plan, config).engine is PipelineEngine.TORCH)
             group = dist.new_group(list(range(width))) if 1 < width < world_size else None
             trainers.append(StageTrainer(plan, task, config, rank, groups, group) if rank < width else None)
         steps = [0] * len(trainers)

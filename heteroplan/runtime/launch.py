@@ -26,6 +26,7 @@ from heteroplan.inputs import check_process_count
 from heteroplan.planner.model.flops import Utilization, recomputed_flops_per_sample, utilization
 from heteroplan.planner.pipeline_set import PipelineSet
 from heteroplan.planner.plan import Plan
+from heteroplan.run_options import Device
 from heteroplan.runtime.checkpoint import Checkpoint, check_writable, latest_checkpoint
 from heteroplan.runtime.config import RunConfig, StepMetrics
 from heteroplan.runtime.dimensions import check_dimensions
@@ -381,7 +382,7 @@ def _declared_dtype(task: TrainTask) -> Any:
 def check_devices(plan: Plan | PipelineSet, config: RunConfig) -> None:
     """One process per planned GPU: on CUDA each needs its own GPU here (else :class:`InputError`);
     on CPU every planned GPU becomes a process of this machine, whatever its GPU type."""
-    if config.device != "cuda":
+    if config.device is not Device.CUDA:
         return
     import torch
 

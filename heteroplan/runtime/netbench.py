@@ -26,8 +26,9 @@ import numpy as np
 
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError, check_int, check_int_list, check_seconds
-from heteroplan.inputs import check_process_count, read_json
+from heteroplan.inputs import check_process_count, enum_choice, read_json
 from heteroplan.perf.sailor_network import EGRESS_FILE, HOMO_FILE, MULTIZONE_FILE, BandwidthCurve
+from heteroplan.run_options import CommBackend
 from heteroplan.runtime._networker import ping_pong
 from heteroplan.schema import decode, naming_file
 
@@ -37,7 +38,6 @@ NETWORK_SPECS = {"network_coeffs_all_homo.json": HOMO_FILE, "multizone_bandwidth
 __all__ = ["DEFAULT_SIZES", "NetworkMeasurement", "fit_bandwidth_curve", "measure_network"]
 
 DEFAULT_SIZES = tuple(int(1e6) << k for k in range(6))  # 1, 2, 4, 8, 16, 32 MB
-BACKENDS = ("gloo", "nccl")
 
 
 def fit_bandwidth_curve(sizes_bytes: Sequence[float], bandwidth_gbs: Sequence[float]) -> tuple[tuple[float, float, float], float]:
@@ -147,7 +147,7 @@ def free_port() -> int:
 def measure_network(
     world_size: int = 2,
     sizes: Sequence[int] = DEFAULT_SIZES,
-    backend: str = "gloo",
+    backend: CommBackend | str = CommBackend.GLOO,
     warmup: int = 1,
     repeats: int = 5,
     timeout_s: float = 120.0,
@@ -159,8 +159,7 @@ def measure_network(
     """
     check_int("world_size", world_size, 2)
     check_process_count("world_size", world_size)
-    if backend not in BACKENDS:
-        raise InputError("backend", backend, f"must be one of {BACKENDS}")
+    backend = enum_choice(CommBackend, "backend", backend)
     sizes_t = check_int_list("sizes", sizes, 4, "message sizes in bytes")
     check_int("warmup", warmup, 0)
     check_int("repeats", repeats, 1)
@@ -169,7 +168,7 @@ def measure_network(
     import torch
     import torch.multiprocessing as mp
 
-    if backend == "nccl" and torch.cuda.device_count() < world_size:
+    if backend is CommBackend.NCCL and torch.cuda.device_count() < world_size:
         raise InputError("backend", backend, f"nccl needs {world_size} CUDA devices, found {torch.cuda.device_count()}")
     with tempfile.TemporaryDirectory(prefix="heteroplan-net-") as tmp:
         out = Path(tmp) / "result.json"

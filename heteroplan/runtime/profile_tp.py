@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from heteroplan.errors import InputError, check_int
+from heteroplan.run_options import Device, Optimizer
 from heteroplan.runtime.config import RunConfig
 from heteroplan.runtime.launch import RankProcesses
 from heteroplan.runtime.models import TrainTask
@@ -32,7 +33,7 @@ def profile_tensor_parallel(
     loss_fn: Callable[[Any], Any] | None = None,
     warmup: int = 2,
     repeats: int = 5,
-    optimizer: str = "sgd",
+    optimizer: Optimizer | str = Optimizer.SGD,
     sweeps: int = 1,
     device: str = "cpu",
     timeout_s: float = 600.0,
@@ -55,7 +56,7 @@ def profile_tensor_parallel(
 
 
 def _profile_entry(rank: int, world_size: int, init_method: str, task: TrainTask, sizes: tuple[int, ...],
-                   loss_fn: Callable[[Any], Any] | None, warmup: int, repeats: int, optimizer: str, sweeps: int,
+                   loss_fn: Callable[[Any], Any] | None, warmup: int, repeats: int, optimizer: Optimizer | str, sweeps: int,
                    config: RunConfig, stop_event: Any, queue: Any) -> None:  # pragma: no cover - spawned
     try:
         import warnings
@@ -68,7 +69,7 @@ def _profile_entry(rank: int, world_size: int, init_method: str, task: TrainTask
         follow_launcher()
         join_process_group(config, init_method, rank, world_size)
         torch.set_num_threads(config.threads_per_rank)
-        device = torch.device("cuda", rank) if config.device == "cuda" else torch.device("cpu")
+        device = torch.device("cuda", rank) if config.device is Device.CUDA else torch.device("cpu")
         model = task.build_model().to(device)
         if world_size > 1:
             shard_layers(model, dist.group.WORLD, world_size, device.type)

@@ -38,7 +38,8 @@ from heteroplan.inputs import enum_choice, read_json
 from heteroplan.names import path_component
 from heteroplan.perf.sailor_profiles import decode_llm_info, decode_profile
 from heteroplan.planner.plan import Precision, Recomputation
-from heteroplan.runtime.config import OPTIMIZERS, RunConfig, make_optimizer
+from heteroplan.run_options import LayerTiming, Optimizer
+from heteroplan.runtime.config import RunConfig, make_optimizer
 from heteroplan.runtime.tensor_parallel import local_tensor
 from heteroplan.schema import naming_file
 
@@ -46,7 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
     from torch import nn
 
-__all__ = ["LayerProfile", "OPTIMIZERS", "profile_layers", "graphed_microbatch_seconds", "check_device", "write_json_atomic",
+__all__ = ["LayerProfile", "profile_layers", "graphed_microbatch_seconds", "check_device", "write_json_atomic",
            "TIMING_SPREAD_BOUND", "TimingSpreadWarning"]
 
 TIMING_SPREAD_BOUND = 0.2
@@ -248,7 +249,7 @@ def check_device(device: object) -> torch.device:
     return dev
 
 
-def _check_args(model: object, microbatch_sizes: object, warmup: object, repeats: object, optimizer: object) -> tuple[int, ...]:
+def _check_args(model: object, microbatch_sizes: object, warmup: object, repeats: object) -> tuple[int, ...]:
     nn = _torch().nn
     if not isinstance(model, nn.Sequential):
         raise InputError("model", type(model).__name__, "must be a torch.nn.Sequential (layer i = plan layer i)")
@@ -257,8 +258,6 @@ def _check_args(model: object, microbatch_sizes: object, warmup: object, repeats
     sizes = check_int_list("microbatch_sizes", microbatch_sizes, 1, "microbatch sizes")
     check_int("warmup", warmup, 0)
     check_int("repeats", repeats, 1)
-    if optimizer not in OPTIMIZERS:
-        raise InputError("optimizer", optimizer, f"must be one of {OPTIMIZERS}")
     return sizes
 
 
@@ -367,7 +366,7 @@ def _leaf_input(torch: Any, x: torch.Tensor) -> torch.Tensor:
     return inp
 
 
-def _time_update(torch: Any, timer: _Timer, dev: torch.device, layer: nn.Module, optimizer: str, warmup: int,
+def _time_update(torch: Any, timer: _Timer, dev: torch.device, layer: nn.Module, optimizer: Optimizer, warmup: int,
                  repeats: int) -> tuple[float, int]:
     """Median seconds of ``optimizer.step()`` over the layer's parameters, and the transient bytes
     of one more (untimed, state-holding) step; weights restored after."""
@@ -494,8 +493,9 @@ def _autocast_layer(layer: nn.Module, device_type: str) -> nn.Module:
 def profile_layers(
     model: nn.Sequential, make_input: Callable[[int], torch.Tensor], microbatch_sizes: Sequence[int] = (1, 2, 4),
     loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None, device: str | torch.device = "cpu",
-    warmup: int = 2, repeats: int = 5, optimizer: str = "sgd", sweeps: int = 1,
-    precision: Precision | str = Precision.FP32, timing: str = "prefix", time_recomputed: bool = False,
+    warmup: int = 2, repeats: int = 5, optimizer: Optimizer | str = Optimizer.SGD, sweeps: int = 1,
+    precision: Precision | str = Precision.FP32, timing: LayerTiming | str = LayerTiming.PREFIX,
+    time_recomputed: bool = False,
     cuda_graphs: bool = False, compile: bool = False,
 ) -> LayerProfile:
     """Measure every layer of ``model`` (moved to ``device``) at each microbatch size.
@@ -510,13 +510,13 @@ def profile_layers(
         device: ``"cpu"``, ``"cuda"`` or ``"cuda:<i>"``.
         warmup: untimed runs per measurement.
         repeats: timed runs per measurement; the median is kept.
-        optimizer: ``"sgd"`` or ``"adam"``, whose ``step()`` is timed per layer (the model's
+        optimizer: :class:`~heteroplan.run_options.Optimizer` or its value, ``"sgd"`` or ``"adam"``, whose ``step()`` is timed per layer (the model's
             weights are restored afterwards).
         precision: arithmetic of the forwards (and the loss) as a plan of that
             :class:`~heteroplan.planner.plan.Precision` runs them: ``"bf16"`` under
             ``torch.autocast`` (times and saved activations in bf16; parameters stay fp32),
             ``"tf32"`` with TF32 matmuls on CUDA. A plan is predicted from a profile of its precision.
-        timing: ``"prefix"`` (default): the prefixes ``model[:k]`` timed whole (forward, and
+        timing: :class:`~heteroplan.run_options.LayerTiming` or its value. ``"prefix"`` (default): the prefixes ``model[:k]`` timed whole (forward, and
             backward from their output), layer ``k``'s time being the increase from prefix ``k`` to
             ``k + 1`` (of the nondecreasing least-squares fit to the prefix times, so it is >= 0),
             so the times of the layers of any prefix add up to a measured whole forward and backward, without a per-layer launch and synchronisation cost. Costs
@@ -545,8 +545,10 @@ def profile_layers(
     Sizes (params, activations) are per sample, measured at the smallest microbatch size.
     """
     torch = _torch()
-    sizes = _check_args(model, microbatch_sizes, warmup, repeats, optimizer)
-    dev = _check_profile_options(make_input, loss_fn, device, sweeps, timing, cuda_graphs, compile)
+    sizes = _check_args(model, microbatch_sizes, warmup, repeats)
+    optimizer = enum_choice(Optimizer, "optimizer", optimizer)
+    timing = enum_choice(LayerTiming, "timing", timing)
+    dev = _check_profile_options(make_input, loss_fn, device, sweeps, cuda_graphs, compile)
     timer = _Timer(torch, dev)
     model.to(dev)
     precision = Precision(precision)
@@ -558,7 +560,7 @@ def profile_layers(
     tensors, params, params_bytes = _parameter_sizes(layers)
     lp = _LayerPass.run(torch, timer, dev, layers, eager_layers, make_input, loss_fn, optimizer, sizes, timing,
                         sweeps, (warmup, repeats))
-    best = lp.best if timing != "prefix" else [
+    best = lp.best if timing is not LayerTiming.PREFIX else [
         _prefix_times(torch, timer, layers, make_input, mbs, dev, loss_fn, warmup, repeats, sweeps) for mbs in sizes]
     recomputed = _recomputed(torch, timer, layers, make_input, sizes, dev, loss_fn, warmup, repeats, sweeps,
                              timing) if time_recomputed else None
@@ -581,13 +583,11 @@ def _parameter_sizes(layers: list[nn.Module]) -> tuple[tuple[tuple[int, ...], ..
     return tensors, params, params_bytes
 
 
-def _check_profile_options(make_input: Any, loss_fn: Any, device: Any, sweeps: int, timing: str, cuda_graphs: Any,
+def _check_profile_options(make_input: Any, loss_fn: Any, device: Any, sweeps: int, cuda_graphs: Any,
                            compile: Any) -> torch.device:
     """:func:`profile_layers`'s options checked (:class:`InputError` naming the first bad one);
     returns the device."""
     check_int("sweeps", sweeps, 1)
-    if timing not in ("layer", "prefix"):
-        raise InputError("timing", timing, "choose 'layer' or 'prefix'")
     if not callable(make_input):
         raise InputError("make_input", make_input, "must be a function: microbatch size -> input tensor")
     if loss_fn is not None and not callable(loss_fn):
@@ -659,7 +659,7 @@ class _LayerPass:
     @classmethod
     def run(cls, torch: Any, timer: _Timer, dev: torch.device, layers: list[nn.Module], eager_layers: list[nn.Module],
             make_input: Callable[[int], torch.Tensor], loss_fn: Callable[[torch.Tensor], torch.Tensor] | None,
-            optimizer: str, sizes: Sequence[int], timing: str, sweeps: int, runs: tuple[int, int]) -> _LayerPass:
+            optimizer: Optimizer, sizes: Sequence[int], timing: LayerTiming, sweeps: int, runs: tuple[int, int]) -> _LayerPass:
         """The pass over every size and layer (``sweeps`` times with ``runs`` = (warm-up, timed) runs
         per measurement under ``"layer"`` timing). Prefix timing replaces the layer times: one pass
         measures the sizes, memory and optimizer steps; its own layer times (one untimed-quality
@@ -667,7 +667,7 @@ class _LayerPass:
         L, ends = len(layers), {0, len(sizes) - 1}  # memory at the smallest and largest sizes, a line through both
         lp = cls(*([0] * L for _ in range(6)), {k: [0] * L for k in ends}, {k: [0] * L for k in ends},
                  {k: [0] * L for k in ends}, [math.inf] * L, [[(math.inf, math.inf)] * L for _ in sizes])
-        layer_sweeps, layer_runs = (1, (0, 1)) if timing == "prefix" else (sweeps, runs)
+        layer_sweeps, layer_runs = (1, (0, 1)) if timing is LayerTiming.PREFIX else (sweeps, runs)
         with torch.enable_grad():
             for sweep in range(layer_sweeps):
                 for k, mbs in enumerate(sizes):
@@ -685,7 +685,7 @@ class _LayerPass:
 
     def measure_size(self, torch: Any, timer: _Timer, dev: torch.device, layers: list[nn.Module],
                      eager_layers: list[nn.Module], make_input: Callable[[int], torch.Tensor],
-                     loss_fn: Callable[[torch.Tensor], torch.Tensor] | None, optimizer: str, sweep: int, k: int,
+                     loss_fn: Callable[[torch.Tensor], torch.Tensor] | None, optimizer: Optimizer, sweep: int, k: int,
                      mbs: int, layer_runs: tuple[int, int], update_runs: tuple[int, int]) -> None:
         """Sweep ``sweep`` at microbatch size ``mbs`` (index ``k``): every layer in order, each fed
         the previous one's output; ``layer_runs``/``update_runs``: (warm-up, timed) runs."""
@@ -714,7 +714,7 @@ class _LayerPass:
 
 def _recomputed(torch: Any, timer: _Timer, layers: list[nn.Module], make_input: Callable[[int], torch.Tensor],
                 sizes: Sequence[int], dev: torch.device, loss_fn: Callable[[torch.Tensor], torch.Tensor] | None,
-                warmup: int, repeats: int, sweeps: int, timing: str) -> dict[int, tuple[tuple[float, ...], ...]]:
+                warmup: int, repeats: int, sweeps: int, timing: LayerTiming) -> dict[int, tuple[tuple[float, ...], ...]]:
     """Per microbatch size, every layer's times recomputed in its backward (each wrapped in a
     non-reentrant checkpoint, as a ``recompute="full"`` stage runs it)."""
     wrapped = [_checkpointed(layer) for layer in layers]
@@ -829,10 +829,10 @@ def _checkpointed(layer: nn.Module) -> nn.Module:
 
 def _recomputed_times(torch: Any, timer: _Timer, layers: list, make_input: Callable[[int], Any], mbs: int,
                       dev: torch.device, loss_fn: Callable | None, warmup: int, repeats: int, sweeps: int,
-                      timing: str) -> list[tuple[float, float]]:
+                      timing: LayerTiming) -> list[tuple[float, float]]:
     """Per-layer ``(fwd_s, bwd_s)`` at ``mbs`` of checkpointed ``layers``: prefix-timed, or each
     layer alone (fastest of ``sweeps``)."""
-    if timing == "prefix":
+    if timing is LayerTiming.PREFIX:
         return _prefix_times(torch, timer, layers, make_input, mbs, dev, loss_fn, warmup, repeats, sweeps)
     best = [(math.inf, math.inf)] * len(layers)
     for _ in range(sweeps):

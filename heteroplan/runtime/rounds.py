@@ -48,12 +48,10 @@ from heteroplan.runtime.models import TrainTask
 from heteroplan.scheduling import Decision, DecisionKind, JobRecord, SchedulingSession, StepTiming
 from heteroplan.signals import StopFlag, stop_on_signals
 
-__all__ = ["EventKind", "ExecutorEvent", "RestartLatency", "RuntimeJob", "RoundExecutor", "RoundLog", "JobOutcome",
+__all__ = ["EventKind", "ExecutorEvent", "RestartLatency", "RuntimeJob", "RoundExecutor", "RoundLog",
            "data_parallel_plan", "job_plan", "measure_single_gpu"]
 
 log = logging.getLogger(__name__)
-
-JobOutcome = JobRecord  # the former name: one record type for session, simulator and runtime
 
 
 @dataclass(frozen=True)

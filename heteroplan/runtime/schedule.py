@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from heteroplan.errors import InputError, check_int
+from heteroplan.inputs import enum_choice
+from heteroplan.run_options import PipelineEngine, PipelineSchedule
 
-__all__ = ["Op", "one_f_one_b", "gpipe", "SCHEDULES", "PIPELINE_ENGINES", "PipelineChoice", "PipelineSetChoice",
-           "choose_pipeline"]
+__all__ = ["Op", "one_f_one_b", "gpipe", "SCHEDULES", "PipelineChoice", "PipelineSetChoice", "choose_pipeline"]
 
 
 class Op(NamedTuple):
@@ -62,11 +63,8 @@ def gpipe(num_stages: int, stage: int, num_microbatches: int) -> list[Op]:
     return [Op("F", m) for m in range(num_microbatches)] + [Op("B", m) for m in range(num_microbatches)]
 
 
-SCHEDULES = {"1f1b": one_f_one_b, "gpipe": gpipe}
-
-
-PIPELINE_ENGINES = ("auto", "torch", "heteroplan")
-"""``RunConfig.pipeline``: ``"auto"`` (torch where it can express the plan), or force one engine."""
+SCHEDULES = {PipelineSchedule.ONE_F_ONE_B: one_f_one_b, PipelineSchedule.GPIPE: gpipe}
+"""Each :class:`~heteroplan.run_options.PipelineSchedule`'s steps (looked up by member or value)."""
 
 
 @dataclass(frozen=True)
@@ -74,14 +72,15 @@ class PipelineChoice:
     """Which engine runs a plan's pipelines, and the schedule of each data-parallel replica.
 
     Attributes:
-        engine: ``"torch"`` (``torch.distributed.pipelining``) or ``"heteroplan"`` (its own loop).
+        engine: ``PipelineEngine.TORCH`` (``torch.distributed.pipelining``) or
+            ``PipelineEngine.HETEROPLAN`` (its own loop).
         schedules: per replica, the schedule class (``"Schedule1F1B"``, ``"ScheduleGPipe"``) or
             heteroplan's schedule name (``"1f1b"``, ``"gpipe"``).
         microbatches: per replica, its microbatches per iteration.
         reason: why this engine (one line, for the log and the run result).
     """
 
-    engine: Literal["torch", "heteroplan"]
+    engine: PipelineEngine
     schedules: tuple[str, ...]
     microbatches: tuple[int, ...]
     reason: str
@@ -104,8 +103,9 @@ class PipelineSetChoice:
         return "; ".join(f"pipeline {i} {c.describe()}" for i, c in enumerate(self.pipelines))
 
 
-def choose_pipeline(stage_tp: list[int], microbatches: list[int], schedule: str = "1f1b",
-                    engine: str = "auto") -> PipelineChoice:
+def choose_pipeline(stage_tp: list[int], microbatches: list[int],
+                    schedule: PipelineSchedule | str = PipelineSchedule.ONE_F_ONE_B,
+                    engine: PipelineEngine | str = PipelineEngine.AUTO) -> PipelineChoice:
     """The engine and per-replica schedules for a plan whose stages have tensor-parallel degrees
     ``stage_tp`` and whose replicas run ``microbatches[d]`` microbatches.
 
@@ -116,22 +116,21 @@ def choose_pipeline(stage_tp: list[int], microbatches: list[int], schedule: str 
     ``ScheduleGPipe`` everywhere. ``engine="torch"`` on a plan torch cannot express is an
     :class:`~heteroplan.errors.InputError`.
     """
-    if engine not in PIPELINE_ENGINES:
-        raise InputError("config.pipeline", engine, f"choose one of {PIPELINE_ENGINES}")
-    if schedule not in SCHEDULES:
-        raise InputError("config.schedule", schedule, f"choose one of {tuple(SCHEDULES)}")
+    engine = enum_choice(PipelineEngine, "config.pipeline", engine)
+    schedule = enum_choice(PipelineSchedule, "config.schedule", schedule)
     num_stages = len(stage_tp)
     equal_tp = len(set(stage_tp)) == 1
-    if engine == "heteroplan" or (engine == "auto" and not equal_tp):
-        why = "asked for" if engine == "heteroplan" else \
+    if engine is PipelineEngine.HETEROPLAN or (engine is PipelineEngine.AUTO and not equal_tp):
+        why = "asked for" if engine is PipelineEngine.HETEROPLAN else \
             f"TP degrees {list(stage_tp)} change between stages; torch's PipelineStage has one peer per stage"
-        return PipelineChoice("heteroplan", tuple(schedule for _ in microbatches), tuple(microbatches), why)
+        return PipelineChoice(PipelineEngine.HETEROPLAN, tuple(str(schedule) for _ in microbatches), tuple(microbatches),
+                              why)
     if not equal_tp:
         raise InputError("config.pipeline", engine, f"torch.distributed.pipelining cannot run stages of TP degrees "
                          f"{list(stage_tp)} (one peer rank per neighbouring stage); use 'auto' or 'heteroplan'")
 
     def torch_schedule(m: int) -> str:
-        return "Schedule1F1B" if schedule == "1f1b" and m >= num_stages else "ScheduleGPipe"
+        return "Schedule1F1B" if schedule is PipelineSchedule.ONE_F_ONE_B and m >= num_stages else "ScheduleGPipe"
 
-    return PipelineChoice("torch", tuple(torch_schedule(m) for m in microbatches), tuple(microbatches),
+    return PipelineChoice(PipelineEngine.TORCH, tuple(torch_schedule(m) for m in microbatches), tuple(microbatches),
                           f"torch.distributed.pipelining, TP {stage_tp[0]} on every stage")

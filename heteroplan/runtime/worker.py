@@ -27,6 +27,7 @@ from torch import nn
 from heteroplan.errors import InputError, LossNotFinite
 from heteroplan.planner.pipeline_set import PipelineSet
 from heteroplan.planner.plan import Plan
+from heteroplan.run_options import Device, FaultKind, PipelineEngine
 from heteroplan.runtime import checkpoint as ckpt
 from heteroplan.runtime.appliers import (
     APPLIERS,
@@ -83,12 +84,12 @@ def pipeline_choice(plan: Plan, config: RunConfig) -> PipelineChoice:
     plan: :func:`heteroplan.runtime.appliers.check_plan`)."""
     check_plan(plan, config)
     if config.cuda_graphs:
-        choice = choose_pipeline(stage_tp(plan), plan.microbatches(), config.schedule, "heteroplan")
+        choice = choose_pipeline(stage_tp(plan), plan.microbatches(), config.schedule, PipelineEngine.HETEROPLAN)
         return replace(choice, reason="CUDA graphs: each microbatch replayed as one graph")
     if uniform_stage_tp(plan) is None:  # a stage's replicas differ in TP: torch's pipelines need one degree
-        if config.pipeline == "torch":
+        if config.pipeline is PipelineEngine.TORCH:
             stage_tp(plan)  # InputError naming the stage
-        return PipelineChoice("heteroplan", tuple(config.schedule for _ in plan.microbatches()), plan.microbatches(),
+        return PipelineChoice(PipelineEngine.HETEROPLAN, tuple(config.schedule for _ in plan.microbatches()), plan.microbatches(),
                               "replicas of a stage differ in TP degree; torch's pipelines need one per stage")
     return choose_pipeline(stage_tp(plan), plan.microbatches(), config.schedule, config.pipeline)
 
@@ -101,7 +102,7 @@ def run_pipeline_choice(run: Plan | PipelineSet, config: RunConfig) -> PipelineC
 
 
 def _device(config: RunConfig, rank: int) -> torch.device:
-    if config.device == "cuda":
+    if config.device is Device.CUDA:
         if not torch.cuda.is_initialized():  # the allocator reads its settings when CUDA starts
             os.environ.update(config.allocator_environment(os.environ))
         local = int(os.environ.get("LOCAL_RANK", rank % max(torch.cuda.device_count(), 1)))
@@ -224,7 +225,7 @@ class StageTrainer:
         self.grad_stats = plan.pp == 1 and self.me.tp == 1 and plan.dp > 1 and segment_sync is None
         self.choice = pipeline_choice(plan, config)
         self.pipeline: TorchPipeline | None = None
-        if self.choice.engine == "torch":
+        if self.choice.engine is PipelineEngine.TORCH:
             scale = plan.microbatch_size / self.batch_size
             self.pipeline = TorchPipeline(
                 self.stage, self.me.stage, plan.pp, self.device, groups.pipe[(self.me.replica, self.me.tp_index)],
@@ -419,7 +420,7 @@ def train_rank(
     done = start
     for step in range(start, config.steps):
         if config.fault is not None and tuple(config.fault[1:]) == (rank, step):
-            if config.fault[0] == "exit":
+            if config.fault[0] is FaultKind.EXIT:
                 os._exit(17)  # die without a word, as a crashed node would
             time.sleep(10 * config.timeout_s)  # hang, as a wedged GPU would
         ask = rank == 0 and (should_stop() or (deadline is not None and time.monotonic() > deadline))
@@ -444,7 +445,7 @@ def make_trainer(slots: tuple[PipelineSlot, ...], task: TrainTask, config: RunCo
     segment = uses_segment_sync(slots)
     mine: tuple[PipelineSlot, ProcessGroups] | None = None
     for slot in slots:
-        torch_pipes = pipeline_choice(slot.plan, config).engine == "torch"
+        torch_pipes = pipeline_choice(slot.plan, config).engine is PipelineEngine.TORCH
         groups = create_groups(slot.plan, pipelines=torch_pipes, rank_offset=slot.rank_offset, data_parallel=not segment)
         if slot.holds(rank):
             mine = (slot, groups)

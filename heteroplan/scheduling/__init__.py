@@ -7,7 +7,7 @@ with the policy's own state between rounds (:mod:`heteroplan.policies.state`).
 See ``docs/own_loop.md``.
 """
 
-from heteroplan.scheduling.admission import Parked, ParkReason, admission
+from heteroplan.scheduling.admission import Parked, ParkReason
 from heteroplan.scheduling.decisions import Decision, DecisionKind, RoundDecisions, StepTiming
 from heteroplan.scheduling.policy_check import check_policy, restart_delay_of
 from heteroplan.scheduling.records import JobRecord
@@ -26,7 +26,6 @@ __all__ = [
     "SchedulingSession",
     "StepTiming",
     "UnreportedJobWarning",
-    "admission",
     "check_policy",
     "restart_delay_of",
 ]

@@ -58,11 +58,6 @@ class JobRecord:
     gave_up: str | None = None
 
     @property
-    def name(self) -> str:
-        """The former spelling of :attr:`job_id`."""
-        return self.job_id
-
-    @property
     def jct_s(self) -> float | None:
         """Job completion time: finish - arrival (s); ``None`` if unfinished."""
         return None if self.finish_time is None else self.finish_time - self.arrival_time
@@ -71,13 +66,3 @@ class JobRecord:
     def queueing_delay_s(self) -> float | None:
         """First start - arrival (s); ``None`` if it never ran."""
         return None if self.start_time is None else self.start_time - self.arrival_time
-
-    @property
-    def jct(self) -> float | None:
-        """The former spelling of :attr:`jct_s`."""
-        return self.jct_s
-
-    @property
-    def queueing_delay(self) -> float | None:
-        """The former spelling of :attr:`queueing_delay_s`."""
-        return self.queueing_delay_s

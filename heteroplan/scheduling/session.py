@@ -72,6 +72,7 @@ from typing import Any
 from heteroplan.cluster import Cluster
 from heteroplan.errors import HeteroplanError, InputError, PolicyError
 from heteroplan.perf.protocols import GoodputRate, ObservesSteps, TakesMeasuredNoise
+from heteroplan.perf.sia_data import Estimator
 from heteroplan.policies.base import (
     Allocation,
     JobState,
@@ -97,9 +98,6 @@ from heteroplan.scheduling.policy_check import check_policy, restart_delay_of
 from heteroplan.scheduling.records import JobRecord
 
 __all__ = ["SchedulingSession", "UnreportedJobWarning"]
-
-_MODEL_KINDS = ("bootstrap", "oracle")
-
 
 class ModelKind(enum.Enum):
     """What a job's performance model is: it decides how a saved session keeps the model."""
@@ -198,7 +196,7 @@ class SchedulingSession:
 
     # ------------------------------------------------------------------ submit/report
     def submit(self, job_id: str, *, arrival_time: float, application: str = "custom",
-               perf_model: PerfModel | str | None = "bootstrap", requested_gpus: int = 1, max_gpus: int | None = None,
+               perf_model: PerfModel | Estimator | str | None = Estimator.BOOTSTRAP, requested_gpus: int = 1, max_gpus: int | None = None,
                elastic: bool = True, batch_size: int = 0, total_work: float | None = None,
                restart_delay_s: float | None = None) -> None:
         """Add a job.
@@ -211,8 +209,9 @@ class SchedulingSession:
             perf_model: the job's performance model as the policy sees it: a
                 :class:`~heteroplan.policies.base.PerfModel` object (e.g. a
                 :class:`~heteroplan.perf.goodput.ThroughputTable` of work units/s per type), or
-                for a Sia application ``"bootstrap"`` (Sia's 1-GPU profiles, refit from reported
-                step timings) or ``"oracle"`` (the application's fitted ground truth); ``None``
+                for a Sia application an :class:`~heteroplan.perf.sia_data.Estimator` or its value:
+                ``"bootstrap"`` (Sia's 1-GPU profiles, refit from reported step timings) or
+                ``"oracle"`` (the application's fitted ground truth); ``None``
                 for a policy that reads none (FIFO).
             requested_gpus: its gang size (GPUs a rigid policy gives it).
             max_gpus: most GPUs it may use, >= ``requested_gpus`` (default: the application's
@@ -690,7 +689,7 @@ def _app_or_none(application: str) -> Any:
         return None
 
 
-def _resolve_model(job_id: str, application: str, perf_model: PerfModel | str | None,
+def _resolve_model(job_id: str, application: str, perf_model: PerfModel | Estimator | str | None,
                    ) -> tuple[ModelKind, PerfModel | None]:
     """(kind, model object) of a submitted performance model."""
     from heteroplan.perf.goodput import ThroughputTable
@@ -698,16 +697,18 @@ def _resolve_model(job_id: str, application: str, perf_model: PerfModel | str | 
     if perf_model is None:  # policies that need no model (FIFO, YARN-CS)
         return ModelKind.NONE, None
     if isinstance(perf_model, str):
-        if perf_model not in _MODEL_KINDS:
+        try:
+            name = Estimator(perf_model)
+        except ValueError:
             raise InputError(f"job[{job_id}].perf_model", perf_model,
-                             f"choose one of {list(_MODEL_KINDS)} or give a PerfModel object")
+                             f"choose one of {[e.value for e in Estimator]} or give a PerfModel object") from None
         if _app_or_none(application) is None:
             raise InputError(f"job[{job_id}].application", application,
-                             f"perf_model={perf_model!r} needs a Sia application; give a PerfModel object instead")
+                             f"perf_model='{name}' needs a Sia application; give a PerfModel object instead")
         from heteroplan.perf.sia_data import bootstrap_model, true_model
 
-        kind = ModelKind(perf_model)
-        return kind, (bootstrap_model(application) if kind is ModelKind.BOOTSTRAP else true_model(application))
+        kind = ModelKind(name.value)
+        return kind, (bootstrap_model(application) if name is Estimator.BOOTSTRAP else true_model(application))
     if not isinstance(perf_model, GoodputRate):
         raise InputError(f"job[{job_id}].perf_model", type(perf_model).__name__,
                          "must be a PerfModel (goodput(gpu_type, num_nodes, num_gpus, progress))")

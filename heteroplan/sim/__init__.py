@@ -13,7 +13,7 @@
 
 from heteroplan.policies.base import AllocationError
 from heteroplan.policies.registry import POLICIES, make_policy
-from heteroplan.sim.compare import POLICY_FACTORIES, compare_policies, run_policy
+from heteroplan.sim.compare import compare_policies, run_policy
 from heteroplan.sim.events import SimEvent, SimEventKind
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.sim.loop import simulate
@@ -24,7 +24,6 @@ __all__ = [
     "AllocationError",
     "JobRecord",
     "POLICIES",
-    "POLICY_FACTORIES",
     "SimFidelity",
     "SimEvent",
     "SimEventKind",

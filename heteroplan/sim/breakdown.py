@@ -152,12 +152,12 @@ def load_breakdown(result: SimResult) -> LoadBreakdown:
     if result.rounds and not result.decisions:
         raise InputError("result.decisions", "empty", "simulate with record=True to break the time down")
     L = result.round_length
-    held = {j.name: 0.0 for j in result.jobs}
-    gpu_s = {j.name: 0.0 for j in result.jobs}
-    changes = {j.name: 0 for j in result.jobs}
-    preempt = {j.name: 0 for j in result.jobs}
-    end = {j.name: (j.finish_time if j.finish_time is not None else result.end_time) for j in result.jobs}
-    arrival = {j.name: j.arrival_time for j in result.jobs}
+    held = {j.job_id: 0.0 for j in result.jobs}
+    gpu_s = {j.job_id: 0.0 for j in result.jobs}
+    changes = {j.job_id: 0 for j in result.jobs}
+    preempt = {j.job_id: 0 for j in result.jobs}
+    end = {j.job_id: (j.finish_time if j.finish_time is not None else result.end_time) for j in result.jobs}
+    arrival = {j.job_id: j.arrival_time for j in result.jobs}
     for decisions in result.decisions:
         t = decisions.time
         for d in decisions:
@@ -172,13 +172,13 @@ def load_breakdown(result: SimResult) -> LoadBreakdown:
             preempt[name] += d.kind is DecisionKind.PREEMPT
     jobs = []
     for j in result.jobs:
-        restoring = min(j.restore_seconds, held[j.name])
+        restoring = min(j.restore_seconds, held[j.job_id])
         jobs.append(JobBreakdown(
-            name=j.name, application=j.application, arrival_time=j.arrival_time, jct=j.jct,
-            queued=max(0.0, end[j.name] - arrival[j.name] - held[j.name]), restoring=restoring,
-            running=held[j.name] - restoring, restarts=j.restarts, preemptions=preempt[j.name],
-            allocation_changes=changes[j.name], gpu_seconds=gpu_s[j.name],
-            mean_gpus=gpu_s[j.name] / held[j.name] if held[j.name] > 0 else 0.0,
+            name=j.job_id, application=j.application, arrival_time=j.arrival_time, jct=j.jct_s,
+            queued=max(0.0, end[j.job_id] - arrival[j.job_id] - held[j.job_id]), restoring=restoring,
+            running=held[j.job_id] - restoring, restarts=j.restarts, preemptions=preempt[j.job_id],
+            allocation_changes=changes[j.job_id], gpu_seconds=gpu_s[j.job_id],
+            mean_gpus=gpu_s[j.job_id] / held[j.job_id] if held[j.job_id] > 0 else 0.0,
         ))
     times = tuple(t for t, _, _ in result.timeline)
     gpus = tuple(int(sum(u.values())) for _, u, _ in result.timeline)

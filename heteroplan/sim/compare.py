@@ -7,16 +7,14 @@ from typing import Any
 
 from heteroplan.cluster import Cluster
 from heteroplan.policies.base import Policy
-from heteroplan.policies.registry import POLICIES, make_policy
+from heteroplan.policies.registry import make_policy
 from heteroplan.sim.loop import simulate
 from heteroplan.sim.metrics import SimResult
 from heteroplan.sim.tables import Comparison
 from heteroplan.workload.rigid import RigidJob
 from heteroplan.workload.sia import JobSpec
 
-__all__ = ["POLICY_FACTORIES", "make_policy", "compare_policies", "run_policy"]
-
-POLICY_FACTORIES = POLICIES  # the registry, under its former name
+__all__ = ["make_policy", "compare_policies", "run_policy"]
 
 
 def run_policy(jobs: Sequence[JobSpec | RigidJob], cluster: Cluster, policy: str | Policy, **kwargs: Any) -> SimResult:

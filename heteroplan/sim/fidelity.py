@@ -57,6 +57,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from types import MappingProxyType
 
 from heteroplan.errors import InputError
@@ -64,11 +65,28 @@ from heteroplan.inputs import enum_choice
 from heteroplan.perf.applications import SIA_SLOWDOWNS
 from heteroplan.perf.sia_data import ProfileSource
 
-__all__ = ["SIA_SLOWDOWNS", "SimFidelity"]
+__all__ = ["SIA_SLOWDOWNS", "SimFidelity", "BatchSizeSource", "GradStatsSource", "FidelityPreset"]
 
 
-_BATCH = ("estimated", "truth")
-_GRAD = ("batch", "median")
+class FidelityPreset(StrEnum):
+    """A named :class:`SimFidelity`: the Sia artifact's mechanisms, or every one idealized."""
+
+    SIA = "sia"
+    IDEAL = "ideal"
+
+
+class BatchSizeSource(StrEnum):
+    """Whose model picks an elastic job's batch size in the simulator."""
+
+    ESTIMATED = "estimated"  # the job's own (estimated) model, as Sia's artifact does
+    TRUTH = "truth"  # the ground truth
+
+
+class GradStatsSource(StrEnum):
+    """The gradient statistics a simulated job's statistical efficiency follows."""
+
+    BATCH = "batch"  # per batch size and per epoch, as measured (the Sia artifact)
+    MEDIAN = "median"  # one median noise scale per application
 
 
 @dataclass(frozen=True)
@@ -78,8 +96,10 @@ class SimFidelity:
     Attributes:
         slowdown: per application, the factor (>= 1 usually; > 0) by which real progress is
             slower than the ground-truth goodput; applications not listed run at 1.
-        batch_size: ``"estimated"`` (the job's own model picks its batch) or ``"truth"``.
-        grad_stats: ``"batch"`` (per-batch-size, per-epoch statistics) or ``"median"``.
+        batch_size: :class:`BatchSizeSource` (or its value): ``"estimated"`` (the job's own model
+            picks its batch) or ``"truth"``.
+        grad_stats: :class:`GradStatsSource` (or its value): ``"batch"`` (per-batch-size,
+            per-epoch statistics) or ``"median"``.
         profiling_time: seconds per GPU type before a new adaptive job is schedulable (>= 0).
         free_moves: same-type, same-shape moves to other nodes cost no restart.
         epoch_rates: re-evaluate a job's rate at each epoch boundary inside a round.
@@ -90,8 +110,8 @@ class SimFidelity:
     """
 
     slowdown: Mapping[str, float] = field(default_factory=lambda: SIA_SLOWDOWNS)
-    batch_size: str = "estimated"
-    grad_stats: str = "batch"
+    batch_size: BatchSizeSource = BatchSizeSource.ESTIMATED
+    grad_stats: GradStatsSource = GradStatsSource.BATCH
     profiling_time: float = 0.0
     free_moves: bool = True
     epoch_rates: bool = True
@@ -111,10 +131,8 @@ class SimFidelity:
                 raise InputError(f"fidelity.slowdown[{app}]", factor, "must be a finite number > 0")
             clean[str(app)] = value
         object.__setattr__(self, "slowdown", MappingProxyType(clean))
-        if self.batch_size not in _BATCH:
-            raise InputError("fidelity.batch_size", self.batch_size, f"choose one of {list(_BATCH)}")
-        if self.grad_stats not in _GRAD:
-            raise InputError("fidelity.grad_stats", self.grad_stats, f"choose one of {list(_GRAD)}")
+        object.__setattr__(self, "batch_size", enum_choice(BatchSizeSource, "fidelity.batch_size", self.batch_size))
+        object.__setattr__(self, "grad_stats", enum_choice(GradStatsSource, "fidelity.grad_stats", self.grad_stats))
         try:
             t = float(self.profiling_time)
         except (TypeError, ValueError):
@@ -136,8 +154,14 @@ class SimFidelity:
     def ideal(cls) -> SimFidelity:
         """No slowdown, oracle batch size, median phi table, free profiling, every move a restart,
         one rate per round."""
-        return cls(slowdown={}, batch_size="truth", grad_stats="median", profiling_time=0.0, free_moves=False,
-                   epoch_rates=False)
+        return cls(slowdown={}, batch_size=BatchSizeSource.TRUTH, grad_stats=GradStatsSource.MEDIAN,
+                   profiling_time=0.0, free_moves=False, epoch_rates=False)
+
+    @classmethod
+    def preset(cls, name: FidelityPreset | str) -> SimFidelity:
+        """The named preset (:class:`FidelityPreset` or its value): the Sia artifact's (``"sia"``)
+        or :meth:`ideal` (``"ideal"``); :class:`InputError` naming ``fidelity`` otherwise."""
+        return cls.ideal() if enum_choice(FidelityPreset, "fidelity", name) is FidelityPreset.IDEAL else cls()
 
     def slowdown_of(self, application: str) -> float:
         """The slowdown factor of ``application`` (1 when not listed)."""

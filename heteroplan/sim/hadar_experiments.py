@@ -40,7 +40,7 @@ from heteroplan.schema import Number, Pair, Record, decode, naming_file, shown
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.sim.loop import simulate
 from heteroplan.sim.metrics import SimResult
-from heteroplan.sim.sweep.spec import CellSpec, SweepSpec, parse_sweep, read_toml
+from heteroplan.sim.sweep.spec import CellSpec, SimulatorKind, SweepSpec, parse_sweep, read_toml
 from heteroplan.solvers import solve
 from heteroplan.workload.rigid import RigidJob
 
@@ -272,7 +272,7 @@ def gavel_metrics(result: SimResult, jobs: Sequence[RigidJob], cluster: Cluster,
     out = {k: v for k, v in result.summary().items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     fl = floors(jobs, cluster, setting, forking)
     measured = {j.job_id for j in _window(jobs, setting)}
-    done = {j.name: j.jct for j in result.finished() if j.name in measured}
+    done = {j.job_id: j.jct_s for j in result.finished() if j.job_id in measured}
     window_jct = float(np.mean(list(done.values()))) / 3600 if len(done) == len(measured) else math.nan
     out |= {"floor_jct_h": fl.avg_jct_h, "floor_makespan_h": fl.makespan_h, "window_avg_jct_h": window_jct,
             "window_unfinished": len(measured) - len(done), "jct_over_floor": window_jct / fl.avg_jct_h,
@@ -304,7 +304,7 @@ def gavel_cell(cell: CellSpec, setting: GavelSetting) -> dict[str, Any]:
     from heteroplan.workload.gavel import generate_workload, load_throughputs
     from heteroplan.workload.rigid import rigid_jobs_from_gavel
 
-    if cell.simulator != "slotted":
+    if cell.simulator != SimulatorKind.SLOTTED:
         raise InputError("simulator", cell.simulator, "the Gavel setting runs the slotted simulator")
     cluster = build_cluster(cell.cluster)
     policy = build_policy(cell.policy, cell.simulator)
@@ -313,7 +313,7 @@ def gavel_cell(cell: CellSpec, setting: GavelSetting) -> dict[str, Any]:
     jobs = rigid_jobs_from_gavel(gavel, load_throughputs())[: cell.jobs]
     max_time = cell.max_hours * 3600 if cell.max_hours is not None else None
     result = simulate_gavel(jobs, cluster, policy, setting, cell.round_length or 360.0, max_time)
-    return {"metrics": gavel_metrics(result, jobs, cluster, setting, bool(policy.forking)), "jcts": [j.jct for j in result.finished()],
+    return {"metrics": gavel_metrics(result, jobs, cluster, setting, bool(policy.forking)), "jcts": [j.jct_s for j in result.finished()],
             "error": result.error}
 
 

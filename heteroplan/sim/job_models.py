@@ -22,21 +22,20 @@ from typing import Any
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError
+from heteroplan.inputs import enum_choice
 from heteroplan.perf.applications import AppSpec, get_app
 from heteroplan.perf.goodput import GoodputModel, ThroughputTable
 from heteroplan.perf.gradstats import GradStats
 from heteroplan.perf.protocols import ObservesSteps
-from heteroplan.perf.sia_data import bootstrap_model, grad_stats, true_model
+from heteroplan.perf.sia_data import Estimator, bootstrap_model, grad_stats, true_model
 from heteroplan.perf.throughput import sync_time, throughput
 from heteroplan.policies.base import Allocation, JobState, PerfModel
 from heteroplan.scheduling.decisions import StepTiming
-from heteroplan.sim.fidelity import SimFidelity
+from heteroplan.sim.fidelity import BatchSizeSource, GradStatsSource, SimFidelity
 from heteroplan.workload.rigid import RigidJob
 from heteroplan.workload.sia import JobSpec
 
-__all__ = ["SimJob", "GoodputJob", "TableJob", "build_jobs", "ESTIMATORS"]
-
-ESTIMATORS = ("bootstrap", "oracle")
+__all__ = ["SimJob", "GoodputJob", "TableJob", "build_jobs"]
 _RATE_CACHE_LIMIT = 4096  # rates kept per job (configurations x model states)
 
 
@@ -126,7 +125,7 @@ class GoodputJob(SimJob):
 
     def _uses_estimate(self, oracle: bool) -> bool:
         est = self.estimator
-        return (self.elastic and not oracle and self.fidelity.batch_size == "estimated" and est is not self.truth
+        return (self.elastic and not oracle and self.fidelity.batch_size is BatchSizeSource.ESTIMATED and est is not self.truth
                 and isinstance(est, GoodputModel))
 
     def rate_on(self, gpu_type: str, num_nodes: int, num_gpus: int, oracle: bool = False) -> tuple[float, int, int]:
@@ -273,21 +272,21 @@ class TableJob(SimJob):
         return self.throughputs.get(gpu_type, 0.0) * num_gpus / self.requested_gpus, 0, 0
 
 
-def _goodput_job(spec: JobSpec, elastic_policy: bool, estimator: str, fidelity: SimFidelity,
+def _goodput_job(spec: JobSpec, elastic_policy: bool, estimator: Estimator, fidelity: SimFidelity,
                  truths: dict[str, GoodputModel], profiling: float) -> GoodputJob:
     app = get_app(spec.application)
     if spec.application not in truths:
         truths[spec.application] = true_model(spec.application)
     truth = truths[spec.application]
-    est = bootstrap_model(spec.application, profiles_from=fidelity.profiles) if estimator == "bootstrap" else truth
+    est = bootstrap_model(spec.application, profiles_from=fidelity.profiles) if estimator is Estimator.BOOTSTRAP else truth
     return GoodputJob(
         name=spec.name, application=spec.application, arrival_time=spec.arrival_time,
         requested_gpus=spec.num_replicas, max_gpus=int(app.max_batch_size), total_work=app.total_work,
         restart_delay=app.restart_delay, estimator=est, elastic=elastic_policy and spec.elastic,
         given_batch=spec.batch_size,
-        ready_time=spec.arrival_time + (profiling if estimator == "bootstrap" else 0.0),
+        ready_time=spec.arrival_time + (profiling if estimator is Estimator.BOOTSTRAP else 0.0),
         app=app, truth=truth, fidelity=fidelity,
-        grad=grad_stats(spec.application) if fidelity.grad_stats == "batch" else None,
+        grad=grad_stats(spec.application) if fidelity.grad_stats is GradStatsSource.BATCH else None,
         slowdown=fidelity.slowdown_of(spec.application),
     )
 
@@ -302,18 +301,18 @@ def _table_job(job: RigidJob) -> TableJob:
     )
 
 
-def build_jobs(jobs: Any, cluster: Cluster, elastic_policy: bool, estimator: str | None,
+def build_jobs(jobs: Any, cluster: Cluster, elastic_policy: bool, estimator: Estimator | str | None,
                fidelity: SimFidelity) -> list[SimJob]:
     """Simulator jobs for a workload of :class:`JobSpec` and/or :class:`RigidJob` items
     (:class:`SimJob` items pass through unchanged, so a caller may keep them to inspect).
 
-    ``estimator`` (Sia jobs): ``"bootstrap"`` (Sia's: 1-GPU profiles, refined online) or
-    ``"oracle"`` (the ground truth); ``None``: bootstrap for elastic policies, else oracle.
+    ``estimator`` (Sia jobs; :class:`~heteroplan.perf.sia_data.Estimator` or its value):
+    ``"bootstrap"`` (Sia's: 1-GPU profiles, refined online) or ``"oracle"`` (the ground truth);
+    ``None``: bootstrap for elastic policies, else oracle.
     Rigid jobs' policies always see their throughput table.
     """
-    estimator = estimator or ("bootstrap" if elastic_policy else "oracle")
-    if estimator not in ESTIMATORS:
-        raise InputError("estimator", estimator, f"choose one of {list(ESTIMATORS)}")
+    estimator = enum_choice(Estimator, "estimator",
+                            estimator or (Estimator.BOOTSTRAP if elastic_policy else Estimator.ORACLE))
     profiling = fidelity.profiling_time * len(cluster.type_names)
     truths: dict[str, GoodputModel] = {}
     out: list[SimJob] = []

@@ -18,7 +18,7 @@ arriving inside a round are first seen at the next round boundary.
 Before the first round the loop refuses what can never run: a job without performance data
 for one of the cluster's GPU types is a :class:`~heteroplan.errors.MissingDataError` naming
 the job, its application and the types; a job the session's admission
-(:func:`~heteroplan.scheduling.admission`) would park -- a rigid job larger than the GPUs it can use -- is
+(:func:`~heteroplan.scheduling.admission.admission`) would park -- a rigid job larger than the GPUs it can use -- is
 rejected (``on_infeasible="reject"``, listed in ``SimResult.rejected``) or an
 :class:`~heteroplan.errors.InputError` (``"raise"``). A policy that raises, or returns an
 allocation the cluster or the job cannot carry out, stops the run with a
@@ -31,19 +31,21 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from enum import StrEnum
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import HeteroplanError, InputError, MissingDataError
-from heteroplan.inputs import MIN_ROUND_S
+from heteroplan.inputs import MIN_ROUND_S, enum_choice
+from heteroplan.perf.sia_data import Estimator
 from heteroplan.policies.base import Policy, counts_by_type
 from heteroplan.scheduling import (
     DecisionKind,
     JobRecord,
     RoundDecisions,
     SchedulingSession,
-    admission,
     check_policy,
 )
+from heteroplan.scheduling.admission import admission
 from heteroplan.sim.events import SimEvent, SimEventKind
 from heteroplan.sim.fidelity import SimFidelity
 from heteroplan.sim.job_models import SimJob, build_jobs
@@ -53,12 +55,16 @@ from heteroplan.sim.training import SimulatedTraining
 from heteroplan.workload.rigid import RigidJob
 from heteroplan.workload.sia import JobSpec
 
-__all__ = ["simulate", "DEFAULT_MAX_TIME", "check_policy"]
+__all__ = ["simulate", "DEFAULT_MAX_TIME", "check_policy", "OnInfeasible"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TIME = 90 * 24 * 3600.0  # s; the guard on simulated time when none is given
-_ON_INFEASIBLE = ("reject", "raise")
+class OnInfeasible(StrEnum):
+    """What :func:`simulate` does with a rigid job larger than the GPUs it can use."""
+
+    REJECT = "reject"  # list it in ``SimResult.rejected`` and simulate the rest
+    RAISE = "raise"  # raise InputError naming the job
 
 
 def _check_data(cluster: Cluster, jobs: Sequence[SimJob]) -> None:
@@ -75,7 +81,7 @@ def _check_data(cluster: Cluster, jobs: Sequence[SimJob]) -> None:
             )
 
 
-def _reject_infeasible(cluster: Cluster, jobs: list[SimJob], on_infeasible: str) -> dict[str, str]:
+def _reject_infeasible(cluster: Cluster, jobs: list[SimJob], on_infeasible: OnInfeasible) -> dict[str, str]:
     """Jobs the session's admission would park for good (the cluster never changes in a
     simulation): needing more GPUs together than the types they can run on hold."""
     rejected: dict[str, str] = {}
@@ -83,7 +89,7 @@ def _reject_infeasible(cluster: Cluster, jobs: list[SimJob], on_infeasible: str)
         parked = admission(cluster, job.requested_gpus, job.elastic,
                            lambda k, nodes, gpus, job=job: job.rate_on(k, nodes, gpus, oracle=True)[0])
         if parked is not None:
-            if on_infeasible == "raise":
+            if on_infeasible is OnInfeasible.RAISE:
                 raise InputError(f"job[{job.name}].requested_gpus", parked.need_gpus, parked.detail)
             rejected[job.name] = parked.detail
     return rejected
@@ -174,10 +180,10 @@ def simulate(
     progress: bool | None = None,
     *,
     max_rounds: int | None = None,
-    estimator: str | None = None,
+    estimator: Estimator | str | None = None,
     fidelity: SimFidelity | None = None,
     stall_limit: float = 24 * 3600.0,
-    on_infeasible: str = "reject",
+    on_infeasible: OnInfeasible | str = OnInfeasible.REJECT,
     record: bool = False,
 ) -> SimResult:
     """Run ONE policy on one workload and cluster; the round loop every policy shares.
@@ -194,12 +200,13 @@ def simulate(
             90 days); unfinished jobs are reported, ``stop_reason="max_time"``.
         progress: progress bar on stderr (default: when stderr is a terminal).
         max_rounds: stop after this many rounds (``stop_reason="max_rounds"``).
-        estimator: Sia jobs' model as policies see it: ``"bootstrap"`` or ``"oracle"``
-            (default: bootstrap for elastic policies, else oracle).
+        estimator: Sia jobs' model as policies see it (:class:`~heteroplan.perf.sia_data.Estimator`
+            or its value): ``"bootstrap"`` or ``"oracle"`` (default: bootstrap for elastic policies,
+            else oracle).
         fidelity: the Sia artifact's simulator mechanisms (:class:`SimFidelity`, default on).
         stall_limit: stop (``stop_reason="stalled"``, ``error`` says which jobs wait) after
             this many seconds in which no job progressed and no arrival remains.
-        on_infeasible: ``"reject"`` lists rigid jobs larger than their usable GPUs in
+        on_infeasible: :class:`OnInfeasible` or its value: ``"reject"`` lists rigid jobs larger than their usable GPUs in
             ``rejected``; ``"raise"`` raises :class:`InputError` instead.
         record: keep every round's decisions in ``SimResult.decisions`` (those of jobs that hold
             or lose GPUs; and so its allocations in ``SimResult.schedule``).
@@ -251,8 +258,7 @@ def _check_options(jobs: Sequence[JobSpec | RigidJob], cluster: Cluster, policy:
                          f"must be >= {MIN_ROUND_S:g} seconds (a scheduling round, not a time step)")
     if not jobs:
         raise InputError("jobs", jobs, "the workload has no jobs")
-    if on_infeasible not in _ON_INFEASIBLE:
-        raise InputError("on_infeasible", on_infeasible, f"choose one of {list(_ON_INFEASIBLE)}")
+    on_infeasible = enum_choice(OnInfeasible, "on_infeasible", on_infeasible)
     max_time = DEFAULT_MAX_TIME if max_time is None else max_time
     if isinstance(max_time, bool | str) or not max_time > 0:  # a string would fail deep in the loop
         raise InputError("max_time", max_time, "must be a number of seconds > 0")

@@ -14,12 +14,14 @@ import numpy as np
 
 from heteroplan._html import table, title
 from heteroplan.atomic_json import write_json_atomic
+from heteroplan.inputs import enum_choice
 from heteroplan.names import printable
 from heteroplan.policies.base import Allocation
 from heteroplan.scheduling.decisions import RoundDecisions
 from heteroplan.scheduling.records import JobRecord
 from heteroplan.sim.events import SimEvent
 from heteroplan.sim.summary import SimSummary
+from heteroplan.sim.tables import FrameKind
 
 __all__ = ["JobRecord", "SimResult", "SimSummary", "compare_table"]
 
@@ -85,17 +87,17 @@ class SimResult:
     @property
     def completion(self) -> dict[str, float]:
         """Finish time (s) of every finished job."""
-        return {j.name: j.finish_time for j in self.jobs if j.finish_time is not None}
+        return {j.job_id: j.finish_time for j in self.jobs if j.finish_time is not None}
 
     @property
     def first_start(self) -> dict[str, float]:
         """First time (s) each started job got GPUs."""
-        return {j.name: j.start_time for j in self.jobs if j.start_time is not None}
+        return {j.job_id: j.start_time for j in self.jobs if j.start_time is not None}
 
     @property
     def unfinished(self) -> list[str]:
         """Admitted jobs that did not finish (sorted)."""
-        return sorted(j.name for j in self.jobs if j.finish_time is None)
+        return sorted(j.job_id for j in self.jobs if j.finish_time is None)
 
     # ------------------------------------------------------------ metrics
     def summary(self) -> SimSummary:
@@ -111,7 +113,7 @@ class SimResult:
         per round (ms) and in total (s).
         """
         done = self.finished()
-        jct = np.array([j.jct for j in done]) if done else np.zeros(0)
+        jct = np.array([j.jct_s for j in done]) if done else np.zeros(0)
         first = min((j.arrival_time for j in done), default=0.0)
         makespan = max((j.finish_time for j in done), default=first) - first
         total_gpus = sum(self.capacity.values())
@@ -123,8 +125,8 @@ class SimResult:
         window = (max(max((j.finish_time for j in done), default=0.0), self.end_time if unfinished else 0.0)
                   - min((j.arrival_time for j in self.jobs), default=0.0))
         finite = [j for j in done if np.isfinite(j.isolated_time) and j.isolated_time > 0]
-        ftf = np.array([j.jct / (j.isolated_time * max(1.0, j.avg_active)) for j in finite])
-        rho = np.array([j.jct / (j.isolated_time * max(1.0, j.avg_active * j.requested_gpus / max(total_gpus, 1)))
+        ftf = np.array([j.jct_s / (j.isolated_time * max(1.0, j.avg_active)) for j in finite])
+        rho = np.array([j.jct_s / (j.isolated_time * max(1.0, j.avg_active * j.requested_gpus / max(total_gpus, 1)))
                         for j in finite])
         queue = np.array([j.queueing_delay_s for j in done])
         pt = np.array(self.policy_times) if self.policy_times else np.zeros(1)
@@ -162,8 +164,8 @@ class SimResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "summary": self.summary().to_dict(),
-            # the record's fields (seconds), its derived times with their unit ("jct": the former key)
-            "jobs": [asdict(j) | {"jct_s": j.jct_s, "queueing_delay_s": j.queueing_delay_s, "jct": j.jct_s}
+            # the record's fields (seconds), its derived times with their unit
+            "jobs": [asdict(j) | {"jct_s": j.jct_s, "queueing_delay_s": j.queueing_delay_s}
                      for j in self.jobs],
             "rejected": dict(self.rejected),
             "timeline": [{"time": t, "in_use": dict(u), "active": n} for t, u, n in self.timeline],
@@ -178,17 +180,15 @@ class SimResult:
         write_json_atomic(path, self.to_dict(), default=float)
         return path
 
-    def to_dataframe(self, what: str = "jobs") -> Any:
-        """A pandas DataFrame: ``"jobs"`` (one row per job), ``"gpus"`` (GPUs in use per type
-        over time) or ``"summary"`` (one row); see :mod:`heteroplan.sim.tables`."""
+    def to_dataframe(self, what: FrameKind | str = FrameKind.JOBS) -> Any:
+        """A pandas DataFrame (:class:`~heteroplan.sim.tables.FrameKind` or its value): ``"jobs"``
+        (one row per job), ``"gpus"`` (GPUs in use per type over time) or ``"summary"`` (one row);
+        see :mod:`heteroplan.sim.tables`."""
         from heteroplan.sim import tables
 
-        frames = {"jobs": tables.jobs_frame, "gpus": tables.gpus_frame, "summary": lambda r: tables.summary_frame([r])}
-        if what not in frames:
-            from heteroplan.errors import InputError
-
-            raise InputError("what", what, f"choose one of {sorted(frames)}")
-        return frames[what](self)
+        frames = {FrameKind.JOBS: tables.jobs_frame, FrameKind.GPUS: tables.gpus_frame,
+                  FrameKind.SUMMARY: lambda r: tables.summary_frame([r])}
+        return frames[enum_choice(FrameKind, "what", what)](self)
 
     def __repr__(self) -> str:
         """A few lines: what ran, where, how far, and the summary (the records stay out of it)."""

@@ -60,8 +60,6 @@ METRICS: dict[str, Quantity] = {q.name: q for q in (
     Quantity("rounds", "rounds simulated", "", _NONNEG),
     Quantity("wall_s", "wall time", "s", _NONNEG),
 )}
-# Former spellings still found in stored results.
-METRICS["avg_queuing_delay_h"] = METRICS["avg_queueing_delay_h"]
 
 
 def quantity(name: str) -> Quantity:

@@ -7,15 +7,11 @@ in the names, to their values, so tables and JSON take it as they took the forme
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-__all__ = ["SimSummary", "DEPRECATED_NAMES"]
-
-# Former spellings still accepted as keys (with a DeprecationWarning): old name -> name.
-DEPRECATED_NAMES = {"avg_queuing_delay_h": "avg_queueing_delay_h"}
+__all__ = ["SimSummary"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,10 +60,6 @@ class SimSummary(Mapping[str, Any]):
 
     # ------------------------------------------------------------ mapping
     def __getitem__(self, key: str) -> Any:
-        if key in DEPRECATED_NAMES:
-            warnings.warn(f"summary key {key!r} is deprecated; use {DEPRECATED_NAMES[key]!r}", DeprecationWarning,
-                          stacklevel=2)
-            key = DEPRECATED_NAMES[key]
         if key not in _NAMES:
             raise KeyError(key)
         return getattr(self, key)
@@ -80,12 +72,6 @@ class SimSummary(Mapping[str, Any]):
 
     def __contains__(self, key: object) -> bool:
         return key in _NAMES
-
-    @property
-    def avg_queuing_delay_h(self) -> float:
-        """Deprecated spelling of :attr:`avg_queueing_delay_h`."""
-        warnings.warn("avg_queuing_delay_h is deprecated; use avg_queueing_delay_h", DeprecationWarning, stacklevel=2)
-        return self.avg_queueing_delay_h
 
     def to_dict(self) -> dict[str, Any]:
         """A plain dict (JSON), the metric names as keys."""

@@ -7,12 +7,21 @@ so it works for any simulator that fills a :class:`~heteroplan.sim.metrics.SimRe
 from __future__ import annotations
 
 from collections.abc import Iterable
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["jobs_frame", "gpus_frame", "summary_frame", "Comparison"]
+__all__ = ["jobs_frame", "gpus_frame", "summary_frame", "Comparison", "FrameKind"]
+
+
+class FrameKind(StrEnum):
+    """Which table ``to_dataframe`` gives."""
+
+    JOBS = "jobs"  # one row per job
+    GPUS = "gpus"  # GPUs in use per type over time (one result)
+    SUMMARY = "summary"  # the paper's metrics, one row per result
 
 # column -> the JobRecord attribute it shows; every time has its unit in the column's name
 # (the columns were "arrival_time", "start_time", "finish_time", "jct", "queueing_delay", "isolated_time")
@@ -57,18 +66,20 @@ class Comparison(list):
     """The results of :func:`~heteroplan.sim.compare.compare_policies` (a list, in policy order)
     that also shows itself as a table in notebooks."""
 
-    def to_dataframe(self, what: str = "summary") -> pd.DataFrame:
-        """``"summary"``: one row per policy; ``"jobs"``: every job of every policy (MultiIndex
-        ``(policy, name)``)."""
-        if what == "summary":
+    def to_dataframe(self, what: FrameKind | str = FrameKind.SUMMARY) -> pd.DataFrame:
+        """:class:`FrameKind` or its value: ``"summary"``: one row per policy; ``"jobs"``: every job
+        of every policy (MultiIndex ``(policy, name)``)."""
+        from heteroplan.errors import InputError
+        from heteroplan.inputs import enum_choice
+
+        what = enum_choice(FrameKind, "what", what)
+        if what is FrameKind.SUMMARY:
             return summary_frame(self)
-        if what == "jobs":
+        if what is FrameKind.JOBS:
             import pandas as pd
 
             return pd.concat([jobs_frame(r) for r in self]).set_index("policy", append=True).swaplevel()
-        from heteroplan.errors import InputError
-
-        raise InputError("what", what, "choose 'summary' or 'jobs'")
+        raise InputError("what", what, "a comparison's tables: choose 'summary' or 'jobs'")
 
     def __repr__(self) -> str:
         """The summaries side by side (a row per policy), not every job record."""

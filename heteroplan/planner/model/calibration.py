@@ -23,23 +23,39 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
 
 from heteroplan.errors import InputError
+from heteroplan.inputs import enum_choice
 from heteroplan.planner.model.sim_config import PROFILED_CONFIG, SimConfig
-from heteroplan.planner.model.simulator import simulate_plan
+from heteroplan.planner.model.simulator import PlanEstimate, simulate_plan
 from heteroplan.planner.plan import Plan
 
 __all__ = [
-    "Calibration", "BOUNDS", "TIME_CONSTANTS", "MEMORY_CONSTANTS", "fit_sim_config", "relative_errors", "time_constants_for",
+    "Calibration", "CalibratedQuantity", "BOUNDS", "TIME_CONSTANTS", "MEMORY_CONSTANTS", "fit_sim_config", "relative_errors", "time_constants_for",
 ]
 
 TIME_CONSTANTS = ("compute_scale", "microbatch_overhead_s", "transfer_latency_s", "allreduce_latency_s", "straggler_cv")
 MEMORY_CONSTANTS = ("overhead_gb", "working_layers")
-QUANTITIES = ("iteration_time", "peak_memory_gb")
+
+
+class CalibratedQuantity(StrEnum):
+    """What a calibration fits the simulator to: iteration time (s) or peak memory (GB)."""
+
+    ITERATION_TIME = "iteration_time"
+    PEAK_MEMORY_GB = "peak_memory_gb"
+
+    @property
+    def unit(self) -> str:
+        return "s" if self is CalibratedQuantity.ITERATION_TIME else "GB"
+
+    def of(self, estimate: PlanEstimate) -> float:
+        """This quantity of a plan's estimate (s or GB)."""
+        return estimate.iteration_time_s if self is CalibratedQuantity.ITERATION_TIME else estimate.peak_memory_gb
 _log = logging.getLogger(__name__)
 _RESTARTS = 5
 
@@ -89,7 +105,7 @@ class Calibration:
         base: the config the fit started from.
         constants: names of the fitted constants.
         names: one label per measured plan.
-        quantity: ``"iteration_time"`` (seconds) or ``"peak_memory_gb"`` (GB).
+        quantity: :class:`CalibratedQuantity`: ``"iteration_time"`` (seconds) or ``"peak_memory_gb"`` (GB).
         measured: the measurements, one per plan.
         predicted_before: simulated with ``base``.
         predicted_after: simulated with ``config``.
@@ -112,7 +128,7 @@ class Calibration:
     base: SimConfig
     constants: tuple[str, ...]
     names: tuple[str, ...]
-    quantity: str
+    quantity: CalibratedQuantity
     measured: np.ndarray
     predicted_before: np.ndarray
     predicted_after: np.ndarray
@@ -137,7 +153,7 @@ class Calibration:
 
     def describe(self) -> str:
         """A table of measured vs predicted values, before and after the fit, and the constants."""
-        unit = "s" if self.quantity == "iteration_time" else "GB"
+        unit = self.quantity.unit
         width = max([len("plan"), *map(len, self.names)])
         lines = [f"{'plan':<{width}}  measured {unit:>2}  before {unit:>2}  error   after {unit:>2}  error"]
         for name, m, b, a in zip(self.names, self.measured, self.predicted_before, self.predicted_after, strict=True):
@@ -155,7 +171,7 @@ class Calibration:
 
     def reach_notes(self) -> list[str]:
         """One line per plan out of reach: what was measured and the nearest end of the reach."""
-        unit = "s" if self.quantity == "iteration_time" else "GB"
+        unit = self.quantity.unit
         notes = []
         for name, m, (lo, hi) in zip(self.names, self.measured, self.reach, strict=True):
             if name in self.out_of_reach:
@@ -180,28 +196,26 @@ class Calibration:
 
 def relative_errors(
     plans: Sequence[Plan], measured: Sequence[float], config: SimConfig,
-    quantity: str = "iteration_time", **simulate_kwargs: Any,
+    quantity: CalibratedQuantity | str = CalibratedQuantity.ITERATION_TIME, **simulate_kwargs: Any,
 ) -> np.ndarray:
-    """``predicted / measured - 1`` of each plan under ``config`` (``simulate_kwargs`` go to ``simulate``)."""
-    predicted = _predict(plans, config, quantity, simulate_kwargs)
+    """``predicted / measured - 1`` of each plan under ``config`` (``simulate_kwargs`` go to ``simulate_plan``)."""
+    predicted = _predict(plans, config, enum_choice(CalibratedQuantity, "quantity", quantity), simulate_kwargs)
     return predicted / np.asarray(measured, dtype=float) - 1
 
 
-def _predict(plans: Sequence[Plan], config: SimConfig, quantity: str, simulate_kwargs: Mapping[str, Any]) -> np.ndarray:
-    attribute = {"iteration_time": "iteration_time_s"}.get(quantity, quantity)  # PlanEstimate's name, unit in it
-    return np.array([getattr(simulate_plan(p, config=config, **simulate_kwargs), attribute) for p in plans])
+def _predict(plans: Sequence[Plan], config: SimConfig, quantity: CalibratedQuantity,
+             simulate_kwargs: Mapping[str, Any]) -> np.ndarray:
+    return np.array([quantity.of(simulate_plan(p, config=config, **simulate_kwargs)) for p in plans])
 
 
 def _fit_inputs(plans: Sequence[Plan] | Mapping[str, Plan], measured: Sequence[float], constants: Sequence[str] | None,
-                quantity: str) -> tuple[tuple[str, ...], list[Plan], tuple[str, ...], np.ndarray]:
+                quantity: CalibratedQuantity) -> tuple[tuple[str, ...], list[Plan], tuple[str, ...], np.ndarray]:
     """``(labels, plans, constants, measurements)`` of :func:`fit_sim_config`'s arguments, checked
     (:class:`InputError` naming the argument), the constants defaulted for the quantity."""
     names = tuple(plans) if isinstance(plans, Mapping) else tuple(f"plan {i}" for i in range(len(plans)))
     plan_list = list(plans.values()) if isinstance(plans, Mapping) else list(plans)
-    if quantity not in QUANTITIES:
-        raise InputError("quantity", quantity, f"must be one of {QUANTITIES}")
     if constants is None:
-        constants = time_constants_for(plan_list) if quantity == "iteration_time" else MEMORY_CONSTANTS
+        constants = time_constants_for(plan_list) if quantity is CalibratedQuantity.ITERATION_TIME else MEMORY_CONSTANTS
     constants = tuple(constants)
     for c in constants:
         if c not in _BOUNDS:
@@ -221,7 +235,7 @@ def fit_sim_config(
     measured: Sequence[float],
     *,
     constants: Sequence[str] | None = None,
-    quantity: str = "iteration_time",
+    quantity: CalibratedQuantity | str = CalibratedQuantity.ITERATION_TIME,
     base: SimConfig = PROFILED_CONFIG,
     max_iterations: int = 2000,
     **simulate_kwargs: Any,
@@ -234,7 +248,7 @@ def fit_sim_config(
         constants: names of :class:`SimConfig` constants to fit; at most as many as plans
             (default: :func:`time_constants_for` the plans for time, :data:`MEMORY_CONSTANTS`
             for memory).
-        quantity: ``"iteration_time"`` or ``"peak_memory_gb"``.
+        quantity: :class:`CalibratedQuantity` or its value: ``"iteration_time"`` or ``"peak_memory_gb"``.
         base: starting point; the constants not fitted keep its values.
         max_iterations: Nelder-Mead iteration limit (``converged`` says whether it was enough).
         simulate_kwargs: passed to :func:`simulate` (``data_dir``, ``profile``, ``gpu_types``, ...).
@@ -243,6 +257,7 @@ def fit_sim_config(
         InputError: unknown constant or quantity, a measurement that is not a positive number,
             fewer plans than constants.
     """
+    quantity = enum_choice(CalibratedQuantity, "quantity", quantity)
     names, plan_list, constants, y = _fit_inputs(plans, measured, constants, quantity)
 
     def config_at(x: np.ndarray) -> SimConfig:

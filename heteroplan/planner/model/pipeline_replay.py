@@ -2,7 +2,7 @@
 
 Prices what the closed form cannot (buffered sends) and checks it where it can: the simulator's
 closed-form pipeline time
-(:func:`heteroplan.planner.model.simulator.simulate`): it executes, stage by stage, the instruction
+(:func:`heteroplan.planner.model.simulator.simulate_plan`): it executes, stage by stage, the instruction
 stream of DeepSpeed's ``TrainSchedule`` (the pipeline engine of Sailor's runtime, which ran the
 measured GH200 and MIT runs) and lets every transfer block both of its ends until it is done.
 

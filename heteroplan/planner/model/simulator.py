@@ -23,7 +23,7 @@ Model (units: seconds, bytes, GB, $):
 - Constants per platform: each replica's compute and memory use its GPU type's
   :class:`SimConfig` (:class:`PlatformConfigs`); a transfer uses its sender's, an all-reduce the
   largest latency of its ring. A type without its own constants uses the uncalibrated default,
-  and :attr:`SimResult.uncalibrated` names it.
+  and :attr:`PlanEstimate.uncalibrated` names it.
 - Memory per GPU: ``overhead + bytes_per_param * params + act_bytes * act_mem * mbs * inflight``,
   ``inflight = min(S - s, M)`` microbatches held by stage ``s`` under 1F1B.
 - Cost per iteration: GPUs x $/h x T / 3600 + egress ($/GB) on bytes that cross zones.
@@ -37,7 +37,6 @@ from pathlib import Path
 
 import numpy as np
 
-from heteroplan._deprecated import renamed
 from heteroplan.cluster import SAILOR_GPU_TYPES, GPUType
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import NetworkModel, load_network
@@ -83,7 +82,7 @@ from heteroplan.planner.model.terms import (
 from heteroplan.planner.plan import OptimizerSharding, Plan, Precision, Recomputation, Stage
 
 __all__ = [
-    "SimConfig", "PlatformConfigs", "PlanEstimate", "simulate_plan", "SimResult", "simulate", "DEFAULT_CONFIG",
+    "SimConfig", "PlatformConfigs", "PlanEstimate", "simulate_plan", "DEFAULT_CONFIG",
     "PROFILED_CONFIG", "SHIPPED_PLATFORMS", "gpu_catalog", "replica_pipeline_times", "MemoryFit", "TimeTerms",
     "CostTerms", "MemoryTerms", "StageMemory", "StageTimes", "memory_terms", "PrecisionWarning",
 ]
@@ -265,9 +264,7 @@ class StageTimes:
 class PlanEstimate:
     """What the machine model predicts for one plan, in total and by term.
 
-    Units are in the names, as in :class:`~heteroplan.planner.api.PlanResult`; the former
-    ``iteration_time``, ``memory_per_stage``, ``cost_per_iteration``, ``pipeline_time``,
-    ``sync_time`` and ``throughput`` still read, with a :class:`DeprecationWarning`.
+    Units are in the names, as in :class:`~heteroplan.planner.api.PlanResult`.
 
     Attributes:
         iteration_time_s: seconds per iteration.
@@ -310,13 +307,6 @@ class PlanEstimate:
     def fits(self) -> bool:
         """Whether every GPU of the plan fits its memory."""
         return self.memory_fit is None or self.memory_fit.fits
-
-    iteration_time = renamed("iteration_time", "iteration_time_s")
-    memory_per_stage = renamed("memory_per_stage", "memory_per_stage_gb")
-    cost_per_iteration = renamed("cost_per_iteration", "cost_per_iteration_usd")
-    pipeline_time = renamed("pipeline_time", "pipeline_time_s")
-    sync_time = renamed("sync_time", "sync_time_s")
-    throughput = renamed("throughput", "throughput_iter_s")
 
     @property
     def throughput_iter_s(self) -> float:
@@ -669,6 +659,3 @@ def _critical_path(fb: np.ndarray, comm: np.ndarray, micro: np.ndarray, t_pipe: 
     return TimeTerms(compute, float(closed[d]) - compute, float(t_pipe[d] - closed[d]), pipe_time - float(t_pipe[d]),
                      float(allreduce[k]), float(update[k]))
 
-
-simulate = simulate_plan  # the planner's name before the cluster simulator's ``simulate`` made it ambiguous
-SimResult = PlanEstimate

@@ -5,7 +5,7 @@ every (type, zone) pool and TP degree, every homogeneous pipeline whose replicas
 two or more zones of one type (``span_zones``; replicas placed by
 :func:`~heteroplan.planner.search.searcher.spread_replicas`), and every contiguous layer split (and, with
 ``sharding``, every choice of ZeRO-1 for the stages with several replicas and ``tp == 1``) is built as a
-:class:`Plan` and scored by :func:`heteroplan.planner.model.simulator.simulate` (an independent
+:class:`Plan` and scored by :func:`heteroplan.planner.model.simulator.simulate_plan` (an independent
 code path from the search's matrices). Exponential in the pipeline depth: small cases only.
 :func:`brute_force_pipeline_set` does the same for sets of two independent pipelines
 (:func:`~heteroplan.planner.model.pipeline_set.simulate_pipeline_set`).
@@ -26,9 +26,9 @@ from heteroplan.planner.model.microbatches import class_microbatches, two_class_
 from heteroplan.planner.model.pipeline_set import PipelineSetEstimate, simulate_pipeline_set
 from heteroplan.planner.model.simulator import (
     SHIPPED_PLATFORMS,
+    PlanEstimate,
     PlatformConfigs,
     SimConfig,
-    SimResult,
     simulate_plan,
 )
 from heteroplan.planner.pipeline_set import PipelineSet
@@ -237,7 +237,7 @@ def brute_force(
     network: NetworkModel | None = None,
     config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS,
     every_share: bool = False,
-) -> tuple[Plan, SimResult]:
+) -> tuple[Plan, PlanEstimate]:
     """Best plan by exhaustive enumeration (same objective and constraints as the search);
     ``mixed`` adds the plans whose stages mix two pipeline kinds (:func:`enumerate_mixed_plans`;
     ``every_share``: with every sharing of the microbatches among their replicas);
@@ -245,7 +245,7 @@ def brute_force(
     mixed plans)."""
     network = network or load_network()
     goal = Goal.of(objective, budget, min_throughput)
-    best: tuple[tuple[float, float], Plan, SimResult] | None = None
+    best: tuple[tuple[float, float], Plan, PlanEstimate] | None = None
     plans = enumerate_plans(profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, span_zones, sharding)
     if mixed:
         plans = itertools.chain(plans, enumerate_mixed_plans(

@@ -45,7 +45,7 @@ def spread_replicas(capacity: dict[str, int], zones: tuple[str, ...], dp: int) -
 
 def ring_links(gpu: str, spread: Spread) -> list[tuple[Pool, Pool]]:
     """Links of the all-reduce ring over replicas grouped by zone in ``spread`` order (as
-    :func:`~heteroplan.planner.model.simulator.simulate` walks them): one per zone change, plus the
+    :func:`~heteroplan.planner.model.simulator.simulate_plan` walks them): one per zone change, plus the
     zone's own link where it holds two or more replicas."""
     zones = [z for z, _ in spread]
     links = [((gpu, z), (gpu, z)) for z, n in spread if n >= 2]
@@ -114,7 +114,7 @@ class SearchContext:
         ZeRO-1 (``sharded``) the step over ``1/dp`` of the state
         (:func:`~heteroplan.planner.model.terms.sharded_update_s`) and the all-gather of the updated
         fp32 weights (:func:`~heteroplan.planner.model.terms.allgather_as_allreduce_bytes`), as
-        :func:`~heteroplan.planner.model.simulator.simulate` prices them."""
+        :func:`~heteroplan.planner.model.simulator.simulate_plan` prices them."""
         tab = self.table(gpu, tp, mbs)
         if dp <= 1:
             return tab.update.copy()
@@ -147,7 +147,7 @@ class SearchContext:
     def gather_egress(self, gpu: str, spread: Spread, tp: int, mbs: int, dp: int) -> np.ndarray:
         """``(L+1, L+1)`` $ per iteration, by layer range, that ZeRO-1's all-gather of a stage's
         updated fp32 weights sends across the zones of ``spread`` (its ring's edges, as
-        :func:`~heteroplan.planner.model.simulator.simulate` bills it; 0 where no range)."""
+        :func:`~heteroplan.planner.model.simulator.simulate_plan` bills it; 0 where no range)."""
         key = ("gather-egress", gpu, spread, tp, mbs, dp)
         if key not in self.cache:
             tab = self.table(gpu, tp, mbs)

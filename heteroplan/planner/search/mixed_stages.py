@@ -3,7 +3,7 @@
 A *mixed layout* is two pipeline kinds (each a list of :class:`PipelineBlock`, same depth) with
 ``d1`` and ``d2`` replicas: stage ``s`` then holds ``d1`` replicas on kind 1's stage-``s`` hardware
 and ``d2`` on kind 2's (e.g. Sailor's A100+V100 plan whose last stage mixes both types). Both
-kinds share the layer split. Priced exactly as :func:`~heteroplan.planner.model.simulator.simulate`
+kinds share the layer split. Priced exactly as :func:`~heteroplan.planner.model.simulator.simulate_plan`
 prices the plan (the split and the sharing are chosen on the closed form; a chosen split with a
 buffered pipeline send is then priced by ``simulate`` itself, which replays that replica):
 

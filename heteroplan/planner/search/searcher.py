@@ -13,7 +13,7 @@ Plan space searched (see docs/sailor.md):
 - block ``k`` uses ``n_k * dp * tp_k`` GPUs of its pool, at most the pool's count.
 
 With ``SimConfig.straggler_cv > 0`` the split is chosen on the noise-free times, then the chosen
-split is priced with the ranks' speed noise exactly as :func:`~heteroplan.planner.model.simulator.simulate`
+split is priced with the ranks' speed noise exactly as :func:`~heteroplan.planner.model.simulator.simulate_plan`
 prices it (the noise only adds time, so the lower bounds below stay valid).
 
 Structure: :class:`Searcher` scans and prices; it is a

@@ -20,7 +20,14 @@ from typing import Any
 
 from heteroplan.cluster import Cluster, preset
 from heteroplan.errors import InputError
-from heteroplan.sim.sweep.spec import CellSpec, ClusterSpec, PolicySpec
+from heteroplan.sim.sweep.spec import (
+    CellSpec,
+    ClusterSource,
+    ClusterSpec,
+    PolicySpec,
+    SimulatorKind,
+    WorkloadSource,
+)
 
 __all__ = ["CellFunction", "build_cluster", "build_policy", "execute_cell", "failed_record", "run_cell"]
 
@@ -29,14 +36,14 @@ CellFunction = Callable[[CellSpec], dict[str, Any]]
 
 def build_cluster(spec: ClusterSpec) -> Cluster:
     """The cluster of ``spec``: a preset or JSON file, every (type, zone) GPU count x ``scale``."""
-    cluster = preset(spec.name) if spec.kind == "preset" else Cluster.from_json(spec.name)
+    cluster = preset(spec.name) if spec.kind == ClusterSource.PRESET else Cluster.from_json(spec.name)
     if spec.scale == 1:
         return cluster
     counts = {key: max(1, round(n * spec.scale)) for key, n in cluster.capacity_by_zone().items()}
     return Cluster.from_counts(cluster.gpu_types, counts, spec.label, cluster.zones)
 
 
-def build_policy(spec: PolicySpec, simulator: str = "sia") -> Any:
+def build_policy(spec: PolicySpec, simulator: SimulatorKind | str = SimulatorKind.SIA) -> Any:
     """A fresh policy for ``spec`` from the registry, named by its label; :class:`InputError` for
     an unknown name (field ``policy``) or option (field ``policy.options.<option>``).
 
@@ -65,18 +72,18 @@ def build_policy(spec: PolicySpec, simulator: str = "sia") -> Any:
 def _jobs(cell: CellSpec) -> list[Any]:
     """The cell's workload: Sia CSV jobs (bundled or a file) or Gavel-generated rigid jobs."""
     w = cell.workload
-    if cell.simulator == "slotted":
+    if cell.simulator == SimulatorKind.SLOTTED:
         from heteroplan.workload.gavel import generate_workload, load_throughputs
         from heteroplan.workload.rigid import rigid_jobs_from_gavel
 
         params = dict(w.params)
         gavel = generate_workload(params.pop("jobs"), params.pop("rate", None), seed=cell.seed, **params)
         return rigid_jobs_from_gavel(gavel, load_throughputs())[: cell.jobs]
-    if cell.simulator == "sia":
+    if cell.simulator == SimulatorKind.SIA:
         from heteroplan.workload.sia import bundled_workload, read_sia_workload
 
-        return (bundled_workload(w.name) if w.kind == "bundled" else read_sia_workload(w.name))[: cell.jobs]
-    raise InputError("simulator", cell.simulator, "choose 'sia' or 'slotted'")
+        return (bundled_workload(w.name) if w.kind == WorkloadSource.BUNDLED else read_sia_workload(w.name))[: cell.jobs]
+    raise InputError("simulator", cell.simulator, f"choose one of {[k.value for k in SimulatorKind]}")
 
 
 def run_cell(cell: CellSpec) -> dict[str, Any]:
@@ -93,12 +100,12 @@ def run_cell(cell: CellSpec) -> dict[str, Any]:
     policy = build_policy(cell.policy, cell.simulator)
     jobs = _jobs(cell)
     max_time = cell.max_hours * 3600 if cell.max_hours is not None else None
-    round_length = cell.round_length or (360.0 if cell.simulator == "slotted" else None)
-    fidelity = cell.fidelity.build() if cell.simulator == "sia" else None
+    round_length = cell.round_length or (360.0 if cell.simulator == SimulatorKind.SLOTTED else None)
+    fidelity = cell.fidelity.build() if cell.simulator == SimulatorKind.SIA else None
     result = simulate(jobs, cluster, policy, round_length=round_length, max_time=max_time, progress=False,
                       fidelity=fidelity)
     metrics = {k: v for k, v in result.summary().items() if k not in ("policy", "error")}
-    return {"metrics": metrics, "jcts": [j.jct for j in result.finished()], "error": result.error}
+    return {"metrics": metrics, "jcts": [j.jct_s for j in result.finished()], "error": result.error}
 
 
 def execute_cell(cell: CellSpec, fn: CellFunction = run_cell) -> dict[str, Any]:

@@ -18,13 +18,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from enum import StrEnum
 from typing import Any, Protocol
 
 from heteroplan.errors import InputError
+from heteroplan.inputs import enum_choice
 from heteroplan.sim.sweep.cell import failed_record
 from heteroplan.sim.sweep.spec import CellSpec
 
-__all__ = ["EXECUTORS", "Executor", "InProcessExecutor", "ProcessExecutor", "RayExecutor", "make_executor"]
+__all__ = ["ExecutorKind", "Executor", "InProcessExecutor", "ProcessExecutor", "RayExecutor", "make_executor"]
 
 log = logging.getLogger(__name__)
 CellRunner = Callable[[CellSpec], dict[str, Any]]
@@ -191,18 +193,24 @@ def _call(fn: CellRunner, cell: CellSpec) -> dict[str, Any]:
     return fn(cell)
 
 
-EXECUTORS = ("inprocess", "processes", "ray")
+class ExecutorKind(StrEnum):
+    """Where a sweep's cells run."""
+
+    INPROCESS = "inprocess"  # one after another in this process
+    PROCESSES = "processes"  # a pool of local processes
+    RAY = "ray"  # Ray tasks (a local instance or a cluster)
 
 
-def make_executor(kind: str = "processes", workers: int | None = None, ray_address: str | None = None) -> Executor:
-    """An executor by name: ``"inprocess"``, ``"processes"`` (``workers``, default all cores) or
-    ``"ray"`` (``ray_address``: ``"auto"`` for a local instance, default)."""
-    if ray_address is not None and kind == "processes":
-        kind = "ray"
-    if kind == "inprocess":
+def make_executor(kind: ExecutorKind | str = ExecutorKind.PROCESSES, workers: int | None = None,
+                  ray_address: str | None = None) -> Executor:
+    """An executor by :class:`ExecutorKind` or its value: ``"inprocess"``, ``"processes"``
+    (``workers``, default all cores) or ``"ray"`` (``ray_address``: ``"auto"`` for a local
+    instance, default); :class:`~heteroplan.errors.InputError` naming ``executor`` otherwise."""
+    kind = enum_choice(ExecutorKind, "executor", kind)
+    if ray_address is not None and kind is ExecutorKind.PROCESSES:
+        kind = ExecutorKind.RAY
+    if kind is ExecutorKind.INPROCESS:
         return InProcessExecutor()
-    if kind == "processes":
+    if kind is ExecutorKind.PROCESSES:
         return ProcessExecutor(workers)
-    if kind == "ray":
-        return RayExecutor(ray_address or "auto", workers)
-    raise InputError("executor", kind, f"choose one of {list(EXECUTORS)}")
+    return RayExecutor(ray_address or "auto", workers)

@@ -45,10 +45,12 @@ def results_table(records: Iterable[dict[str, Any]]) -> Any:
 
 def _current_names(metrics: dict[str, Any]) -> dict[str, Any]:
     """A stored record's metrics under today's names (records written before a rename keep
-    their old keys: ``avg_queuing_delay_h`` -> ``avg_queueing_delay_h``)."""
-    from heteroplan.sim.summary import DEPRECATED_NAMES
+    their old keys: ``avg_queuing_delay_h`` -> ``avg_queueing_delay_h``; read, never written)."""
+    return {_FORMER_KEYS.get(k, k): v for k, v in metrics.items()}
 
-    return {DEPRECATED_NAMES.get(k, k): v for k, v in metrics.items()}
+
+# Metric keys of records stored before a rename: former key -> key.
+_FORMER_KEYS = {"avg_queuing_delay_h": "avg_queueing_delay_h"}
 
 
 def summarize(table: Any, metrics: Sequence[str] | None = None, by: Sequence[str] = GROUP,

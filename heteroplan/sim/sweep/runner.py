@@ -21,7 +21,7 @@ from heteroplan.atomic_json import inside
 from heteroplan.names import printable
 from heteroplan.signals import SignalGuard
 from heteroplan.sim.sweep.cell import CellFunction, execute_cell, run_cell
-from heteroplan.sim.sweep.executors import Executor, make_executor
+from heteroplan.sim.sweep.executors import Executor, ExecutorKind, make_executor
 from heteroplan.sim.sweep.results import (
     plot_bars,
     plot_jct_cdf,
@@ -86,7 +86,7 @@ def _as_spec(sweep: SweepSpec | Mapping[str, Any] | str | Path) -> SweepSpec:
 def run_sweep(
     sweep: SweepSpec | Mapping[str, Any] | str | Path,
     out: str | Path,
-    executor: str | Executor = "processes",
+    executor: ExecutorKind | str | Executor = ExecutorKind.PROCESSES,
     workers: int | None = None,
     ray_address: str | None = None,
     progress: bool | None = None,
@@ -98,7 +98,7 @@ def run_sweep(
 
     Args:
         out: directory of the result store (see :mod:`heteroplan.sim.sweep.store`).
-        executor: ``"processes"`` (default; ``workers`` processes, default all cores),
+        executor: an :class:`~heteroplan.sim.sweep.executors.ExecutorKind` or its value: ``"processes"`` (default; ``workers`` processes, default all cores),
             ``"inprocess"``, ``"ray"``, or an executor object.
         ray_address: with ``executor="ray"`` (implied when given): ``"auto"`` starts a local
             Ray instance, else the address of a cluster to join.

@@ -36,19 +36,22 @@ import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from heteroplan.cluster import PRESETS
 from heteroplan.errors import InputError
-from heteroplan.inputs import MAX_GENERATED_JOBS, MIN_ROUND_S, read_text
+from heteroplan.inputs import MAX_GENERATED_JOBS, MIN_ROUND_S, enum_choice, read_text
 from heteroplan.names import path_component
 from heteroplan.schema import Number, Plain, Seq, Text, decode, naming_file
-from heteroplan.sim.fidelity import SimFidelity
+from heteroplan.sim.fidelity import FidelityPreset, SimFidelity
 from heteroplan.workload.sia import BUNDLED_WORKLOADS, is_bundled_workload
 
 __all__ = [
-    "SIMULATORS",
+    "SimulatorKind",
+    "WorkloadSource",
+    "ClusterSource",
     "CellSpec",
     "ClusterSpec",
     "FidelitySpec",
@@ -59,7 +62,28 @@ __all__ = [
     "parse_sweep",
 ]
 
-SIMULATORS = ("sia", "slotted")
+class WorkloadSource(StrEnum):
+    """Where a sweep's workload comes from (the sweep file's ``bundled``, ``file`` or ``generate`` key)."""
+
+    BUNDLED = "bundled"
+    FILE = "file"
+    GENERATED = "generated"
+
+
+class ClusterSource(StrEnum):
+    """Where a sweep's cluster comes from (the sweep file's ``preset`` or ``file`` key)."""
+
+    PRESET = "preset"
+    FILE = "file"
+
+
+class SimulatorKind(StrEnum):
+    """The workloads a sweep simulates (both run in the one round loop)."""
+
+    SIA = "sia"  # Sia CSV workloads (goodput ground truth)
+    SLOTTED = "slotted"  # generated rigid Gavel-style jobs in slots
+
+
 Options = tuple[tuple[str, Any], ...]
 _TOP_KEYS = {"name", "simulator", "seeds", "jobs", "max_hours", "round", "workloads", "clusters", "policies",
              "fidelities"}
@@ -71,7 +95,7 @@ MAX_ROUND_S = 7 * 86_400.0  # a scheduling round (a week)
 
 # The fields of a sweep file that are single values, each checked by one spec (heteroplan.schema).
 _SEEDS = Seq(Number(low=0, high=2 ** 63 - 1, integer=True), 1, 100 * MAX_CELLS)  # MAX_CELLS bounds the grid
-_FIELDS = {"simulator": Text(choices=SIMULATORS), "jobs": Number(low=1, high=1_000_000, integer=True, unit="jobs"),
+_FIELDS = {"simulator": Text(choices=tuple(k.value for k in SimulatorKind)), "jobs": Number(low=1, high=1_000_000, integer=True, unit="jobs"),
            "max_hours": Number(above=0, high=MAX_HOURS, unit="hours"),
            "round": Number(above=0, high=MAX_ROUND_S, unit="seconds")}
 _LABEL = Text()
@@ -101,11 +125,12 @@ def _digest(field_name: str, path: Path) -> str:
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    """One workload: ``kind`` is ``"bundled"`` (``name`` = e.g. ``philly/workload-3``), ``"file"``
-    (``name`` = a Sia workload CSV path) or ``"generated"`` (``name`` = ``"gavel"``: Gavel-style
-    jobs drawn with the cell's seed; ``params``: jobs, rate jobs/h, multi_gpu, duration_scale)."""
+    """One workload: ``kind`` (:class:`WorkloadSource`) is ``"bundled"`` (``name`` = e.g.
+    ``philly/workload-3``), ``"file"`` (``name`` = a Sia workload CSV path) or ``"generated"``
+    (``name`` = ``"gavel"``: Gavel-style jobs drawn with the cell's seed; ``params``: jobs, rate
+    jobs/h, multi_gpu, duration_scale)."""
 
-    kind: str
+    kind: WorkloadSource
     name: str
     family: str
     params: Options = ()
@@ -113,23 +138,24 @@ class WorkloadSpec:
 
     @property
     def label(self) -> str:
-        if self.kind == "generated":
+        if self.kind == WorkloadSource.GENERATED:
             return f"{self.name}(" + ",".join(f"{k}={v}" for k, v in self.params) + ")"
         return self.name
 
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """A cluster preset or JSON file (``kind`` ``"preset"``/``"file"``), every GPU count x ``scale``."""
+    """A cluster preset or JSON file (``kind``, :class:`ClusterSource`: ``"preset"``/``"file"``),
+    every GPU count x ``scale``."""
 
-    kind: str
+    kind: ClusterSource
     name: str
     scale: float = 1.0
     digest: str = ""
 
     @property
     def label(self) -> str:
-        base = Path(self.name).stem if self.kind == "file" else self.name
+        base = Path(self.name).stem if self.kind == ClusterSource.FILE else self.name
         return base if self.scale == 1 else f"{base}x{self.scale:g}"
 
 
@@ -147,12 +173,12 @@ class FidelitySpec:
     """Simulator fidelity (sia simulator): ``preset`` ``"sia"`` or ``"ideal"`` plus field overrides."""
 
     label: str = "sia"
-    preset: str = "sia"
+    preset: FidelityPreset = FidelityPreset.SIA
     overrides: Options = ()
 
     def build(self) -> SimFidelity:
         """The preset with the overrides applied (every field the preset sets is kept)."""
-        base = SimFidelity() if self.preset == "sia" else SimFidelity.ideal()
+        base = SimFidelity.preset(self.preset)
         return dataclasses.replace(base, **dict(self.overrides))
 
 
@@ -161,14 +187,14 @@ class CellSpec:
     """One simulation of the grid; everything a worker needs, as plain data.
 
     Attributes:
-        simulator: ``"sia"`` or ``"slotted"``.
+        simulator: :class:`SimulatorKind` (``"sia"`` or ``"slotted"``).
         seed: workload generation seed (generated workloads) and simulator seed.
         jobs: only the first ``jobs`` jobs of the workload (``None``: all).
         max_hours: simulated-time limit (hours), ``None`` for none.
         round_length: seconds per round (``None``: the policy's own / 360 s slotted).
     """
 
-    simulator: str
+    simulator: SimulatorKind
     workload: WorkloadSpec
     cluster: ClusterSpec
     policy: PolicySpec
@@ -213,7 +239,7 @@ class SweepSpec:
     """A parsed sweep: the grid's axes; :meth:`cells` expands them (workload-major order)."""
 
     name: str
-    simulator: str
+    simulator: SimulatorKind
     workloads: tuple[WorkloadSpec, ...]
     clusters: tuple[ClusterSpec, ...]
     policies: tuple[PolicySpec, ...]
@@ -265,7 +291,7 @@ def parse_sweep(data: Mapping[str, Any], base: str | Path = ".") -> SweepSpec:
         raise InputError(unknown[0], data[unknown[0]], f"unknown sweep field; known: {sorted(_TOP_KEYS)}")
     base = Path(base)
     values = {key: decode(spec, data[key], key) for key, spec in _FIELDS.items() if key in data}
-    simulator = values.get("simulator", "sia")
+    simulator = SimulatorKind(values.get("simulator", SimulatorKind.SIA))
     seeds = data.get("seeds", [0])
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         seeds = [seeds]
@@ -286,7 +312,7 @@ def parse_sweep(data: Mapping[str, Any], base: str | Path = ".") -> SweepSpec:
     clusters = tuple(_cluster(i, t, base) for i, t in enumerate(_tables(data, "clusters")))
     policies = tuple(_policy(i, t, simulator) for i, t in enumerate(_tables(data, "policies")))
     fid_tables = data.get("fidelities", [{}])
-    if simulator == "slotted" and "fidelities" in data:
+    if simulator is SimulatorKind.SLOTTED and "fidelities" in data:
         raise InputError("fidelities", fid_tables, "only the sia simulator has fidelity options")
     fidelities = tuple(_fidelity(i, t) for i, t in enumerate(_tables({"fidelities": fid_tables}, "fidelities")))
     cells = len(workloads) * len(clusters) * len(policies) * len(fidelities) * len(set(seeds))
@@ -334,7 +360,7 @@ def _only(where: str, table: Mapping[str, Any], allowed: set[str]) -> None:
         raise InputError(f"{where}.{extra[0]}", table[extra[0]], f"unknown field; known: {sorted(allowed)}")
 
 
-def _workloads(i: int, t: Mapping[str, Any], simulator: str, base: Path) -> list[WorkloadSpec]:
+def _workloads(i: int, t: Mapping[str, Any], simulator: SimulatorKind, base: Path) -> list[WorkloadSpec]:
     where = f"workloads[{i}]"
     kinds = [k for k in ("bundled", "file", "generate") if k in t]
     if len(kinds) != 1:
@@ -345,7 +371,7 @@ def _workloads(i: int, t: Mapping[str, Any], simulator: str, base: Path) -> list
         decode(_LABEL, family, f"{where}.family")
     if kind == "generate":
         _only(where, t, {"generate", "family"} | _GENERATE_KEYS)
-        if simulator != "slotted":
+        if simulator is not SimulatorKind.SLOTTED:
             raise InputError(f"{where}.generate", t["generate"], "generated workloads need simulator = \"slotted\"")
         if t["generate"] != "gavel":
             raise InputError(f"{where}.generate", t["generate"], "the only generator is \"gavel\"")
@@ -360,9 +386,9 @@ def _workloads(i: int, t: Mapping[str, Any], simulator: str, base: Path) -> list
                 _positive(f"{where}.{key}", params[key])
         if not isinstance(params.get("multi_gpu", True), bool):
             raise InputError(f"{where}.multi_gpu", params["multi_gpu"], "must be true or false")
-        return [WorkloadSpec("generated", "gavel", family or "gavel", tuple(params.items()))]
+        return [WorkloadSpec(WorkloadSource.GENERATED, "gavel", family or "gavel", tuple(params.items()))]
     _only(where, t, {kind, "family"})
-    if simulator != "sia":
+    if simulator is not SimulatorKind.SIA:
         raise InputError(f"{where}.{kind}", t[kind], "the slotted simulator takes generated workloads only")
     names = t[kind] if isinstance(t[kind], list) else [t[kind]]
     if not names or not all(isinstance(n, str) for n in names):
@@ -374,12 +400,12 @@ def _workloads(i: int, t: Mapping[str, Any], simulator: str, base: Path) -> list
             if not is_bundled_workload(n):
                 raise InputError(f"{where}.bundled", n, f"unknown bundled workload; known: {list(BUNDLED_WORKLOADS)}"
                                                         " and newtrace/seed-<s>")
-            out.append(WorkloadSpec("bundled", n, family or n.split("/")[0]))
+            out.append(WorkloadSpec(WorkloadSource.BUNDLED, n, family or n.split("/")[0]))
         else:
             path = (base / n).resolve()
             digest = _digest(f"{where}.file", path)
             _check_workload_file(f"{where}.file", path)
-            out.append(WorkloadSpec("file", str(path), family or path.stem, (), digest))
+            out.append(WorkloadSpec(WorkloadSource.FILE, str(path), family or path.stem, (), digest))
     return out
 
 
@@ -407,12 +433,12 @@ def _cluster(i: int, t: Mapping[str, Any], base: Path) -> ClusterSpec:
     if "preset" in t:
         if not isinstance(t["preset"], str) or t["preset"] not in PRESETS:
             raise InputError(f"{where}.preset", t["preset"], f"unknown preset; known: {sorted(PRESETS)}")
-        return _built(where, ClusterSpec("preset", t["preset"], scale))
+        return _built(where, ClusterSpec(ClusterSource.PRESET, t["preset"], scale))
     if not isinstance(t["file"], str):
         raise InputError(f"{where}.file", t["file"], "must be a path")
     decode(Text(max_len=4096), t["file"], f"{where}.file")
     path = (base / t["file"]).resolve()
-    return _built(where, ClusterSpec("file", str(path), scale, _digest(f"{where}.file", path)))
+    return _built(where, ClusterSpec(ClusterSource.FILE, str(path), scale, _digest(f"{where}.file", path)))
 
 
 def _built(where: str, spec: ClusterSpec) -> ClusterSpec:
@@ -426,7 +452,7 @@ def _built(where: str, spec: ClusterSpec) -> ClusterSpec:
     return spec
 
 
-def _policy(i: int, t: Mapping[str, Any], simulator: str) -> PolicySpec:
+def _policy(i: int, t: Mapping[str, Any], simulator: SimulatorKind) -> PolicySpec:
     where = f"policies[{i}]"
     _only(where, t, {"name", "label", "options"})
     name = t.get("name")
@@ -456,9 +482,7 @@ def _fidelity(i: int, t: Mapping[str, Any]) -> FidelitySpec:
     where = f"fidelities[{i}]"
     _only(where, t, {"label", "preset", "slowdown", "batch_size", "grad_stats", "profiling_time", "restart_delay_s",
                      "profiles"})
-    preset = t.get("preset", "sia")
-    if preset not in ("sia", "ideal"):
-        raise InputError(f"{where}.preset", preset, "choose \"sia\" or \"ideal\"")
+    preset = enum_choice(FidelityPreset, f"{where}.preset", t.get("preset", FidelityPreset.SIA))
     overrides = _options(where, {k: v for k, v in t.items() if k not in ("label", "preset")})
     default = preset + ("(" + ",".join(f"{k}={v}" for k, v in overrides) + ")" if overrides else "")
     if "label" in t:
