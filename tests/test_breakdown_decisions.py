@@ -21,7 +21,7 @@ from heteroplan.workload.newtrace import NewTraceSpec, generate_newtrace
 def _from_schedule(result) -> tuple[dict[str, int], dict[str, int]]:
     """Preemptions and allocation changes per job, re-derived from ``result.schedule`` alone."""
     L = result.round_length
-    end = {j.name: (j.finish_time if j.finish_time is not None else result.end_time) for j in result.jobs}
+    end = {j.job_id: (j.finish_time if j.finish_time is not None else result.end_time) for j in result.jobs}
     changes, preempt = Counter(), Counter()
     previous: dict = {}
     for t, allocs in result.schedule:
@@ -55,6 +55,6 @@ def test_preemptions_and_changes_from_decisions_equal_those_from_the_schedule(po
     # the typed events say the same: a PREEMPT event per preemption, a (re)start per start and restart
     assert dict(Counter(e.job for e in result.events if e.kind is SimEventKind.PREEMPT)) == preempt
     starts = Counter(e.job for e in result.events if e.kind in (SimEventKind.START, SimEventKind.RESTART))
-    assert {r.name: starts[r.name] for r in result.jobs} == {
-        r.name: r.restarts + (r.start_time is not None) for r in result.jobs}
+    assert {r.job_id: starts[r.job_id] for r in result.jobs} == {
+        r.job_id: r.restarts + (r.start_time is not None) for r in result.jobs}
     assert all(e.to_list()[2] == e.kind.value for e in result.events)
