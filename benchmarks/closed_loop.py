@@ -207,9 +207,8 @@ def main() -> None:
                 continue
             times = result.iteration_times[1:-1] or result.iteration_times
             measured_s = statistics.median(times)
-            extra = result.steps[-1].extra
-            measured = extra["peak_reserved_bytes"]
-            allocated = extra["peak_allocated_bytes"]
+            measured = result.steps[-1].peak_reserved_bytes
+            allocated = result.steps[-1].peak_allocated_bytes
             worst = max(range(len(measured)), key=lambda r: abs(pred_mem[r] - measured[r]) / measured[r])
             row = {
                 "plan": name, "prediction": "; ".join(notes),

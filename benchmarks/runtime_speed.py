@@ -165,7 +165,7 @@ def heteroplan_row(name: str, task: TinyGPTTask, plan: Plan, variant: str, args:
                        peak_tflops=args.peak_tflops)
     result = run_plan(plan, task, config)
     seconds = median_after_first(result.iteration_times)
-    memory = float(result.steps[-1].extra["peak_reserved_bytes"][0])
+    memory = float(result.steps[-1].peak_reserved_bytes[0])
     row = row_of(name, f"heteroplan {variant}", seconds, usage_of(seconds), memory, sim.iteration_time_s,
                  sim.memory_per_stage_gb[0] * 1e9)
     row["predicted s"] = sim.iteration_time_s

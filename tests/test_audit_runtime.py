@@ -36,10 +36,10 @@ def test_profile_with_cuda_graphs_on_a_cpu_is_refused_naming_the_option(tmp_path
 
 
 def test_run_exit_code_says_which_signal_stopped_it() -> None:
-    stopped = SimpleNamespace(stopped_early=True, extra={"signalled": True, "signal": signal.SIGTERM})
+    stopped = SimpleNamespace(stopped_early=True, signal=signal.SIGTERM)
     assert run_exit_code(stopped) == 143  # docs/errors.md: 130 SIGINT, 143 SIGTERM
-    assert run_exit_code(SimpleNamespace(stopped_early=True, extra={"signal": signal.SIGINT})) == 130
-    assert run_exit_code(SimpleNamespace(stopped_early=False, extra={})) == 0
+    assert run_exit_code(SimpleNamespace(stopped_early=True, signal=signal.SIGINT)) == 130
+    assert run_exit_code(SimpleNamespace(stopped_early=False, signal=None)) == 0
 
 
 def test_a_diverging_run_fails_with_a_clear_error(cli_error) -> None:

@@ -54,7 +54,7 @@ def predicted_and_measured(data_dir, precision: str, recompute: str) -> tuple[fl
                 precision=precision)
     sim = simulate_plan(plan, data_dir=data_dir, gpu_types={"cpu": CPU}, config=PROFILED_CONFIG)
     result = run_plan(plan, TASK, RunConfig(steps=3, optimizer="adam", lr=1e-3, memory_step=2))
-    return float(sim.stage_memory.total[0, 0]) * 1e9, float(result.steps[-1].extra["peak_allocated_bytes"][0])
+    return float(sim.stage_memory.total[0, 0]) * 1e9, float(result.steps[-1].peak_allocated_bytes[0])
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
@@ -114,7 +114,7 @@ def test_plan_job_recomputes_when_nothing_fits_otherwise_and_the_runtime_runs_it
     pred_none, meas_none = predicted_and_measured(data_dir, "fp32", "none")
     assert pred_none > 0.0035e9  # the plan keeping activations would not fit
     run = run_plan(result.plan, TASK, RunConfig(steps=3, optimizer="adam", lr=1e-3, memory_step=2))
-    measured = float(run.steps[-1].extra["peak_allocated_bytes"][0])
+    measured = float(run.steps[-1].peak_allocated_bytes[0])
     assert measured < meas_none
     assert result.memory_fit.need_gb * 1e9 == pytest.approx(measured, rel=0.05)
 
@@ -163,6 +163,6 @@ def test_independent_pipelines_peak_memory_is_each_pipelines_predicted_one(data_
     est = simulate_pipeline_set(pset, data_dir=data_dir, gpu_types={"cpu": CPU}, config=PROFILED_CONFIG)
     predicted = [float(e.stage_memory.total[s, 0]) * 1e9 for e in est.pipelines for s in range(e.stage_memory.total.shape[0])]
     result = run_plan(pset, TASK, RunConfig(steps=3, optimizer="adam", lr=1e-3, memory_step=2))
-    measured = [float(b) for b in result.steps[-1].extra["peak_allocated_bytes"]]
+    measured = [float(b) for b in result.steps[-1].peak_allocated_bytes]
     assert len(measured) == len(predicted) == 3
     assert predicted == pytest.approx(measured, rel=0.05)

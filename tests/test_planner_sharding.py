@@ -134,7 +134,7 @@ def test_plan_job_shards_the_state_when_only_that_fits_and_the_runtime_runs_it(d
     fallback = plan_job(MODEL, 16, POOL, gpu_types=(tight,), data_dir=data_dir, options=options(max_pp=1, optimizer_sharding="none"))
     assert [st.recompute for st in fallback.plan.stages] == [Recomputation.FULL] * fallback.plan.pp
     run = run_plan(result.plan, TASK, RunConfig(steps=3, optimizer="adam", lr=1e-3, memory_step=2))
-    measured = run.steps[-1].extra["peak_allocated_bytes"]
+    measured = run.steps[-1].peak_allocated_bytes
     assert len(measured) == 2
     for rank_bytes in measured:
         assert result.memory_fit.need_gb * 1e9 == pytest.approx(rank_bytes, rel=0.05)
@@ -151,7 +151,7 @@ def test_a_data_parallel_rank_with_one_microbatch_peaks_where_predicted(data_dir
     plan = single_stage(8, 2, sharding)
     assert plan.microbatches() == (1, 1)
     run = run_plan(plan, TASK, RunConfig(steps=3, optimizer="adam", lr=1e-3, memory_step=2))
-    measured = run.steps[-1].extra["peak_allocated_bytes"]
+    measured = run.steps[-1].peak_allocated_bytes
     assert len(measured) == 2
     for rank_bytes in measured:
         assert need_gb(data_dir, plan) * 1e9 == pytest.approx(rank_bytes, rel=0.05)
@@ -205,7 +205,7 @@ def test_a_sharded_recomputing_pipeline_peaks_as_predicted_on_every_rank(data_di
     plan = Plan(MODEL, 32, 4, (Stage(0, L // 2, group, "full", ZERO1), Stage(L // 2, L, group, "full", ZERO1)), (5, 3))
     sim = simulate_plan(plan, data_dir=data_dir, gpu_types={"cpu": cpu(16)}, config=PROFILED_CONFIG)
     run = run_plan(plan, TASK, RunConfig(steps=3, optimizer="adam", lr=1e-3, memory_step=2))
-    measured = run.steps[-1].extra["peak_allocated_bytes"]
+    measured = run.steps[-1].peak_allocated_bytes
     predicted = [float(sim.stage_memory.total[s, d]) * 1e9 for s in range(2) for d in range(2)]  # ranks: stage-major
     assert len(measured) == 4
     for rank, (p, m) in enumerate(zip(predicted, measured, strict=True)):

@@ -171,7 +171,7 @@ def test_zero1_and_recomputation_on_heterogeneous_replicas_train_like_one_proces
     first = run_plan(sharded, TASK64, config)
     reference, losses = train_reference(TASK64, GBS, RunConfig(**{**config.__dict__, "steps": 3}))
     assert first.losses == pytest.approx(losses[:2], rel=1e-9)
-    peaks = first.steps[1].extra["peak_allocated_bytes"]
+    peaks = first.steps[1].peak_allocated_bytes
     assert len(peaks) == 4 and min(peaks) > 0
     plain = Plan("t", GBS, 2, (Stage(0, 4, group),), (1, 3))
     second = run_plan(plain, TASK64, RunConfig(**{**config.__dict__, "steps": 3, "memory_step": None}))

@@ -202,5 +202,5 @@ def test_gradient_noise_statistics_match_a_single_process_oracle(tmp_path: Path)
         small = grad_sqr(start, b)
         sqr += (total * big - b * small) / (total - b) / 2
         var += (small - big) / (1 / b - 1 / total) / 2
-    extra = result.steps[0].extra
-    assert extra["grad_sqr"] == pytest.approx(sqr, rel=1e-9) and extra["grad_var"] == pytest.approx(var, rel=1e-9)
+    first = result.steps[0]
+    assert first.grad_sqr == pytest.approx(sqr, rel=1e-9) and first.grad_var == pytest.approx(var, rel=1e-9)

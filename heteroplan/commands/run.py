@@ -124,4 +124,4 @@ def exit_code(result) -> int:
     it; 130 when it stopped early otherwise (``max_seconds``)."""
     if not result.stopped_early:
         return 0
-    return 128 + (result.extra.get("signal") or 2)
+    return 128 + (result.signal or 2)

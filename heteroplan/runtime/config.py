@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,8 +78,8 @@ class RunConfig:
         startup_timeout_s: seconds allowed for start-up (spawn, ``import torch``, rendezvous)
             before the first iteration must finish.
         memory_step: the iteration (0-based) whose peak memory every rank measures and reports in
-            :attr:`StepMetrics.extra` (``"peak_allocated_bytes"``, ``"peak_reserved_bytes"``: one
-            entry per rank): on CUDA the allocator's peaks (``max_memory_allocated`` /
+            :attr:`StepMetrics.peak_allocated_bytes` and ``peak_reserved_bytes`` (one entry per
+            rank): on CUDA the allocator's peaks (``max_memory_allocated`` /
             ``max_memory_reserved``) over that iteration, on CPU the bytes alive at the start
             (parameters, buffers, optimizer state) plus the peak of torch's profiler's allocation
             record over the iteration (reserved = allocated: the CPU allocator keeps no cache).
@@ -203,13 +203,21 @@ class StepMetrics:
         loss: mean training loss over the global batch.
         iteration_time: seconds from the start of the iteration to the end of the update.
         sync_time: seconds rank 0 spent in the gradient all-reduce.
+        grad_sqr, grad_var: the gradient's squared norm ``|G|^2`` and per-sample variance
+            ``tr(Sigma)`` estimated from the replicas' gradients (pure data parallelism only,
+            else ``None``; Pollux's gradient noise statistics).
+        peak_allocated_bytes, peak_reserved_bytes: per rank, the peak bytes allocated and
+            reserved over this iteration (the ``RunConfig.memory_step`` iteration only, else ``()``).
     """
 
     step: int
     loss: float
     iteration_time: float
     sync_time: float
-    extra: dict[str, Any] = field(default_factory=dict)
+    grad_sqr: float | None = None
+    grad_var: float | None = None
+    peak_allocated_bytes: tuple[int, ...] = ()
+    peak_reserved_bytes: tuple[int, ...] = ()
 
 
 def optimizer_class(config: RunConfig) -> tuple[type, dict[str, Any]]:

@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -57,6 +57,7 @@ class RunResult:
         wall_time: seconds from launch to the last rank's exit (includes start-up).
         world_size: processes (one per GPU of the plan).
         stopped_early: the run stopped before ``config.steps`` (signal, ``max_seconds``).
+        signal: the number of the signal (SIGINT, SIGTERM) that stopped the run, else ``None``.
         pipeline: which engine ran the pipelines and each replica's schedule
             (:meth:`heteroplan.runtime.schedule.PipelineChoice.describe`), e.g. ``"torch: replica 0
             Schedule1F1B x 3 microbatches, replica 1 ScheduleGPipe x 1 microbatches (...)"``.
@@ -77,7 +78,7 @@ class RunResult:
     wall_time: float
     world_size: int
     stopped_early: bool = False
-    extra: dict = field(default_factory=dict)
+    signal: int | None = None
     pipeline: str = ""
     forward_flops_per_sample: float | None = None
     global_batch_size: int = 0
@@ -290,13 +291,13 @@ class RunSetup:
     start_step: int
 
     def result(self, plan: Plan | PipelineSet, config: RunConfig, steps: list[StepMetrics], done: Mapping[int, int], wall_s: float,
-               extra: dict, engine: str) -> RunResult:
+               signal: int | None, engine: str) -> RunResult:
         """The :class:`RunResult` of a run of ``plan`` whose ranks reported ``steps`` (rank 0) and
-        finished at iterations ``done`` (by rank), ``wall_s`` seconds after launch; ``engine`` says
-        where its pipelines ran."""
+        finished at iterations ``done`` (by rank), ``wall_s`` seconds after launch (stopped by
+        ``signal``, if one); ``engine`` says where its pipelines ran."""
         final = max(done.values()) if done else self.start_step
         return RunResult(steps, final, self.start_step, latest_checkpoint(config.checkpoint_dir), wall_s,
-                         run_world_size(plan), final < config.steps, extra, engine, self.forward_flops,
+                         run_world_size(plan), final < config.steps, signal, engine, self.forward_flops,
                          plan.global_batch_size, *self.peak, self.recomputed_flops)
 
 
@@ -349,7 +350,7 @@ class RunHandle(RankProcesses):
         """Block until every rank is done; ``progress`` is called for each new iteration."""
         self.wait_all(timeout, progress)
         return self.setup.result(self.plan, self.config, list(self._reports), self._done, time.perf_counter() - self._t0,
-                                 {"signalled": self.signalled is not None, "signal": self.signal_number},
+                                 self.signal_number if self.signalled is not None else None,
                                  self.pipeline.describe())
 
 

@@ -253,7 +253,7 @@ class RayJobHandle:
         finally:
             self.terminate()
         return self.setup.result(self.plan, self.config, list(self._reports), self._done,
-                                 time.perf_counter() - self._t0, {}, f"ray: {self.setup.pipeline.describe()}")
+                                 time.perf_counter() - self._t0, None, f"ray: {self.setup.pipeline.describe()}")
 
     def _fail(self, rank: int | None, reason: str) -> None:
         self.terminate()

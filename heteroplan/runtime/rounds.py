@@ -384,7 +384,7 @@ class RoundExecutor:
 
     def _observe_noise(self, job: RuntimeJob, steps: list[StepMetrics]) -> None:
         """Gradient noise scale ``tr(Sigma) / |G|^2`` over the round's steps (ratio of means) -> the session."""
-        stats = [(m.extra["grad_var"], m.extra["grad_sqr"]) for m in steps if "grad_sqr" in m.extra]
+        stats = [(m.grad_var, m.grad_sqr) for m in steps if m.grad_sqr is not None and m.grad_var is not None]
         if not stats:
             return
         var, sqr = (float(np.mean(v)) for v in zip(*stats, strict=True))

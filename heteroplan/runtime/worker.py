@@ -295,13 +295,14 @@ class StageTrainer:
         # this rank's part of the iteration's loss (0 off the loss-reporting ranks); read once the
         # iteration's work is queued (a device tensor on the own schedule's last stage)
         self.local_loss = float(loss_sum)
-        extra = {"grad_sqr": float(self.control[2]), "grad_var": float(self.control[3])} if self.grad_stats else {}
-        if measure:
-            world = (len(self.control) - 4) // 2
-            extra["peak_allocated_bytes"] = [int(v) for v in self.control[4:4 + world].tolist()]
-            extra["peak_reserved_bytes"] = [int(v) for v in self.control[4 + world:].tolist()]
-        return (StepMetrics(step + 1, float(self.control[1]), time.perf_counter() - t0, sync_time, extra),
-                bool(self.control[0] > 0))
+        world = (len(self.control) - 4) // 2
+        metrics = StepMetrics(
+            step + 1, float(self.control[1]), time.perf_counter() - t0, sync_time,
+            grad_sqr=float(self.control[2]) if self.grad_stats else None,
+            grad_var=float(self.control[3]) if self.grad_stats else None,
+            peak_allocated_bytes=tuple(int(v) for v in self.control[4:4 + world].tolist()) if measure else (),
+            peak_reserved_bytes=tuple(int(v) for v in self.control[4 + world:].tolist()) if measure else ())
+        return metrics, bool(self.control[0] > 0)
 
     def _run_torch_pipeline(self, step: int) -> float:
         """Iteration ``step``'s forwards and backwards under ``torch.distributed.pipelining``;
