@@ -1,0 +1,223 @@
+"""Both simulators side by side on Sailor's heterogeneous scenario (issue 50).
+
+OPT-350, global batch 1024, A100-40 + V100-16 in one zone (us-central1-a), 4 GPUs per node:
+8+8, 16+16, 32+96, 80+240, 128+384 GPUs. Per case the plans scored are heteroplan's chosen plan,
+the best plan of the other layout family it priced (``PlanResult.best_of``), the best set of
+independent pipelines it priced (ours only: see below), the published plans recorded here
+(Sailor's 8+8 plan from the issue), and every plan of Sailor's planners' result files given with
+``--planner-results`` (the ``<planner>_<model>.json`` lists that Sailor's
+``sailor/Planner/simulations/simulator.py --planner X`` writes, e.g. FlashFlex, AMP, Metis,
+SAILOR; a row is used where its ``num_gpus`` is one of the five pools).
+
+Each plan is scored by heteroplan's simulator (iter/s, $/iteration, whether it fits our memory
+model) and, where Sailor's tree is given (``--sailor-path`` or ``SAILOR_PATH``: a checkout of
+eth-easl/sailor), by Sailor's own simulator, imported from that tree and run as it is
+(``Simulator.simulate_iteration_time``, ``check_config_fits``; its profile file
+``sailor/Planner/simulations/profiles_tmp.json`` unless ``--sailor-profiles``), with its two
+terms that disagree with ours (pipeline sends, gradient sync; docs/sailor.md). Without the tree
+it prints our side and says Sailor's was skipped (exit status 0). Sailor's simulator gives
+every replica the same microbatch count (``ceil(GBS / (mbs * dp))``) and takes one pipeline
+per plan here, so plans with uneven microbatches per replica are scored there with even ones
+(column ``even mb``) and sets of independent pipelines are not scored there.
+
+    python benchmarks/sailor_side_by_side.py [--sailor-path DIR] [--planner-results FILE ...]
+        (JSON: benchmarks/results/sailor_side_by_side.json)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import math
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+from _common import print_table, write_json  # noqa: E402
+
+from heteroplan.planner import Plan, plan_job, simulate  # noqa: E402
+from heteroplan.planner.explain import PlanStructure  # noqa: E402
+from heteroplan.planner.plan import ReplicaGroup, Stage  # noqa: E402
+
+A, V, Z = "A100-40", "V100-16", "us-central1-a"
+MODEL, GBS, GPUS_PER_NODE = "OPT-350", 1024, 4
+SIZES = ((8, 8), (16, 16), (32, 96), (80, 240), (128, 384))
+# Published plans for these pools recorded in the issue (issue 50): Sailor's 8+8 plan, one stage of
+# 8 A100 at TP 1 and 2 V100 at TP 4 as data-parallel replicas, microbatch 2 (512 microbatches: the
+# A100 replicas run 52, the V100 ones 48 under our simulator; Sailor's runs 52 on each)
+PUBLISHED = {
+    (8, 8): [("Sailor (issue 50)", Plan(MODEL, GBS, 2, (Stage(0, 26, (ReplicaGroup(A, Z, 1, 8), ReplicaGroup(V, Z, 4, 2))),),
+                                        microbatches_per_replica=(52,) * 8 + (48,) * 2))],
+}
+
+
+@dataclass(frozen=True)
+class SailorScore:
+    """One plan under Sailor's simulator: iter/s, whether it fits Sailor's memory model, and the
+    seconds of its two terms that disagree with ours (pipeline sends along the critical path,
+    gradient sync)."""
+
+    iter_per_s: float
+    fits: bool
+    send_s: float
+    sync_s: float
+
+
+class SailorSimulator:
+    """Sailor's simulator imported from a checkout of its tree (its code runs as it is)."""
+
+    def __init__(self, root: Path, profiles: Path | None) -> None:
+        root = root.resolve()
+        planner = root / "sailor" / "Planner"
+        if not (planner / "simulations" / "runtime_simulator.py").is_file():
+            raise FileNotFoundError(f"{root} is not a checkout of eth-easl/sailor (no sailor/Planner/simulations)")
+        # its simulator reads f"{sailor_path}/sailor/sailor/providers/...": a directory whose
+        # "sailor" entry is the checkout
+        self._link_dir = tempfile.TemporaryDirectory()
+        (Path(self._link_dir.name) / "sailor").symlink_to(root, target_is_directory=True)
+        sys.path.insert(0, str(root))
+        from sailor.Planner.simulations import runtime_simulator as rs  # type: ignore[import-not-found]
+
+        self._rs = rs
+        config = json.loads((planner / "simulations" / "configs" / "training_config_opt_350.json").read_text())
+        config["global_batch_size"] = GBS
+        self._config = config
+        llm_info = json.loads((planner / "llm_info.json").read_text())
+        profile_data = json.loads((profiles or planner / "simulations" / "profiles_tmp.json").read_text())
+        with contextlib.redirect_stdout(io.StringIO()):
+            self._sim = rs.Simulator(self._link_dir.name, config, llm_info, False, profile_data, Z)
+
+    def score(self, plan_dict: dict) -> SailorScore:
+        rs, sim = self._rs, self._sim
+        with contextlib.redirect_stdout(io.StringIO()):
+            t, _, _ = sim.simulate_iteration_time(plan_dict)
+            fits = bool(sim.check_config_fits(plan_dict))
+            sync = sim.estimate_sync_time(rs.convert_homogeneous(plan_dict, self._config))
+            original = rs.estimate_p2p_pipeline_times
+            rs.estimate_p2p_pipeline_times = lambda *a, **k: [0.0] * len(a[1].layers_per_stage)
+            try:
+                t_no_send, _, _ = sim.simulate_iteration_time(plan_dict)
+            finally:
+                rs.estimate_p2p_pipeline_times = original
+        return SailorScore(1 / t, fits, t - t_no_send, sync)
+
+
+def to_sailor(plan: Plan) -> dict:
+    """``plan`` in the input format of Sailor's simulator (one pipeline; replicas in plan order)."""
+    return {"mbs": plan.microbatch_size, "pipeline_list": [{
+        "num_stages": plan.pp,
+        "layers_per_stage": [list(range(s.first_layer, s.last_layer)) for s in plan.stages],
+        "tmp_per_stage": [[[[(r.gpu_type, GPUS_PER_NODE, r.zone)], r.tp] for r in s.replica_list()] for s in plan.stages],
+        "dp": [s.dp for s in plan.stages],
+    }]}
+
+
+def from_sailor_result(plan: dict) -> tuple[dict, Plan | None]:
+    """A plan of Sailor's result files (its ``Plan.to_dict``) as the simulator's input and, for one
+    pipeline, as our :class:`Plan` (None for several pipelines)."""
+    pipelines = [{"num_stages": p["num_stages"], "layers_per_stage": p["layers_per_stage"],
+                  "tmp_per_stage": p["tmp_stages"], "dp": p["dp_degrees"]} for p in plan["pipelines"]]
+    sailor_input = {"mbs": plan["mbs"], "pipeline_list": pipelines}
+    if len(pipelines) != 1:
+        return sailor_input, None
+    stages = []
+    for layers, replicas in zip(pipelines[0]["layers_per_stage"], pipelines[0]["tmp_per_stage"], strict=True):
+        groups: list[ReplicaGroup] = []
+        for vms, tp in replicas:
+            gpu_type, _, zone = vms[0]
+            if groups and (groups[-1].gpu_type, groups[-1].zone, groups[-1].tp) == (gpu_type, zone, tp):
+                groups[-1] = ReplicaGroup(gpu_type, zone, tp, groups[-1].count + 1)
+            else:
+                groups.append(ReplicaGroup(gpu_type, zone, tp, 1))
+        stages.append(Stage(min(layers), max(layers) + 1, tuple(groups)))
+    return sailor_input, Plan(MODEL, GBS, plan["mbs"], tuple(stages))
+
+
+def planner_plans(files: list[Path]) -> dict[tuple[int, int], list[tuple[str, dict, Plan | None]]]:
+    """Plans of Sailor's planners' result files by pool (A100s, V100s)."""
+    out: dict[tuple[int, int], list[tuple[str, dict, Plan | None]]] = {}
+    for path in files:
+        for row in json.loads(path.read_text()):
+            if not isinstance(row.get("plan"), dict):
+                continue
+            counts = {k.split("_")[0]: v for k, v in row["num_gpus"].items()}
+            pool = (counts.get(A, 0), counts.get(V, 0))
+            if pool in SIZES:
+                out.setdefault(pool, []).append((path.stem.split("_")[0], *from_sailor_result(row["plan"])))
+    return out
+
+
+def shape(plan: Plan) -> str:
+    stages = "; ".join("+".join(f"{r.count} {r.gpu_type.split('-')[0]} TP{r.tp}" for r in s.replicas) for s in plan.stages)
+    return f"PP{plan.pp} x DP{plan.dp}, mbs {plan.microbatch_size}: {stages}"[:110]
+
+
+def row(pool, source: str, plan: Plan | None, sailor_input: dict | None, sailor: SailorSimulator | None,
+        ours_override: tuple[float, float, bool] | None = None, what: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {"case": f"{pool[0]}+{pool[1]}", "plan of": source}
+    if ours_override is not None:
+        out["ours iter/s"], out["ours $/iter"], out["fits ours"] = ours_override
+    elif plan is not None:
+        est = simulate(plan)
+        out["ours iter/s"], out["ours $/iter"], out["fits ours"] = 1 / est.iteration_time_s, est.cost_per_iteration_usd, est.fits
+        out["ours send s"] = est.time_terms.pipeline_send
+        out["ours sync s"] = est.time_terms.allreduce
+    if sailor is not None and sailor_input is not None:
+        s = sailor.score(sailor_input)
+        out.update({"Sailor iter/s": s.iter_per_s, "fits Sailor": s.fits, "Sailor send s": s.send_s, "Sailor sync s": s.sync_s})
+    out["even mb"] = "no" if plan is not None and len(set(plan.microbatches())) > 1 else ""
+    out["plan"] = what or (shape(plan) if plan is not None else "")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sailor-path", type=Path, default=os.environ.get("SAILOR_PATH") or None,
+                    help="checkout of eth-easl/sailor (default: $SAILOR_PATH); without it only our simulator scores")
+    ap.add_argument("--sailor-profiles", type=Path, default=None, help="profile file for Sailor's simulator")
+    ap.add_argument("--planner-results", type=Path, nargs="*", default=[],
+                    help="result files of Sailor's planners (<planner>_OPT-350.json) whose plans are scored too")
+    args = ap.parse_args()
+    sailor = None
+    if args.sailor_path is None:
+        print("Sailor's simulator: skipped (no --sailor-path or SAILOR_PATH); heteroplan's side only.\n")
+    else:
+        sailor = SailorSimulator(args.sailor_path, args.sailor_profiles)
+    others = planner_plans(args.planner_results)
+    rows = []
+    for a, v in SIZES:
+        pool = (a, v)
+        res = plan_job(MODEL, GBS, {(A, Z): a, (V, Z): v})
+        rows.append(row(pool, f"heteroplan ({res.structure.value})", res.plan, to_sailor(res.plan), sailor))
+        for structure in PlanStructure:
+            runner = res.best_of(structure) if structure is not PlanStructure.INDEPENDENT_PIPELINES else None
+            if runner is not None:
+                rows.append(row(pool, f"heteroplan best {structure.value}", runner.plan, to_sailor(runner.plan), sailor))
+        sets = res.independent_pipelines
+        if sets is not None:
+            est = sets.estimate
+            rows.append(row(pool, "heteroplan best independent pipelines", None, None, sailor,
+                            (1 / est.iteration_time_s, est.cost_per_iteration_usd, est.fits),
+                            " | ".join(shape(p) for p in sets.pipelines.pipelines)))
+        for name, plan in PUBLISHED.get(pool, []):
+            rows.append(row(pool, name, plan, to_sailor(plan), sailor))
+        for name, sailor_input, plan in others.get(pool, []):
+            rows.append(row(pool, name, plan, sailor_input, sailor, what="" if plan else f"{len(sailor_input['pipeline_list'])} pipelines"))
+    columns = ["case", "plan of", "ours iter/s", "ours $/iter", "fits ours", "ours send s", "ours sync s"]
+    if sailor is not None:
+        columns += ["Sailor iter/s", "fits Sailor", "Sailor send s", "Sailor sync s"]
+    print_table(rows, [*columns, "even mb", "plan"])
+    print(f"\nwrote {write_json('sailor_side_by_side', {'sailor_path': str(args.sailor_path or ''), 'rows': rows})}")
+    bad = [r for r in rows if isinstance(r.get("ours iter/s"), float) and math.isnan(r["ours iter/s"])]
+    if bad:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
