@@ -32,8 +32,10 @@ import io
 import json
 import math
 import os
+import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,8 +81,10 @@ class SailorSimulator:
             raise FileNotFoundError(f"{root} is not a checkout of eth-easl/sailor (no sailor/Planner/simulations)")
         # its simulator reads f"{sailor_path}/sailor/sailor/providers/...": a directory whose
         # "sailor" entry is the checkout
+        self.root = root
         self._link_dir = tempfile.TemporaryDirectory()
-        (Path(self._link_dir.name) / "sailor").symlink_to(root, target_is_directory=True)
+        self.link_dir = self._link_dir.name
+        (Path(self.link_dir) / "sailor").symlink_to(root, target_is_directory=True)
         sys.path.insert(0, str(root))
         from sailor.Planner.simulations import runtime_simulator as rs  # type: ignore[import-not-found]
 
@@ -93,11 +97,16 @@ class SailorSimulator:
         with contextlib.redirect_stdout(io.StringIO()):
             self._sim = rs.Simulator(self._link_dir.name, config, llm_info, False, profile_data, Z)
 
+    def fits(self, plan_dict: dict) -> bool:
+        """Whether ``plan_dict`` fits Sailor's memory model."""
+        with contextlib.redirect_stdout(io.StringIO()):
+            return bool(self._sim.check_config_fits(plan_dict))
+
     def score(self, plan_dict: dict) -> SailorScore:
         rs, sim = self._rs, self._sim
         with contextlib.redirect_stdout(io.StringIO()):
             t, _, _ = sim.simulate_iteration_time(plan_dict)
-            fits = bool(sim.check_config_fits(plan_dict))
+            fits = self.fits(plan_dict)
             sync = sim.estimate_sync_time(rs.convert_homogeneous(plan_dict, self._config))
             original = rs.estimate_p2p_pipeline_times
             rs.estimate_p2p_pipeline_times = lambda *a, **k: [0.0] * len(a[1].layers_per_stage)
@@ -106,6 +115,54 @@ class SailorSimulator:
             finally:
                 rs.estimate_p2p_pipeline_times = original
         return SailorScore(1 / t, fits, t - t_no_send, sync)
+
+
+# Sailor's ports of published planners that this benchmark can run (``--run-planners``): the class,
+# its module in Sailor's tree and the profile path its harness (ae_scripts/planner/run_all_sim.py) passes
+PLANNERS = {
+    "AMP": ("sailor.Planner.baselines.AMP.amp_planner", "AMPPlanner", "sailor/Planner/baselines/AMP/profiles/OPT-350", ("throughput",)),
+    "Metis": ("sailor.Planner.baselines.Metis.metis_planner", "MetisPlanner", "sailor/Planner/baselines/Metis/profiles/OPT-350",
+              ("{training_config}",)),
+    "FlashFlex": ("sailor.Planner.baselines.FlashFlex.flashflex_planner", "FlashFlexPlanner",
+                  "sailor/Planner/baselines/FlashFlex/src/machine_amounts.json", ()),
+}
+_RUN_PLANNER = """
+import contextlib, io, json, sys
+root, module, cls, profile, extra, a, v = sys.argv[1:8]
+sys.path.insert(0, root)
+planner_class = getattr(__import__(module, fromlist=[cls]), cls)
+training = json.load(open(root + "/sailor/Planner/simulations/configs/training_config_opt_350.json"))
+training["global_batch_size"] = int(sys.argv[8])
+basic = json.load(open(root + "/sailor/Planner/simulations/configs/basic_cluster_config.json"))
+args = [a_.replace("{training_config}", root + "/sailor/Planner/simulations/configs/training_config_opt_350.json") for a_ in json.loads(extra)]
+cluster = {t: {"num_nodes": n // basic[t]["gpus_per_node"], "gpus_per_node": basic[t]["gpus_per_node"],
+               "mem_per_gpu": basic[t]["mem_per_gpu"]} for t, n in (("A100-40", int(a)), ("V100-16", int(v)))}
+cluster["zone"] = basic["zone"]
+with contextlib.redirect_stdout(io.StringIO()):
+    planner = planner_class(root + "/" + profile, *args)
+    plans = planner.get_sorted_plans(cluster_config=cluster, training_config=training)
+print(json.dumps(plans[:200], default=str))
+"""
+
+
+def run_planner(sailor: SailorSimulator, name: str, pool: tuple[int, int], timeout_s: float) -> tuple[dict | None, str]:
+    """The plan Sailor's harness would take from planner ``name`` on ``pool``: its first plan that
+    fits Sailor's memory model; None and why where it fails, times out or finds none."""
+    module, cls, profile, extra = PLANNERS[name]
+    cmd = [sys.executable, "-c", _RUN_PLANNER, str(sailor.root), module, cls, profile, json.dumps(extra), str(pool[0]), str(pool[1]), str(GBS)]
+    env = {**os.environ, "SAILOR_PATH": sailor.link_dir}
+    t0 = time.perf_counter()
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        return None, f"no plan within {timeout_s:.0f} s"
+    search_s = time.perf_counter() - t0
+    if done.returncode != 0:
+        return None, (done.stderr.strip().splitlines() or ["failed"])[-1][:100]
+    for plan in json.loads(done.stdout.strip().splitlines()[-1]):
+        if sailor.fits(plan):
+            return plan, f"search {search_s:.1f} s wall"
+    return None, "no plan fits Sailor's memory model"
 
 
 def to_sailor(plan: Plan) -> dict:
@@ -119,12 +176,17 @@ def to_sailor(plan: Plan) -> dict:
 
 
 def from_sailor_result(plan: dict) -> tuple[dict, Plan | None]:
-    """A plan of Sailor's result files (its ``Plan.to_dict``) as the simulator's input and, for one
-    pipeline, as our :class:`Plan` (None for several pipelines)."""
-    pipelines = [{"num_stages": p["num_stages"], "layers_per_stage": p["layers_per_stage"],
-                  "tmp_per_stage": p["tmp_stages"], "dp": p["dp_degrees"]} for p in plan["pipelines"]]
+    """A plan of Sailor's result files (its ``Plan.to_dict``) or of a planner (the simulator's input
+    format) as the simulator's input and, for one pipeline, as our :class:`Plan` (None for several
+    pipelines); every replica runs the same microbatches, as Sailor's simulator has them (the
+    remainder of ``GBS / mbs`` over ``dp`` to the first replicas)."""
+    if "pipeline_list" in plan:
+        pipelines = [{k: p[k] for k in ("num_stages", "layers_per_stage", "tmp_per_stage", "dp")} for p in plan["pipeline_list"]]
+    else:
+        pipelines = [{"num_stages": p["num_stages"], "layers_per_stage": p["layers_per_stage"],
+                      "tmp_per_stage": p["tmp_stages"], "dp": p["dp_degrees"]} for p in plan["pipelines"]]
     sailor_input = {"mbs": plan["mbs"], "pipeline_list": pipelines}
-    if len(pipelines) != 1:
+    if len(pipelines) != 1 or len(set(pipelines[0]["dp"])) != 1:
         return sailor_input, None
     stages = []
     for layers, replicas in zip(pipelines[0]["layers_per_stage"], pipelines[0]["tmp_per_stage"], strict=True):
@@ -136,7 +198,9 @@ def from_sailor_result(plan: dict) -> tuple[dict, Plan | None]:
             else:
                 groups.append(ReplicaGroup(gpu_type, zone, tp, 1))
         stages.append(Stage(min(layers), max(layers) + 1, tuple(groups)))
-    return sailor_input, Plan(MODEL, GBS, plan["mbs"], tuple(stages))
+    total, dp = GBS // plan["mbs"], pipelines[0]["dp"][0]
+    even = tuple(total // dp + (1 if i < total % dp else 0) for i in range(dp))
+    return sailor_input, Plan(MODEL, GBS, plan["mbs"], tuple(stages), None if total % dp == 0 else even)
 
 
 def planner_plans(files: list[Path]) -> dict[tuple[int, int], list[tuple[str, dict, Plan | None]]]:
@@ -183,6 +247,9 @@ def main() -> None:
     ap.add_argument("--sailor-profiles", type=Path, default=None, help="profile file for Sailor's simulator")
     ap.add_argument("--planner-results", type=Path, nargs="*", default=[],
                     help="result files of Sailor's planners (<planner>_OPT-350.json) whose plans are scored too")
+    ap.add_argument("--run-planners", nargs="*", default=[], choices=sorted(PLANNERS),
+                    help="run these planners of Sailor's tree on each pool (needs --sailor-path) and score their plans")
+    ap.add_argument("--planner-timeout", type=float, default=300.0, help="seconds per planner and pool (default 300)")
     args = ap.parse_args()
     sailor = None
     if args.sailor_path is None:
@@ -207,6 +274,14 @@ def main() -> None:
                             " | ".join(shape(p) for p in sets.pipelines.pipelines)))
         for name, plan in PUBLISHED.get(pool, []):
             rows.append(row(pool, name, plan, to_sailor(plan), sailor))
+        for name in args.run_planners if sailor is not None else ():
+            found, note = run_planner(sailor, name, pool, args.planner_timeout)
+            if found is None:
+                rows.append({"case": f"{a}+{v}", "plan of": name, "plan": note})
+                continue
+            sailor_input, plan = from_sailor_result(found)
+            rows.append(row(pool, f"{name} ({note})", plan, sailor_input, sailor,
+                            what="" if plan else f"{len(sailor_input['pipeline_list'])} pipelines"))
         for name, sailor_input, plan in others.get(pool, []):
             rows.append(row(pool, name, plan, sailor_input, sailor, what="" if plan else f"{len(sailor_input['pipeline_list'])} pipelines"))
     columns = ["case", "plan of", "ours iter/s", "ours $/iter", "fits ours", "ours send s", "ours sync s"]
