@@ -17,8 +17,10 @@ eth-easl/sailor), by Sailor's own simulator, imported from that tree and run as 
 terms that disagree with ours (pipeline sends, gradient sync; docs/sailor.md). Without the tree
 it prints our side and says Sailor's was skipped (exit status 0). Sailor's simulator gives
 every replica the same microbatch count (``ceil(GBS / (mbs * dp))``) and takes one pipeline
-per plan here, so plans with uneven microbatches per replica are scored there with even ones
-(column ``even mb``) and sets of independent pipelines are not scored there.
+per microbatch size, so our plans with uneven microbatches per replica are scored there with
+even ones (column ``even mb``) and our sets of independent pipelines (one microbatch size per
+pipeline) are not scored there. A planner's plan of several pipelines (FlashFlex) is scored by
+ours as a :class:`PipelineSet` with the microbatches spread evenly, as Sailor's has them.
 
     python benchmarks/sailor_side_by_side.py [--sailor-path DIR] [--planner-results FILE ...]
         (JSON: benchmarks/results/sailor_side_by_side.json)
@@ -45,6 +47,8 @@ from _common import print_table, write_json  # noqa: E402
 
 from heteroplan.planner import Plan, plan_job, simulate  # noqa: E402
 from heteroplan.planner.explain import PlanStructure  # noqa: E402
+from heteroplan.planner.model.pipeline_set import simulate_pipeline_set  # noqa: E402
+from heteroplan.planner.pipeline_set import PipelineSet  # noqa: E402
 from heteroplan.planner.plan import ReplicaGroup, Stage  # noqa: E402
 
 A, V, Z = "A100-40", "V100-16", "us-central1-a"
@@ -175,37 +179,45 @@ def to_sailor(plan: Plan) -> dict:
     }]}
 
 
-def from_sailor_result(plan: dict) -> tuple[dict, Plan | None]:
+def from_sailor_result(plan: dict) -> tuple[dict, Plan | PipelineSet]:
     """A plan of Sailor's result files (its ``Plan.to_dict``) or of a planner (the simulator's input
-    format) as the simulator's input and, for one pipeline, as our :class:`Plan` (None for several
-    pipelines); every replica runs the same microbatches, as Sailor's simulator has them (the
-    remainder of ``GBS / mbs`` over ``dp`` to the first replicas)."""
+    format) as the simulator's input and as ours: a :class:`Plan` for one pipeline, a
+    :class:`PipelineSet` for several (FlashFlex). The ``GBS / mbs`` microbatches are spread evenly
+    over every replica of every pipeline (the remainder to the first ones), as Sailor's simulator
+    runs ``ceil(GBS / (mbs dp P))`` on each."""
     if "pipeline_list" in plan:
         pipelines = [{k: p[k] for k in ("num_stages", "layers_per_stage", "tmp_per_stage", "dp")} for p in plan["pipeline_list"]]
     else:
         pipelines = [{"num_stages": p["num_stages"], "layers_per_stage": p["layers_per_stage"],
                       "tmp_per_stage": p["tmp_stages"], "dp": p["dp_degrees"]} for p in plan["pipelines"]]
     sailor_input = {"mbs": plan["mbs"], "pipeline_list": pipelines}
-    if len(pipelines) != 1 or len(set(pipelines[0]["dp"])) != 1:
-        return sailor_input, None
-    stages = []
-    for layers, replicas in zip(pipelines[0]["layers_per_stage"], pipelines[0]["tmp_per_stage"], strict=True):
-        groups: list[ReplicaGroup] = []
-        for vms, tp in replicas:
-            gpu_type, _, zone = vms[0]
-            if groups and (groups[-1].gpu_type, groups[-1].zone, groups[-1].tp) == (gpu_type, zone, tp):
-                groups[-1] = ReplicaGroup(gpu_type, zone, tp, groups[-1].count + 1)
-            else:
-                groups.append(ReplicaGroup(gpu_type, zone, tp, 1))
-        stages.append(Stage(min(layers), max(layers) + 1, tuple(groups)))
-    total, dp = GBS // plan["mbs"], pipelines[0]["dp"][0]
-    even = tuple(total // dp + (1 if i < total % dp else 0) for i in range(dp))
-    return sailor_input, Plan(MODEL, GBS, plan["mbs"], tuple(stages), None if total % dp == 0 else even)
+    mbs, dps = plan["mbs"], [max(p["dp"]) for p in pipelines]
+    total, replicas = GBS // mbs, sum(dps)
+    shares = [total // replicas + (1 if i < total % replicas else 0) for i in range(replicas)]
+    ours, first = [], 0
+    for p, dp in zip(pipelines, dps, strict=True):
+        micro, first = tuple(shares[first:first + dp]), first + dp
+        stages = tuple(Stage(min(layers), max(layers) + 1, _groups(replicas_))
+                       for layers, replicas_ in zip(p["layers_per_stage"], p["tmp_per_stage"], strict=True))
+        ours.append(Plan(MODEL, mbs * sum(micro), mbs, stages, None if len(set(micro)) == 1 else micro))
+    return sailor_input, ours[0] if len(ours) == 1 else PipelineSet(tuple(ours))
 
 
-def planner_plans(files: list[Path]) -> dict[tuple[int, int], list[tuple[str, dict, Plan | None]]]:
+def _groups(replicas: list) -> tuple[ReplicaGroup, ...]:
+    """A stage's replicas (``[[vm, ...], tp]`` each) as replica groups, consecutive equal ones merged."""
+    groups: list[ReplicaGroup] = []
+    for vms, tp in replicas:
+        gpu_type, _, zone = vms[0]
+        if groups and (groups[-1].gpu_type, groups[-1].zone, groups[-1].tp) == (gpu_type, zone, tp):
+            groups[-1] = ReplicaGroup(gpu_type, zone, tp, groups[-1].count + 1)
+        else:
+            groups.append(ReplicaGroup(gpu_type, zone, tp, 1))
+    return tuple(groups)
+
+
+def planner_plans(files: list[Path]) -> dict[tuple[int, int], list[tuple[str, dict, Plan | PipelineSet]]]:
     """Plans of Sailor's planners' result files by pool (A100s, V100s)."""
-    out: dict[tuple[int, int], list[tuple[str, dict, Plan | None]]] = {}
+    out: dict[tuple[int, int], list[tuple[str, dict, Plan | PipelineSet]]] = {}
     for path in files:
         for row in json.loads(path.read_text()):
             if not isinstance(row.get("plan"), dict):
@@ -217,14 +229,21 @@ def planner_plans(files: list[Path]) -> dict[tuple[int, int], list[tuple[str, di
     return out
 
 
-def shape(plan: Plan) -> str:
+def shape(plan: Plan | PipelineSet) -> str:
+    if isinstance(plan, PipelineSet):
+        return f"{len(plan.pipelines)} pipelines: " + " | ".join(shape(p) for p in plan.pipelines[:3])
     stages = "; ".join("+".join(f"{r.count} {r.gpu_type.split('-')[0]} TP{r.tp}" for r in s.replicas) for s in plan.stages)
     return f"PP{plan.pp} x DP{plan.dp}, mbs {plan.microbatch_size}: {stages}"[:110]
 
 
-def row(pool, source: str, plan: Plan | None, sailor_input: dict | None, sailor: SailorSimulator | None,
+def row(pool, source: str, plan: Plan | PipelineSet | None, sailor_input: dict | None, sailor: SailorSimulator | None,
         ours_override: tuple[float, float, bool] | None = None, what: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {"case": f"{pool[0]}+{pool[1]}", "plan of": source}
+    if isinstance(plan, PipelineSet):
+        est_set = simulate_pipeline_set(plan)
+        ours_override = (1 / est_set.iteration_time_s, est_set.cost_per_iteration_usd, est_set.fits)
+        what = what or shape(plan)
+        plan = None
     if ours_override is not None:
         out["ours iter/s"], out["ours $/iter"], out["fits ours"] = ours_override
     elif plan is not None:
@@ -280,10 +299,9 @@ def main() -> None:
                 rows.append({"case": f"{a}+{v}", "plan of": name, "plan": note})
                 continue
             sailor_input, plan = from_sailor_result(found)
-            rows.append(row(pool, f"{name} ({note})", plan, sailor_input, sailor,
-                            what="" if plan else f"{len(sailor_input['pipeline_list'])} pipelines"))
+            rows.append(row(pool, f"{name} ({note})", plan, sailor_input, sailor))
         for name, sailor_input, plan in others.get(pool, []):
-            rows.append(row(pool, name, plan, sailor_input, sailor, what="" if plan else f"{len(sailor_input['pipeline_list'])} pipelines"))
+            rows.append(row(pool, name, plan, sailor_input, sailor))
     columns = ["case", "plan of", "ours iter/s", "ours $/iter", "fits ours", "ours send s", "ours sync s"]
     if sailor is not None:
         columns += ["Sailor iter/s", "fits Sailor", "Sailor send s", "Sailor sync s"]
