@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from heteroplan.perf.sailor_profiles import load_model_profile
 from heteroplan.planner import SearchOptions, plan_job, simulate_plan
@@ -94,6 +96,33 @@ def test_pruned_search_finds_mixed_tp_optimum(pool, gbs):
     cap = np.array([[CATALOG[r.gpu_type].memory_gb for r in s.replica_list()] for s in res.plan.stages])
     assert (mem <= cap).all()
 
+
+def test_exact_search_equals_oracle_on_a_two_stage_mixed_tp_optimum():
+    """Two stages, microbatch 2, 1 A100 + 8 V100: the oracle's optimum mixes GPU types and TP
+    degrees within a stage at depth 2 (A100 TP 1 beside V100 TP 2, then V100 TP 2 beside V100 TP 4);
+    the exact scan reaches its time and the pruned one never beats it (it claims no exactness)."""
+    pool, gbs, opts = {(A, Z): 1, (V, Z): 8}, 32, {"max_pp": 2, "microbatch_sizes": (2,)}
+    plan, sim = brute_force(OPT, gbs, pool, CATALOG, mixed=True, **opts)
+    assert plan.pp == 2 and _mixes_tp(plan)
+    assert any(len({g.tp for g in s.replicas}) > 1 and len({g.gpu_type for g in s.replicas}) == 1 for s in plan.stages)
+    exact = plan_job("OPT-350", gbs, pool, options=SearchOptions(prune=False, **opts))
+    assert exact.iteration_time_s == pytest.approx(sim.iteration_time_s, rel=1e-12)
+    pruned = plan_job("OPT-350", gbs, pool, options=SearchOptions(**opts))
+    assert pruned.iteration_time_s >= sim.iteration_time_s * (1 - 1e-12)
+
+
+@settings(max_examples=4, deadline=None)
+@given(a100=st.integers(1, 2), v100=st.integers(2, 6), gbs=st.sampled_from((16, 32)))
+def test_exact_search_equals_the_mixed_oracle_on_random_pools(a100, v100, gbs):
+    """On random tiny A100 + V100 pools (up to two stages, microbatch 2) the exact scan equals the
+    oracle over every plan of two pipeline kinds (mixed types and TP degrees per stage included),
+    and the pruned search is never better than that optimum."""
+    pool, opts = {(A, Z): a100, (V, Z): v100}, {"max_pp": 2, "microbatch_sizes": (2,)}
+    _, sim = brute_force(OPT, gbs, pool, CATALOG, mixed=True, **opts)
+    exact = plan_job("OPT-350", gbs, pool, options=SearchOptions(prune=False, **opts))
+    assert exact.iteration_time_s == pytest.approx(sim.iteration_time_s, rel=1e-12)
+    pruned = plan_job("OPT-350", gbs, pool, options=SearchOptions(**opts))
+    assert pruned.iteration_time_s >= sim.iteration_time_s * (1 - 1e-12)
 
 
 def test_result_names_its_layout_and_the_best_plan_of_the_other():
