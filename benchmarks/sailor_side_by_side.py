@@ -45,7 +45,7 @@ from typing import Any
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from _common import print_table, write_json  # noqa: E402
 
-from heteroplan.planner import Plan, plan_job, simulate  # noqa: E402
+from heteroplan.planner import Plan, plan_job, simulate_plan  # noqa: E402
 from heteroplan.planner.explain import PlanStructure  # noqa: E402
 from heteroplan.planner.model.pipeline_set import simulate_pipeline_set  # noqa: E402
 from heteroplan.planner.pipeline_set import PipelineSet  # noqa: E402
@@ -247,7 +247,7 @@ def row(pool, source: str, plan: Plan | PipelineSet | None, sailor_input: dict |
     if ours_override is not None:
         out["ours iter/s"], out["ours $/iter"], out["fits ours"] = ours_override
     elif plan is not None:
-        est = simulate(plan)
+        est = simulate_plan(plan)
         out["ours iter/s"], out["ours $/iter"], out["fits ours"] = 1 / est.iteration_time_s, est.cost_per_iteration_usd, est.fits
         out["ours send s"] = est.time_terms.pipeline_send
         out["ours sync s"] = est.time_terms.allreduce

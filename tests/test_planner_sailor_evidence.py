@@ -11,7 +11,7 @@ import numpy as np
 
 import heteroplan.planner.model.simulator as simulator_module
 import heteroplan.planner.model.sync as sync_module
-from heteroplan.planner import Plan, simulate
+from heteroplan.planner import Plan, simulate_plan
 
 DATA = Path(__file__).parent / "data" / "sailor"
 GH200_RUNS = sorted(DATA.glob("plan_config_*.json"))
@@ -20,7 +20,7 @@ MIT_RUNS = sorted((DATA / "mit").glob("plan_config_*.json"))
 
 def _time_mae(paths: list[Path]) -> float:
     """Mean absolute relative error of the iteration time on ``paths`` (shipped constants)."""
-    err = [simulate(Plan.from_json(p)).iteration_time_s / json.loads(p.read_text())["real"] - 1 for p in paths]
+    err = [simulate_plan(Plan.from_json(p)).iteration_time_s / json.loads(p.read_text())["real"] - 1 for p in paths]
     return float(np.abs(err).mean())
 
 
