@@ -192,7 +192,7 @@ def _fit(
 
 
 def _parameter_roles(meas: Measurements, guess: np.ndarray, fallback: ThroughputParams | None,
-                     missing: str) -> tuple[list[int], dict[int, int], dict[int, float]]:
+                     missing: MissingSync) -> tuple[list[int], dict[int, int], dict[int, float]]:
     """Which of the 7 parameters are free (indices); the others are tied to another index or
     fixed (to the fallback's value) where the measurements cannot tell them."""
     n_nodes, k = meas.num_nodes, meas.num_gpus

@@ -217,7 +217,8 @@ def simulate(
         KeyboardInterrupt: passed on, with ``exc.result`` (``stop_reason="interrupted"``) attached.
     """
     policy = check_policy(policy)
-    L, max_time, fidelity = _check_options(jobs, cluster, policy, round_length, max_time, fidelity, on_infeasible)
+    L, max_time, fidelity, on_infeasible = _check_options(jobs, cluster, policy, round_length, max_time, fidelity,
+                                                          on_infeasible)
     sim_jobs = build_jobs(jobs, cluster, bool(policy.elastic), estimator, fidelity)
     names = [j.name for j in sim_jobs]
     if len(set(names)) != len(names):
@@ -245,9 +246,10 @@ def simulate(
 
 def _check_options(jobs: Sequence[JobSpec | RigidJob], cluster: Cluster, policy: Policy, round_length: float | None,
                    max_time: float | None, fidelity: SimFidelity | None,
-                   on_infeasible: str) -> tuple[float, float, SimFidelity]:
+                   on_infeasible: OnInfeasible | str) -> tuple[float, float, SimFidelity, OnInfeasible]:
     """:func:`simulate`'s options checked (:class:`InputError` naming the first bad one); returns
-    the round length (s), the time limit (s) and the fidelity, defaults filled in."""
+    the round length (s), the time limit (s), the fidelity and what to do with jobs that can never
+    fit, defaults filled in."""
     if not isinstance(cluster, Cluster):
         raise InputError("cluster", cluster, "must be a heteroplan.Cluster (heteroplan.cluster.preset(name) for a preset)")
     L = float(policy.round_length if round_length is None else round_length)
@@ -266,7 +268,7 @@ def _check_options(jobs: Sequence[JobSpec | RigidJob], cluster: Cluster, policy:
         fidelity = SimFidelity()
     if not isinstance(fidelity, SimFidelity):
         raise InputError("fidelity", fidelity, "must be a SimFidelity")
-    return L, max_time, fidelity
+    return L, max_time, fidelity, on_infeasible
 
 
 def _rounds(run: _Run, pending: list[SimJob], max_time: float, max_rounds: int | None, stall_limit: float,
