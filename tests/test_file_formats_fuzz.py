@@ -145,6 +145,13 @@ def check_reads(read: Callable[[Path], Any], path: Path, physical: Callable[[Any
     physical(value)
 
 
+def check_file(data: bytes, name: str, read: Callable[[Path], Any], physical: Callable[[Any], None]) -> None:
+    """:func:`check_reads` on ``data`` written to a file called ``name`` in a fresh directory."""
+    path = fresh_dir() / name
+    path.write_bytes(data)
+    check_reads(read, path, physical)
+
+
 _DIRS: list[Path] = []
 
 
@@ -197,9 +204,7 @@ def plan_physical(plan) -> None:
 def test_plan_files(data: bytes) -> None:
     from heteroplan.planner.plan import Plan
 
-    path = fresh_dir() / "plan.json"
-    path.write_bytes(data)
-    check_reads(Plan.from_json, path, plan_physical)
+    check_file(data, "plan.json", Plan.from_json, plan_physical)
 
 
 @FUZZ
@@ -380,9 +385,7 @@ def cluster_physical(cluster) -> None:
 def test_cluster_files(data: bytes) -> None:
     from heteroplan.cluster import Cluster
 
-    path = fresh_dir() / "cluster.json"
-    path.write_bytes(data)
-    check_reads(Cluster.from_json, path, cluster_physical)
+    check_file(data, "cluster.json", Cluster.from_json, cluster_physical)
 
 
 # ----------------------------------------------------------------------------- sweep files
@@ -429,9 +432,7 @@ def test_sweep_tables(data: Any) -> None:
 def test_sweep_files(data: bytes) -> None:
     from heteroplan.sim.sweep.spec import load_sweep
 
-    path = fresh_dir() / "s.toml"
-    path.write_bytes(data)
-    check_reads(load_sweep, path, sweep_physical)
+    check_file(data, "s.toml", load_sweep, sweep_physical)
 
 
 TOML_VALUES = ["nan", "inf", "-inf", "-1", "0", "1e300", "2.5", '"30"', "true", "[]", "[1]", "[5, 2]", "[0, 1e9]",
@@ -461,9 +462,7 @@ def regime_physical(regime) -> None:
 def test_regime_files(data: bytes) -> None:
     from heteroplan.sim.hadar_experiments import load_regime
 
-    path = fresh_dir() / "regime.toml"
-    path.write_bytes(data)
-    check_reads(load_regime, path, regime_physical)
+    check_file(data, "regime.toml", load_regime, regime_physical)
 
 
 # ----------------------------------------------------------------------------- workload CSVs
@@ -487,9 +486,7 @@ def workload_physical(jobs) -> None:
 def test_sia_workload_csvs(data: bytes) -> None:
     from heteroplan.workload.sia import read_sia_workload
 
-    path = fresh_dir() / "w.csv"
-    path.write_bytes(data)
-    check_reads(read_sia_workload, path, workload_physical)
+    check_file(data, "w.csv", read_sia_workload, workload_physical)
 
 
 def test_a_128k_character_cell_is_refused_with_a_bound(tmp_path) -> None:
@@ -518,9 +515,7 @@ def measurements_physical(m) -> None:
 def test_measurement_csvs(data: bytes) -> None:
     from heteroplan.perf.measurements import load_placements
 
-    path = fresh_dir() / "placements-aws.csv"
-    path.write_bytes(data)
-    check_reads(load_placements, path, measurements_physical)
+    check_file(data, "placements-aws.csv", load_placements, measurements_physical)
 
 
 VALID_THROUGHPUTS = {"source": "test", "throughputs": {"v100": {"ResNet-50": {"1": 10.5, "2": 19.0},
@@ -545,9 +540,7 @@ def throughputs_physical(table) -> None:
 def test_gavel_throughput_files(data: bytes) -> None:
     from heteroplan.workload.gavel import load_throughputs
 
-    path = fresh_dir() / "throughputs.json"
-    path.write_bytes(data)
-    check_reads(load_throughputs, path, throughputs_physical)
+    check_file(data, "throughputs.json", load_throughputs, throughputs_physical)
 
 
 # ---------------------------------------------------------------------------- saved sessions

@@ -11,7 +11,6 @@ from heteroplan.formulations.sia import (
     ConfigSet,
     GoodputPairs,
     build_sia_model,
-    build_sia_model_pairs,
 )
 from heteroplan.perf.applications import get_app
 from heteroplan.perf.sia_data import bootstrap_model
@@ -175,7 +174,7 @@ def test_model_from_pairs_equals_model_from_the_dense_matrix():
     capacity = np.array([float(c) for c in cluster.capacity().values()])
     G[np.arange(50), np.maximum(current, 0)] += (current >= 0) * 1.0  # current configs are possible
     a = build_sia_model(G, configs, capacity, current, restart, pinned)
-    b = build_sia_model_pairs(GoodputPairs.from_dense(G), configs, capacity, current, restart, pinned)
+    b = build_sia_model(GoodputPairs.from_dense(G), configs, capacity, current, restart, pinned)
     sa, sb = a.model.to_standard_form(), b.model.to_standard_form()
     np.testing.assert_array_equal(sa.c, sb.c)
     np.testing.assert_array_equal(sa.col_lb, sb.col_lb)
@@ -189,7 +188,7 @@ def test_auto_keeps_lp_round_only_within_the_requested_gap():
     capacity = np.array([float(c) for c in cluster.capacity().values()])
     for seed in range(6):
         jobs = jobs_for(30, np.random.default_rng(seed))
-        problem = build_sia_model_pairs(goodput_pairs(jobs, configs), configs, capacity)
+        problem = build_sia_model(goodput_pairs(jobs, configs), configs, capacity)
         exact = solve_sia(problem, "milp", mip_gap=0)
         lp = solve_sia(problem, "lp-round")
         # the LP bound is below the optimum, so LP-round's reported gap is at least its true gap

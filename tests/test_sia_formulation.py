@@ -179,46 +179,52 @@ def test_sia_prices_restarts_as_the_artifact_and_spares_young_jobs() -> None:
 
 
 def _improve_by_recomputing(problem, choice, used, capacity, lam, max_moves=50, pair_limit=600):
-    """The local search of ``_improve`` written plainly (every job's holdings recomputed each
-    move, every pair of moves tried): the oracle for its incremental, pruned form."""
+    """The local search of ``_improve`` by its definition, the oracle for its incremental, pruned
+    form: each step recomputes every move's gain and GPU change from the choice alone and tries
+    every ordered pair of moves at once, as a full matrix (the first improving but not fitting
+    alone, the second giving back GPUs of some type, two different jobs)."""
     configs = problem.configs
     J, K = problem.num_jobs, len(capacity)
     cost = problem.utility - lam if problem.minimize else -problem.utility
-    move_job = np.concatenate([problem.job_of, np.arange(J)])
-    move_cost = np.concatenate([cost, np.zeros(J)])
-    move_add = np.zeros((len(move_job), K))
-    move_add[np.arange(len(problem.job_of)), configs.type_index[problem.config_of]] = configs.num_gpus[problem.config_of]
-    move_config = np.concatenate([problem.config_of, np.full(J, -1)])
-    pinned = np.zeros(J, dtype=bool)
-    pinned[problem.job_of[problem.model.variables["x"].lb > 0.5]] = True
-    move_ok = ~pinned[move_job]
-    pairs = len(problem.job_of) <= pair_limit
+    var_of = {(int(j), int(c)): v for v, (j, c) in enumerate(zip(problem.job_of, problem.config_of, strict=True))}
+    # The moves: each variable (its job to its configuration), then each job to no configuration.
+    jobs = np.r_[problem.job_of, np.arange(J)]
+    targets = np.r_[problem.config_of, np.full(J, -1)]
+    target_cost = np.r_[cost, np.zeros(J)]
+    pinned = {int(j) for j in problem.job_of[problem.model.variables["x"].lb > 0.5]}
+    movable = np.array([int(j) not in pinned for j in jobs])
+
+    def gpus(config):
+        """GPUs per type (rows: entries of ``config``; -1 holds none)."""
+        out = np.zeros((len(config), K))
+        for row, c in enumerate(config):
+            if c >= 0:
+                out[row, configs.type_index[c]] = configs.num_gpus[c]
+        return out
+
+    target_gpus = gpus(targets)
     for _ in range(max_moves):
-        has = choice >= 0
-        current = np.zeros(J)
-        holds = np.zeros((J, K))
-        chosen = np.flatnonzero(choice[problem.job_of] == problem.config_of)
-        current[problem.job_of[chosen]] = cost[chosen]
-        holds[np.flatnonzero(has), configs.type_index[choice[has]]] = configs.num_gpus[choice[has]]
-        delta = np.where(move_ok, move_cost - current[move_job], np.inf)
-        change = move_add - holds[move_job]
+        now = np.array([cost[var_of[j, int(c)]] if (j, int(c)) in var_of else 0.0 for j, c in enumerate(choice)])
+        gain = np.where(movable, target_cost - now[jobs], np.inf)
+        change = target_gpus - gpus(choice)[jobs]
         room = capacity + 1e-9 - used
-        single = np.where(np.all(change <= room, axis=1), delta, np.inf)
-        best, best_gain = (int(np.argmin(single)),), float(single.min(initial=np.inf))
-        if pairs:
-            want = np.flatnonzero((delta < -1e-12) & ~np.isfinite(single))
-            give = np.flatnonzero(np.isfinite(delta) & np.any(change < 0, axis=1))
-            d = delta[want][:, None] + delta[give][None, :]
-            fits = np.all(change[want][:, None, :] + change[give][None, :, :] <= room, axis=2)
-            d = np.where(fits & (move_job[want][:, None] != move_job[give][None, :]), d, np.inf)
-            if d.size and d.min() < best_gain:
-                a, b = np.unravel_index(int(np.argmin(d)), d.shape)
-                best, best_gain = (int(want[a]), int(give[b])), float(d[a, b])
+        fits = (change <= room).all(axis=1)
+        single = np.where(fits, gain, np.inf)
+        best, best_gain = [int(np.argmin(single))], float(single.min())
+        if len(problem.job_of) <= pair_limit:
+            first = (gain < -1e-12) & ~fits
+            second = np.isfinite(gain) & (change < 0).any(axis=1)
+            both_fit = ((change[:, None, :] + change[None, :, :]) <= room).all(axis=2)
+            ok = first[:, None] & second[None, :] & both_fit & (jobs[:, None] != jobs[None, :])
+            together = np.where(ok, gain[:, None] + gain[None, :], np.inf)
+            if together.min() < best_gain:
+                a, b = np.unravel_index(int(np.argmin(together)), together.shape)
+                best, best_gain = [int(a), int(b)], float(together[a, b])
         if not best_gain < -1e-12:
             break
         for m in best:
             used += change[m]
-            choice[move_job[m]] = move_config[m]
+            choice[jobs[m]] = targets[m]
     return choice
 
 

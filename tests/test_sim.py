@@ -88,11 +88,16 @@ def test_sia_beats_fifo_on_a_busy_trace() -> None:
     assert sia["avg_jct_h"] < fifo["avg_jct_h"]
 
 
-class OverCommit:
-    name = "broken"
+class RigidStub:
+    """What the simulator reads of a rigid policy besides ``name`` and ``allocate``: 60 s rounds."""
+
     round_length = 60.0
     elastic = False
     forking = False
+
+
+class OverCommit(RigidStub):
+    name = "broken"
 
     def allocate(self, cluster, jobs, now):
         node = cluster.nodes[0]
@@ -160,13 +165,10 @@ def test_empty_round_and_empty_workload() -> None:
         simulate([], SMALL, SiaPolicy())
 
 
-class Mixed:
+class Mixed(RigidStub):
     """Gives every job one aws GPU and one dgx-ext GPU (a task-level heterogeneous allocation)."""
 
     name = "mixed"
-    round_length = 60.0
-    elastic = False
-    forking = False
 
     def allocate(self, cluster, jobs, now):
         aws = cluster.nodes_of_type("aws")[0].name

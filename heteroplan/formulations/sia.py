@@ -40,7 +40,7 @@ IMPROVE_ABOVE = 1e-3
 # ~11k cells (about 1 ms); larger models get no tightened bound.
 KNAPSACK_BOUND_CELLS = 500_000
 
-__all__ = ["ConfigSet", "GoodputPairs", "SiaProblem", "SiaResult", "SolveMode", "build_sia_model", "build_sia_model_pairs",
+__all__ = ["ConfigSet", "GoodputPairs", "SiaProblem", "SiaResult", "SolveMode", "build_sia_model",
            "restart_factor"]
 
 
@@ -290,7 +290,7 @@ class GoodputPairs:
 
 
 def build_sia_model(
-    goodput: np.ndarray,
+    goodput: np.ndarray | GoodputPairs,
     configs: ConfigSet,
     capacity: Sequence[float] | np.ndarray,
     current: np.ndarray | None = None,
@@ -300,10 +300,12 @@ def build_sia_model(
     lam: float = 1.1,
     base: np.ndarray | None = None,
 ) -> SiaProblem:
-    """Build Sia's ILP from a dense goodput matrix (see :func:`build_sia_model_pairs`).
+    """Build Sia's ILP: one variable per (job, configuration) pair with positive goodput, so
+    building costs time in proportion to the pairs, not to jobs x configurations.
 
     Args:
-        goodput: (jobs, configs) goodput in samples/s; <= 0 marks impossible configs.
+        goodput: a (jobs, configs) goodput matrix in samples/s (<= 0 marks impossible configs),
+            or its positive entries as :class:`GoodputPairs` (sorted by job then configuration).
         configs: the configurations (columns of ``goodput``).
         capacity: GPUs per type, aligned with ``configs.gpu_types``.
         current: current configuration index per job (-1 if none).
@@ -314,32 +316,15 @@ def build_sia_model(
         base: per job, the goodput (samples/s) its speed-ups are relative to; default (or where
             <= 0) its smallest positive goodput over ``configs``.
     """
-    G = np.asarray(goodput, dtype=float)
-    if G.ndim != 2 or G.shape[1] != len(configs):
-        raise InputError("goodput.shape", G.shape, f"need (jobs, {len(configs)})")
-    if not np.all(np.isfinite(G)):
-        raise InputError("goodput", "non-finite", "goodput must be finite")
-    return build_sia_model_pairs(GoodputPairs.from_dense(G), configs, capacity, current, restart, pinned, p, lam,
-                                 base)
-
-
-def build_sia_model_pairs(
-    pairs: GoodputPairs,
-    configs: ConfigSet,
-    capacity: Sequence[float] | np.ndarray,
-    current: np.ndarray | None = None,
-    restart: np.ndarray | None = None,
-    pinned: np.ndarray | None = None,
-    p: float = -0.5,
-    lam: float = 1.1,
-    base: np.ndarray | None = None,
-) -> SiaProblem:
-    """Build Sia's ILP over the (job, configuration) pairs that may be chosen.
-
-    One variable per pair with positive goodput, so building costs time in proportion to the
-    pairs, not to jobs x configurations. Arguments as :func:`build_sia_model`, with
-    ``pairs`` (:class:`GoodputPairs`, sorted by job then configuration) for the goodput matrix.
-    """
+    if isinstance(goodput, GoodputPairs):
+        pairs = goodput
+    else:
+        G = np.asarray(goodput, dtype=float)
+        if G.ndim != 2 or G.shape[1] != len(configs):
+            raise InputError("goodput.shape", G.shape, f"need (jobs, {len(configs)})")
+        if not np.all(np.isfinite(G)):
+            raise InputError("goodput", "non-finite", "goodput must be finite")
+        pairs = GoodputPairs.from_dense(G)
     if p == 0 or not np.isfinite(p):
         raise InputError("p", p, "must be a non-zero finite exponent")
     cap = np.asarray(capacity, dtype=float)

@@ -124,6 +124,16 @@ def _hadar(**defaults: Any) -> Callable[..., Policy]:
     return make
 
 
+# Gavel's other objectives, each a policy named after it: (name, objective, summary).
+_GAVEL_OBJECTIVES = (
+    ("gavel-agnostic", "max_min_fairness_agnostic",
+     "Gavel: heterogeneity-agnostic max-min fairness over time shares (rigid)"),
+    ("gavel-throughput", "max_sum_throughput", "Gavel: max-sum-throughput LP (rigid)"),
+    ("gavel-ftf", "finish_time_fairness", "Gavel: finish-time fairness (bisection over LPs, rigid)"),
+    ("gavel-makespan", "min_makespan", "Gavel: minimize makespan LP (rigid)"),
+    ("gavel-cost", "max_throughput_per_cost", "Gavel: throughput per dollar LP (GPU prices of the cluster; rigid)"),
+)
+
 _BUILTIN: dict[str, PolicyEntry] = {e.name: e for e in (
     PolicyEntry("sia", _sia, "Sia: heterogeneity- and adaptivity-aware ILP over goodput (elastic)"),
     PolicyEntry("sia-lp", _sia_lp, "Sia with LP relaxation + rounding (elastic)"),
@@ -131,16 +141,8 @@ _BUILTIN: dict[str, PolicyEntry] = {e.name: e for e in (
     PolicyEntry("pollux-sia", _pollux(mechanism="sia-artifact"),
                 "Pollux as the Sia artifact runs it: one profile merged across GPU types, 4-GPU virtual nodes in a random order, majority-type fix-up, restarts priced at 30 s (elastic)"),
     PolicyEntry("gavel", _gavel(), "Gavel: max-min fairness LP over time fractions (rigid, 360 s rounds)"),
-    PolicyEntry("gavel-agnostic", _gavel(objective="max_min_fairness_agnostic", name="gavel-agnostic"),
-                "Gavel: heterogeneity-agnostic max-min fairness over time shares (rigid)"),
-    PolicyEntry("gavel-throughput", _gavel(objective="max_sum_throughput", name="gavel-throughput"),
-                "Gavel: max-sum-throughput LP (rigid)"),
-    PolicyEntry("gavel-ftf", _gavel(objective="finish_time_fairness", name="gavel-ftf"),
-                "Gavel: finish-time fairness (bisection over LPs, rigid)"),
-    PolicyEntry("gavel-makespan", _gavel(objective="min_makespan", name="gavel-makespan"),
-                "Gavel: minimize makespan LP (rigid)"),
-    PolicyEntry("gavel-cost", _gavel(objective="max_throughput_per_cost", name="gavel-cost"),
-                "Gavel: throughput per dollar LP (GPU prices of the cluster; rigid)"),
+    *(PolicyEntry(name, _gavel(objective=objective, name=name), summary)
+      for name, objective, summary in _GAVEL_OBJECTIVES),
     PolicyEntry("gavel-sia", _gavel(objective="max_sum_throughput", mechanism="sia-artifact"),
                 "Gavel as the Sia artifact runs it: max-sum-throughput, interior-point, its priorities (rigid)"),
     PolicyEntry("fifo", _yarn("fifo"), "FIFO gang scheduling, no preemption (rigid)"),

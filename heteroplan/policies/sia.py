@@ -15,7 +15,7 @@ from heteroplan.errors import InputError, check_seconds
 from heteroplan.formulations.sia import (
     ConfigSet,
     SiaResult,
-    build_sia_model_pairs,
+    build_sia_model,
     restart_factor,
 )
 from heteroplan.inputs import enum_choice, finite_number
@@ -169,7 +169,7 @@ class SiaPolicy:
         pinned = np.array([j.restoring for j in jobs])
         cap = cluster.capacity()
         capacity = np.array([cap[t] for t in configs.gpu_types], dtype=float)
-        problem = build_sia_model_pairs(pairs, configs, capacity, current, restart, pinned, self.p, self.lam)
+        problem = build_sia_model(pairs, configs, capacity, current, restart, pinned, self.p, self.lam)
         result = solve_sia(problem, self.mode, self.time_limit, self.mip_gap, self.threads, self.auto_limit)
         self.last_result = result
         wanted = {
