@@ -9,6 +9,7 @@ import pytest
 from heteroplan.cli import main
 from heteroplan.planner import Plan, ReplicaGroup, SearchOptions, Stage, plan_job, simulate_plan
 from heteroplan.planner.baselines import homogeneous_plan, uniform_split_plan
+from heteroplan.planner.request import PlanRequest
 
 A, V, Z = "A100-40", "V100-16", "us-central1-a"
 POOL = {(A, Z): 8, (V, Z): 16}
@@ -39,8 +40,8 @@ def test_cli_text_output_and_clear_errors(capsys):
 def test_sailor_search_is_at_least_as_good_as_baselines():
     opts = SearchOptions(max_pp=4)
     sailor = plan_job("OPT-350", 64, POOL, options=opts)
-    homo = homogeneous_plan("OPT-350", 64, POOL, options=opts)
-    uni = uniform_split_plan("OPT-350", 64, POOL, max_pp=4)
+    homo = homogeneous_plan(PlanRequest.build("OPT-350", 64, POOL, options=opts))
+    uni = uniform_split_plan(PlanRequest.build("OPT-350", 64, POOL), max_pp=4)
     assert len({g.gpu_type for s in homo.plan.stages for g in s.replicas}) == 1
     assert sailor.throughput_iter_s >= homo.throughput_iter_s * (1 - 1e-9)
     assert sailor.throughput_iter_s >= uni.throughput_iter_s * (1 - 1e-9)

@@ -20,6 +20,7 @@ from heteroplan.planner.model.sim_config import as_platforms
 from heteroplan.planner.model.simulator import SHIPPED_PLATFORMS, gpu_catalog
 from heteroplan.planner.pipeline_set import PipelineSet
 from heteroplan.planner.plan import OptimizerSharding, Plan, ReplicaGroup, Stage
+from heteroplan.planner.request import PlanRequest
 from heteroplan.planner.search.brute_force import brute_force_pipeline_set
 
 A, V, Z, ZB = "A100-40", "V100-16", "us-central1-a", "us-central1-b"
@@ -169,7 +170,8 @@ def test_set_search_reaches_the_oracle_on_tiny_pools(pool, mbs, max_pp):
     """The oracle prices every set of two one-block pipelines (types, TP, depth, split, dp,
     microbatch size, batch share) with ``simulate_pipeline_set``; on these pools the search's
     heuristic (each type's best plan, the share re-optimized) reaches its optimum."""
-    _, oracle = brute_force_pipeline_set(OPT, 16, pool, CATALOG, max_pp=max_pp, microbatch_sizes=mbs)
-    res = plan_job("OPT-350", 16, pool, options=SearchOptions(max_pp=max_pp, microbatch_sizes=mbs))
+    options = SearchOptions(max_pp=max_pp, microbatch_sizes=mbs)
+    _, oracle = brute_force_pipeline_set(PlanRequest.build("OPT-350", 16, pool, options=options))
+    res = plan_job("OPT-350", 16, pool, options=options)
     assert res.independent_pipelines is not None
     assert res.independent_pipelines.iteration_time_s == pytest.approx(oracle.iteration_time_s, rel=1e-12)

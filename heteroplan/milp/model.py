@@ -133,22 +133,10 @@ class LinExpr:
     def __repr__(self) -> str:
         return f"LinExpr(shape={self.shape}, nnz={self.nnz})"
 
-    def _new(
-        self,
-        rows: np.ndarray,
-        cols: np.ndarray,
-        vals: np.ndarray,
-        const: np.ndarray,
-        shape: Shape,
-        unique: int = 0,
-        dense: bool = False,
-    ) -> LinExpr:
-        return LinExpr(self.model, rows, cols, vals, const, shape, unique, dense)
-
     def _with_terms(self, vals: np.ndarray, const: np.ndarray, shape: Shape | None = None) -> LinExpr:
         """Same rows and columns (and so the same flags), new coefficients and constants."""
         shape = self.shape if shape is None else shape
-        return self._new(self.rows, self.cols, vals, const, shape, self.unique, self.dense)
+        return LinExpr(self.model, self.rows, self.cols, vals, const, shape, self.unique, self.dense)
 
     def _coerce(self, other: Any) -> LinExpr | np.ndarray:
         if isinstance(other, LinExpr):
@@ -171,7 +159,7 @@ class LinExpr:
         new_rows = order[starts[self.rows[term]] + within]
         repeats = bool(counts.max(initial=0) > 1)
         unique = min(self.unique, 1) if repeats else self.unique
-        return self._new(new_rows, self.cols[term], self.vals[term], self.const[src], shape, unique)
+        return LinExpr(self.model, new_rows, self.cols[term], self.vals[term], self.const[src], shape, unique)
 
     def broadcast_to(self, shape: Shape) -> LinExpr:
         """This expression repeated to ``shape`` (numpy broadcasting rules)."""
@@ -197,7 +185,8 @@ class LinExpr:
             out = self._out_shape(other.shape)
             a, b = self.broadcast_to(out), other.broadcast_to(out)
             separate = not a.nnz or not b.nnz or a.cols.max() < b.cols.min() or b.cols.max() < a.cols.min()
-            return self._new(
+            return LinExpr(
+                self.model,
                 np.concatenate([a.rows, b.rows]),
                 np.concatenate([a.cols, b.cols]),
                 np.concatenate([a.vals, b.vals]),
@@ -272,7 +261,8 @@ class LinExpr:
         term = np.repeat(np.arange(self.nnz), rep)
         within = np.arange(term.size) - np.repeat(np.cumsum(rep) - rep, rep)
         pos = A.indptr[self.rows[term]] + within
-        return self._new(
+        return LinExpr(
+            self.model,
             A.indices[pos].astype(np.int64),
             self.cols[term],
             self.vals[term] * A.data[pos],
@@ -314,7 +304,8 @@ class LinExpr:
             rows, cols, vals = rows[keep], cols[keep], vals[keep]
         coef = coef[rows]
         coef *= vals
-        return self._new(
+        return LinExpr(
+            self.model,
             out_row.astype(np.int64)[rows],
             cols,
             coef,
@@ -366,7 +357,7 @@ class LinExpr:
             target = target.reshape(-1)
             target_rows = target if self.dense else target[self.rows]
         unique = 2 if self.unique == 2 else 0
-        return self._new(target_rows, self.cols, self.vals, const, out_shape, unique)
+        return LinExpr(self.model, target_rows, self.cols, self.vals, const, out_shape, unique)
 
     # ----------------------------------------------------------- constraints
     def _constraint(self, other: Any, lower: bool, upper: bool) -> Constraint:

@@ -16,47 +16,34 @@ from dataclasses import replace
 
 import numpy as np
 
-from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InfeasibleError, InputError
 from heteroplan.planner.api import PlanResult, plan
-from heteroplan.planner.goal import Goal
 from heteroplan.planner.model.simulator import simulate_plan
 from heteroplan.planner.model.terms import rental_usd_per_s
 from heteroplan.planner.plan import PipelineBlock, Plan, ReplicaGroup, Stage
-from heteroplan.planner.request import PlanRequest, SearchOptions, normalize_pool
+from heteroplan.planner.request import PlanRequest
 from heteroplan.planner.search.layouts import layouts
 from heteroplan.planner.search.searcher import Searcher
 
 __all__ = ["homogeneous_plan", "uniform_split_plan"]
 
 
-def homogeneous_plan(
-    model: str,
-    gbs: int,
-    pool: Cluster | Mapping[tuple[str, str], int],
-    objective: str = "throughput",
-    budget: float | None = None,
-    min_throughput: float | None = None,
-    *,
-    gpu_types: tuple[GPUType, ...] = SAILOR_GPU_TYPES,
-    options: SearchOptions | None = None,
-) -> PlanResult:
-    """Best plan using one GPU type only (each type tried, the best kept)."""
-    counts, _ = normalize_pool(pool, {t.name: t for t in gpu_types})
-    options = replace(options or SearchOptions(), max_blocks=1)
+def homogeneous_plan(request: PlanRequest) -> PlanResult:
+    """Best plan of ``request`` using one GPU type only: the search restricted to one-block layouts
+    (``max_blocks=1``) over the pools of each type of ``request.pool``, the best by the request's goal kept."""
+    options = replace(request.options, max_blocks=1)
     t0 = time.perf_counter()
     results: list[PlanResult] = []
     reasons: list[str] = []
-    for gpu in sorted({t for t, _ in counts}):
-        sub = {k: v for k, v in counts.items() if k[0] == gpu}
+    for gpu in sorted({t for t, _ in request.pool}):
+        sub = {k: v for k, v in request.pool.items() if k[0] == gpu}
         try:
-            request = PlanRequest.build(model, gbs, sub, objective, budget, min_throughput, gpu_types=gpu_types, options=options)
-            results.append(plan(request))
+            results.append(plan(replace(request, pool=sub, options=options)))
         except (InfeasibleError, InputError) as exc:
             reasons.append(f"{gpu}: {exc}")
     if not results:
         raise InfeasibleError("no feasible plan on any single GPU type — " + "; ".join(reasons))
-    goal = Goal.of(objective, budget, min_throughput)
+    goal = request.goal
     best = min(results, key=lambda r: goal.key(r.iteration_time_s, r.cost_per_iteration_usd))
     return replace(best, search_time_s=time.perf_counter() - t0)
 
@@ -65,23 +52,13 @@ def _uniform_bounds(L: int, pp: int) -> list[int]:
     return [int(round(x)) for x in np.linspace(0, L, pp + 1)]
 
 
-def uniform_split_plan(
-    model: str,
-    gbs: int,
-    pool: Cluster | Mapping[tuple[str, str], int],
-    objective: str = "throughput",
-    budget: float | None = None,
-    min_throughput: float | None = None,
-    *,
-    gpu_types: tuple[GPUType, ...] = SAILOR_GPU_TYPES,
-    max_pp: int = 8,
-) -> PlanResult:
-    """AMP/Metis-style baseline: uniform layer split, slowest-GPU estimate, full-simulator score."""
-    request = PlanRequest.build(model, gbs, pool, objective, budget, min_throughput, gpu_types=gpu_types,
-                                options=SearchOptions(prune=False))
+def uniform_split_plan(request: PlanRequest, *, max_pp: int = 8) -> PlanResult:
+    """AMP/Metis-style baseline for ``request``: uniform layer split over up to ``max_pp`` stages,
+    slowest-GPU estimate, full-simulator score (the request's search options apart from pruning,
+    which this scan does not use, and its ``max_pp``, which ``max_pp`` replaces)."""
     profile, network, types, usable = request.profile, request.network, dict(request.gpu_types), request.pool
-    goal = request.goal
-    searcher = Searcher(request)
+    model, gbs, goal = profile.name, request.gbs, request.goal
+    searcher = Searcher(replace(request, options=replace(request.options, prune=False)))
     speed = {}
     for t in {k[0] for k in usable}:
         m = min(profile.microbatch_sizes(t))

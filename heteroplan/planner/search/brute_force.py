@@ -14,11 +14,12 @@ code path from the search's matrices). Exponential in the pipeline depth: small 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from heteroplan.cluster import GPUType
-from heteroplan.errors import InfeasibleError
+from heteroplan.errors import InfeasibleError, InputError
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile
 from heteroplan.planner.goal import Goal
@@ -33,25 +34,48 @@ from heteroplan.planner.model.simulator import (
 )
 from heteroplan.planner.pipeline_set import PipelineSet
 from heteroplan.planner.plan import OptimizerSharding, Plan, ReplicaGroup, Stage
+from heteroplan.planner.request import PlanRequest
 from heteroplan.planner.search.context import spread_replicas
 
-__all__ = ["enumerate_plans", "enumerate_mixed_plans", "brute_force", "sharding_variants", "enumerate_pipeline_sets",
+__all__ = ["PlanSpace", "enumerate_plans", "enumerate_mixed_plans", "brute_force", "sharding_variants", "enumerate_pipeline_sets",
            "brute_force_pipeline_set"]
 
+C = TypeVar("C", Plan, PipelineSet)
+E = TypeVar("E", PlanEstimate, PipelineSetEstimate)
 
-def _space(profile: ModelProfile, gbs: int, pool: Mapping[tuple[str, str], int], gpu_types: Mapping[str, GPUType],
-           microbatch_sizes: tuple[int, ...] | None) -> tuple[list[tuple[str, str]], int, list[int], Callable[[str, int], list[int]]]:
-    """The pools (profiled, non-empty), their GPUs, the microbatch sizes dividing ``gbs`` and the
-    TP degrees of a type at a microbatch size (within a node)."""
-    pools = sorted(k for k, v in pool.items() if v > 0 and k[0] in profile.gpu_types)
-    mbs_all = sorted({m for t, _ in pools for m in profile.microbatch_sizes(t)})
-    if microbatch_sizes:
-        mbs_all = [m for m in mbs_all if m in microbatch_sizes]
 
-    def tps(gpu: str, mbs: int) -> list[int]:
-        return [t for t in profile.tp_degrees(gpu, mbs) if t <= gpu_types[gpu].gpus_per_node]
+@dataclass(frozen=True)
+class PlanSpace:
+    """What every enumeration ranges over: a model's profile, the global batch (samples), the pool
+    ``{(type, zone): GPUs}`` and GPU catalog, the deepest pipeline and the microbatch sizes (None: all
+    profiled); the pools, microbatch sizes and TP degrees the enumerations loop over follow from them."""
 
-    return pools, sum(pool[p] for p in pools), [m for m in mbs_all if gbs % m == 0], tps
+    profile: ModelProfile
+    gbs: int
+    pool: Mapping[tuple[str, str], int]
+    gpu_types: Mapping[str, GPUType]
+    max_pp: int
+    microbatch_sizes: tuple[int, ...] | None = None
+
+    @property
+    def pools(self) -> list[tuple[str, str]]:
+        """The pools with GPUs of a profiled type, sorted."""
+        return sorted(k for k, v in self.pool.items() if v > 0 and k[0] in self.profile.gpu_types)
+
+    @property
+    def total(self) -> int:
+        """GPUs of :attr:`pools`."""
+        return sum(self.pool[p] for p in self.pools)
+
+    @property
+    def mbs_all(self) -> list[int]:
+        """The profiled microbatch sizes (of :attr:`microbatch_sizes` if given) that divide ``gbs``, sorted."""
+        sizes = sorted({m for t, _ in self.pools for m in self.profile.microbatch_sizes(t)})
+        return [m for m in sizes if (not self.microbatch_sizes or m in self.microbatch_sizes) and self.gbs % m == 0]
+
+    def tps(self, gpu: str, mbs: int) -> list[int]:
+        """The profiled TP degrees of ``gpu`` at microbatch size ``mbs`` that fit in one node."""
+        return [t for t in self.profile.tp_degrees(gpu, mbs) if t <= self.gpu_types[gpu].gpus_per_node]
 
 
 def enumerate_plans(
@@ -67,7 +91,7 @@ def enumerate_plans(
 ) -> Iterator[Plan]:
     """Every plan of the search space that respects GPU counts (memory is not checked here);
     ``sharding``: each also with every subset of its shardable stages under ZeRO-1 (:func:`sharding_variants`)."""
-    plans = _enumerate_plans(profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, span_zones)
+    plans = _enumerate_plans(PlanSpace(profile, gbs, pool, gpu_types, max_pp, microbatch_sizes), max_blocks, span_zones)
     if not sharding:
         yield from plans
         return
@@ -85,18 +109,10 @@ def sharding_variants(plan: Plan) -> Iterator[Plan]:
             replace(st, optimizer_sharding=OptimizerSharding.ZERO1) if s in on else st for s, st in enumerate(plan.stages)))
 
 
-def _enumerate_plans(
-    profile: ModelProfile,
-    gbs: int,
-    pool: Mapping[tuple[str, str], int],
-    gpu_types: Mapping[str, GPUType],
-    max_pp: int,
-    microbatch_sizes: tuple[int, ...] | None,
-    max_blocks: int,
-    span_zones: bool,
-) -> Iterator[Plan]:
+def _enumerate_plans(space: PlanSpace, max_blocks: int, span_zones: bool) -> Iterator[Plan]:
+    profile, gbs, pool, max_pp, tps = space.profile, space.gbs, space.pool, space.max_pp, space.tps
     L = profile.num_layers
-    pools, total, mbs_all, tps = _space(profile, gbs, pool, gpu_types, microbatch_sizes)
+    pools, total, mbs_all = space.pools, space.total, space.mbs_all
     for mbs in mbs_all:
         per = gbs // mbs
         for dp in (d for d in range(1, min(per, total) + 1) if per % d == 0):
@@ -157,12 +173,7 @@ def _fits(pool: Mapping[tuple[str, str], int], kinds: tuple[tuple[Kind, int], ..
 
 
 def enumerate_mixed_plans(
-    profile: ModelProfile,
-    gbs: int,
-    pool: Mapping[tuple[str, str], int],
-    gpu_types: Mapping[str, GPUType],
-    max_pp: int,
-    microbatch_sizes: tuple[int, ...] | None = None,
+    space: PlanSpace,
     max_blocks: int = 3,
     *,
     network: NetworkModel | None = None,
@@ -175,8 +186,9 @@ def enumerate_mixed_plans(
     ``every_share``: instead each with every way to share the iteration's microbatches among its
     replicas (each at least one; an oracle for the shares the search chooses, tiny cases only)."""
     network = network or load_network()
+    profile, gbs, pool, gpu_types, max_pp, tps = space.profile, space.gbs, space.pool, space.gpu_types, space.max_pp, space.tps
     L = profile.num_layers
-    pools, total, mbs_all, tps = _space(profile, gbs, pool, gpu_types, microbatch_sizes)
+    pools, total, mbs_all = space.pools, space.total, space.mbs_all
     for mbs in mbs_all:
         M = gbs // mbs
         for pp in range(1, min(max_pp, L) + 1):
@@ -245,41 +257,28 @@ def brute_force(
     mixed plans)."""
     network = network or load_network()
     goal = Goal.of(objective, budget, min_throughput)
-    best: tuple[tuple[float, float], Plan, PlanEstimate] | None = None
     plans = enumerate_plans(profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, span_zones, sharding)
     if mixed:
         plans = itertools.chain(plans, enumerate_mixed_plans(
-            profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, network=network, config=config,
+            PlanSpace(profile, gbs, pool, gpu_types, max_pp, microbatch_sizes), max_blocks, network=network, config=config,
             every_share=every_share))
-    for plan in plans:
+
+    def fitting(plan: Plan) -> PlanEstimate | None:
         sim = simulate_plan(plan, profile=profile, network=network, gpu_types=dict(gpu_types), config=config)
         limit = [[gpu_types[r.gpu_type].memory_gb for r in s.replica_list()] for s in plan.stages]
-        if not (sim.stage_memory.total <= limit).all():
-            continue
-        if not goal.meets(sim.iteration_time_s, sim.cost_per_iteration_usd):
-            continue
-        key = goal.key(sim.iteration_time_s, sim.cost_per_iteration_usd)
-        if best is None or key < best[0]:
-            best = (key, plan, sim)
-    if best is None:
-        raise InfeasibleError("no feasible plan in the enumerated space")
-    return best[1], best[2]
+        return sim if (sim.stage_memory.total <= limit).all() else None
+
+    return _best_by_goal(plans, fitting, goal, "no feasible plan in the enumerated space")
 
 
-def enumerate_pipeline_sets(
-    profile: ModelProfile,
-    gbs: int,
-    pool: Mapping[tuple[str, str], int],
-    gpu_types: Mapping[str, GPUType],
-    max_pp: int,
-    microbatch_sizes: tuple[int, ...] | None = None,
-) -> Iterator[PipelineSet]:
+def enumerate_pipeline_sets(space: PlanSpace) -> Iterator[PipelineSet]:
     """Every set of two independent one-block pipelines on two different pools: each any TP,
     depth up to ``max_pp``, layer split, ``dp`` and microbatch size, the two fitting the pool
     together, with every sharing of the global batch (each replica at least one microbatch, spread
     evenly over a pipeline's replicas). Memory is not checked here."""
+    profile, gbs, pool, max_pp, tps = space.profile, space.gbs, space.pool, space.max_pp, space.tps
     L = profile.num_layers
-    pools, _, mbs_all, tps = _space(profile, gbs, pool, gpu_types, microbatch_sizes)
+    pools, mbs_all = space.pools, space.mbs_all
     pipes: list[tuple[tuple[str, str], int, int, int, tuple[int, ...], int]] = []  # pool, tp, pp, dp, bounds, mbs
     for p in pools:
         for mbs in mbs_all:
@@ -307,32 +306,38 @@ def _one_block(profile: ModelProfile, micro: int, mbs: int, bounds: tuple[int, .
                 class_microbatches((dp,), (micro,)))
 
 
-def brute_force_pipeline_set(
-    profile: ModelProfile,
-    gbs: int,
-    pool: Mapping[tuple[str, str], int],
-    gpu_types: Mapping[str, GPUType],
-    objective: str = "throughput",
-    budget: float | None = None,
-    min_throughput: float | None = None,
-    *,
-    max_pp: int = 1,
-    microbatch_sizes: tuple[int, ...] | None = None,
-    network: NetworkModel | None = None,
-    config: SimConfig | PlatformConfigs = SHIPPED_PLATFORMS,
-) -> tuple[PipelineSet, PipelineSetEstimate]:
-    """The best set of :func:`enumerate_pipeline_sets` that fits memory and meets the goal, priced
-    by :func:`~heteroplan.planner.model.pipeline_set.simulate_pipeline_set`; tiny pools only."""
-    network = network or load_network()
-    goal = Goal.of(objective, budget, min_throughput)
-    best: tuple[tuple[float, float], PipelineSet, PipelineSetEstimate] | None = None
-    for pset in enumerate_pipeline_sets(profile, gbs, pool, gpu_types, max_pp, microbatch_sizes):
-        est = simulate_pipeline_set(pset, profile=profile, network=network, gpu_types=dict(gpu_types), config=config)
-        if not est.fits or not goal.meets(est.iteration_time_s, est.cost_per_iteration_usd):
+def brute_force_pipeline_set(request: PlanRequest) -> tuple[PipelineSet, PipelineSetEstimate]:
+    """The best set of :func:`enumerate_pipeline_sets` (depth up to ``request.options.max_pp``, which
+    the oracle needs set; its ``microbatch_sizes``) that fits memory and meets the request's goal,
+    priced by :func:`~heteroplan.planner.model.pipeline_set.simulate_pipeline_set` with the request's
+    network and ``options.config``; tiny pools only."""
+    options = request.options
+    if options.max_pp is None:
+        raise InputError("options.max_pp", None, "the pipeline-set oracle needs a depth bound (tiny pools only)")
+    gpu_types = dict(request.gpu_types)
+
+    def fitting(pset: PipelineSet) -> PipelineSetEstimate | None:
+        est = simulate_pipeline_set(pset, profile=request.profile, network=request.network, gpu_types=gpu_types,
+                                    config=options.config)
+        return est if est.fits else None
+
+    psets = enumerate_pipeline_sets(PlanSpace(request.profile, request.gbs, request.pool, gpu_types, options.max_pp,
+                                              options.microbatch_sizes))
+    return _best_by_goal(psets, fitting, request.goal, "no feasible set of independent pipelines in the enumerated space")
+
+
+def _best_by_goal(candidates: Iterable[C], fitting: Callable[[C], E | None], goal: Goal,
+                  none_found: str) -> tuple[C, E]:
+    """The candidate whose estimate (``fitting``'s; None: it does not fit memory) meets ``goal`` with
+    the least :meth:`Goal.key`, the first of ties; :class:`InfeasibleError` saying ``none_found`` if none."""
+    best: tuple[tuple[float, float], C, E] | None = None
+    for candidate in candidates:
+        est = fitting(candidate)
+        if est is None or not goal.meets(est.iteration_time_s, est.cost_per_iteration_usd):
             continue
         key = goal.key(est.iteration_time_s, est.cost_per_iteration_usd)
         if best is None or key < best[0]:
-            best = (key, pset, est)
+            best = (key, candidate, est)
     if best is None:
-        raise InfeasibleError("no feasible set of independent pipelines in the enumerated space")
+        raise InfeasibleError(none_found)
     return best[1], best[2]
