@@ -289,6 +289,31 @@ class GoodputPairs:
         return G
 
 
+def _as_pairs(goodput: np.ndarray | GoodputPairs, num_configs: int) -> GoodputPairs:
+    """``goodput`` as :class:`GoodputPairs` (a dense (jobs, configs) matrix checked and converted)."""
+    if isinstance(goodput, GoodputPairs):
+        return goodput
+    G = np.asarray(goodput, dtype=float)
+    if G.ndim != 2 or G.shape[1] != num_configs:
+        raise InputError("goodput.shape", G.shape, f"need (jobs, {num_configs})")
+    if not np.all(np.isfinite(G)):
+        raise InputError("goodput", "non-finite", "goodput must be finite")
+    return GoodputPairs.from_dense(G)
+
+
+def _speedup_base(base: np.ndarray | None, job_of: np.ndarray, goodput: np.ndarray, num_jobs: int) -> np.ndarray:
+    """Per job, the goodput (samples/s) its speed-ups are relative to: ``base`` where it is a
+    positive number, else the job's smallest positive goodput (1 for a job without pairs)."""
+    smallest = np.full(num_jobs, np.inf)
+    np.minimum.at(smallest, job_of, goodput)
+    if base is not None:
+        base = np.asarray(base, dtype=float)
+        if base.shape != (num_jobs,):
+            raise InputError("base.shape", base.shape, f"need ({num_jobs},)")
+        smallest = np.where(np.isfinite(base) & (base > 0), base, smallest)
+    return np.where(np.isfinite(smallest), smallest, 1.0)
+
+
 def build_sia_model(
     goodput: np.ndarray | GoodputPairs,
     configs: ConfigSet,
@@ -316,15 +341,7 @@ def build_sia_model(
         base: per job, the goodput (samples/s) its speed-ups are relative to; default (or where
             <= 0) its smallest positive goodput over ``configs``.
     """
-    if isinstance(goodput, GoodputPairs):
-        pairs = goodput
-    else:
-        G = np.asarray(goodput, dtype=float)
-        if G.ndim != 2 or G.shape[1] != len(configs):
-            raise InputError("goodput.shape", G.shape, f"need (jobs, {len(configs)})")
-        if not np.all(np.isfinite(G)):
-            raise InputError("goodput", "non-finite", "goodput must be finite")
-        pairs = GoodputPairs.from_dense(G)
+    pairs = _as_pairs(goodput, len(configs))
     if p == 0 or not np.isfinite(p):
         raise InputError("p", p, "must be a non-zero finite exponent")
     cap = np.asarray(capacity, dtype=float)
@@ -342,16 +359,7 @@ def build_sia_model(
     restart = np.ones(J) if restart is None else np.asarray(restart, dtype=float)
     pinned = np.zeros(J, dtype=bool) if pinned is None else np.asarray(pinned, dtype=bool)
 
-    base_min = np.full(J, np.inf)
-    np.minimum.at(base_min, job_of, gp)
-    if base is None:
-        base = base_min
-    else:
-        base = np.asarray(base, dtype=float)
-        if base.shape != (J,):
-            raise InputError("base.shape", base.shape, f"need ({J},)")
-        base = np.where(np.isfinite(base) & (base > 0), base, base_min)
-    norm = gp / np.where(np.isfinite(base), base, 1.0)[job_of]
+    norm = gp / _speedup_base(base, job_of, gp, J)[job_of]
     running = current >= 0
     is_current = config_of == current[job_of]
     penalty = np.where(running[job_of] & ~is_current, restart[job_of], 1.0)

@@ -495,8 +495,7 @@ def profile_layers(
     loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None, device: str | torch.device = "cpu",
     warmup: int = 2, repeats: int = 5, optimizer: Optimizer | str = Optimizer.SGD, sweeps: int = 1,
     precision: Precision | str = Precision.FP32, timing: LayerTiming | str = LayerTiming.PREFIX,
-    time_recomputed: bool = False,
-    cuda_graphs: bool = False, compile: bool = False,
+    time_recomputed: bool = False, cuda_graphs: bool = False, compile: bool = False,
 ) -> LayerProfile:
     """Measure every layer of ``model`` (moved to ``device``) at each microbatch size.
 
@@ -546,8 +545,7 @@ def profile_layers(
     """
     torch = _torch()
     sizes = _check_args(model, microbatch_sizes, warmup, repeats)
-    optimizer = enum_choice(Optimizer, "optimizer", optimizer)
-    timing = enum_choice(LayerTiming, "timing", timing)
+    optimizer, timing = enum_choice(Optimizer, "optimizer", optimizer), enum_choice(LayerTiming, "timing", timing)
     dev = _check_profile_options(make_input, loss_fn, device, sweeps, cuda_graphs, compile)
     timer = _Timer(torch, dev)
     model.to(dev)

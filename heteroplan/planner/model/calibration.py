@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -230,6 +230,21 @@ def _fit_inputs(plans: Sequence[Plan] | Mapping[str, Plan], measured: Sequence[f
     return names, plan_list, constants, y
 
 
+def _descend_off_bounds(descend: Callable[[np.ndarray], tuple[np.ndarray, float, bool]], x0: np.ndarray,
+                        lows: np.ndarray, highs: np.ndarray) -> tuple[np.ndarray, bool]:
+    """``descend`` from ``x0``, then again from 1% inside the range for the constants it left on (or
+    near) a bound (a collapsed simplex there can hide an interior optimum); the better end point and
+    whether its descent converged."""
+    best, best_value, converged = descend(x0)
+    stuck = _at_bound(best, lows, highs, 1e-3)
+    if stuck.any():
+        inside = np.where(best - lows <= highs - best, lows + 0.01 * (highs - lows), highs - 0.01 * (highs - lows))
+        retry = descend(np.where(stuck, inside, best))
+        if retry[1] < best_value - 1e-12:
+            best, best_value, converged = retry
+    return best, converged
+
+
 def fit_sim_config(
     plans: Sequence[Plan] | Mapping[str, Plan],
     measured: Sequence[float],
@@ -251,7 +266,7 @@ def fit_sim_config(
         quantity: :class:`CalibratedQuantity` or its value: ``"iteration_time"`` or ``"peak_memory_gb"``.
         base: starting point; the constants not fitted keep its values.
         max_iterations: Nelder-Mead iteration limit (``converged`` says whether it was enough).
-        simulate_kwargs: passed to :func:`simulate` (``data_dir``, ``profile``, ``gpu_types``, ...).
+        simulate_kwargs: passed to :func:`simulate_plan` (``data_dir``, ``profile``, ``gpu_types``, ...).
 
     Raises:
         InputError: unknown constant or quantity, a measurement that is not a positive number,
@@ -289,13 +304,7 @@ def fit_sim_config(
             best, best_value = result.x, float(result.fun)
         return best, best_value, converged
 
-    best, best_value, converged = descend(x0)
-    stuck = _at_bound(best, lows, highs, 1e-3)
-    if stuck.any():  # a simplex collapsed on (or near) a bound can hide an interior optimum: step 1% inside, retry
-        inside = np.where(best - lows <= highs - best, lows + 0.01 * (highs - lows), highs - 0.01 * (highs - lows))
-        retry = descend(np.where(stuck, inside, best))
-        if retry[1] < best_value - 1e-12:
-            best, best_value, converged = retry
+    best, converged = _descend_off_bounds(descend, x0, lows, highs)
     config = config_at(best)
     after = _predict(plan_list, config, quantity, simulate_kwargs)
     at_bound = tuple(c for c, stop in zip(constants, _at_bound(best, lows, highs), strict=True) if stop)

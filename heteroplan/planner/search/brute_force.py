@@ -182,7 +182,7 @@ def enumerate_mixed_plans(
 ) -> Iterator[Plan]:
     """Every plan whose stages mix two pipeline kinds (``d1 + d2`` replicas, any ``dp``, one
     shared split), microbatches shared by :func:`~heteroplan.planner.model.microbatches.two_class_totals`
-    on the per-replica times that :func:`simulate` reports (capacity checked, memory not);
+    on the per-replica times that :func:`simulate_plan` reports (capacity checked, memory not);
     ``every_share``: instead each with every way to share the iteration's microbatches among its
     replicas (each at least one; an oracle for the shares the search chooses, tiny cases only)."""
     network = network or load_network()
