@@ -58,7 +58,9 @@ def _import(name: str) -> types.ModuleType | None:
 
 @pytest.mark.parametrize(("module", "name"), REMOVED_NAMES)
 def test_a_removed_alias_no_longer_resolves(module: str, name: str) -> None:
-    mod = importlib.import_module(module)
+    mod = _import(module)
+    if mod is None:
+        pytest.skip(f"{module} needs torch (the [runtime] extra)")
     assert not hasattr(mod, name), f"{module}.{name}"
     assert name not in getattr(mod, "__all__", ())
 
@@ -121,9 +123,11 @@ def test_the_current_api_warns_nothing_deprecated() -> None:
 def test_no_package_attribute_shadows_its_submodule() -> None:
     """``import heteroplan.x.y as m`` gives the module ``y`` wherever ``y`` is a submodule of the
     package ``heteroplan.x`` (a function re-exported as ``y`` made it the function)."""
-    shadowed = []
+    shadowed, unchecked = [], []
     for name in _module_names():
         pkg = _import(name)
+        if pkg is None:
+            unchecked.append(name)
         if pkg is None or not hasattr(pkg, "__path__"):
             continue
         for sub in pkgutil.iter_modules(pkg.__path__):
@@ -140,6 +144,8 @@ def test_no_package_attribute_shadows_its_submodule() -> None:
             if not isinstance(namespace["_m"], types.ModuleType):
                 shadowed.append(full)
     assert shadowed == []
+    if unchecked:  # so that CI's second phase, with torch and Ray, checks them too
+        pytest.skip(f"{len(unchecked)} modules need torch or ray (optional extras), e.g. {unchecked[0]}")
 
 
 # -- choices are enums: strings accepted at the boundary, a bad one names the field and the choices
