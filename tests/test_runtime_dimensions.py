@@ -13,7 +13,12 @@ torch = pytest.importorskip("torch", reason="the runtime tests need torch: pip i
 from heteroplan.errors import InputError  # noqa: E402
 from heteroplan.planner.plan import Plan, Precision, Recomputation, ReplicaGroup, Stage  # noqa: E402
 from heteroplan.runtime import RunConfig, TinyGPTTask, run_plan, train_reference  # noqa: E402
-from heteroplan.runtime.dimensions import check_dimensions, compute_context, run_layers, state_bytes  # noqa: E402
+from heteroplan.runtime.dimensions import (  # noqa: E402
+    check_optimizer_sharding,
+    compute_context,
+    run_layers,
+    state_bytes,
+)
 from heteroplan.runtime.memory import peak_increase  # noqa: E402
 from heteroplan.runtime.profiler import profile_layers  # noqa: E402
 
@@ -198,7 +203,7 @@ def test_dimensions_the_runtime_cannot_apply_are_refused_before_launch() -> None
         run_plan(Plan("t", GBS, 2, (Stage(0, 4, (ReplicaGroup("cpu", "local"),)),), precision="bf16"), TASK64)
     tp_zero = Plan("t", GBS, 2, (Stage(0, 4, (ReplicaGroup("cpu", "local", 2, 2),), "none", "zero1"),))
     with pytest.raises(InputError, match=r"plan.stages\[0\].optimizer_sharding"):
-        check_dimensions(tp_zero)
+        check_optimizer_sharding(tp_zero)
 
 
 def test_model_specs_load_a_task_or_say_what_is_wrong() -> None:

@@ -32,15 +32,8 @@ from heteroplan.errors import InputError
 from heteroplan.planner.plan import OptimizerSharding, Plan, Precision, Recomputation
 from heteroplan.runtime.config import RunConfig, implementation_kwargs, optimizer_class
 
-__all__ = ["compute_context", "set_matmul_precision", "run_layers", "make_stage_optimizer", "check_dimensions",
+__all__ = ["compute_context", "set_matmul_precision", "run_layers", "make_stage_optimizer",
            "check_precision", "check_optimizer_sharding", "local_optimizer", "state_bytes", "loss_under", "LossFn"]
-
-
-def check_dimensions(plan: Plan, model_dtype: torch.dtype | None = None) -> None:
-    """Raise :class:`InputError` for dimensions the runtime cannot apply to ``plan``: mixed or TF32
-    precision on a model that is not float32; ZeRO-1 on a tensor-parallel stage."""
-    check_precision(plan, model_dtype)
-    check_optimizer_sharding(plan)
 
 
 def check_precision(plan: Plan, model_dtype: torch.dtype | None = None) -> None:

@@ -27,9 +27,9 @@ from heteroplan.planner.model.flops import Utilization, recomputed_flops_per_sam
 from heteroplan.planner.pipeline_set import PipelineSet
 from heteroplan.planner.plan import Plan
 from heteroplan.run_options import Device
+from heteroplan.runtime.appliers import check_plan
 from heteroplan.runtime.checkpoint import Checkpoint, check_writable, latest_checkpoint
 from heteroplan.runtime.config import RunConfig, StepMetrics
-from heteroplan.runtime.dimensions import check_dimensions
 from heteroplan.runtime.flops import run_peak_tflops, task_forward_flops_per_layer
 from heteroplan.runtime.layout import run_pipelines, run_world_size
 from heteroplan.runtime.models import TrainTask
@@ -309,8 +309,8 @@ def prepare_run(plan: Plan | PipelineSet, task: TrainTask, config: RunConfig) ->
         raise InputError("config", type(config).__name__, "must be a heteroplan.runtime.RunConfig")
     slots = run_pipelines(plan)
     check_task(task, plan)
-    for slot in slots:
-        check_dimensions(slot.plan, _declared_dtype(task))
+    for slot in slots:  # every dimension's applier, with the model's declared dtype (the ranks check it again)
+        check_plan(slot.plan, config, _declared_dtype(task))
     check_segment_run(slots)
     check_writable(config.checkpoint_dir)
     pipeline = run_pipeline_choice(plan, config)  # InputError here if config.pipeline cannot run the plan

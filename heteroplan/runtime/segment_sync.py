@@ -38,7 +38,7 @@ from torch import nn
 from heteroplan.errors import InputError
 from heteroplan.planner.plan import OptimizerSharding
 from heteroplan.runtime.layout import PipelineSlot, rank_layout, uniform_stage_tp
-from heteroplan.runtime.tensor_parallel import local_tensor
+from heteroplan.runtime.tensor_parallel import copy_slices, local_gradients, local_tensor
 
 __all__ = ["Segment", "SegmentSync", "check_segment_run", "plan_segments", "uses_segment_sync"]
 
@@ -162,9 +162,7 @@ class SegmentSync:
                       if p.requires_grad]
             if not params:
                 continue
-            for p in params:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
+            grads = local_gradients(params)  # a zero gradient where this rank's microbatches left none
             if grad_buffer is not None:  # no DTensor: the segment's gradients are one slice of the buffer
                 start = offsets[id(params[0])]
                 flat = grad_buffer[start:start + sum(p.numel() for p in params)]
@@ -173,16 +171,15 @@ class SegmentSync:
                 if tp_group is not None:  # TP ranks of a replicated layer: the first's sum for all
                     dist.broadcast(flat, src=seg.holder_of(self.rank)[0], group=tp_group)
             elif tp_group is None and seg.sharded:
-                self._reduce_shards(params, reduce_group)
+                self._reduce_shards(grads, reduce_group)
             else:
                 self._reduce_whole(params, seg.holder_of(self.rank)[0], reduce_group, tp_group)
 
     @staticmethod
-    def _reduce_shards(params: list[nn.Parameter], group: Any) -> None:
-        grads = [local_tensor(p.grad) for p in params]
+    def _reduce_shards(grads: list[torch.Tensor], group: Any) -> None:
         flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat, group=group)
-        _copy_into(grads, flat)
+        copy_slices(grads, flat)
 
     @staticmethod
     def _reduce_whole(params: list[nn.Parameter], first_rank: int, reduce_group: Any, tp_group: Any) -> None:
@@ -196,12 +193,6 @@ class SegmentSync:
             dist.broadcast(flat, src=first_rank, group=tp_group)
         for p, part in zip(params, torch.split(flat, [w.numel() for w in whole]), strict=True):
             local_tensor(p.grad).copy_(_shard_of(part.view(p.shape), p))
-
-
-def _copy_into(tensors: list[torch.Tensor], flat: torch.Tensor) -> None:
-    """Copy consecutive slices of ``flat`` into ``tensors`` (no view of ``flat`` outlives the call)."""
-    for t, part in zip(tensors, torch.split(flat, [t.numel() for t in tensors]), strict=True):
-        t.copy_(part.view_as(t))
 
 
 def _shard_of(whole: torch.Tensor, param: nn.Parameter) -> torch.Tensor:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 import torch.distributed as dist
 from torch import nn
 
@@ -23,7 +24,7 @@ from heteroplan.errors import InputError
 from heteroplan.planner.plan import Plan
 from heteroplan.runtime.layout import replica_start, replica_tp, stage_tp
 
-__all__ = ["ProcessGroups", "create_groups", "shard_layers", "local_tensor"]
+__all__ = ["ProcessGroups", "create_groups", "shard_layers", "local_tensor", "local_gradients", "copy_slices"]
 
 
 @dataclass(frozen=True)
@@ -95,3 +96,22 @@ def shard_layers(layers: nn.Module, group: Any, tp: int, device_type: str) -> No
 def local_tensor(t: Any) -> Any:
     """The shard this rank holds of ``t`` (``t`` itself when it is not a DTensor)."""
     return t.to_local() if hasattr(t, "to_local") else t
+
+
+def local_gradients(params: list[nn.Parameter]) -> list[Any]:
+    """The shard this rank holds of every parameter's gradient, a zero gradient given first to a
+    parameter without one (a layer this rank's microbatches did not reach still takes part in the
+    all-reduce)."""
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    return [local_tensor(p.grad) for p in params]
+
+
+def copy_slices(tensors: list[Any], flat: Any) -> None:
+    """Copy consecutive slices of ``flat`` into ``tensors``. A function of its own so that no view
+    of ``flat`` outlives it: a loop variable left holding the last slice kept the whole flat copy of
+    the gradients alive through the optimizer step (4P bytes; measured on a ZeRO-1 rank whose peak
+    is the step)."""
+    for t, part in zip(tensors, torch.split(flat, [t.numel() for t in tensors]), strict=True):
+        t.copy_(part.view_as(t))

@@ -66,8 +66,9 @@ from heteroplan.runtime.schedule import (
 from heteroplan.runtime.segment_sync import SegmentSync, uses_segment_sync
 from heteroplan.runtime.tensor_parallel import (
     ProcessGroups,
+    copy_slices,
     create_groups,
-    local_tensor,
+    local_gradients,
 )
 from heteroplan.training_args import add_training_arguments, model_kwargs, run_config_kwargs
 
@@ -152,15 +153,6 @@ def flat_gradients(params: list[nn.Parameter]) -> torch.Tensor | None:
     for p, part in zip(params, torch.split(buffer, [p.numel() for p in params]), strict=True):
         p.grad = part.view_as(p)
     return buffer
-
-
-def _unflatten_into(tensors: list[torch.Tensor], flat: torch.Tensor) -> None:
-    """Copy consecutive slices of ``flat`` into ``tensors``. A function of its own so that no
-    view of ``flat`` outlives it: a loop variable left holding the last slice kept the whole flat
-    copy of the gradients alive through the optimizer step (4P bytes; measured on a ZeRO-1 rank
-    whose peak is the step)."""
-    for t, part in zip(tensors, torch.split(flat, [t.numel() for t in tensors]), strict=True):
-        t.copy_(part.view_as(t))
 
 
 class StageTrainer:
@@ -260,15 +252,12 @@ class StageTrainer:
             if self.grad_buffer is not None:
                 flat = self.grad_buffer
             else:
-                for p in self.params:
-                    if p.grad is None:
-                        p.grad = torch.zeros_like(p)
-                grads = [local_tensor(p.grad) for p in self.params]
+                grads = local_gradients(self.params)
                 flat = torch.cat([g.reshape(-1) for g in grads])
             local_sqr = _squared_norm(flat) if self.grad_stats else 0.0
             dist.all_reduce(flat, group=self.dp_group)
             if self.grad_buffer is None:
-                _unflatten_into(grads, flat)
+                copy_slices(grads, flat)
             if self.grad_stats:
                 global_sqr = _squared_norm(flat)
             del flat  # a flat copy of the gradients must not live through the optimizer step
