@@ -113,13 +113,15 @@ def enum_values(enum: type[Enum]) -> tuple[str, ...]:
     return tuple(str(member.value) for member in enum)
 
 
-def enum_choice(enum: type[E], field: str, value: object) -> E:
+def enum_choice(enum: type[E], field: str, value: object, otherwise: str = "") -> E:
     """``value`` as a member of ``enum`` (a member or its value, e.g. a string of a ``StrEnum``);
-    :class:`InputError` naming ``field`` and listing the choices otherwise."""
+    :class:`InputError` naming ``field`` and listing the choices otherwise (followed by
+    ``otherwise``, what else the field takes, e.g. ``"or give a PerfModel object"``)."""
     try:
         return enum(value)
     except ValueError:
-        raise InputError(field, value, f"choose one of {[m.value for m in enum]}") from None
+        tail = f" {otherwise}" if otherwise else ""
+        raise InputError(field, value, f"choose one of {[m.value for m in enum]}{tail}") from None
 
 
 def local_process_limit() -> int:

@@ -71,6 +71,7 @@ from typing import Any
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import HeteroplanError, InputError, PolicyError
+from heteroplan.inputs import enum_choice
 from heteroplan.perf.protocols import GoodputRate, ObservesSteps, TakesMeasuredNoise
 from heteroplan.perf.sia_data import Estimator
 from heteroplan.policies.base import (
@@ -697,11 +698,7 @@ def _resolve_model(job_id: str, application: str, perf_model: PerfModel | Estima
     if perf_model is None:  # policies that need no model (FIFO, YARN-CS)
         return ModelKind.NONE, None
     if isinstance(perf_model, str):
-        try:
-            name = Estimator(perf_model)
-        except ValueError:
-            raise InputError(f"job[{job_id}].perf_model", perf_model,
-                             f"choose one of {[e.value for e in Estimator]} or give a PerfModel object") from None
+        name = enum_choice(Estimator, f"job[{job_id}].perf_model", perf_model, "or give a PerfModel object")
         if _app_or_none(application) is None:
             raise InputError(f"job[{job_id}].application", application,
                              f"perf_model='{name}' needs a Sia application; give a PerfModel object instead")
