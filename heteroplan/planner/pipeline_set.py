@@ -25,8 +25,14 @@ from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError
 from heteroplan.inputs import read_json
 from heteroplan.planner.plan import FORMAT_VERSION, OptimizerSharding, Plan
+from heteroplan.schema import MAX_ITEMS, Later, Record, Seq, Versioned, decode
 
-__all__ = ["PipelineSet"]
+__all__ = ["PipelineSet", "PIPELINE_SET_FILE"]
+
+PIPELINE_SET_FILE = Versioned({FORMAT_VERSION: Record({"pipelines": Seq(Later(), 1, MAX_ITEMS)})},
+                              default=FORMAT_VERSION)
+"""The set file (:meth:`PipelineSet.to_dict`): its version and a non-empty list of plans (each then
+decoded by :data:`~heteroplan.planner.plan.PLAN_FILE`)."""
 
 
 @dataclass(frozen=True)
@@ -106,17 +112,9 @@ class PipelineSet:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PipelineSet:
-        """Build from :meth:`to_dict`'s form (each pipeline read by :meth:`Plan.from_dict`)."""
-        if not isinstance(data, Mapping):
-            raise InputError("pipeline_set", type(data).__name__, "must be a JSON object")
-        unknown = sorted(set(data) - {"format_version", "pipelines"})
-        if unknown:
-            raise InputError(f"pipeline_set.{unknown[0]}", data[unknown[0]], "unknown key; known: ['pipelines']")
-        if data.get("format_version", FORMAT_VERSION) != FORMAT_VERSION:
-            raise InputError("pipeline_set.format_version", data.get("format_version"), f"this heteroplan reads {FORMAT_VERSION}")
-        pipelines = data.get("pipelines")
-        if not isinstance(pipelines, list) or not pipelines:
-            raise InputError("pipeline_set.pipelines", pipelines, "must be a non-empty list of plans")
+        """Build from :meth:`to_dict`'s form (:data:`PIPELINE_SET_FILE`; each pipeline read by
+        :meth:`Plan.from_dict`)."""
+        pipelines = decode(PIPELINE_SET_FILE, data, "pipeline_set")["pipelines"]
         return cls(tuple(Plan.from_dict(p) for p in pipelines))
 
     def to_json(self, path: str | Path | None = None) -> str:
