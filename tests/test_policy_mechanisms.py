@@ -50,7 +50,8 @@ def test_pollux_classes_carry_their_defaults() -> None:
         (SpeedupBase.ONE_GPU, False, None, True)
     assert (artifact.speedup_base, artifact.vnode_order, artifact.restart_price_s, artifact.pin_restoring) == \
         (SpeedupBase.FAIR_SHARE, VnodeOrder.SHUFFLED, 30.0, False)
-    with pytest.raises(InputError, match="PolluxArtifactPolicy"):
+    assert (pooled.mechanism, artifact.mechanism) == ("pooled-type", "sia-artifact")
+    with pytest.raises(TypeError, match="mechanism"):
         PolluxPolicy(mechanism="sia-artifact")  # the artifact's mechanism is its own class
     with pytest.raises(TypeError):
         PolluxPolicy(vnode_order="node")  # an option of the artifact's placement only

@@ -115,9 +115,10 @@ class PolluxPolicy:
     (:mod:`heteroplan.policies.pollux_profile`). ``restart_unallocated``: a job without GPUs
     pays its restart factor too (``"fair-share"`` only). ``restart_price_s``: seconds the
     restart factor prices a restart at (``None``: what the job pays, its ``restart_delay``).
-    ``pin_restoring``: a job restoring a checkpoint keeps its allocation. ``mechanism``: the
-    class's own (``"pooled-type"``; the Sia artifact's is
-    :class:`~heteroplan.policies.pollux_artifact.PolluxArtifactPolicy`).
+    ``pin_restoring``: a job restoring a checkpoint keeps its allocation. :attr:`mechanism` is
+    the class's own (``"pooled-type"``; the Sia artifact's is
+    :class:`~heteroplan.policies.pollux_artifact.PolluxArtifactPolicy`, the registry's
+    ``mechanism`` option picks the class).
 
     ``mode``, ``auto_limit``, ``threads``, ``time_limit`` and ``mip_gap`` choose the solve as
     :class:`~heteroplan.policies.sia.SiaPolicy`'s do (default ``"auto"``: the LP relaxation
@@ -139,7 +140,6 @@ class PolluxPolicy:
     round_length: float = 60.0
     elastic: bool = True
     forking: bool = False
-    mechanism: str = "pooled-type"
     speedup_base: SpeedupBase | str = SpeedupBase.ONE_GPU
     merged_profile: bool = False
     restart_unallocated: bool = False
@@ -157,10 +157,6 @@ class PolluxPolicy:
         check_seconds("round_length", self.round_length)
         self.mode = check_solve_options(self.mode, self.threads, self.auto_limit, self.mip_gap)
         self.scale_up_from = enum_choice(ScaleFrom, "scale_up_from", self.scale_up_from)
-        if self.mechanism != self.MECHANISM:
-            raise InputError("mechanism", self.mechanism, f"{type(self).__name__} runs {self.MECHANISM!r}; Pollux's "
-                             "mechanisms are PolluxPolicy ('pooled-type', policy pollux) and "
-                             "PolluxArtifactPolicy ('sia-artifact', policy pollux-sia)")
         self.speedup_base = enum_choice(SpeedupBase, "speedup_base", self.speedup_base)
         for flag in ("merged_profile", "restart_unallocated", "pin_restoring"):
             if not isinstance(getattr(self, flag), bool):
@@ -171,6 +167,11 @@ class PolluxPolicy:
             self.lam = FAIR_SHARE_LAMBDA if self.speedup_base is SpeedupBase.FAIR_SHARE else 1.1
         if isinstance(self.lam, bool) or not isinstance(self.lam, (int, float)) or not (0 < self.lam < math.inf):
             raise InputError("lam", self.lam, "must be a penalty > 0 per job without GPUs")
+
+    @property
+    def mechanism(self) -> str:
+        """The name of this class's mechanism (``"pooled-type"`` or ``"sia-artifact"``)."""
+        return self.MECHANISM
 
     @property
     def profiles(self) -> Mapping[str, MergedProfile]:

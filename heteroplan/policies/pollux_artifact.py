@@ -148,7 +148,6 @@ class PolluxArtifactPolicy(PolluxPolicy):
     """
 
     name: str = "pollux-sia"
-    mechanism: str = "sia-artifact"
     speedup_base: SpeedupBase | str = SpeedupBase.FAIR_SHARE
     merged_profile: bool = True
     restart_unallocated: bool = True
