@@ -15,18 +15,8 @@ import numpy as np
 from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import NetworkModel
 from heteroplan.perf.sailor_profiles import ModelProfile
+from heteroplan.planner.model import terms
 from heteroplan.planner.model.sim_config import SimConfig
-from heteroplan.planner.model.terms import (
-    activation_bytes,
-    activations_gb,
-    allreduce_buffer_bytes,
-    compute_prefix_s,
-    compute_s,
-    fp32_weight_bytes,
-    measured_layer_bytes,
-    measured_state_bytes,
-    static_memory_gb,
-)
 
 __all__ = ["StageTable", "build_stage_table"]
 
@@ -115,11 +105,11 @@ def build_stage_table(
     ``recompute``: every layer recomputed in its backward (a profile that measured memory)."""
     if recompute and profile.measured is None:
         raise InputError("recompute", profile.name, "recomputation needs a profile that measured memory")
-    comp = compute_prefix_s(profile, gpu_type, mbs, tp, recompute)
+    comp = terms.compute_prefix_s(profile, gpu_type, mbs, tp, recompute)
     sizes = profile.size_prefix(tp)
     L = profile.num_layers
     both = _range(comp[0] + comp[1])
-    fb = compute_s(both, config)
+    fb = terms.compute_s(both, config)
     with np.errstate(invalid="ignore", divide="ignore"):
         forward_share = np.where((both > 0) & np.isfinite(both), _range(comp[0]) / both, 0.5)
     params = _range(sizes[0])
@@ -127,15 +117,15 @@ def build_stage_table(
     act = _range(sizes[1])
     working = config.working_layers * _range_max(profile.act_mem[tp])
     working[:, L] += config.logits_factor * profile.act_out[tp][L - 1]
-    mem_static = static_memory_gb(params, working, mbs, config)
-    mem_per_inflight = activations_gb(act, mbs, 1, config)
+    mem_static = terms.static_memory_gb(params, working, mbs, config)
+    mem_per_inflight = terms.activations_gb(act, mbs, 1, config)
     mem_floor = mem_sync_floor = mem_state = mem_update_working = np.zeros_like(mem_static)
     if profile.measured is not None:
         mem_static, mem_per_inflight, mem_floor, mem_sync_floor, mem_state, mem_update_working = _measured_memory_gb(
             profile, tp, mbs, recompute, params)
-    weights = fp32_weight_bytes(params)  # what ZeRO-1 all-gathers
+    weights = terms.fp32_weight_bytes(params)  # what ZeRO-1 all-gathers
     out_bytes = np.zeros(L + 1)
-    out_bytes[1:] = activation_bytes(profile.act_out[tp], mbs, config)
+    out_bytes[1:] = terms.activation_bytes(profile.act_out[tp], mbs, config)
     return StageTable(
         gpu_type, zone, tp, mbs, fb, forward_share, update, config.grad_bytes_per_param * params, mem_static, mem_per_inflight,
         out_bytes, mem_floor, mem_sync_floor, mem_state, mem_update_working, weights,
@@ -152,17 +142,17 @@ def _measured_memory_gb(profile: ModelProfile, tp: int, mbs: int, recompute: boo
     ZeRO-1 divides (:meth:`StageTable.memory`)."""
     mem = profile.measured
     assert mem is not None
-    kept, transient = measured_layer_bytes(mem, tp, mbs, recompute)
+    kept, transient = terms.measured_layer_bytes(mem, tp, mbs, recompute)
     cum = np.concatenate([[0.0], np.cumsum(kept)])
     with np.errstate(invalid="ignore"):
         worst = _range_max(cum[1:] + transient) - cum[:, None]
-        weights, grads, state = measured_state_bytes(params, mem.optimizer_state_per_param)
+        weights, grads, state = terms.measured_state_bytes(params, mem.optimizer_state_per_param)
         persist = weights + grads + state + mem.overhead
         per = _range(cum)
         static = persist + worst - per
         update_working = _range(np.concatenate([[0.0], np.cumsum(mem.update_working[tp])]))
         floor = persist + update_working
-        sync_floor = persist + allreduce_buffer_bytes(params, 2, tp)
+        sync_floor = persist + terms.allreduce_buffer_bytes(params, 2, tp)
     bad = ~np.isfinite(per)
     static[bad], floor[bad], sync_floor[bad], state[bad], update_working[bad] = np.inf, np.inf, np.inf, 0.0, 0.0
     return static / 1e9, per / 1e9, floor / 1e9, sync_floor / 1e9, state / 1e9, update_working / 1e9
