@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -99,6 +100,40 @@ def test_files_round_trip_and_bad_sets_name_the_field(tmp_path):
         PipelineSet((zero,))
     with pytest.raises(InputError, match="pipeline_set.typo"):
         PipelineSet.from_dict({"pipelines": [a.to_dict()], "typo": 1})
+    # a bad pipeline of the file is named by its index, not as a lone "plan"
+    with pytest.raises(InputError, match=r"^pipeline_set\.pipelines\[1\]\.stages\[0\]\.replicas\[0\]\.tp"):
+        PipelineSet.from_dict({"pipelines": [a.to_dict(), _with_tp(a.to_dict(), 0)]})
+    with pytest.raises(InputError, match=r"^pipeline_set\.pipelines\[0\]='int': must be a JSON object"):
+        PipelineSet.from_dict({"pipelines": [3]})
+
+
+def _with_tp(plan: dict, tp: object) -> dict:
+    stage = dict(plan["stages"][0])
+    stage["replicas"] = [dict(stage["replicas"][0], tp=tp), *stage["replicas"][1:]]
+    return dict(plan, stages=[stage, *plan["stages"][1:]])
+
+
+def test_load_run_reads_every_plan_format_and_sets_as_their_own_loaders_do(tmp_path) -> None:
+    """``heteroplan run --plan`` (``load_run``): a set, a plan, ``plan --json``'s wrapper and a
+    Sailor file each read once and as ``PipelineSet.from_json`` / ``load_plan`` read them."""
+    from heteroplan.runtime.layout import load_plan, load_run
+
+    a = _pipe(32, 2, [], [(ReplicaGroup(A, Z, 1, 2),)])
+    pset = PipelineSet((a, _pipe(32, 2, [], [(ReplicaGroup(V, Z, 1, 2),)])))
+    pset.to_json(tmp_path / "set.json")
+    a.to_json(tmp_path / "plan.json")
+    (tmp_path / "wrapped.json").write_text(json.dumps({"plan": a.to_dict(), "iteration_time_s": 1.0}))
+    replica = [[[A, 1, Z]], 1]
+    sailor = {"pipeline_list": [{"layers_per_stage": [list(range(L))], "tmp_per_stage": [[replica, replica]],
+                                 "dp": [2]}], "mbs": 2, "gbs": 32, "model": "OPT-350"}
+    (tmp_path / "sailor.json").write_text(json.dumps(sailor))
+    assert load_run(tmp_path / "set.json") == pset == PipelineSet.from_json(tmp_path / "set.json")
+    for name in ("plan.json", "wrapped.json", "sailor.json"):
+        assert load_run(tmp_path / name) == load_plan(tmp_path / name)
+    assert load_run(tmp_path / "wrapped.json") == a
+    (tmp_path / "bad.json").write_text(json.dumps({"pipelines": [a.to_dict(), {"stages": 1}]}))
+    with pytest.raises(InputError, match=r"bad\.json \(--plan\): pipeline_set\.pipelines\[1\]"):
+        load_run(tmp_path / "bad.json")
 
 
 def test_search_reports_the_best_set_of_single_type_pipelines_and_shares_the_batch_optimally():

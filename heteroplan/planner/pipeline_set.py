@@ -115,7 +115,7 @@ class PipelineSet:
         """Build from :meth:`to_dict`'s form (:data:`PIPELINE_SET_FILE`; each pipeline read by
         :meth:`Plan.from_dict`)."""
         pipelines = decode(PIPELINE_SET_FILE, data, "pipeline_set")["pipelines"]
-        return cls(tuple(Plan.from_dict(p) for p in pipelines))
+        return cls(tuple(_pipeline(i, p) for i, p in enumerate(pipelines)))
 
     def to_json(self, path: str | Path | None = None) -> str:
         """The set as JSON text; with ``path``, also written there atomically (missing directories created)."""
@@ -127,3 +127,14 @@ class PipelineSet:
     def from_json(cls, path: str | Path) -> PipelineSet:
         """Read a set written by :meth:`to_json`."""
         return cls.from_dict(read_json(path, "pipeline set JSON"))
+
+
+def _pipeline(i: int, data: Any) -> Plan:
+    """Pipeline ``i`` of a set file, its errors named ``pipeline_set.pipelines[i]...`` instead of
+    ``plan...`` (which pipeline of the file is wrong)."""
+    try:
+        return Plan.from_dict(data)  # a non-mapping is refused by name
+    except InputError as exc:
+        field = str(exc.field)
+        where = f"pipeline_set.pipelines[{i}]" + (field[len("plan"):] if field.startswith("plan") else f": {field}")
+        raise InputError(where, exc.value, exc.reason) from None

@@ -332,12 +332,16 @@ class Plan:
         ``model`` key, else ``model``). Errors are :class:`InputError` naming the file, the
         field and the value; ``what`` (``"--plan"``) says where the file was given."""
         with naming_file(path, what):
-            data = read_json(path, "plan JSON")
-            if isinstance(data, Mapping) and isinstance(data.get("plan"), Mapping) and "stages" not in data:
-                data = data["plan"]
-            if isinstance(data, Mapping) and "pipeline_list" in data:
-                return cls.from_sailor(data, model)
-            return cls.from_dict(data)
+            return cls.from_data(read_json(path, "plan JSON"), model)
+
+    @classmethod
+    def from_data(cls, data: object, model: str = "OPT-350") -> Plan:
+        """A plan from a plan file's JSON data, in any format :meth:`from_json` reads."""
+        if isinstance(data, Mapping) and isinstance(data.get("plan"), Mapping) and "stages" not in data:
+            data = data["plan"]
+        if isinstance(data, Mapping) and "pipeline_list" in data:
+            return cls.from_sailor(data, model)
+        return cls.from_dict(data)
 
     @classmethod
     def from_sailor(cls, data: Mapping[str, Any], model: str = "OPT-350") -> Plan:

@@ -29,6 +29,7 @@ from heteroplan.errors import InputError
 from heteroplan.inputs import read_json
 from heteroplan.planner.pipeline_set import PipelineSet
 from heteroplan.planner.plan import Plan
+from heteroplan.schema import naming_file
 
 __all__ = ["RankInfo", "PipelineSlot", "rank_layout", "check_runnable", "replica_tp", "stage_tp", "uniform_stage_tp",
            "tp_degrees", "stage_start", "replica_start", "world_size", "neighbours", "run_pipelines", "run_world_size", "run_from_dict",
@@ -227,10 +228,8 @@ def run_from_dict(data: dict) -> Plan | PipelineSet:
 def load_run(path: str | Path) -> Plan | PipelineSet:
     """Read a run file: a :class:`PipelineSet` file (``{"pipelines": [...]}``,
     :meth:`PipelineSet.to_json`) or any plan file :func:`load_plan` reads."""
-    data = read_json(path, "--plan")
-    if isinstance(data, dict) and "pipelines" in data and "stages" not in data:
-        try:
+    with naming_file(path, "--plan"):
+        data = read_json(path, "plan JSON")  # read once, whichever format it is
+        if isinstance(data, dict) and "pipelines" in data and "stages" not in data:
             return PipelineSet.from_dict(data)
-        except InputError as exc:
-            raise InputError(f"--plan {path}: {exc.field}", exc.value, exc.reason) from None
-    return load_plan(path)
+        return Plan.from_data(data, model=Path(path).stem)

@@ -84,6 +84,11 @@ def pipeline_choice(plan: Plan, config: RunConfig) -> PipelineChoice:
     loop, which replays the graphs (:class:`InputError` where a dimension's applier cannot run the
     plan: :func:`heteroplan.runtime.appliers.check_plan`)."""
     check_plan(plan, config)
+    return _choose_engine(plan, config)
+
+
+def _choose_engine(plan: Plan, config: RunConfig) -> PipelineChoice:
+    """:func:`pipeline_choice` of a plan already checked (the trainer checks it with its model's dtype)."""
     if config.cuda_graphs:
         choice = choose_pipeline(stage_tp(plan), plan.microbatches(), config.schedule, PipelineEngine.HETEROPLAN)
         return replace(choice, reason="CUDA graphs: each microbatch replayed as one graph")
@@ -174,12 +179,13 @@ class StageTrainer:
     ``slot``: where ``plan`` sits in a larger run (a pipeline of a set: its first rank and sample,
     the run's batch; default: alone); ``segment_sync``: the run's gradient all-reduce when its
     replicas of a layer are sharded differently (:mod:`heteroplan.runtime.segment_sync`), instead
-    of the data-parallel groups.
+    of the data-parallel groups; ``choice``: the plan's :func:`pipeline_choice`, when the caller made
+    it (default: made here, after the plan is checked with the model's dtype).
     """
 
     def __init__(self, plan: Plan, task: TrainTask, config: RunConfig, rank: int, groups: ProcessGroups,
                  group: Any = None, slot: PipelineSlot | None = None, segment_sync: SegmentSync | None = None,
-                 appliers: Sequence[DimensionApplier] = APPLIERS) -> None:
+                 appliers: Sequence[DimensionApplier] = APPLIERS, choice: PipelineChoice | None = None) -> None:
         slot = slot or PipelineSlot.alone(plan)
         layout = rank_layout(plan, slot.rank_offset, slot.sample_offset)
         self.me: RankInfo = layout[rank - slot.rank_offset]
@@ -215,7 +221,7 @@ class StageTrainer:
         self.reports_loss = self.last and self.me.tp_index == 0  # every TP rank computes the same loss
         # gradient noise statistics need each replica's whole gradient on one rank: pure data parallelism
         self.grad_stats = plan.pp == 1 and self.me.tp == 1 and plan.dp > 1 and segment_sync is None
-        self.choice = pipeline_choice(plan, config)
+        self.choice = choice or _choose_engine(plan, config)  # the plan was checked above
         self.pipeline: TorchPipeline | None = None
         if self.choice.engine is PipelineEngine.TORCH:
             scale = plan.microbatch_size / self.batch_size
@@ -398,7 +404,7 @@ def train_rank(
     slots = run_pipelines(plan)
     if world != slots[0].world:
         raise RuntimeError(f"world size {world} but the plan has {slots[0].world} ranks")
-    if rank == 0:
+    if rank == 0 and log.isEnabledFor(logging.DEBUG):
         log.debug("pipeline: %s", run_pipeline_choice(plan, config).describe())
     trainer = make_trainer(slots, task, config, rank)
     start = 0
@@ -433,15 +439,17 @@ def make_trainer(slots: tuple[PipelineSlot, ...], task: TrainTask, config: RunCo
     """Create the process groups of a run's pipelines (collective: every rank creates every group, in
     the same order) and the :class:`StageTrainer` of ``rank``."""
     segment = uses_segment_sync(slots)
-    mine: tuple[PipelineSlot, ProcessGroups] | None = None
+    mine: tuple[PipelineSlot, ProcessGroups, PipelineChoice] | None = None
     for slot in slots:
-        torch_pipes = pipeline_choice(slot.plan, config).engine is PipelineEngine.TORCH
-        groups = create_groups(slot.plan, pipelines=torch_pipes, rank_offset=slot.rank_offset, data_parallel=not segment)
+        choice = _choose_engine(slot.plan, config)  # each plan is checked by the trainers of its ranks
+        groups = create_groups(slot.plan, pipelines=choice.engine is PipelineEngine.TORCH, rank_offset=slot.rank_offset,
+                               data_parallel=not segment)
         if slot.holds(rank):
-            mine = (slot, groups)
+            mine = (slot, groups, choice)
     assert mine is not None, f"rank {rank} is in no pipeline"
     sync = SegmentSync(slots, rank) if segment else None
-    return StageTrainer(mine[0].plan, task, config, rank, mine[1], slot=mine[0], segment_sync=sync)
+    slot, groups, choice = mine
+    return StageTrainer(slot.plan, task, config, rank, groups, slot=slot, segment_sync=sync, choice=choice)
 
 
 def _stop_diverged(trainer: StageTrainer, step: int, loss: float) -> None:
