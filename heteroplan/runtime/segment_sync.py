@@ -102,6 +102,28 @@ def check_segment_run(slots: Sequence[PipelineSlot]) -> None:
                                  "different TP degrees in a stage, or a pipeline set, cannot shard its optimizer state")
 
 
+@dataclass(frozen=True)
+class _Part:
+    """One segment a rank reduces, as its stage holds it.
+
+    Attributes:
+        sharded: every holder has the same TP degree (:attr:`Segment.sharded`).
+        first_rank: the first rank of this rank's replica (the broadcast's source).
+        reduce_group, tp_group: the all-reduce's group (``None``: this rank sends nothing) and the
+            broadcast's (``None``: no broadcast).
+        params: the stage's parameters of the segment, in order.
+        start, stop: their slice of the stage's gradient buffer (``0, 0`` without one).
+    """
+
+    sharded: bool
+    first_rank: int
+    reduce_group: Any
+    tp_group: Any
+    params: list[nn.Parameter]
+    start: int
+    stop: int
+
+
 class SegmentSync:
     """The segment all-reduces of global rank ``rank`` in a run of ``slots`` (module docstring).
 
@@ -124,6 +146,7 @@ class SegmentSync:
 
         # (segment, the group reducing this rank's part, this rank's TP group for the broadcast)
         self._mine: list[tuple[Segment, Any, Any]] = []
+        self._parts_of: tuple[nn.Module, list[_Part]] | None = None  # (stage, its parts): see _parts
         for seg in self.segments:
             if len(seg.holders) < 2:
                 continue
@@ -151,29 +174,42 @@ class SegmentSync:
         ``grad_buffer``: the one buffer whose consecutive slices are the gradients of ``stage``'s
         parameters in order (:func:`~heteroplan.runtime.worker.flat_gradients`); a segment's slice is
         then reduced where it lies, without a flat copy (``4 P`` bytes on the rank's peak otherwise)."""
+        for part in self._parts(stage, grad_buffer is not None):
+            grads = local_gradients(part.params)  # a zero gradient where this rank's microbatches left none
+            if grad_buffer is not None:  # no DTensor: the segment's gradients are one slice of the buffer
+                flat = grad_buffer[part.start:part.stop]
+                if part.reduce_group is not None:
+                    dist.all_reduce(flat, group=part.reduce_group)
+                if part.tp_group is not None:  # TP ranks of a replicated layer: the first's sum for all
+                    dist.broadcast(flat, src=part.first_rank, group=part.tp_group)
+            elif part.tp_group is None and part.sharded:
+                self._reduce_shards(grads, part.reduce_group)
+            else:
+                self._reduce_whole(part.params, part.first_rank, part.reduce_group, part.tp_group)
+
+    def _parts(self, stage: nn.Module, buffered: bool) -> list[_Part]:
+        """The segments this rank reduces, with ``stage``'s parameters of each and, ``buffered``,
+        their slice of the stage's gradient buffer. Worked out at the first step and kept: the stage
+        and its parameters stay the same objects from step to step."""
+        if self._parts_of is not None and self._parts_of[0] is stage:
+            return self._parts_of[1]
         offsets: dict[int, int] = {}
-        if grad_buffer is not None:
-            at = 0
-            for p in (p for p in stage.parameters() if p.requires_grad):
-                offsets[id(p)] = at
-                at += p.numel()
+        at = 0
+        for p in (p for p in stage.parameters() if p.requires_grad):
+            offsets[id(p)] = at
+            at += p.numel()
+        parts = []
         for seg, reduce_group, tp_group in self._mine:
             params = [p for i in range(seg.first, seg.last) for p in stage.get_submodule(str(i)).parameters()
                       if p.requires_grad]
-            if not params:
-                continue
-            grads = local_gradients(params)  # a zero gradient where this rank's microbatches left none
-            if grad_buffer is not None:  # no DTensor: the segment's gradients are one slice of the buffer
-                start = offsets[id(params[0])]
-                flat = grad_buffer[start:start + sum(p.numel() for p in params)]
-                if reduce_group is not None:
-                    dist.all_reduce(flat, group=reduce_group)
-                if tp_group is not None:  # TP ranks of a replicated layer: the first's sum for all
-                    dist.broadcast(flat, src=seg.holder_of(self.rank)[0], group=tp_group)
-            elif tp_group is None and seg.sharded:
-                self._reduce_shards(grads, reduce_group)
-            else:
-                self._reduce_whole(params, seg.holder_of(self.rank)[0], reduce_group, tp_group)
+            if params:
+                start = offsets[id(params[0])] if buffered else 0
+                stop = start + sum(p.numel() for p in params) if buffered else 0
+                own = seg.holder_of(self.rank)
+                assert own is not None  # _mine holds only the segments this rank holds
+                parts.append(_Part(seg.sharded, own[0], reduce_group, tp_group, params, start, stop))
+        self._parts_of = (stage, parts)
+        return parts
 
     @staticmethod
     def _reduce_shards(grads: list[torch.Tensor], group: Any) -> None:
