@@ -9,8 +9,7 @@ from heteroplan.cluster import Cluster
 from heteroplan.policies.base import Policy
 from heteroplan.policies.registry import make_policy
 from heteroplan.sim.loop import simulate
-from heteroplan.sim.metrics import SimResult
-from heteroplan.sim.tables import Comparison
+from heteroplan.sim.metrics import Comparison, SimResult
 from heteroplan.workload.rigid import RigidJob
 from heteroplan.workload.sia import JobSpec
 
@@ -27,5 +26,5 @@ def compare_policies(
     **kwargs: Any,
 ) -> Comparison:
     """Simulate ``jobs`` under each policy (names or objects) and return the results in order
-    (a :class:`~heteroplan.sim.tables.Comparison`: a list with ``to_dataframe()`` and a notebook table)."""
+    (a :class:`~heteroplan.sim.metrics.Comparison`: a list with ``to_dataframe()`` and a notebook table)."""
     return Comparison(run_policy(jobs, cluster, p, progress=progress, **kwargs) for p in policies)

@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from heteroplan._html import table, title
 from heteroplan.atomic_json import write_json_atomic
+from heteroplan.errors import InputError
 from heteroplan.inputs import enum_choice
 from heteroplan.names import printable
 from heteroplan.policies.base import Allocation
@@ -21,9 +22,12 @@ from heteroplan.scheduling.decisions import RoundDecisions
 from heteroplan.scheduling.records import JobRecord
 from heteroplan.sim.events import SimEvent
 from heteroplan.sim.summary import SimSummary
-from heteroplan.sim.tables import FrameKind
+from heteroplan.sim.tables import FrameKind, gpus_frame, jobs_frame, summary_frame
 
-__all__ = ["JobRecord", "SimResult", "SimSummary", "compare_table"]
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+__all__ = ["Comparison", "JobRecord", "SimResult", "SimSummary", "compare_table"]
 
 
 
@@ -184,10 +188,8 @@ class SimResult:
         """A pandas DataFrame (:class:`~heteroplan.sim.tables.FrameKind` or its value): ``"jobs"``
         (one row per job), ``"gpus"`` (GPUs in use per type over time) or ``"summary"`` (one row);
         see :mod:`heteroplan.sim.tables`."""
-        from heteroplan.sim import tables
-
-        frames = {FrameKind.JOBS: tables.jobs_frame, FrameKind.GPUS: tables.gpus_frame,
-                  FrameKind.SUMMARY: lambda r: tables.summary_frame([r])}
+        frames = {FrameKind.JOBS: jobs_frame, FrameKind.GPUS: gpus_frame,
+                  FrameKind.SUMMARY: lambda r: summary_frame([r])}
         return frames[enum_choice(FrameKind, "what", what)](self)
 
     def __repr__(self) -> str:
@@ -237,3 +239,31 @@ def table_row(summary: Mapping[str, Any], columns: tuple[str, ...], widths: dict
 
 def _fmt(v: Any) -> str:
     return f"{v:.3g}" if isinstance(v, float) else printable(v)
+
+
+class Comparison(list[SimResult]):
+    """The results of :func:`~heteroplan.sim.compare.compare_policies` (a list, in policy order)
+    that also shows itself as a table in notebooks."""
+
+    def to_dataframe(self, what: FrameKind | str = FrameKind.SUMMARY) -> pd.DataFrame:
+        """:class:`FrameKind` or its value: ``"summary"``: one row per policy; ``"jobs"``: every job
+        of every policy (MultiIndex ``(policy, name)``)."""
+        what = enum_choice(FrameKind, "what", what)
+        if what is FrameKind.SUMMARY:
+            return summary_frame(self)
+        if what is FrameKind.JOBS:
+            import pandas as pd
+
+            return pd.concat([jobs_frame(r) for r in self]).set_index("policy", append=True).swaplevel()
+        raise InputError("what", what, "a comparison's tables: choose 'summary' or 'jobs'")
+
+    def __repr__(self) -> str:
+        """The summaries side by side (a row per policy), not every job record."""
+        if not self:
+            return "Comparison([])"
+        first = self[0]
+        return (f"Comparison of {len(self)} policies on {first.cluster} ({len(first.jobs)} jobs):\n"
+                + compare_table(list(self)))
+
+    def _repr_html_(self) -> str:
+        return summary_frame(self).to_html(float_format=lambda v: f"{v:.3g}", na_rep="-")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["jobs_frame", "gpus_frame", "summary_frame", "Comparison", "FrameKind"]
+__all__ = ["jobs_frame", "gpus_frame", "summary_frame", "FrameKind"]
 
 
 class FrameKind(StrEnum):
@@ -60,36 +60,3 @@ def summary_frame(results: Iterable[Any]) -> pd.DataFrame:
     import pandas as pd
 
     return pd.DataFrame([r.summary().to_dict() for r in results]).set_index("policy")
-
-
-class Comparison(list):
-    """The results of :func:`~heteroplan.sim.compare.compare_policies` (a list, in policy order)
-    that also shows itself as a table in notebooks."""
-
-    def to_dataframe(self, what: FrameKind | str = FrameKind.SUMMARY) -> pd.DataFrame:
-        """:class:`FrameKind` or its value: ``"summary"``: one row per policy; ``"jobs"``: every job
-        of every policy (MultiIndex ``(policy, name)``)."""
-        from heteroplan.errors import InputError
-        from heteroplan.inputs import enum_choice
-
-        what = enum_choice(FrameKind, "what", what)
-        if what is FrameKind.SUMMARY:
-            return summary_frame(self)
-        if what is FrameKind.JOBS:
-            import pandas as pd
-
-            return pd.concat([jobs_frame(r) for r in self]).set_index("policy", append=True).swaplevel()
-        raise InputError("what", what, "a comparison's tables: choose 'summary' or 'jobs'")
-
-    def __repr__(self) -> str:
-        """The summaries side by side (a row per policy), not every job record."""
-        from heteroplan.sim.metrics import compare_table
-
-        if not self:
-            return "Comparison([])"
-        first = self[0]
-        return (f"Comparison of {len(self)} policies on {first.cluster} ({len(first.jobs)} jobs):\n"
-                + compare_table(list(self)))
-
-    def _repr_html_(self) -> str:
-        return summary_frame(self).to_html(float_format=lambda v: f"{v:.3g}", na_rep="-")
