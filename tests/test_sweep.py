@@ -24,7 +24,6 @@ from heteroplan.sim.sweep import (
     run_sweep,
     summarize,
 )
-from heteroplan.sim.sweep.cell import build_cluster
 from heteroplan.sim.sweep.results import TIMING_COLUMNS, plot_bars, results_table
 from heteroplan.sim.sweep.spec import ClusterSpec
 from heteroplan.workload.sia import bundled_workload
@@ -111,8 +110,8 @@ def test_grid_expansion_and_keys(tmp_path):
 
 def test_scaled_cluster_multiplies_every_count():
     base = preset("sia-64").capacity()
-    assert build_cluster(ClusterSpec("preset", "sia-64", 2.0)).capacity() == {k: 2 * v for k, v in base.items()}
-    assert build_cluster(ClusterSpec("preset", "sia-64", 0.5)).capacity() == {k: v // 2 for k, v in base.items()}
+    assert ClusterSpec("preset", "sia-64", 2.0).build().capacity() == {k: 2 * v for k, v in base.items()}
+    assert ClusterSpec("preset", "sia-64", 0.5).build().capacity() == {k: v // 2 for k, v in base.items()}
 
 
 # ---------------------------------------------------------------- the cell adapter
@@ -402,13 +401,12 @@ def test_example_sweep_files_parse():
 
 
 def test_policy_options_reach_the_policy():
-    from heteroplan.sim.sweep.cell import build_policy
 
     spec = parse_sweep(TINY | {"policies": [
         {"name": "tiresias", "label": "t", "options": {"thresholds": [600.0, 6000.0]}},
         {"name": "gavel", "options": {"round_length": 120.0, "time_limit": 5.0}},
         {"name": "sia", "label": "s", "options": {"mode": "lp-round"}}]})
-    tiresias, gavel, sia = (build_policy(c.policy) for c in spec.cells()[:3])
+    tiresias, gavel, sia = (c.policy.build() for c in spec.cells()[:3])
     assert tiresias.thresholds.tolist() == [600.0, 6000.0] and tiresias.name == "t"
     assert (gavel.round_length, gavel.time_limit) == (120.0, 5.0)
     assert (sia.mode, sia.name) == ("lp-round", "s")

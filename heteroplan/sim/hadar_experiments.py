@@ -300,14 +300,13 @@ def gavel_cell(cell: CellSpec, setting: GavelSetting) -> dict[str, Any]:
     """Sweep cell function (:func:`~heteroplan.sim.sweep.run_sweep`'s ``cell_fn``) for the Gavel
     setting: the cell's generated workload and policy under :func:`simulate_gavel`, scored by
     :func:`gavel_metrics`."""
-    from heteroplan.sim.sweep.cell import build_cluster, build_policy
     from heteroplan.workload.gavel import generate_workload, load_throughputs
     from heteroplan.workload.rigid import rigid_jobs_from_gavel
 
     if cell.simulator != SimulatorKind.SLOTTED:
         raise InputError("simulator", cell.simulator, "the Gavel setting runs the slotted simulator")
-    cluster = build_cluster(cell.cluster)
-    policy = build_policy(cell.policy, cell.simulator)
+    cluster = cell.cluster.build()
+    policy = cell.policy.build()
     params = dict(cell.workload.params)
     gavel = generate_workload(params.pop("jobs"), params.pop("rate", None), seed=cell.seed, **params)
     jobs = rigid_jobs_from_gavel(gavel, load_throughputs())[: cell.jobs]

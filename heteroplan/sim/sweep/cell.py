@@ -9,7 +9,6 @@ metadata and error capture, so a failed cell becomes a record instead of stoppin
 
 from __future__ import annotations
 
-import inspect
 import os
 import platform
 import socket
@@ -18,55 +17,16 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from heteroplan.cluster import Cluster, preset
 from heteroplan.errors import InputError
 from heteroplan.sim.sweep.spec import (
     CellSpec,
-    ClusterSource,
-    ClusterSpec,
-    PolicySpec,
     SimulatorKind,
     WorkloadSource,
 )
 
-__all__ = ["CellFunction", "build_cluster", "build_policy", "execute_cell", "failed_record", "run_cell"]
+__all__ = ["CellFunction", "execute_cell", "failed_record", "run_cell"]
 
 CellFunction = Callable[[CellSpec], dict[str, Any]]
-
-
-def build_cluster(spec: ClusterSpec) -> Cluster:
-    """The cluster of ``spec``: a preset or JSON file, every (type, zone) GPU count x ``scale``."""
-    cluster = preset(spec.name) if spec.kind == ClusterSource.PRESET else Cluster.from_json(spec.name)
-    if spec.scale == 1:
-        return cluster
-    counts = {key: max(1, round(n * spec.scale)) for key, n in cluster.capacity_by_zone().items()}
-    return Cluster.from_counts(cluster.gpu_types, counts, spec.label, cluster.zones)
-
-
-def build_policy(spec: PolicySpec, simulator: SimulatorKind | str = SimulatorKind.SIA) -> Any:
-    """A fresh policy for ``spec`` from the registry, named by its label; :class:`InputError` for
-    an unknown name (field ``policy``) or option (field ``policy.options.<option>``).
-
-    Names are :data:`heteroplan.policies.registry.POLICIES`; options are the policy's constructor
-    keywords (``round_length`` is understood by every policy). ``simulator`` is accepted for
-    symmetry with the sweep file; every policy runs in the one round loop.
-    """
-    from heteroplan.policies.registry import make_policy
-
-    default = make_policy(spec.name)
-    accepted = (set(inspect.signature(type(default)).parameters) | {"round_length", "restart_delay_s"}) - {"self"}
-    for k, v in spec.options:
-        if k not in accepted:
-            raise InputError(f"policy.options.{k}", v, f"{spec.name} has no such option; known: {sorted(accepted)}")
-    try:
-        policy = make_policy(spec.name, **dict(spec.options)) if spec.options else default
-    except InputError as exc:  # the registry names its field policy[<name>].options
-        prefix = f"policy[{spec.name}]"
-        if not exc.field.startswith(prefix):
-            raise
-        raise InputError("policy" + exc.field[len(prefix):], exc.value, exc.reason) from None
-    policy.name = spec.label
-    return policy
 
 
 def _jobs(cell: CellSpec) -> list[Any]:
@@ -96,8 +56,8 @@ def run_cell(cell: CellSpec) -> dict[str, Any]:
     """
     from heteroplan.sim.loop import simulate
 
-    cluster = build_cluster(cell.cluster)
-    policy = build_policy(cell.policy, cell.simulator)
+    cluster = cell.cluster.build()
+    policy = cell.policy.build()
     jobs = _jobs(cell)
     max_time = cell.max_hours * 3600 if cell.max_hours is not None else None
     round_length = cell.round_length or (360.0 if cell.simulator == SimulatorKind.SLOTTED else None)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import itertools
 import json
 import math
@@ -38,15 +39,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from heteroplan.cluster import PRESETS
+from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.errors import InputError
 from heteroplan.inputs import MAX_GENERATED_JOBS, MIN_ROUND_S, enum_choice, read_text
 from heteroplan.names import path_component
 from heteroplan.schema import Number, Plain, Seq, Text, decode, naming_file
 from heteroplan.sim.fidelity import FidelityPreset, SimFidelity
 from heteroplan.workload.sia import BUNDLED_WORKLOADS, is_bundled_workload
+
+if TYPE_CHECKING:  # pragma: no cover
+    from heteroplan.policies.base import Policy
 
 __all__ = [
     "SimulatorKind",
@@ -158,6 +162,14 @@ class ClusterSpec:
         base = Path(self.name).stem if self.kind == ClusterSource.FILE else self.name
         return base if self.scale == 1 else f"{base}x{self.scale:g}"
 
+    def build(self) -> Cluster:
+        """The cluster: the preset or JSON file, every (type, zone) GPU count x ``scale``."""
+        cluster = preset(self.name) if self.kind == ClusterSource.PRESET else Cluster.from_json(self.name)
+        if self.scale == 1:
+            return cluster
+        counts = {key: max(1, round(n * self.scale)) for key, n in cluster.capacity_by_zone().items()}
+        return Cluster.from_counts(cluster.gpu_types, counts, self.label, cluster.zones)
+
 
 @dataclass(frozen=True)
 class PolicySpec:
@@ -166,6 +178,30 @@ class PolicySpec:
     name: str
     label: str
     options: Options = ()
+
+    def build(self) -> Policy:
+        """A fresh policy from the registry, named by ``label``; :class:`InputError` for an unknown
+        name (field ``policy``) or option (field ``policy.options.<option>``).
+
+        Names are :data:`heteroplan.policies.registry.POLICIES`; options are the policy's
+        constructor keywords (``round_length`` and ``restart_delay_s`` are understood by every policy).
+        """
+        from heteroplan.policies.registry import make_policy
+
+        default = make_policy(self.name)
+        accepted = (set(inspect.signature(type(default)).parameters) | {"round_length", "restart_delay_s"}) - {"self"}
+        for k, v in self.options:
+            if k not in accepted:
+                raise InputError(f"policy.options.{k}", v, f"{self.name} has no such option; known: {sorted(accepted)}")
+        try:
+            policy = make_policy(self.name, **dict(self.options)) if self.options else default
+        except InputError as exc:  # the registry names its field policy[<name>].options
+            prefix = f"policy[{self.name}]"
+            if not exc.field.startswith(prefix):
+                raise
+            raise InputError("policy" + exc.field[len(prefix):], exc.value, exc.reason) from None
+        policy.name = self.label
+        return policy
 
 
 @dataclass(frozen=True)
@@ -310,7 +346,7 @@ def parse_sweep(data: Mapping[str, Any], base: str | Path = ".") -> SweepSpec:
     name = _sweep_name(data.get("name", "sweep"))
     workloads = tuple(w for i, t in enumerate(_tables(data, "workloads")) for w in _workloads(i, t, simulator, base))
     clusters = tuple(_cluster(i, t, base) for i, t in enumerate(_tables(data, "clusters")))
-    policies = tuple(_policy(i, t, simulator) for i, t in enumerate(_tables(data, "policies")))
+    policies = tuple(_policy(i, t) for i, t in enumerate(_tables(data, "policies")))
     fid_tables = data.get("fidelities", [{}])
     if simulator is SimulatorKind.SLOTTED and "fidelities" in data:
         raise InputError("fidelities", fid_tables, "only the sia simulator has fidelity options")
@@ -443,16 +479,14 @@ def _cluster(i: int, t: Mapping[str, Any], base: Path) -> ClusterSpec:
 
 def _built(where: str, spec: ClusterSpec) -> ClusterSpec:
     """``spec`` once its cluster builds (a bad file, a scale beyond the GPU limit fail here, before any cell runs)."""
-    from heteroplan.sim.sweep.cell import build_cluster
-
     try:
-        build_cluster(spec)
+        spec.build()
     except InputError as exc:
         raise InputError(f"{where}.{spec.kind}", spec.name, str(exc)) from None
     return spec
 
 
-def _policy(i: int, t: Mapping[str, Any], simulator: SimulatorKind) -> PolicySpec:
+def _policy(i: int, t: Mapping[str, Any]) -> PolicySpec:
     where = f"policies[{i}]"
     _only(where, t, {"name", "label", "options"})
     name = t.get("name")
@@ -465,10 +499,8 @@ def _policy(i: int, t: Mapping[str, Any], simulator: SimulatorKind) -> PolicySpe
         raise InputError(f"{where}.label", label, "must be a non-empty string")
     decode(_LABEL, label, f"{where}.label")
     spec = PolicySpec(name, label, options)
-    from heteroplan.sim.sweep.cell import build_policy  # the cell adapter owns policy construction
-
     try:
-        build_policy(spec, simulator)  # unknown names and options fail here, before any cell runs
+        spec.build()  # unknown names and options fail here, before any cell runs
     except InputError as exc:  # ours ("policy", "policy.options.x") or the constructor's ("slot")
         field = exc.field.removeprefix("policy").lstrip(".") if exc.field.startswith("policy") else \
             f"options.{exc.field}"
