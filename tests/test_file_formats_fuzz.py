@@ -471,7 +471,7 @@ SIA_ROWS = [["a", "0", "cifar10", "1", "128"], ["b", "30.5", "imagenet", "4", "2
 
 
 def workload_physical(jobs) -> None:
-    from heteroplan.workload.sia import MAX_ARRIVAL, MAX_BATCH_SIZE, MAX_REPLICAS
+    from heteroplan.workload.job_spec import MAX_ARRIVAL, MAX_BATCH_SIZE, MAX_REPLICAS
 
     assert jobs
     assert len({j.name for j in jobs}) == len(jobs)

@@ -30,7 +30,7 @@ from types import MappingProxyType
 import numpy as np
 
 from heteroplan.errors import InputError
-from heteroplan.workload.sia import JobSpec
+from heteroplan.workload.job_spec import JobSpec
 
 __all__ = ["NEWTRACE_MIX", "REQUEST_WEIGHTS", "NewTraceSpec", "generate_newtrace", "newtrace_seed"]
 
