@@ -16,9 +16,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from heteroplan import __version__
 from heteroplan.errors import HeteroplanError
 from heteroplan.names import printable
+from heteroplan.version import __version__
 
 # Subcommand modules under heteroplan.commands, in the order shown by --help.
 COMMANDS = ("demo", "simulate", "sweep", "hadar", "plan", "profile", "run", "schedule", "goodput", "clusters")

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from heteroplan import __version__
 from heteroplan.cli import main
+from heteroplan.version import __version__
 
 
 def test_version(capsys) -> None:

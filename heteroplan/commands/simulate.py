@@ -16,7 +16,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from heteroplan import __version__
 from heteroplan.argtypes import integer, number
 from heteroplan.atomic_json import inside, write_json_atomic
 from heteroplan.cluster import PRESETS, Cluster, preset
@@ -29,6 +28,7 @@ from heteroplan.signals import Interrupted, SignalGuard
 from heteroplan.sim.fidelity import FidelityPreset, SimFidelity
 from heteroplan.sim.loop import simulate
 from heteroplan.sim.metrics import SimResult, compare_table
+from heteroplan.version import __version__
 from heteroplan.workload.sia import (
     BUNDLED_WORKLOADS,
     JobSpec,

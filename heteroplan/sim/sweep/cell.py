@@ -92,7 +92,7 @@ def failed_record(cell: CellSpec, error: str, trace: str | None = None, wall_s: 
 
 def _record(cell: CellSpec, status: str, metrics: dict[str, Any], jcts: list[float], error: str | None,
             trace: str | None, wall_s: float) -> dict[str, Any]:
-    from heteroplan import __version__
+    from heteroplan.version import __version__
 
     return {"key": cell.key, "status": status, "labels": cell.labels(), "inputs": cell.to_dict(),
             "metrics": metrics, "jcts": jcts, "error": error, "traceback": trace, "wall_s": wall_s,

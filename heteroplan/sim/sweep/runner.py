@@ -109,7 +109,7 @@ def run_sweep(
     """
     from tqdm.auto import tqdm
 
-    from heteroplan import __version__
+    from heteroplan.version import __version__
 
     spec = _as_spec(sweep)
     ex = make_executor(executor, workers, ray_address) if isinstance(executor, str) else executor
