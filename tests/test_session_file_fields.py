@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from heteroplan.scheduling.session import _Job
+from heteroplan.scheduling.session_job import SessionJob
 from heteroplan.scheduling.storage import JOB, JOB_FIELDS
 
 SAVED_OWN_FORM = {"allocation", "estimator", "model_kind"}  # "allocation", "model" (by its kind), "model_kind"
@@ -14,7 +14,7 @@ NOT_SAVED = {"admitted_on", "parked"}  # admission's cache and verdict: recomput
 
 
 def test_every_job_field_is_saved_by_name_or_deliberately_not() -> None:
-    names = {f.name for f in fields(_Job)}
+    names = {f.name for f in fields(SessionJob)}
     assert set(JOB_FIELDS) <= names, "JOB_FIELDS names a field the job record lacks"
     assert names == set(JOB_FIELDS) | SAVED_OWN_FORM | NOT_SAVED
 

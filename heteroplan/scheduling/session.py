@@ -60,19 +60,16 @@ original's would have. A file of format 1 (no policy state) loads with a fresh p
 
 from __future__ import annotations
 
-import enum
 import math
 import time
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import HeteroplanError, InputError, PolicyError
-from heteroplan.inputs import enum_choice
-from heteroplan.perf.protocols import GoodputRate, ObservesSteps, TakesMeasuredNoise
+from heteroplan.perf.protocols import ObservesSteps, TakesMeasuredNoise
 from heteroplan.perf.sia_data import Estimator
 from heteroplan.policies.base import (
     Allocation,
@@ -82,82 +79,27 @@ from heteroplan.policies.base import (
     ReportsSolveGap,
     check_allocations,
 )
+from heteroplan.policies.state import policy_state, restore_policy_state
 from heteroplan.scheduling.admission import Parked, admission
 from heteroplan.scheduling.arguments import (
     MAX_COUNT,
-    MAX_GPUS,
     check_clock,
     check_count,
     check_final,
     check_finish,
     check_report,
     finite_seconds,
-    is_real,
 )
 from heteroplan.scheduling.decisions import Decision, DecisionKind, RoundDecisions, StepTiming
 from heteroplan.scheduling.policy_check import check_policy, restart_delay_of
 from heteroplan.scheduling.records import JobRecord
+from heteroplan.scheduling.session_job import ModelKind, SessionJob, new_job
+from heteroplan.scheduling.storage import SavedSession, load_session, save_session
 
 __all__ = ["SchedulingSession", "UnreportedJobWarning"]
 
-class ModelKind(enum.Enum):
-    """What a job's performance model is: it decides how a saved session keeps the model."""
-
-    NONE = "none"  # policies that need no model (FIFO, YARN-CS)
-    BOOTSTRAP = "bootstrap"  # a Sia application's bootstrapped model: its state is saved
-    ORACLE = "oracle"  # the application's true model: only its measured noise scale changes
-    TABLE = "table"  # a ThroughputTable: its rates are saved
-    OBJECT = "object"  # any other PerfModel object: saved without it (given again at load)
-
-
 class UnreportedJobWarning(UserWarning):
     """A job held GPUs for a round without any progress report; the session assumed it ran."""
-
-
-@dataclass(eq=False)
-class _Job:
-    """The session's mutable state of one job (see :class:`JobRecord` for the units)."""
-
-    job_id: str
-    application: str
-    arrival_time: float
-    requested_gpus: int
-    max_gpus: int
-    elastic: bool  # the policy may rescale it (the policy and the job are elastic)
-    rigid: bool  # submitted with elastic=False: it runs on exactly requested_gpus
-    total_work: float
-    own_restart_delay: float
-    estimator: PerfModel | None
-    given_batch: int
-    model_kind: ModelKind
-    work_done: float = 0.0
-    steps_done: int = 0
-    allocation: Allocation | None = None
-    restore_left: float = 0.0
-    restored: float = 0.0
-    restarts: int = 0
-    starts: int = 0
-    gpu_seconds: float = 0.0
-    start_time: float | None = None
-    finish_time: float | None = None
-    last_gpus: int = 0
-    max_gpus_run: int = 0
-    batch_size: int = 0
-    active_rounds: int = 0
-    active_sum: int = 0
-    observations: int = 0
-    phi: float | None = None
-    reported: bool = False
-    warned: bool = False
-    failures: int = 0
-    steps_redone: int = 0
-    gave_up: str | None = None
-    admitted_on: tuple[object, int] | None = None  # (cluster, observations) of the admission below
-    parked: Parked | None = None
-
-    @property
-    def fraction_done(self) -> float:
-        return min(self.work_done / self.total_work, 1.0)
 
 
 class SchedulingSession:
@@ -188,10 +130,10 @@ class SchedulingSession:
                 raise InputError(name, value, "must be True or False")
         self.free_moves, self.assume_progress = free_moves, assume_progress
         self.restart_delay_s = None if restart_delay_s is None else float(restart_delay_s)
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: dict[str, SessionJob] = {}
         # Jobs a round or settle must still visit: unfinished ones, and finished ones until the
         # next settle clears their report flag (a 960-job trace visits ~30 a round, not 960).
-        self._live: dict[str, _Job] = {}
+        self._live: dict[str, SessionJob] = {}
         self._last_round: float | None = None
         self.rounds = 0
 
@@ -227,7 +169,7 @@ class SchedulingSession:
         """
         if isinstance(job_id, str) and job_id in self._jobs:
             raise InputError("job_id", job_id, "already submitted; job ids must be unique")
-        self._jobs[job_id] = _new_job(job_id, arrival_time, application, perf_model, requested_gpus, max_gpus,
+        self._jobs[job_id] = new_job(job_id, arrival_time, application, perf_model, requested_gpus, max_gpus,
                                       bool(self.policy.elastic) and elastic, elastic, batch_size, total_work,
                                       restart_delay_s)
         self._live[job_id] = self._jobs[job_id]
@@ -355,7 +297,7 @@ class SchedulingSession:
         self.cluster = cluster
         return tuple(lost)
 
-    def _release(self, job: _Job, at: float) -> None:
+    def _release(self, job: SessionJob, at: float) -> None:
         """``job`` gives its GPUs back at ``at`` (s): charged up to then, no restore left."""
         if job.allocation is not None and self._last_round is not None:
             job.gpu_seconds += job.allocation.num_gpus * max(0.0, at - self._last_round)
@@ -421,7 +363,7 @@ class SchedulingSession:
         """Why ``job_id`` can never run on ``self.cluster`` as it is now (parked: see the module doc), or ``None``."""
         return _admit(self._job(job_id), self.cluster)
 
-    def _allocate(self, order: list[_Job], now: float) -> tuple[dict[str, Allocation], float]:
+    def _allocate(self, order: list[SessionJob], now: float) -> tuple[dict[str, Allocation], float]:
         views = [_view(j, self.restart_delay(j.job_id)) for j in order]
         t0 = time.perf_counter()
         try:
@@ -474,7 +416,7 @@ class SchedulingSession:
         """What ``job_id`` holds now (``None``: nothing)."""
         return self._job(job_id).allocation
 
-    def _job(self, job_id: str) -> _Job:
+    def _job(self, job_id: str) -> SessionJob:
         try:
             return self._jobs[job_id]
         except (KeyError, TypeError):  # TypeError: not even a possible id (a list, a dict)
@@ -484,9 +426,10 @@ class SchedulingSession:
     def save(self, path: str | Path) -> Path:
         """Write the session, with its policy's state between rounds, to a JSON file (atomically);
         :meth:`load` takes it back."""
-        from heteroplan.scheduling.storage import save_session
-
-        return save_session(self, _path(path))
+        saved = SavedSession(self.cluster.name, self.policy.name, self.free_moves, self.restart_delay_s,
+                             self.assume_progress, self._last_round, self.rounds, tuple(self._jobs.values()),
+                             policy_state(self.policy))
+        return save_session(saved, _path(path))
 
     @classmethod
     def load(cls, path: str | Path, cluster: Cluster, policy: Policy,
@@ -499,61 +442,28 @@ class SchedulingSession:
         (:class:`~heteroplan.scheduling.storage.PolicyStateLostWarning`) under a stateful policy.
         ``perf_models``: job id -> the model object of each job submitted with one of its own (saved
         without it; a missing one is an :class:`InputError` naming the job)."""
-        from heteroplan.scheduling.storage import load_session
-
-        return load_session(_path(path), cluster, policy, perf_models)
+        saved = load_session(_path(path), cluster, policy, perf_models)
+        session = cls(cluster, policy, free_moves=saved.free_moves, restart_delay_s=saved.restart_delay_s,
+                      assume_progress=saved.assume_progress)
+        session._jobs = {j.job_id: j for j in saved.jobs}
+        session._live = dict(session._jobs)  # as submitted: the next round or settle prunes the finished
+        session._last_round, session.rounds = saved.last_round, saved.rounds
+        if saved.policy_state is not None:
+            restore_policy_state(session.policy, saved.policy_state)
+        return session
 
     def __repr__(self) -> str:
         return (f"SchedulingSession(policy={self.policy.name!r}, cluster={self.cluster.name!r}, "
                 f"jobs={len(self._jobs)}, unfinished={len(self.unfinished())}, rounds={self.rounds})")
 
 
-def _admit(job: _Job, cluster: Cluster) -> Parked | None:
+def _admit(job: SessionJob, cluster: Cluster) -> Parked | None:
     """Admission's verdict on ``job`` (kept until the cluster object or the model changes)."""
     key = (cluster, job.observations)
     if job.admitted_on is None or job.admitted_on[0] is not key[0] or job.admitted_on[1] != key[1]:
         job.parked = admission(cluster, job.requested_gpus, job.elastic, _rate_of(job, cluster))
         job.admitted_on = key
     return job.parked
-
-
-def _new_job(job_id: str, arrival_time: float, application: str, perf_model: PerfModel | str | None,
-             requested_gpus: int, max_gpus: int | None, rescalable: bool, elastic: bool, batch_size: int,
-             total_work: float | None, restart_delay_s: float | None) -> _Job:
-    """A submitted job's state, every argument checked (see :meth:`SchedulingSession.submit`);
-    ``rescalable``: the policy may change its GPU count (policy and job elastic)."""
-    if not isinstance(job_id, str) or not job_id:
-        raise InputError("job_id", job_id, "must be a non-empty string")
-    arrival_time = finite_seconds(f"job[{job_id}].arrival_time", arrival_time)
-    if not isinstance(application, str) or not application:
-        raise InputError(f"job[{job_id}].application", application, "must be a non-empty string")
-    app = _app_or_none(application)
-    kind, estimator = _resolve_model(job_id, application, perf_model)
-    if total_work is None:
-        if app is None:
-            raise InputError(f"job[{job_id}].total_work", None, "give the work (model units) of a non-Sia job")
-        total_work = app.total_work
-    if not (is_real(total_work) and 0 < total_work < math.inf):
-        raise InputError(f"job[{job_id}].total_work", total_work, "must be a finite number > 0 of work units")
-    check_count(f"job[{job_id}].requested_gpus", requested_gpus, 1, MAX_GPUS)
-    if max_gpus is None:
-        max_gpus = max(int(app.max_batch_size), requested_gpus) if app is not None else requested_gpus
-    check_count(f"job[{job_id}].max_gpus", max_gpus, 1, MAX_GPUS)
-    if max_gpus < requested_gpus:
-        raise InputError(f"job[{job_id}].max_gpus", max_gpus,
-                         f"must be >= requested_gpus ({requested_gpus}): a job never runs above its maximum")
-    if restart_delay_s is None:
-        restart_delay_s = app.restart_delay if app is not None else 0.0
-    restart_delay_s = finite_seconds(f"job[{job_id}].restart_delay_s", restart_delay_s)
-    if not isinstance(elastic, bool):
-        raise InputError(f"job[{job_id}].elastic", elastic, "must be True or False")
-    check_count(f"job[{job_id}].batch_size", batch_size, 0, MAX_COUNT)
-    return _Job(
-        job_id=job_id, application=str(application), arrival_time=float(arrival_time),
-        requested_gpus=requested_gpus, max_gpus=max_gpus, elastic=rescalable,
-        rigid=not elastic,
-        total_work=float(total_work), own_restart_delay=float(restart_delay_s), estimator=estimator,
-        given_batch=batch_size, model_kind=kind)
 
 
 def _moved(old: Allocation | None, new: Allocation, free_moves: bool) -> bool:
@@ -567,7 +477,7 @@ def _moved(old: Allocation | None, new: Allocation, free_moves: bool) -> bool:
     return sorted(c for _, c in old.placement) != sorted(c for _, c in new.placement)
 
 
-def _decide(job: _Job, new: Allocation | None, now: float, free_moves: bool, restart_delay: float) -> Decision:
+def _decide(job: SessionJob, new: Allocation | None, now: float, free_moves: bool, restart_delay: float) -> Decision:
     """``job``'s decision for the round at ``now`` (s) given its new allocation (``None``: none);
     a (re)start costs ``restart_delay`` seconds of restore."""
     old = job.allocation
@@ -591,7 +501,7 @@ def _decide(job: _Job, new: Allocation | None, now: float, free_moves: bool, res
     return Decision(job.job_id, kind, new, old, restarted and job.starts > 1, job.restore_left)
 
 
-def _view(job: _Job, restart_delay: float) -> JobState:
+def _view(job: SessionJob, restart_delay: float) -> JobState:
     """What a policy sees of ``job`` (``restart_delay``: seconds a (re)start costs it)."""
     return JobState(
         job_id=job.job_id, application=job.application, arrival_time=job.arrival_time,
@@ -604,7 +514,7 @@ def _view(job: _Job, restart_delay: float) -> JobState:
     )
 
 
-def _record(j: _Job) -> JobRecord:
+def _record(j: SessionJob) -> JobRecord:
     """``j``'s record so far."""
     return JobRecord(
         job_id=j.job_id, application=j.application, arrival_time=j.arrival_time, start_time=j.start_time,
@@ -616,7 +526,7 @@ def _record(j: _Job) -> JobRecord:
     )
 
 
-def _unreported(job: _Job, assume_progress: bool) -> None:
+def _unreported(job: SessionJob, assume_progress: bool) -> None:
     """A job held GPUs for a round without a report: assume it ran (or not), warn once."""
     if job.allocation is None:
         return
@@ -630,7 +540,7 @@ def _unreported(job: _Job, assume_progress: bool) -> None:
                       UnreportedJobWarning, stacklevel=3)
 
 
-def _park(job: _Job) -> Decision:
+def _park(job: SessionJob) -> Decision:
     """A parked job's decision: it gets nothing (and loses what it held)."""
     old = job.allocation
     job.allocation = None
@@ -639,7 +549,7 @@ def _park(job: _Job) -> Decision:
                     parked=job.parked)
 
 
-def _known_types(job: _Job, cluster: Cluster, needed: bool) -> set[str]:
+def _known_types(job: SessionJob, cluster: Cluster, needed: bool) -> set[str]:
     """GPU types a step timing of ``job`` may name: the cluster's, and those its model knows."""
     known = set(cluster.type_names)
     if needed and job.model_kind in (ModelKind.BOOTSTRAP, ModelKind.ORACLE, ModelKind.TABLE):
@@ -647,7 +557,7 @@ def _known_types(job: _Job, cluster: Cluster, needed: bool) -> set[str]:
     return known
 
 
-def _rate_of(job: _Job, cluster: Cluster) -> Any:
+def _rate_of(job: SessionJob, cluster: Cluster) -> Any:
     """The job's goodput as admission reads it (``None``: no model, every type usable)."""
     model = job.estimator
     if model is None:
@@ -679,41 +589,3 @@ def _path(path: object) -> Path:
     if not isinstance(path, str | Path) or not str(path):
         raise InputError("path", path, "must be a file path (str or pathlib.Path)")
     return Path(path)
-
-
-def _app_or_none(application: str) -> Any:
-    from heteroplan.perf.applications import get_app
-
-    try:
-        return get_app(application)
-    except (InputError, KeyError):
-        return None
-
-
-def _resolve_model(job_id: str, application: str, perf_model: PerfModel | Estimator | str | None,
-                   ) -> tuple[ModelKind, PerfModel | None]:
-    """(kind, model object) of a submitted performance model."""
-    from heteroplan.perf.goodput import ThroughputTable
-
-    if perf_model is None:  # policies that need no model (FIFO, YARN-CS)
-        return ModelKind.NONE, None
-    if isinstance(perf_model, str):
-        name = enum_choice(Estimator, f"job[{job_id}].perf_model", perf_model, "or give a PerfModel object")
-        if _app_or_none(application) is None:
-            raise InputError(f"job[{job_id}].application", application,
-                             f"perf_model='{name}' needs a Sia application; give a PerfModel object instead")
-        from heteroplan.perf.sia_data import bootstrap_model, true_model
-
-        kind = ModelKind(name.value)
-        return kind, (bootstrap_model(application) if name is Estimator.BOOTSTRAP else true_model(application))
-    if not isinstance(perf_model, GoodputRate):
-        raise InputError(f"job[{job_id}].perf_model", type(perf_model).__name__,
-                         "must be a PerfModel (goodput(gpu_type, num_nodes, num_gpus, progress))")
-    from heteroplan.perf.bootstrap import BootstrappedModel
-
-    if type(perf_model) is ThroughputTable:
-        return ModelKind.TABLE, perf_model
-    if type(perf_model) is BootstrappedModel and _app_or_none(application) is not None \
-            and perf_model.app.name == application:  # its state is saved; the application rebuilds the rest
-        return ModelKind.BOOTSTRAP, perf_model
-    return ModelKind.OBJECT, perf_model

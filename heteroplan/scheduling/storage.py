@@ -35,7 +35,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.cluster import Cluster
@@ -43,9 +43,9 @@ from heteroplan.errors import InputError
 from heteroplan.inputs import read_json
 from heteroplan.perf.throughput import ThroughputParams
 from heteroplan.policies.base import Allocation, PerfModel, Policy
-from heteroplan.policies.state import NoState, PolicyState, policy_state, restore_policy_state
+from heteroplan.policies.state import NoState, PolicyState, policy_state
 from heteroplan.scheduling.arguments import MAX_COUNT, MAX_GPUS
-from heteroplan.scheduling.session import ModelKind
+from heteroplan.scheduling.session_job import ModelKind, SessionJob, new_job
 from heteroplan.schema import (
     Flag,
     Later,
@@ -63,11 +63,8 @@ from heteroplan.schema import (
     naming_file,
 )
 
-if TYPE_CHECKING:
-    from heteroplan.scheduling.session import SchedulingSession, _Job
-
 __all__ = ["SESSION_FORMAT", "READABLE_FORMATS", "JOB_FIELDS", "SESSION_FILE", "JOB", "ALLOCATION", "MODELS",
-           "BOOTSTRAP_STATE", "POLICY_STATE", "PolicyStateLostWarning", "save_session", "load_session"]
+           "BOOTSTRAP_STATE", "POLICY_STATE", "PolicyStateLostWarning", "SavedSession", "save_session", "load_session"]
 
 SESSION_FORMAT = 2  # version of the saved-session file: 2 adds the policy's state
 
@@ -171,25 +168,55 @@ SESSION_FILE = Versioned({
 READABLE_FORMATS = tuple(sorted(SESSION_FILE.versions))
 
 
-def save_session(session: SchedulingSession, path: str | Path) -> Path:
-    """Write ``session`` to ``path`` (JSON, atomically): each job's bookkeeping and the state of its
+@dataclass(frozen=True)
+class SavedSession:
+    """What a saved-session file holds: a session's settings, its jobs and its policy's state.
+
+    :meth:`SchedulingSession.save <heteroplan.scheduling.session.SchedulingSession.save>` gives one
+    to :func:`save_session`; :func:`load_session` returns one, from which
+    :meth:`SchedulingSession.load <heteroplan.scheduling.session.SchedulingSession.load>` builds
+    the session.
+
+    Attributes:
+        cluster, policy: the names of the session's cluster and policy (the file says which it ran;
+            both are given again at load; ``None`` where a file does not say).
+        free_moves, restart_delay_s, assume_progress: the session's options (see
+            :class:`~heteroplan.scheduling.session.SchedulingSession`).
+        last_round: the time of its last round (s; ``None``: no round yet).
+        rounds: rounds run.
+        jobs: every job, in submission order.
+        policy_state: the policy's state between rounds (``None`` from a format-1 file, saved without it).
+    """
+
+    cluster: str | None
+    policy: str | None
+    free_moves: bool
+    restart_delay_s: float | None
+    assume_progress: bool
+    last_round: float | None
+    rounds: int
+    jobs: tuple[SessionJob, ...]
+    policy_state: PolicyState | None
+
+
+def save_session(saved: SavedSession, path: str | Path) -> Path:
+    """Write ``saved`` to ``path`` (JSON, atomically): each job's bookkeeping and the state of its
     model (a bootstrapped model's observations and fits, a table's rates, an oracle's measured
     noise scale), and the policy's own state between rounds (its :class:`PolicyState`). A job
     with a model object of another kind is saved without it (``model_kind`` ``"object"``; give it
     again to :func:`load_session`)."""
-    jobs = [_job_to_json(j) for j in session._jobs.values()]
-    state = policy_state(session.policy)
-    data = {"format": SESSION_FORMAT, "cluster": session.cluster.name, "policy": session.policy.name,
-            "free_moves": session.free_moves, "restart_delay_s": session.restart_delay_s,
-            "assume_progress": session.assume_progress, "last_round": session._last_round,
-            "rounds": session.rounds, "jobs": jobs,
+    state = saved.policy_state if saved.policy_state is not None else NoState()
+    data = {"format": SESSION_FORMAT, "cluster": saved.cluster, "policy": saved.policy,
+            "free_moves": saved.free_moves, "restart_delay_s": saved.restart_delay_s,
+            "assume_progress": saved.assume_progress, "last_round": saved.last_round,
+            "rounds": saved.rounds, "jobs": [_job_to_json(j) for j in saved.jobs],
             "policy_state": {"type": type(state).__name__, "data": state.to_json()}}
     path = Path(path)
     write_json_atomic(path, data)
     return path
 
 
-def _job_to_json(j: _Job) -> dict[str, Any]:
+def _job_to_json(j: SessionJob) -> dict[str, Any]:
     out: dict[str, Any] = {name: getattr(j, name) for name in JOB_FIELDS}
     out["allocation"] = _alloc_to_json(j.allocation)
     out["model_kind"] = j.model_kind.value
@@ -203,33 +230,30 @@ def _job_to_json(j: _Job) -> dict[str, Any]:
 
 
 def load_session(path: str | Path, cluster: Cluster, policy: Policy,
-                 perf_models: Mapping[str, PerfModel] | None = None) -> SchedulingSession:
-    """The session saved at ``path``, on ``cluster`` under ``policy`` (a fresh policy built with the
-    saved one's options: it takes the saved policy state back). ``perf_models``: job id -> the
-    performance model object of each job saved with one (``model_kind`` ``"object"``: any other
-    model object, which is code and is given again, as the policy is)."""
-    from heteroplan.scheduling.session import SchedulingSession
-
+                 perf_models: Mapping[str, PerfModel] | None = None) -> SavedSession:
+    """The session saved at ``path``, its jobs checked on ``cluster`` and ``policy`` (a fresh policy
+    built with the saved one's options: the saved policy state is parsed as its kind of state).
+    ``perf_models``: job id -> the performance model object of each job saved with one
+    (``model_kind`` ``"object"``: any other model object, which is code and is given again, as the
+    policy is)."""
     with naming_file(path):
         data = read_json(path)
         check(not isinstance(data, Mapping) or "format" in data, "session.format", None, _MISSING)
         doc = decode(SESSION_FILE, data, "session")
         saved_state = _policy_state_of(path, doc, policy)
-        session = SchedulingSession(cluster, policy, free_moves=doc["free_moves"],
-                                    restart_delay_s=doc["restart_delay_s"], assume_progress=doc["assume_progress"])
+        jobs: dict[str, SessionJob] = {}
         for i, entry in enumerate(doc["jobs"]):
-            _load_job(session, f"session.jobs[{i}]", entry, doc["last_round"], perf_models or {})
-    session._last_round = doc["last_round"]
-    session.rounds = doc["rounds"]
-    if saved_state is not None:
-        restore_policy_state(session.policy, saved_state)
-    return session
+            job = _load_job(f"session.jobs[{i}]", entry, doc["last_round"], cluster, policy, perf_models or {})
+            check(job.job_id not in jobs, f"session.jobs[{i}].job_id", job.job_id, "saved twice")
+            jobs[job.job_id] = job
+    return SavedSession(doc.get("cluster"), doc.get("policy"), doc["free_moves"], doc["restart_delay_s"],
+                        doc["assume_progress"], doc["last_round"], doc["rounds"], tuple(jobs.values()), saved_state)
 
 
-def _load_job(session: SchedulingSession, where: str, entry: dict[str, Any], last_round: float | None,
-              perf_models: Mapping[str, PerfModel]) -> None:
-    """Put one decoded job entry into ``session`` (its model decoded by its kind, then the fields
-    checked against each other)."""
+def _load_job(where: str, entry: dict[str, Any], last_round: float | None, cluster: Cluster, policy: Policy,
+              perf_models: Mapping[str, PerfModel]) -> SessionJob:
+    """One decoded job entry as the session's job (its model decoded by its kind, then the fields
+    checked against each other, then submitted as :meth:`SchedulingSession.submit` would)."""
     values = {name: entry.get(name, _JOB_DEFAULTS.get(name)) for name in JOB_FIELDS}
     kind = ModelKind(entry["model_kind"])
     job_id = values["job_id"]
@@ -252,19 +276,17 @@ def _load_job(session: SchedulingSession, where: str, entry: dict[str, Any], las
             perf = ThroughputTable(model)
         except InputError as exc:
             raise InputError(f"{where}.model.{exc.field}", exc.value, exc.reason) from None
-    check(job_id not in session._jobs, f"{where}.job_id", job_id, "saved twice")
     _check_job(where, values, entry.get("allocation"), last_round)
-    allocation = _allocation(where, entry.get("allocation"), session.cluster)
+    allocation = _allocation(where, entry.get("allocation"), cluster)
     if kind is ModelKind.BOOTSTRAP:
         _check_bootstrap(f"{where}.model", model)
     try:
-        session.submit(job_id, arrival_time=values["arrival_time"], application=values["application"],
-                       perf_model=perf, requested_gpus=values["requested_gpus"], max_gpus=values["max_gpus"],
-                       elastic=not values["rigid"], batch_size=values["given_batch"],
-                       total_work=values["total_work"], restart_delay_s=values["own_restart_delay"])
+        elastic = not values["rigid"]
+        job = new_job(job_id, values["arrival_time"], values["application"], perf, values["requested_gpus"],
+                      values["max_gpus"], bool(policy.elastic) and elastic, elastic, values["given_batch"],
+                      values["total_work"], values["own_restart_delay"])
     except InputError as exc:
         raise InputError(f"{where}.{exc.field}", exc.value, exc.reason) from None
-    job = session._jobs[job_id]
     if kind is ModelKind.BOOTSTRAP:
         try:
             job.estimator.restore_state(model)  # type: ignore[union-attr]
@@ -275,6 +297,7 @@ def _load_job(session: SchedulingSession, where: str, entry: dict[str, Any], las
     for name, value in values.items():
         setattr(job, name, value)
     job.allocation = allocation
+    return job
 
 
 def _check_job(where: str, v: Mapping[str, Any], allocation: object, last_round: float | None) -> None:
