@@ -170,8 +170,8 @@ class SchedulingSession:
         if isinstance(job_id, str) and job_id in self._jobs:
             raise InputError("job_id", job_id, "already submitted; job ids must be unique")
         self._jobs[job_id] = new_job(job_id, arrival_time, application, perf_model, requested_gpus, max_gpus,
-                                      bool(self.policy.elastic) and elastic, elastic, batch_size, total_work,
-                                      restart_delay_s)
+                                     elastic, batch_size, total_work, restart_delay_s,
+                                     elastic_policy=bool(self.policy.elastic))
         self._live[job_id] = self._jobs[job_id]
 
     def report(self, job_id: str, *, work_done: float | None = None, steps_done: int | None = None,

@@ -86,10 +86,10 @@ class SessionJob:
 
 
 def new_job(job_id: str, arrival_time: float, application: str, perf_model: PerfModel | str | None,
-             requested_gpus: int, max_gpus: int | None, rescalable: bool, elastic: bool, batch_size: int,
-             total_work: float | None, restart_delay_s: float | None) -> SessionJob:
+             requested_gpus: int, max_gpus: int | None, elastic: bool, batch_size: int,
+             total_work: float | None, restart_delay_s: float | None, *, elastic_policy: bool) -> SessionJob:
     """A submitted job's state, every argument checked (see :meth:`SchedulingSession.submit`);
-    ``rescalable``: the policy may change its GPU count (policy and job elastic)."""
+    ``elastic_policy``: the session's policy rescales jobs (a job is rescaled when both are elastic)."""
     if not isinstance(job_id, str) or not job_id:
         raise InputError("job_id", job_id, "must be a non-empty string")
     arrival_time = finite_seconds(f"job[{job_id}].arrival_time", arrival_time)
@@ -118,7 +118,7 @@ def new_job(job_id: str, arrival_time: float, application: str, perf_model: Perf
     check_count(f"job[{job_id}].batch_size", batch_size, 0, MAX_COUNT)
     return SessionJob(
         job_id=job_id, application=str(application), arrival_time=float(arrival_time),
-        requested_gpus=requested_gpus, max_gpus=max_gpus, elastic=rescalable,
+        requested_gpus=requested_gpus, max_gpus=max_gpus, elastic=elastic_policy and elastic,
         rigid=not elastic,
         total_work=float(total_work), own_restart_delay=float(restart_delay_s), estimator=estimator,
         given_batch=batch_size, model_kind=kind)

@@ -281,10 +281,9 @@ def _load_job(where: str, entry: dict[str, Any], last_round: float | None, clust
     if kind is ModelKind.BOOTSTRAP:
         _check_bootstrap(f"{where}.model", model)
     try:
-        elastic = not values["rigid"]
         job = new_job(job_id, values["arrival_time"], values["application"], perf, values["requested_gpus"],
-                      values["max_gpus"], bool(policy.elastic) and elastic, elastic, values["given_batch"],
-                      values["total_work"], values["own_restart_delay"])
+                      values["max_gpus"], not values["rigid"], values["given_batch"], values["total_work"],
+                      values["own_restart_delay"], elastic_policy=bool(policy.elastic))
     except InputError as exc:
         raise InputError(f"{where}.{exc.field}", exc.value, exc.reason) from None
     if kind is ModelKind.BOOTSTRAP:
