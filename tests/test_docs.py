@@ -3,6 +3,7 @@ shows (module, function, class, attribute) exists."""
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib
 import inspect
@@ -219,6 +220,29 @@ def test_code_blocks_and_text_name_heteroplan_names_that_exist() -> None:
               for page in DOC_PAGES for line, name in shown_names(page)]
     assert len(checks) > 300
     check_all(checks, "the docs show names that do not exist (see docs/api.md, 'Removed names')")
+
+
+def test_code_blocks_command_lines_use_flags_the_commands_have() -> None:
+    """Every flag of a ``heteroplan CMD ...`` line the docs show (blocks and inline spans) is one
+    that CMD has: a removed or misspelt flag (``heteroplan plan --explain``) fails here."""
+    from heteroplan.cli import build_parser
+
+    parser = build_parser()
+    general = {o for a in parser._actions for o in a.option_strings}
+    commands = {name: general | {o for a in sub._actions for o in a.option_strings}
+                for a in parser._actions if isinstance(a, argparse._SubParsersAction) for name, sub in a.choices.items()}
+    stale, lines = [], 0
+    for page in DOC_PAGES:
+        text = doc_text(page).replace("\\\n", " ")  # a command continued on the next line
+        for m in re.finditer(r"(?<![\w/.-])heteroplan((?: --?[a-z][\w-]*)*) ([a-z]+)\b([^`\n#]*)", text):
+            if m.group(2) not in commands:
+                continue  # prose ("heteroplan plans and schedules ...")
+            lines += 1
+            for flag in re.findall(r"(?<![\w-])--[a-z][\w-]*", m.group(1) + m.group(3)):
+                if flag not in commands[m.group(2)]:
+                    stale.append(f"{page.name}: heteroplan {m.group(2)} {flag}  (in: {m.group(0).strip()})")
+    assert lines > 50
+    assert not stale, "the docs show flags the commands do not have:\n" + "\n".join(stale)
 
 
 def test_code_blocks_name_check_rejects_the_removed_names() -> None:
