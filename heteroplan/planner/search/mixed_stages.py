@@ -60,7 +60,7 @@ def mixed_lower_bound(searcher: SearchContext, kinds: tuple[Kind, Kind], counts:
     ``bnd``, when given).
 
     Kind ``c``'s slowest replica runs ``m_c`` microbatches, ``sum_c d_c m_c >= M``, and takes at
-    least ``(m_c - 1) beta_c + F`` (``beta_c``: :meth:`SearchContext.lower_bound`'s bottleneck bound,
+    least ``(m_c - 1) beta_c + F`` (``beta_c``: :meth:`Searcher.lower_bound`'s bottleneck bound,
     ``F`` the least whole-model compute of any block); so
     ``T >= F + (M - D) / sum_c (d_c / beta_c)``. With ``bnd``, plus the least over those splits of
     the slowest stage's all-reduce and update (the time is the pipeline's plus that sync, so the
