@@ -116,6 +116,7 @@ def _with_tp(plan: dict, tp: object) -> dict:
 def test_load_run_reads_every_plan_format_and_sets_as_their_own_loaders_do(tmp_path) -> None:
     """``heteroplan run --plan`` (``load_run``): a set, a plan, ``plan --json``'s wrapper and a
     Sailor file each read once and as ``PipelineSet.from_json`` / ``load_plan`` read them."""
+    pytest.importorskip("torch", reason="load_run is heteroplan.runtime's, which needs torch: pip install torch==2.13.0")
     from heteroplan.runtime.layout import load_plan, load_run
 
     a = _pipe(32, 2, [], [(ReplicaGroup(A, Z, 1, 2),)])
