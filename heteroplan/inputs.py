@@ -116,11 +116,16 @@ def enum_values(enum: type[Enum]) -> tuple[str, ...]:
 def enum_choice(enum: type[E], field: str, value: object, otherwise: str = "") -> E:
     """``value`` as a member of ``enum`` (a member or its value, e.g. a string of a ``StrEnum``);
     :class:`InputError` naming ``field`` and listing the choices otherwise (followed by
-    ``otherwise``, what else the field takes, e.g. ``"or give a PerfModel object"``)."""
+    ``otherwise``, what else the field takes, e.g. ``"or give a PerfModel object"``). A member of
+    another enum is refused even where its value is one of ``enum``'s (``Recomputation.NONE`` is no
+    ``OptimizerSharding``)."""
+    tail = f" {otherwise}" if otherwise else ""
+    if isinstance(value, Enum) and not isinstance(value, enum):
+        raise InputError(field, value, f"is a {type(value).__name__}, not a {enum.__name__}: "
+                         f"choose one of {[m.value for m in enum]}{tail}")
     try:
         return enum(value)
     except ValueError:
-        tail = f" {otherwise}" if otherwise else ""
         raise InputError(field, value, f"choose one of {[m.value for m in enum]}{tail}") from None
 
 

@@ -88,6 +88,7 @@ class SearchOptions:
             strict_int("options.max_split_dp_calls", self.max_split_dp_calls, 1)
         for size in self.microbatch_sizes if self.microbatch_sizes is not None else ():
             strict_int("options.microbatch_sizes", size, 1)
+        object.__setattr__(self, "recompute", enum_choice(Recomputation, "options.recompute", self.recompute))
         object.__setattr__(self, "optimizer_sharding",
                            enum_choice(OptimizerSharding, "options.optimizer_sharding", self.optimizer_sharding))
         for name in ("span_zones", "mixed_stages", "prune", "narrow_with_milp"):

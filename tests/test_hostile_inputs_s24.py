@@ -1,0 +1,116 @@
+"""Hostile inputs at the newest seams (session 24): enum fields given strings, numbers, None,
+lists or another enum's member; independent-pipeline sets; policy options of the registry.
+Each bad value must raise :class:`InputError` naming the field (and the choices where there are
+some), never a TypeError/ValueError from inside, and never be taken silently."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from heteroplan.errors import InputError
+from heteroplan.inputs import enum_choice
+from heteroplan.planner import SearchOptions
+from heteroplan.planner.pipeline_set import PipelineSet
+from heteroplan.planner.plan import (
+    OptimizerSharding,
+    Plan,
+    Precision,
+    Recomputation,
+    ReplicaGroup,
+    Stage,
+)
+from heteroplan.policies.registry import make_policy
+
+A, Z = "A100-40", "us-central1-a"
+
+
+def _stage(**kw: object) -> Stage:
+    return Stage(0, 24, (ReplicaGroup(A, Z, 1, 1),), **kw)  # type: ignore[arg-type]
+
+
+# Every enum field of the planner's typed inputs, as (field named in the error, enum, build).
+ENUM_FIELDS = [
+    ("options.recompute", Recomputation, lambda v: SearchOptions(recompute=v).recompute),
+    ("options.optimizer_sharding", OptimizerSharding, lambda v: SearchOptions(optimizer_sharding=v).optimizer_sharding),
+    ("stage.recompute", Recomputation, lambda v: _stage(recompute=v).recompute),
+    ("stage.optimizer_sharding", OptimizerSharding, lambda v: _stage(optimizer_sharding=v).optimizer_sharding),
+    ("plan.precision", Precision, lambda v: Plan("OPT-350", 8, 2, (_stage(),), precision=v).precision),
+]
+
+
+@pytest.mark.parametrize(("field", "enum", "build"), ENUM_FIELDS, ids=[f for f, _, _ in ENUM_FIELDS])
+@pytest.mark.parametrize("bad", ["nope", 3, 1.5, math.nan, None, ["none"], True, b"none"],
+                         ids=["word", "int", "float", "nan", "None", "list", "bool", "bytes"])
+def test_bad_enum_values_name_the_field_and_the_choices(field, enum, build, bad) -> None:
+    with pytest.raises(InputError, match=rf"^{field}=.*choose one of \[") as info:
+        build(bad)
+    assert all(str(m.value) in str(info.value) for m in enum)
+
+
+@pytest.mark.parametrize(("field", "enum", "build"), ENUM_FIELDS, ids=[f for f, _, _ in ENUM_FIELDS])
+def test_every_value_and_member_of_the_enum_is_taken_as_the_member(field, enum, build) -> None:
+    for member in enum:
+        assert build(member) is member and build(str(member.value)) is member
+
+
+@pytest.mark.parametrize(("field", "enum", "build"), ENUM_FIELDS, ids=[f for f, _, _ in ENUM_FIELDS])
+def test_another_enums_member_is_refused_even_with_an_equal_value(field, enum, build) -> None:
+    """``Recomputation.NONE == "none" == OptimizerSharding.NONE``: a member of the wrong enum is a
+    mix-up of fields, refused by name rather than quietly turned into this enum's ``"none"``."""
+    foreign = [m for other in (Recomputation, OptimizerSharding, Precision) if other is not enum for m in other]
+    assert Recomputation.NONE == OptimizerSharding.NONE  # the mix-up this guards against: equal values
+    for member in foreign:
+        with pytest.raises(InputError, match=rf"^{field}=.*is a {type(member).__name__}, not a {enum.__name__}"):
+            build(member)
+
+
+def test_enum_choice_refuses_foreign_members_of_plain_enums_too() -> None:
+    from heteroplan.policies.hadar import Planning
+    from heteroplan.policies.hadar_order import Order
+
+    assert enum_choice(Planning, "planning", "replan") is Planning.REPLAN
+    with pytest.raises(InputError, match="planning=.*is a Order, not a Planning"):
+        enum_choice(Planning, "planning", Order.SHORTEST_FIRST)
+
+
+@pytest.mark.parametrize("bad", [None, 3, 1.5, True])
+def test_a_pipeline_set_of_no_sequence_is_an_input_error(bad) -> None:
+    with pytest.raises(InputError, match=r"^pipeline_set\.pipelines=.*sequence of at least one Plan"):
+        PipelineSet(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", [["sia"], {"sia": 1}, None, 3])
+def test_make_policy_with_a_name_that_is_no_string_names_the_known_policies(name) -> None:
+    with pytest.raises(InputError, match=r"^policy=.*unknown policy; known: \[.*'sia'"):
+        make_policy(name)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("policy", "option", "bad", "field"), [
+    ("gavel", "prices", "nope", "prices"),
+    ("gavel", "prices", ["A100", 1.0], "prices"),
+    ("gavel-cost", "prices", {"A100": -1.0}, r"prices\['A100'\]"),
+    ("gavel-cost", "prices", {"A100": math.nan}, r"prices\['A100'\]"),
+    ("gavel-sia", "slowdowns", "nope", "slowdowns"),
+    ("gavel-sia", "slowdowns", {"resnet": 0}, r"slowdowns\['resnet'\]"),
+    ("tiresias", "thresholds", "", "thresholds"),
+    ("tiresias", "thresholds", [1.0, "x"], r"thresholds\[1\]"),
+    ("tiresias", "thresholds", [1.0, math.inf], r"thresholds\[1\]"),
+    ("hadar-committed", "lookahead", math.nan, "lookahead"),
+    ("hadar-committed", "lookahead", math.inf, "lookahead"),
+    ("hadar-committed", "lookahead", 2.5, "lookahead"),
+    ("hadar-committed", "lookahead", "48", "lookahead"),
+])
+def test_policy_options_of_the_wrong_shape_name_the_option(policy, option, bad, field) -> None:
+    """What a sweep file's ``options`` or ``make_policy(name, **options)`` hands a policy: before,
+    a ValueError from ``dict()``/``float()`` (or an OverflowError from ``int(inf)``)."""
+    with pytest.raises(InputError, match=rf"^{field}="):
+        make_policy(policy, **{option: bad})
+
+
+def test_policy_options_that_are_right_are_kept() -> None:
+    assert make_policy("gavel-cost", prices={"A100": 2.5, "K80": 0}).prices == {"A100": 2.5, "K80": 0}
+    assert make_policy("gavel-sia", slowdowns={"resnet": 2}).slowdowns == {"resnet": 2}
+    assert list(make_policy("tiresias", thresholds=(10, 100.0)).thresholds) == [10.0, 100.0]
+    assert make_policy("hadar-committed", lookahead=3.0).lookahead == 3
