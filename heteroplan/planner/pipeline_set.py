@@ -16,7 +16,7 @@ a plan in :meth:`Plan.to_dict`'s form. The runtime trains a set (``heteroplan.ru
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,8 @@ class PipelineSet:
     pipelines: tuple[Plan, ...]
 
     def __post_init__(self) -> None:
+        if not isinstance(self.pipelines, Iterable):
+            raise InputError("pipeline_set.pipelines", self.pipelines, "need a sequence of at least one Plan")
         object.__setattr__(self, "pipelines", tuple(self.pipelines))
         if not self.pipelines or not all(isinstance(p, Plan) for p in self.pipelines):
             raise InputError("pipeline_set.pipelines", self.pipelines, "need at least one Plan")

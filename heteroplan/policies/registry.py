@@ -285,7 +285,7 @@ def make_policy(name: str, **options: Any) -> Policy:
     """A fresh policy by registered name; ``options`` go to its constructor."""
     try:
         entry = POLICIES[name]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: an unhashable name (a list from a JSON file)
         raise InputError("policy", name, f"unknown policy; known: {policy_names()}") from None
     delay = options.pop("restart_delay_s", entry.restart_delay_s)
     try:

@@ -18,6 +18,7 @@ from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError, check_seconds
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.packing import free_gpus, make_allocation, take_gpus, usable_types
+from heteroplan.schema import Number, Seq, decode
 
 __all__ = ["TiresiasPolicy"]
 
@@ -31,7 +32,8 @@ class TiresiasPolicy:
 
     def __init__(self, thresholds: Sequence[float] = (3600.0, 36000.0), round_length: float = 60.0) -> None:
         self.round_length = check_seconds("round_length", round_length)
-        if any(t <= 0 for t in thresholds) or list(thresholds) != sorted(thresholds):
+        thresholds = decode(Seq(Number(above=0, unit="GPU-seconds")), thresholds, "thresholds")
+        if thresholds != sorted(thresholds):
             raise InputError("thresholds", tuple(thresholds), "must be positive and increasing")
         self.thresholds = np.asarray(thresholds, dtype=float)
 
