@@ -114,3 +114,58 @@ def test_policy_options_that_are_right_are_kept() -> None:
     assert make_policy("gavel-sia", slowdowns={"resnet": 2}).slowdowns == {"resnet": 2}
     assert list(make_policy("tiresias", thresholds=(10, 100.0)).thresholds) == [10.0, 100.0]
     assert make_policy("hadar-committed", lookahead=3.0).lookahead == 3
+
+
+def _plan() -> Plan:
+    return Plan("OPT-350", 32, 2, (Stage(0, 24, (ReplicaGroup(A, Z, 1, 2),)),))
+
+
+@pytest.mark.parametrize("bad", [None, "plan.json", [1], {"stages": []}])
+def test_simulating_what_is_no_plan_or_set_names_the_argument(bad) -> None:
+    from heteroplan.planner import simulate_plan
+    from heteroplan.planner.model.pipeline_set import simulate_pipeline_set
+
+    with pytest.raises(InputError, match=r"^plan=.*must be a heteroplan Plan"):
+        simulate_plan(bad)
+    with pytest.raises(InputError, match=r"^pipeline_set=.*must be a PipelineSet"):
+        simulate_pipeline_set(bad)
+
+
+def test_a_plan_and_a_set_given_to_each_others_simulator_say_which_to_call() -> None:
+    from heteroplan.planner import simulate_plan
+    from heteroplan.planner.model.pipeline_set import simulate_pipeline_set
+
+    plan = _plan()
+    with pytest.raises(InputError, match=r"^pipeline_set='Plan'.*simulate_plan"):
+        simulate_pipeline_set(plan)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^plan='PipelineSet'.*simulate_pipeline_set"):
+        simulate_plan(PipelineSet((plan,)))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("keyword", "field"), [("profile", "profile"), ("network", "network")])
+def test_a_profile_or_network_of_the_wrong_type_is_named(keyword, field) -> None:
+    from heteroplan.planner import simulate_plan
+    from heteroplan.planner.model.pipeline_set import simulate_pipeline_set
+
+    with pytest.raises(InputError, match=rf"^{field}='str'"):
+        simulate_plan(_plan(), **{keyword: "OPT-350"})
+    with pytest.raises(InputError, match=rf"^{field}='dict'"):
+        simulate_pipeline_set(PipelineSet((_plan(),)), **{keyword: {}})
+
+
+@pytest.mark.parametrize("bad", [None, "OPT-350", SearchOptions()])
+def test_the_set_oracle_wants_a_plan_request(bad) -> None:
+    from heteroplan.planner.search.brute_force import brute_force_pipeline_set
+
+    with pytest.raises(InputError, match=r"^request=.*must be a PlanRequest"):
+        brute_force_pipeline_set(bad)
+
+
+@pytest.mark.parametrize("bad", [None, 3, 2.5, "pipelines", ["pipelines"]])
+def test_run_from_dict_refuses_what_is_no_json_object_by_name(bad) -> None:
+    from heteroplan.runtime.layout import run_from_dict
+
+    with pytest.raises(InputError, match=r"^plan=.*must be a JSON object"):
+        run_from_dict(bad)  # type: ignore[arg-type]
+    assert run_from_dict(PipelineSet((_plan(),)).to_dict()) == PipelineSet((_plan(),))
+    assert run_from_dict(_plan().to_dict()) == _plan()
