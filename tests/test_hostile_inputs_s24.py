@@ -6,8 +6,11 @@ some), never a TypeError/ValueError from inside, and never be taken silently."""
 from __future__ import annotations
 
 import math
+import signal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from heteroplan.errors import InputError
 from heteroplan.inputs import enum_choice
@@ -169,3 +172,42 @@ def test_run_from_dict_refuses_what_is_no_json_object_by_name(bad) -> None:
         run_from_dict(bad)  # type: ignore[arg-type]
     assert run_from_dict(PipelineSet((_plan(),)).to_dict()) == PipelineSet((_plan(),))
     assert run_from_dict(_plan().to_dict()) == _plan()
+
+
+@settings(max_examples=200, deadline=None)
+@given(ready=st.floats(0, 1e8), L=st.floats(10, 1e24))
+def test_a_jobs_first_round_is_a_boundary_at_or_after_it_is_ready(ready, L) -> None:
+    """``simulate``'s round start for a job ready at ``ready`` s: a multiple of the round length,
+    not before the job is due (1e-9 s), and the first such (the same as before wherever the old
+    ``ceil(ready / L - 1e-9)`` was one: everywhere but a huge ``L``)."""
+    from heteroplan.sim.loop import _round_start
+
+    start = _round_start(ready, L)
+    k = round(start / L)
+    assert start == k * L and ready <= start + 1e-9 and (k == 0 or ready > (k - 1) * L + 1e-9)
+    old = math.ceil(ready / L - 1e-9) * L
+    if ready <= old + 1e-9:
+        assert start == old
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="needs SIGALRM to stop a hang (POSIX)")
+def test_a_round_far_longer_than_the_wait_for_the_first_job_still_runs_it() -> None:
+    """``--round 1e9`` with a job arriving 0.5 s in: ``ceil(0.5 / 1e9 - 1e-9) = 0``, and the loop
+    used to wait at t = 0 for the job forever; now it runs at the first boundary, t = 1e9 s, and
+    finishes within that one round."""
+    from heteroplan.cluster import preset
+    from heteroplan.sim import simulate
+    from heteroplan.workload.sia import JobSpec
+
+    def hung(*_: object) -> None:
+        raise TimeoutError("simulate hung waiting for a job that was never submitted")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(120)
+    try:
+        result = simulate([JobSpec("j", 0.5, "cifar10", 1, 128)], preset("sia-64"), make_policy("fifo"),
+                          round_length=1e9, max_time=3e9, progress=False)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert result.stop_reason == "finished" and result.rounds == 1
