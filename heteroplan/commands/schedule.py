@@ -17,7 +17,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from heteroplan.argtypes import integer, number
+from heteroplan.argtypes import integer, nonempty, number
 from heteroplan.errors import InputError
 from heteroplan.names import printable
 
@@ -28,17 +28,17 @@ EXIT_UNFINISHED = 3
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("schedule", help="run training jobs under a policy on a Ray cluster or local processes "
                        "(needs [runtime]; --ray needs [ray])")
-    p.add_argument("--policy", default="sia", help="registered policy name (heteroplan simulate --help lists them)")
-    p.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",
+    p.add_argument("--policy", type=nonempty("a name"), default="sia", help="registered policy name (heteroplan simulate --help lists them)")
+    p.add_argument("--ray", type=nonempty("'auto' or a Ray address"), nargs="?", const="auto", default=None, metavar="ADDRESS",
                    help="run on a Ray cluster: 'auto' (the one `ray start` began here) or host:port; "
                    "its GPU nodes are the cluster (without --ray: local processes on --cluster)")
-    p.add_argument("--cluster", default="A100=2,V100=2",
+    p.add_argument("--cluster", type=nonempty("TYPE=COUNT,..."), default="A100=2,V100=2",
                    help="local run: GPUs per type, TYPE=COUNT,... (one process per GPU; default A100=2,V100=2)")
     p.add_argument("--type-label", action="append", default=[], metavar="RAY=NAME",
                    help="Ray accelerator label -> GPU type name (repeatable), e.g. A100=A100-40")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--jobs", type=integer(1, 10_000), default=8, help="generated jobs (default 8)")
-    src.add_argument("--trace", metavar="CSV", help="a Sia workload CSV: its jobs' arrivals, scaled by --time-scale")
+    src.add_argument("--trace", type=nonempty("a path"), metavar="CSV", help="a Sia workload CSV: its jobs' arrivals, scaled by --time-scale")
     p.add_argument("--time-scale", type=number(0), default=1 / 60,
                    help="trace seconds -> run seconds (default 1/60: a trace minute is a second)")
     p.add_argument("--interarrival", type=number(0), default=15.0, help="mean seconds between generated arrivals")
@@ -50,13 +50,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=integer(1, 4096), default=16, help="samples per iteration (default 16)")
     p.add_argument("--restart-delay", type=number(0), default=10.0,
                    help="seconds a restart costs, as the policy assumes (default 10)")
-    p.add_argument("--model", default=None, metavar="MODULE:FACTORY",
+    p.add_argument("--model", type=nonempty("PACKAGE.MODULE:FACTORY"), default=None, metavar="MODULE:FACTORY",
                    help="train your own TrainTask (default: a tiny GPT)")
     p.add_argument("--round", type=number(0), default=30.0, help="seconds per round (default 30)")
     p.add_argument("--max-rounds", type=integer(1), default=10_000, help="stop after this many rounds (default 10000)")
     p.add_argument("--max-failures", type=integer(1), default=3, help="failures before a job is given up (default 3)")
     p.add_argument("--seed", type=integer(0), default=1, help="seed of the generated arrivals and job sizes (default 1)")
-    p.add_argument("--out", default="schedule-out", help="records, checkpoints and the session (default schedule-out)")
+    p.add_argument("--out", type=nonempty("a path"), default="schedule-out", help="records, checkpoints and the session (default schedule-out)")
     p.add_argument("--resume", action="store_true", help="continue the run saved in --out")
     p.add_argument("--json", action="store_true", help="print the job records as one JSON document")
     p.set_defaults(func=run)
