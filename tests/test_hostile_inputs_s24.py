@@ -91,24 +91,24 @@ def test_make_policy_with_a_name_that_is_no_string_names_the_known_policies(name
 
 
 @pytest.mark.parametrize(("policy", "option", "bad", "field"), [
-    ("gavel", "prices", "nope", "prices"),
-    ("gavel", "prices", ["A100", 1.0], "prices"),
-    ("gavel-cost", "prices", {"A100": -1.0}, r"prices\['A100'\]"),
-    ("gavel-cost", "prices", {"A100": math.nan}, r"prices\['A100'\]"),
-    ("gavel-sia", "slowdowns", "nope", "slowdowns"),
-    ("gavel-sia", "slowdowns", {"resnet": 0}, r"slowdowns\['resnet'\]"),
-    ("tiresias", "thresholds", "", "thresholds"),
-    ("tiresias", "thresholds", [1.0, "x"], r"thresholds\[1\]"),
-    ("tiresias", "thresholds", [1.0, math.inf], r"thresholds\[1\]"),
-    ("hadar-committed", "lookahead", math.nan, "lookahead"),
-    ("hadar-committed", "lookahead", math.inf, "lookahead"),
-    ("hadar-committed", "lookahead", 2.5, "lookahead"),
-    ("hadar-committed", "lookahead", "48", "lookahead"),
+    ("gavel", "prices", "nope", "prices="),
+    ("gavel", "prices", ["A100", 1.0], "prices="),
+    ("gavel-cost", "prices", {"A100": -1.0}, r"prices\['A100'\]="),
+    ("gavel-cost", "prices", {"A100": math.nan}, r"prices\['A100'\]="),
+    ("gavel-sia", "slowdowns", "nope", "slowdowns="),
+    ("gavel-sia", "slowdowns", {"resnet": 0}, r"slowdowns\['resnet'\]="),
+    ("tiresias", "thresholds", "", r"policy\[tiresias\]\.options=.*must be a list of GPU-seconds, not str"),
+    ("tiresias", "thresholds", [1.0, "x"], r"thresholds=\[1\.0, 'x'\]: \[1\]='x'"),
+    ("tiresias", "thresholds", [1.0, math.inf], r"thresholds=\[1\.0, inf\]: \[1\]=inf"),
+    ("hadar-committed", "lookahead", math.nan, "lookahead="),
+    ("hadar-committed", "lookahead", math.inf, "lookahead="),
+    ("hadar-committed", "lookahead", 2.5, "lookahead="),
+    ("hadar-committed", "lookahead", "48", "lookahead="),
 ])
 def test_policy_options_of_the_wrong_shape_name_the_option(policy, option, bad, field) -> None:
     """What a sweep file's ``options`` or ``make_policy(name, **options)`` hands a policy: before,
     a ValueError from ``dict()``/``float()`` (or an OverflowError from ``int(inf)``)."""
-    with pytest.raises(InputError, match=rf"^{field}="):
+    with pytest.raises(InputError, match=rf"^{field}"):
         make_policy(policy, **{option: bad})
 
 
@@ -211,3 +211,36 @@ def test_a_round_far_longer_than_the_wait_for_the_first_job_still_runs_it() -> N
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
     assert result.stop_reason == "finished" and result.rounds == 1
+
+
+def test_a_name_option_reaches_the_policy() -> None:
+    """``make_policy("gavel", name=...)``: Gavel and YARN take a ``name``; it used to collide with
+    ``make_policy``'s own first parameter (TypeError: got multiple values for argument 'name')."""
+    assert make_policy("gavel", name="mine").name == "mine"
+    assert make_policy("fifo", name="queue").name == "queue"
+
+
+def _sweep_policy(name: str, **options: object):
+    from heteroplan.sim.sweep.cell import build_policy
+    from heteroplan.sim.sweep.spec import PolicySpec
+
+    return build_policy(PolicySpec(name, "label", tuple(options.items())))
+
+
+def test_a_sweep_picks_a_policys_mechanism_and_then_takes_that_class_options() -> None:
+    """The registry's ``mechanism`` option (Pollux, Gavel) was refused by a sweep file as "no such
+    option"; with it, the options are those of the class it picks (``vnode_order``: the artifact's)."""
+    from heteroplan.policies.pollux_artifact import PolluxArtifactPolicy, VnodeOrder
+
+    policy = _sweep_policy("pollux", mechanism="sia-artifact", vnode_order="node")
+    assert type(policy) is PolluxArtifactPolicy and policy.vnode_order is VnodeOrder.NODE and policy.name == "label"
+    with pytest.raises(InputError, match=r"^mechanism=3: choose one of \['pooled-type', 'sia-artifact'\]"):
+        _sweep_policy("pollux", mechanism=3)
+    with pytest.raises(InputError, match=r"^policy\.options\.vnode_order=.*no such option"):
+        _sweep_policy("pollux", vnode_order="node")  # the pooled-type class has none
+
+
+def test_a_sweep_neither_lists_nor_takes_a_policys_private_fields() -> None:
+    with pytest.raises(InputError, match=r"^policy\.options\._goodputs=.*no such option; known: \[") as info:
+        _sweep_policy("sia", _goodputs={})
+    assert "'_" not in str(info.value).split("known:")[1]

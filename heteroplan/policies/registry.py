@@ -281,8 +281,9 @@ def policy_names() -> list[str]:
     return sorted(POLICIES)
 
 
-def make_policy(name: str, **options: Any) -> Policy:
-    """A fresh policy by registered name; ``options`` go to its constructor."""
+def make_policy(name: str, /, **options: Any) -> Policy:
+    """A fresh policy by registered name; ``options`` go to its constructor (a ``name`` option too:
+    ``name`` is positional only)."""
     try:
         entry = POLICIES[name]
     except (KeyError, TypeError):  # TypeError: an unhashable name (a list from a JSON file)

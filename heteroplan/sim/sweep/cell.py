@@ -48,13 +48,16 @@ def build_policy(spec: PolicySpec, simulator: SimulatorKind | str = SimulatorKin
     an unknown name (field ``policy``) or option (field ``policy.options.<option>``).
 
     Names are :data:`heteroplan.policies.registry.POLICIES`; options are the policy's constructor
-    keywords (``round_length`` is understood by every policy). ``simulator`` is accepted for
+    keywords but private ones (``round_length`` is understood by every policy; ``mechanism`` by
+    those whose class carries one: it picks the class, whose keywords then count). ``simulator`` is accepted for
     symmetry with the sweep file; every policy runs in the one round loop.
     """
     from heteroplan.policies.registry import make_policy
 
-    default = make_policy(spec.name)
-    accepted = (set(inspect.signature(type(default)).parameters) | {"round_length", "restart_delay_s"}) - {"self"}
+    default = make_policy(spec.name, **{k: v for k, v in spec.options if k == "mechanism"})  # it picks the class
+    cls = type(default)
+    accepted = ({k for k in inspect.signature(cls).parameters if not k.startswith("_")}  # not a private field
+                | {"round_length", "restart_delay_s"} | ({"mechanism"} if hasattr(cls, "MECHANISM") else set())) - {"self"}
     for k, v in spec.options:
         if k not in accepted:
             raise InputError(f"policy.options.{k}", v, f"{spec.name} has no such option; known: {sorted(accepted)}")
