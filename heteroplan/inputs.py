@@ -58,7 +58,7 @@ def read_json(path: str | Path, field: str = "path", error: type[InputError] = I
     text = read_text(path, field, error)
 
     def refuse_constant(name: str) -> float:
-        raise error(field, str(path), f"{name} is not a valid JSON number")
+        raise error(field, str(path), f"invalid JSON: {name} is not a valid JSON number")
 
     try:
         return json.loads(text, object_pairs_hook=_no_repeats, parse_constant=refuse_constant)
@@ -66,12 +66,12 @@ def read_json(path: str | Path, field: str = "path", error: type[InputError] = I
         raise error(field, str(path), f"invalid JSON: {exc}") from None
     except RecursionError:
         raise error(field, str(path), "invalid JSON: nested too deeply") from None
+    except InputError as exc:  # before ValueError, which it is: refuse_constant's names the file already
+        if isinstance(exc, error) and exc.field == field:
+            raise
+        raise error(field, str(path), f"invalid JSON: {exc}") from None  # a repeated key
     except ValueError as exc:  # an integer of more than 4300 digits (int max_str_digits)
         raise error(field, str(path), f"invalid JSON: {exc}") from None
-    except InputError as exc:
-        if isinstance(exc, error):
-            raise
-        raise error(field, str(path), str(exc)) from None
 
 
 def finite_number(field: str, value: object, low: float | None = None, high: float | None = None,

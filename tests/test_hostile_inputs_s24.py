@@ -244,3 +244,22 @@ def test_a_sweep_neither_lists_nor_takes_a_policys_private_fields() -> None:
     with pytest.raises(InputError, match=r"^policy\.options\._goodputs=.*no such option; known: \[") as info:
         _sweep_policy("sia", _goodputs={})
     assert "'_" not in str(info.value).split("known:")[1]
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ('{"a": NaN}', "invalid JSON: NaN is not a valid JSON number"),
+    ('{"a": -Infinity}', "invalid JSON: -Infinity is not a valid JSON number"),
+    ('{"a": 1, "a": 2}', "invalid JSON: json key 'a'=2: given twice"),
+    ("[" * 100_000 + "]" * 100_000, "invalid JSON: nested too deeply"),
+])
+def test_a_bad_json_file_is_named_once_with_the_reason(tmp_path, text, reason) -> None:
+    """``read_json``: NaN's error used to name the file twice (``plan JSON='p.json': invalid JSON:
+    plan JSON='p.json': NaN ...``): InputError is a ValueError, and the ValueError branch wrapped it."""
+    from heteroplan.inputs import read_json
+
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(InputError) as info:
+        read_json(path, "plan JSON")
+    assert str(info.value) == f"plan JSON={str(path)!r}: {reason}" + ("" if "twice" not in reason else
+                                                                       " (the first value would be lost)")
