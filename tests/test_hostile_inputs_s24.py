@@ -263,3 +263,41 @@ def test_a_bad_json_file_is_named_once_with_the_reason(tmp_path, text, reason) -
         read_json(path, "plan JSON")
     assert str(info.value) == f"plan JSON={str(path)!r}: {reason}" + ("" if "twice" not in reason else
                                                                        " (the first value would be lost)")
+
+
+BAD_CHOICES = ["nope", 3, None, ["time"], Precision.BF16]
+
+
+@pytest.mark.parametrize("bad", BAD_CHOICES)
+def test_goal_and_plan_diff_choices_name_the_field(bad) -> None:
+    """``Goal.of(objective)`` and ``PlanDiff.largest(kind)`` called the enum directly (ValueError:
+    'nope' is not a valid Objective)."""
+    from heteroplan.planner import simulate_plan
+    from heteroplan.planner.explain import TermKind, diff_plans
+    from heteroplan.planner.goal import Goal, Objective
+
+    with pytest.raises(InputError, match=r"^objective=.*choose one of \['throughput', 'cost'\]"):
+        Goal.of(bad)
+    assert Goal.of("cost").objective is Objective.COST
+    plan = Plan("OPT-350", 32, 2, (Stage(0, 26, (ReplicaGroup(A, Z, 1, 2),)),))
+    diff = diff_plans(simulate_plan(plan), simulate_plan(plan))
+    with pytest.raises(InputError, match=r"^kind=.*choose one of \["):
+        diff.largest(bad)
+    assert diff.largest(TermKind.TIME.value) == diff.largest(TermKind.TIME)
+
+
+@pytest.mark.parametrize("bad", ["fp8", 16, None])
+def test_the_runtime_references_name_a_bad_precision(bad) -> None:
+    pytest.importorskip("torch", reason="train_reference and profile_layers need torch: pip install torch==2.13.0 "
+                        "(CPU wheel: --index-url https://download.pytorch.org/whl/cpu)")
+    from heteroplan.runtime import RunConfig, TinyGPTTask
+    from heteroplan.runtime.profiler import profile_layers
+    from heteroplan.runtime.reference import train_reference
+
+    task = TinyGPTTask(n_layers=1, d_model=8, n_heads=2, seq_len=4)
+    with pytest.raises(InputError, match=r"^precision=.*choose one of \['fp32', 'tf32', 'bf16'\]"):
+        train_reference(task, 2, RunConfig(steps=1), precision=bad)
+    with pytest.raises(InputError, match=r"^recompute=.*choose one of \['none', 'full'\]"):
+        train_reference(task, 2, RunConfig(steps=1), recompute=bad)
+    with pytest.raises(InputError, match=r"^precision=.*choose one of \['fp32', 'tf32', 'bf16'\]"):
+        profile_layers(task.build_model(), lambda m: task.batch(0, 0, m)[0], (1,), warmup=0, repeats=1, precision=bad)
