@@ -301,3 +301,40 @@ def test_the_runtime_references_name_a_bad_precision(bad) -> None:
         train_reference(task, 2, RunConfig(steps=1), recompute=bad)
     with pytest.raises(InputError, match=r"^precision=.*choose one of \['fp32', 'tf32', 'bf16'\]"):
         profile_layers(task.build_model(), lambda m: task.batch(0, 0, m)[0], (1,), warmup=0, repeats=1, precision=bad)
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"microbatch_sizes": 3}, "options.microbatch_sizes"),
+    ({"microbatch_sizes": "12"}, "options.microbatch_sizes"),
+    ({"microbatch_sizes": [1, 0]}, "options.microbatch_sizes"),
+    ({"config": "shipped"}, "config"),
+    ({"config": None}, "config"),
+])
+def test_search_options_of_the_wrong_shape_are_named_when_built(kwargs, field) -> None:
+    """``SearchOptions(microbatch_sizes=3)`` was a TypeError (not iterable); ``config="shipped"``
+    was kept and failed only when a search read it."""
+    with pytest.raises(InputError, match=rf"^{field}="):
+        SearchOptions(**kwargs)
+
+
+def test_search_options_keep_the_sizes_as_a_tuple() -> None:
+    assert SearchOptions(microbatch_sizes=[2, 4.0]).microbatch_sizes == (2, 4)
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [({"options": "fast"}, "options"), ({"options": {"max_pp": 2}}, "options")])
+def test_plan_job_names_options_that_are_no_search_options(kwargs, field) -> None:
+    from heteroplan.planner import plan_job
+
+    with pytest.raises(InputError, match=rf"^{field}='(str|dict)': must be a SearchOptions"):
+        plan_job("OPT-350", 64, {(A, Z): 4}, **kwargs)
+
+
+@pytest.mark.parametrize("model", [["OPT-350"], {"name": "OPT-350"}, 350, None])
+def test_a_model_that_is_no_name_is_named(model) -> None:
+    from heteroplan.perf.sailor_profiles import load_model_profile
+    from heteroplan.planner import plan_job
+
+    with pytest.raises(InputError, match=r"^model=.*must be a model name"):
+        load_model_profile(model)
+    with pytest.raises(InputError, match=r"^model="):
+        plan_job(model, 64, {(A, Z): 4})
