@@ -166,6 +166,8 @@ def test_the_set_oracle_wants_a_plan_request(bad) -> None:
 
 @pytest.mark.parametrize("bad", [None, 3, 2.5, "pipelines", ["pipelines"]])
 def test_run_from_dict_refuses_what_is_no_json_object_by_name(bad) -> None:
+    pytest.importorskip("torch", reason="heteroplan.runtime needs torch: pip install torch==2.13.0 (CPU wheel: "
+                        "--index-url https://download.pytorch.org/whl/cpu)")
     from heteroplan.runtime.layout import run_from_dict
 
     with pytest.raises(InputError, match=r"^plan=.*must be a JSON object"):
@@ -338,3 +340,27 @@ def test_a_model_that_is_no_name_is_named(model) -> None:
         load_model_profile(model)
     with pytest.raises(InputError, match=r"^model="):
         plan_job(model, 64, {(A, Z): 4})
+
+
+@pytest.mark.parametrize("lr", [math.inf, True, math.nan, 0, "0.1"])
+def test_a_learning_rate_that_is_no_finite_positive_number_is_named(lr) -> None:
+    """``RunConfig(lr=inf)`` and ``lr=True`` were kept (inf > 0; a bool is an int): the first
+    trained to NaN losses, the second at lr 1."""
+    pytest.importorskip("torch", reason="heteroplan.runtime needs torch: pip install torch==2.13.0 (CPU wheel: "
+                        "--index-url https://download.pytorch.org/whl/cpu)")
+    from heteroplan.runtime.config import RunConfig
+
+    with pytest.raises(InputError, match=r"^config\.lr="):
+        RunConfig(lr=lr)
+    assert RunConfig(lr=0.5).lr == 0.5
+
+
+def test_profile_without_the_runtime_says_what_to_install(monkeypatch, tmp_path, cli_error) -> None:
+    """``heteroplan profile`` where torch is missing raised the ImportError as a traceback (``run``
+    and ``schedule`` named it already); a None entry in sys.modules makes the import fail as then."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "heteroplan.runtime.profiler", None)
+    err = cli_error(["profile", "--out", str(tmp_path / "data")])
+    assert err.startswith("heteroplan profile: error: runtime='torch': ") and "Traceback" not in err
+    assert not (tmp_path / "data").exists()

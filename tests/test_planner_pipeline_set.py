@@ -214,14 +214,12 @@ def test_set_search_reaches_the_oracle_on_tiny_pools(pool, mbs, max_pp):
 
 def test_a_set_file_given_where_one_plan_is_read_says_so_and_where_it_goes(tmp_path, cli_error) -> None:
     """``plan --evaluate set.json`` (and every single-plan reader): the set's ``pipelines`` key was
-    reported as an unknown key of a plan; now the message says it is a set and what reads one."""
-    from heteroplan.runtime.layout import load_plan
-
+    reported as an unknown key of a plan; now the message says it is a set and what reads one
+    (``load_plan``, the runtime's reader, reads through ``Plan.from_json``)."""
     a = _pipe(32, 2, [], [(ReplicaGroup(A, Z, 1, 2),)])
     PipelineSet((a, _pipe(32, 2, [], [(ReplicaGroup(V, Z, 1, 2),)]))).to_json(tmp_path / "set.json")
     want = r"plan\.pipelines='<list of 2 entries>': a file of independent pipelines \(a PipelineSet\), not one plan"
-    for read in (Plan.from_json, load_plan):
-        with pytest.raises(InputError, match=want):
-            read(tmp_path / "set.json")
+    with pytest.raises(InputError, match=want):
+        Plan.from_json(tmp_path / "set.json")
     err = cli_error(["plan", "--evaluate", str(tmp_path / "set.json")])
     assert "heteroplan run --plan" in err and "simulate_pipeline_set" in err

@@ -133,7 +133,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from heteroplan.runtime.profiler import profile_layers
+    try:
+        from heteroplan.runtime.profiler import profile_layers
+    except ImportError as exc:  # no torch: named as `heteroplan run` names it, not a traceback
+        raise InputError("runtime", "torch", str(exc)) from None
 
     if args.seq < 1:
         raise InputError("--seq", args.seq, "must be >= 1")

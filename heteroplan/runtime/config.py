@@ -153,7 +153,7 @@ class RunConfig:
             object.__setattr__(self, name, enum_choice(enum, f"config.{name}", getattr(self, name)))
         if self.backend is not None:
             object.__setattr__(self, "backend", enum_choice(CommBackend, "config.backend", self.backend))
-        if not (isinstance(self.lr, int | float) and self.lr > 0):
+        if not finite_number("config.lr", self.lr) > 0:  # True, inf and NaN refused too
             raise InputError("config.lr", self.lr, "must be a number > 0")
         if not (isinstance(self.momentum, int | float) and 0 <= self.momentum < 1):
             raise InputError("config.momentum", self.momentum, "must be in [0, 1)")
