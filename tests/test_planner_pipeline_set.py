@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -223,3 +224,12 @@ def test_a_set_file_given_where_one_plan_is_read_says_so_and_where_it_goes(tmp_p
         Plan.from_json(tmp_path / "set.json")
     err = cli_error(["plan", "--evaluate", str(tmp_path / "set.json")])
     assert "heteroplan run --plan" in err and "simulate_pipeline_set" in err
+
+
+def test_a_bad_set_file_is_named_with_its_field(tmp_path) -> None:
+    """``PipelineSet.from_json`` named the field (``pipeline_set.pipelines[0]``) but not the file,
+    as ``Plan.from_json`` and ``load_run`` do."""
+    path = tmp_path / "set.json"
+    path.write_text(json.dumps({"pipelines": [None]}))
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}: pipeline_set\.pipelines\[0\]='NoneType'"):
+        PipelineSet.from_json(path)

@@ -25,7 +25,7 @@ from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError
 from heteroplan.inputs import read_json
 from heteroplan.planner.plan import FORMAT_VERSION, OptimizerSharding, Plan
-from heteroplan.schema import MAX_ITEMS, Later, Record, Seq, Versioned, decode
+from heteroplan.schema import MAX_ITEMS, Later, Record, Seq, Versioned, decode, naming_file
 
 __all__ = ["PipelineSet", "PIPELINE_SET_FILE"]
 
@@ -127,8 +127,9 @@ class PipelineSet:
 
     @classmethod
     def from_json(cls, path: str | Path) -> PipelineSet:
-        """Read a set written by :meth:`to_json`."""
-        return cls.from_dict(read_json(path, "pipeline set JSON"))
+        """Read a set written by :meth:`to_json`; errors name the file, the field and the value."""
+        with naming_file(path):
+            return cls.from_dict(read_json(path, "pipeline set JSON"))
 
 
 def _pipeline(i: int, data: Any) -> Plan:
