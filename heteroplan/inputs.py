@@ -16,16 +16,21 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from heteroplan.errors import InputError
+from heteroplan.errors import InputError, check_seconds
 
 __all__ = ["read_text", "read_json", "finite_number", "strict_int", "enum_choice", "enum_values", "local_process_limit",
-           "check_process_count", "MIN_ROUND_S", "MAX_GENERATED_JOBS"]
+           "check_process_count", "check_wait", "MIN_ROUND_S", "MAX_GENERATED_JOBS", "MAX_WAIT_S"]
 
 E = TypeVar("E", bound=Enum)
 
 MIN_ROUND_S = 10.0
 """Shortest scheduling round (s) a sweep, ``simulate`` or ``hadar`` accepts: below it the round
 count explodes (``--round 0.001`` never answers) and no real scheduler reallocates GPUs that often."""
+
+MAX_WAIT_S = 1e9
+"""Longest wait (s, ~32 years) a run's timeouts (``RunConfig.timeout_s``, ``--timeout``) take:
+torch's process-group timeouts overflow beyond (``--timeout 1e300`` failed every rank with an
+OverflowError); a longer wait is no wait a user means."""
 
 MAX_GENERATED_JOBS = 100_000
 """Most jobs ``hadar`` or a sweep's ``generate`` table draws (the largest published traces hold
@@ -146,3 +151,11 @@ def check_process_count(field: str, count: int, error: type[InputError] = InputE
         raise error(field, count, f"asks for {count} processes on this machine; at most {limit} are started "
                     "locally (4 per core): use a smaller plan, or torchrun across machines")
     return count
+
+
+def check_wait(field: str, value: object) -> float:
+    """``value`` as seconds a process may wait (a torch timeout): ``> 0`` and at most :data:`MAX_WAIT_S`."""
+    seconds = check_seconds(field, value)
+    if seconds > MAX_WAIT_S:  # inf too
+        raise InputError(field, value, f"must be at most {MAX_WAIT_S:g} s (torch's timeouts overflow beyond)")
+    return seconds

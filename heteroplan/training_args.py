@@ -9,7 +9,7 @@ import argparse
 from typing import Any
 
 from heteroplan.argtypes import MAX_TOKENS, integer, nonempty, number
-from heteroplan.inputs import enum_values
+from heteroplan.inputs import MAX_WAIT_S, enum_values
 from heteroplan.run_options import Device, Optimizer, PipelineEngine, PipelineSchedule
 
 __all__ = ["add_training_arguments", "run_config_kwargs", "model_kwargs"]
@@ -35,7 +35,7 @@ def add_training_arguments(p: argparse.ArgumentParser, *, steps: int, optimizer:
     p.add_argument("--checkpoint-every", type=integer(0), default=0, help="iterations between checkpoints (0: at the end)")
     p.add_argument("--device", default=Device.CPU.value, choices=enum_values(Device),
                    help="where the ranks compute: cpu (gloo; default) or cuda (one GPU per rank, NCCL)")
-    p.add_argument("--timeout", type=number(0), default=120.0, help="seconds a rank may wait on a peer")
+    p.add_argument("--timeout", type=number(0, high=MAX_WAIT_S), default=120.0, help="seconds a rank may wait on a peer")
     p.add_argument("--cuda-graphs", action="store_true",
                    help="replay each microbatch as a CUDA graph (--device cuda; one-stage plans, TP 1, no ZeRO; "
                         "profile with `heteroplan profile --cuda-graphs` to predict it)")

@@ -364,3 +364,25 @@ def test_profile_without_the_runtime_says_what_to_install(monkeypatch, tmp_path,
     err = cli_error(["profile", "--out", str(tmp_path / "data")])
     assert err.startswith("heteroplan profile: error: runtime='torch': ") and "Traceback" not in err
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("seconds", [math.inf, 1e300, 2e9])
+def test_a_wait_beyond_what_torch_takes_is_named_before_any_rank_starts(seconds, cli_error) -> None:
+    """``heteroplan run --timeout 1e300`` started the ranks and each failed with an OverflowError
+    from torch's process-group timeout; ``RunConfig(timeout_s=inf)`` likewise."""
+    from heteroplan.inputs import MAX_WAIT_S, check_wait
+
+    assert "argument --timeout: " in cli_error(["run", "--timeout", repr(seconds)])
+    with pytest.raises(InputError, match=r"^config\.timeout_s=.*must be at most 1e\+09 s"):
+        check_wait("config.timeout_s", seconds)
+    assert check_wait("config.timeout_s", MAX_WAIT_S) == MAX_WAIT_S
+
+
+def test_run_config_checks_its_waits() -> None:
+    pytest.importorskip("torch", reason="heteroplan.runtime needs torch: pip install torch==2.13.0 (CPU wheel: "
+                        "--index-url https://download.pytorch.org/whl/cpu)")
+    from heteroplan.runtime.config import RunConfig
+
+    for name in ("timeout_s", "startup_timeout_s"):
+        with pytest.raises(InputError, match=rf"^config\.{name}=inf: must be at most"):
+            RunConfig(**{name: math.inf})

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from heteroplan.errors import InputError, check_int, check_seconds
-from heteroplan.inputs import enum_choice, finite_number
+from heteroplan.errors import InputError, check_int
+from heteroplan.inputs import check_wait, enum_choice, finite_number
 from heteroplan.run_options import (
     CommBackend,
     Device,
@@ -157,8 +157,8 @@ class RunConfig:
             raise InputError("config.lr", self.lr, "must be a number > 0")
         if not (isinstance(self.momentum, int | float) and 0 <= self.momentum < 1):
             raise InputError("config.momentum", self.momentum, "must be in [0, 1)")
-        check_seconds("config.timeout_s", self.timeout_s)
-        check_seconds("config.startup_timeout_s", self.startup_timeout_s)
+        check_wait("config.timeout_s", self.timeout_s)
+        check_wait("config.startup_timeout_s", self.startup_timeout_s)
         if self.fault is not None:
             if not isinstance(self.fault, tuple | list) or len(self.fault) != 3 or self.fault[0] not in tuple(FaultKind):
                 raise InputError("config.fault", self.fault, "must be ('exit' | 'hang', rank, iteration)")
