@@ -386,3 +386,26 @@ def test_run_config_checks_its_waits() -> None:
     for name in ("timeout_s", "startup_timeout_s"):
         with pytest.raises(InputError, match=rf"^config\.{name}=inf: must be at most"):
             RunConfig(**{name: math.inf})
+
+
+@pytest.mark.parametrize(("argv", "flag"), [(["--overhead", "1e300"], "--overhead"), (["--round", "1e300"], "--round")])
+def test_schedule_waits_beyond_what_a_process_can_sleep_are_refused_by_the_flag(argv, flag, cli_error) -> None:
+    """``schedule --overhead 1e300``: every job failed with ``OverflowError: timestamp out of range
+    for platform time_t`` (the rank's emulated compute is a ``time.sleep``, which overflows near 9e9 s)."""
+    assert f"argument {flag}: 1e+300 is out of range: must be > 0 and <= 1e+09" in cli_error(["schedule", *argv])
+
+
+def test_an_emulated_iteration_longer_than_a_process_can_sleep_is_named() -> None:
+    pytest.importorskip("torch", reason="heteroplan.runtime needs torch: pip install torch==2.13.0 (CPU wheel: "
+                        "--index-url https://download.pytorch.org/whl/cpu)")
+    from heteroplan.runtime.config import StepEmulation
+    from heteroplan.runtime.emulated import EmulatedWorkload
+
+    with pytest.raises(InputError, match=r"^emulate\.seconds_per_sample\[A100\]=1e\+300: must be <= 1e\+09"):
+        StepEmulation({"A100": 1e300})
+    with pytest.raises(InputError, match=r"^emulate\.overhead_s=1e\+300: must be <= 1e\+09"):
+        StepEmulation({"A100": 1.0}, overhead_s=1e300)
+    long = StepEmulation({"A100": 1e8, "V100": 1.0})  # 16 samples: 1.6e9 s on an A100
+    with pytest.raises(InputError, match=r"^emulation=.*an iteration of 16 samples would last 1\.6e\+09 s"):
+        EmulatedWorkload(long, (0.0,), (1,), batch_size=16)
+    assert EmulatedWorkload(long, (0.0,), (1,), batch_size=8).batch_size == 8

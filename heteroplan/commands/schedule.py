@@ -19,6 +19,7 @@ from dataclasses import asdict
 
 from heteroplan.argtypes import integer, nonempty, number
 from heteroplan.errors import InputError
+from heteroplan.inputs import MAX_WAIT_S
 from heteroplan.names import printable
 
 DEFAULT_EMULATION = "A100=0.02,V100=0.05"
@@ -46,13 +47,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "drawn uniformly from MIN,MAX (default 60,240)")
     p.add_argument("--emulate", default=DEFAULT_EMULATION, metavar="TYPE=S,...",
                    help=f"seconds of compute per sample on each GPU type (default {DEFAULT_EMULATION})")
-    p.add_argument("--overhead", type=number(0), default=0.1, help="seconds of compute per iteration (default 0.1)")
+    p.add_argument("--overhead", type=number(0, high=MAX_WAIT_S), default=0.1, help="seconds of compute per iteration (default 0.1)")
     p.add_argument("--batch", type=integer(1, 4096), default=16, help="samples per iteration (default 16)")
     p.add_argument("--restart-delay", type=number(0), default=10.0,
                    help="seconds a restart costs, as the policy assumes (default 10)")
     p.add_argument("--model", type=nonempty("PACKAGE.MODULE:FACTORY"), default=None, metavar="MODULE:FACTORY",
                    help="train your own TrainTask (default: a tiny GPT)")
-    p.add_argument("--round", type=number(0), default=30.0, help="seconds per round (default 30)")
+    p.add_argument("--round", type=number(0, high=MAX_WAIT_S), default=30.0, help="seconds per round (default 30)")
     p.add_argument("--max-rounds", type=integer(1), default=10_000, help="stop after this many rounds (default 10000)")
     p.add_argument("--max-failures", type=integer(1), default=3, help="failures before a job is given up (default 3)")
     p.add_argument("--seed", type=integer(0), default=1, help="seed of the generated arrivals and job sizes (default 1)")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from heteroplan.errors import InputError, check_int
-from heteroplan.inputs import check_wait, enum_choice, finite_number
+from heteroplan.inputs import MAX_WAIT_S, check_wait, enum_choice, finite_number
 from heteroplan.run_options import (
     CommBackend,
     Device,
@@ -41,9 +41,9 @@ class StepEmulation:
     def __post_init__(self) -> None:
         if not isinstance(self.seconds_per_sample, Mapping) or not self.seconds_per_sample:
             raise InputError("emulate.seconds_per_sample", self.seconds_per_sample, "must map GPU types to seconds")
-        for gpu_type, sec in self.seconds_per_sample.items():
-            finite_number(f"emulate.seconds_per_sample[{gpu_type}]", sec, low=0.0)
-        finite_number("emulate.overhead_s", self.overhead_s, low=0.0)
+        for gpu_type, sec in self.seconds_per_sample.items():  # a rank sleeps them: time.sleep overflows near 9e9 s
+            finite_number(f"emulate.seconds_per_sample[{gpu_type}]", sec, low=0.0, high=MAX_WAIT_S)
+        finite_number("emulate.overhead_s", self.overhead_s, low=0.0, high=MAX_WAIT_S)
         object.__setattr__(self, "seconds_per_sample", dict(self.seconds_per_sample))
 
     def compute_seconds(self, gpu_type: str, samples: int) -> float:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from heteroplan.errors import InputError, check_int
-from heteroplan.inputs import finite_number
+from heteroplan.inputs import MAX_WAIT_S, finite_number
 from heteroplan.perf.applications import AppSpec
 from heteroplan.perf.goodput import GoodputModel
 from heteroplan.perf.throughput import ThroughputParams
@@ -58,6 +58,12 @@ class EmulatedWorkload:
             finite_number(f"arrivals[{i}]", t, low=0.0)
             check_int(f"steps[{i}]", s, 1)
         check_int("batch_size", self.batch_size, 1)
+        if not isinstance(self.emulation, StepEmulation):
+            raise InputError("emulation", type(self.emulation).__name__, "must be a StepEmulation")
+        longest = max(self.emulation.compute_seconds(t, self.batch_size) for t in self.emulation.seconds_per_sample)
+        if longest > MAX_WAIT_S:  # a rank sleeps it (time.sleep overflows near 9e9 s)
+            raise InputError("emulation", longest, f"an iteration of {self.batch_size} samples would last {longest:g} s; "
+                             f"at most {MAX_WAIT_S:g} s")
         check_int("max_gpus", self.max_gpus, 1)
         finite_number("sync_s", self.sync_s, low=0.0)
         finite_number("restart_delay_s", self.restart_delay_s, low=0.0)
