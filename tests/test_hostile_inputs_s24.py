@@ -409,3 +409,20 @@ def test_an_emulated_iteration_longer_than_a_process_can_sleep_is_named() -> Non
     with pytest.raises(InputError, match=r"^emulation=.*an iteration of 16 samples would last 1\.6e\+09 s"):
         EmulatedWorkload(long, (0.0,), (1,), batch_size=16)
     assert EmulatedWorkload(long, (0.0,), (1,), batch_size=8).batch_size == 8
+
+
+@pytest.mark.parametrize(("emulation", "work", "overhead"), [({"A100": 1.0}, (1e308, 1e308), 0.1),
+                                                              ({"A100": 0.0}, (60.0, 240.0), 0.0),
+                                                              ({"A100": 0.0}, (60.0, 240.0), 1e-300)])
+def test_generated_emulated_jobs_of_no_countable_length_are_named(emulation, work, overhead) -> None:
+    """``schedule --work 1e308,1e308`` raised ``OverflowError: cannot convert float infinity to
+    integer`` (work / step time); an emulation taking no time divided by zero."""
+    pytest.importorskip("torch", reason="heteroplan.runtime needs torch: pip install torch==2.13.0 (CPU wheel: "
+                        "--index-url https://download.pytorch.org/whl/cpu)")
+    from heteroplan.runtime.config import StepEmulation
+    from heteroplan.runtime.emulated import EmulatedWorkload
+
+    with pytest.raises(InputError, match=r"^work_s=.*would run more than 9\.0072e\+15 iterations"):
+        EmulatedWorkload.generate(2, StepEmulation(emulation, overhead_s=overhead), work_s=work)
+    made = EmulatedWorkload.generate(2, StepEmulation({"A100": 1.0}, overhead_s=0.0), work_s=(64.0, 64.0), batch_size=16)
+    assert made.steps == (4, 4)

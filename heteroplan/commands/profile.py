@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from heteroplan.argtypes import MAX_TOKENS, integer, nonempty
+from heteroplan.commands.jsonout import print_json
 from heteroplan.errors import InputError
 from heteroplan.inputs import check_process_count, enum_values
 from heteroplan.names import printable
@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
         )
         summary["calibration"] = calibration.to_dict()
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print_json(summary)
         return 0
     print(printable(f"{name} on {args.gpu_type} ({prof.device}), seconds per microbatch, sizes per sample:"))
     print(printable(prof.table(), keep="\n"))

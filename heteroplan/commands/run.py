@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from heteroplan.argtypes import int_list, integer, nonempty
+from heteroplan.commands.jsonout import print_json
 from heteroplan.errors import InputError, LossNotFinite
 from heteroplan.inputs import check_process_count, enum_values
 from heteroplan.names import printable
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     code = exit_code(result)
     usage = result.utilization() if result.steps else None
     if args.json:
-        print(json.dumps({
+        print_json({  # strict JSON: a diverged loss (NaN) or an n/a utilization is null
             "plan": plan.to_dict(), "processes": plan.num_gpus, "steps": result.final_step,
             "losses": [float(x) for x in result.losses],
             "median_iteration_s": result.median_iteration_time() if result.steps else None,
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
             "stopped_early": result.stopped_early,
             "pipeline": result.pipeline,
             "utilization": usage.to_dict() if usage is not None else None,
-        }, indent=1))
+        })
         return code
     if result.steps:
         print(f"{plan.num_gpus} processes, median {result.median_iteration_time() * 1e3:.1f} ms/iteration, "

@@ -18,6 +18,7 @@ import sys
 from dataclasses import asdict
 
 from heteroplan.argtypes import integer, nonempty, number
+from heteroplan.commands.jsonout import print_json, to_json_text
 from heteroplan.errors import InputError
 from heteroplan.inputs import MAX_WAIT_S
 from heteroplan.names import printable
@@ -128,7 +129,6 @@ def run(args: argparse.Namespace) -> int:
         from heteroplan.runtime.rounds import RoundExecutor
     except ImportError as exc:
         raise InputError("runtime", "torch", str(exc)) from None
-    from heteroplan.atomic_json import write_json_atomic
     from heteroplan.cluster import Cluster, GPUType
     from heteroplan.commands.outdir import writable_dir
     from heteroplan.commands.plan import parse_gpus
@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
                                  "events": [{"kind": e.kind.value, "job": e.job_id, "time": e.time,
                                              "detail": e.detail} for e in entry.events]}) + "\n")
         rounds.flush()
-        write_json_atomic(out / "jobs.json", [asdict(r) for r in executor.outcomes.values()], root=out)
+        _write_json(out, "jobs.json", [asdict(r) for r in executor.outcomes.values()])
         text = printable("; ".join(map(str, entry.events)) or "-")
         print(f"round {entry.index} t={entry.time:.0f}s {text}", file=sys.stderr, flush=True)
 
@@ -174,18 +174,26 @@ def run(args: argparse.Namespace) -> int:
         records = executor.run()
     finally:
         rounds.close()
-    write_json_atomic(out / "jobs.json", [asdict(r) for r in records.values()], root=out)
-    write_json_atomic(out / "latencies.json", [asdict(lat) for lat in executor.latencies], root=out)
+    _write_json(out, "jobs.json", [asdict(r) for r in records.values()])
+    _write_json(out, "latencies.json", [asdict(lat) for lat in executor.latencies])
     _print(records, executor, args.json, args.restart_delay)
     if executor.stopped_by is not None and executor.stopped_by.signum is not None:
         return 128 + int(executor.stopped_by.signum)
     return EXIT_UNFINISHED if any(r.finish_time is None for r in records.values()) else 0
 
 
+def _write_json(out, name: str, data: object) -> None:
+    """``out/name`` written atomically as strict JSON, as ``--json`` prints it (an unknown
+    ``isolated_time``, infinite, is ``null``: ``Infinity`` is no JSON and read_json refuses it)."""
+    from heteroplan.atomic_json import write_text_atomic
+
+    write_text_atomic(out / name, to_json_text(data), root=out)
+
+
 def _print(records, executor, as_json: bool, assumed_s: float) -> None:
     if as_json:
-        print(json.dumps({"jobs": [asdict(r) for r in records.values()],
-                          "latencies": [asdict(lat) for lat in executor.latencies]}))
+        print_json({"jobs": [asdict(r) for r in records.values()],  # strict JSON: an infinite time is null
+                    "latencies": [asdict(lat) for lat in executor.latencies]})
         return
     print(f"{'job':10} {'arrival':>8} {'JCT (s)':>8} {'restarts':>8} {'failures':>8} {'GPU-s':>8}  note")
     for r in records.values():

@@ -27,6 +27,10 @@ from heteroplan.runtime.rounds import RuntimeJob
 __all__ = ["EmulatedWorkload", "emulated_goodput", "emulated_jobs"]
 
 
+MAX_STEPS = 2.0 ** 53
+"""Most iterations a generated emulated job runs (an exact float count; ``--work 1e308`` is no job)."""
+
+
 @dataclass(frozen=True)
 class EmulatedWorkload:
     """A trace of emulated training jobs (seconds, samples).
@@ -78,9 +82,13 @@ class EmulatedWorkload:
         check_int("batch_size", batch_size, 1)
         rng = np.random.default_rng(seed)
         fastest = min(emulation.compute_seconds(t, batch_size) for t in emulation.seconds_per_sample)
+        low, high = (finite_number(f"work_s[{i}]", w, low=0.0) for i, w in enumerate(work_s))
+        if not (fastest > 0 and high / fastest <= MAX_STEPS):  # int(inf) / a division by zero otherwise
+            raise InputError("work_s", work_s, f"at {fastest:g} s per iteration on the fastest type a job would run "
+                             f"more than {MAX_STEPS:g} iterations (or the emulation takes no time)")
         gaps = rng.exponential(interarrival_s, num_jobs)
         arrivals = tuple(float(round(t, 1)) for t in np.concatenate([[0.0], np.cumsum(gaps[1:])]))
-        steps = tuple(max(1, int(rng.uniform(*work_s) / fastest)) for _ in range(num_jobs))
+        steps = tuple(max(1, int(rng.uniform(low, high) / fastest)) for _ in range(num_jobs))
         return cls(emulation, arrivals, steps, batch_size=batch_size, max_gpus=max_gpus,
                    restart_delay_s=restart_delay_s)
 
