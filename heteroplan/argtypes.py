@@ -10,7 +10,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-__all__ = ["integer", "number", "fraction", "int_list", "MAX_TOKENS"]
+__all__ = ["integer", "number", "fraction", "int_list", "nonempty", "MAX_TOKENS"]
 
 MAX_TOKENS = 65_536
 """Longest sequence (tokens) the built-in tiny GPT is asked to run: a typo of 10**9 would fail to allocate."""
@@ -62,4 +62,16 @@ def int_list(low: int = 1) -> Callable[[str], list[int]]:
             raise argparse.ArgumentTypeError(f"{text!r} holds no integers")
         return items
     parse.__name__ = "integer list"
+    return parse
+
+
+def nonempty(what: str) -> Callable[[str], str]:
+    """A value that is not empty or blank (``what`` it should be: ``"a path"``, ``"a name"``):
+    ``--out "$DIR"`` with ``DIR`` unset is refused, not taken as the flag left out (no file
+    written, a default plan trained) or as the current directory."""
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{text!r} is empty: give {what}")
+        return text
+    parse.__name__ = what
     return parse

@@ -16,16 +16,21 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from heteroplan.errors import InputError
+from heteroplan.errors import InputError, check_seconds
 
 __all__ = ["read_text", "read_json", "finite_number", "strict_int", "enum_choice", "enum_values", "local_process_limit",
-           "check_process_count", "MIN_ROUND_S", "MAX_GENERATED_JOBS"]
+           "check_process_count", "check_wait", "MIN_ROUND_S", "MAX_GENERATED_JOBS", "MAX_WAIT_S"]
 
 E = TypeVar("E", bound=Enum)
 
 MIN_ROUND_S = 10.0
 """Shortest scheduling round (s) a sweep, ``simulate`` or ``hadar`` accepts: below it the round
 count explodes (``--round 0.001`` never answers) and no real scheduler reallocates GPUs that often."""
+
+MAX_WAIT_S = 1e9
+"""Longest wait (s, ~32 years) a run's timeouts (``RunConfig.timeout_s``, ``--timeout``) take:
+torch's process-group timeouts overflow beyond (``--timeout 1e300`` failed every rank with an
+OverflowError); a longer wait is no wait a user means."""
 
 MAX_GENERATED_JOBS = 100_000
 """Most jobs ``hadar`` or a sweep's ``generate`` table draws (the largest published traces hold
@@ -58,7 +63,7 @@ def read_json(path: str | Path, field: str = "path", error: type[InputError] = I
     text = read_text(path, field, error)
 
     def refuse_constant(name: str) -> float:
-        raise error(field, str(path), f"{name} is not a valid JSON number")
+        raise error(field, str(path), f"invalid JSON: {name} is not a valid JSON number")
 
     try:
         return json.loads(text, object_pairs_hook=_no_repeats, parse_constant=refuse_constant)
@@ -66,12 +71,12 @@ def read_json(path: str | Path, field: str = "path", error: type[InputError] = I
         raise error(field, str(path), f"invalid JSON: {exc}") from None
     except RecursionError:
         raise error(field, str(path), "invalid JSON: nested too deeply") from None
+    except InputError as exc:  # before ValueError, which it is: refuse_constant's names the file already
+        if isinstance(exc, error) and exc.field == field:
+            raise
+        raise error(field, str(path), f"invalid JSON: {exc}") from None  # a repeated key
     except ValueError as exc:  # an integer of more than 4300 digits (int max_str_digits)
         raise error(field, str(path), f"invalid JSON: {exc}") from None
-    except InputError as exc:
-        if isinstance(exc, error):
-            raise
-        raise error(field, str(path), str(exc)) from None
 
 
 def finite_number(field: str, value: object, low: float | None = None, high: float | None = None,
@@ -116,11 +121,16 @@ def enum_values(enum: type[Enum]) -> tuple[str, ...]:
 def enum_choice(enum: type[E], field: str, value: object, otherwise: str = "") -> E:
     """``value`` as a member of ``enum`` (a member or its value, e.g. a string of a ``StrEnum``);
     :class:`InputError` naming ``field`` and listing the choices otherwise (followed by
-    ``otherwise``, what else the field takes, e.g. ``"or give a PerfModel object"``)."""
+    ``otherwise``, what else the field takes, e.g. ``"or give a PerfModel object"``). A member of
+    another enum is refused even where its value is one of ``enum``'s (``Recomputation.NONE`` is no
+    ``OptimizerSharding``)."""
+    tail = f" {otherwise}" if otherwise else ""
+    if isinstance(value, Enum) and not isinstance(value, enum):
+        raise InputError(field, value, f"is a {type(value).__name__}, not a {enum.__name__}: "
+                         f"choose one of {[m.value for m in enum]}{tail}")
     try:
         return enum(value)
     except ValueError:
-        tail = f" {otherwise}" if otherwise else ""
         raise InputError(field, value, f"choose one of {[m.value for m in enum]}{tail}") from None
 
 
@@ -141,3 +151,11 @@ def check_process_count(field: str, count: int, error: type[InputError] = InputE
         raise error(field, count, f"asks for {count} processes on this machine; at most {limit} are started "
                     "locally (4 per core): use a smaller plan, or torchrun across machines")
     return count
+
+
+def check_wait(field: str, value: object) -> float:
+    """``value`` as seconds a process may wait (a torch timeout): ``> 0`` and at most :data:`MAX_WAIT_S`."""
+    seconds = check_seconds(field, value)
+    if seconds > MAX_WAIT_S:  # inf too
+        raise InputError(field, value, f"must be at most {MAX_WAIT_S:g} s (torch's timeouts overflow beyond)")
+    return seconds

@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from heteroplan.argtypes import MAX_TOKENS, integer, number
-from heteroplan.inputs import enum_values
+from heteroplan.argtypes import MAX_TOKENS, integer, nonempty, number
+from heteroplan.inputs import MAX_WAIT_S, enum_values
 from heteroplan.run_options import Device, Optimizer, PipelineEngine, PipelineSchedule
 
 __all__ = ["add_training_arguments", "run_config_kwargs", "model_kwargs"]
@@ -17,7 +17,7 @@ __all__ = ["add_training_arguments", "run_config_kwargs", "model_kwargs"]
 
 def add_training_arguments(p: argparse.ArgumentParser, *, steps: int, optimizer: str, lr: float) -> None:
     """Add the flags that map to :class:`heteroplan.runtime.RunConfig` (defaults per caller)."""
-    p.add_argument("--model", default=None, metavar="PACKAGE.MODULE:FACTORY",
+    p.add_argument("--model", type=nonempty("PACKAGE.MODULE:FACTORY"), default=None, metavar="PACKAGE.MODULE:FACTORY",
                    help="your model: a callable returning a TrainTask (default: the built-in GPT-2-style model)")
     p.add_argument("--layers", type=integer(1, 1024), default=None, help="tiny GPT blocks (>= 1; default: plan layers - 2; 4 for a generated plan)")
     p.add_argument("--width", type=integer(1, 65_536), default=None, help="hidden size d_model (default 32)")
@@ -31,11 +31,11 @@ def add_training_arguments(p: argparse.ArgumentParser, *, steps: int, optimizer:
                    help="pipeline schedule")
     p.add_argument("--pipeline", default=PipelineEngine.AUTO.value, choices=enum_values(PipelineEngine),
                    help="pipeline engine: torch.distributed.pipelining where it can run the plan (auto), or force one")
-    p.add_argument("--checkpoint-dir", default=None, help="write (and resume from) checkpoints here")
+    p.add_argument("--checkpoint-dir", type=nonempty("a path"), default=None, help="write (and resume from) checkpoints here")
     p.add_argument("--checkpoint-every", type=integer(0), default=0, help="iterations between checkpoints (0: at the end)")
     p.add_argument("--device", default=Device.CPU.value, choices=enum_values(Device),
                    help="where the ranks compute: cpu (gloo; default) or cuda (one GPU per rank, NCCL)")
-    p.add_argument("--timeout", type=number(0), default=120.0, help="seconds a rank may wait on a peer")
+    p.add_argument("--timeout", type=number(0, high=MAX_WAIT_S), default=120.0, help="seconds a rank may wait on a peer")
     p.add_argument("--cuda-graphs", action="store_true",
                    help="replay each microbatch as a CUDA graph (--device cuda; one-stage plans, TP 1, no ZeRO; "
                         "profile with `heteroplan profile --cuda-graphs` to predict it)")

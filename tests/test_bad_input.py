@@ -45,6 +45,39 @@ def test_out_of_range_flags_are_refused(argv: list[str], flag: str, cli_error) -
     assert flag in cli_error(argv)
 
 
+def _value_flags() -> list[tuple[str, str]]:
+    """(command, flag) of every flag and positional of every subcommand that takes a free value
+    (not a switch, not a fixed choice), read from the parser itself: new ones are covered too."""
+    import argparse
+
+    from heteroplan.cli import build_parser
+
+    out = []
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for command, parser in sub.choices.items():
+        for action in parser._actions:
+            if action.nargs == 0 or action.choices is not None or action.dest == "help":
+                continue
+            out.append((command, action.option_strings[0] if action.option_strings else action.dest))
+    return out
+
+
+@pytest.mark.parametrize(("command", "flag"), _value_flags())
+@pytest.mark.parametrize("empty", ["", "  "], ids=["empty", "blank"])
+def test_an_empty_value_is_refused_by_the_flag_not_taken_as_left_out(command, flag, empty, tmp_path, cli_error) -> None:
+    """``--out "$DIR"`` with ``DIR`` unset: before, ``plan --out ''`` wrote nothing, ``run --plan ''``
+    trained a generated plan, ``simulate --out ''`` kept no results, all with exit code 0. The
+    other required arguments are given (a sweep file that does not exist, a profile's ``--out``)."""
+    required = {"sweep": [str(tmp_path / "none.toml")], "profile": ["--out", str(tmp_path / "data")]}
+    argv = [command, flag, empty] if flag.startswith("-") else [command, empty]
+    others = required.get(command, [])
+    err = cli_error(argv + ([] if flag in others or flag == "sweep" else others))
+    if "runtime='torch'" in err:  # the command checks this flag after finding the runtime
+        pytest.skip(f"{command} {flag} is checked once the runtime is there: it needs torch")
+    assert f"argument {flag}: " in err or f"{flag}={empty!r}" in err
+    assert not (tmp_path / "data").exists()
+
+
 def test_budget_with_cost_objective_is_an_error(cli_error) -> None:
     err = cli_error(["plan", "--model", "OPT-350", "--gbs", "64", "--gpus", "A100-40=8",
                      "--objective", "cost", "--budget", "5"])

@@ -156,6 +156,24 @@ def test_a_model_module_in_the_working_directory_is_found(tmp_path: Path, monkey
         load_task("hp_no_such_module_47:task")
 
 
+@pytest.mark.parametrize(("spec", "error"), [("os:system", "TypeError"), ("json:loads", "TypeError"),
+                                             ("hp_failing_task_s24:task", "RuntimeError")])
+def test_a_model_factory_that_fails_when_called_is_named_not_a_traceback(spec, error, tmp_path, monkeypatch,
+                                                                         cli_error) -> None:
+    """``--model os:system`` (a factory needing arguments) or one that raises: before, the
+    factory's TypeError/RuntimeError came out of ``heteroplan run/profile/schedule`` as a traceback."""
+    pytest.importorskip("torch", reason="--model needs torch")
+    from heteroplan.errors import InputError
+    from heteroplan.runtime.models import load_task
+
+    (tmp_path / "hp_failing_task_s24.py").write_text("def task():\n    raise RuntimeError('no data here')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "hp_failing_task_s24", raising=False)
+    with pytest.raises(InputError, match=rf"^--model='{spec}': calling it with no arguments failed: {error}: "):
+        load_task(spec)
+    assert f"--model='{spec}': calling it with no arguments failed: {error}" in cli_error(["run", "--model", spec])
+
+
 # ------------------------------------------------------------------ the profiler's repeated timings
 def _scripted_profile(monkeypatch, times: list[float]):
     torch = pytest.importorskip("torch", reason="the profiler needs torch")

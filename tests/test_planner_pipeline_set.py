@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -211,3 +212,25 @@ def test_set_search_reaches_the_oracle_on_tiny_pools(pool, mbs, max_pp):
     res = plan_job("OPT-350", 16, pool, options=options)
     assert res.independent_pipelines is not None
     assert res.independent_pipelines.iteration_time_s == pytest.approx(oracle.iteration_time_s, rel=1e-12)
+
+
+def test_a_set_file_given_where_one_plan_is_read_says_so_and_where_it_goes(tmp_path, cli_error) -> None:
+    """``plan --evaluate set.json`` (and every single-plan reader): the set's ``pipelines`` key was
+    reported as an unknown key of a plan; now the message says it is a set and what reads one
+    (``load_plan``, the runtime's reader, reads through ``Plan.from_json``)."""
+    a = _pipe(32, 2, [], [(ReplicaGroup(A, Z, 1, 2),)])
+    PipelineSet((a, _pipe(32, 2, [], [(ReplicaGroup(V, Z, 1, 2),)]))).to_json(tmp_path / "set.json")
+    want = r"plan\.pipelines='<list of 2 entries>': a file of independent pipelines \(a PipelineSet\), not one plan"
+    with pytest.raises(InputError, match=want):
+        Plan.from_json(tmp_path / "set.json")
+    err = cli_error(["plan", "--evaluate", str(tmp_path / "set.json")])
+    assert "heteroplan run --plan" in err and "simulate_pipeline_set" in err
+
+
+def test_a_bad_set_file_is_named_with_its_field(tmp_path) -> None:
+    """``PipelineSet.from_json`` named the field (``pipeline_set.pipelines[0]``) but not the file,
+    as ``Plan.from_json`` and ``load_run`` do."""
+    path = tmp_path / "set.json"
+    path.write_text(json.dumps({"pipelines": [None]}))
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}: pipeline_set\.pipelines\[0\]='NoneType'"):
+        PipelineSet.from_json(path)

@@ -72,3 +72,17 @@ def test_emulated_steps_last_their_gpu_types_time_and_the_model_says_so() -> Non
         assert float(model.goodput(gpu_type, 1, 4)) == pytest.approx(8 / (0.02 + 2 * per_sample + 0.005))
     with pytest.raises(Exception, match="seconds_per_sample"):
         StepEmulation({"A100": -1.0})
+
+
+def test_schedule_json_and_its_files_are_strict_json(tmp_path: Path, capsys) -> None:
+    """A job's ``isolated_time`` is infinite until known: ``--json`` and ``jobs.json`` wrote it as
+    ``Infinity``, which is no JSON (``jq`` and heteroplan's own ``read_json`` refuse it); now ``null``."""
+    from heteroplan.inputs import read_json
+
+    out = tmp_path / "out"
+    assert main(["schedule", "--policy", "fifo", "--cluster", "A100=1", "--jobs", "1", "--work", "1,1",
+                 "--round", "2", "--emulate", "A100=0.01", "--overhead", "0.05", "--batch", "4",
+                 "--out", str(out), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out, parse_constant=lambda name: pytest.fail(f"{name} in --json"))
+    assert printed["jobs"][0]["isolated_time"] is None
+    assert read_json(out / "jobs.json") == printed["jobs"] and read_json(out / "latencies.json") == printed["latencies"]

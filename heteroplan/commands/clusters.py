@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from heteroplan.argtypes import nonempty
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.commands.jsonout import print_json
 from heteroplan.names import printable
@@ -11,7 +12,7 @@ from heteroplan.names import printable
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("clusters", help="show the built-in clusters (or a cluster JSON file)")
-    p.add_argument("name", nargs="?", help="preset name or path to a cluster JSON file")
+    p.add_argument("name", nargs="?", type=nonempty("a preset name or a path"), help="preset name or path to a cluster JSON file")
     p.add_argument("--json", action="store_true",
                    help="print one JSON document: the named cluster, or {preset name: cluster} for all presets")
     p.set_defaults(func=run)

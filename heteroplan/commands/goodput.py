@@ -6,7 +6,7 @@ import argparse
 
 import numpy as np
 
-from heteroplan.argtypes import fraction, int_list
+from heteroplan.argtypes import fraction, int_list, nonempty
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.commands.jsonout import print_json
 from heteroplan.names import printable
@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("app", choices=sorted(APPLICATIONS), help="application")
     p.add_argument("--gpus", type=int_list(1), default=[1, 2, 4, 8, 16], help="comma-separated GPU counts (>= 1)")
     p.add_argument("--progress", type=fraction, default=0.0, help="fraction of training done, in [0, 1]")
-    p.add_argument("--cluster", default="sia-64",
+    p.add_argument("--cluster", type=nonempty("a preset name or a path"), default="sia-64",
                    help="preset or cluster JSON giving GPUs per node (default sia-64)")
     p.add_argument("--json", action="store_true",
                    help="print the rows as one JSON document (goodput in M0-equivalent samples/s, step_time_s in s)")

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from heteroplan.argtypes import integer, number
+from heteroplan.argtypes import integer, nonempty, number
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.commands.jsonout import print_json
@@ -56,14 +56,14 @@ def _log_filtered(logger: str, keep: Callable[[logging.LogRecord], bool]) -> Ite
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="plan one training job over heterogeneous, multi-zone GPUs (Sailor)")
-    p.add_argument("--model", help="model name (OPT-350, GPT-Neo-2.7, LLAMA-3-8, OPT-30); required to search")
+    p.add_argument("--model", type=nonempty("a name"), help="model name (OPT-350, GPT-Neo-2.7, LLAMA-3-8, OPT-30); required to search")
     p.add_argument("--gbs", type=integer(1), help="global batch size (samples per iteration); required to search")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--gpus", help="available GPUs: TYPE@ZONE=COUNT,... (e.g. A100-40@us-central1-a=64)")
-    src.add_argument("--evaluate", metavar="PLAN",
+    src.add_argument("--gpus", type=nonempty("TYPE@ZONE=COUNT,..."), help="available GPUs: TYPE@ZONE=COUNT,... (e.g. A100-40@us-central1-a=64)")
+    src.add_argument("--evaluate", type=nonempty("a path"), metavar="PLAN",
                      help="no search: predict time, cost and memory of this plan file and say whether it fits "
                      "(with --cluster: on that cluster's GPU types, e.g. the ones a --data-dir profiled)")
-    p.add_argument("--cluster", help=f"preset ({', '.join(PRESETS)}) or cluster JSON file: the GPUs to plan on, "
+    p.add_argument("--cluster", type=nonempty("a preset name or a path"), help=f"preset ({', '.join(PRESETS)}) or cluster JSON file: the GPUs to plan on, "
                    "or with --evaluate the GPU types (memory, $/h) and GPUs the plan may use")
     p.add_argument("--objective", choices=[o.value for o in Objective], default=Objective.THROUGHPUT.value,
                    help="maximize iterations/s (throughput; default, optionally under --budget) or minimize $ per "
@@ -74,8 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--homogeneous", action="store_true", help="one (type, zone) block per plan")
     p.add_argument("--no-prune", action="store_true", help=f"scan the whole plan space (slow; pools of at most {NO_PRUNE_MAX_GPUS} GPUs)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--data-dir", help="profiles and network files of `heteroplan profile --out` (default: shipped data)")
-    p.add_argument("--out", help="write the plan to this JSON file (run it with `heteroplan run --plan FILE`)")
+    p.add_argument("--data-dir", type=nonempty("a path"), help="profiles and network files of `heteroplan profile --out` (default: shipped data)")
+    p.add_argument("--out", type=nonempty("a path"), help="write the plan to this JSON file (run it with `heteroplan run --plan FILE`)")
     p.set_defaults(func=run)
 
 

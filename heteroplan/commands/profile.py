@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from heteroplan.argtypes import MAX_TOKENS, integer
+from heteroplan.argtypes import MAX_TOKENS, integer, nonempty
+from heteroplan.commands.jsonout import print_json
 from heteroplan.errors import InputError
 from heteroplan.inputs import check_process_count, enum_values
 from heteroplan.names import printable
@@ -89,14 +89,14 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profile", help="profile a model's layers and the local network into a planner data directory")
-    p.add_argument("--out", required=True, help="data directory to write (llm_info.json, profiles/, network files)")
-    p.add_argument("--gpu-type", default="cpu", help="name of this device type in the plans (default: cpu)")
-    p.add_argument("--zone", default="local", help="zone name of this machine (default: local)")
-    p.add_argument("--model", default=None, metavar="PACKAGE.MODULE:FACTORY",
+    p.add_argument("--out", type=nonempty("a path"), required=True, help="data directory to write (llm_info.json, profiles/, network files)")
+    p.add_argument("--gpu-type", type=nonempty("a name"), default="cpu", help="name of this device type in the plans (default: cpu)")
+    p.add_argument("--zone", type=nonempty("a name"), default="local", help="zone name of this machine (default: local)")
+    p.add_argument("--model", type=nonempty("PACKAGE.MODULE:FACTORY"), default=None, metavar="PACKAGE.MODULE:FACTORY",
                    help="profile your model: a callable returning a TrainTask (its build_model() layers, its batch() inputs "
                         "and loss); default: the built-in tiny GPT")
-    p.add_argument("--model-name", help=f"name of the profiled model (default: {TINY_GPT_NAME} or {DEMO_NAME})")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:<i>")
+    p.add_argument("--model-name", type=nonempty("a name"), help=f"name of the profiled model (default: {TINY_GPT_NAME} or {DEMO_NAME})")
+    p.add_argument("--device", type=nonempty("cpu, cuda or cuda:<i>"), default="cpu", help="cpu, cuda or cuda:<i>")
     p.add_argument("--mbs", default="1,2,4", help="microbatch sizes, comma-separated (default: 1,2,4)")
     p.add_argument("--seq", type=integer(1, MAX_TOKENS), default=64, help="sequence length of the built-in model's input (tokens)")
     p.add_argument("--warmup", type=integer(0, 1000), default=2, help="untimed runs per measurement")
@@ -133,7 +133,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from heteroplan.runtime.profiler import profile_layers
+    try:
+        from heteroplan.runtime.profiler import profile_layers
+    except ImportError as exc:  # no torch: named as `heteroplan run` names it, not a traceback
+        raise InputError("runtime", "torch", str(exc)) from None
 
     if args.seq < 1:
         raise InputError("--seq", args.seq, "must be >= 1")
@@ -185,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
         )
         summary["calibration"] = calibration.to_dict()
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print_json(summary)
         return 0
     print(printable(f"{name} on {args.gpu_type} ({prof.device}), seconds per microbatch, sizes per sample:"))
     print(printable(prof.table(), keep="\n"))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from heteroplan.argtypes import int_list, integer
+from heteroplan.argtypes import int_list, integer, nonempty
+from heteroplan.commands.jsonout import print_json
 from heteroplan.errors import InputError, LossNotFinite
 from heteroplan.inputs import check_process_count, enum_values
 from heteroplan.names import printable
@@ -17,7 +17,7 @@ from heteroplan.training_args import add_training_arguments, model_kwargs, run_c
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="execute a plan for real: train a tiny GPT on local processes (needs [runtime])")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--plan", help="plan JSON: `heteroplan plan --out` / --json output, Plan.to_json, a Sailor "
+    src.add_argument("--plan", type=nonempty("a path"), help="plan JSON: `heteroplan plan --out` / --json output, Plan.to_json, a Sailor "
                      "plan_config file, or independent pipelines (PipelineSet.to_json); one process per planned GPU")
     src.add_argument("--pp", type=integer(1), default=2, help="pipeline stages of a generated plan (default 2)")
     p.add_argument("--dp", type=integer(1), default=2, help="data-parallel replicas of a generated plan (default 2)")
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     code = exit_code(result)
     usage = result.utilization() if result.steps else None
     if args.json:
-        print(json.dumps({
+        print_json({  # strict JSON: a diverged loss (NaN) or an n/a utilization is null
             "plan": plan.to_dict(), "processes": plan.num_gpus, "steps": result.final_step,
             "losses": [float(x) for x in result.losses],
             "median_iteration_s": result.median_iteration_time() if result.steps else None,
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
             "stopped_early": result.stopped_early,
             "pipeline": result.pipeline,
             "utilization": usage.to_dict() if usage is not None else None,
-        }, indent=1))
+        })
         return code
     if result.steps:
         print(f"{plan.num_gpus} processes, median {result.median_iteration_time() * 1e3:.1f} ms/iteration, "

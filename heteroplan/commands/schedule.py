@@ -17,8 +17,10 @@ import json
 import sys
 from dataclasses import asdict
 
-from heteroplan.argtypes import integer, number
+from heteroplan.argtypes import integer, nonempty, number
+from heteroplan.commands.jsonout import print_json, to_json_text
 from heteroplan.errors import InputError
+from heteroplan.inputs import MAX_WAIT_S
 from heteroplan.names import printable
 
 DEFAULT_EMULATION = "A100=0.02,V100=0.05"
@@ -28,17 +30,17 @@ EXIT_UNFINISHED = 3
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("schedule", help="run training jobs under a policy on a Ray cluster or local processes "
                        "(needs [runtime]; --ray needs [ray])")
-    p.add_argument("--policy", default="sia", help="registered policy name (heteroplan simulate --help lists them)")
-    p.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",
+    p.add_argument("--policy", type=nonempty("a name"), default="sia", help="registered policy name (heteroplan simulate --help lists them)")
+    p.add_argument("--ray", type=nonempty("'auto' or a Ray address"), nargs="?", const="auto", default=None, metavar="ADDRESS",
                    help="run on a Ray cluster: 'auto' (the one `ray start` began here) or host:port; "
                    "its GPU nodes are the cluster (without --ray: local processes on --cluster)")
-    p.add_argument("--cluster", default="A100=2,V100=2",
+    p.add_argument("--cluster", type=nonempty("TYPE=COUNT,..."), default="A100=2,V100=2",
                    help="local run: GPUs per type, TYPE=COUNT,... (one process per GPU; default A100=2,V100=2)")
     p.add_argument("--type-label", action="append", default=[], metavar="RAY=NAME",
                    help="Ray accelerator label -> GPU type name (repeatable), e.g. A100=A100-40")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--jobs", type=integer(1, 10_000), default=8, help="generated jobs (default 8)")
-    src.add_argument("--trace", metavar="CSV", help="a Sia workload CSV: its jobs' arrivals, scaled by --time-scale")
+    src.add_argument("--trace", type=nonempty("a path"), metavar="CSV", help="a Sia workload CSV: its jobs' arrivals, scaled by --time-scale")
     p.add_argument("--time-scale", type=number(0), default=1 / 60,
                    help="trace seconds -> run seconds (default 1/60: a trace minute is a second)")
     p.add_argument("--interarrival", type=number(0), default=15.0, help="mean seconds between generated arrivals")
@@ -46,17 +48,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "drawn uniformly from MIN,MAX (default 60,240)")
     p.add_argument("--emulate", default=DEFAULT_EMULATION, metavar="TYPE=S,...",
                    help=f"seconds of compute per sample on each GPU type (default {DEFAULT_EMULATION})")
-    p.add_argument("--overhead", type=number(0), default=0.1, help="seconds of compute per iteration (default 0.1)")
+    p.add_argument("--overhead", type=number(0, high=MAX_WAIT_S), default=0.1, help="seconds of compute per iteration (default 0.1)")
     p.add_argument("--batch", type=integer(1, 4096), default=16, help="samples per iteration (default 16)")
     p.add_argument("--restart-delay", type=number(0), default=10.0,
                    help="seconds a restart costs, as the policy assumes (default 10)")
-    p.add_argument("--model", default=None, metavar="MODULE:FACTORY",
+    p.add_argument("--model", type=nonempty("PACKAGE.MODULE:FACTORY"), default=None, metavar="MODULE:FACTORY",
                    help="train your own TrainTask (default: a tiny GPT)")
-    p.add_argument("--round", type=number(0), default=30.0, help="seconds per round (default 30)")
+    p.add_argument("--round", type=number(0, high=MAX_WAIT_S), default=30.0, help="seconds per round (default 30)")
     p.add_argument("--max-rounds", type=integer(1), default=10_000, help="stop after this many rounds (default 10000)")
     p.add_argument("--max-failures", type=integer(1), default=3, help="failures before a job is given up (default 3)")
     p.add_argument("--seed", type=integer(0), default=1, help="seed of the generated arrivals and job sizes (default 1)")
-    p.add_argument("--out", default="schedule-out", help="records, checkpoints and the session (default schedule-out)")
+    p.add_argument("--out", type=nonempty("a path"), default="schedule-out", help="records, checkpoints and the session (default schedule-out)")
     p.add_argument("--resume", action="store_true", help="continue the run saved in --out")
     p.add_argument("--json", action="store_true", help="print the job records as one JSON document")
     p.set_defaults(func=run)
@@ -127,7 +129,6 @@ def run(args: argparse.Namespace) -> int:
         from heteroplan.runtime.rounds import RoundExecutor
     except ImportError as exc:
         raise InputError("runtime", "torch", str(exc)) from None
-    from heteroplan.atomic_json import write_json_atomic
     from heteroplan.cluster import Cluster, GPUType
     from heteroplan.commands.outdir import writable_dir
     from heteroplan.commands.plan import parse_gpus
@@ -161,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
                                  "events": [{"kind": e.kind.value, "job": e.job_id, "time": e.time,
                                              "detail": e.detail} for e in entry.events]}) + "\n")
         rounds.flush()
-        write_json_atomic(out / "jobs.json", [asdict(r) for r in executor.outcomes.values()], root=out)
+        _write_json(out, "jobs.json", [asdict(r) for r in executor.outcomes.values()])
         text = printable("; ".join(map(str, entry.events)) or "-")
         print(f"round {entry.index} t={entry.time:.0f}s {text}", file=sys.stderr, flush=True)
 
@@ -173,18 +174,26 @@ def run(args: argparse.Namespace) -> int:
         records = executor.run()
     finally:
         rounds.close()
-    write_json_atomic(out / "jobs.json", [asdict(r) for r in records.values()], root=out)
-    write_json_atomic(out / "latencies.json", [asdict(lat) for lat in executor.latencies], root=out)
+    _write_json(out, "jobs.json", [asdict(r) for r in records.values()])
+    _write_json(out, "latencies.json", [asdict(lat) for lat in executor.latencies])
     _print(records, executor, args.json, args.restart_delay)
     if executor.stopped_by is not None and executor.stopped_by.signum is not None:
         return 128 + int(executor.stopped_by.signum)
     return EXIT_UNFINISHED if any(r.finish_time is None for r in records.values()) else 0
 
 
+def _write_json(out, name: str, data: object) -> None:
+    """``out/name`` written atomically as strict JSON, as ``--json`` prints it (an unknown
+    ``isolated_time``, infinite, is ``null``: ``Infinity`` is no JSON and read_json refuses it)."""
+    from heteroplan.atomic_json import write_text_atomic
+
+    write_text_atomic(out / name, to_json_text(data), root=out)
+
+
 def _print(records, executor, as_json: bool, assumed_s: float) -> None:
     if as_json:
-        print(json.dumps({"jobs": [asdict(r) for r in records.values()],
-                          "latencies": [asdict(lat) for lat in executor.latencies]}))
+        print_json({"jobs": [asdict(r) for r in records.values()],  # strict JSON: an infinite time is null
+                    "latencies": [asdict(lat) for lat in executor.latencies]})
         return
     print(f"{'job':10} {'arrival':>8} {'JCT (s)':>8} {'restarts':>8} {'failures':>8} {'GPU-s':>8}  note")
     for r in records.values():

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from heteroplan.argtypes import integer, number
+from heteroplan.argtypes import integer, nonempty, number
 from heteroplan.atomic_json import inside, write_json_atomic
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.commands.jsonout import print_json
@@ -49,9 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser, default_policies: tuple[str, ...] = ("sia",)) -> None:
-    p.add_argument("--workload", default="philly/workload-1",
+    p.add_argument("--workload", type=nonempty("a bundled workload or a CSV path"), default="philly/workload-1",
                    help=f"Sia workload CSV path, or a bundled one: {', '.join(BUNDLED_WORKLOADS[:2])}, ..., newtrace/seed-0, ...")
-    p.add_argument("--cluster", default="sia-64", help=f"preset ({', '.join(PRESETS)}) or cluster JSON file")
+    p.add_argument("--cluster", type=nonempty("a preset name or a path"), default="sia-64", help=f"preset ({', '.join(PRESETS)}) or cluster JSON file")
     p.add_argument("--policy", action="append", choices=sorted(POLICIES),
                    help=f"policy to run (repeatable; default {', '.join(default_policies)})")
     p.add_argument("--jobs", type=integer(1), default=None, help="only the first N jobs of the workload (N >= 1)")
@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser, default_policies: tuple[str, ...] 
     p.add_argument("--fidelity", choices=enum_values(FidelityPreset), default=FidelityPreset.SIA.value,
                    help="simulator mechanisms: the Sia artifact's slowdowns, estimated batch sizes and "
                    "per-batch gradient statistics (default), or none of them")
-    p.add_argument("--out", default=None,
+    p.add_argument("--out", type=nonempty("a path"), default=None,
                    help="directory for results.json, one <policy>.json per policy (written as each finishes) and PNG plots")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summaries as JSON instead of a table")

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from heteroplan.argtypes import integer
+from heteroplan.argtypes import integer, nonempty
 from heteroplan.commands.jsonout import print_json
 from heteroplan.names import path_component, printable
 from heteroplan.sim.sweep import SweepReport, load_sweep, run_sweep
@@ -18,13 +18,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="run a grid of simulations from a sweep file (resumable; cores or Ray)",
                        description="Run every unfinished cell of SWEEP (TOML; see docs/sweeps.md). Each cell's "
                        "record is written to OUT/cells/ as soon as it finishes; rerunning resumes.")
-    p.add_argument("sweep", help="sweep file (TOML)")
-    p.add_argument("--out", default=None, help="result directory (default: sweeps/<sweep name>)")
+    p.add_argument("sweep", type=nonempty("a path"), help="sweep file (TOML)")
+    p.add_argument("--out", type=nonempty("a path"), default=None, help="result directory (default: sweeps/<sweep name>)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--workers", type=integer(1), default=None,
                        help="local worker processes (default and most: all cores)")
     where.add_argument("--inprocess", action="store_true", help="run cells one by one in this process (debugging)")
-    where.add_argument("--ray", metavar="ADDRESS", default=None,
+    where.add_argument("--ray", type=nonempty("'auto' or a Ray address"), metavar="ADDRESS", default=None,
                        help="run on Ray: 'auto' starts a local instance, else the cluster address to join")
     p.add_argument("--no-retry", action="store_true", help="keep failed cells as they are instead of rerunning them")
     p.add_argument("--plots", action="store_true", help="also write bars_<metric>.png and jct_cdf.png")

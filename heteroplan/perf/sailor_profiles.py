@@ -36,6 +36,7 @@ from heteroplan.schema import (
     check,
     decode,
     naming_file,
+    shown,
 )
 
 __all__ = ["DATA_DIR", "MeasuredMemory", "ModelProfile", "available_models", "load_model_profile", "resolve_data_dir"]
@@ -272,6 +273,8 @@ def load_model_profile(model: str, data_dir: str | Path | None = None) -> ModelP
     A GPU type whose profile has a different number of layers than the model is skipped
     (Sailor's GPT-Neo-2.7 GH-96 file is a copy of OPT-350's).
     """
+    if not isinstance(model, str):  # a list would reach the cache unhashable
+        raise InputError("model", shown(model), "must be a model name (a string)")
     root = resolve_data_dir(data_dir)
     files = [root / "llm_info.json", *sorted((root / "profiles" / str(model)).glob("*.json"))]
     return _load_model_profile(model, str(root), _stamp(files))

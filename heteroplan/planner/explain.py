@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 
+from heteroplan.inputs import enum_choice
 from heteroplan.planner.model.pipeline_set import PipelineSetEstimate
 from heteroplan.planner.model.simulator import CostTerms, MemoryTerms, PlanEstimate, TimeTerms
 from heteroplan.planner.pipeline_set import PipelineSet
@@ -213,7 +214,7 @@ class PlanDiff:
 
     def largest(self, kind: TermKind, n: int = 3) -> list[TermDiff]:
         """The ``n`` terms of ``kind`` that differ most (by absolute delta)."""
-        kind = TermKind(kind)  # the former spelling, a plain "time", still works
+        kind = enum_choice(TermKind, "kind", kind)  # the former spelling, a plain "time", still works
         rows = [r for r in self.rows if r.kind is kind and r.term != "total"]
         return sorted(rows, key=lambda r: -abs(r.delta))[:n]
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from heteroplan.formulations.sailor import Objective
+from heteroplan.inputs import enum_choice
 
 __all__ = ["Objective", "Goal", "Shortfall"]
 
@@ -52,7 +53,7 @@ class Goal:
 
     @classmethod
     def of(cls, objective: str | Objective, budget: float | None = None, min_throughput: float | None = None) -> Goal:
-        return cls(Objective(objective), budget, min_throughput)
+        return cls(enum_choice(Objective, "objective", objective), budget, min_throughput)
 
     @property
     def wants_throughput(self) -> bool:

@@ -16,7 +16,7 @@ a plan in :meth:`Plan.to_dict`'s form. The runtime trains a set (``heteroplan.ru
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError
 from heteroplan.inputs import read_json
 from heteroplan.planner.plan import FORMAT_VERSION, OptimizerSharding, Plan
-from heteroplan.schema import MAX_ITEMS, Later, Record, Seq, Versioned, decode
+from heteroplan.schema import MAX_ITEMS, Later, Record, Seq, Versioned, decode, naming_file
 
 __all__ = ["PipelineSet", "PIPELINE_SET_FILE"]
 
@@ -48,6 +48,8 @@ class PipelineSet:
     pipelines: tuple[Plan, ...]
 
     def __post_init__(self) -> None:
+        if not isinstance(self.pipelines, Iterable):
+            raise InputError("pipeline_set.pipelines", self.pipelines, "need a sequence of at least one Plan")
         object.__setattr__(self, "pipelines", tuple(self.pipelines))
         if not self.pipelines or not all(isinstance(p, Plan) for p in self.pipelines):
             raise InputError("pipeline_set.pipelines", self.pipelines, "need at least one Plan")
@@ -125,8 +127,9 @@ class PipelineSet:
 
     @classmethod
     def from_json(cls, path: str | Path) -> PipelineSet:
-        """Read a set written by :meth:`to_json`."""
-        return cls.from_dict(read_json(path, "pipeline set JSON"))
+        """Read a set written by :meth:`to_json`; errors name the file, the field and the value."""
+        with naming_file(path):
+            return cls.from_dict(read_json(path, "pipeline set JSON"))
 
 
 def _pipeline(i: int, data: Any) -> Plan:

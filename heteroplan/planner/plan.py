@@ -36,6 +36,7 @@ from heteroplan.schema import (
     check,
     decode,
     naming_file,
+    shown,
 )
 
 __all__ = ["ReplicaGroup", "Stage", "Plan", "PipelineBlock", "Precision", "Recomputation", "OptimizerSharding"]
@@ -341,6 +342,10 @@ class Plan:
             data = data["plan"]
         if isinstance(data, Mapping) and "pipeline_list" in data:
             return cls.from_sailor(data, model)
+        if isinstance(data, Mapping) and "pipelines" in data and "stages" not in data:  # not "unknown key"
+            raise InputError("plan.pipelines", shown(data["pipelines"]), "a file of independent pipelines (a "
+                             "PipelineSet), not one plan: run it with `heteroplan run --plan`, price it with "
+                             "simulate_pipeline_set")
         return cls.from_dict(data)
 
     @classmethod

@@ -9,7 +9,7 @@ and simulator constants. ``dataclasses.replace`` gives variants (another pool, o
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from heteroplan.planner.model.sim_config import (
     SHIPPED_PLATFORMS,
     PlatformConfigs,
     SimConfig,
+    as_platforms,
     load_platforms,
 )
 from heteroplan.planner.plan import OptimizerSharding, Recomputation
@@ -86,8 +87,13 @@ class SearchOptions:
         strict_int("options.patience", self.patience, 1)
         if self.max_split_dp_calls is not None:
             strict_int("options.max_split_dp_calls", self.max_split_dp_calls, 1)
-        for size in self.microbatch_sizes if self.microbatch_sizes is not None else ():
-            strict_int("options.microbatch_sizes", size, 1)
+        if self.microbatch_sizes is not None:
+            if isinstance(self.microbatch_sizes, str | bytes) or not isinstance(self.microbatch_sizes, Iterable):
+                raise InputError("options.microbatch_sizes", self.microbatch_sizes, "must be a list of sizes or None")
+            object.__setattr__(self, "microbatch_sizes", tuple(
+                strict_int("options.microbatch_sizes", size, 1) for size in self.microbatch_sizes))
+        as_platforms(self.config)  # a SimConfig or a PlatformConfigs, refused by name otherwise
+        object.__setattr__(self, "recompute", enum_choice(Recomputation, "options.recompute", self.recompute))
         object.__setattr__(self, "optimizer_sharding",
                            enum_choice(OptimizerSharding, "options.optimizer_sharding", self.optimizer_sharding))
         for name in ("span_zones", "mixed_stages", "prune", "narrow_with_milp"):
@@ -161,6 +167,8 @@ class PlanRequest:
                 raise InputError("pool.zone", z, f"no network measurements; known zones: {list(network.zones)}")
         if options is None:
             options = SearchOptions() if data_dir is None else SearchOptions(config=load_platforms(data_dir))
+        elif not isinstance(options, SearchOptions):
+            raise InputError("options", type(options).__name__, "must be a SearchOptions or None")
         return cls(profile, network, types, usable, gbs, objective, budget, min_throughput, options)
 
     @property

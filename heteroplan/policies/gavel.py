@@ -57,6 +57,7 @@ from heteroplan.policies.packing import (
     take_gpus,
 )
 from heteroplan.policies.state import PolicyState, expect_state
+from heteroplan.schema import Number, Table, decode
 
 __all__ = ["GavelArtifactPolicy", "GavelObjective", "GavelPolicy", "GavelState", "iteration_rate",
            "solve_finish_time_fairness", "solve_max_min_fairness", "solve_time_fractions"]
@@ -153,7 +154,7 @@ class _GavelLP:
         self.objective = enum_choice(GavelObjective, "objective", objective)
         self.round_length = check_seconds("round_length", round_length)  # s; Gavel's default round
         self.name = name
-        self.prices = dict(prices or {})
+        self.prices = decode(Table(Number(low=0, unit="$/h")), prices or {}, "prices")  # per GPU type
         self.two_stage = two_stage
         # Objectives reading remaining work change every round.
         self.resolve_every_round = resolve_every_round or self.objective.reads_progress
@@ -354,7 +355,7 @@ class GavelArtifactPolicy(_GavelLP):
                  resolve_every_round: bool = False, time_limit: float = 30.0, round_length: float = 360.0,
                  name: str = "gavel-sia", prices: Mapping[str, float] | None = None) -> None:
         super().__init__(objective, two_stage, resolve_every_round, time_limit, round_length, name, prices)
-        self.slowdowns = dict(SIA_SLOWDOWNS if slowdowns is None else slowdowns)
+        self.slowdowns = decode(Table(Number(above=0)), SIA_SLOWDOWNS if slowdowns is None else slowdowns, "slowdowns")
         self._seconds_on: dict[str, dict[str, float]] = {}  # per job, per type: seconds got (and credited)
         self._type_seconds: dict[str, float] = {}  # per type: seconds all jobs got (and were credited)
 

@@ -61,7 +61,7 @@ import numpy as np
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError
-from heteroplan.inputs import enum_choice
+from heteroplan.inputs import enum_choice, strict_int
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.hadar_order import Order, plan_order
 from heteroplan.policies.hadar_round import fill_idle, fork, keep_nodes, residual
@@ -158,8 +158,7 @@ class HadarPolicy:
             uppers = upper.values() if isinstance(upper, Mapping) else [upper]
             if any(not u > 0 for u in uppers) or (lower is not None and any(not u >= lower for u in uppers)):
                 raise InputError("upper", upper, f"must be > 0 and >= lower={lower}")
-        if lookahead < 0:
-            raise InputError("lookahead", lookahead, "must be >= 0 slots")
+        strict_int("lookahead", lookahead, 0)  # slots
         self.planning = enum_choice(Planning, "planning", planning)
         self.order = enum_choice(Order, "order", order)
         self.slot = float(slot)

@@ -281,11 +281,12 @@ def policy_names() -> list[str]:
     return sorted(POLICIES)
 
 
-def make_policy(name: str, **options: Any) -> Policy:
-    """A fresh policy by registered name; ``options`` go to its constructor."""
+def make_policy(name: str, /, **options: Any) -> Policy:
+    """A fresh policy by registered name; ``options`` go to its constructor (a ``name`` option too:
+    ``name`` is positional only)."""
     try:
         entry = POLICIES[name]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: an unhashable name (a list from a JSON file)
         raise InputError("policy", name, f"unknown policy; known: {policy_names()}") from None
     delay = options.pop("restart_delay_s", entry.restart_delay_s)
     try:

@@ -18,6 +18,7 @@ from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError, check_seconds
 from heteroplan.policies.base import Allocation, JobState
 from heteroplan.policies.packing import free_gpus, make_allocation, take_gpus, usable_types
+from heteroplan.schema import Number, Seq, decode, shown
 
 __all__ = ["TiresiasPolicy"]
 
@@ -31,8 +32,16 @@ class TiresiasPolicy:
 
     def __init__(self, thresholds: Sequence[float] = (3600.0, 36000.0), round_length: float = 60.0) -> None:
         self.round_length = check_seconds("round_length", round_length)
-        if any(t <= 0 for t in thresholds) or list(thresholds) != sorted(thresholds):
-            raise InputError("thresholds", tuple(thresholds), "must be positive and increasing")
+        if isinstance(thresholds, str | bytes):  # as any other non-list: make_policy names the option
+            raise TypeError(f"thresholds must be a list of GPU-seconds, not {type(thresholds).__name__}")
+        try:
+            values = decode(Seq(Number(above=0, unit="GPU-seconds")), thresholds, "thresholds")
+        except InputError as exc:  # the option as a whole, its entry in the reason
+            raise InputError("thresholds", shown(thresholds), f"{exc.field[len('thresholds'):]}={exc.value!r}: "
+                             f"{exc.reason}") from None
+        if values != sorted(values):
+            raise InputError("thresholds", tuple(values), "must be positive and increasing")
+        thresholds = values
         self.thresholds = np.asarray(thresholds, dtype=float)
 
     def queue(self, attained_service: float) -> int:

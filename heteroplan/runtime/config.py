@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from heteroplan.errors import InputError, check_int, check_seconds
-from heteroplan.inputs import enum_choice, finite_number
+from heteroplan.errors import InputError, check_int
+from heteroplan.inputs import MAX_WAIT_S, check_wait, enum_choice, finite_number
 from heteroplan.run_options import (
     CommBackend,
     Device,
@@ -41,9 +41,9 @@ class StepEmulation:
     def __post_init__(self) -> None:
         if not isinstance(self.seconds_per_sample, Mapping) or not self.seconds_per_sample:
             raise InputError("emulate.seconds_per_sample", self.seconds_per_sample, "must map GPU types to seconds")
-        for gpu_type, sec in self.seconds_per_sample.items():
-            finite_number(f"emulate.seconds_per_sample[{gpu_type}]", sec, low=0.0)
-        finite_number("emulate.overhead_s", self.overhead_s, low=0.0)
+        for gpu_type, sec in self.seconds_per_sample.items():  # a rank sleeps them: time.sleep overflows near 9e9 s
+            finite_number(f"emulate.seconds_per_sample[{gpu_type}]", sec, low=0.0, high=MAX_WAIT_S)
+        finite_number("emulate.overhead_s", self.overhead_s, low=0.0, high=MAX_WAIT_S)
         object.__setattr__(self, "seconds_per_sample", dict(self.seconds_per_sample))
 
     def compute_seconds(self, gpu_type: str, samples: int) -> float:
@@ -153,12 +153,12 @@ class RunConfig:
             object.__setattr__(self, name, enum_choice(enum, f"config.{name}", getattr(self, name)))
         if self.backend is not None:
             object.__setattr__(self, "backend", enum_choice(CommBackend, "config.backend", self.backend))
-        if not (isinstance(self.lr, int | float) and self.lr > 0):
+        if not finite_number("config.lr", self.lr) > 0:  # True, inf and NaN refused too
             raise InputError("config.lr", self.lr, "must be a number > 0")
         if not (isinstance(self.momentum, int | float) and 0 <= self.momentum < 1):
             raise InputError("config.momentum", self.momentum, "must be in [0, 1)")
-        check_seconds("config.timeout_s", self.timeout_s)
-        check_seconds("config.startup_timeout_s", self.startup_timeout_s)
+        check_wait("config.timeout_s", self.timeout_s)
+        check_wait("config.startup_timeout_s", self.startup_timeout_s)
         if self.fault is not None:
             if not isinstance(self.fault, tuple | list) or len(self.fault) != 3 or self.fault[0] not in tuple(FaultKind):
                 raise InputError("config.fault", self.fault, "must be ('exit' | 'hang', rank, iteration)")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from heteroplan.errors import InputError, check_int
-from heteroplan.inputs import finite_number
+from heteroplan.inputs import MAX_WAIT_S, finite_number
 from heteroplan.perf.applications import AppSpec
 from heteroplan.perf.goodput import GoodputModel
 from heteroplan.perf.throughput import ThroughputParams
@@ -25,6 +25,10 @@ from heteroplan.runtime.models import TinyGPTTask, TrainTask
 from heteroplan.runtime.rounds import RuntimeJob
 
 __all__ = ["EmulatedWorkload", "emulated_goodput", "emulated_jobs"]
+
+
+MAX_STEPS = 2.0 ** 53
+"""Most iterations a generated emulated job runs (an exact float count; ``--work 1e308`` is no job)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,12 @@ class EmulatedWorkload:
             finite_number(f"arrivals[{i}]", t, low=0.0)
             check_int(f"steps[{i}]", s, 1)
         check_int("batch_size", self.batch_size, 1)
+        if not isinstance(self.emulation, StepEmulation):
+            raise InputError("emulation", type(self.emulation).__name__, "must be a StepEmulation")
+        longest = max(self.emulation.compute_seconds(t, self.batch_size) for t in self.emulation.seconds_per_sample)
+        if longest > MAX_WAIT_S:  # a rank sleeps it (time.sleep overflows near 9e9 s)
+            raise InputError("emulation", longest, f"an iteration of {self.batch_size} samples would last {longest:g} s; "
+                             f"at most {MAX_WAIT_S:g} s")
         check_int("max_gpus", self.max_gpus, 1)
         finite_number("sync_s", self.sync_s, low=0.0)
         finite_number("restart_delay_s", self.restart_delay_s, low=0.0)
@@ -72,9 +82,13 @@ class EmulatedWorkload:
         check_int("batch_size", batch_size, 1)
         rng = np.random.default_rng(seed)
         fastest = min(emulation.compute_seconds(t, batch_size) for t in emulation.seconds_per_sample)
+        low, high = (finite_number(f"work_s[{i}]", w, low=0.0) for i, w in enumerate(work_s))
+        if not (fastest > 0 and high / fastest <= MAX_STEPS):  # int(inf) / a division by zero otherwise
+            raise InputError("work_s", work_s, f"at {fastest:g} s per iteration on the fastest type a job would run "
+                             f"more than {MAX_STEPS:g} iterations (or the emulation takes no time)")
         gaps = rng.exponential(interarrival_s, num_jobs)
         arrivals = tuple(float(round(t, 1)) for t in np.concatenate([[0.0], np.cumsum(gaps[1:])]))
-        steps = tuple(max(1, int(rng.uniform(*work_s) / fastest)) for _ in range(num_jobs))
+        steps = tuple(max(1, int(rng.uniform(low, high) / fastest)) for _ in range(num_jobs))
         return cls(emulation, arrivals, steps, batch_size=batch_size, max_gpus=max_gpus,
                    restart_delay_s=restart_delay_s)
 

@@ -22,6 +22,7 @@ samples, in the set's order (:class:`PipelineSlot`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -221,8 +222,9 @@ def load_plan(path: str | Path) -> Plan:
 
 
 def run_from_dict(data: dict) -> Plan | PipelineSet:
-    """A run from its dict: :meth:`PipelineSet.to_dict`'s (``"pipelines"``) or :meth:`Plan.to_dict`'s."""
-    return PipelineSet.from_dict(data) if "pipelines" in data else Plan.from_dict(data)
+    """A run from its dict: :meth:`PipelineSet.to_dict`'s (``"pipelines"``) or :meth:`Plan.to_dict`'s
+    (anything else, a non-mapping too, is refused by :meth:`Plan.from_dict`)."""
+    return PipelineSet.from_dict(data) if isinstance(data, Mapping) and "pipelines" in data else Plan.from_dict(data)
 
 
 def load_run(path: str | Path) -> Plan | PipelineSet:

@@ -262,7 +262,10 @@ def load_task(spec: str) -> TrainTask:
         factory = getattr(_import_from_cwd(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise InputError("--model", spec, f"cannot import it: {exc}") from None
-    task = factory() if callable(factory) else None
+    try:
+        task = factory() if callable(factory) else None
+    except Exception as exc:  # a factory that needs arguments, or fails: named, as a policy plugin's is
+        raise InputError("--model", spec, f"calling it with no arguments failed: {type(exc).__name__}: {exc}") from exc
     if isinstance(task, nn.Module):
         raise InputError("--model", spec, "returned a module; return a task (e.g. SequentialTask(model_fn, batch_fn, "
                          "loss_fn)) so the runtime can make batches and losses")

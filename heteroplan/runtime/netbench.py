@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from heteroplan.atomic_json import write_json_atomic
-from heteroplan.errors import InputError, check_int, check_int_list, check_seconds
-from heteroplan.inputs import check_process_count, enum_choice, read_json
+from heteroplan.errors import InputError, check_int, check_int_list
+from heteroplan.inputs import check_process_count, check_wait, enum_choice, read_json
 from heteroplan.perf.sailor_network import EGRESS_FILE, HOMO_FILE, MULTIZONE_FILE, BandwidthCurve
 from heteroplan.run_options import CommBackend
 from heteroplan.runtime._networker import ping_pong
@@ -163,7 +163,7 @@ def measure_network(
     sizes_t = check_int_list("sizes", sizes, 4, "message sizes in bytes")
     check_int("warmup", warmup, 0)
     check_int("repeats", repeats, 1)
-    check_seconds("timeout_s", timeout_s)
+    check_wait("timeout_s", timeout_s)
     fit_bandwidth_curve(sizes_t, [1.0] * len(sizes_t))  # enough sizes >= 1 MB? (fails early, before spawning)
     import torch
     import torch.multiprocessing as mp

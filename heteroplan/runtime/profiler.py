@@ -549,7 +549,7 @@ def profile_layers(
     dev = _check_profile_options(make_input, loss_fn, device, sweeps, cuda_graphs, compile)
     timer = _Timer(torch, dev)
     model.to(dev)
-    precision = Precision(precision)
+    precision = enum_choice(Precision, "precision", precision)
     layers, eager_layers = _profiled_layers(model, precision, dev, compile)
     user_loss = loss_fn
     loss_fn = _loss_under(loss_fn, precision, dev)

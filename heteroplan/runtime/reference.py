@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from heteroplan.errors import check_int
+from heteroplan.inputs import enum_choice
 from heteroplan.planner.plan import Precision, Recomputation
 from heteroplan.runtime.config import RunConfig, make_optimizer
 from heteroplan.runtime.dimensions import compute_context, run_layers, set_matmul_precision
@@ -23,7 +24,8 @@ def train_reference(task: TrainTask, global_batch_size: int, config: RunConfig,
     Returns the model and the loss of each iteration (mean over the batch).
     """
     check_int("global_batch_size", global_batch_size, 1)
-    precision, recompute = Precision(precision), Recomputation(recompute)
+    precision = enum_choice(Precision, "precision", precision)
+    recompute = enum_choice(Recomputation, "recompute", recompute)
     set_matmul_precision(precision)
     model = task.build_model()
     layers = list(model)

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from heteroplan.cluster import Cluster
-from heteroplan.errors import InputError, RankFailure, check_int, check_seconds
-from heteroplan.inputs import finite_number
+from heteroplan.errors import InputError, RankFailure, check_int
+from heteroplan.inputs import check_wait, finite_number
 from heteroplan.names import path_component
 from heteroplan.perf.measurements import Measurements
 from heteroplan.perf.protocols import ObservesSteps, OptimizesBatch
@@ -306,7 +306,7 @@ class RoundExecutor:
         ids = [j.job_id for j in jobs]
         if len(set(ids)) != len(ids):
             raise InputError("jobs.job_id", sorted(i for i in ids if ids.count(i) > 1)[0], "job ids must be unique")
-        check_seconds("round_length", round_length)
+        check_wait("round_length", round_length)  # a real wait: bounded as torch's timeouts are
         check_int("max_failures", max_failures, 1)
         if not all(hasattr(policy, a) for a in ("name", "round_length", "elastic", "forking")):
             policy = _Declared(policy, float(round_length))

@@ -229,7 +229,7 @@ def simulate(
         log.info("policy %s designed for %.0f s rounds runs with %.0f s rounds", policy.name, policy.round_length, L)
     run = _Run(cluster, policy, L, sim_jobs, rejected, record, fidelity)
     pending = sorted((j for j in sim_jobs if j.name not in rejected), key=lambda j: (j.ready_time, j.arrival_time))
-    run.t = math.ceil(pending[0].ready_time / L - 1e-9) * L if pending else 0.0
+    run.t = _round_start(pending[0].ready_time, L) if pending else 0.0
     bar = ProgressBar(f"{policy.name:>8}", progress)
     try:
         stop, error = _rounds(run, pending, max_time, max_rounds, stall_limit, bar)
@@ -271,6 +271,17 @@ def _check_options(jobs: Sequence[JobSpec | RigidJob], cluster: Cluster, policy:
     return L, max_time, fidelity, on_infeasible
 
 
+def _round_start(ready: float, L: float) -> float:
+    """The first round boundary (a multiple of ``L`` s) at which a job ready at ``ready`` s is
+    submitted (``ready <= start + 1e-9``), a boundary within 1e-9 rounds below ``ready`` counting as
+    at it. Where ``L`` is huge (``--round 1e12``) 1e-9 rounds exceed 1e-9 s: the boundary then moves
+    on until the job is due (else the loop would wait at the same time forever)."""
+    k = math.ceil(ready / L - 1e-9)
+    while k * L + 1e-9 < ready:
+        k += 1
+    return k * L
+
+
 def _rounds(run: _Run, pending: list[SimJob], max_time: float, max_rounds: int | None, stall_limit: float,
             bar: ProgressBar) -> tuple[str, str | None]:
     """:func:`simulate`'s round loop from ``run.t``: jobs of ``pending`` (in order of readiness)
@@ -289,7 +300,7 @@ def _rounds(run: _Run, pending: list[SimJob], max_time: float, max_rounds: int |
             run.submit(pending[nxt])
             nxt += 1
         if not active:
-            run.t = math.ceil(pending[nxt].ready_time / L - 1e-9) * L
+            run.t = _round_start(pending[nxt].ready_time, L)
             continue
         before = sum(j.done for j in active.values())
         finished = run.round(active)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from heteroplan.cluster import GPUType
+from heteroplan.errors import InputError
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile, load_model_profile
 from heteroplan.planner.model import sync
@@ -31,7 +32,12 @@ from heteroplan.planner.model.sim_config import (
     as_platforms,
     load_platforms,
 )
-from heteroplan.planner.model.simulator import PlanEstimate, gpu_catalog, simulate_plan
+from heteroplan.planner.model.simulator import (
+    PlanEstimate,
+    check_model_inputs,
+    gpu_catalog,
+    simulate_plan,
+)
 from heteroplan.planner.model.terms import rental_usd_per_s
 from heteroplan.planner.pipeline_set import PipelineSet
 
@@ -88,6 +94,9 @@ def simulate_pipeline_set(
 ) -> PipelineSetEstimate:
     """Iteration seconds, $/iteration and memory of independent pipelines (module docstring);
     defaults as :func:`simulate_plan`'s."""
+    if not isinstance(pset, PipelineSet):
+        raise InputError("pipeline_set", type(pset).__name__, "must be a PipelineSet (one Plan: simulate_plan)")
+    check_model_inputs(profile, network)
     profile = profile or load_model_profile(pset.model, data_dir)
     network = network or load_network(data_dir)
     table = load_platforms(data_dir) if config is None else as_platforms(config)

@@ -82,7 +82,7 @@ from heteroplan.planner.model.terms import (
 from heteroplan.planner.plan import OptimizerSharding, Plan, Precision, Recomputation, Stage
 
 __all__ = [
-    "SimConfig", "PlatformConfigs", "PlanEstimate", "simulate_plan", "DEFAULT_CONFIG",
+    "SimConfig", "PlatformConfigs", "PlanEstimate", "simulate_plan", "check_model_inputs", "DEFAULT_CONFIG",
     "PROFILED_CONFIG", "SHIPPED_PLATFORMS", "gpu_catalog", "replica_pipeline_times", "MemoryFit", "TimeTerms",
     "CostTerms", "MemoryTerms", "StageMemory", "StageTimes", "memory_terms", "PrecisionWarning",
 ]
@@ -475,6 +475,10 @@ def simulate_plan(
     compute and update (:func:`_stage_compute`), its sends (:func:`_pipeline_sends`) and every
     stage's ring (:func:`_ring_sync`), then add them up (:func:`_estimate`).
     """
+    if not isinstance(plan, Plan):
+        raise InputError("plan", type(plan).__name__, "must be a heteroplan Plan (independent pipelines, a "
+                         "PipelineSet: simulate_pipeline_set)")
+    check_model_inputs(profile, network)
     profile = profile or load_model_profile(plan.model, data_dir)
     network = network or load_network(data_dir)
     table = load_platforms(data_dir) if config is None else as_platforms(config)
@@ -489,6 +493,15 @@ def simulate_plan(
     ring = _ring_sync(profile, network, plan, reps, cfg)
     uncalibrated = table.uncalibrated(r.gpu_type for row in reps for r in row)
     return _estimate(plan, profile, gpu_types, reps, cfg, micro, shares, compute, sends, ring, uncalibrated)
+
+
+def check_model_inputs(profile: object, network: object) -> None:
+    """Raise :class:`InputError` unless ``profile`` is a :class:`ModelProfile` and ``network`` a
+    :class:`NetworkModel` (or ``None``: the data directory's), before anything reads them."""
+    if profile is not None and not isinstance(profile, ModelProfile):
+        raise InputError("profile", type(profile).__name__, "must be a ModelProfile (load_model_profile) or None")
+    if network is not None and not isinstance(network, NetworkModel):
+        raise InputError("network", type(network).__name__, "must be a NetworkModel (load_network) or None")
 
 
 def _check_plan(plan: Plan, profile: ModelProfile, gpu_types: dict[str, GPUType]) -> None:

@@ -311,6 +311,8 @@ def brute_force_pipeline_set(request: PlanRequest) -> tuple[PipelineSet, Pipelin
     the oracle needs set; its ``microbatch_sizes``) that fits memory and meets the request's goal,
     priced by :func:`~heteroplan.planner.model.pipeline_set.simulate_pipeline_set` with the request's
     network and ``options.config``; tiny pools only."""
+    if not isinstance(request, PlanRequest):
+        raise InputError("request", type(request).__name__, "must be a PlanRequest (PlanRequest.build(model, gbs, pool))")
     options = request.options
     if options.max_pp is None:
         raise InputError("options.max_pp", None, "the pipeline-set oracle needs a depth bound (tiny pools only)")

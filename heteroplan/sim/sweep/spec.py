@@ -184,12 +184,17 @@ class PolicySpec:
         name (field ``policy``) or option (field ``policy.options.<option>``).
 
         Names are :data:`heteroplan.policies.registry.POLICIES`; options are the policy's
-        constructor keywords (``round_length`` and ``restart_delay_s`` are understood by every policy).
+        constructor keywords but private ones (``round_length`` and ``restart_delay_s`` are
+        understood by every policy; ``mechanism`` by those whose class carries one: it picks the
+        class, whose keywords then count).
         """
         from heteroplan.policies.registry import make_policy
 
-        default = make_policy(self.name)
-        accepted = (set(inspect.signature(type(default)).parameters) | {"round_length", "restart_delay_s"}) - {"self"}
+        default = make_policy(self.name, **{k: v for k, v in self.options if k == "mechanism"})  # it picks the class
+        cls = type(default)
+        accepted = ({k for k in inspect.signature(cls).parameters if not k.startswith("_")}  # not a private field
+                    | {"round_length", "restart_delay_s"} | ({"mechanism"} if hasattr(cls, "MECHANISM") else set()))
+        accepted -= {"self"}
         for k, v in self.options:
             if k not in accepted:
                 raise InputError(f"policy.options.{k}", v, f"{self.name} has no such option; known: {sorted(accepted)}")
