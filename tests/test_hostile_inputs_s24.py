@@ -14,16 +14,9 @@ from hypothesis import strategies as st
 
 from heteroplan.errors import InputError
 from heteroplan.inputs import enum_choice
-from heteroplan.planner import SearchOptions
+from heteroplan.planner import Plan, ReplicaGroup, SearchOptions, Stage
 from heteroplan.planner.pipeline_set import PipelineSet
-from heteroplan.planner.plan import (
-    OptimizerSharding,
-    Plan,
-    Precision,
-    Recomputation,
-    ReplicaGroup,
-    Stage,
-)
+from heteroplan.planner.plan import OptimizerSharding, Precision, Recomputation
 from heteroplan.policies.registry import make_policy
 
 A, Z = "A100-40", "us-central1-a"
