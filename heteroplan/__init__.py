@@ -20,10 +20,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from heteroplan.version import __version__
-
 # public name -> module that defines it (imported lazily by __getattr__)
 _PUBLIC = {
+    "__version__": "heteroplan.version",
     "Cluster": "heteroplan.cluster", "GPUType": "heteroplan.cluster", "Node": "heteroplan.cluster",
     "Zone": "heteroplan.cluster", "preset": "heteroplan.cluster", "PRESETS": "heteroplan.cluster",
     "InputError": "heteroplan.errors", "HeteroplanError": "heteroplan.errors",
@@ -125,4 +124,5 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from heteroplan.sim.compare import compare_policies, make_policy
     from heteroplan.sim.metrics import SimResult, compare_table
     from heteroplan.solvers import Solution, SolveStatus, solve
+    from heteroplan.version import __version__
     from heteroplan.workload.sia import JobSpec, bundled_workload, read_sia_workload

@@ -445,16 +445,21 @@ class SchedulingSession:
         saved = load_session(_path(path), cluster, policy, perf_models)
         session = cls(cluster, policy, free_moves=saved.free_moves, restart_delay_s=saved.restart_delay_s,
                       assume_progress=saved.assume_progress)
-        session._jobs = {j.job_id: j for j in saved.jobs}
-        session._live = dict(session._jobs)  # as submitted: the next round or settle prunes the finished
-        session._last_round, session.rounds = saved.last_round, saved.rounds
-        if saved.policy_state is not None:
-            restore_policy_state(session.policy, saved.policy_state)
+        _adopt(session, saved)
         return session
 
     def __repr__(self) -> str:
         return (f"SchedulingSession(policy={self.policy.name!r}, cluster={self.cluster.name!r}, "
                 f"jobs={len(self._jobs)}, unfinished={len(self.unfinished())}, rounds={self.rounds})")
+
+
+def _adopt(session: SchedulingSession, saved: SavedSession) -> None:
+    """Give a new ``session`` the jobs, clock and policy state of ``saved`` (:meth:`SchedulingSession.load`)."""
+    session._jobs = {j.job_id: j for j in saved.jobs}
+    session._live = dict(session._jobs)  # as submitted: the next round or settle prunes the finished
+    session._last_round, session.rounds = saved.last_round, saved.rounds
+    if saved.policy_state is not None:
+        restore_policy_state(session.policy, saved.policy_state)
 
 
 def _admit(job: SessionJob, cluster: Cluster) -> Parked | None:
