@@ -84,6 +84,11 @@ def test_budget_with_cost_objective_is_an_error(cli_error) -> None:
     assert "--budget" in err and "throughput" in err
 
 
+def test_a_global_batch_no_plan_file_holds_is_refused(cli_error) -> None:
+    err = cli_error(["plan", "--model", "OPT-350", "--gbs", "1" + "0" * 23, "--gpus", "A100-40=8"])
+    assert "--gbs" in err and "100000000" in err
+
+
 def test_gpu_count_must_be_positive(cli_error) -> None:
     err = cli_error(["plan", "--model", "OPT-350", "--gbs", "64", "--gpus", "A100-40=0"])
     assert "--gpus" in err

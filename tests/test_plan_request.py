@@ -23,6 +23,9 @@ def test_build_validates_before_loading_and_names_the_field() -> None:
             PlanRequest.build("no-such-model", 64, {(A, Z): 8}, **kwargs)  # the model is never loaded
     with pytest.raises(InputError, match="gbs"):
         PlanRequest.build("OPT-350", 0, {(A, Z): 8})
+    # a batch no plan file holds (it would be planned, written and refused by `run --plan`)
+    with pytest.raises(InputError, match=r"gbs=.*at most 100,000,000 samples"):
+        PlanRequest.build("no-such-model", 10**23, {(A, Z): 8})
     with pytest.raises(InputError, match="pool.gpu_type"):
         PlanRequest.build("OPT-350", 64, {("H900", Z): 8})
 

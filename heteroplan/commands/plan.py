@@ -20,7 +20,7 @@ from heteroplan.planner.explain import describe_terms
 from heteroplan.planner.goal import Objective
 from heteroplan.planner.model.sim_config import load_platforms
 from heteroplan.planner.model.simulator import gpu_catalog, simulate_plan
-from heteroplan.planner.plan import Plan
+from heteroplan.planner.plan import MAX_BATCH, Plan
 from heteroplan.planner.request import PlanRequest, SearchOptions
 
 
@@ -57,7 +57,7 @@ def _log_filtered(logger: str, keep: Callable[[logging.LogRecord], bool]) -> Ite
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="plan one training job over heterogeneous, multi-zone GPUs (Sailor)")
     p.add_argument("--model", type=nonempty("a name"), help="model name (OPT-350, GPT-Neo-2.7, LLAMA-3-8, OPT-30); required to search")
-    p.add_argument("--gbs", type=integer(1), help="global batch size (samples per iteration); required to search")
+    p.add_argument("--gbs", type=integer(1, MAX_BATCH), help="global batch size (samples per iteration); required to search")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--gpus", type=nonempty("TYPE@ZONE=COUNT,..."), help="available GPUs: TYPE@ZONE=COUNT,... (e.g. A100-40@us-central1-a=64)")
     src.add_argument("--evaluate", type=nonempty("a path"), metavar="PLAN",

@@ -26,7 +26,7 @@ from heteroplan.planner.model.sim_config import (
     as_platforms,
     load_platforms,
 )
-from heteroplan.planner.plan import OptimizerSharding, Recomputation
+from heteroplan.planner.plan import MAX_BATCH, OptimizerSharding, Recomputation
 
 __all__ = ["SearchOptions", "PlanRequest", "normalize_pool"]
 
@@ -184,6 +184,8 @@ class PlanRequest:
 def _check_goal(gbs: int, objective: Objective, budget: float | None, min_throughput: float | None) -> None:
     if isinstance(gbs, bool) or not isinstance(gbs, int) or gbs < 1:
         raise InputError("gbs", gbs, "must be an integer >= 1")
+    if gbs > MAX_BATCH:  # a plan file holds no more: the plan could not be written and run
+        raise InputError("gbs", gbs, f"must be at most {MAX_BATCH:,} samples per iteration (what a plan file holds)")
     for name, value in (("budget", budget), ("min_throughput", min_throughput)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
                                   or not math.isfinite(value)):
