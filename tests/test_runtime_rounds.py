@@ -149,6 +149,18 @@ def test_sia_refits_from_measured_steps(tmp_path: Path) -> None:
         assert observed == outcomes[jid].observations
 
 
+def test_resume_without_a_saved_run_says_so_and_starts_afresh(tmp_path: Path, caplog) -> None:
+    jobs = [RuntimeJob("a", TASK, 1, 4)]
+    with caplog.at_level("WARNING", logger="heteroplan.runtime.rounds"):
+        executor = RoundExecutor(CLUSTER, SiaPolicy(), jobs, tmp_path / "empty", resume=True)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"resume: no saved run at {tmp_path / 'empty' / 'session.json'}; starting the run afresh"]
+    assert executor.session.job_ids == ("a",) and executor.session.rounds == 0
+    caplog.clear()
+    RoundExecutor(CLUSTER, SiaPolicy(), jobs, tmp_path / "fresh")  # no resume asked: nothing said
+    assert not caplog.records
+
+
 def test_bad_jobs_and_plans() -> None:
     with pytest.raises(InputError, match="steps"):
         RuntimeJob("a", TASK, steps=0, global_batch_size=4)

@@ -59,7 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-failures", type=integer(1), default=3, help="failures before a job is given up (default 3)")
     p.add_argument("--seed", type=integer(0), default=1, help="seed of the generated arrivals and job sizes (default 1)")
     p.add_argument("--out", type=nonempty("a path"), default="schedule-out", help="records, checkpoints and the session (default schedule-out)")
-    p.add_argument("--resume", action="store_true", help="continue the run saved in --out")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run saved in --out (where none is saved: a warning, then a fresh run)")
     p.add_argument("--json", action="store_true", help="print the job records as one JSON document")
     p.set_defaults(func=run)
 

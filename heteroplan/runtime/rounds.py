@@ -276,7 +276,8 @@ class RoundExecutor:
             (``JobRecord.gave_up``).
         resume: continue the run saved in ``workdir/session.json`` (after the scheduler process
             stopped): the same jobs, their progress and the policy's state; jobs that held GPUs
-            restart from their checkpoints at the first round.
+            restart from their checkpoints at the first round. Where nothing is saved there, the
+            run starts afresh, with a warning saying so.
 
     ``session`` is the :class:`~heteroplan.scheduling.SchedulingSession` it drives; ``outcomes``
     each job's :class:`~heteroplan.scheduling.JobRecord` (times in seconds since the run started);
@@ -333,6 +334,8 @@ class RoundExecutor:
                                  f"the jobs must be those of the saved run ({saved})")
             self._clock0 = self.session.last_round_time or 0.0
             return
+        if resume:  # asked to continue, but nothing was saved there: say so, then start afresh
+            log.warning("resume: no saved run at %s; starting the run afresh", saved)
         self.session = SchedulingSession(cluster, policy, free_moves=True)
         for j in self.jobs:
             self.session.submit(j.job_id, arrival_time=float(j.arrival_time), application=j.application,
