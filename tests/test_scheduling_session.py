@@ -237,6 +237,19 @@ def test_a_users_own_model_object_is_given_again_at_load(tmp_path: Path) -> None
     assert back.record("x") == session.record("x") and back.view("x").estimator is model
 
 
+def test_a_job_saved_twice_is_refused_before_its_model_is_rebuilt(tmp_path: Path) -> None:
+    """The second entry of a job id is named; its model (a user's object, not given) is never asked for."""
+    session = SchedulingSession(TWO_NODES, make_policy("fifo"))
+    session.submit("x", arrival_time=0.0, application="mine", perf_model=None, total_work=5.0)
+    session.submit("y", arrival_time=0.0, application="mine", perf_model=_Table(), total_work=5.0)
+    path = session.save(tmp_path / "s.json")
+    data = json.loads(path.read_text())
+    data["jobs"][1]["job_id"] = "x"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=r"session\.jobs\[1\]\.job_id='x': saved twice"):
+        SchedulingSession.load(path, TWO_NODES, make_policy("fifo"))
+
+
 class _Table:
     gpu_types = ("rtx",)
 

@@ -242,10 +242,10 @@ def load_session(path: str | Path, cluster: Cluster, policy: Policy,
         doc = decode(SESSION_FILE, data, "session")
         saved_state = _policy_state_of(path, doc, policy)
         jobs: dict[str, SessionJob] = {}
-        for i, entry in enumerate(doc["jobs"]):
-            job = _load_job(f"session.jobs[{i}]", entry, doc["last_round"], cluster, policy, perf_models or {})
-            check(job.job_id not in jobs, f"session.jobs[{i}].job_id", job.job_id, "saved twice")
-            jobs[job.job_id] = job
+        for i, entry in enumerate(doc["jobs"]):  # a job saved twice is refused before its model is built
+            check(entry["job_id"] not in jobs, f"session.jobs[{i}].job_id", entry["job_id"], "saved twice")
+            jobs[entry["job_id"]] = _load_job(f"session.jobs[{i}]", entry, doc["last_round"], cluster, policy,
+                                              perf_models or {})
     return SavedSession(doc.get("cluster"), doc.get("policy"), doc["free_moves"], doc["restart_delay_s"],
                         doc["assume_progress"], doc["last_round"], doc["rounds"], tuple(jobs.values()), saved_state)
 
