@@ -441,7 +441,7 @@ def make_trainer(slots: tuple[PipelineSlot, ...], task: TrainTask, config: RunCo
     segment = uses_segment_sync(slots)
     mine: tuple[PipelineSlot, ProcessGroups, PipelineChoice] | None = None
     for slot in slots:
-        choice = _choose_engine(slot.plan, config)  # each plan is checked by the trainers of its ranks
+        choice = pipeline_choice(slot.plan, config)  # every rank checks every plan: all refuse a bad one alike
         groups = create_groups(slot.plan, pipelines=choice.engine is PipelineEngine.TORCH, rank_offset=slot.rank_offset,
                                data_parallel=not segment)
         if slot.holds(rank):
