@@ -39,7 +39,8 @@ from heteroplan.schema import (
     shown,
 )
 
-__all__ = ["ReplicaGroup", "Stage", "Plan", "PipelineBlock", "Precision", "Recomputation", "OptimizerSharding"]
+__all__ = ["ReplicaGroup", "Stage", "Plan", "PipelineBlock", "Precision", "Recomputation", "OptimizerSharding",
+           "is_pipeline_set_data"]
 
 
 class Precision(StrEnum):
@@ -342,7 +343,7 @@ class Plan:
             data = data["plan"]
         if isinstance(data, Mapping) and "pipeline_list" in data:
             return cls.from_sailor(data, model)
-        if isinstance(data, Mapping) and "pipelines" in data and "stages" not in data:  # not "unknown key"
+        if is_pipeline_set_data(data):  # not "unknown key"
             raise InputError("plan.pipelines", shown(data["pipelines"]), "a file of independent pipelines (a "
                              "PipelineSet), not one plan: run it with `heteroplan run --plan`, price it with "
                              "simulate_pipeline_set")
@@ -460,6 +461,12 @@ SAILOR_PLAN_FILE = Record({
     "mbs": Number(low=1, high=MAX_BATCH, integer=True, unit="samples"),
 }, {"model": Text()}, extra=True)
 """Sailor's ``plan_config`` file: the keys :meth:`Plan.from_sailor` reads (others pass unread)."""
+
+
+def is_pipeline_set_data(data: object) -> bool:
+    """Whether a run file's JSON data is a set of independent pipelines
+    (:meth:`~heteroplan.planner.pipeline_set.PipelineSet.to_dict`: ``"pipelines"``, no ``"stages"``)."""
+    return isinstance(data, Mapping) and "pipelines" in data and "stages" not in data
 
 
 def decode_plan_file(data: object) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from pathlib import Path
 from heteroplan.errors import InputError
 from heteroplan.inputs import read_json
 from heteroplan.planner.pipeline_set import PipelineSet
-from heteroplan.planner.plan import Plan
+from heteroplan.planner.plan import Plan, is_pipeline_set_data
 from heteroplan.schema import naming_file
 
 __all__ = ["RankInfo", "PipelineSlot", "rank_layout", "check_runnable", "replica_tp", "stage_tp", "uniform_stage_tp",
@@ -232,6 +232,6 @@ def load_run(path: str | Path) -> Plan | PipelineSet:
     :meth:`PipelineSet.to_json`) or any plan file :func:`load_plan` reads."""
     with naming_file(path, "--plan"):
         data = read_json(path, "plan JSON")  # read once, whichever format it is
-        if isinstance(data, dict) and "pipelines" in data and "stages" not in data:
+        if is_pipeline_set_data(data):
             return PipelineSet.from_dict(data)
         return Plan.from_data(data, model=Path(path).stem)
