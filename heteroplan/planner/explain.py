@@ -129,10 +129,12 @@ class PipelineSetRunnerUp:
 
     @property
     def iteration_time_s(self) -> float:
+        """Seconds per iteration, as the search priced the set."""
         return self.estimate.iteration_time_s
 
     @property
     def cost_per_iteration_usd(self) -> float:
+        """$ per iteration, as the search priced the set."""
         return self.estimate.cost_per_iteration_usd
 
 
@@ -191,6 +193,7 @@ class TermDiff:
 
     @property
     def delta(self) -> float:
+        """``b - a``, in ``unit``."""
         return self.b - self.a
 
 

@@ -65,10 +65,12 @@ class PipelineSet:
 
     @property
     def model(self) -> str:
+        """The model every pipeline trains."""
         return self.pipelines[0].model
 
     @property
     def num_layers(self) -> int:
+        """Layers of the model (every pipeline holds all of them)."""
         return self.pipelines[0].num_layers
 
     @property
@@ -78,6 +80,7 @@ class PipelineSet:
 
     @property
     def num_gpus(self) -> int:
+        """GPUs of the set, all pipelines together."""
         return sum(p.num_gpus for p in self.pipelines)
 
     @property

@@ -113,6 +113,7 @@ class ReplicaGroup:
 
     @property
     def num_gpus(self) -> int:
+        """GPUs of the group: ``tp`` per replica times ``count`` replicas."""
         return self.tp * self.count
 
 
@@ -145,6 +146,7 @@ class Stage:
 
     @property
     def num_layers(self) -> int:
+        """Layers the stage holds (``last_layer - first_layer``)."""
         return self.last_layer - self.first_layer
 
     @property
@@ -154,6 +156,7 @@ class Stage:
 
     @property
     def num_gpus(self) -> int:
+        """GPUs of the stage, all its replicas together."""
         return sum(g.num_gpus for g in self.replicas)
 
     def replica_list(self) -> list[ReplicaGroup]:
@@ -237,10 +240,12 @@ class Plan:
 
     @property
     def num_layers(self) -> int:
+        """Layers of the model (the last stage's ``last_layer``)."""
         return self.stages[-1].last_layer
 
     @property
     def num_gpus(self) -> int:
+        """GPUs of the plan, all stages together."""
         return sum(s.num_gpus for s in self.stages)
 
     def microbatches(self) -> tuple[int, ...]:
