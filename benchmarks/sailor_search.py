@@ -37,6 +37,7 @@ from heteroplan.errors import InfeasibleError, InputError  # noqa: E402
 from heteroplan.perf.sailor_profiles import load_model_profile  # noqa: E402
 from heteroplan.planner import PlanRequest, SearchOptions, plan_job, simulate_plan  # noqa: E402
 from heteroplan.planner.baselines import homogeneous_plan, uniform_split_plan  # noqa: E402
+from heteroplan.planner.goal import Goal  # noqa: E402
 from heteroplan.planner.model.simulator import gpu_catalog  # noqa: E402
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage  # noqa: E402
 
@@ -230,7 +231,7 @@ def main() -> None:
             row["ours_ge_ref"] = at_least_as_good(row, kw)
         if baselines and not args.no_baselines:
             for bl, fn in (("homog", homogeneous_plan), ("uniform", uniform_split_plan)):
-                t, res = median_time(lambda fn=fn, model=model, pool=pool, kw=kw, gbs=gbs: fn(PlanRequest.build(model, gbs, pool, **kw)), 1)
+                t, res = median_time(lambda fn=fn, model=model, pool=pool, kw=kw, gbs=gbs: fn(PlanRequest.build(model, gbs, pool, Goal(**kw))), 1)
                 row |= {f"{bl}_iter_s": res.throughput_iter_s, f"{bl}_search_s": t, f"{bl}_plan": shape(res)}
         rows.append(row)
         print(f"{name}: {row.get('search_s', float('nan')):.3g} s  {row.get('iter_s', float('nan')):.4g} iter/s  "

@@ -264,15 +264,15 @@ BAD_CHOICES = ["nope", 3, None, ["time"], Precision.BF16]
 
 @pytest.mark.parametrize("bad", BAD_CHOICES)
 def test_goal_and_plan_diff_choices_name_the_field(bad) -> None:
-    """``Goal.of(objective)`` and ``PlanDiff.largest(kind)`` called the enum directly (ValueError:
+    """``Goal(objective)`` and ``PlanDiff.largest(kind)`` called the enum directly (ValueError:
     'nope' is not a valid Objective)."""
     from heteroplan.planner import simulate_plan
     from heteroplan.planner.explain import TermKind, diff_plans
     from heteroplan.planner.goal import Goal, Objective
 
     with pytest.raises(InputError, match=r"^objective=.*choose one of \['throughput', 'cost'\]"):
-        Goal.of(bad)
-    assert Goal.of("cost").objective is Objective.COST
+        Goal(bad)
+    assert Goal("cost").objective is Objective.COST
     plan = Plan("OPT-350", 32, 2, (Stage(0, 26, (ReplicaGroup(A, Z, 1, 2),)),))
     diff = diff_plans(simulate_plan(plan), simulate_plan(plan))
     with pytest.raises(InputError, match=r"^kind=.*choose one of \["):

@@ -181,7 +181,7 @@ def _executor(kind):
 
 CHOICES = [
     # (build with the value, what to read back, the enum, its field name in the error, a good value)
-    (lambda v: _request(v).objective, "heteroplan.planner.goal:Objective", "objective", "cost"),
+    (lambda v: _request(v).goal.objective, "heteroplan.planner.goal:Objective", "objective", "cost"),
     (lambda v: _sia_policy(mode=v).mode, "heteroplan.formulations.sia:SolveMode", "mode", "lp-round"),
     (lambda v: _sia_policy(scale_up_from=v).scale_up_from, "heteroplan.policies.common:ScaleFrom", "scale_up_from",
      "current"),

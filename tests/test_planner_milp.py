@@ -10,6 +10,7 @@ import pytest
 from heteroplan.errors import InfeasibleError
 from heteroplan.formulations.sailor import ReplicaKind
 from heteroplan.planner import SearchOptions, plan_job
+from heteroplan.planner.goal import Goal
 from heteroplan.planner.request import PlanRequest
 from heteroplan.planner.search.resources import choose_resources, narrow_pool, replica_kinds
 
@@ -44,9 +45,9 @@ def test_max_throughput_under_budget_matches_enumeration(budget):
     best = max((thr for _, thr, cost in _enumerate() if budget is None or cost <= budget + 1e-12), default=None)
     if best is None:
         with pytest.raises(InfeasibleError):
-            choose_resources(KINDS, PlanRequest.build("OPT-350", GBS, POOL, "throughput", budget))
+            choose_resources(KINDS, PlanRequest.build("OPT-350", GBS, POOL, Goal("throughput", budget)))
         return
-    choice = choose_resources(KINDS, PlanRequest.build("OPT-350", GBS, POOL, "throughput", budget))
+    choice = choose_resources(KINDS, PlanRequest.build("OPT-350", GBS, POOL, Goal("throughput", budget)))
     assert choice.throughput == pytest.approx(best, rel=1e-6)
     if budget is not None:
         assert choice.cost_per_iteration <= budget * (1 + 1e-9)
@@ -57,7 +58,7 @@ def test_max_throughput_under_budget_matches_enumeration(budget):
 @pytest.mark.parametrize("floor", [None, 0.1, 0.3, 0.45])
 def test_min_cost_under_floor_matches_enumeration(floor):
     best = min(cost for _, thr, cost in _enumerate() if floor is None or thr >= floor - 1e-12)
-    choice = choose_resources(KINDS, PlanRequest.build("OPT-350", GBS, POOL, "cost", min_throughput=floor))
+    choice = choose_resources(KINDS, PlanRequest.build("OPT-350", GBS, POOL, Goal("cost", min_throughput=floor)))
     assert choice.cost_per_iteration == pytest.approx(best, rel=1e-6)
     if floor is not None:
         assert choice.throughput >= floor * (1 - 1e-9)
@@ -65,12 +66,12 @@ def test_min_cost_under_floor_matches_enumeration(floor):
 
 def test_unreachable_floor_is_infeasible():
     with pytest.raises(InfeasibleError, match="throughput floor"):
-        choose_resources(KINDS, PlanRequest.build("OPT-350", GBS, POOL, "cost", min_throughput=100.0))
+        choose_resources(KINDS, PlanRequest.build("OPT-350", GBS, POOL, Goal("cost", min_throughput=100.0)))
 
 
 def test_simulated_kinds_and_narrowed_search():
     pool = {(A, Z): 16, (V, Z): 16}
-    request = PlanRequest.build("OPT-350", 256, pool, "cost", min_throughput=0.05)
+    request = PlanRequest.build("OPT-350", 256, pool, Goal("cost", min_throughput=0.05))
     kinds = replica_kinds(request, max_pp=2)
     assert {k.gpu_type for k in kinds} == {A, V}
     a1 = [k for k in kinds if k.gpu_type == A and k.gpus == 1]

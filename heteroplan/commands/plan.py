@@ -17,7 +17,7 @@ from heteroplan.errors import InputError
 from heteroplan.names import printable
 from heteroplan.planner.api import plan
 from heteroplan.planner.explain import describe_terms
-from heteroplan.planner.goal import Objective
+from heteroplan.planner.goal import Goal, Objective
 from heteroplan.planner.model.sim_config import load_platforms
 from heteroplan.planner.model.simulator import gpu_catalog, simulate_plan
 from heteroplan.planner.plan import MAX_BATCH, Plan
@@ -106,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
     options = SearchOptions(max_pp=args.max_pp, max_blocks=1 if args.homogeneous else SearchOptions.max_blocks, prune=not args.no_prune)
     if args.data_dir:  # the simulator constants calibrated for that directory, as plan_job would pick
         options = replace(options, config=load_platforms(args.data_dir))
-    request = PlanRequest.build(args.model, args.gbs, pool, args.objective, args.budget, args.min_throughput,  # type: ignore[arg-type]
+    goal = Goal(args.objective, args.budget, args.min_throughput)
+    request = PlanRequest.build(args.model, args.gbs, pool, goal,  # type: ignore[arg-type]
                                 options=options, data_dir=args.data_dir)
     check_unpruned_size(request, args.no_prune)
     with _log_filtered("heteroplan.planner.api", lambda r: not hasattr(r, "uncalibrated")):

@@ -25,7 +25,7 @@ from heteroplan.planner.explain import (
     estimate_terms,
     plan_structure,
 )
-from heteroplan.planner.goal import Objective
+from heteroplan.planner.goal import Goal, Objective
 from heteroplan.planner.model.simulator import MemoryFit, PlanEstimate, simulate_plan
 from heteroplan.planner.notes import NoteKind, PlanNote
 from heteroplan.planner.plan import OptimizerSharding, Plan, Recomputation
@@ -241,7 +241,7 @@ def plan_job(
         InfeasibleError: no plan satisfies the request; ``reason`` says why.
     """
     request = PlanRequest.build(
-        model, gbs, pool, objective, budget, min_throughput,
+        model, gbs, pool, Goal(objective, budget, min_throughput),
         gpu_types=gpu_types, options=options, network=network, data_dir=data_dir,
     )
     return plan(request)

@@ -9,10 +9,12 @@ constraint or cannot beat the best plan is skipped (:meth:`Goal.bounds_fail`, :m
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from heteroplan.errors import InputError
 from heteroplan.formulations.sailor import Objective
 from heteroplan.inputs import enum_choice
 
@@ -39,24 +41,39 @@ class Shortfall:
 
 @dataclass(frozen=True)
 class Goal:
-    """The objective and its constraint.
+    """The objective and its constraint, checked when made.
 
     Attributes:
-        objective: what to optimize.
-        budget: max $/iteration (throughput objective), or None.
-        min_throughput: min iterations/s (cost objective), or None.
+        objective: what to optimize (:class:`Objective`; its value, ``"throughput"`` or ``"cost"``,
+            is accepted and turned into the member).
+        budget: max $/iteration (throughput objective only), or None.
+        min_throughput: min iterations/s (cost objective only), or None.
+
+    Raises:
+        InputError: an unknown objective, a bound that is not a finite number > 0, or a bound
+            the objective would ignore (names the field).
     """
 
     objective: Objective = Objective.THROUGHPUT
     budget: float | None = None
     min_throughput: float | None = None
 
-    @classmethod
-    def of(cls, objective: str | Objective, budget: float | None = None, min_throughput: float | None = None) -> Goal:
-        return cls(enum_choice(Objective, "objective", objective), budget, min_throughput)
+    def __post_init__(self) -> None:
+        objective = enum_choice(Objective, "objective", self.objective)
+        object.__setattr__(self, "objective", objective)
+        for name in ("budget", "min_throughput"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                      or not value > 0 or not math.isfinite(value)):
+                raise InputError(name, value, "must be a finite number > 0")
+        if self.budget is not None and objective is not Objective.THROUGHPUT:  # it would be ignored
+            raise InputError("budget", self.budget, f"applies to objective='throughput', not '{objective}'")
+        if self.min_throughput is not None and objective is not Objective.COST:
+            raise InputError("min_throughput", self.min_throughput, f"applies to objective='cost', not '{objective}'")
 
     @property
     def wants_throughput(self) -> bool:
+        """Whether the objective is throughput (else $/iteration)."""
         return self.objective is Objective.THROUGHPUT
 
     def key(self, seconds: float, usd: float) -> tuple[float, float]:

@@ -22,7 +22,7 @@ from heteroplan.cluster import Cluster
 from heteroplan.errors import InfeasibleError, InputError
 from heteroplan.inputs import enum_choice
 from heteroplan.planner.api import PlanResult, plan
-from heteroplan.planner.goal import Objective
+from heteroplan.planner.goal import Goal, Objective
 from heteroplan.planner.request import PlanRequest
 
 __all__ = ["ParetoPoint", "ParetoFront", "pareto_front", "non_dominated", "Sweep"]
@@ -165,15 +165,15 @@ def pareto_front(
     sweep = enum_choice(Sweep, "sweep", sweep)
     caps = _levels("budgets", budgets)
     floors = _levels("min_throughputs", min_throughputs)
-    for key in ("objective", "budget", "min_throughput"):
+    for key in ("goal", "objective", "budget", "min_throughput"):
         if key in plan_kwargs:
             raise InputError(key, plan_kwargs[key], "set by the sweep; use budgets/min_throughputs")
 
     base = PlanRequest.build(model, gbs, pool, **plan_kwargs)  # validated and loaded once
 
-    def run(**kw: Any) -> PlanResult | None:
+    def run(goal: Goal) -> PlanResult | None:
         try:
-            return plan(replace(base, **kw))
+            return plan(replace(base, goal=goal))
         except InfeasibleError:
             return None
 
@@ -186,9 +186,9 @@ def pareto_front(
         if sweep in (Sweep.THROUGHPUT, Sweep.BOTH):
             floors = _inner(cheapest.throughput_iter_s, fastest.throughput_iter_s, n)
     for cap in caps or ():
-        found.append(run(objective=Objective.THROUGHPUT, budget=cap))
+        found.append(run(Goal(Objective.THROUGHPUT, budget=cap)))
     for floor in floors or ():
-        found.append(run(objective=Objective.COST, min_throughput=floor))
+        found.append(run(Goal(Objective.COST, min_throughput=floor)))
     evaluated = tuple(ParetoPoint(r.cost_per_iteration_usd, r.throughput_iter_s, r) for r in found if r is not None)
     return ParetoFront(tuple(non_dominated(evaluated)), evaluated, model, gbs)
 

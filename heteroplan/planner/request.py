@@ -3,14 +3,14 @@
 :class:`PlanRequest` is what every planner entry point takes (:func:`heteroplan.planner.api.plan`,
 the :class:`~heteroplan.planner.search.searcher.Searcher`, the baselines, the resource MILP); build it
 with :meth:`PlanRequest.build`, which validates the arguments and loads the profile, network
-and simulator constants. ``dataclasses.replace`` gives variants (another pool, objective).
+and simulator constants. ``dataclasses.replace`` gives variants (another pool, another
+:class:`~heteroplan.planner.goal.Goal`).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
@@ -111,10 +111,9 @@ class PlanRequest:
         gpu_types: GPU catalog by name (memory GB, GPUs per node, $/h).
         pool: GPUs that may be rented, ``{(gpu_type, zone): count}`` (profiled types only, > 0).
         gbs: global batch size (samples per iteration).
-        objective: :class:`~heteroplan.planner.goal.Objective` (its value, ``"throughput"``: max
-            iter/s, or ``"cost"``: min $/iteration, is accepted and turned into the member).
-        budget: max $/iteration (throughput objective), or None.
-        min_throughput: min iterations/s (cost objective), or None.
+        goal: what to optimize and under which bound (:class:`~heteroplan.planner.goal.Goal`: max
+            iter/s under an optional budget in $/iteration, or min $/iteration under an optional
+            floor in iter/s).
         options: search knobs.
     """
 
@@ -123,14 +122,13 @@ class PlanRequest:
     gpu_types: Mapping[str, GPUType]
     pool: Mapping[Pool, int]
     gbs: int
-    objective: Objective = Objective.THROUGHPUT
-    budget: float | None = None
-    min_throughput: float | None = None
+    goal: Goal = Goal()
     options: SearchOptions = SearchOptions()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "objective", enum_choice(Objective, "objective", self.objective))
-        _check_goal(self.gbs, self.objective, self.budget, self.min_throughput)
+        _check_gbs(self.gbs)
+        if not isinstance(self.goal, Goal):
+            raise InputError("goal", type(self.goal).__name__, "must be a Goal (objective, budget, min_throughput)")
 
     @classmethod
     def build(
@@ -138,9 +136,7 @@ class PlanRequest:
         model: str,
         gbs: int,
         pool: Cluster | Mapping[Pool, int],
-        objective: Objective | str = Objective.THROUGHPUT,
-        budget: float | None = None,
-        min_throughput: float | None = None,
+        goal: Goal | Objective | str | None = None,
         *,
         gpu_types: tuple[GPUType, ...] = SAILOR_GPU_TYPES,
         options: SearchOptions | None = None,
@@ -149,11 +145,18 @@ class PlanRequest:
     ) -> PlanRequest:
         """Validate the arguments of :func:`~heteroplan.planner.api.plan_job` and load their data.
 
-        ``options`` default to ``SearchOptions()`` with the simulator constants of ``data_dir``
-        (its ``sim_config.json``) when one is given; ``network`` defaults to ``data_dir``'s.
+        ``goal``: a :class:`~heteroplan.planner.goal.Goal`, or an objective alone (no bound); default
+        ``Goal()``, the most iterations/s at any cost. ``options`` default to ``SearchOptions()``
+        with the simulator constants of ``data_dir`` (its ``sim_config.json``) when one is given;
+        ``network`` defaults to ``data_dir``'s.
         """
-        objective = enum_choice(Objective, "objective", objective)
-        _check_goal(gbs, objective, budget, min_throughput)  # before loading anything
+        if goal is None:
+            goal = Goal()
+        elif isinstance(goal, str):  # an objective alone (Objective is a StrEnum)
+            goal = Goal(goal)
+        elif not isinstance(goal, Goal):
+            raise InputError("goal", type(goal).__name__, "must be a Goal, an Objective or its value")
+        _check_gbs(gbs)  # before loading anything
         profile = load_model_profile(model, data_dir)
         counts, types = normalize_pool(pool, {t.name: t for t in gpu_types})
         usable = {k: v for k, v in counts.items() if k[0] in profile.gpu_types and v > 0}
@@ -169,31 +172,18 @@ class PlanRequest:
             options = SearchOptions() if data_dir is None else SearchOptions(config=load_platforms(data_dir))
         elif not isinstance(options, SearchOptions):
             raise InputError("options", type(options).__name__, "must be a SearchOptions or None")
-        return cls(profile, network, types, usable, gbs, objective, budget, min_throughput, options)
-
-    @property
-    def goal(self) -> Goal:
-        """The objective and its constraint (:class:`~heteroplan.planner.goal.Goal`)."""
-        return Goal.of(self.objective, self.budget, self.min_throughput)
+        return cls(profile, network, types, usable, gbs, goal, options)
 
     def unconstrained(self, objective: Objective | str) -> PlanRequest:
         """The same request with ``objective`` and neither budget nor throughput floor."""
-        return PlanRequest(self.profile, self.network, self.gpu_types, self.pool, self.gbs, objective, None, None, self.options)
+        return replace(self, goal=Goal(objective))
 
 
-def _check_goal(gbs: int, objective: Objective, budget: float | None, min_throughput: float | None) -> None:
+def _check_gbs(gbs: int) -> None:
     if isinstance(gbs, bool) or not isinstance(gbs, int) or gbs < 1:
         raise InputError("gbs", gbs, "must be an integer >= 1")
     if gbs > MAX_BATCH:  # a plan file holds no more: the plan could not be written and run
         raise InputError("gbs", gbs, f"must be at most {MAX_BATCH:,} samples per iteration (what a plan file holds)")
-    for name, value in (("budget", budget), ("min_throughput", min_throughput)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
-                                  or not math.isfinite(value)):
-            raise InputError(name, value, "must be a finite number > 0")
-    if budget is not None and objective is not Objective.THROUGHPUT:  # it would be ignored
-        raise InputError("budget", budget, f"applies to objective='throughput', not '{objective}'")
-    if min_throughput is not None and objective is not Objective.COST:
-        raise InputError("min_throughput", min_throughput, f"applies to objective='cost', not '{objective}'")
 
 
 def normalize_pool(

@@ -256,7 +256,7 @@ def brute_force(
     ``sharding`` every choice of ZeRO-1 for the stages with several replicas and TP 1 (not of the
     mixed plans)."""
     network = network or load_network()
-    goal = Goal.of(objective, budget, min_throughput)
+    goal = Goal(objective, budget, min_throughput)
     plans = enumerate_plans(profile, gbs, pool, gpu_types, max_pp, microbatch_sizes, max_blocks, span_zones, sharding)
     if mixed:
         plans = itertools.chain(plans, enumerate_mixed_plans(

@@ -76,8 +76,8 @@ def choose_resources(
 ) -> ResourceChoice:
     """Solve the resource MILP for the request's pool, batch, objective and constraint
     (Dinkelbach loop for the cost objective); ``time_limit`` in seconds per MILP."""
-    pool, gbs, objective = request.pool, request.gbs, request.objective
-    budget, min_throughput = request.budget, request.min_throughput
+    pool, gbs, objective = request.pool, request.gbs, request.goal.objective
+    budget, min_throughput = request.goal.budget, request.goal.min_throughput
     total_time = 0.0
     if request.goal.wants_throughput:
         sol = solve(build_resource_model(kinds, pool, gbs, objective, budget), time_limit=time_limit, mip_gap=mip_gap)
