@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from heteroplan.errors import InputError, check_seconds
 
-__all__ = ["read_text", "read_json", "finite_number", "strict_int", "enum_choice", "enum_values", "local_process_limit",
+__all__ = ["read_text", "read_json", "finite_number", "work_fraction", "strict_int", "enum_choice", "enum_values", "local_process_limit",
            "check_process_count", "check_wait", "MIN_ROUND_S", "MAX_GENERATED_JOBS", "MAX_WAIT_S"]
 
 E = TypeVar("E", bound=Enum)
@@ -95,6 +95,18 @@ def finite_number(field: str, value: object, low: float | None = None, high: flo
     if high is not None and number > high:
         raise error(field, value, f"must be <= {high:g}")
     return number
+
+
+def work_fraction(value: object, field: str = "progress") -> float:
+    """A job's progress, the fraction of its total work done, as a float: a finite number >= 0
+    (anything ``float()`` takes, numpy scalars too; above 1 where a job runs past its nominal work)."""
+    try:
+        fraction = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(field, value, "must be a number >= 0 (fraction of total work)") from None
+    if not (fraction >= 0 and math.isfinite(fraction)):
+        raise InputError(field, value, "must be a number >= 0 (fraction of total work)")
+    return fraction
 
 
 def strict_int(field: str, value: object, low: int | None = None, error: type[InputError] = InputError) -> int:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from heteroplan.errors import InputError
+from heteroplan.inputs import work_fraction
 from heteroplan.perf.applications import AppSpec
 from heteroplan.perf.efficiency import PhiTable, efficiency
 from heteroplan.perf.fit import fit_throughput_params
@@ -85,16 +86,6 @@ def _as_counts(name: str, value: Any) -> np.ndarray:
     if np.any(arr != np.round(arr)):
         raise InputError(name, value, "must be whole numbers")
     return arr
-
-
-def _check_progress(progress: Any) -> float:
-    try:
-        p = float(progress)
-    except (TypeError, ValueError):
-        raise InputError("progress", progress, "must be a number in [0, 1]") from None
-    if not p >= 0 or not np.isfinite(p):
-        raise InputError("progress", progress, "must be a number in [0, 1]")
-    return min(p, 1.0)
 
 
 class GoodputModel:
@@ -200,7 +191,7 @@ class GoodputModel:
         self._measured_phi = min(value, 1e15)
 
     def _phi_at(self, progress: Any) -> float:
-        p = _check_progress(progress)
+        p = min(work_fraction(progress), 1.0)  # the table ends at the job's end
         if self._measured_phi is not None:
             return self._measured_phi
         return self.phi.at(p)

@@ -22,19 +22,10 @@ from typing import Any
 import numpy as np
 
 from heteroplan.errors import InputError
+from heteroplan.inputs import work_fraction
 from heteroplan.perf.measurements import ValidationRun
 
 __all__ = ["GradStats"]
-
-
-def _check_progress(progress: Any) -> float:
-    try:
-        p = float(progress)
-    except (TypeError, ValueError):
-        raise InputError("progress", progress, "must be a number >= 0 (fraction of total work)") from None
-    if not (p >= 0 and np.isfinite(p)):
-        raise InputError("progress", progress, "must be a number >= 0 (fraction of total work)")
-    return p
 
 
 @dataclass(frozen=True)
@@ -91,7 +82,7 @@ class GradStats:
 
     def epoch(self, progress: float) -> int:
         """0-based epoch in progress at ``progress`` (fraction of total work; last epoch beyond 1)."""
-        p = _check_progress(progress)
+        p = work_fraction(progress)
         return min(int(np.searchsorted(self.epoch_ends, p, side="right")), self.epochs - 1)
 
     def stats(self, batch_size: float, progress: float) -> tuple[float, float]:
