@@ -10,9 +10,9 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from heteroplan.cluster import Cluster
-from heteroplan.policies.base import Allocation
+from heteroplan.policies.base import Allocation, JobState
 
-__all__ = ["free_gpus", "take_gpus", "make_allocation", "usable_types", "nodes_by_type", "rate_of"]
+__all__ = ["free_gpus", "take_gpus", "place_gang", "make_allocation", "usable_types", "nodes_by_type", "rate_of"]
 
 
 def free_gpus(cluster: Cluster, allocations: Iterable[Allocation] = ()) -> dict[str, int]:
@@ -48,6 +48,15 @@ def take_gpus(free: dict[str, int], nodes: Iterable[str], count: int) -> tuple[t
         if need == 0:
             break
     return tuple(placement)
+
+
+def place_gang(job: JobState, cluster: Cluster, free: dict[str, int]) -> Allocation | None:
+    """``job``'s ``requested_gpus`` GPUs, all at once, on nodes of the types its estimator runs on
+    (:func:`usable_types`), best fit (:func:`take_gpus`), ``free`` debited; ``None`` (and no
+    change) if they do not fit."""
+    usable = set(usable_types(job.estimator, cluster.type_names, job.requested_gpus))
+    placement = take_gpus(free, [n.name for n in cluster.nodes if n.gpu_type in usable], job.requested_gpus)
+    return None if placement is None else make_allocation(placement, cluster)
 
 
 def make_allocation(placement: tuple[tuple[str, int], ...], cluster: Cluster) -> Allocation:

@@ -17,7 +17,7 @@ import numpy as np
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError, check_seconds
 from heteroplan.policies.base import Allocation, JobState
-from heteroplan.policies.packing import free_gpus, make_allocation, take_gpus, usable_types
+from heteroplan.policies.packing import free_gpus, place_gang
 from heteroplan.schema import Number, Seq, decode, shown
 
 __all__ = ["TiresiasPolicy"]
@@ -65,13 +65,10 @@ class TiresiasPolicy:
                 for n, c in prev.placement:
                     free[n] -= c
                 out[job.job_id] = prev
-        node_type = {n.name: n.gpu_type for n in cluster.nodes}
         for job in chosen:
             if job.job_id in out:
                 continue
-            ok = set(usable_types(job.estimator, cluster.type_names, job.requested_gpus))
-            nodes = [n.name for n in cluster.nodes if node_type[n.name] in ok]
-            placement = take_gpus(free, nodes, job.requested_gpus)
-            if placement is not None:
-                out[job.job_id] = make_allocation(placement, cluster)
+            allocation = place_gang(job, cluster, free)
+            if allocation is not None:
+                out[job.job_id] = allocation
         return out

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from heteroplan.cluster import Cluster
 from heteroplan.errors import check_seconds
 from heteroplan.policies.base import Allocation, JobState
-from heteroplan.policies.packing import free_gpus, make_allocation, take_gpus, usable_types
+from heteroplan.policies.packing import free_gpus, place_gang
 
 __all__ = ["YarnCSPolicy"]
 
@@ -33,16 +33,13 @@ class YarnCSPolicy:
         running = {j.job_id: j.allocation for j in jobs if j.allocation is not None and j.allocation.num_gpus}
         out: dict[str, Allocation] = dict(running)  # type: ignore[arg-type]
         free = free_gpus(cluster, out.values())
-        node_type = {n.name: n.gpu_type for n in cluster.nodes}
         for job in sorted(jobs, key=lambda j: (j.arrival_time, j.job_id)):
             if job.job_id in out:
                 continue
-            ok = set(usable_types(job.estimator, cluster.type_names, job.requested_gpus))
-            nodes = [n.name for n in cluster.nodes if node_type[n.name] in ok]
-            placement = take_gpus(free, nodes, job.requested_gpus)
-            if placement is None:
+            allocation = place_gang(job, cluster, free)
+            if allocation is None:
                 if self.backfill:
                     continue
                 break
-            out[job.job_id] = make_allocation(placement, cluster)
+            out[job.job_id] = allocation
         return out
