@@ -23,21 +23,14 @@ from pathlib import Path
 
 from heteroplan.cluster import GPUType
 from heteroplan.errors import InputError
-from heteroplan.perf.sailor_network import NetworkModel, load_network
-from heteroplan.perf.sailor_profiles import ModelProfile, load_model_profile
+from heteroplan.perf.sailor_network import NetworkModel
+from heteroplan.perf.sailor_profiles import ModelProfile
 from heteroplan.planner.model import sync
 from heteroplan.planner.model.sim_config import (
     PlatformConfigs,
     SimConfig,
-    as_platforms,
-    load_platforms,
 )
-from heteroplan.planner.model.simulator import (
-    PlanEstimate,
-    check_model_inputs,
-    gpu_catalog,
-    simulate_plan,
-)
+from heteroplan.planner.model.simulator import PlanEstimate, model_inputs, simulate_plan
 from heteroplan.planner.model.terms import rental_usd_per_s
 from heteroplan.planner.pipeline_set import PipelineSet
 
@@ -96,11 +89,7 @@ def simulate_pipeline_set(
     defaults as :func:`simulate_plan`'s."""
     if not isinstance(pset, PipelineSet):
         raise InputError("pipeline_set", type(pset).__name__, "must be a PipelineSet (one Plan: simulate_plan)")
-    check_model_inputs(profile, network)
-    profile = profile or load_model_profile(pset.model, data_dir)
-    network = network or load_network(data_dir)
-    table = load_platforms(data_dir) if config is None else as_platforms(config)
-    gpu_types = gpu_types or gpu_catalog()
+    profile, network, gpu_types, table = model_inputs(pset.model, profile, network, gpu_types, config, data_dir)
     alone = tuple(simulate_plan(p, profile=profile, network=network, gpu_types=gpu_types, config=table)
                   for p in pset.pipelines)
     D = pset.replicas

@@ -34,6 +34,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -82,7 +83,8 @@ from heteroplan.planner.model.terms import (
 from heteroplan.planner.plan import OptimizerSharding, Plan, Precision, Recomputation, Stage
 
 __all__ = [
-    "SimConfig", "PlatformConfigs", "PlanEstimate", "simulate_plan", "check_model_inputs", "DEFAULT_CONFIG",
+    "SimConfig", "PlatformConfigs", "PlanEstimate", "simulate_plan", "model_inputs", "ModelInputs",
+    "check_model_inputs", "DEFAULT_CONFIG",
     "PROFILED_CONFIG", "SHIPPED_PLATFORMS", "gpu_catalog", "replica_pipeline_times", "MemoryFit", "TimeTerms",
     "CostTerms", "MemoryTerms", "StageMemory", "StageTimes", "memory_terms", "PrecisionWarning",
 ]
@@ -478,11 +480,7 @@ def simulate_plan(
     if not isinstance(plan, Plan):
         raise InputError("plan", type(plan).__name__, "must be a heteroplan Plan (independent pipelines, a "
                          "PipelineSet: simulate_pipeline_set)")
-    check_model_inputs(profile, network)
-    profile = profile or load_model_profile(plan.model, data_dir)
-    network = network or load_network(data_dir)
-    table = load_platforms(data_dir) if config is None else as_platforms(config)
-    gpu_types = gpu_types or gpu_catalog()
+    profile, network, gpu_types, table = model_inputs(plan.model, profile, network, gpu_types, config, data_dir)
     _check_plan(plan, profile, gpu_types)
     reps = [s.replica_list() for s in plan.stages]  # reps[s][d]
     cfg = [[table.for_gpu(r.gpu_type) for r in s] for s in reps]  # cfg[s][d]
@@ -493,6 +491,26 @@ def simulate_plan(
     ring = _ring_sync(profile, network, plan, reps, cfg)
     uncalibrated = table.uncalibrated(r.gpu_type for row in reps for r in row)
     return _estimate(plan, profile, gpu_types, reps, cfg, micro, shares, compute, sends, ring, uncalibrated)
+
+
+class ModelInputs(NamedTuple):
+    """What a plan is priced with: the model's layer profile, the network, the GPU catalog by
+    name ($/h, memory GB) and the simulator constants per GPU type."""
+
+    profile: ModelProfile
+    network: NetworkModel
+    gpu_types: dict[str, GPUType]
+    table: PlatformConfigs
+
+
+def model_inputs(model: str, profile: ModelProfile | None, network: NetworkModel | None,
+                 gpu_types: dict[str, GPUType] | None, config: SimConfig | PlatformConfigs | None,
+                 data_dir: str | Path | None) -> ModelInputs:
+    """The inputs :func:`simulate_plan` and ``simulate_pipeline_set`` price ``model``'s plans with,
+    each given one checked and each missing one loaded (defaults: :func:`simulate_plan`)."""
+    check_model_inputs(profile, network)
+    return ModelInputs(profile or load_model_profile(model, data_dir), network or load_network(data_dir),
+                       gpu_types or gpu_catalog(), load_platforms(data_dir) if config is None else as_platforms(config))
 
 
 def check_model_inputs(profile: object, network: object) -> None:
