@@ -83,7 +83,7 @@ def _fits_along(app: str) -> list[dict]:
 def test_bootstrapped_fits_with_kept_fits_equal_fits_without(app, monkeypatch) -> None:
     clear_fit_cache()
     kept = [_fits_along(app), _fits_along(app)]  # the second model reuses the first's fits
-    monkeypatch.setattr(fit_module, "FIT_CACHE_SIZE", 0)
+    monkeypatch.setattr(fit_module.FITS, "capacity", 0)
     clear_fit_cache()
     fresh = _fits_along(app)
     assert kept[0] == fresh and kept[1] == fresh
@@ -100,7 +100,7 @@ def test_simulation_with_kept_fits_equals_simulation_without(monkeypatch) -> Non
 
     clear_fit_cache()
     kept = {name: run(name) for name in ("sia", "pollux-sia")}
-    monkeypatch.setattr(fit_module, "FIT_CACHE_SIZE", 0)
+    monkeypatch.setattr(fit_module.FITS, "capacity", 0)
     clear_fit_cache()
     for name, want in kept.items():
         assert run(name) == want, name
@@ -210,7 +210,7 @@ def test_kept_grids_give_the_goodputs_of_fresh_grids(monkeypatch) -> None:
 
     goodput_module.clear_grid_cache()
     kept = models()
-    monkeypatch.setattr(goodput_module, "GRID_CACHE_BYTES", 0)  # every grid built anew
+    monkeypatch.setattr(goodput_module.GRIDS, "capacity", 0)  # every grid built anew
     goodput_module.clear_grid_cache()
     fresh = models()
     for a, b in zip(kept, fresh, strict=True):

@@ -18,8 +18,6 @@ Parameters without supporting data are held, not fitted:
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -28,6 +26,7 @@ from scipy.special import expit
 
 from heteroplan.errors import InputError
 from heteroplan.inputs import enum_choice
+from heteroplan.lru import LRUCache
 from heteroplan.perf.measurements import Measurements
 from heteroplan.perf.throughput import ThroughputParams
 
@@ -46,8 +45,7 @@ class MissingSync(StrEnum):
 # the same placements (960-job newTrace: 70% of Sia's refits, 56% of Pollux's). The result of a
 # fit is kept per exact input (the observations' bytes, warm start, prior and options).
 FIT_CACHE_SIZE = 8192  # fits kept (least recently used dropped first)
-_fit_cache: OrderedDict[bytes, ThroughputParams] = OrderedDict()
-_fit_cache_lock = threading.Lock()
+FITS: LRUCache[bytes, ThroughputParams] = LRUCache(FIT_CACHE_SIZE)
 
 
 # The model's values at the last point are kept for the Jacobian at that same point (about half
@@ -57,8 +55,7 @@ REUSE_LAST_POINT = True
 
 def clear_fit_cache() -> None:
     """Forget every kept fit (the next fits run the solver again)."""
-    with _fit_cache_lock:
-        _fit_cache.clear()
+    FITS.clear()
 
 
 def _gamma_to_z(gamma: np.ndarray) -> np.ndarray:
@@ -147,17 +144,10 @@ def fit_throughput_params(
         raise InputError("prior_weight", prior_weight, "must be >= 0")
     missing = enum_choice(MissingSync, "missing", missing)
     key = _fit_key(meas, init, fallback, prior_weight, sync_weight, prior, missing)
-    with _fit_cache_lock:
-        hit = _fit_cache.get(key)
-        if hit is not None:
-            _fit_cache.move_to_end(key)
-            return hit
-    params = _fit(meas, init, fallback, prior_weight, sync_weight, prior, missing)
-    with _fit_cache_lock:
-        _fit_cache[key] = params
-        if len(_fit_cache) > FIT_CACHE_SIZE:
-            _fit_cache.popitem(last=False)
-    return params
+    hit = FITS.get(key)
+    if hit is not None:
+        return hit
+    return FITS.put(key, _fit(meas, init, fallback, prior_weight, sync_weight, prior, missing))
 
 
 def _fit_key(meas: Measurements, *options: object) -> bytes:

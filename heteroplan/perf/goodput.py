@@ -16,8 +16,6 @@ configurations every round pays only for the efficiency term.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +23,7 @@ import numpy as np
 
 from heteroplan.errors import InputError
 from heteroplan.inputs import work_fraction
+from heteroplan.lru import LRUCache
 from heteroplan.perf.applications import AppSpec
 from heteroplan.perf.efficiency import PhiTable, efficiency
 from heteroplan.perf.fit import fit_throughput_params
@@ -41,36 +40,19 @@ _EDGE_STEPS = np.array([1.0, 2.0, 3.0, 4.0])
 # over: a model's own cache is dropped at every refit, and jobs of one application share fits
 # (the fit cache). Grids are kept across models per exact input, up to GRID_CACHE_BYTES.
 GRID_CACHE_BYTES = 64 * 2**20
-_grid_cache: OrderedDict[tuple, tuple] = OrderedDict()
-_grid_cache_size = [0]
-_grid_cache_lock = threading.Lock()
+
+
+def _grid_bytes(entry: tuple) -> float:
+    """Bytes of a grid's arrays (``entry[0]`` is its shape)."""
+    return sum(arr.nbytes for arr in entry[1:])
+
+
+GRIDS: LRUCache[tuple, tuple] = LRUCache(GRID_CACHE_BYTES, _grid_bytes)
 
 
 def clear_grid_cache() -> None:
     """Forget every kept throughput grid."""
-    with _grid_cache_lock:
-        _grid_cache.clear()
-        _grid_cache_size[0] = 0
-
-
-def _kept_grid(key: tuple) -> tuple | None:
-    with _grid_cache_lock:
-        hit = _grid_cache.get(key)
-        if hit is not None:
-            _grid_cache.move_to_end(key)
-        return hit
-
-
-def _keep_grid(key: tuple, entry: tuple) -> None:
-    size = sum(arr.nbytes for arr in entry[1:])
-    with _grid_cache_lock:
-        if key in _grid_cache:
-            return
-        _grid_cache[key] = entry
-        _grid_cache_size[0] += size
-        while _grid_cache_size[0] > GRID_CACHE_BYTES and _grid_cache:
-            _, old = _grid_cache.popitem(last=False)
-            _grid_cache_size[0] -= sum(arr.nbytes for arr in old[1:])
+    GRIDS.clear()
 
 
 def _as_counts(name: str, value: Any) -> np.ndarray:
@@ -312,11 +294,10 @@ class GoodputModel:
         entry = self._cache.get(key)
         if entry is None:
             shared = (self._signature(), key)
-            entry = _kept_grid(shared)
+            entry = GRIDS.get(shared)
             if entry is None:
                 types = gpu_type if isinstance(gpu_type, str) else np.asarray(arr, dtype=str)
-                entry = self._build_grid(types, n, k)
-                _keep_grid(shared, entry)
+                entry = GRIDS.put(shared, self._build_grid(types, n, k))
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()
             self._cache[key] = entry
