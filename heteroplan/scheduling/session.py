@@ -155,7 +155,8 @@ class SchedulingSession:
                 for a Sia application an :class:`~heteroplan.perf.sia_data.Estimator` or its value:
                 ``"bootstrap"`` (Sia's 1-GPU profiles, refit from reported step timings) or
                 ``"oracle"`` (the application's fitted ground truth); ``None``
-                for a policy that reads none (FIFO).
+                for a policy that reads none (FIFO). Asked at once on the session's cluster
+                (admission): a goodput that is not a finite number >= 0 is an ``InputError``.
             requested_gpus: its gang size (GPUs a rigid policy gives it).
             max_gpus: most GPUs it may use, >= ``requested_gpus`` (default: the application's
                 maximum batch size, at least ``requested_gpus``; else ``requested_gpus``).
@@ -169,10 +170,10 @@ class SchedulingSession:
         """
         if isinstance(job_id, str) and job_id in self._jobs:
             raise InputError("job_id", job_id, "already submitted; job ids must be unique")
-        self._jobs[job_id] = new_job(job_id, arrival_time, application, perf_model, requested_gpus, max_gpus,
-                                     elastic, batch_size, total_work, restart_delay_s,
-                                     elastic_policy=bool(self.policy.elastic))
-        self._live[job_id] = self._jobs[job_id]
+        job = new_job(job_id, arrival_time, application, perf_model, requested_gpus, max_gpus,
+                      elastic, batch_size, total_work, restart_delay_s, elastic_policy=bool(self.policy.elastic))
+        _admit(job, self.cluster)  # a model that fails or answers NaN is refused now, not at a later round
+        self._jobs[job_id] = self._live[job_id] = job
 
     def report(self, job_id: str, *, work_done: float | None = None, steps_done: int | None = None,
                batch_size: int | None = None, step_timing: StepTiming | None = None,
@@ -584,7 +585,11 @@ def _rate_of(job: SessionJob, cluster: Cluster) -> Any:
             raise InputError(f"job[{job.job_id}].perf_model", type(model).__name__,
                              f"goodput({gpu_type!r}, {num_nodes}, {num_gpus}) failed: {type(exc).__name__}: {exc}"
                              ) from exc
-        return value if math.isfinite(value) else 0.0
+        if not (math.isfinite(value) and value >= 0):  # NaN is no "cannot run here": say so, don't park on it
+            raise InputError(f"job[{job.job_id}].perf_model", type(model).__name__,
+                             f"goodput({gpu_type!r}, {num_nodes}, {num_gpus}) returned {value}: must be a finite "
+                             "number >= 0 (work units/s; 0: cannot run there)")
+        return value
 
     return rate
 

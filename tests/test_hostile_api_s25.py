@@ -1,0 +1,96 @@
+"""Hostile inputs to the Python API (session 25): what users' own schedulers, notebooks and pipelines
+pass to the scheduling session, the planner, the simulator and the goodput models. Each bad value
+must raise :class:`InputError` naming the field and the value (a plain TypeError for an unknown
+keyword), never an exception from inside numpy, HiGHS or a policy, and never be taken silently."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from heteroplan import SchedulingSession, make_policy, preset
+from heteroplan.errors import InputError
+from heteroplan.formulations.sia import ConfigSet
+from heteroplan.policies.base import JobState
+from heteroplan.policies.common import goodput_pairs
+
+SIA64 = preset("sia-64")
+
+
+class _Rate:
+    """A user's model: ``goodput`` alone (no ``gpu_types``), answering ``f(gpu_type, num_gpus)``."""
+
+    def __init__(self, f) -> None:
+        self.f = f
+
+    def goodput(self, gpu_type, num_nodes, num_gpus, progress=0.0):
+        return self.f(gpu_type, num_gpus)
+
+
+def _scaled(g):
+    return 1.0 * np.asarray(g)
+
+
+# -- the scheduling session's performance models ---------------------------------------------
+
+@pytest.mark.parametrize("policy", ["fifo", "sia", "gavel", "hadar"])
+@pytest.mark.parametrize(("answer", "shown"), [
+    (lambda t, g: math.nan, "nan"),  # was parked as "zero goodput on every type"
+    (lambda t, g: math.inf, "inf"),  # likewise
+    (lambda t, g: -1.0, "-1.0"),  # likewise
+    (lambda t, g: math.nan if t == "aws" else _scaled(g), "nan"),  # was run on the other types, or a numpy error
+    (lambda t, g: -5.0 if t == "aws" else _scaled(g), "-5.0"),
+])
+def test_a_model_answering_nan_inf_or_negative_is_refused_at_submit(policy, answer, shown) -> None:
+    session = SchedulingSession(SIA64, make_policy(policy))
+    with pytest.raises(InputError, match=rf"job\[a\]\.perf_model.*returned {shown}: must be a finite number >= 0"):
+        session.submit("a", arrival_time=0.0, application="x", perf_model=_Rate(answer), requested_gpus=4,
+                       total_work=100.0)
+    assert session.job_ids == ()  # refused before anything changed
+
+
+def test_a_model_answering_zero_on_every_type_is_still_parked() -> None:
+    session = SchedulingSession(SIA64, make_policy("fifo"))
+    session.submit("a", arrival_time=0.0, application="x", perf_model=_Rate(lambda t, g: 0.0), total_work=1.0)
+    assert session.round(0.0)["a"].parked is not None
+
+
+@pytest.mark.parametrize("policy", ["sia", "pollux"])
+def test_a_model_answering_the_wrong_shape_is_named(policy) -> None:
+    """Sia and Pollux ask for every configuration at once (arrays); a two-number answer to three
+    configurations was a PolicyError from numpy's reshape that blamed the policy."""
+    session = SchedulingSession(SIA64, make_policy(policy))
+    session.submit("a", arrival_time=0.0, application="x", total_work=100.0,
+                   perf_model=_Rate(lambda t, g: np.array([1.0, 2.0]) if np.ndim(g) else 1.0))
+    with pytest.raises(InputError, match=r"job\[a\]\.perf_model.*answered shape \(2,\)"):
+        session.round(0.0)
+
+
+@pytest.mark.parametrize("policy", ["sia", "pollux"])
+def test_a_model_answering_one_number_for_every_configuration_runs(policy) -> None:
+    """A constant answer (a numpy scalar) to array arguments counts for every configuration, as it
+    does under FIFO, Gavel and Hadar; it was a PolicyError (numpy reshape) under Sia."""
+    session = SchedulingSession(SIA64, make_policy(policy))
+    session.submit("a", arrival_time=0.0, application="x", total_work=100.0, perf_model=_Rate(lambda t, g: np.float32(2)))
+    decision = session.round(0.0)["a"]
+    assert decision.allocation is not None and decision.allocation.num_gpus == 1
+
+
+def test_pollux_runs_a_model_without_gpu_types() -> None:
+    """The session takes any object with ``goodput``; Pollux read ``estimator.gpu_types`` and failed
+    with an AttributeError (a PolicyError) for one without."""
+    session = SchedulingSession(SIA64, make_policy("pollux"))
+    session.submit("a", arrival_time=0.0, application="x", total_work=100.0, perf_model=_Rate(lambda t, g: _scaled(g)))
+    decision = session.round(0.0)["a"]
+    assert decision.allocation is not None and decision.allocation.gpu_type in SIA64.type_names
+
+
+def test_goodputs_read_with_arrays_refuse_nan_inside_the_array() -> None:
+    """NaN on some configurations only (past what admission asks) never enters a policy's model."""
+    configs = ConfigSet.from_cluster(SIA64)
+    model = _Rate(lambda t, g: np.where(np.asarray(g) >= 8, np.nan, _scaled(g)))
+    job = JobState("j", "x", 0.0, requested_gpus=1, elastic=True, remaining_work=1.0, estimator=model, max_gpus=64)
+    with pytest.raises(InputError, match=r"job\[j\]\.perf_model.*goodput\('\w+', \d+, (8|16|24|32|40|48|56|64)\) returned nan"):
+        goodput_pairs([job], configs, scale_up=None)
