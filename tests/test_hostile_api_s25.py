@@ -94,3 +94,56 @@ def test_goodputs_read_with_arrays_refuse_nan_inside_the_array() -> None:
     job = JobState("j", "x", 0.0, requested_gpus=1, elastic=True, remaining_work=1.0, estimator=model, max_gpus=64)
     with pytest.raises(InputError, match=r"job\[j\]\.perf_model.*goodput\('\w+', \d+, (8|16|24|32|40|48|56|64)\) returned nan"):
         goodput_pairs([job], configs, scale_up=None)
+
+
+# -- the scheduling session's counts and times -----------------------------------------------
+
+def _session_with_a_running_job() -> SchedulingSession:
+    from heteroplan.perf.goodput import ThroughputTable
+
+    session = SchedulingSession(SIA64, make_policy("fifo"))
+    session.submit("a", arrival_time=0.0, perf_model=ThroughputTable({"aws": 1.0}), requested_gpus=2, total_work=100.0)
+    session.round(0.0)
+    return session
+
+
+def test_numpy_integers_are_counts(tmp_path) -> None:
+    """Steps, batch sizes and GPU counts read from numpy arrays (``np.int64``) were refused with
+    'must be an integer' (work_done took numpy numbers already); they are taken as ints and saved."""
+    from heteroplan import StepTiming
+    from heteroplan.perf.goodput import ThroughputTable
+
+    session = SchedulingSession(SIA64, make_policy("sia"))
+    session.submit("a", arrival_time=0.0, perf_model=ThroughputTable({"aws": 1.0}), requested_gpus=np.int64(2),
+                   max_gpus=np.int32(4), batch_size=np.int64(8), total_work=100.0)
+    session.submit("c", arrival_time=0.0, application="cifar10")
+    session.round(0.0)
+    session.report("a", work_done=np.float32(3), steps_done=np.int64(4), batch_size=np.int64(16))
+    session.report("c", step_timing=StepTiming("aws", (np.int64(1),), 32, 0.5, 0.1))
+    session.fail("a", 10.0, steps_redone=np.int64(1))
+    session.save(tmp_path / "s.json")
+    restored = SchedulingSession.load(tmp_path / "s.json", SIA64, make_policy("sia"))
+    record = restored.record("a")
+    assert (record.steps_done, record.requested_gpus, type(record.steps_done)) == (3, 2, int)  # 4 steps, 1 redone
+    assert restored.record("c").observations == 1
+    with pytest.raises(InputError, match=r"job\[a\]\.steps_done"):
+        session.report("a", steps_done=np.bool_(True))  # a numpy bool is no count
+
+
+@pytest.mark.parametrize("event", [
+    lambda s: s.fail("a", 50.0),
+    lambda s: s.release("a", 50.0),
+    lambda s: s.give_up("a", 50.0, "broken"),
+    lambda s: s.update_cluster(SIA64, 50.0),
+])
+def test_an_event_before_the_last_round_is_refused(event) -> None:
+    """A failure, release, give-up or cluster change dated before the last round was taken: the job
+    had been charged its GPUs up to the round already, and a failure 'at 50 s' of a job that the round
+    at 100 s kept running was recorded without a word (``finish`` refused such a time already)."""
+    session = _session_with_a_running_job()
+    session.report("a", work_done=10.0)
+    session.round(100.0)
+    before = session.record("a")
+    with pytest.raises(InputError, match=r"at=50\.0: is before the last round \(100\.0 s\)"):
+        event(session)
+    assert session.record("a") == before

@@ -22,7 +22,8 @@ from the policy, their decision ``WAIT`` (``PREEMPT`` if they held GPUs) carryin
 job parked on a small cluster starts once the cluster grows.
 
 **Invariants.** The clock is finite seconds >= 0 and never goes back; a job finishes at or after
-its arrival and the last round; work and steps reported never go back; a finished job's record is
+its arrival and the last round, and fails, is released or given up (and the cluster
+changes) no earlier than the last round; work and steps reported never go back; a finished job's record is
 final; ``max_gpus >= requested_gpus``; a policy's answer is checked
 (:func:`~heteroplan.policies.base.check_allocations`). Bad input is an
 :class:`~heteroplan.errors.InputError` naming the field and the value, raised before anything
@@ -85,6 +86,7 @@ from heteroplan.scheduling.arguments import (
     MAX_COUNT,
     check_clock,
     check_count,
+    check_event,
     check_final,
     check_finish,
     check_report,
@@ -205,14 +207,14 @@ class SchedulingSession:
         if steps_done is not None:
             if work_done is None and steps_done > job.steps_done and job.allocation is not None:
                 job.max_gpus_run = max(job.max_gpus_run, job.allocation.num_gpus)
-            job.steps_done = steps_done
+            job.steps_done = int(steps_done)
             job.reported = True
         if batch_size is not None:
-            job.batch_size = batch_size
+            job.batch_size = int(batch_size)
         if step_timing is not None:
             if isinstance(job.estimator, ObservesSteps):
-                job.estimator.observe(step_timing.gpu_type, list(step_timing.placement), step_timing.local_bsz,
-                                      step_timing.step_time, step_timing.sync_time)
+                job.estimator.observe(step_timing.gpu_type, [int(c) for c in step_timing.placement],
+                                      step_timing.local_bsz, step_timing.step_time, step_timing.sync_time)
                 job.observations += 1
         if phi is not None:
             job.phi = float(phi)
@@ -239,10 +241,10 @@ class SchedulingSession:
         iterations done since that checkpoint, which it must train again. Counted in
         ``JobRecord.failures`` and ``JobRecord.steps_redone``."""
         job = self._job(job_id)
-        at = finite_seconds("at", at)
+        at = check_event("at", at, self._last_round)
         if job.finish_time is not None or job.gave_up is not None:
             raise InputError(f"job[{job_id}]", job_id, "is no longer running (finished or given up)")
-        check_count(f"job[{job_id}].steps_redone", steps_redone, 0, MAX_COUNT)
+        steps_redone = check_count(f"job[{job_id}].steps_redone", steps_redone, 0, MAX_COUNT)
         self._release(job, at)
         job.failures += 1
         job.steps_redone += steps_redone
@@ -256,7 +258,7 @@ class SchedulingSession:
         shutting down): it holds no GPUs from then on (charged up to ``at``) and the next round
         starts it again from its checkpoint (a restart). Not a failure."""
         job = self._job(job_id)
-        at = finite_seconds("at", at)
+        at = check_event("at", at, self._last_round)
         self._release(job, at)
 
     def give_up(self, job_id: str, at: float, reason: str) -> JobRecord:
@@ -264,7 +266,7 @@ class SchedulingSession:
         gave up on it for ``reason``). It leaves the rounds and :meth:`unfinished`; its record keeps
         ``finish_time=None`` and says why (``JobRecord.gave_up``)."""
         job = self._job(job_id)
-        at = finite_seconds("at", at)
+        at = check_event("at", at, self._last_round)
         if not isinstance(reason, str) or not reason:
             raise InputError(f"job[{job_id}].reason", reason, "must be a non-empty string")
         if job.finish_time is not None or job.gave_up is not None:
@@ -283,7 +285,7 @@ class SchedulingSession:
         """
         if not isinstance(cluster, Cluster):
             raise InputError("cluster", type(cluster).__name__, "must be a heteroplan.cluster.Cluster")
-        at = finite_seconds("at", at)
+        at = check_event("at", at, self._last_round)
         nodes = {n.name: n for n in cluster.nodes}
         lost = []
         for job in self._jobs.values():
