@@ -147,3 +147,42 @@ def test_an_event_before_the_last_round_is_refused(event) -> None:
     with pytest.raises(InputError, match=r"at=50\.0: is before the last round \(100\.0 s\)"):
         event(session)
     assert session.record("a") == before
+
+
+# -- the planner's request -------------------------------------------------------------------
+
+def test_a_bound_of_more_than_a_float_holds_is_named() -> None:
+    """``Goal(budget=10**400)`` was an OverflowError from math.isfinite."""
+    from heteroplan.planner.goal import Goal
+
+    with pytest.raises(InputError, match=r"^budget=1000.*must be a finite number > 0"):
+        Goal(budget=10**400)
+    with pytest.raises(InputError, match=r"^min_throughput=1000.*must be a finite number > 0"):
+        Goal("cost", min_throughput=10**400)
+
+
+def test_numpy_numbers_are_bounds_counts_and_batches() -> None:
+    """A budget, floor, global batch or pool count read from numpy (np.float32, np.int64) was refused
+    as 'must be a finite number' / 'must be an integer'; taken as Python numbers, the same plan."""
+    from heteroplan.planner.api import plan_job
+    from heteroplan.planner.goal import Goal
+
+    assert Goal(budget=np.float32(0.5)) == Goal(budget=0.5)
+    goal = Goal("cost", min_throughput=np.int64(2))
+    assert goal.min_throughput == 2.0 and type(goal.min_throughput) is float
+    pool = ("A100-40", "us-central1-a")
+    got = plan_job("OPT-350", np.int64(64), {pool: np.int64(8)})
+    assert got.plan == plan_job("OPT-350", 64, {pool: 8}).plan
+    assert type(got.plan.global_batch_size) is int
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"gpu_types": ("A100-40",)}, "gpu_types"),  # was AttributeError: 'str' object has no attribute 'name'
+    ({"gpu_types": "A100-40"}, "gpu_types"),
+    ({"network": "us-central1-a"}, "network"),  # was AttributeError: 'str' object has no attribute 'zones'
+])
+def test_a_catalog_or_network_of_the_wrong_type_is_named(kwargs, field) -> None:
+    from heteroplan.planner.api import plan_job
+
+    with pytest.raises(InputError, match=rf"^{field}="):
+        plan_job("OPT-350", 64, {("A100-40", "us-central1-a"): 8}, **kwargs)
