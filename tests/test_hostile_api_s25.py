@@ -186,3 +186,49 @@ def test_a_catalog_or_network_of_the_wrong_type_is_named(kwargs, field) -> None:
 
     with pytest.raises(InputError, match=rf"^{field}="):
         plan_job("OPT-350", 64, {("A100-40", "us-central1-a"): 8}, **kwargs)
+
+
+# -- the planner's simulator and Pareto sweep ------------------------------------------------
+
+def _one_stage_plan(zone: str = "us-central1-a", **kw):
+    from heteroplan import Plan, ReplicaGroup, Stage
+
+    return Plan("OPT-350", kw.pop("gbs", 64), kw.pop("mbs", 8), (Stage(0, 26, (ReplicaGroup("A100-40", zone, 1, 1),)),))
+
+
+def test_simulate_plan_refuses_a_zone_the_network_never_measured() -> None:
+    """plan_job refuses such a pool; simulate_plan priced the plan as if the zone were any other."""
+    from heteroplan.planner.model.simulator import simulate_plan
+
+    with pytest.raises(InputError, match=r"replica\.zone='mars-1': no network measurements; known zones"):
+        simulate_plan(_one_stage_plan("mars-1"))
+
+
+@pytest.mark.parametrize("catalog", [[1, 2], {"A100-40": "A100"}])
+def test_simulate_plan_names_a_catalog_that_is_no_catalog(catalog) -> None:
+    """``gpu_types={"A100-40": "A100"}`` was an AttributeError deep in the compute terms."""
+    from heteroplan.planner.model.simulator import simulate_plan
+
+    with pytest.raises(InputError, match=r"^gpu_types=.*must map GPU type names to GPUType"):
+        simulate_plan(_one_stage_plan(), gpu_types=catalog)
+
+
+def test_a_plan_takes_numpy_batch_sizes_as_its_stages_take_numpy_layers() -> None:
+    from heteroplan.planner.model.simulator import simulate_plan
+
+    plan = _one_stage_plan(gbs=np.int64(64), mbs=np.int32(8))
+    assert type(plan.global_batch_size) is int and plan == _one_stage_plan()
+    assert simulate_plan(plan).iteration_time_s == simulate_plan(_one_stage_plan()).iteration_time_s
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"n": 10**6}, "n"),  # was a million plan searches: no answer for hours
+    ({"budgets": [0.1] * 1001}, "budgets"),
+    ({"budgets": [10**400]}, "budgets"),  # was a TypeError from np.isfinite
+    ({"min_throughputs": [complex(1, 1)]}, "min_throughputs"),
+])
+def test_pareto_front_refuses_a_sweep_it_cannot_run(kwargs, field) -> None:
+    from heteroplan.planner.pareto import pareto_front
+
+    with pytest.raises(InputError, match=rf"^{field}="):
+        pareto_front("OPT-350", 64, {("A100-40", "us-central1-a"): 8}, **kwargs)
