@@ -224,3 +224,38 @@ def test_pareto_front_refuses_a_sweep_it_cannot_run(kwargs, field) -> None:
 
     with pytest.raises(InputError, match=rf"^{field}="):
         pareto_front("OPT-350", 64, {("A100-40", "us-central1-a"): 8}, **kwargs)
+
+
+# -- policy options --------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("policy", "option", "value"), [
+    ("sia", "restart_penalty", "no"),  # was taken (a truthy string: the penalty stayed on)
+    ("sia", "restart_penalty", None),  # was taken (falsy: the penalty silently off)
+    ("fifo", "backfill", "false"),  # a truthy string: backfilling on
+    ("gavel", "two_stage", 0),
+    ("hadar", "fill_idle", math.nan),
+    ("pollux", "merged_profile", "yes"),
+    ("pollux", "p", "x"),  # was taken; the first round failed inside numpy
+    ("pollux", "scale_up", math.nan),
+    ("sia", "round_length", 10**400),  # was an OverflowError
+    ("sia", "time_limit", 10**400),
+    ("hadar", "slot", 10**400),
+    ("pollux", "restart_price_s", 10**400),
+    ("gavel", "round_length", math.inf),  # a round that never ends
+    ("sia", "name", math.nan),  # a label that is no string
+    ("sia", "_goodputs", None),  # the policy's own state, not an option
+    ("gavel", "last_result", None),
+    ("hadar", "max_slot", "x"),
+    ("hadar", "max_slot", 10**400),  # was an OverflowError in the first round's float comparison
+    ("fifo", "restart_delay_s", math.inf),  # every restart would never end
+    ("fifo", "restart_delay_s", 10**400),
+])
+def test_a_policy_option_of_the_wrong_kind_is_named(policy, option, value) -> None:
+    with pytest.raises(InputError, match=rf"\b{option}="):
+        make_policy(policy, **{option: value})
+
+
+def test_policy_options_of_the_right_kind_still_build_the_same_policy() -> None:
+    assert make_policy("sia", restart_penalty=False, p=-1, round_length=np.float64(30)).restart_penalty is False
+    assert make_policy("hadar", max_slot=np.int64(40), fill_idle=False).max_slot == 40
+    assert make_policy("fifo", restart_delay_s=np.float32(5)).restart_delay_s == 5.0
