@@ -259,3 +259,33 @@ def test_policy_options_of_the_right_kind_still_build_the_same_policy() -> None:
     assert make_policy("sia", restart_penalty=False, p=-1, round_length=np.float64(30)).restart_penalty is False
     assert make_policy("hadar", max_slot=np.int64(40), fill_idle=False).max_slot == 40
     assert make_policy("fifo", restart_delay_s=np.float32(5)).restart_delay_s == 5.0
+
+
+# -- fitting measured steps ------------------------------------------------------------------
+
+def _steps():
+    from heteroplan.perf.measurements import Measurements
+
+    return Measurements([1, 1, 1], [1, 1, 1], [32, 64, 128], [0.3, 0.5, 0.9], [0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"init": "x"}, "init"),  # was an AttributeError: 'str' object has no attribute 'as_array'
+    ({"prior": 3}, "prior"),
+    ({"fallback": {"alpha_c": 1.0}}, "fallback"),
+    ({"sync_weight": math.inf}, "sync_weight"),  # was taken
+    ({"prior_weight": math.inf}, "prior_weight"),  # was taken: the prior alone, the data ignored
+])
+def test_fit_names_an_option_of_the_wrong_kind(kwargs, field) -> None:
+    from heteroplan.perf.fit import fit_throughput_params
+
+    with pytest.raises(InputError, match=rf"^{field}="):
+        fit_throughput_params(_steps(), **kwargs)
+
+
+def test_measurements_of_strings_are_named() -> None:
+    """``Measurements(["a"], ...)`` was a ValueError from numpy's float conversion."""
+    from heteroplan.perf.measurements import Measurements
+
+    with pytest.raises(InputError, match=r"^num_nodes=\['a'\]: must be numbers"):
+        Measurements(["a"], [1], [32], [0.5], [0.0])
