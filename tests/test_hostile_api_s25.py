@@ -289,3 +289,37 @@ def test_measurements_of_strings_are_named() -> None:
 
     with pytest.raises(InputError, match=r"^num_nodes=\['a'\]: must be numbers"):
         Measurements(["a"], [1], [32], [0.5], [0.0])
+
+
+# -- clusters, generated workloads and the simulator -----------------------------------------
+
+def test_cluster_names_a_one_element_key_and_an_unhashable_preset() -> None:
+    from heteroplan import Cluster, GPUType, preset
+
+    with pytest.raises(InputError, match=r"^counts=\('g',\): keys must be"):  # was a ValueError from unpacking
+        Cluster.from_counts((GPUType("g", 16, 4),), {("g",): 8}, "c")
+    with pytest.raises(InputError, match=r"^cluster=\['sia-64'\]: unknown preset"):  # was a TypeError: unhashable
+        preset(["sia-64"])
+
+
+def test_newtrace_names_weights_whose_sum_overflows() -> None:
+    """Each weight finite, their sum not: a ValueError from numpy ('probabilities do not sum to 1')."""
+    from heteroplan.workload.newtrace import NewTraceSpec
+
+    with pytest.raises(InputError, match=r"^newtrace\.mix=.*add up to a finite number"):
+        NewTraceSpec(jobs=5, hours=1.0, mix={"cifar10": 1e308, "bert": 1e308})
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"stall_limit": math.nan}, "stall_limit"),  # was taken: a stalled run never stopped on it
+    ({"max_rounds": 2.5}, "max_rounds"),  # was taken
+    ({"record": "yes"}, "record"),  # was taken by truthiness
+    ({"progress": "no"}, "progress"),  # a truthy string: a progress bar
+])
+def test_simulate_names_an_option_of_the_wrong_kind(kwargs, field) -> None:
+    from heteroplan.sim.loop import simulate
+    from heteroplan.workload.newtrace import NewTraceSpec, generate_newtrace
+
+    jobs = generate_newtrace(NewTraceSpec(jobs=2, hours=1.0), seed=0)
+    with pytest.raises(InputError, match=rf"^{field}="):
+        simulate(jobs, SIA64, make_policy("fifo"), **kwargs)
