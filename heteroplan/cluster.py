@@ -288,6 +288,8 @@ class Cluster:
         nodes: list[Node] = []
         total = 0
         for key, count in counts.items():
+            if not isinstance(key, str) and not (isinstance(key, tuple) and len(key) == 2):
+                raise ClusterError("counts", key, "keys must be GPU type names or (gpu_type, zone) pairs")
             gpu_type, zone = (key, "default") if isinstance(key, str) else key
             _check_count(f"counts[{key!r}]", count)
             if gpu_type not in types:
@@ -432,5 +434,5 @@ def preset(name: str) -> Cluster:
     """
     try:
         return PRESETS[name]()
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: an unhashable name (a list)
         raise ClusterError("cluster", name, f"unknown preset; known: {sorted(PRESETS)}") from None

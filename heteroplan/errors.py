@@ -132,4 +132,7 @@ def check_seconds(field: str, value: object) -> float:
     """``value`` as a number of seconds ``> 0``, else :class:`InputError` naming ``field``."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise InputError(field, value, "must be a number of seconds > 0")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond a float (10**400)
+        raise InputError(field, value, "must be a number of seconds > 0 that a float holds") from None

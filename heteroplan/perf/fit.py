@@ -25,7 +25,7 @@ import numpy as np
 from scipy.special import expit
 
 from heteroplan.errors import InputError
-from heteroplan.inputs import enum_choice
+from heteroplan.inputs import enum_choice, finite_number
 from heteroplan.lru import LRUCache
 from heteroplan.perf.measurements import Measurements
 from heteroplan.perf.throughput import ThroughputParams
@@ -142,6 +142,11 @@ def fit_throughput_params(
         raise InputError("meas", 0, "need at least one observation to fit")
     if not prior_weight >= 0:
         raise InputError("prior_weight", prior_weight, "must be >= 0")
+    finite_number("prior_weight", prior_weight, low=0.0)  # inf: the prior alone, the data ignored
+    finite_number("sync_weight", sync_weight, low=0.0)
+    for name, params in (("init", init), ("fallback", fallback), ("prior", prior)):
+        if params is not None and not isinstance(params, ThroughputParams):
+            raise InputError(name, type(params).__name__, "must be a ThroughputParams or None")
     missing = enum_choice(MissingSync, "missing", missing)
     key = _fit_key(meas, init, fallback, prior_weight, sync_weight, prior, missing)
     hit = FITS.get(key)

@@ -77,7 +77,10 @@ class Measurements:
     def __post_init__(self) -> None:
         arrays = {}
         for name in ("num_nodes", "num_gpus", "local_bsz", "step_time", "sync_time"):
-            arr = np.atleast_1d(np.asarray(getattr(self, name), dtype=float))
+            try:
+                arr = np.atleast_1d(np.asarray(getattr(self, name), dtype=float))
+            except (TypeError, ValueError):  # strings, None, ragged lists: numpy's errors
+                raise InputError(name, getattr(self, name), "must be numbers (one per observation)") from None
             if arr.ndim != 1:
                 raise InputError(name, arr.shape, "must be one-dimensional")
             arrays[name] = arr

@@ -10,13 +10,14 @@ constraint or cannot beat the best plan is skipped (:meth:`Goal.bounds_fail`, :m
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
 from heteroplan.errors import InputError
 from heteroplan.formulations.sailor import Objective
-from heteroplan.inputs import enum_choice
+from heteroplan.inputs import enum_choice, finite_number
 
 __all__ = ["Objective", "Goal", "Shortfall"]
 
@@ -63,9 +64,18 @@ class Goal:
         object.__setattr__(self, "objective", objective)
         for name in ("budget", "min_throughput"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                      or not value > 0 or not math.isfinite(value)):
-                raise InputError(name, value, "must be a finite number > 0")
+            if value is None:
+                continue
+            given = value
+            if isinstance(value, numbers.Real) and not isinstance(value, bool | int | float):
+                value = float(value)  # numpy's numbers (np.float32 is no float), kept as a float
+                object.__setattr__(self, name, value)
+            try:
+                number = finite_number(name, value)  # 10**400: no OverflowError from math.isfinite
+            except InputError:
+                number = math.nan
+            if not number > 0:
+                raise InputError(name, given, "must be a finite number > 0")
         if self.budget is not None and objective is not Objective.THROUGHPUT:  # it would be ignored
             raise InputError("budget", self.budget, f"applies to objective='throughput', not '{objective}'")
         if self.min_throughput is not None and objective is not Objective.COST:

@@ -10,6 +10,8 @@ strictly better in one), deduplicated and sorted by cost, so throughput rises al
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -25,7 +27,11 @@ from heteroplan.planner.api import PlanResult, plan
 from heteroplan.planner.goal import Goal, Objective
 from heteroplan.planner.request import PlanRequest
 
-__all__ = ["ParetoPoint", "ParetoFront", "pareto_front", "non_dominated", "Sweep"]
+__all__ = ["ParetoPoint", "ParetoFront", "pareto_front", "non_dominated", "Sweep", "MAX_POINTS"]
+
+MAX_POINTS = 1000
+"""Most sweep points :func:`pareto_front` plans (``n``, or the length of ``budgets`` or
+``min_throughputs``): each is a plan search, and ``n=10**6`` ran for hours."""
 
 
 class Sweep(StrEnum):
@@ -120,11 +126,17 @@ def _levels(name: str, values: Sequence[float] | None) -> list[float] | None:
         return None
     if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray) or len(values) == 0:
         raise InputError(name, values, "give a non-empty sequence of numbers > 0")
+    if len(values) > MAX_POINTS:  # each is a plan search: a million would not answer for hours
+        raise InputError(name, f"{len(values)} values", f"give at most {MAX_POINTS} values (each is a plan search)")
     out = []
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, int | float | np.number) or not np.isfinite(v) or not v > 0:
+        try:
+            number = float(v) if isinstance(v, numbers.Real) and not isinstance(v, bool) else math.nan
+        except OverflowError:  # an int beyond a float (10**400)
+            number = math.nan
+        if not (math.isfinite(number) and number > 0):
             raise InputError(name, values, f"every entry must be a finite number > 0 (got {v!r})")
-        out.append(float(v))
+        out.append(number)
     return out
 
 
@@ -160,8 +172,9 @@ def pareto_front(
             ``plan_job`` rejects).
         InfeasibleError: no plan at all (e.g. the model fits on no GPU of the pool).
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise InputError("n", n, "must be an integer >= 2 (the two ends are included)")
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 2 <= n <= MAX_POINTS:
+        raise InputError("n", n, f"must be an integer in [2, {MAX_POINTS}] (the two ends are included)")
+    n = int(n)
     sweep = enum_choice(Sweep, "sweep", sweep)
     caps = _levels("budgets", budgets)
     floors = _levels("min_throughputs", min_throughputs)

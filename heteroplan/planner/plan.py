@@ -198,10 +198,8 @@ class Plan:
             raise InputError("plan.model", self.model, "must be a non-empty string")
         if not all(isinstance(st, Stage) for st in self.stages):
             raise InputError("plan.stages", self.stages, "each entry must be a Stage")
-        for name in ("global_batch_size", "microbatch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(f"plan.{name}", value, "must be an integer >= 1")
+        for name in ("global_batch_size", "microbatch_size"):  # numpy's integers too, as a stage's layers
+            object.__setattr__(self, name, strict_int(f"plan.{name}", getattr(self, name), 1))
         dps = {s.dp for s in self.stages}
         if len(dps) != 1:
             raise InputError("plan.stages.dp", sorted(dps), "all stages need the same data-parallel degree")

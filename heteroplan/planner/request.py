@@ -9,6 +9,7 @@ and simulator constants. ``dataclasses.replace`` gives variants (another pool, a
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,6 +27,7 @@ from heteroplan.planner.model.sim_config import (
     as_platforms,
     load_platforms,
 )
+from heteroplan.planner.model.simulator import check_model_inputs
 from heteroplan.planner.plan import MAX_BATCH, OptimizerSharding, Recomputation
 
 __all__ = ["SearchOptions", "PlanRequest", "normalize_pool"]
@@ -126,7 +128,7 @@ class PlanRequest:
     options: SearchOptions = SearchOptions()
 
     def __post_init__(self) -> None:
-        _check_gbs(self.gbs)
+        object.__setattr__(self, "gbs", _check_gbs(self.gbs))
         if not isinstance(self.goal, Goal):
             raise InputError("goal", type(self.goal).__name__, "must be a Goal (objective, budget, min_throughput)")
 
@@ -156,9 +158,10 @@ class PlanRequest:
             goal = Goal(goal)
         elif not isinstance(goal, Goal):
             raise InputError("goal", type(goal).__name__, "must be a Goal, an Objective or its value")
-        _check_gbs(gbs)  # before loading anything
+        gbs = _check_gbs(gbs)  # before loading anything
+        check_model_inputs(None, network)
         profile = load_model_profile(model, data_dir)
-        counts, types = normalize_pool(pool, {t.name: t for t in gpu_types})
+        counts, types = normalize_pool(pool, _catalog(gpu_types))
         usable = {k: v for k, v in counts.items() if k[0] in profile.gpu_types and v > 0}
         if not usable:
             raise InputError(
@@ -179,11 +182,29 @@ class PlanRequest:
         return replace(self, goal=Goal(objective))
 
 
-def _check_gbs(gbs: int) -> None:
-    if isinstance(gbs, bool) or not isinstance(gbs, int) or gbs < 1:
+def _check_gbs(gbs: object) -> int:
+    """``gbs`` as an ``int`` (numpy's integers taken) in ``[1, MAX_BATCH]``."""
+    if not _is_count(gbs) or gbs < 1:  # type: ignore[operator]
         raise InputError("gbs", gbs, "must be an integer >= 1")
-    if gbs > MAX_BATCH:  # a plan file holds no more: the plan could not be written and run
+    if gbs > MAX_BATCH:  # type: ignore[operator]  # a plan file holds no more: the plan could not be written and run
         raise InputError("gbs", gbs, f"must be at most {MAX_BATCH:,} samples per iteration (what a plan file holds)")
+    return int(gbs)  # type: ignore[call-overload]
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _catalog(gpu_types: object) -> dict[str, GPUType]:
+    """The GPU catalog ``gpu_types`` (GPUType objects) by name."""
+    if isinstance(gpu_types, str | GPUType) or not isinstance(gpu_types, Iterable):
+        raise InputError("gpu_types", gpu_types, "must be a tuple of GPUType")
+    catalog = {}
+    for t in gpu_types:
+        if not isinstance(t, GPUType):
+            raise InputError("gpu_types", t, "each entry must be a GPUType")
+        catalog[t.name] = t
+    return catalog
 
 
 def normalize_pool(
@@ -199,9 +220,9 @@ def normalize_pool(
         for key, n in pool.items():
             if not (isinstance(key, tuple) and len(key) == 2 and all(isinstance(x, str) for x in key)):
                 raise InputError("pool", key, "keys must be (gpu_type, zone) tuples")
-            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            if not _is_count(n) or n < 0:
                 raise InputError(f"pool[{key!r}]", n, "GPU count must be an integer >= 0")
-            counts[key] = counts.get(key, 0) + n
+            counts[key] = counts.get(key, 0) + int(n)
     else:
         raise InputError("pool", type(pool).__name__, "give a Cluster or a dict {(gpu_type, zone): count}")
     for t, _ in counts:

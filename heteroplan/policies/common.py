@@ -8,6 +8,7 @@ from enum import StrEnum
 import numpy as np
 
 from heteroplan.cluster import Cluster
+from heteroplan.errors import InputError
 from heteroplan.formulations.sia import ConfigSet, GoodputPairs
 from heteroplan.inputs import enum_choice
 from heteroplan.perf.protocols import NoiseScaled, Versioned
@@ -126,10 +127,26 @@ def model_state(job: JobState) -> tuple | None:
 
 
 def _evaluate(job: JobState, configs: ConfigSet, cols: np.ndarray, names: np.ndarray) -> np.ndarray:
-    return np.asarray(
-        job.estimator.goodput(names[cols], configs.num_nodes[cols], configs.num_gpus[cols], progress=job.progress),
-        dtype=float,
-    ).reshape(len(cols))
+    """``job``'s goodputs on the configurations ``cols``, one call with arrays; a single number
+    answers for all of them, any other shape is the job's model's fault (named, as an InputError)."""
+    answer = job.estimator.goodput(names[cols], configs.num_nodes[cols], configs.num_gpus[cols], progress=job.progress)
+    try:
+        values = np.asarray(answer, dtype=float)
+    except (TypeError, ValueError):
+        values = None
+    if values is None or values.shape not in ((), (1,), (len(cols),)):
+        raise InputError(f"job[{job.job_id}].perf_model", type(job.estimator).__name__,
+                         f"goodput() of {len(cols)} configurations (arrays) answered "
+                         f"{'shape ' + str(values.shape) if values is not None else repr(answer)[:80]}: "
+                         "its arguments broadcast, so the answer must be numbers of their shape")
+    values = np.broadcast_to(values, (len(cols),)).copy() if values.shape != (len(cols),) else values
+    bad = np.flatnonzero(~(np.isfinite(values) & (values >= 0)))
+    if len(bad):
+        c = cols[bad[0]]
+        raise InputError(f"job[{job.job_id}].perf_model", type(job.estimator).__name__,
+                         f"goodput({names[c]!r}, {configs.num_nodes[c]}, {configs.num_gpus[c]}) returned "
+                         f"{values[bad[0]]}: must be a finite number >= 0 (work units/s; 0: cannot run there)")
+    return values
 
 
 def goodput_pairs(

@@ -166,7 +166,9 @@ class HadarPolicy:
         self.upper = upper
         self.retry = retry
         self.lookahead = int(lookahead)
-        self.max_slot = max_slot
+        self.max_slot = None if max_slot is None else strict_int("max_slot", max_slot, 1)  # slots
+        if self.max_slot is not None and self.max_slot > 2**53:  # compared with float slots: a float must hold it
+            raise InputError("max_slot", max_slot, "must be at most 2**53 slots (None: no limit)")
         self.forking = forking
         self.fill_idle = fill_idle
         self.round_length = self.slot  # s; the loop's round is the slot

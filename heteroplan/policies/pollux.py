@@ -53,7 +53,7 @@ from heteroplan.errors import InputError, check_seconds
 from heteroplan.formulations.sia import ConfigSet, SiaResult, build_sia_model, restart_factor
 from heteroplan.inputs import enum_choice
 from heteroplan.perf.protocols import RecordsObservations
-from heteroplan.policies.base import Allocation, JobState
+from heteroplan.policies.base import Allocation, JobState, PerfModel
 from heteroplan.policies.common import GoodputCache, ScaleFrom, choosable_columns, place_blind
 from heteroplan.policies.pollux_profile import MergedProfile, ProfileState
 from heteroplan.policies.sia_solve import SolveMode, check_solve_options, solve_sia
@@ -276,7 +276,8 @@ class PolluxPolicy:
 
 
 def _first_type(job: JobState, cluster: Cluster) -> str:
-    known = (job.estimator.gpu_types if job.estimator is not None else ()) or cluster.type_names
+    # A user's model may answer goodput() alone (a GoodputRate, as the session takes): it runs on every type.
+    known = (job.estimator.gpu_types if isinstance(job.estimator, PerfModel) else ()) or cluster.type_names
     for t in cluster.type_names:
         if t in known:
             return t

@@ -19,6 +19,8 @@ an :class:`~heteroplan.errors.InputError` naming the policy and its distribution
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -289,12 +291,46 @@ def make_policy(name: str, /, **options: Any) -> Policy:
     except (KeyError, TypeError):  # TypeError: an unhashable name (a list from a JSON file)
         raise InputError("policy", name, f"unknown policy; known: {policy_names()}") from None
     delay = options.pop("restart_delay_s", entry.restart_delay_s)
+    if delay is not None and not (_is_finite(delay) and delay >= 0):  # inf: every restart would never end
+        raise InputError(f"policy[{name}].options.restart_delay_s", delay, "must be a finite number of seconds >= 0")
     try:
+        if options:
+            _check_option_kinds(entry.factory(), options)
         policy = entry.factory(**options)
     except TypeError as exc:  # an option the policy does not take
         raise InputError(f"policy[{name}].options", sorted(options), f"not accepted: {exc}") from None
     if delay is not None:
-        if isinstance(delay, bool) or not isinstance(delay, int | float) or not delay >= 0:
-            raise InputError(f"policy[{name}].options.restart_delay_s", delay, "must be seconds >= 0")
         policy.restart_delay_s = float(delay)  # type: ignore[attr-defined]
     return policy
+
+
+def _is_finite(value: object) -> bool:
+    """A finite real number (numpy's too), not a bool, that a float holds."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # 10**400
+        return False
+
+
+def _check_option_kinds(default: Policy, options: Mapping[str, Any]) -> None:
+    """Refuse an option of another kind than the policy's default value of it (a flag must be
+    True or False, a number finite, a label a non-empty string) or one of its private state
+    (``_cache``, ``last_result``); each policy checks the ranges of its own options when made."""
+    defaults = vars(default)
+    for key, value in options.items():
+        field = key  # as the policies name their options
+        if key.startswith("_") or key == "last_result":
+            raise InputError(field, value, "not an option: the policy's own state")
+        if key not in defaults:
+            continue
+        kind = defaults[key]
+        if isinstance(kind, bool):
+            if not isinstance(value, bool):
+                raise InputError(field, value, "must be True or False")
+        elif isinstance(kind, int | float):
+            if not _is_finite(value):
+                raise InputError(field, value, "must be a finite number")
+        elif isinstance(kind, str) and (not isinstance(value, str) or not value):
+            raise InputError(field, value, "must be a non-empty string")

@@ -10,7 +10,8 @@ import numbers
 from heteroplan.errors import InputError
 from heteroplan.scheduling.decisions import StepTiming
 
-__all__ = ["MAX_GPUS", "MAX_COUNT", "is_real", "finite_seconds", "check_count", "check_clock", "check_finish",
+__all__ = ["MAX_GPUS", "MAX_COUNT", "is_real", "is_count", "finite_seconds", "check_count", "check_clock", "check_event",
+           "check_finish",
            "check_timing", "check_report", "check_final"]
 
 
@@ -31,11 +32,17 @@ the cluster is parked, not refused)."""
 MAX_COUNT = 2**53  # steps, samples: integers a saved session's JSON keeps exactly
 
 
+def is_count(value: object) -> bool:
+    """An integer, numpy's too (``np.int64`` from an array), not a bool (``np.bool_`` is no Integral)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def check_count(field: str, value: object, low: int, high: int) -> int:
-    """``value`` as an integer in ``[low, high]`` (bools refused), else :class:`InputError` naming ``field``."""
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    """``value`` as an ``int`` in ``[low, high]`` (numpy integers taken, bools refused), else
+    :class:`InputError` naming ``field``."""
+    if not is_count(value) or not low <= value <= high:  # type: ignore[operator]
         raise InputError(field, value, f"must be an integer in [{low}, {high:.3g}]")
-    return value
+    return int(value)  # type: ignore[call-overload]
 
 
 def finite_seconds(field: str, value: object) -> float:
@@ -58,7 +65,7 @@ def check_timing(field: str, timing: object, known: set[str], max_nodes: int) ->
         raise InputError(f"{field}.gpu_type", timing.gpu_type, f"must be one of the GPU types {sorted(known)}")
     placement = timing.placement
     if not isinstance(placement, tuple) or not placement or len(placement) > max_nodes or any(
-            isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= 1024 for c in placement):
+            not is_count(c) or not 1 <= c <= 1024 for c in placement):
         raise InputError(f"{field}.placement", placement,
                          f"must be a non-empty tuple of GPUs per node (1..1024, at most {max_nodes} nodes)")
     if not (is_real(timing.local_bsz) and 1 <= timing.local_bsz <= _MAX_LOCAL_BSZ):
@@ -78,14 +85,21 @@ def check_clock(now: object, last_round: float | None) -> float:
     return float(now)  # type: ignore[arg-type]
 
 
+def check_event(field: str, at: object, last_round: float | None) -> float:
+    """When something happened to a job (it failed, was released or given up, the cluster changed):
+    finite seconds, at or after ``last_round`` (the GPUs it held were charged up to then)."""
+    at = finite_seconds(field, at)
+    if last_round is not None and at < last_round:
+        raise InputError(field, at, f"is before the last round ({last_round} s)")
+    return at
+
+
 def check_finish(field: str, at: object, arrival: float, last_round: float | None) -> float:
     """A finish time: finite seconds, at or after the job's ``arrival`` and ``last_round``."""
     at = finite_seconds(field, at)
     if at < arrival:
         raise InputError(field, at, f"is before the job's arrival ({arrival} s)")
-    if last_round is not None and at < last_round:
-        raise InputError(field, at, f"is before the last round ({last_round} s)")
-    return at
+    return check_event(field, at, last_round)
 
 
 def check_report(where: str, work_before: float, steps_before: int, work_done: object, steps_done: object,

@@ -22,7 +22,8 @@ from the policy, their decision ``WAIT`` (``PREEMPT`` if they held GPUs) carryin
 job parked on a small cluster starts once the cluster grows.
 
 **Invariants.** The clock is finite seconds >= 0 and never goes back; a job finishes at or after
-its arrival and the last round; work and steps reported never go back; a finished job's record is
+its arrival and the last round, and fails, is released or given up (and the cluster
+changes) no earlier than the last round; work and steps reported never go back; a finished job's record is
 final; ``max_gpus >= requested_gpus``; a policy's answer is checked
 (:func:`~heteroplan.policies.base.check_allocations`). Bad input is an
 :class:`~heteroplan.errors.InputError` naming the field and the value, raised before anything
@@ -85,6 +86,7 @@ from heteroplan.scheduling.arguments import (
     MAX_COUNT,
     check_clock,
     check_count,
+    check_event,
     check_final,
     check_finish,
     check_report,
@@ -155,7 +157,8 @@ class SchedulingSession:
                 for a Sia application an :class:`~heteroplan.perf.sia_data.Estimator` or its value:
                 ``"bootstrap"`` (Sia's 1-GPU profiles, refit from reported step timings) or
                 ``"oracle"`` (the application's fitted ground truth); ``None``
-                for a policy that reads none (FIFO).
+                for a policy that reads none (FIFO). Asked at once on the session's cluster
+                (admission): a goodput that is not a finite number >= 0 is an ``InputError``.
             requested_gpus: its gang size (GPUs a rigid policy gives it).
             max_gpus: most GPUs it may use, >= ``requested_gpus`` (default: the application's
                 maximum batch size, at least ``requested_gpus``; else ``requested_gpus``).
@@ -169,10 +172,10 @@ class SchedulingSession:
         """
         if isinstance(job_id, str) and job_id in self._jobs:
             raise InputError("job_id", job_id, "already submitted; job ids must be unique")
-        self._jobs[job_id] = new_job(job_id, arrival_time, application, perf_model, requested_gpus, max_gpus,
-                                     elastic, batch_size, total_work, restart_delay_s,
-                                     elastic_policy=bool(self.policy.elastic))
-        self._live[job_id] = self._jobs[job_id]
+        job = new_job(job_id, arrival_time, application, perf_model, requested_gpus, max_gpus,
+                      elastic, batch_size, total_work, restart_delay_s, elastic_policy=bool(self.policy.elastic))
+        _admit(job, self.cluster)  # a model that fails or answers NaN is refused now, not at a later round
+        self._jobs[job_id] = self._live[job_id] = job
 
     def report(self, job_id: str, *, work_done: float | None = None, steps_done: int | None = None,
                batch_size: int | None = None, step_timing: StepTiming | None = None,
@@ -204,14 +207,14 @@ class SchedulingSession:
         if steps_done is not None:
             if work_done is None and steps_done > job.steps_done and job.allocation is not None:
                 job.max_gpus_run = max(job.max_gpus_run, job.allocation.num_gpus)
-            job.steps_done = steps_done
+            job.steps_done = int(steps_done)
             job.reported = True
         if batch_size is not None:
-            job.batch_size = batch_size
+            job.batch_size = int(batch_size)
         if step_timing is not None:
             if isinstance(job.estimator, ObservesSteps):
-                job.estimator.observe(step_timing.gpu_type, list(step_timing.placement), step_timing.local_bsz,
-                                      step_timing.step_time, step_timing.sync_time)
+                job.estimator.observe(step_timing.gpu_type, [int(c) for c in step_timing.placement],
+                                      step_timing.local_bsz, step_timing.step_time, step_timing.sync_time)
                 job.observations += 1
         if phi is not None:
             job.phi = float(phi)
@@ -238,10 +241,10 @@ class SchedulingSession:
         iterations done since that checkpoint, which it must train again. Counted in
         ``JobRecord.failures`` and ``JobRecord.steps_redone``."""
         job = self._job(job_id)
-        at = finite_seconds("at", at)
+        at = check_event("at", at, self._last_round)
         if job.finish_time is not None or job.gave_up is not None:
             raise InputError(f"job[{job_id}]", job_id, "is no longer running (finished or given up)")
-        check_count(f"job[{job_id}].steps_redone", steps_redone, 0, MAX_COUNT)
+        steps_redone = check_count(f"job[{job_id}].steps_redone", steps_redone, 0, MAX_COUNT)
         self._release(job, at)
         job.failures += 1
         job.steps_redone += steps_redone
@@ -255,7 +258,7 @@ class SchedulingSession:
         shutting down): it holds no GPUs from then on (charged up to ``at``) and the next round
         starts it again from its checkpoint (a restart). Not a failure."""
         job = self._job(job_id)
-        at = finite_seconds("at", at)
+        at = check_event("at", at, self._last_round)
         self._release(job, at)
 
     def give_up(self, job_id: str, at: float, reason: str) -> JobRecord:
@@ -263,7 +266,7 @@ class SchedulingSession:
         gave up on it for ``reason``). It leaves the rounds and :meth:`unfinished`; its record keeps
         ``finish_time=None`` and says why (``JobRecord.gave_up``)."""
         job = self._job(job_id)
-        at = finite_seconds("at", at)
+        at = check_event("at", at, self._last_round)
         if not isinstance(reason, str) or not reason:
             raise InputError(f"job[{job_id}].reason", reason, "must be a non-empty string")
         if job.finish_time is not None or job.gave_up is not None:
@@ -282,7 +285,7 @@ class SchedulingSession:
         """
         if not isinstance(cluster, Cluster):
             raise InputError("cluster", type(cluster).__name__, "must be a heteroplan.cluster.Cluster")
-        at = finite_seconds("at", at)
+        at = check_event("at", at, self._last_round)
         nodes = {n.name: n for n in cluster.nodes}
         lost = []
         for job in self._jobs.values():
@@ -584,7 +587,11 @@ def _rate_of(job: SessionJob, cluster: Cluster) -> Any:
             raise InputError(f"job[{job.job_id}].perf_model", type(model).__name__,
                              f"goodput({gpu_type!r}, {num_nodes}, {num_gpus}) failed: {type(exc).__name__}: {exc}"
                              ) from exc
-        return value if math.isfinite(value) else 0.0
+        if not (math.isfinite(value) and value >= 0):  # NaN is no "cannot run here": say so, don't park on it
+            raise InputError(f"job[{job.job_id}].perf_model", type(model).__name__,
+                             f"goodput({gpu_type!r}, {num_nodes}, {num_gpus}) returned {value}: must be a finite "
+                             "number >= 0 (work units/s; 0: cannot run there)")
+        return value
 
     return rate
 

@@ -103,10 +103,10 @@ def new_job(job_id: str, arrival_time: float, application: str, perf_model: Perf
         total_work = app.total_work
     if not (is_real(total_work) and 0 < total_work < math.inf):
         raise InputError(f"job[{job_id}].total_work", total_work, "must be a finite number > 0 of work units")
-    check_count(f"job[{job_id}].requested_gpus", requested_gpus, 1, MAX_GPUS)
+    requested_gpus = check_count(f"job[{job_id}].requested_gpus", requested_gpus, 1, MAX_GPUS)
     if max_gpus is None:
         max_gpus = max(int(app.max_batch_size), requested_gpus) if app is not None else requested_gpus
-    check_count(f"job[{job_id}].max_gpus", max_gpus, 1, MAX_GPUS)
+    max_gpus = check_count(f"job[{job_id}].max_gpus", max_gpus, 1, MAX_GPUS)
     if max_gpus < requested_gpus:
         raise InputError(f"job[{job_id}].max_gpus", max_gpus,
                          f"must be >= requested_gpus ({requested_gpus}): a job never runs above its maximum")
@@ -115,7 +115,7 @@ def new_job(job_id: str, arrival_time: float, application: str, perf_model: Perf
     restart_delay_s = finite_seconds(f"job[{job_id}].restart_delay_s", restart_delay_s)
     if not isinstance(elastic, bool):
         raise InputError(f"job[{job_id}].elastic", elastic, "must be True or False")
-    check_count(f"job[{job_id}].batch_size", batch_size, 0, MAX_COUNT)
+    batch_size = check_count(f"job[{job_id}].batch_size", batch_size, 0, MAX_COUNT)
     return SessionJob(
         job_id=job_id, application=str(application), arrival_time=float(arrival_time),
         requested_gpus=requested_gpus, max_gpus=max_gpus, elastic=elastic_policy and elastic,

@@ -35,7 +35,7 @@ from enum import StrEnum
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import HeteroplanError, InputError, MissingDataError
-from heteroplan.inputs import MIN_ROUND_S, enum_choice
+from heteroplan.inputs import MIN_ROUND_S, enum_choice, strict_int
 from heteroplan.perf.sia_data import Estimator
 from heteroplan.policies.base import Policy, counts_by_type
 from heteroplan.scheduling import (
@@ -217,6 +217,13 @@ def simulate(
         KeyboardInterrupt: passed on, with ``exc.result`` (``stop_reason="interrupted"``) attached.
     """
     policy = check_policy(policy)
+    if not (isinstance(stall_limit, int | float) and not isinstance(stall_limit, bool) and stall_limit > 0):
+        raise InputError("stall_limit", stall_limit, "must be a number of seconds > 0 (inf: never stop)")  # NaN: never
+    if max_rounds is not None:
+        max_rounds = strict_int("max_rounds", max_rounds, 0)
+    for name, flag in (("record", record), ("progress", progress)):
+        if flag is not None and not isinstance(flag, bool):
+            raise InputError(name, flag, "must be True or False" + (" or None" if name == "progress" else ""))
     L, max_time, fidelity, on_infeasible = _check_options(jobs, cluster, policy, round_length, max_time, fidelity,
                                                           on_infeasible)
     sim_jobs = build_jobs(jobs, cluster, bool(policy.elastic), estimator, fidelity)

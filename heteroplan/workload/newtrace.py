@@ -90,6 +90,8 @@ class NewTraceSpec:
             if isinstance(weight, bool) or not isinstance(weight, int | float) \
                     or not (math.isfinite(weight) and weight >= 0):
                 raise InputError(f"newtrace.mix[{app}]", weight, "must be a finite number >= 0")
+        if not math.isfinite(sum(float(w) for w in self.mix.values())):  # 1e308 + 1e308: fractions of inf
+            raise InputError("newtrace.mix", dict(self.mix), "the weights must add up to a finite number")
         d = self.hourly_dispersion
         if isinstance(d, bool) or not isinstance(d, int | float) or not (math.isfinite(d) and 1 <= d <= 1e6):
             raise InputError("newtrace.hourly_dispersion", d, "must be a number in [1, 1e6]")

@@ -32,6 +32,7 @@ Model (units: seconds, bytes, GB, $):
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -509,6 +510,9 @@ def model_inputs(model: str, profile: ModelProfile | None, network: NetworkModel
     """The inputs :func:`simulate_plan` and ``simulate_pipeline_set`` price ``model``'s plans with,
     each given one checked and each missing one loaded (defaults: :func:`simulate_plan`)."""
     check_model_inputs(profile, network)
+    if gpu_types is not None and (not isinstance(gpu_types, Mapping)
+                                  or not all(isinstance(t, GPUType) for t in gpu_types.values())):
+        raise InputError("gpu_types", gpu_types, "must map GPU type names to GPUType (gpu_catalog()) or be None")
     return ModelInputs(profile or load_model_profile(model, data_dir), network or load_network(data_dir),
                        gpu_types or gpu_catalog(), load_platforms(data_dir) if config is None else as_platforms(config))
 
