@@ -323,3 +323,14 @@ def test_simulate_names_an_option_of_the_wrong_kind(kwargs, field) -> None:
     jobs = generate_newtrace(NewTraceSpec(jobs=2, hours=1.0), seed=0)
     with pytest.raises(InputError, match=rf"^{field}="):
         simulate(jobs, SIA64, make_policy("fifo"), **kwargs)
+
+
+@pytest.mark.parametrize(("name", "option"), [("pollux", "auto_limit"), ("pollux", "lam"), ("pollux-sia", "restart_price_s"),
+                                              ("sia", "threads"), ("hadar", "max_slot")])
+def test_make_policy_takes_none_where_the_option_admits_it(name, option) -> None:
+    """The kind check above compares an option with its default's type; ``None`` stays valid where
+    the policy annotates the option ``X | None`` (a numeric default of an Optional option was refused)."""
+    from heteroplan.policies.registry import make_policy
+
+    # taken: None itself, or the value None stands for (Pollux's lam: the default)
+    assert getattr(make_policy(name, **{option: None}), option) in (None, getattr(make_policy(name), option))

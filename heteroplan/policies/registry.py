@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+import typing
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -314,17 +315,30 @@ def _is_finite(value: object) -> bool:
         return False
 
 
+def _optional_options(cls: type) -> set[str] | None:
+    """The options ``cls`` annotates as admitting ``None`` (``float | None``: Pollux's ``lam``,
+    ``auto_limit``); ``None`` where its annotations cannot be read."""
+    hints: dict[str, Any] = {}
+    try:
+        for source in (cls, cls.__init__):  # dataclass fields, and a hand-written __init__'s parameters
+            hints.update(typing.get_type_hints(source))
+    except Exception:  # an annotation naming what the module does not define at run time
+        return None
+    return {name for name, hint in hints.items() if type(None) in typing.get_args(hint)}
+
+
 def _check_option_kinds(default: Policy, options: Mapping[str, Any]) -> None:
     """Refuse an option of another kind than the policy's default value of it (a flag must be
     True or False, a number finite, a label a non-empty string) or one of its private state
     (``_cache``, ``last_result``); each policy checks the ranges of its own options when made."""
     defaults = vars(default)
+    optional = _optional_options(type(default))
     for key, value in options.items():
         field = key  # as the policies name their options
         if key.startswith("_") or key == "last_result":
             raise InputError(field, value, "not an option: the policy's own state")
-        if key not in defaults:
-            continue
+        if key not in defaults or (value is None and (optional is None or key in optional)):
+            continue  # None where the policy's annotation admits it (or it cannot be read): the policy decides
         kind = defaults[key]
         if isinstance(kind, bool):
             if not isinstance(value, bool):
