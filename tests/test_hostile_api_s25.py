@@ -334,3 +334,23 @@ def test_make_policy_takes_none_where_the_option_admits_it(name, option) -> None
 
     # taken: None itself, or the value None stands for (Pollux's lam: the default)
     assert getattr(make_policy(name, **{option: None}), option) in (None, getattr(make_policy(name), option))
+
+
+@pytest.mark.parametrize(("name", "option", "value"), [("sia", "p", 0), ("sia", "lam", 0.0), ("sia", "lam", -1.0),
+                                                       ("pollux", "p", 0.0), ("pollux-sia", "lam", -250.0)])
+def test_sia_utility_options_are_checked_when_the_policy_is_made(name, option, value) -> None:
+    """Sia's exponent p = 0 (the utility divides by it) was refused only by the first round's model,
+    and a penalty lam <= 0 per job without GPUs (leaving a job idle free or rewarded) was taken by Sia."""
+    from heteroplan.policies.registry import make_policy
+
+    with pytest.raises(InputError, match=f"^{option}="):
+        make_policy(name, **{option: value})
+
+
+def test_sia_model_refuses_a_penalty_that_rewards_leaving_jobs_idle() -> None:
+    from heteroplan.cluster import preset
+    from heteroplan.formulations.sia import ConfigSet, build_sia_model
+
+    configs = ConfigSet.from_cluster(preset("sia-64"))
+    with pytest.raises(InputError, match="^lam=0"):
+        build_sia_model(np.ones((2, len(configs))), configs, [8] * len(configs.gpu_types), p=-0.5, lam=0.0)

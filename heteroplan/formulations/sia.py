@@ -29,6 +29,7 @@ import numpy as np
 
 from heteroplan.cluster import Cluster, GPUType
 from heteroplan.errors import InputError
+from heteroplan.inputs import finite_number
 from heteroplan.milp import Model, Solution, SolveStatus
 
 # LP-round searches for better moves after rounding only when its gap to the LP bound is above
@@ -40,7 +41,7 @@ IMPROVE_ABOVE = 1e-3
 # ~11k cells (about 1 ms); larger models get no tightened bound.
 KNAPSACK_BOUND_CELLS = 500_000
 
-__all__ = ["ConfigSet", "GoodputPairs", "SiaProblem", "SiaResult", "SolveMode", "build_sia_model",
+__all__ = ["ConfigSet", "GoodputPairs", "SiaProblem", "SiaResult", "SolveMode", "build_sia_model", "check_utility",
            "restart_factor"]
 
 
@@ -314,6 +315,19 @@ def _speedup_base(base: np.ndarray | None, job_of: np.ndarray, goodput: np.ndarr
     return np.where(np.isfinite(smallest), smallest, 1.0)
 
 
+def check_utility(p: object, lam: object) -> tuple[float, float]:
+    """Sia's utility exponent ``p`` (a finite, non-zero number; ``p < 0`` is minimized) and penalty
+    ``lam`` per job without GPUs (a finite number > 0), as floats; else an :class:`InputError`
+    naming the field (``lam <= 0`` would make leaving a job without GPUs free, or rewarded)."""
+    p = finite_number("p", p)
+    if p == 0:
+        raise InputError("p", p, "must be a non-zero finite exponent")
+    lam = finite_number("lam", lam)
+    if not lam > 0:
+        raise InputError("lam", lam, "must be a penalty > 0 per job without GPUs")
+    return p, lam
+
+
 def build_sia_model(
     goodput: np.ndarray | GoodputPairs,
     configs: ConfigSet,
@@ -342,8 +356,7 @@ def build_sia_model(
             <= 0) its smallest positive goodput over ``configs``.
     """
     pairs = _as_pairs(goodput, len(configs))
-    if p == 0 or not np.isfinite(p):
-        raise InputError("p", p, "must be a non-zero finite exponent")
+    p, lam = check_utility(p, lam)
     cap = np.asarray(capacity, dtype=float)
     if cap.shape != (len(configs.gpu_types),) or np.any(cap < 0):
         raise InputError("capacity", capacity, f"need {len(configs.gpu_types)} non-negative GPU counts")

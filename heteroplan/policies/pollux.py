@@ -50,7 +50,13 @@ import numpy as np
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError, check_seconds
-from heteroplan.formulations.sia import ConfigSet, SiaResult, build_sia_model, restart_factor
+from heteroplan.formulations.sia import (
+    ConfigSet,
+    SiaResult,
+    build_sia_model,
+    check_utility,
+    restart_factor,
+)
 from heteroplan.inputs import enum_choice
 from heteroplan.perf.protocols import RecordsObservations
 from heteroplan.policies.base import Allocation, JobState, PerfModel
@@ -165,8 +171,7 @@ class PolluxPolicy:
             check_seconds("restart_price_s", self.restart_price_s)
         if self.lam is None:
             self.lam = FAIR_SHARE_LAMBDA if self.speedup_base is SpeedupBase.FAIR_SHARE else 1.1
-        if isinstance(self.lam, bool) or not isinstance(self.lam, (int, float)) or not (0 < self.lam < math.inf):
-            raise InputError("lam", self.lam, "must be a penalty > 0 per job without GPUs")
+        check_utility(self.p, self.lam)
 
     @property
     def mechanism(self) -> str:

@@ -16,6 +16,7 @@ from heteroplan.formulations.sia import (
     ConfigSet,
     SiaResult,
     build_sia_model,
+    check_utility,
     restart_factor,
 )
 from heteroplan.inputs import enum_choice, finite_number
@@ -109,8 +110,7 @@ class SiaPolicy:
         self.scale_up_from = enum_choice(ScaleFrom, "scale_up_from", self.scale_up_from)
         check_seconds("time_limit", self.time_limit)
         check_seconds("round_length", self.round_length)
-        finite_number("p", self.p)
-        finite_number("lam", self.lam)
+        check_utility(self.p, self.lam)
         finite_number("scale_up", self.scale_up, low=1.0)
         if not isinstance(self.restart_prices, Mapping):
             raise InputError("restart_prices", self.restart_prices, "must be a table application -> seconds")
