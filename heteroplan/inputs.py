@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 from heteroplan.errors import InputError, check_seconds
 
-__all__ = ["read_text", "read_json", "finite_number", "work_fraction", "strict_int", "enum_choice", "enum_values", "local_process_limit",
-           "check_process_count", "check_wait", "MIN_ROUND_S", "MAX_GENERATED_JOBS", "MAX_WAIT_S"]
+__all__ = ["read_text", "read_json", "finite_number", "is_real", "real_value", "is_count", "work_fraction", "strict_int",
+           "enum_choice", "enum_values", "local_process_limit", "check_process_count", "check_wait", "MIN_ROUND_S", "MAX_GENERATED_JOBS", "MAX_WAIT_S"]
 
 E = TypeVar("E", bound=Enum)
 
@@ -95,6 +95,29 @@ def finite_number(field: str, value: object, low: float | None = None, high: flo
     if high is not None and number > high:
         raise error(field, value, f"must be <= {high:g}")
     return number
+
+
+def is_real(value: object) -> bool:
+    """A real number (numpy's too) a float holds, not a bool or a string (NaN passes: compare it)."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        return False
+    try:
+        float(value)
+    except OverflowError:  # an integer beyond a float's range
+        return False
+    return True
+
+
+def real_value(value: object) -> float:
+    """``value`` as a float where it :func:`is_real` (``np.float32`` too, which is no ``float``),
+    else NaN (a bool, a string, an int beyond a float: ``10**400``): for checks such as
+    ``math.isfinite(real_value(v)) and real_value(v) > 0`` that name the field themselves."""
+    return float(value) if is_real(value) else math.nan  # type: ignore[arg-type]
+
+
+def is_count(value: object) -> bool:
+    """An integer, numpy's too (``np.int64`` from an array), not a bool (``np.bool_`` is no Integral)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def work_fraction(value: object, field: str = "progress") -> float:

@@ -10,14 +10,13 @@ constraint or cannot beat the best plan is skipped (:meth:`Goal.bounds_fail`, :m
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
 from heteroplan.errors import InputError
 from heteroplan.formulations.sailor import Objective
-from heteroplan.inputs import enum_choice, finite_number
+from heteroplan.inputs import enum_choice, real_value
 
 __all__ = ["Objective", "Goal", "Shortfall"]
 
@@ -66,16 +65,11 @@ class Goal:
             value = getattr(self, name)
             if value is None:
                 continue
-            given = value
-            if isinstance(value, numbers.Real) and not isinstance(value, bool | int | float):
-                value = float(value)  # numpy's numbers (np.float32 is no float), kept as a float
-                object.__setattr__(self, name, value)
-            try:
-                number = finite_number(name, value)  # 10**400: no OverflowError from math.isfinite
-            except InputError:
-                number = math.nan
-            if not number > 0:
-                raise InputError(name, given, "must be a finite number > 0")
+            number = real_value(value)
+            if not (math.isfinite(number) and number > 0):
+                raise InputError(name, value, "must be a finite number > 0")
+            if not isinstance(value, int | float):  # numpy's numbers, kept as a float
+                object.__setattr__(self, name, number)
         if self.budget is not None and objective is not Objective.THROUGHPUT:  # it would be ignored
             raise InputError("budget", self.budget, f"applies to objective='throughput', not '{objective}'")
         if self.min_throughput is not None and objective is not Objective.COST:

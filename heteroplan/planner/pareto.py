@@ -11,7 +11,6 @@ strictly better in one), deduplicated and sorted by cost, so throughput rises al
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -22,7 +21,7 @@ import numpy as np
 from heteroplan._html import table, title
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InfeasibleError, InputError
-from heteroplan.inputs import enum_choice
+from heteroplan.inputs import enum_choice, is_count, real_value
 from heteroplan.planner.api import PlanResult, plan
 from heteroplan.planner.goal import Goal, Objective
 from heteroplan.planner.request import PlanRequest
@@ -130,10 +129,7 @@ def _levels(name: str, values: Sequence[float] | None) -> list[float] | None:
         raise InputError(name, f"{len(values)} values", f"give at most {MAX_POINTS} values (each is a plan search)")
     out = []
     for v in values:
-        try:
-            number = float(v) if isinstance(v, numbers.Real) and not isinstance(v, bool) else math.nan
-        except OverflowError:  # an int beyond a float (10**400)
-            number = math.nan
+        number = real_value(v)  # NaN for a bool, a string or an int beyond a float (10**400)
         if not (math.isfinite(number) and number > 0):
             raise InputError(name, values, f"every entry must be a finite number > 0 (got {v!r})")
         out.append(number)
@@ -172,7 +168,7 @@ def pareto_front(
             ``plan_job`` rejects).
         InfeasibleError: no plan at all (e.g. the model fits on no GPU of the pool).
     """
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 2 <= n <= MAX_POINTS:
+    if not is_count(n) or not 2 <= n <= MAX_POINTS:  # type: ignore[operator]
         raise InputError("n", n, f"must be an integer in [2, {MAX_POINTS}] (the two ends are included)")
     n = int(n)
     sweep = enum_choice(Sweep, "sweep", sweep)

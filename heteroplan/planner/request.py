@@ -9,14 +9,13 @@ and simulator constants. ``dataclasses.replace`` gives variants (another pool, a
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from heteroplan.cluster import SAILOR_GPU_TYPES, Cluster, GPUType
 from heteroplan.errors import InputError
-from heteroplan.inputs import enum_choice, strict_int
+from heteroplan.inputs import enum_choice, is_count, strict_int
 from heteroplan.perf.sailor_network import NetworkModel, load_network
 from heteroplan.perf.sailor_profiles import ModelProfile, load_model_profile
 from heteroplan.planner.goal import Goal, Objective
@@ -184,15 +183,11 @@ class PlanRequest:
 
 def _check_gbs(gbs: object) -> int:
     """``gbs`` as an ``int`` (numpy's integers taken) in ``[1, MAX_BATCH]``."""
-    if not _is_count(gbs) or gbs < 1:  # type: ignore[operator]
+    if not is_count(gbs) or gbs < 1:  # type: ignore[operator]
         raise InputError("gbs", gbs, "must be an integer >= 1")
     if gbs > MAX_BATCH:  # type: ignore[operator]  # a plan file holds no more: the plan could not be written and run
         raise InputError("gbs", gbs, f"must be at most {MAX_BATCH:,} samples per iteration (what a plan file holds)")
     return int(gbs)  # type: ignore[call-overload]
-
-
-def _is_count(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _catalog(gpu_types: object) -> dict[str, GPUType]:
@@ -220,7 +215,7 @@ def normalize_pool(
         for key, n in pool.items():
             if not (isinstance(key, tuple) and len(key) == 2 and all(isinstance(x, str) for x in key)):
                 raise InputError("pool", key, "keys must be (gpu_type, zone) tuples")
-            if not _is_count(n) or n < 0:
+            if not is_count(n) or n < 0:
                 raise InputError(f"pool[{key!r}]", n, "GPU count must be an integer >= 0")
             counts[key] = counts.get(key, 0) + int(n)
     else:

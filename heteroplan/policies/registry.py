@@ -20,7 +20,6 @@ an :class:`~heteroplan.errors.InputError` naming the policy and its distribution
 from __future__ import annotations
 
 import math
-import numbers
 import re
 import typing
 import warnings
@@ -30,6 +29,7 @@ from importlib import metadata
 from typing import Any
 
 from heteroplan.errors import InputError
+from heteroplan.inputs import real_value
 from heteroplan.names import path_component, printable
 from heteroplan.policies.base import Policy
 
@@ -292,7 +292,7 @@ def make_policy(name: str, /, **options: Any) -> Policy:
     except (KeyError, TypeError):  # TypeError: an unhashable name (a list from a JSON file)
         raise InputError("policy", name, f"unknown policy; known: {policy_names()}") from None
     delay = options.pop("restart_delay_s", entry.restart_delay_s)
-    if delay is not None and not (_is_finite(delay) and delay >= 0):  # inf: every restart would never end
+    if delay is not None and not (math.isfinite(real_value(delay)) and delay >= 0):  # inf: every restart would never end
         raise InputError(f"policy[{name}].options.restart_delay_s", delay, "must be a finite number of seconds >= 0")
     try:
         if options:
@@ -303,16 +303,6 @@ def make_policy(name: str, /, **options: Any) -> Policy:
     if delay is not None:
         policy.restart_delay_s = float(delay)  # type: ignore[attr-defined]
     return policy
-
-
-def _is_finite(value: object) -> bool:
-    """A finite real number (numpy's too), not a bool, that a float holds."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return False
-    try:
-        return math.isfinite(float(value))
-    except OverflowError:  # 10**400
-        return False
 
 
 def _optional_options(cls: type) -> set[str] | None:
@@ -344,7 +334,7 @@ def _check_option_kinds(default: Policy, options: Mapping[str, Any]) -> None:
             if not isinstance(value, bool):
                 raise InputError(field, value, "must be True or False")
         elif isinstance(kind, int | float):
-            if not _is_finite(value):
+            if not math.isfinite(real_value(value)):
                 raise InputError(field, value, "must be a finite number")
         elif isinstance(kind, str) and (not isinstance(value, str) or not value):
             raise InputError(field, value, "must be a non-empty string")

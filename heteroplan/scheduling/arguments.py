@@ -5,9 +5,9 @@ and the value)."""
 from __future__ import annotations
 
 import math
-import numbers
 
 from heteroplan.errors import InputError
+from heteroplan.inputs import is_count, is_real
 from heteroplan.scheduling.decisions import StepTiming
 
 __all__ = ["MAX_GPUS", "MAX_COUNT", "is_real", "is_count", "finite_seconds", "check_count", "check_clock", "check_event",
@@ -15,26 +15,10 @@ __all__ = ["MAX_GPUS", "MAX_COUNT", "is_real", "is_count", "finite_seconds", "ch
            "check_timing", "check_report", "check_final"]
 
 
-def is_real(value: object) -> bool:
-    """A real number (numpy's too) a float holds, not a bool or a string (NaN passes: compare it)."""
-    if not isinstance(value, numbers.Real) or isinstance(value, bool):
-        return False
-    try:
-        float(value)
-    except OverflowError:  # an integer beyond a float's range
-        return False
-    return True
-
-
 MAX_GPUS = 10**9
 """Most GPUs a job may request or use (a larger count is a typo; up to it, a job too large for
 the cluster is parked, not refused)."""
 MAX_COUNT = 2**53  # steps, samples: integers a saved session's JSON keeps exactly
-
-
-def is_count(value: object) -> bool:
-    """An integer, numpy's too (``np.int64`` from an array), not a bool (``np.bool_`` is no Integral)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def check_count(field: str, value: object, low: int, high: int) -> int:
