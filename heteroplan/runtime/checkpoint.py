@@ -43,7 +43,6 @@ from heteroplan.schema import (
     Number,
     Record,
     Seq,
-    Spec,
     Table,
     Text,
     Versioned,
@@ -123,13 +122,13 @@ def _manifest_sha256(data: dict[str, Any]) -> str:
 
 def _manifest_spec(versioned: bool) -> Record:
     """The fields of a manifest: of format 2 (``versioned``) or of an older, unversioned one."""
-    fields: dict[str, Spec] = {"step": Number(low=0, high=MAX_STEP, integer=True),
-                               "num_layers": Number(low=1, high=MAX_ITEMS, integer=True),
-                               "files": Table(Text(min_len=64, max_len=64))}  # file name -> SHA-256 (hex)
-    if versioned:
-        fields["manifest_sha256"] = Text(min_len=64, max_len=64)
-    return Record(required=fields, optional={"loss": Nullable(Number(finite=False)), "plan": PLAN_FILE,
-                                             "pipelines": Seq(PLAN_FILE, 1, MAX_ITEMS)}, missing="missing")
+    checksum = {"manifest_sha256": Text(min_len=64, max_len=64)} if versioned else {}
+    return Record(required={"step": Number(low=0, high=MAX_STEP, integer=True),
+                            "num_layers": Number(low=1, high=MAX_ITEMS, integer=True),
+                            "files": Table(Text(min_len=64, max_len=64)),  # file name -> SHA-256 (hex)
+                            **checksum},
+                  optional={"loss": Nullable(Number(finite=False)), "plan": PLAN_FILE,
+                            "pipelines": Seq(PLAN_FILE, 1, MAX_ITEMS)}, missing="missing")
 
 
 MANIFEST_FILE = Versioned({1: _manifest_spec(False), MANIFEST_FORMAT: _manifest_spec(True)}, key="format")
