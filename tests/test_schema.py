@@ -9,9 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from heteroplan import schema
 from heteroplan.errors import ClusterError, InputError
 from heteroplan.schema import (
+    Flag,
     IntKey,
+    Later,
     Nullable,
     Number,
     OneOf,
@@ -21,9 +24,7 @@ from heteroplan.schema import (
     Seq,
     Table,
     Text,
-    Versioned,
     decode,
-    naming_file,
     shown,
 )
 
@@ -65,6 +66,7 @@ def test_valid_data_comes_out_unchanged_with_whole_floats_as_ints() -> None:
     (Number(numeral=True, low=0), ["1.5", "0", " 7 "], ["nan", "inf", "x", "", "9" * 400]),
     (Text(), ["a", "A100-40", "x" * 256], ["", "x" * 257, "a\nb", "\x1b[2J", "\u202etxt", 3, None]),
     (Text(choices=("fp32", "bf16")), ["bf16"], ["fp16", "", 1]),
+    (Flag(), [True, False], [1, 0, "true", None]),
     (IntKey(1, 8), ["1", "8"], ["0", "9", "08", "1.0", "-1", " 1", "x"]),
     (Pair((Number(), Text())), [[1, "a"], (2, "b")], [[1], [1, "a", 2], "1a", {"0": 1}]),
     (Nullable(Number(low=0)), [None, 0], [-1, "None"]),
@@ -80,7 +82,7 @@ def test_each_spec_accepts_its_values_and_refuses_the_others(spec, good, bad) ->
 
 
 def test_versions_pick_their_spec_and_refuse_unknown_ones() -> None:
-    spec = Versioned({1: Record({"a": Number()}), 2: Record({"b": Number()})})
+    spec = schema.Versioned({1: Record({"a": Number()}), 2: Record({"b": Number()})})
     assert decode(spec, {"a": 1}) == {"a": 1}  # no key: version 1
     assert decode(spec, {"format_version": 2, "b": 1}) == {"format_version": 2, "b": 1}
     for version in (3, True, "2", None):
@@ -88,6 +90,14 @@ def test_versions_pick_their_spec_and_refuse_unknown_ones() -> None:
             decode(spec, {"format_version": version, "b": 1})
     with pytest.raises(InputError, match="b"):
         decode(spec, {"format_version": 2, "a": 1})
+
+
+def test_check_names_the_field_and_value_of_a_rule_between_fields() -> None:
+    """``check`` passes when its condition holds, else raises the InputError it describes."""
+    schema.check(True, "stages[0].tp", 3, "must divide the heads")
+    with pytest.raises(InputError) as err:
+        schema.check(False, "stages[0].tp", 3, "must divide the heads")
+    assert (err.value.field, err.value.value, err.value.reason) == ("stages[0].tp", 3, "must divide the heads")
 
 
 def test_one_of_reports_the_error_of_the_spec_for_that_kind_of_value() -> None:
@@ -101,7 +111,7 @@ def test_one_of_reports_the_error_of_the_spec_for_that_kind_of_value() -> None:
 def test_errors_take_the_callers_class_and_the_file_name() -> None:
     with pytest.raises(ClusterError):
         decode(Number(low=0), -1, "memory_gb", error=ClusterError)
-    with pytest.raises(InputError) as err, naming_file("/x/plan.json", "--plan"):
+    with pytest.raises(InputError) as err, schema.naming_file("/x/plan.json", "--plan"):
         decode(DOC, {"stages": []}, "plan")
     assert err.value.field == "/x/plan.json (--plan): plan.stages" and err.value.value == []
 
@@ -132,8 +142,6 @@ def test_later_numbers_that_may_diverge_and_free_text() -> None:
     """``Later`` passes its value on untouched; ``Number(finite=False)`` keeps NaN and infinities
     (a diverged loss) but still refuses what is not a number; ``Text(printable=False)`` takes any
     characters within its lengths, and a Text without a real upper bound says "at least"."""
-    from heteroplan.schema import Later
-
     marker = {"deep": [object()]}
     assert decode(Record({"a": Later()}), {"a": marker})["a"] is marker
     loss = Number(finite=False)
