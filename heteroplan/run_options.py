@@ -38,15 +38,15 @@ class PipelineEngine(StrEnum):
 class Device(StrEnum):
     """Where the ranks compute."""
 
-    CPU = "cpu"
-    CUDA = "cuda"
+    CPU = "cpu"  # processes on the host's cores
+    CUDA = "cuda"  # one GPU per rank
 
 
 class CommBackend(StrEnum):
     """The torch.distributed backend."""
 
-    GLOO = "gloo"
-    NCCL = "nccl"
+    GLOO = "gloo"  # CPU tensors (the only one on CPU)
+    NCCL = "nccl"  # CUDA tensors, GPU to GPU
 
 
 class FaultKind(StrEnum):
