@@ -57,12 +57,12 @@ CLUSTER_FILE = Versioned({1: Record(
 """A cluster file (:meth:`Cluster.from_dict`); an optional ``format_version`` (1)."""
 
 
-def _check_count(field_name: str, value: object, minimum: int = 0) -> None:
-    strict_int(field_name, value, minimum, error=ClusterError)
+def _check_count(field_name: str, value: object, minimum: int = 0) -> int:
+    return strict_int(field_name, value, minimum, error=ClusterError)
 
 
-def _check_nonneg(field_name: str, value: object) -> None:
-    finite_number(field_name, value, low=0, error=ClusterError)
+def _check_nonneg(field_name: str, value: object) -> float:
+    return finite_number(field_name, value, low=0, error=ClusterError)
 
 
 @dataclass(frozen=True)
@@ -97,14 +97,13 @@ class GPUType:
 
     def __post_init__(self) -> None:
         _check_name("gpu_type.name", self.name)
-        _check_nonneg(f"gpu_type[{self.name}].memory_gb", self.memory_gb)
-        if self.memory_gb <= 0:
+        if _check_nonneg(f"gpu_type[{self.name}].memory_gb", self.memory_gb) <= 0:
             raise ClusterError(f"gpu_type[{self.name}].memory_gb", self.memory_gb, "must be > 0")
-        _check_count(f"gpu_type[{self.name}].gpus_per_node", self.gpus_per_node, minimum=1)
-        _check_nonneg(f"gpu_type[{self.name}].price_per_hour", self.price_per_hour)
-        _check_nonneg(f"gpu_type[{self.name}].memory_bandwidth_gbs", self.memory_bandwidth_gbs)
-        for name in ("peak_tflops_fp32", "peak_tflops_tf32", "peak_tflops_bf16"):
-            _check_nonneg(f"gpu_type[{self.name}].{name}", getattr(self, name))
+        object.__setattr__(self, "gpus_per_node",
+                           _check_count(f"gpu_type[{self.name}].gpus_per_node", self.gpus_per_node, minimum=1))
+        for name in ("memory_gb", "price_per_hour", "memory_bandwidth_gbs", "peak_tflops_fp32", "peak_tflops_tf32",
+                     "peak_tflops_bf16"):  # stored as floats: numpy's (np.float32) would not reach a saved file
+            object.__setattr__(self, name, _check_nonneg(f"gpu_type[{self.name}].{name}", getattr(self, name)))
         if not isinstance(self.peak_source, str):
             raise ClusterError(f"gpu_type[{self.name}].peak_source", self.peak_source, "must be a string")
 
@@ -135,7 +134,7 @@ class Node:
     def __post_init__(self) -> None:
         _check_name("node.name", self.name)
         _check_name(f"node[{self.name}].gpu_type", self.gpu_type)
-        _check_count(f"node[{self.name}].num_gpus", self.num_gpus, minimum=1)
+        object.__setattr__(self, "num_gpus", _check_count(f"node[{self.name}].num_gpus", self.num_gpus, minimum=1))
         _check_name(f"node[{self.name}].zone", self.zone)
 
 

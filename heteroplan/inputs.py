@@ -81,8 +81,10 @@ def read_json(path: str | Path, field: str = "path", error: type[InputError] = I
 
 def finite_number(field: str, value: object, low: float | None = None, high: float | None = None,
                   error: type[InputError] = InputError) -> float:
-    """``value`` as a finite float within ``[low, high]`` (bools and strings refused)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    """``value`` as a finite float within ``[low, high]``: a real number, numpy's too (``np.float32``,
+    ``np.int64``); bools and strings refused. Store the float it returns, not ``value``, so that no
+    numpy scalar reaches a saved file."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise error(field, value, "must be a number")
     try:
         number = float(value)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from heteroplan.errors import InputError
-from heteroplan.inputs import work_fraction
+from heteroplan.inputs import finite_number, work_fraction
 from heteroplan.lru import LRUCache
 from heteroplan.perf.applications import AppSpec
 from heteroplan.perf.efficiency import PhiTable, efficiency
@@ -381,14 +381,7 @@ class ThroughputTable:
     """
 
     def __init__(self, rates: Mapping[str, float]) -> None:
-        clean: dict[str, float] = {}
-        for gpu_type, rate in rates.items():
-            if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate >= 0:
-                raise InputError(f"rates[{gpu_type}]", rate, "must be a number >= 0")
-            if not np.isfinite(rate):
-                raise InputError(f"rates[{gpu_type}]", rate, "must be finite")
-            clean[gpu_type] = float(rate)
-        self.rates = clean
+        self.rates: dict[str, float] = {t: finite_number(f"rates[{t}]", rate, low=0.0) for t, rate in rates.items()}
 
     @property
     def gpu_types(self) -> tuple[str, ...]:

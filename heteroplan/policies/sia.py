@@ -111,7 +111,7 @@ class SiaPolicy:
         check_seconds("time_limit", self.time_limit)
         check_seconds("round_length", self.round_length)
         check_utility(self.p, self.lam)
-        finite_number("scale_up", self.scale_up, low=1.0)
+        self.scale_up = finite_number("scale_up", self.scale_up, low=1.0)
         if not isinstance(self.restart_prices, Mapping):
             raise InputError("restart_prices", self.restart_prices, "must be a table application -> seconds")
         for app, seconds in self.restart_prices.items():

@@ -41,10 +41,12 @@ class StepEmulation:
     def __post_init__(self) -> None:
         if not isinstance(self.seconds_per_sample, Mapping) or not self.seconds_per_sample:
             raise InputError("emulate.seconds_per_sample", self.seconds_per_sample, "must map GPU types to seconds")
-        for gpu_type, sec in self.seconds_per_sample.items():  # a rank sleeps them: time.sleep overflows near 9e9 s
-            finite_number(f"emulate.seconds_per_sample[{gpu_type}]", sec, low=0.0, high=MAX_WAIT_S)
-        finite_number("emulate.overhead_s", self.overhead_s, low=0.0, high=MAX_WAIT_S)
-        object.__setattr__(self, "seconds_per_sample", dict(self.seconds_per_sample))
+        # a rank sleeps them (time.sleep overflows near 9e9 s); kept as floats, never numpy's
+        object.__setattr__(self, "seconds_per_sample", {
+            gpu_type: finite_number(f"emulate.seconds_per_sample[{gpu_type}]", sec, low=0.0, high=MAX_WAIT_S)
+            for gpu_type, sec in self.seconds_per_sample.items()})
+        object.__setattr__(self, "overhead_s", finite_number("emulate.overhead_s", self.overhead_s, low=0.0,
+                                                             high=MAX_WAIT_S))
 
     def compute_seconds(self, gpu_type: str, samples: int) -> float:
         """Seconds of compute of ``samples`` samples on one GPU of ``gpu_type`` (0: not emulated)."""
@@ -155,6 +157,7 @@ class RunConfig:
             object.__setattr__(self, "backend", enum_choice(CommBackend, "config.backend", self.backend))
         if not finite_number("config.lr", self.lr) > 0:  # True, inf and NaN refused too
             raise InputError("config.lr", self.lr, "must be a number > 0")
+        object.__setattr__(self, "lr", float(self.lr))
         if not (isinstance(self.momentum, int | float) and 0 <= self.momentum < 1):
             raise InputError("config.momentum", self.momentum, "must be in [0, 1)")
         check_wait("config.timeout_s", self.timeout_s)

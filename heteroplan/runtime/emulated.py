@@ -58,8 +58,9 @@ class EmulatedWorkload:
     def __post_init__(self) -> None:
         if len(self.arrivals) != len(self.steps) or not self.steps:
             raise InputError("steps", len(self.steps), f"give one per arrival ({len(self.arrivals)}), at least one")
-        for i, (t, s) in enumerate(zip(self.arrivals, self.steps, strict=True)):
-            finite_number(f"arrivals[{i}]", t, low=0.0)
+        object.__setattr__(self, "arrivals", tuple(finite_number(f"arrivals[{i}]", t, low=0.0)
+                                                   for i, t in enumerate(self.arrivals)))
+        for i, s in enumerate(self.steps):
             check_int(f"steps[{i}]", s, 1)
         check_int("batch_size", self.batch_size, 1)
         if not isinstance(self.emulation, StepEmulation):
@@ -69,8 +70,8 @@ class EmulatedWorkload:
             raise InputError("emulation", longest, f"an iteration of {self.batch_size} samples would last {longest:g} s; "
                              f"at most {MAX_WAIT_S:g} s")
         check_int("max_gpus", self.max_gpus, 1)
-        finite_number("sync_s", self.sync_s, low=0.0)
-        finite_number("restart_delay_s", self.restart_delay_s, low=0.0)
+        for name in ("sync_s", "restart_delay_s"):
+            object.__setattr__(self, name, finite_number(name, getattr(self, name), low=0.0))
 
     @classmethod
     def generate(cls, num_jobs: int, emulation: StepEmulation, seed: int = 0, interarrival_s: float = 15.0,

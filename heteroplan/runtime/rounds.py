@@ -92,7 +92,8 @@ class RuntimeJob:
 
     def __post_init__(self) -> None:
         path_component("job_id", self.job_id)  # its checkpoints go to workdir/<job_id>
-        finite_number(f"job[{self.job_id}].restart_delay_s", self.restart_delay_s, low=0.0)
+        object.__setattr__(self, "restart_delay_s",
+                           finite_number(f"job[{self.job_id}].restart_delay_s", self.restart_delay_s, low=0.0))
         for name in ("steps", "global_batch_size", "max_gpus"):
             check_int(f"job[{self.job_id}].{name}", getattr(self, name), 1)
         if not (isinstance(self.arrival_time, int | float) and self.arrival_time >= 0):

@@ -47,9 +47,8 @@ class ModelledJob:
     restart_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
-        finite_number(f"job[{self.job_id}].arrival_time", self.arrival_time, low=0.0)
-        finite_number(f"job[{self.job_id}].total_work", self.total_work, low=1e-12)
-        finite_number(f"job[{self.job_id}].restart_delay_s", self.restart_delay_s, low=0.0)
+        for name, low in (("arrival_time", 0.0), ("total_work", 1e-12), ("restart_delay_s", 0.0)):
+            object.__setattr__(self, name, finite_number(f"job[{self.job_id}].{name}", getattr(self, name), low=low))
 
 
 def simulate_modelled(cluster: Cluster, policy: Policy, jobs: Sequence[ModelledJob], round_length: float,
