@@ -36,7 +36,7 @@ import scipy.sparse as sp
 from heteroplan.errors import InputError
 from heteroplan.milp import Model
 
-__all__ = ["HadarInstance", "completion_utility", "density_bounds", "hadar_milp", "hadar_utility", "makespan_bound_lp",
+__all__ = ["HadarInstance", "at_least_as_fast", "completion_utility", "density_bounds", "hadar_milp", "hadar_utility", "makespan_bound_lp",
            "pace_slots"]
 
 
@@ -90,7 +90,8 @@ class HadarInstance:
 
 
 def pace_slots(remaining: np.ndarray, rates: np.ndarray, slot: float, delay: float | np.ndarray = 0.0) -> np.ndarray:
-    """Slots a job needs at each pace: ``ceil((E / (slot * T) + delay / slot))`` (inf where T = 0).
+    """Slots a job needs at each pace: ``ceil((E / (slot * T) + delay / slot))`` (inf where T = 0),
+    at least one while work is left (a pace so fast that the work takes under a slot still takes one).
 
     ``remaining`` (J,) work left (steps), ``rates`` (J, K) whole-job steps/s per pace, ``slot`` s,
     ``delay`` s of checkpoint-restore paid before the work (0: none).
@@ -99,7 +100,14 @@ def pace_slots(remaining: np.ndarray, rates: np.ndarray, slot: float, delay: flo
     work = np.asarray(remaining, dtype=float).reshape(-1, 1)
     with np.errstate(divide="ignore", invalid="ignore"):
         seconds = np.where(rates > 0, work / np.where(rates > 0, rates, 1.0), np.inf)
-    return np.ceil((seconds + np.asarray(delay, dtype=float).reshape(-1, 1)) / slot - 1e-9)
+    slots = np.ceil((seconds + np.asarray(delay, dtype=float).reshape(-1, 1)) / slot - 1e-9)
+    return np.where(work > 0, np.maximum(slots, 1.0), slots)
+
+
+def at_least_as_fast(rate: np.ndarray, pace_rate: np.ndarray) -> np.ndarray:
+    """Whether a GPU of ``rate`` can run a job at a pace of ``pace_rate`` (steps/s, broadcast):
+    ``rate >= pace_rate`` up to a relative 1e-12 (float noise), whatever unit the rates are in."""
+    return np.asarray(rate, dtype=float) >= np.asarray(pace_rate, dtype=float) * (1 - 1e-12)
 
 
 def completion_utility(slots_to_finish: np.ndarray, slowest_slots: np.ndarray) -> np.ndarray:
@@ -151,7 +159,7 @@ def hadar_milp(instance: HadarInstance, utility: np.ndarray | None = None) -> Mo
     pace_ok = tp > 0  # (J, K)
     y_ub = live[:, :, None] & pace_ok[:, None, :]  # (J, S, K)
     node_rate = tp[:, inst.node_type]  # (J, H)
-    fast_enough = (node_rate[:, :, None] >= tp[:, None, :] - 1e-12) & pace_ok[:, None, :]  # (J, H, K)
+    fast_enough = at_least_as_fast(node_rate[:, :, None], tp[:, None, :]) & pace_ok[:, None, :]  # (J, H, K)
     x_ub = fast_enough[:, :, None, :] & live[:, None, :, None]  # (J, H, S, K)
     cap = np.asarray(inst.capacity, dtype=float)
 

@@ -74,6 +74,11 @@ def critical_slots(index: ClusterIndex, jobs: Sequence[JobState], rates_of: Rate
     volume = float((w * solo).sum() / capacity.sum())  # GPU-seconds over all GPUs: below T
     if solo.max() < volume:
         return {}
-    sol = solve(makespan_bound_lp(work[ok], rates[ok], w[ok], capacity), time_limit=10.0)
-    bound = float(sol.objective) if sol.objective is not None and math.isfinite(sol.objective) else volume
+    # The same LP, scaled: each job's row divided by its best rate (coefficients in [0, 1]) and time
+    # counted in units of the longest solo time (right-hand sides in (0, 1]), so that a model's
+    # goodput in any unit (1e-30 or 1e30 work/s) stays within HiGHS's range.
+    unit = float(solo.max())  # s
+    sol = solve(makespan_bound_lp(solo[ok] / unit, rates[ok] / best[ok, None], w[ok], capacity), time_limit=10.0)
+    scaled = sol.objective
+    bound = float(scaled) * unit if scaled is not None and math.isfinite(scaled) else volume
     return {j.job_id: float(solo[i]) / slot for i, j in enumerate(live) if ok[i] and solo[i] >= bound * (1 - 1e-9)}

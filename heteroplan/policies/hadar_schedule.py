@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from heteroplan.formulations.hadar import completion_utility, pace_slots
+from heteroplan.formulations.hadar import at_least_as_fast, completion_utility, pace_slots
 from heteroplan.policies.base import JobState
 from heteroplan.policies.hadar_state import ClusterIndex, Piece, Prices, Timeline
 
@@ -84,7 +84,7 @@ def slot_costs(quote: Quote, index: ClusterIndex, m: int, units: np.ndarray) -> 
     """Per segment: price of the W cheapest units of types at least as fast as pace ``m``
     (the job's current units first on ties), and whether W such units are free."""
     w = quote.tasks
-    ok = quote.rates[index.node_type] >= quote.rates[m] - 1e-12
+    ok = at_least_as_fast(quote.rates[index.node_type], quote.rates[m])
     pm = np.where(ok[None, :, None], units, np.inf).reshape(len(units), -1)
     cost = np.partition(pm, w - 1, axis=1)[:, :w].sum(axis=1)
     return np.where(np.isfinite(cost), cost, 0.0), np.isfinite(cost)
@@ -195,12 +195,13 @@ def variable_pace(quote: Quote, window: _Window, rules: Rules,
     # a restore at the start (unless it keeps its placement) and at every change of pace
     changes = np.concatenate(([restart > 0], (chosen[1:] != chosen[:-1]) & (chosen[1:] >= 0)))
     lost = np.where(changes, quote.restart_delay * r_seg / slot, 0.0)  # work lost per segment
-    done = np.concatenate(([0.0], np.cumsum(lengths * r_seg - lost)))
-    i = int(np.searchsorted(done, quote.remaining - 1e-9, side="left")) - 1
+    with np.errstate(over="ignore"):  # work beyond a float's range is more than any job has: inf
+        done = np.concatenate(([0.0], np.cumsum(lengths * r_seg - lost)))
+    i = int(np.searchsorted(done, quote.remaining * (1 - 1e-9), side="left")) - 1
     if i >= len(starts) or i < 0 or r_seg[i] <= 0:
         return None
     need = quote.remaining + lost[i]  # the restore of the last segment is counted in it
-    end = int(starts[i] + math.ceil((need - done[i]) / r_seg[i] - 1e-9))
+    end = int(starts[i] + max(1, math.ceil((need - done[i]) / r_seg[i] - 1e-9)))  # work left takes a slot
     if rules.max_slot is not None and end > rules.max_slot:
         return None
     cost = float((lengths[:i] * c_seg[:i]).sum() + (end - starts[i]) * c_seg[i])
@@ -223,7 +224,7 @@ def commit_schedule(quote: Quote, sched: Schedule, timeline: Timeline, prices: P
     else:
         seg_starts, seg_paces = (np.array(x) for x in sched.paces)
         pace = seg_paces[np.searchsorted(seg_starts, np.array(bounds[:-1]), side="right") - 1]
-    ok = quote.rates[index.node_type][None, :] >= quote.rates[pace][:, None] - 1e-12  # (segments, H)
+    ok = at_least_as_fast(quote.rates[index.node_type][None, :], quote.rates[pace][:, None])  # (segments, H)
     units = job_prices(quote, prices, np.stack(timeline.usage[a:b]).astype(float))
     flat = np.where(ok[:, :, None] & (pace >= 0)[:, None, None], units, np.inf).reshape(b - a, -1)
     pick = np.argpartition(flat, w - 1, axis=1)[:, :w]

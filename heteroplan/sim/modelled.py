@@ -4,7 +4,10 @@ The round executor runs real jobs whose performance models a policy reads (an em
 goodput model is its exact step time). :func:`simulate_modelled` replays the same jobs under the
 same policy with modelled progress: each round, a job that holds ``k`` GPUs of a type on ``n``
 nodes advances at its model's goodput (work units/s) after paying the round's restore delay
-(``Decision.restore_s``), and finishes at the exact second its work runs out. Comparing the two
+(``Decision.restore_s``), and finishes at the exact second its work runs out. A gang that spans
+GPU types runs at its slowest type's goodput (synchronous data parallelism); under a forking policy
+(HadarE) each of a job's GPUs is a one-GPU copy and the copies' goodputs add up (jobs are submitted
+with one requested GPU, so a copy is one GPU), as in :mod:`heteroplan.sim.progress_models`. Comparing the two
 (``benchmarks/ray_vs_sim.py``) measures what carrying decisions out adds that the model does not
 price (start-up, rendezvous, checkpoints, rounds that run long).
 """
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError, check_seconds
 from heteroplan.inputs import finite_number
-from heteroplan.policies.base import PerfModel, Policy
+from heteroplan.policies.base import Allocation, PerfModel, Policy, counts_by_type
 from heteroplan.scheduling import JobRecord, SchedulingSession
 
 __all__ = ["ModelledJob", "simulate_modelled"]
@@ -51,6 +54,17 @@ class ModelledJob:
             object.__setattr__(self, name, finite_number(f"job[{self.job_id}].{name}", getattr(self, name), low=low))
 
 
+def _rate(model: PerfModel, alloc: Allocation, cluster: Cluster, forking: bool) -> float:
+    """Work units/s of a job holding ``alloc``: its goodput there; a gang over several types at its
+    slowest type's; with ``forking``, the sum of its one-GPU copies' (each type's goodput on 1 GPU)."""
+    if not alloc.mixed and not forking:
+        return float(model.goodput(alloc.gpu_type, alloc.num_nodes, alloc.num_gpus))
+    by_type = counts_by_type(alloc, cluster)
+    if forking:
+        return float(sum(n * float(model.goodput(t, 1, 1)) for t, n in by_type.items()))
+    return min(float(model.goodput(t, alloc.num_nodes, alloc.num_gpus)) for t in by_type)
+
+
 def simulate_modelled(cluster: Cluster, policy: Policy, jobs: Sequence[ModelledJob], round_length: float,
                       *, free_moves: bool = True, max_rounds: int = 100_000) -> tuple[JobRecord, ...]:
     """Every job's record after replaying ``jobs`` under ``policy`` (see the module doc)."""
@@ -69,9 +83,8 @@ def simulate_modelled(cluster: Cluster, policy: Policy, jobs: Sequence[ModelledJ
         for d in session.round(now):
             if d.allocation is None:
                 continue
-            alloc = d.allocation
             model = session.view(d.job_id).estimator
-            rate = float(model.goodput(alloc.gpu_type, alloc.num_nodes, alloc.num_gpus)) if model is not None else 0.0
+            rate = _rate(model, d.allocation, cluster, bool(policy.forking)) if model is not None else 0.0
             run = max(0.0, round_length - d.restore_s)
             left = total[d.job_id] - done[d.job_id]
             if rate > 0 and rate * run >= left:
