@@ -76,3 +76,134 @@ def test_ray_records_ray_writes_still_read_the_same(rt) -> None:
     nodes = ray_cluster.nodes_from_ray_state([head, dead, _gpus(np.float64(2)), _node(NodeID="ef" * 28)])
     assert nodes.cluster.capacity() == {"A100": 4}
     assert sorted(nodes.cpus.values()) == [8.0, 8.0] and nodes.node_ids["A100-abababab"] == "ab" * 28
+
+
+# -- the round executor's jobs, options and helpers ------------------------------------------
+
+def _job(rt, **kw):
+    rounds, _, _ = rt
+    from heteroplan.runtime import TinyGPTTask
+
+    return rounds.RuntimeJob(**{"job_id": "a", "task": TinyGPTTask(n_layers=1, dtype="float64"), "steps": 5,
+                                "global_batch_size": 4} | kw)
+
+
+def _cluster():
+    from heteroplan.cluster import Cluster, GPUType
+
+    return Cluster.from_counts((GPUType("cpu-a", 16, 2, 1.0),), {"cpu-a": 2}, name="local")
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"task": "tiny"}, r"job\[a\]\.task"),  # was taken: failed in every rank at the first round
+    ({"config": {"lr": 0.1}}, r"job\[a\]\.config"),  # was taken: a TypeError from dataclasses.replace at launch
+    ({"adaptive_batch": "no"}, r"job\[a\]\.adaptive_batch"),  # a truthy string: adaptive batches on
+    ({"application": 5}, r"job\[a\]\.application"),
+    ({"arrival_time": math.inf}, r"job\[a\]\.arrival_time"),  # was taken: a job that never arrives
+    ({"arrival_time": 10**400}, r"job\[a\]\.arrival_time"),  # was taken: an OverflowError in the executor
+    ({"steps": 2.5}, r"job\[a\]\.steps"),  # still refused: counts take 5.0 and np.int64(5), not 2.5
+])
+def test_a_runtime_job_of_the_wrong_kind_is_named(rt, kwargs, field) -> None:
+    with pytest.raises(InputError, match=f"^{field}="):
+        _job(rt, **kwargs)
+
+
+def test_a_runtime_job_takes_numpy_numbers(rt) -> None:
+    """Steps, batch and GPU counts from numpy arrays (np.int64) were refused as 'must be an integer';
+    np.float32 delays too. They are taken as Python numbers: the same job."""
+    job = _job(rt, steps=np.int64(5), global_batch_size=np.int32(4), max_gpus=np.int64(8),
+               arrival_time=np.float32(2), restart_delay_s=np.float32(1))
+    assert job == _job(rt, arrival_time=2.0, restart_delay_s=1.0)
+    assert (type(job.steps), type(job.arrival_time)) == (int, float)
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"max_rounds": 2.5}, "max_rounds"),  # was taken: a TypeError from range() when run
+    ({"max_rounds": -1}, "max_rounds"),  # was taken: a run of no rounds
+    ({"max_rounds": "x"}, "max_rounds"),
+    ({"progress": 5}, "progress"),  # was taken: a TypeError after the first round had trained
+    ({"resume": "no"}, "resume"),  # a truthy string: the saved run resumed
+    ({"workdir": 5}, "workdir"),  # a TypeError from pathlib
+    ({"jobs": ["a"]}, "jobs"),  # AttributeError: 'str' object has no attribute 'job_id'
+    ({"jobs": "ab"}, "jobs"),
+])
+def test_round_executor_options_of_the_wrong_kind_are_named(rt, tmp_path, kwargs, field) -> None:
+    rounds, _, _ = rt
+    args = {"cluster": _cluster(), "policy": "fifo", "jobs": [_job(rt)], "workdir": tmp_path} | kwargs
+    with pytest.raises(InputError, match=f"^{field}="):
+        rounds.RoundExecutor(**args)
+
+
+def test_round_executor_refuses_a_workdir_that_is_a_file(rt, tmp_path) -> None:
+    """Was a FileExistsError from pathlib when run() began."""
+    rounds, _, _ = rt
+    (tmp_path / "file").write_text("")
+    with pytest.raises(InputError, match=r"^workdir=.*file.*is a file"):
+        rounds.RoundExecutor(_cluster(), "fifo", [_job(rt)], tmp_path / "file")
+    executor = rounds.RoundExecutor(_cluster(), "fifo", [_job(rt)], tmp_path / "file" / "below", max_rounds=np.int64(1))
+    with pytest.raises(InputError, match=r"^workdir=.*below.*cannot create it"):  # a NotADirectoryError
+        executor.run()
+    assert executor.max_rounds == 1 and type(executor.max_rounds) is int
+
+
+@pytest.mark.parametrize(("call", "field"), [
+    (lambda r, t: r.data_parallel_plan("m", "4", 1, 2, "cpu-a"), "global_batch_size"),  # a TypeError from '>'
+    (lambda r, t: r.data_parallel_plan("m", 4, 1.5, 2, "cpu-a"), "num_gpus"),
+    (lambda r, t: r.measure_single_gpu(t, [2], steps=0), "steps"),  # a StatisticsError: no median of no data
+    (lambda r, t: r.measure_single_gpu(t, [2], steps=1.5), "steps"),  # a TypeError from range()
+    (lambda r, t: r.measure_single_gpu(t, 2), "local_batch_sizes"),  # 'int' object is not iterable
+    (lambda r, t: r.measure_single_gpu(t, []), "local_batch_sizes"),  # was empty measurements
+    (lambda r, t: r.measure_single_gpu(t, [2.5]), "local_batch_sizes"),  # was run at 2, recorded as 2.5
+    (lambda r, t: r.measure_single_gpu(t, [2], config={"lr": 0.1}), "config"),  # AttributeError in make_optimizer
+    (lambda r, t: r.measure_single_gpu("tiny", [2]), "task"),  # AttributeError: build_model
+])
+def test_round_helpers_name_an_argument_of_the_wrong_kind(rt, call, field) -> None:
+    from heteroplan.runtime import TinyGPTTask
+
+    rounds, _, _ = rt
+    with pytest.raises(InputError, match=f"^{field}="):
+        call(rounds, TinyGPTTask(n_layers=1, dtype="float64"))
+
+
+def test_job_plan_names_an_allocation_and_progress_of_the_wrong_kind(rt) -> None:
+    from heteroplan.policies.base import Allocation
+
+    rounds, _, _ = rt
+    with pytest.raises(InputError, match="^alloc='str'"):  # an AttributeError: num_gpus
+        rounds.job_plan(_job(rt), "cpu-a", 1, 0.0)
+    with pytest.raises(InputError, match="^progress=nan"):
+        rounds.job_plan(_job(rt), Allocation("cpu-a", 2, (("cpu-a-0", 2),)), 1, math.nan)
+    plan = rounds.data_parallel_plan("m", np.int64(7), np.int64(3), 1, "cpu-a")
+    assert plan.microbatches() == (3, 2, 2) and plan == rounds.data_parallel_plan("m", 7, 3, 1, "cpu-a")
+
+
+# -- the run configuration -------------------------------------------------------------------
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"resume": "no"}, "resume"),  # a truthy string: the run resumed from its checkpoint
+    ({"checkpoint_dir": 5}, "checkpoint_dir"),  # a TypeError from pathlib at launch
+    ({"max_seconds": True}, "max_seconds"),  # was one second
+    ({"max_seconds": 10**400}, "max_seconds"),  # an OverflowError in every rank
+    ({"fault": ("exit", "x", 1)}, r"fault\[1\]"),  # a fault that never came: the test it serves passed
+    ({"fault": ("hang", 0, -1)}, r"fault\[2\]"),
+    ({"fault": ("exit", 1.5, 3)}, r"fault\[1\]"),
+    ({"momentum": False}, "momentum"),  # was momentum 0
+])
+def test_run_config_fields_of_the_wrong_kind_are_named(rt, kwargs, field) -> None:
+    _, config, _ = rt
+    with pytest.raises(InputError, match=f"^config.{field}="):
+        config.RunConfig(**kwargs)
+
+
+def test_run_config_takes_numpy_numbers(rt, tmp_path) -> None:
+    """``steps=np.int64(10)``, ``lr=np.float32(...)`` were refused ('must be an integer', 'must be a
+    number'); they are taken as Python numbers, the same configuration."""
+    _, config, _ = rt
+    got = config.RunConfig(steps=np.int64(10), lr=np.float64(0.05), momentum=np.float32(0.5), threads_per_rank=np.int32(1),
+                           checkpoint_every=np.int64(2), memory_step=np.int64(1), max_seconds=np.float32(2),
+                           peak_tflops=np.float64(3), fault=("exit", np.int64(0), np.int64(3)), checkpoint_dir=tmp_path)
+    want = config.RunConfig(steps=10, lr=0.05, momentum=0.5, checkpoint_every=2, memory_step=1, max_seconds=2.0,
+                            peak_tflops=3.0, fault=("exit", 0, 3), checkpoint_dir=str(tmp_path))
+    assert got == want
+    assert {type(getattr(got, f)) for f in ("steps", "checkpoint_every", "memory_step")} == {int}
+    assert {type(getattr(got, f)) for f in ("lr", "momentum", "max_seconds", "peak_tflops")} == {float}

@@ -354,12 +354,14 @@ class RunHandle(RankProcesses):
                                  self.pipeline.describe())
 
 
-def check_task(task: TrainTask, plan: Plan | PipelineSet | None = None, field: str = "plan.stages") -> None:
+def check_task(task: TrainTask, plan: Plan | PipelineSet | None = None, field: str = "plan.stages",
+               task_field: str = "task") -> None:
     """Raise :class:`InputError` unless ``task`` has what the runtime calls (and, when it says
-    how many layers its model has, ``plan`` covers them; ``field`` names the plan's stages)."""
+    how many layers its model has, ``plan`` covers them; ``field`` names the plan's stages,
+    ``task_field`` the task)."""
     for attr in ("build_model", "batch", "loss"):
         if not callable(getattr(task, attr, None)):
-            raise InputError("task", type(task).__name__, f"has no {attr}() (see heteroplan.runtime.TrainTask)")
+            raise InputError(task_field, type(task).__name__, f"has no {attr}() (see heteroplan.runtime.TrainTask)")
     num_layers = getattr(task, "num_layers", None)
     if plan is not None and isinstance(num_layers, int) and num_layers != plan.num_layers:
         raise InputError(field, plan.num_layers, f"the task's model has {num_layers} layers; the plan must cover them")
