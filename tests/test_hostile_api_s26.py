@@ -207,3 +207,96 @@ def test_run_config_takes_numpy_numbers(rt, tmp_path) -> None:
     assert got == want
     assert {type(getattr(got, f)) for f in ("steps", "checkpoint_every", "memory_step")} == {int}
     assert {type(getattr(got, f)) for f in ("lr", "momentum", "max_seconds", "peak_tflops")} == {float}
+
+
+# -- the sweep API, comparisons and workloads, from Python -----------------------------------
+
+_SWEEP = {"workloads": [{"bundled": "philly/workload-1"}], "clusters": [{"preset": "sia-64"}],
+          "policies": [{"name": "fifo"}], "jobs": 2, "max_hours": 0.5}
+
+
+def test_parse_sweep_names_a_scale_beyond_a_float_and_a_base_that_is_no_path() -> None:
+    from heteroplan.sim.sweep import parse_sweep
+
+    with pytest.raises(InputError, match=r"^clusters\[0\]\.scale=1000.*must be a number > 0"):  # an OverflowError
+        parse_sweep(_SWEEP | {"clusters": [{"preset": "sia-64", "scale": 10**400}]})
+    with pytest.raises(InputError, match="^base=5: must be a path"):  # a TypeError from pathlib
+        parse_sweep(_SWEEP, base=5)
+    spec = parse_sweep(_SWEEP | {"clusters": [{"preset": "sia-64", "scale": np.float64(2)}]})
+    assert spec.clusters[0].scale == 2.0
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"progress": "no"}, "progress"),  # a truthy string: a progress bar
+    ({"retry_failed": "no"}, "retry_failed"),  # truthy: failed cells rerun
+    ({"plots": "no"}, "plots"),  # truthy: plots written
+    ({"cell_fn": 5}, "cell_fn"),  # every cell stored as failed: "'int' object is not callable"
+    ({"executor": 5}, "executor"),  # AttributeError: 'int' object has no attribute 'run'
+    ({"out": 5}, "out"),  # TypeError from pathlib
+    ({"sweep": 5}, "sweep"),
+])
+def test_run_sweep_names_an_argument_of_the_wrong_kind_before_any_cell(tmp_path, kwargs, field) -> None:
+    from heteroplan.sim.sweep import run_sweep
+
+    args = {"sweep": _SWEEP, "out": tmp_path / "out", "executor": "inprocess"} | kwargs
+    with pytest.raises(InputError, match=f"^{field}="):
+        run_sweep(**args)
+    assert not (tmp_path / "out" / "cells").exists() or not any((tmp_path / "out" / "cells").iterdir())
+
+
+def test_sweep_results_name_what_is_no_record_or_table(tmp_path) -> None:
+    from heteroplan.sim.sweep import ResultStore, results_table, summarize
+
+    (tmp_path / "f").write_text("")
+    with pytest.raises(InputError, match="^records='.*f': must be cell records"):  # string indices must be integers
+        results_table(str(tmp_path / "f"))
+    with pytest.raises(InputError, match="^records=5"):
+        results_table([5])
+    with pytest.raises(InputError, match="^table='int'"):  # argument of type 'int' is not iterable
+        summarize(5)
+    with pytest.raises(InputError, match="^confidence='0.9'"):  # a TypeError from '<'
+        summarize(results_table([]), confidence="0.9")
+    with pytest.raises(InputError, match="^out=5: must be a path"):
+        ResultStore(5)
+    assert list(results_table([]).columns[:2]) == ["simulator", "workload"]
+
+
+def test_comparisons_name_a_policy_string_and_results_of_the_wrong_kind() -> None:
+    from heteroplan import bundled_workload, compare_policies, compare_table, preset
+
+    jobs = bundled_workload()[:2]
+    with pytest.raises(InputError, match="^policies='fifo': must be a list"):  # was the policies 'f', 'i', 'f', 'o'
+        compare_policies(jobs, preset("sia-64"), "fifo")
+    for results in (5, [5]):  # TypeError: 'int' object is not iterable; AttributeError: summary
+        with pytest.raises(InputError, match="^results=5"):
+            compare_table(results)
+    header = compare_table([])  # no results: the header (was a TypeError from max())
+    assert header.splitlines()[0].split()[:2] == ["policy", "finished"] and len(header.splitlines()) == 2
+
+
+def test_workload_readers_name_a_path_that_is_no_path_and_an_overlong_seed() -> None:
+    from heteroplan import bundled_workload, read_sia_workload
+
+    with pytest.raises(InputError, match="^workload=5: must be a path"):  # a TypeError from pathlib
+        read_sia_workload(5)
+    with pytest.raises(InputError, match="^workload='newtrace/seed-9999.*unknown bundled workload"):  # int() refused 5000 digits
+        bundled_workload("newtrace/seed-" + "9" * 5000)
+
+
+# -- the MILP layer --------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("kwargs", "field"), [({"lb": math.inf}, "lb"), ({"ub": -math.inf}, "ub"),
+                                               ({"lb": [0.0, math.inf]}, "lb")])
+def test_matrix_rows_bounded_the_wrong_way_are_named(kwargs, field) -> None:
+    """A row lower bound of +inf (or upper of -inf) was taken and HiGHS rejected the whole model at
+    solve time (SolverError 'passModel error'); variables refused such bounds already."""
+    from heteroplan.milp import Model
+    from heteroplan.solvers import solve
+
+    model = Model("t")
+    model.continuous("x", 3, lb=0, ub=5)
+    with pytest.raises(InputError, match=rf"^constraints\[r\]\.{field}=.*leaves no value"):
+        model.add_matrix_constraints("r", np.ones((2, 3)), **{"lb": -math.inf, "ub": math.inf} | kwargs)
+    model.add_matrix_constraints("r", np.ones((2, 3)), lb=-math.inf, ub=[1.0, math.inf])  # infinite on its own side
+    model.maximize(model.variables["x"].sum())
+    assert solve(model).objective == pytest.approx(1.0)

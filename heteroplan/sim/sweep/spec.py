@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.errors import InputError
-from heteroplan.inputs import MAX_GENERATED_JOBS, MIN_ROUND_S, enum_choice, read_text
-from heteroplan.names import path_component
+from heteroplan.inputs import MAX_GENERATED_JOBS, MIN_ROUND_S, enum_choice, read_text, real_value
+from heteroplan.names import a_path, path_component
 from heteroplan.schema import Number, Plain, Seq, Text, decode, naming_file
 from heteroplan.sim.fidelity import FidelityPreset, SimFidelity
 from heteroplan.workload.sia import BUNDLED_WORKLOADS, is_bundled_workload
@@ -301,7 +301,7 @@ class SweepSpec:
 def load_sweep(path: str | Path) -> SweepSpec:
     """Read a sweep TOML file; relative workload/cluster paths are relative to the file. Errors
     are :class:`InputError` naming the file, the field and the value."""
-    path = Path(path)
+    path = a_path("sweep", path)
     data = read_toml(path, "sweep")
     data.setdefault("name", path.stem)
     with naming_file(path):
@@ -330,7 +330,7 @@ def parse_sweep(data: Mapping[str, Any], base: str | Path = ".") -> SweepSpec:
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
         raise InputError(unknown[0], data[unknown[0]], f"unknown sweep field; known: {sorted(_TOP_KEYS)}")
-    base = Path(base)
+    base = a_path("base", base)
     values = {key: decode(spec, data[key], key) for key, spec in _FIELDS.items() if key in data}
     simulator = SimulatorKind(values.get("simulator", SimulatorKind.SIA))
     seeds = data.get("seeds", [0])
@@ -378,9 +378,10 @@ def _sweep_name(value: object) -> str:
 def _positive(field_name: str, value: object) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (value > 0 and math.isfinite(value)):
+    number = real_value(value)  # NaN for a bool, a string and 10**400 (was an OverflowError from math.isfinite)
+    if not (number > 0 and math.isfinite(number)):
         raise InputError(field_name, value, "must be a number > 0")
-    return float(value)
+    return number
 
 
 def _tables(data: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
