@@ -300,3 +300,39 @@ def test_matrix_rows_bounded_the_wrong_way_are_named(kwargs, field) -> None:
     model.add_matrix_constraints("r", np.ones((2, 3)), lb=-math.inf, ub=[1.0, math.inf])  # infinite on its own side
     model.maximize(model.variables["x"].sum())
     assert solve(model).objective == pytest.approx(1.0)
+
+
+def test_ray_backend_refuses_bad_options_before_joining_ray(rt) -> None:
+    """``cpus_per_rank=True`` was one CPU; ``gpu_types=5`` a TypeError from tuple() after Ray had
+    been joined. Refused first (no Ray is started by this test)."""
+    pytest.importorskip("ray", reason="Ray is optional: pip install 'heteroplan[ray]'")
+    from heteroplan.runtime.ray_backend import RayBackend
+
+    for kwargs, field in (({"cpus_per_rank": True}, "cpus_per_rank"), ({"gpu_types": 5}, "gpu_types"),
+                          ({"type_labels": ["A100"]}, "type_labels")):
+        with pytest.raises(InputError, match=f"^{field}="):
+            RayBackend(address="127.0.0.1:1", **kwargs)
+
+
+# -- the network topology --------------------------------------------------------------------
+
+def test_topology_names_a_bandwidth_beyond_a_float_and_a_switch_named_like_a_node() -> None:
+    import networkx as nx
+
+    from heteroplan import preset
+    from heteroplan.topology import Topology
+
+    cluster = preset("sia-64")
+    with pytest.raises(InputError, match="^intra_gbps=1000"):  # an OverflowError from float()
+        Topology.from_cluster(cluster, intra_gbps=10**400)
+    graph = nx.Graph()
+    graph.add_node("a", kind="node", intra_gbps=10**400)
+    with pytest.raises(InputError, match=r"^graph\.nodes\['a'\]\.intra_gbps=1000"):
+        Topology.from_graph(graph)
+    first = cluster.nodes[0].name
+    with pytest.raises(InputError, match="^switch_of="):  # was taken: node `first` became a switch in the graph
+        Topology.from_cluster(cluster, switch_of={n.name: first for n in cluster.nodes})
+    with pytest.raises(InputError, match="^switch_of=5"):  # a TypeError: 'int' is not iterable
+        Topology.from_cluster(cluster, switch_of=5)
+    numpy_args = Topology.from_cluster(cluster, nodes_per_switch=np.int64(2), node_gbps=np.float32(100))
+    assert numpy_args.graph.edges == Topology.from_cluster(cluster, nodes_per_switch=2).graph.edges

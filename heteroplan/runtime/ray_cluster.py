@@ -23,7 +23,8 @@ from heteroplan.cluster import Cluster, GPUType, Node
 from heteroplan.errors import InputError
 from heteroplan.inputs import real_value, strict_int
 
-__all__ = ["RAY_ACCELERATOR_MEMORY_GB", "RayNodes", "cluster_from_ray", "require_ray", "connect"]
+__all__ = ["RAY_ACCELERATOR_MEMORY_GB", "RayNodes", "check_reader_options", "cluster_from_ray", "nodes_from_ray_state",
+           "require_ray", "connect"]
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,17 @@ def _gpu_type(name: str, label: str, gpus_per_node: int, given: Mapping[str, GPU
     return GPUType(name, memory, gpus_per_node, model=f"NVIDIA {label}")
 
 
+def check_reader_options(gpu_types: object, type_labels: object) -> None:
+    """Refuse, naming the argument, ``gpu_types`` that are no sequence of GPUType or ``type_labels``
+    that map no label to a type name (the options of :func:`cluster_from_ray` and ``RayBackend``)."""
+    if isinstance(gpu_types, GPUType) or not isinstance(gpu_types, Sequence) or not all(
+            isinstance(t, GPUType) for t in gpu_types):
+        raise InputError("gpu_types", gpu_types, "must be a sequence of GPUType")
+    if type_labels is not None and not (isinstance(type_labels, Mapping) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in type_labels.items())):
+        raise InputError("type_labels", type_labels, "must map Ray accelerator labels to GPU type names (strings)")
+
+
 def nodes_from_ray_state(nodes: Sequence[Mapping[str, Any]], gpu_types: Sequence[GPUType] = (),
                          type_labels: Mapping[str, str] | None = None, name: str = "ray") -> RayNodes:
     """:func:`cluster_from_ray` from ``ray.nodes()``'s records (what it reads, for tests and replays).
@@ -137,12 +149,7 @@ def nodes_from_ray_state(nodes: Sequence[Mapping[str, Any]], gpu_types: Sequence
     A live node's record must hold a node id (``NodeID``), ``Resources`` mapping names to finite
     amounts >= 0 (``GPU`` a whole number) and ``Labels`` a mapping; otherwise an
     :class:`~heteroplan.errors.InputError` names the node and the field. Dead nodes are skipped unread."""
-    if isinstance(gpu_types, GPUType) or not isinstance(gpu_types, Sequence) or not all(
-            isinstance(t, GPUType) for t in gpu_types):
-        raise InputError("gpu_types", gpu_types, "must be a sequence of GPUType")
-    if type_labels is not None and not (isinstance(type_labels, Mapping) and all(
-            isinstance(k, str) and isinstance(v, str) for k, v in type_labels.items())):
-        raise InputError("type_labels", type_labels, "must map Ray accelerator labels to GPU type names (strings)")
+    check_reader_options(gpu_types, type_labels)
     if isinstance(nodes, str | Mapping) or not isinstance(nodes, Sequence):
         raise InputError("ray nodes", type(nodes).__name__, "must be the list ray.nodes() returns")
     given = {t.name: t for t in gpu_types}
