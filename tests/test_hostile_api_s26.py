@@ -336,3 +336,75 @@ def test_topology_names_a_bandwidth_beyond_a_float_and_a_switch_named_like_a_nod
         Topology.from_cluster(cluster, switch_of=5)
     numpy_args = Topology.from_cluster(cluster, nodes_per_switch=np.int64(2), node_gbps=np.float32(100))
     assert numpy_args.graph.edges == Topology.from_cluster(cluster, nodes_per_switch=2).graph.edges
+
+
+# -- the formulations, called directly -------------------------------------------------------
+
+_T, _S, _CAP = np.array([[2.0, 1.0], [1.0, 3.0]]), np.ones(2), np.array([2.0, 2.0])
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"throughputs": np.array([[1 + 1j, 1], [1, 1]])}, "throughputs"),  # was cast to 1.0 with a ComplexWarning
+    ({"throughputs": np.array([["a", "b"], ["c", "d"]], object)}, "throughputs"),  # a ValueError from float()
+    ({"capacity": "a"}, "capacity"),
+    ({"capacity": np.array([np.inf, 1.0])}, "capacity"),  # was named 'constant' by the model
+    ({"scale_factors": np.array([np.nan, 1.0])}, "scale_factors"),  # was 'job cannot run on any GPU type'
+    ({"min_level": "x"}, "min_level"),  # a ValueError from float()
+    ({"heterogeneity_aware": "no"}, "heterogeneity_aware"),  # taken as True
+    ({"weights": ["a", "b"]}, "weights"),
+])
+def test_gavel_max_min_fairness_names_a_bad_array(kwargs, field) -> None:
+    from heteroplan.formulations.gavel import max_min_fairness_model
+
+    with pytest.raises(InputError, match=f"^{field}="):
+        max_min_fairness_model(**{"throughputs": _T, "scale_factors": _S, "capacity": _CAP} | kwargs)
+
+
+def test_gavel_finish_time_fairness_names_a_level_that_is_no_number() -> None:
+    from heteroplan.formulations.gavel import finish_time_fairness_model
+    from heteroplan.solvers import solve
+
+    args = {"throughputs": _T, "scale_factors": _S, "capacity": _CAP, "remaining_steps": [10.0, 10.0],
+            "isolated_time": [5.0, 5.0]}
+    with pytest.raises(InputError, match="^rho='x'"):  # a TypeError from np.isfinite
+        finish_time_fairness_model(**args, rho="x")
+    assert solve(finish_time_fairness_model(**args, rho=np.float32(1))).objective == pytest.approx(5.0)
+
+
+def _hadar(**kw):
+    from heteroplan.formulations.hadar import HadarInstance
+
+    return HadarInstance(**{"arrival": np.array([0, 0]), "tasks": np.array([1, 2]), "steps": np.array([100.0, 100.0]),
+                            "rates": np.array([[1.0, 2.0], [1.0, 1.0]]), "capacity": np.array([2, 2]),
+                            "node_type": np.array([0, 1]), "slots": 4, "slot": 360.0} | kw)
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"arrival": np.array([np.nan, 0])}, "arrival"),  # the instance was taken; the job never lived
+    ({"arrival": np.array([-1, 0])}, "arrival"),
+    ({"tasks": np.array([0, 1])}, "tasks"),  # a job of no tasks: finished for free
+    ({"tasks": np.array([1.5, 1])}, "tasks"),
+    ({"steps": np.array([np.nan, 1.0])}, "steps"),  # was named 'constant' by the model
+    ({"rates": np.array([[np.nan, 1.0], [1.0, 1.0]])}, "rates"),
+    ({"capacity": np.array([1.5, 2])}, "capacity"),  # 1.5 GPUs on a node
+    ({"node_type": np.array([0.0, 1.0])}, "node_type"),  # a TypeError from np.bincount
+    ({"slots": 2.5}, "slots"),  # was 'utility.shape=(2, 3): must be (2, 2)'
+    ({"slots": 10**7}, "slots"),  # dense slots x slots blocks: no answer
+    ({"slot": math.nan}, "slot"),
+])
+def test_hadar_instance_names_a_bad_array(kwargs, field) -> None:
+    with pytest.raises(InputError, match=rf"^instance\.{field}="):
+        _hadar(**kwargs)
+
+
+def test_hadar_instance_and_bound_still_take_what_they_took() -> None:
+    from heteroplan.formulations.hadar import hadar_milp, makespan_bound_lp
+    from heteroplan.solvers import solve
+
+    assert solve(hadar_milp(_hadar(slots=np.int64(4)))).objective == pytest.approx(2.0)
+    args = {"work": np.array([10.0, 10.0]), "rates": np.array([[1.0, 2.0], [1.0, 1.0]]), "tasks": np.array([1, 1]),
+            "capacity": np.array([2, 2])}
+    assert solve(makespan_bound_lp(**args)).objective == pytest.approx(3.75)
+    for name, value in (("work", np.array([-1.0, 1.0])), ("tasks", np.array([0, 1]))):  # a bound below every schedule
+        with pytest.raises(InputError, match=f"^{name}="):
+            makespan_bound_lp(**args | {name: value})
