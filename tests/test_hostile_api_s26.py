@@ -408,3 +408,54 @@ def test_hadar_instance_and_bound_still_take_what_they_took() -> None:
     for name, value in (("work", np.array([-1.0, 1.0])), ("tasks", np.array([0, 1]))):  # a bound below every schedule
         with pytest.raises(InputError, match=f"^{name}="):
             makespan_bound_lp(**args | {name: value})
+
+
+def _sia_args():
+    from heteroplan import preset
+    from heteroplan.formulations.sia import ConfigSet
+
+    cluster = preset("sia-64")
+    configs = ConfigSet.from_cluster(cluster)
+    return {"goodput": np.ones((2, len(configs))), "configs": configs,
+            "capacity": [cluster.capacity()[t] for t in cluster.type_names]}
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"current": np.array([0, 10**6])}, "current"),  # was taken: a configuration that does not exist
+    ({"current": np.array([np.nan, 0.0])}, "current"),  # cast to a garbage index with a RuntimeWarning
+    ({"current": np.array([0.5, 0.0])}, "current"),  # cast to configuration 0
+    ({"current": np.array([0])}, r"current\.shape"),  # an IndexError
+    ({"restart": np.array([np.nan, 1.0])}, "restart"),  # silently dropped every other configuration
+    ({"restart": np.ones(3)}, r"restart\.shape"),
+    ({"pinned": "x"}, r"pinned\.shape"),  # cast to True: every running job pinned
+    ({"pinned": np.array([5, 0])}, "pinned"),
+    ({"goodput": np.ones((2, 19)) * (1 + 0j)}, "goodput"),  # was cast with a ComplexWarning
+    ({"capacity": "a"}, "capacity"),  # a ValueError from float()
+    ({"configs": "x"}, "configs"),  # was named as a goodput of the wrong shape
+])
+def test_sia_model_names_job_state_of_the_wrong_kind(kwargs, field) -> None:
+    from heteroplan.formulations.sia import build_sia_model
+
+    with pytest.raises(InputError, match=f"^{field}="):
+        build_sia_model(**_sia_args() | kwargs)
+
+
+def test_sia_model_takes_the_job_state_policies_give() -> None:
+    """Integer configuration indices, factors in [0, 1] and booleans (lists too) build the same model."""
+    from heteroplan.formulations.sia import ConfigSet, build_sia_model
+    from heteroplan.solvers import solve
+
+    args = _sia_args()
+    as_lists = build_sia_model(**args, current=[0, -1], restart=[0.5, 1], pinned=[False, False])
+    as_arrays = build_sia_model(**args, current=np.array([0, -1]), restart=np.array([0.5, 1.0]),
+                                pinned=np.zeros(2, dtype=bool))
+    assert solve(as_lists.model).objective == pytest.approx(solve(as_arrays.model).objective)
+    with pytest.raises(InputError, match="^max_gpus='x'"):  # a TypeError from '<='
+        ConfigSet.from_cluster(_sia_cluster(), max_gpus="x")
+    assert args["configs"].index_of("aws", math.nan) == -1  # was a ValueError from int()
+
+
+def _sia_cluster():
+    from heteroplan import preset
+
+    return preset("sia-64")
