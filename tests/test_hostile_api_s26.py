@@ -459,3 +459,38 @@ def _sia_cluster():
     from heteroplan import preset
 
     return preset("sia-64")
+
+
+def _kind(**kw):
+    from heteroplan.formulations.sailor import ReplicaKind
+
+    return ReplicaKind(**{"gpu_type": "A", "zone": "z", "tp": 1, "pp": 2, "mbs": 1, "samples_per_s": 10.0,
+                          "price_per_s": 0.01} | kw)
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"tp": 0}, r"kind\.tp"),  # a division by zero: an infeasible model
+    ({"pp": 1.5}, r"kind\.pp"),  # 3 GPUs a replica: taken
+    ({"samples_per_s": -1.0}, r"kind\.samples_per_s"),  # a negative throughput: taken
+    ({"price_per_s": math.nan}, r"kind\.price_per_s"),  # taken: the cost objective NaN
+])
+def test_sailor_replica_kinds_of_the_wrong_kind_are_named(kwargs, field) -> None:
+    with pytest.raises(InputError, match=f"^{field}="):
+        _kind(**kwargs)
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"pool": {}}, "pool"),  # a KeyError
+    ({"pool": {("A", "z"): 1.5}}, "pool"),  # 1.5 GPUs: taken
+    ({"gbs": "64"}, "gbs"),  # a TypeError from numpy
+    ({"kinds": ["x"]}, "kinds"),  # an AttributeError
+    ({"budget": math.nan}, "budget"),  # was named 'constant' by the model
+])
+def test_sailor_resource_model_names_a_bad_argument(kwargs, field) -> None:
+    from heteroplan.formulations.sailor import build_resource_model
+    from heteroplan.solvers import solve
+
+    args = {"kinds": [_kind()], "pool": {("A", "z"): 8}, "gbs": 64}
+    with pytest.raises(InputError, match=f"^{field}="):
+        build_resource_model(**args | kwargs)
+    assert solve(build_resource_model(**args | {"gbs": np.int64(64)})).objective == pytest.approx(0.625)
