@@ -494,3 +494,49 @@ def test_sailor_resource_model_names_a_bad_argument(kwargs, field) -> None:
     with pytest.raises(InputError, match=f"^{field}="):
         build_resource_model(**args | kwargs)
     assert solve(build_resource_model(**args | {"gbs": np.int64(64)})).objective == pytest.approx(0.625)
+
+
+# -- the profiler and the FLOP counter -------------------------------------------------------
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"repeats": 10**12}, "repeats"),  # a profile that never answered
+    ({"warmup": 10**12}, "warmup"),
+    ({"sweeps": 1001}, "sweeps"),  # the command line takes at most 1000 already
+    ({"time_recomputed": "no"}, "time_recomputed"),  # taken as True: recomputation timed
+])
+def test_profile_layers_refuses_endless_or_misread_options(rt, kwargs, field) -> None:
+    import torch
+
+    from heteroplan.runtime.profiler import profile_layers
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    with pytest.raises(InputError, match=f"^{field}="):
+        profile_layers(model, lambda b: torch.randn(b, 4), (1, 2), **{"warmup": 0, "repeats": 1} | kwargs)
+
+
+def test_forward_flops_names_what_is_no_callable(rt) -> None:
+    import torch
+
+    from heteroplan.runtime.flops import forward_flops
+
+    layer = torch.nn.Linear(4, 2, bias=False)
+    with pytest.raises(InputError, match="^fn='Tensor'"):  # a TypeError from inside torch's counter
+        forward_flops(layer(torch.randn(3, 4)))
+    assert forward_flops(lambda: layer(torch.randn(3, 4))) == 2 * 3 * 4 * 2
+
+
+def test_solve_takes_numpy_options_as_numbers() -> None:
+    """``time_limit=np.float32(10)`` and ``threads=np.int64(1)`` (read from arrays) were refused as
+    'must be a positive number' / 'a positive integer'; taken, every backend gets Python numbers."""
+    from heteroplan.milp import Model
+    from heteroplan.solvers import solve
+    from heteroplan.solvers.registry import SolveOptions
+
+    model = Model("t")
+    x = model.continuous("x", 3, lb=0, ub=5)
+    model.maximize(x.sum())
+    assert solve(model, time_limit=np.float32(10), mip_gap=np.float64(0.1), threads=np.int64(1)).objective == 15.0
+    options = SolveOptions(np.float32(10), np.float64(0.1), np.int64(1))
+    assert (type(options.time_limit), type(options.mip_gap), type(options.threads)) == (float, float, int)
+    with pytest.raises(InputError, match="^threads=True"):
+        SolveOptions(threads=True)
