@@ -540,3 +540,16 @@ def test_solve_takes_numpy_options_as_numbers() -> None:
     assert (type(options.time_limit), type(options.mip_gap), type(options.threads)) == (float, float, int)
     with pytest.raises(InputError, match="^threads=True"):
         SolveOptions(threads=True)
+
+
+def test_a_cell_made_by_hand_names_its_job_count_and_seed() -> None:
+    """``replace(cell, jobs=2.5)`` failed inside the cell with a TypeError from slicing the workload."""
+    import dataclasses
+
+    from heteroplan.sim.sweep import parse_sweep
+
+    cell = parse_sweep(_SWEEP).cells()[0]
+    for field, value in (("jobs", 2.5), ("jobs", 0), ("seed", -1), ("seed", "x")):
+        with pytest.raises(InputError, match=f"^{field}="):
+            dataclasses.replace(cell, **{field: value})
+    assert dataclasses.replace(cell, jobs=np.int64(2), seed=np.int64(0)).key == cell.key

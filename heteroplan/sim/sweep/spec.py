@@ -43,7 +43,14 @@ from typing import TYPE_CHECKING, Any
 
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.errors import InputError
-from heteroplan.inputs import MAX_GENERATED_JOBS, MIN_ROUND_S, enum_choice, read_text, real_value
+from heteroplan.inputs import (
+    MAX_GENERATED_JOBS,
+    MIN_ROUND_S,
+    enum_choice,
+    is_count,
+    read_text,
+    real_value,
+)
 from heteroplan.names import a_path, path_component
 from heteroplan.schema import Number, Plain, Seq, Text, decode, naming_file
 from heteroplan.sim.fidelity import FidelityPreset, SimFidelity
@@ -244,6 +251,15 @@ class CellSpec:
     jobs: int | None = None
     max_hours: float | None = None
     round_length: float | None = None
+
+    def __post_init__(self) -> None:  # a cell made by hand: jobs=2.5 failed in the cell as a TypeError
+        if not is_count(self.seed) or self.seed < 0:  # type: ignore[operator]
+            raise InputError("seed", self.seed, "must be an integer >= 0 (a random seed)")
+        if self.jobs is not None and (not is_count(self.jobs) or self.jobs < 1):  # type: ignore[operator]
+            raise InputError("jobs", self.jobs, "must be an integer >= 1 or None")
+        object.__setattr__(self, "seed", int(self.seed))  # np.int64 too: the key is JSON of the fields
+        if self.jobs is not None:
+            object.__setattr__(self, "jobs", int(self.jobs))
 
     def to_dict(self) -> dict[str, Any]:
         """Every input as JSON data (options as tables)."""
