@@ -553,3 +553,20 @@ def test_a_cell_made_by_hand_names_its_job_count_and_seed() -> None:
         with pytest.raises(InputError, match=f"^{field}="):
             dataclasses.replace(cell, **{field: value})
     assert dataclasses.replace(cell, jobs=np.int64(2), seed=np.int64(0)).key == cell.key
+
+
+def test_a_policy_object_with_a_flag_of_the_wrong_kind_is_named(rt, tmp_path) -> None:
+    """A policy with only ``allocate`` gets the loop's defaults; its own ``elastic = "no"`` was taken
+    as True (jobs rescaled)."""
+    rounds, _, _ = rt
+
+    class Mine:
+        elastic = "no"
+
+        def allocate(self, cluster, jobs, now):
+            return {}
+
+    with pytest.raises(InputError, match="^policy.elastic='no'"):
+        rounds.RoundExecutor(_cluster(), Mine(), [_job(rt)], tmp_path)
+    Mine.elastic = np.bool_(False)
+    assert rounds.RoundExecutor(_cluster(), Mine(), [_job(rt)], tmp_path).policy.elastic is False

@@ -271,6 +271,9 @@ class _Declared(PolicyBase):
     defaults: the runtime's jobs are elastic (their GPU count may change)."""
 
     def __init__(self, inner: Any, round_length: float) -> None:
+        for flag in ("elastic", "forking"):  # elastic = "no" was taken as True
+            if not isinstance(getattr(inner, flag, False), bool | np.bool_):
+                raise InputError(f"policy.{flag}", getattr(inner, flag), "must be True or False")
         super().__init__(name=getattr(inner, "name", type(inner).__name__.lower()), round_length=round_length,
                          elastic=bool(getattr(inner, "elastic", True)), forking=bool(getattr(inner, "forking", False)),
                          restart_delay_s=getattr(inner, "restart_delay_s", None))
