@@ -162,7 +162,7 @@ class Topology:
         """The switch a node hangs off (the node itself when it has no single switch)."""
         try:
             return self._switch[node]
-        except KeyError:
+        except (KeyError, TypeError):  # a list was a TypeError (unhashable)
             raise InputError("node", node, f"not a node of the topology; e.g. {list(self._switch)[:3]}") from None
 
     def nodes_by_switch(self, nodes: Iterable[str] | None = None) -> dict[str, list[str]]:
@@ -187,6 +187,10 @@ class Topology:
         """Bandwidth (Gbit/s) between two GPU groups, given as the nodes they occupy: the
         smallest :meth:`path_bandwidth` over pairs of their nodes (the pair a collective waits
         on). With one group, the bandwidth among its own nodes (``intra_gbps`` if it has one)."""
+        for name, group in (("group_a", group_a), ("group_b", group_b)):
+            if group is not None and (isinstance(group, str) or not isinstance(group, Iterable)):
+                raise InputError(name, group, "must be the node names a GPU group occupies (a list; a name alone "
+                                 "was read as its characters)")
         a = sorted(set(group_a))
         b = a if group_b is None else sorted(set(group_b))
         if not a or not b:

@@ -570,3 +570,18 @@ def test_a_policy_object_with_a_flag_of_the_wrong_kind_is_named(rt, tmp_path) ->
         rounds.RoundExecutor(_cluster(), Mine(), [_job(rt)], tmp_path)
     Mine.elastic = np.bool_(False)
     assert rounds.RoundExecutor(_cluster(), Mine(), [_job(rt)], tmp_path).policy.elastic is False
+
+
+def test_topology_queries_name_a_group_that_is_no_list_of_nodes() -> None:
+    from heteroplan import preset
+    from heteroplan.topology import Topology
+
+    topology = Topology.from_cluster(preset("sia-64"))
+    node = topology.machines[0]
+    with pytest.raises(InputError, match="^group_a="):  # a name alone was read as its characters
+        topology.bandwidth(node)
+    with pytest.raises(InputError, match="^group_b=5"):  # a TypeError: 'int' is not iterable
+        topology.bandwidth([node], 5)
+    with pytest.raises(InputError, match=r"^node=\["):  # a TypeError: unhashable list
+        topology.switch_of([node])
+    assert topology.bandwidth([node]) == topology.path_bandwidth(node, node)
