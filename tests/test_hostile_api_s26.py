@@ -299,7 +299,10 @@ def test_matrix_rows_bounded_the_wrong_way_are_named(kwargs, field) -> None:
         model.add_matrix_constraints("r", np.ones((2, 3)), **{"lb": -math.inf, "ub": math.inf} | kwargs)
     model.add_matrix_constraints("r", np.ones((2, 3)), lb=-math.inf, ub=[1.0, math.inf])  # infinite on its own side
     model.maximize(model.variables["x"].sum())
-    assert solve(model).objective == pytest.approx(1.0)
+    solution = solve(model)
+    assert solution.objective == pytest.approx(1.0)
+    with pytest.raises(InputError, match=r"^block=\['x'\]"):  # a TypeError: unhashable list
+        solution[["x"]]
 
 
 def test_ray_backend_refuses_bad_options_before_joining_ray(rt) -> None:
