@@ -588,3 +588,48 @@ def test_topology_queries_name_a_group_that_is_no_list_of_nodes() -> None:
     with pytest.raises(InputError, match=r"^node=\["):  # a TypeError: unhashable list
         topology.switch_of([node])
     assert topology.bandwidth([node]) == topology.path_bandwidth(node, node)
+
+
+# -- the training entry points ---------------------------------------------------------------
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"n_layers": 0}, "n_layers"),  # was taken: failed in every rank that built the model
+    ({"dtype": "x"}, "dtype"),
+    ({"vocab": math.nan}, "vocab"),
+    ({"n_heads": 3}, "d_model"),  # 32 is no multiple of 3 heads
+    ({"seed": 0.5}, "seed"),  # torch.manual_seed refused it in the rank
+])
+def test_tiny_gpt_task_is_checked_when_made(rt, kwargs, field) -> None:
+    from heteroplan.runtime import TinyGPTTask
+
+    with pytest.raises(InputError, match=f"^{field}="):
+        TinyGPTTask(**kwargs)
+
+
+def test_tiny_gpt_task_takes_numpy_sizes(rt) -> None:
+    from heteroplan.runtime import TinyGPTTask
+
+    task = TinyGPTTask(seq_len=np.int64(16), n_layers=np.int32(1), seed=np.int64(3))
+    assert task == TinyGPTTask(seq_len=16, n_layers=1, seed=3) and type(task.seq_len) is int
+
+
+def test_training_entry_points_name_an_argument_of_the_wrong_kind(rt, tmp_path) -> None:
+    from heteroplan.runtime import (
+        RunConfig,
+        TinyGPTTask,
+        latest_checkpoint,
+        run_plan,
+        train_reference,
+    )
+
+    rounds, _, _ = rt
+    task = TinyGPTTask(n_layers=1, dtype="float64")
+    with pytest.raises(InputError, match="^task='str'"):  # an AttributeError: build_model
+        train_reference("tiny", 4, RunConfig(steps=1))
+    with pytest.raises(InputError, match="^config='dict'"):  # an AttributeError in make_optimizer
+        train_reference(task, 4, {"steps": 1})
+    with pytest.raises(InputError, match="^checkpoint_dir=5"):  # a TypeError from pathlib
+        latest_checkpoint(5)
+    with pytest.raises(InputError, match="^progress='int'"):  # a TypeError mid-run, the ranks left unwatched
+        run_plan(rounds.data_parallel_plan("m", 4, 1, 3, "cpu"), task, RunConfig(steps=1), progress=5)
+    assert latest_checkpoint(tmp_path) is None
