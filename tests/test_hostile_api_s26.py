@@ -49,6 +49,7 @@ def _gpus(value):
     ([_node(Resources=["GPU"])], r"ray node abababab\.Resources=\['GPU'\]"),
     ({"node": _node()}, r"ray nodes='dict'"),  # its keys were read as nodes: AttributeError
     (["node"], r"ray nodes='node'"),
+    ([_node(Alive="false")], r"ray node abababab\.Alive='false'"),  # a truthy string: a live node
 ])
 def test_ray_node_records_that_are_no_records_are_named(rt, nodes, field) -> None:
     _, _, ray_cluster = rt

@@ -157,7 +157,10 @@ def nodes_from_ray_state(nodes: Sequence[Mapping[str, Any]], gpu_types: Sequence
     picked: list[tuple[str, str, str, int, float]] = []  # (type, label, node id, GPUs, CPUs)
     for node in nodes:
         resources = _resources(node)
-        if not node.get("Alive"):  # a dead node's record is read no further
+        alive = node.get("Alive")
+        if alive is not None and not isinstance(alive, bool):  # "false" was a live node
+            raise InputError(f"ray node {str(node.get('NodeID'))[:8]}.Alive", alive, "must be true or false")
+        if not alive:  # a dead node's record is read no further
             continue
         gpus = _amount(node, resources, "GPU")
         if gpus == 0:
