@@ -147,7 +147,7 @@ def nodes_from_ray_state(nodes: Sequence[Mapping[str, Any]], gpu_types: Sequence
     """:func:`cluster_from_ray` from ``ray.nodes()``'s records (what it reads, for tests and replays).
 
     A live node's record must hold a node id (``NodeID``), ``Resources`` mapping names to finite
-    amounts >= 0 (``GPU`` a whole number) and ``Labels`` a mapping; otherwise an
+    amounts >= 0 (``GPU`` a whole number), ``Labels`` a mapping and ``Alive`` a boolean; otherwise an
     :class:`~heteroplan.errors.InputError` names the node and the field. Dead nodes are skipped unread."""
     check_reader_options(gpu_types, type_labels)
     if isinstance(nodes, str | Mapping) or not isinstance(nodes, Sequence):
