@@ -4,16 +4,19 @@
 (policy names, plugin policies' included, sweep names, job ids, output stems): it refuses what
 would leave the directory or confuse it. :func:`printable` is what the command line prints of
 text it did not write itself (names, zones, GPU types, job ids from files): control characters
-come out escaped, so a name cannot clear the screen or fake a line of output.
+come out escaped, so a name cannot clear the screen or fake a line of output. :func:`a_path`
+is the gate of a path argument of the Python API (a string or ``os.PathLike``).
 """
 
 from __future__ import annotations
 
+import os
 import unicodedata
+from pathlib import Path
 
 from heteroplan.errors import InputError
 
-__all__ = ["path_component", "printable", "MAX_NAME_BYTES"]
+__all__ = ["path_component", "a_path", "printable", "MAX_NAME_BYTES"]
 
 MAX_NAME_BYTES = 200
 """Longest name (UTF-8 bytes) that becomes a path component: file systems take 255 bytes per
@@ -71,3 +74,12 @@ def printable(text: object, keep: str = "") -> str:
     if text.isprintable():  # the common case, in C: no category above occurs (nor Zs other than ' ')
         return text
     return "".join(_escape(c) if _hidden(c) and c not in keep else c for c in text)
+
+
+def a_path(field: str, value: object) -> Path:
+    """``value``, a path given to the Python API (a ``str`` or an ``os.PathLike`` naming text), as a
+    :class:`~pathlib.Path`; :class:`InputError` naming ``field`` otherwise (``5``, ``None``, bytes),
+    where ``Path(5)`` raised a TypeError from inside pathlib."""
+    if not isinstance(value, str | os.PathLike) or not isinstance(os.fspath(value), str):
+        raise InputError(field, value, "must be a path (a string or pathlib.Path)")
+    return Path(value)

@@ -20,6 +20,7 @@ Two questions are answered from the graph:
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -28,7 +29,7 @@ import networkx as nx
 
 from heteroplan.cluster import Cluster
 from heteroplan.errors import InputError
-from heteroplan.inputs import enum_choice
+from heteroplan.inputs import enum_choice, is_count, real_value
 
 __all__ = ["Topology", "VertexKind"]
 
@@ -42,9 +43,10 @@ class VertexKind(StrEnum):
 
 
 def _check_gbps(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or value == float("inf"):
+    gbps = real_value(value)  # np.float32 too; NaN for a bool, a string and 10**400 (was an OverflowError)
+    if not (gbps > 0 and math.isfinite(gbps)):
         raise InputError(name, value, "must be a finite bandwidth > 0 (Gbit/s)")
-    return float(value)
+    return gbps
 
 
 @dataclass(frozen=True)
@@ -113,8 +115,13 @@ class Topology:
         """
         if not isinstance(cluster, Cluster):
             raise InputError("cluster", type(cluster).__name__, "must be a Cluster")
-        if isinstance(nodes_per_switch, bool) or not isinstance(nodes_per_switch, int) or nodes_per_switch < 1:
+        if not is_count(nodes_per_switch) or nodes_per_switch < 1:  # type: ignore[operator]
             raise InputError("nodes_per_switch", nodes_per_switch, "must be an integer >= 1")
+        nodes_per_switch = int(nodes_per_switch)  # np.int64 too
+        if switch_of is not None and not (isinstance(switch_of, Mapping) and all(
+                isinstance(sw, str) and sw not in cluster.node_types for sw in switch_of.values())):
+            raise InputError("switch_of", switch_of, "must map node names to switch names (strings that name no "
+                             "node: a switch named like a node took its place in the graph)")
         bw = {name: _check_gbps(name, value) for name, value in
               (("intra_gbps", intra_gbps), ("node_gbps", node_gbps), ("uplink_gbps", uplink_gbps), ("zone_gbps", zone_gbps))}
         if switch_of is None:
@@ -155,7 +162,7 @@ class Topology:
         """The switch a node hangs off (the node itself when it has no single switch)."""
         try:
             return self._switch[node]
-        except KeyError:
+        except (KeyError, TypeError):  # a list was a TypeError (unhashable)
             raise InputError("node", node, f"not a node of the topology; e.g. {list(self._switch)[:3]}") from None
 
     def nodes_by_switch(self, nodes: Iterable[str] | None = None) -> dict[str, list[str]]:
@@ -180,6 +187,10 @@ class Topology:
         """Bandwidth (Gbit/s) between two GPU groups, given as the nodes they occupy: the
         smallest :meth:`path_bandwidth` over pairs of their nodes (the pair a collective waits
         on). With one group, the bandwidth among its own nodes (``intra_gbps`` if it has one)."""
+        for name, group in (("group_a", group_a), ("group_b", group_b)):
+            if group is not None and (isinstance(group, str) or not isinstance(group, Iterable)):
+                raise InputError(name, group, "must be the node names a GPU group occupies (a list; a name alone "
+                                 "was read as its characters)")
         a = sorted(set(group_a))
         b = a if group_b is None else sorted(set(group_b))
         if not a or not b:

@@ -27,10 +27,14 @@ and differs in its objective:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from heteroplan.errors import InputError
+from heteroplan.inputs import real_value
 from heteroplan.milp import Model
+from heteroplan.milp.args import numbers_array
 
 __all__ = [
     "max_min_fairness_model",
@@ -57,23 +61,23 @@ def _time_fractions(
 
     Returns ``(model, X, throughputs with unusable entries zeroed, usable mask, weights)``.
     """
-    tp = np.asarray(throughputs, dtype=float)
+    tp = numbers_array("throughputs", throughputs)  # strings and complex numbers refused, not cast
     if tp.ndim != 2:
         raise InputError("throughputs.shape", tp.shape, "must be (jobs, types)")
     num_jobs, num_types = tp.shape
-    scale = np.asarray(scale_factors, dtype=float).reshape(-1)
-    cap = np.asarray(capacity, dtype=float).reshape(-1)
+    scale = numbers_array("scale_factors", scale_factors).reshape(-1)
+    cap = numbers_array("capacity", capacity).reshape(-1)
     if scale.shape != (num_jobs,):
         raise InputError("scale_factors.shape", scale.shape, f"must be ({num_jobs},)")
     if cap.shape != (num_types,):
         raise InputError("capacity.shape", cap.shape, f"must be ({num_types},)")
     if not np.isfinite(tp).all() or (tp < 0).any():
         raise InputError("throughputs", tp[~(np.isfinite(tp) & (tp >= 0))][:3], "must be finite and >= 0")
-    if (scale < 1).any():
-        raise InputError("scale_factors", scale[scale < 1][:3], "must be >= 1")
-    if (cap < 0).any():
-        raise InputError("capacity", cap, "must be >= 0")
-    w = np.ones(num_jobs) if weights is None else np.asarray(weights, dtype=float).reshape(-1)
+    if not (scale >= 1).all():  # NaN too (it was named as a job that cannot run)
+        raise InputError("scale_factors", scale[~(scale >= 1)][:3], "must be >= 1")
+    if not (np.isfinite(cap) & (cap >= 0)).all():
+        raise InputError("capacity", cap, "must be finite and >= 0")
+    w = np.ones(num_jobs) if weights is None else numbers_array("weights", weights).reshape(-1)
     if w.shape != (num_jobs,) or not (w > 0).all():
         raise InputError("weights", weights, f"must be ({num_jobs},) numbers > 0")
     usable = (tp > 0) & (scale[:, None] <= cap[None, :])
@@ -94,7 +98,7 @@ def _per_job(values: np.ndarray | None, num_jobs: int, field: str, default: floa
         if default is None:
             raise InputError(field, values, f"must be given for the {num_jobs} jobs")
         return np.full(num_jobs, default)
-    arr = np.asarray(values, dtype=float).reshape(-1)
+    arr = numbers_array(field, values).reshape(-1)
     if arr.shape != (num_jobs,) or not np.isfinite(arr).all() or (arr < 0).any():
         raise InputError(field, values, f"must be ({num_jobs},) finite numbers >= 0")
     return arr
@@ -121,6 +125,10 @@ def max_min_fairness_model(
 
     Blocks: ``X`` (jobs, types), ``t`` (scalar).
     """
+    if not isinstance(heterogeneity_aware, bool):  # "no" was taken as True
+        raise InputError("heterogeneity_aware", heterogeneity_aware, "must be True or False")
+    if min_level is not None and not math.isfinite(real_value(min_level)):  # "x" was a ValueError from float()
+        raise InputError("min_level", min_level, "must be a finite number or None")
     m, x, tp, usable, w = _time_fractions("gavel_max_min_fairness", throughputs, scale_factors, capacity, weights)
     coef = normalized_throughputs(tp, w) if heterogeneity_aware else usable / w[:, None]
     t = m.add_variables("t", (1,), lb=0.0)
@@ -147,7 +155,7 @@ def max_sum_throughput_model(
             deadline; 0 = none). An unreachable SLO makes the model infeasible.
     """
     m, x, tp, _, w = _time_fractions("gavel_max_sum_throughput", throughputs, scale_factors, capacity, weights)
-    price = np.ones(tp.shape[1]) if costs is None else np.asarray(costs, dtype=float).reshape(-1)
+    price = np.ones(tp.shape[1]) if costs is None else numbers_array("costs", costs).reshape(-1)
     if price.shape != (tp.shape[1],) or not (np.isfinite(price) & (price > 0)).all():
         raise InputError("costs", costs, f"must be ({tp.shape[1]},) prices > 0 ($/h per GPU)")
     if min_rates is not None:
@@ -202,7 +210,7 @@ def finish_time_fairness_model(
     if (iso <= 0).any():
         raise InputError("isolated_time", iso[iso <= 0][:3].tolist(), "must be > 0 seconds")
     spent = _per_job(elapsed, n, "elapsed", default=0.0)
-    if not (np.isfinite(rho) and rho > 0):
+    if not (math.isfinite(real_value(rho)) and real_value(rho) > 0):  # "x" was a TypeError from np.isfinite
         raise InputError("rho", rho, "must be a number > 0")
     slack = rho * iso - spent  # seconds left to finish within the level
     need = np.where(slack > 0, rem / np.where(slack > 0, slack, 1.0), np.inf)  # steps/s

@@ -28,16 +28,24 @@ slowest used type is optimal and the model is exact for the task-level heterogen
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
 from heteroplan.errors import InputError
+from heteroplan.inputs import is_count, real_value
 from heteroplan.milp import Model
+from heteroplan.milp.args import numbers_array
 
 __all__ = ["HadarInstance", "at_least_as_fast", "completion_utility", "density_bounds", "hadar_milp", "hadar_utility", "makespan_bound_lp",
            "pace_slots"]
+
+
+MAX_SLOTS = 2000
+"""Most time slots of an offline instance (the MILP holds dense ``slots x slots`` blocks per job:
+32 MB at 2000 slots; 2000 slots of 360 s are 8 days)."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +73,10 @@ class HadarInstance:
     slot: float = 360.0
 
     def __post_init__(self) -> None:
-        j, k = np.shape(self.rates)
+        rates = numbers_array("instance.rates", self.rates)
+        if rates.ndim != 2:
+            raise InputError("instance.rates.shape", rates.shape, "must be (jobs, types)")
+        j, k = rates.shape
         for name, arr, shape in (
             ("arrival", self.arrival, (j,)),
             ("tasks", self.tasks, (j,)),
@@ -74,12 +85,22 @@ class HadarInstance:
         ):
             if np.shape(arr) != shape:
                 raise InputError(f"instance.{name}.shape", np.shape(arr), f"must be {shape}")
-        if self.slots < 1:
-            raise InputError("instance.slots", self.slots, "must be >= 1")
-        if (np.asarray(self.rates) < 0).any():
-            raise InputError("instance.rates", self.rates, "must be >= 0")
-        if (np.asarray(self.node_type) >= k).any() or (np.asarray(self.node_type) < 0).any():
-            raise InputError("instance.node_type", self.node_type, f"must index the {k} types")
+        if not is_count(self.slots) or self.slots < 1:  # type: ignore[operator]  # 2.5: a shape error below
+            raise InputError("instance.slots", self.slots, "must be an integer >= 1")
+        if self.slots > MAX_SLOTS:  # the model holds dense (slots x slots) blocks: 10**7 slots never answered
+            raise InputError("instance.slots", self.slots, f"must be at most {MAX_SLOTS:,} (an offline instance is small)")
+        if not (math.isfinite(real_value(self.slot)) and real_value(self.slot) > 0):
+            raise InputError("instance.slot", self.slot, "must be a finite number of seconds > 0")
+        if not (np.isfinite(rates) & (rates >= 0)).all():  # NaN failed in the model's constants, named 'constant'
+            raise InputError("instance.rates", self.rates, "must be finite and >= 0")
+        for name, low, whole in (("arrival", 0, True), ("tasks", 1, True), ("steps", 0, False), ("capacity", 0, True)):
+            arr = numbers_array(f"instance.{name}", getattr(self, name))  # NaN, -1, 0 tasks, 1.5 GPUs were taken
+            if not (np.isfinite(arr) & (arr >= low)).all() or (whole and (arr != np.round(arr)).any()):
+                raise InputError(f"instance.{name}", getattr(self, name),
+                                 f"must be finite {'whole numbers' if whole else 'numbers'} >= {low}")
+        node_type = np.asarray(self.node_type)
+        if node_type.dtype.kind not in "iu" or (node_type >= k).any() or (node_type < 0).any():
+            raise InputError("instance.node_type", self.node_type, f"must index the {k} types (integers)")
         cap_by_type = np.bincount(self.node_type, weights=self.capacity, minlength=k)
         usable = ((np.asarray(self.rates) > 0) * cap_by_type[None, :]).sum(axis=1)
         bad = np.flatnonzero(np.asarray(self.tasks) > usable)
@@ -204,11 +225,17 @@ def makespan_bound_lp(work: np.ndarray, rates: np.ndarray, tasks: np.ndarray, ca
     may), so it bounds every policy; :func:`heteroplan.sim.hadar_experiments.makespan_floor`
     adds the jobs' arrivals.
     """
-    r = np.asarray(rates, dtype=float)
+    r = numbers_array("rates", rates)
+    if r.ndim != 2:
+        raise InputError("rates.shape", r.shape, "must be (jobs, types)")
     num_jobs, num_types = r.shape
     if np.shape(capacity) != (num_types,) or np.shape(tasks) != (num_jobs,) or np.shape(work) != (num_jobs,):
         raise InputError("makespan_bound_lp.shapes", (np.shape(work), r.shape, np.shape(tasks), np.shape(capacity)),
                          "need work (J,), rates (J, K), tasks (J,), capacity (K,)")
+    for name, value, low in (("work", work, 0), ("rates", rates, 0), ("tasks", tasks, 1), ("capacity", capacity, 0)):
+        arr = numbers_array(name, value)  # work -1 and 0 tasks were taken: a bound below every schedule
+        if not (np.isfinite(arr) & (arr >= low)).all():
+            raise InputError(name, value, f"must be finite numbers >= {low}")
     m = Model("hadar_makespan_bound")
     y = m.add_variables("y", (num_jobs, num_types), lb=0, ub=np.where(r > 0, np.inf, 0.0))
     t = m.add_variables("T", (1,), lb=0)

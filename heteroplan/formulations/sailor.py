@@ -23,13 +23,15 @@ those exactly.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
 
-from heteroplan.inputs import enum_choice
+from heteroplan.errors import InputError
+from heteroplan.inputs import enum_choice, is_count, real_value, strict_int
 from heteroplan.milp import Model
 
 __all__ = ["Objective", "ReplicaKind", "ResourceChoice", "build_resource_model", "decode_resource_choice"]
@@ -54,6 +56,17 @@ class ReplicaKind:
     mbs: int
     samples_per_s: float
     price_per_s: float
+
+    def __post_init__(self) -> None:
+        for name in ("gpu_type", "zone"):
+            if not isinstance(getattr(self, name), str):
+                raise InputError(f"kind.{name}", getattr(self, name), "must be a name (a string)")
+        for name in ("tp", "pp", "mbs"):  # tp=0 divided by zero; 1.5 GPUs were taken
+            object.__setattr__(self, name, strict_int(f"kind.{name}", getattr(self, name), 1))
+        for name, low_ok in (("samples_per_s", False), ("price_per_s", True)):  # -1 samples/s was a negative rate
+            value = real_value(getattr(self, name))
+            if not (math.isfinite(value) and (value >= 0 if low_ok else value > 0)):
+                raise InputError(f"kind.{name}", getattr(self, name), f"must be a finite number {'>=' if low_ok else '>'} 0")
 
     @property
     def gpus(self) -> int:
@@ -83,6 +96,17 @@ def build_resource_model(
 ) -> Model:
     """The MILP over ``x[k]`` (replicas of kind ``k``); ``lam`` is Dinkelbach's ratio (cost objective)."""
     objective = enum_choice(Objective, "objective", objective)
+    if not isinstance(kinds, list | tuple) or not all(isinstance(k, ReplicaKind) for k in kinds):
+        raise InputError("kinds", kinds, "must be a list of ReplicaKind")
+    if not isinstance(pool, Mapping) or not all(is_count(n) and n >= 0 for n in pool.values()):  # type: ignore[operator]
+        raise InputError("pool", pool, "must map (GPU type, zone) to a whole number of GPUs >= 0")
+    missing = next(((k.gpu_type, k.zone) for k in kinds if (k.gpu_type, k.zone) not in pool), None)
+    if missing is not None:  # was a KeyError
+        raise InputError("pool", missing, "a replica kind's (GPU type, zone) is not in the pool")
+    gbs = strict_int("gbs", gbs, 1)  # "64" was a TypeError from numpy, 0 an infinite rate
+    for name, value in (("budget", budget), ("min_throughput", min_throughput), ("lam", lam)):
+        if value is not None and not math.isfinite(real_value(value)):  # NaN was named 'constant' by the model
+            raise InputError(name, value, "must be a finite number")
     pools = sorted(pool)
     index = {p: i for i, p in enumerate(pools)}
     K = len(kinds)

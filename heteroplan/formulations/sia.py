@@ -20,6 +20,7 @@ LP bound.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -29,8 +30,9 @@ import numpy as np
 
 from heteroplan.cluster import Cluster, GPUType
 from heteroplan.errors import InputError
-from heteroplan.inputs import finite_number
+from heteroplan.inputs import finite_number, is_count, is_real
 from heteroplan.milp import Model, Solution, SolveStatus
+from heteroplan.milp.args import numbers_array
 
 # LP-round searches for better moves after rounding only when its gap to the LP bound is above
 # this (at 2048 GPUs and more the rounding alone is within 0.05%).
@@ -69,7 +71,11 @@ class ConfigSet:
 
     @classmethod
     def from_cluster(cls, cluster: Cluster, max_gpus: int | None = None) -> ConfigSet:
-        """Sia's configurations for ``cluster`` (at most ``max_gpus`` GPUs each)."""
+        """Sia's configurations for ``cluster`` (at most ``max_gpus`` GPUs each, an integer or ``None``)."""
+        if not isinstance(cluster, Cluster):
+            raise InputError("cluster", type(cluster).__name__, "must be a Cluster")
+        if max_gpus is not None and not is_count(max_gpus):  # "x" was a TypeError, NaN no configuration at all
+            raise InputError("max_gpus", max_gpus, "must be an integer or None")
         types, nodes, gpus = [], [], []
         for k, t in enumerate(cluster.gpu_types):
             n_nodes = len(cluster.nodes_of_type(t.name))
@@ -133,8 +139,8 @@ class ConfigSet:
         """Index of the configuration with this type and GPU count, -1 if absent."""
         if gpu_type not in self.gpu_types:
             return -1
-        if num_gpus != int(num_gpus):
-            return -1
+        if not is_real(num_gpus) or not math.isfinite(num_gpus) or num_gpus != int(num_gpus):  # type: ignore[arg-type]
+            return -1  # NaN and "x" were a ValueError from int()
         return self._index.get((self.gpu_types.index(gpu_type), int(num_gpus)), -1)
 
 
@@ -294,7 +300,7 @@ def _as_pairs(goodput: np.ndarray | GoodputPairs, num_configs: int) -> GoodputPa
     """``goodput`` as :class:`GoodputPairs` (a dense (jobs, configs) matrix checked and converted)."""
     if isinstance(goodput, GoodputPairs):
         return goodput
-    G = np.asarray(goodput, dtype=float)
+    G = numbers_array("goodput", goodput)  # strings and complex numbers refused, not cast
     if G.ndim != 2 or G.shape[1] != num_configs:
         raise InputError("goodput.shape", G.shape, f"need (jobs, {num_configs})")
     if not np.all(np.isfinite(G)):
@@ -313,6 +319,30 @@ def _speedup_base(base: np.ndarray | None, job_of: np.ndarray, goodput: np.ndarr
             raise InputError("base.shape", base.shape, f"need ({num_jobs},)")
         smallest = np.where(np.isfinite(base) & (base > 0), base, smallest)
     return np.where(np.isfinite(smallest), smallest, 1.0)
+
+
+def _job_state(num_jobs: int, num_configs: int, current: object, restart: object,
+               pinned: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``current``, ``restart`` and ``pinned`` of :func:`build_sia_model` as arrays of one entry per
+    job (defaults: no configuration, no penalty, not pinned); :class:`InputError` naming the field for
+    a wrong length, a configuration index that is no integer in ``[-1, num_configs)``, a restart
+    factor that is no finite number >= 0, a pin that is no boolean. Such values were cast (NaN and
+    0.5 to configuration 0 or garbage, ``pinned="x"`` to every job pinned) or failed in numpy."""
+    out = []
+    for name, value, default in (("current", current, -1), ("restart", restart, 1.0), ("pinned", pinned, False)):
+        arr = np.full(num_jobs, default) if value is None else np.asarray(value)
+        if arr.shape != (num_jobs,):
+            raise InputError(f"{name}.shape", arr.shape, f"need ({num_jobs},), one per job")
+        out.append(arr)
+    cur, rst, pin = out
+    if cur.size and (cur.dtype.kind not in "iu" or ((cur < -1) | (cur >= num_configs)).any()):
+        raise InputError("current", current, f"must be configuration indices (integers in [-1, {num_configs}))")
+    rst = numbers_array("restart", rst)
+    if not (np.isfinite(rst) & (rst >= 0)).all():
+        raise InputError("restart", restart, "must be finite restart factors >= 0 (1: no penalty)")
+    if pin.size and pin.dtype.kind != "b":
+        raise InputError("pinned", pinned, "must be booleans, one per job")
+    return cur.astype(np.int64), rst, pin.astype(bool)
 
 
 def check_utility(p: object, lam: object) -> tuple[float, float]:
@@ -347,18 +377,22 @@ def build_sia_model(
             or its positive entries as :class:`GoodputPairs` (sorted by job then configuration).
         configs: the configurations (columns of ``goodput``).
         capacity: GPUs per type, aligned with ``configs.gpu_types``.
-        current: current configuration index per job (-1 if none).
-        restart: restart factor per job applied to non-current configs (1 = no penalty).
-        pinned: jobs that must keep their current configuration (e.g. restoring).
+        current: current configuration index per job (integers; -1 if none).
+        restart: restart factor per job applied to non-current configs (finite, >= 0; 1 = no penalty).
+        pinned: jobs that must keep their current configuration (e.g. restoring): booleans.
+
+    Each per-job array has one entry per job; anything else is an :class:`InputError` naming it.
         p: utility exponent (non-zero); p < 0 is minimized.
         lam: penalty per unallocated job (p < 0 only).
         base: per job, the goodput (samples/s) its speed-ups are relative to; default (or where
             <= 0) its smallest positive goodput over ``configs``.
     """
+    if not isinstance(configs, ConfigSet):  # "x" was named as a goodput of the wrong shape
+        raise InputError("configs", type(configs).__name__, "must be a ConfigSet (ConfigSet.from_cluster(cluster))")
     pairs = _as_pairs(goodput, len(configs))
     p, lam = check_utility(p, lam)
-    cap = np.asarray(capacity, dtype=float)
-    if cap.shape != (len(configs.gpu_types),) or np.any(cap < 0):
+    cap = numbers_array("capacity", capacity)
+    if cap.shape != (len(configs.gpu_types),) or not np.all(cap >= 0):
         raise InputError("capacity", capacity, f"need {len(configs.gpu_types)} non-negative GPU counts")
     J = int(pairs.num_jobs)
     gp = np.asarray(pairs.goodput, dtype=float)
@@ -368,9 +402,7 @@ def build_sia_model(
     job_of = np.asarray(pairs.job_of, dtype=np.int64)[keep]
     config_of = np.asarray(pairs.config_of, dtype=np.int64)[keep]
     gp = gp[keep]
-    current = np.full(J, -1) if current is None else np.asarray(current, dtype=int)
-    restart = np.ones(J) if restart is None else np.asarray(restart, dtype=float)
-    pinned = np.zeros(J, dtype=bool) if pinned is None else np.asarray(pinned, dtype=bool)
+    current, restart, pinned = _job_state(J, len(configs), current, restart, pinned)
 
     norm = gp / _speedup_base(base, job_of, gp, J)[job_of]
     running = current >= 0

@@ -706,7 +706,8 @@ class Model:
             raise ModelError(f"constraints[{name}].A", A.shape, f"needs {width} columns")
         m = A.shape[0]
         cols = A.col.astype(np.int64) + (columns.offset if columns is not None else 0)
-        lbs, ubs = (_row_bounds(f"constraints[{name}].{field}", value, m) for field, value in (("lb", lb), ("ub", ub)))
+        lbs, ubs = (_row_bounds(f"constraints[{name}].{field}", value, m, bad)
+                    for field, value, bad in (("lb", lb, np.inf), ("ub", ub, -np.inf)))
         expr = LinExpr(self, A.row.astype(np.int64), cols, A.data, np.zeros(m), (m,), unique=1)
         return self.add_constraints(Constraint(expr, lbs, ubs), name)
 
@@ -822,11 +823,15 @@ def as_model(value: Any, field: str = "model") -> Model:
     return value
 
 
-def _row_bounds(field: str, value: Any, m: int) -> np.ndarray:
-    """Row bounds for ``m`` rows: a scalar or ``m`` numbers (``inf`` allowed, NaN refused)."""
+def _row_bounds(field: str, value: Any, m: int, unbounded_wrong_way: float) -> np.ndarray:
+    """Row bounds for ``m`` rows: a scalar or ``m`` numbers (an infinite bound on its own side
+    allowed; NaN and ``unbounded_wrong_way``, a lower bound of +inf or an upper bound of -inf, refused:
+    HiGHS rejected the whole model for it)."""
     arr = args.numbers_array(field, value)
     if np.isnan(arr).any():
         raise ModelError(field, args.brief(value), "contains NaN")
+    if (arr == unbounded_wrong_way).any():
+        raise ModelError(field, args.brief(value), "a lower bound of +inf or an upper bound of -inf leaves no value")
     try:
         return np.broadcast_to(arr, (m,)).copy()
     except ValueError:

@@ -69,7 +69,7 @@ class Solution:
             raise ModelError("solution", self.status.value, f"no solution values ({self.message or self.status.value})")
         try:
             return self.values[name]
-        except KeyError:
+        except (KeyError, TypeError):  # a list of names was a TypeError (unhashable)
             raise ModelError("block", name, f"unknown variable block; known: {list(self.values)}") from None
 
     def summary(self) -> str:

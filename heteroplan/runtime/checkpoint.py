@@ -35,7 +35,7 @@ from torch import nn
 
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError
-from heteroplan.names import path_component
+from heteroplan.names import a_path, path_component
 from heteroplan.planner.plan import PLAN_FILE
 from heteroplan.schema import (
     MAX_ITEMS,
@@ -200,7 +200,7 @@ def latest_checkpoint(root: str | Path | None, check: bool = True) -> Checkpoint
 
     Broken ones are skipped with a warning (``check=False``: trust the manifests).
     """
-    if root is None or not Path(root).is_dir():
+    if root is None or not a_path("checkpoint_dir", root).is_dir():  # 5 was a TypeError from pathlib
         return None
     found = []
     for d in Path(root).glob("step-*"):

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from heteroplan.errors import InputError, check_int
-from heteroplan.inputs import MAX_WAIT_S, check_wait, enum_choice, finite_number
+from heteroplan.errors import InputError
+from heteroplan.inputs import (
+    MAX_WAIT_S,
+    check_wait,
+    enum_choice,
+    finite_number,
+    real_value,
+    strict_int,
+)
+from heteroplan.names import a_path
 from heteroplan.run_options import (
     CommBackend,
     Device,
@@ -116,7 +125,10 @@ class RunConfig:
 
     The named choices (``optimizer``, ``schedule``, ``pipeline``, ``device``, ``backend``,
     ``fault``'s kind) are enums of :mod:`heteroplan.run_options`; their values are accepted and
-    turned into the members.
+    turned into the members. Counts take numpy integers and whole floats (``np.int64(10)``, ``10.0``),
+    numbers numpy's floats; each flag is ``True`` or ``False`` only (``"no"`` is refused, not taken as
+    true); ``fault``'s rank and iteration are whole numbers >= 0. Anything else is an
+    :class:`~heteroplan.errors.InputError` naming ``config.<field>``.
     """
 
     steps: int = 10
@@ -146,10 +158,14 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.emulate is not None and not isinstance(self.emulate, StepEmulation):
             raise InputError("config.emulate", type(self.emulate).__name__, "must be a StepEmulation or None")
-        if isinstance(self.checkpoint_dir, Path):
-            object.__setattr__(self, "checkpoint_dir", str(self.checkpoint_dir))
+        if self.checkpoint_dir is not None:  # 5 was a TypeError from pathlib in the launcher
+            a_path("config.checkpoint_dir", self.checkpoint_dir)
+            object.__setattr__(self, "checkpoint_dir", os.fspath(self.checkpoint_dir))
         for name, low in (("steps", 1), ("threads_per_rank", 1), ("checkpoint_every", 0), ("keep_checkpoints", 0)):
-            check_int(f"config.{name}", getattr(self, name), low)
+            object.__setattr__(self, name, strict_int(f"config.{name}", getattr(self, name), low))  # np.int64 too
+        for name in ("resume", "cuda_expandable_segments", "cuda_graphs", "compile"):  # "no" is no False
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"config.{name}", getattr(self, name), "must be True or False")
         for name, enum in (("optimizer", Optimizer), ("schedule", PipelineSchedule), ("pipeline", PipelineEngine),
                            ("device", Device)):
             object.__setattr__(self, name, enum_choice(enum, f"config.{name}", getattr(self, name)))
@@ -158,32 +174,31 @@ class RunConfig:
         if not finite_number("config.lr", self.lr) > 0:  # True, inf and NaN refused too
             raise InputError("config.lr", self.lr, "must be a number > 0")
         object.__setattr__(self, "lr", float(self.lr))
-        if not (isinstance(self.momentum, int | float) and 0 <= self.momentum < 1):
+        if not 0 <= real_value(self.momentum) < 1:
             raise InputError("config.momentum", self.momentum, "must be in [0, 1)")
         check_wait("config.timeout_s", self.timeout_s)
         check_wait("config.startup_timeout_s", self.startup_timeout_s)
         if self.fault is not None:
             if not isinstance(self.fault, tuple | list) or len(self.fault) != 3 or self.fault[0] not in tuple(FaultKind):
                 raise InputError("config.fault", self.fault, "must be ('exit' | 'hang', rank, iteration)")
-            object.__setattr__(self, "fault", (FaultKind(self.fault[0]), *self.fault[1:]))
-        if self.max_seconds is not None and not (isinstance(self.max_seconds, int | float) and self.max_seconds > 0):
-            raise InputError("config.max_seconds", self.max_seconds, "must be a number of seconds > 0 or None")
+            # a rank or iteration that is no whole number >= 0 (``"x"``, ``-1``, ``1.5``) never came: no fault
+            object.__setattr__(self, "fault", (FaultKind(self.fault[0]), strict_int("config.fault[1]", self.fault[1], 0),
+                                               strict_int("config.fault[2]", self.fault[2], 0)))
+        if self.max_seconds is not None:  # True was 1 s; 10**400 an OverflowError in every rank; inf: no limit
+            if not real_value(self.max_seconds) > 0:
+                raise InputError("config.max_seconds", self.max_seconds, "must be a number of seconds > 0 or None")
         if self.memory_step is not None:
-            check_int("config.memory_step", self.memory_step, 0)
-        if not isinstance(self.cuda_expandable_segments, bool):
-            raise InputError("config.cuda_expandable_segments", self.cuda_expandable_segments, "must be True or False")
-        if not isinstance(self.cuda_graphs, bool):
-            raise InputError("config.cuda_graphs", self.cuda_graphs, "must be True or False")
+            object.__setattr__(self, "memory_step", strict_int("config.memory_step", self.memory_step, 0))
         if self.cuda_graphs and self.device is not Device.CUDA:
             raise InputError("config.cuda_graphs", self.cuda_graphs, "CUDA graphs need device='cuda'")
-        if not isinstance(self.compile, bool):
-            raise InputError("config.compile", self.compile, "must be True or False")
-        if self.peak_tflops is not None and not (
-                isinstance(self.peak_tflops, int | float) and not isinstance(self.peak_tflops, bool)
-                and 0 < self.peak_tflops < float("inf")):
-            raise InputError("config.peak_tflops", self.peak_tflops, "must be a number of TFLOP/s > 0 or None")
+        if self.peak_tflops is not None:
+            if not (0 < real_value(self.peak_tflops) < math.inf):
+                raise InputError("config.peak_tflops", self.peak_tflops, "must be a number of TFLOP/s > 0 or None")
         if self.backend is CommBackend.NCCL and self.device is not Device.CUDA:
             raise InputError("config.backend", self.backend, "NCCL needs device='cuda'")
+        for name in ("lr", "momentum", "max_seconds", "peak_tflops"):  # np.float32 too, handed on as a float
+            if getattr(self, name) is not None and type(getattr(self, name)) not in (int, float):
+                object.__setattr__(self, name, float(getattr(self, name)))
 
     @property
     def resolved_backend(self) -> CommBackend:

@@ -37,6 +37,8 @@ def _extra_formulas() -> dict[Any, Callable[..., int]]:
 
 def forward_flops(fn: Callable[[], Any]) -> int:
     """FLOPs of the operations ``fn()`` runs (call it with the forward you want counted)."""
+    if not callable(fn):  # a module's output or a tensor was a TypeError from inside the counter
+        raise InputError("fn", type(fn).__name__, "must be a callable running the forward to count (lambda: model(x))")
     with FlopCounterMode(display=False, custom_mapping=_extra_formulas()) as counter:
         fn()
     return int(counter.get_total_flops())

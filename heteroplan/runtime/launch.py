@@ -348,18 +348,21 @@ class RunHandle(RankProcesses):
 
     def wait(self, timeout: float | None = None, progress: Callable[[StepMetrics], None] | None = None) -> RunResult:
         """Block until every rank is done; ``progress`` is called for each new iteration."""
+        _check_progress(progress)  # before waiting: the ranks keep running, the handle stays usable
         self.wait_all(timeout, progress)
         return self.setup.result(self.plan, self.config, list(self._reports), self._done, time.perf_counter() - self._t0,
                                  self.signal_number if self.signalled is not None else None,
                                  self.pipeline.describe())
 
 
-def check_task(task: TrainTask, plan: Plan | PipelineSet | None = None, field: str = "plan.stages") -> None:
+def check_task(task: TrainTask, plan: Plan | PipelineSet | None = None, field: str = "plan.stages",
+               task_field: str = "task") -> None:
     """Raise :class:`InputError` unless ``task`` has what the runtime calls (and, when it says
-    how many layers its model has, ``plan`` covers them; ``field`` names the plan's stages)."""
+    how many layers its model has, ``plan`` covers them; ``field`` names the plan's stages,
+    ``task_field`` the task)."""
     for attr in ("build_model", "batch", "loss"):
         if not callable(getattr(task, attr, None)):
-            raise InputError("task", type(task).__name__, f"has no {attr}() (see heteroplan.runtime.TrainTask)")
+            raise InputError(task_field, type(task).__name__, f"has no {attr}() (see heteroplan.runtime.TrainTask)")
     num_layers = getattr(task, "num_layers", None)
     if plan is not None and isinstance(num_layers, int) and num_layers != plan.num_layers:
         raise InputError(field, plan.num_layers, f"the task's model has {num_layers} layers; the plan must cover them")
@@ -401,6 +404,15 @@ def launch(plan: Plan | PipelineSet, task: TrainTask, config: RunConfig | None =
 def run_plan(plan: Plan | PipelineSet, task: TrainTask, config: RunConfig | None = None,
              progress: Callable[[StepMetrics], None] | None = None) -> RunResult:
     """Train ``task`` under ``plan`` (a :class:`Plan`, or a :class:`PipelineSet` of independent
-    pipelines) on local processes until ``config.steps``; see :class:`RunConfig`."""
+    pipelines) on local processes until ``config.steps``; see :class:`RunConfig`. ``progress`` is
+    called with each iteration's :class:`StepMetrics` (checked before any rank starts)."""
+    _check_progress(progress)
     return launch(plan, task, config).wait(progress=progress)
+
+
+def _check_progress(progress: object) -> None:
+    """Refuse a ``progress`` that is neither callable nor None: 5 was a TypeError in the middle of
+    the run, its ranks left to finish unwatched."""
+    if progress is not None and not callable(progress):
+        raise InputError("progress", type(progress).__name__, "must be a callable taking StepMetrics, or None")
 

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from heteroplan.errors import InputError, check_int
+from heteroplan.inputs import is_count
 
 __all__ = ["TrainTask", "TinyGPTTask", "SequentialTask", "tiny_gpt", "Embedding", "Block", "Head", "load_task",
            "GPT_320M", "GPT_1_3B", "gpt_320m", "gpt_1_3b"]
@@ -109,14 +110,19 @@ class Head(nn.Module):
         return self.out(self.ln(x))
 
 
-def tiny_gpt(vocab: int = 64, seq_len: int = 16, d_model: int = 32, n_layers: int = 4, n_heads: int = 2,
-             seed: int = 0, dtype: torch.dtype = torch.float32) -> nn.Sequential:
-    """A GPT of ``n_layers + 2`` plan layers: embedding, ``n_layers`` blocks, head."""
+def _check_gpt_shape(vocab: object, seq_len: object, d_model: object, n_layers: object, n_heads: object) -> None:
+    """Refuse, naming the field, a GPT's size that is no integer >= 1 or a width that its heads do not divide."""
     for name, value in (("vocab", vocab), ("seq_len", seq_len), ("d_model", d_model), ("n_layers", n_layers),
                         ("n_heads", n_heads)):
         check_int(name, value, 1)
-    if d_model % n_heads:
+    if d_model % n_heads:  # type: ignore[operator]
         raise InputError("d_model", d_model, f"must be divisible by n_heads={n_heads}")
+
+
+def tiny_gpt(vocab: int = 64, seq_len: int = 16, d_model: int = 32, n_layers: int = 4, n_heads: int = 2,
+             seed: int = 0, dtype: torch.dtype = torch.float32) -> nn.Sequential:
+    """A GPT of ``n_layers + 2`` plan layers: embedding, ``n_layers`` blocks, head."""
+    _check_gpt_shape(vocab, seq_len, d_model, n_layers, n_heads)
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
@@ -143,6 +149,17 @@ class TinyGPTTask:
     n_heads: int = 2
     seed: int = 0
     dtype: str = "float32"
+
+    def __post_init__(self) -> None:  # checked here, not first in every rank that builds the model
+        for name in ("vocab", "seq_len", "d_model", "n_layers", "n_heads"):  # np.int64 too, stored as int
+            if is_count(getattr(self, name)):
+                object.__setattr__(self, name, int(getattr(self, name)))
+        _check_gpt_shape(self.vocab, self.seq_len, self.d_model, self.n_layers, self.n_heads)
+        if not is_count(self.seed):
+            raise InputError("seed", self.seed, "must be an integer")
+        object.__setattr__(self, "seed", int(self.seed))
+        if self.dtype not in ("float32", "float64"):
+            raise InputError("dtype", self.dtype, "choose 'float32' or 'float64'")
 
     @property
     def num_layers(self) -> int:

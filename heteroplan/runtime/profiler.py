@@ -55,6 +55,11 @@ TIMING_SPREAD_BOUND = 0.2
 absolute deviation over their median (0.2: half the repeats lie within +-20% of the median)."""
 
 
+MAX_REPEATS = 1000
+"""Most ``warmup`` runs, timed ``repeats`` and ``sweeps`` of one profile, as the command line takes
+(each multiplies its time: ``repeats=10**12`` never answered)."""
+
+
 class TimingSpreadWarning(UserWarning):
     """Repeated timings of one measurement disagreed by more than :data:`TIMING_SPREAD_BOUND`."""
 
@@ -256,8 +261,9 @@ def _check_args(model: object, microbatch_sizes: object, warmup: object, repeats
     if len(model) == 0:
         raise InputError("model", "Sequential()", "has no layers")
     sizes = check_int_list("microbatch_sizes", microbatch_sizes, 1, "microbatch sizes")
-    check_int("warmup", warmup, 0)
-    check_int("repeats", repeats, 1)
+    for name, value, low in (("warmup", warmup, 0), ("repeats", repeats, 1)):
+        if check_int(name, value, low) > MAX_REPEATS:
+            raise InputError(name, value, f"must be at most {MAX_REPEATS:,} (each multiplies the profile's time)")
     return sizes
 
 
@@ -545,6 +551,8 @@ def profile_layers(
     """
     torch = _torch()
     sizes = _check_args(model, microbatch_sizes, warmup, repeats)
+    if not isinstance(time_recomputed, bool):  # "no" was taken as True
+        raise InputError("time_recomputed", time_recomputed, "must be True or False")
     optimizer, timing = enum_choice(Optimizer, "optimizer", optimizer), enum_choice(LayerTiming, "timing", timing)
     dev = _check_profile_options(make_input, loss_fn, device, sweeps, cuda_graphs, compile)
     timer = _Timer(torch, dev)
@@ -585,7 +593,8 @@ def _check_profile_options(make_input: Any, loss_fn: Any, device: Any, sweeps: i
                            compile: Any) -> torch.device:
     """:func:`profile_layers`'s options checked (:class:`InputError` naming the first bad one);
     returns the device."""
-    check_int("sweeps", sweeps, 1)
+    if check_int("sweeps", sweeps, 1) > MAX_REPEATS:
+        raise InputError("sweeps", sweeps, f"must be at most {MAX_REPEATS:,} (each multiplies the profile's time)")
     if not callable(make_input):
         raise InputError("make_input", make_input, "must be a function: microbatch size -> input tensor")
     if loss_fn is not None and not callable(loss_fn):

@@ -29,6 +29,7 @@ from typing import Any
 
 from heteroplan.cluster import Cluster, GPUType
 from heteroplan.errors import InputError, LossNotFinite, RankFailure
+from heteroplan.inputs import real_value
 from heteroplan.planner.plan import Plan
 from heteroplan.policies.base import Allocation
 from heteroplan.runtime.checkpoint import check_writable, latest_checkpoint
@@ -36,7 +37,13 @@ from heteroplan.runtime.config import RunConfig, StepMetrics
 from heteroplan.runtime.launch import RunResult, prepare_run
 from heteroplan.runtime.layout import rank_layout, world_size
 from heteroplan.runtime.models import TrainTask
-from heteroplan.runtime.ray_cluster import NODE_ID_LABEL, RayNodes, cluster_from_ray, connect
+from heteroplan.runtime.ray_cluster import (
+    NODE_ID_LABEL,
+    RayNodes,
+    check_reader_options,
+    cluster_from_ray,
+    connect,
+)
 
 __all__ = ["RankPlacement", "RayBackend", "RayJobHandle"]
 
@@ -291,8 +298,9 @@ class RayBackend:
 
     def __init__(self, address: str | None = "auto", gpu_types: tuple[GPUType, ...] = (),
                  type_labels: Mapping[str, str] | None = None, cpus_per_rank: float = 1.0) -> None:
-        if not (isinstance(cpus_per_rank, int | float) and 0 <= cpus_per_rank < 1024):
+        if not 0 <= real_value(cpus_per_rank) < 1024:  # True was 1 CPU; np.float32 is CPUs
             raise InputError("cpus_per_rank", cpus_per_rank, "must be CPUs >= 0")
+        check_reader_options(gpu_types, type_labels)  # before joining Ray: gpu_types=5 was a TypeError
         connect(address)
         self.gpu_types, self.type_labels, self.cpus_per_rank = tuple(gpu_types), type_labels, float(cpus_per_rank)
         self._nodes: RayNodes = self.read()

@@ -13,6 +13,7 @@ with no ``gpu_types`` entry is an :class:`~heteroplan.errors.InputError` naming 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -20,8 +21,10 @@ from typing import Any
 
 from heteroplan.cluster import Cluster, GPUType, Node
 from heteroplan.errors import InputError
+from heteroplan.inputs import real_value, strict_int
 
-__all__ = ["RAY_ACCELERATOR_MEMORY_GB", "RayNodes", "cluster_from_ray", "require_ray", "connect"]
+__all__ = ["RAY_ACCELERATOR_MEMORY_GB", "RayNodes", "check_reader_options", "cluster_from_ray", "nodes_from_ray_state",
+           "require_ray", "connect"]
 
 log = logging.getLogger(__name__)
 
@@ -79,14 +82,43 @@ class RayNodes:
     cpus: Mapping[str, float]
 
 
-def _label(node: Mapping[str, Any]) -> str | None:
+def _label(node: Mapping[str, Any], resources: Mapping[str, Any]) -> str | None:
     labels = node.get("Labels") or {}
+    if not isinstance(labels, Mapping):
+        raise InputError(f"ray node {_node_id(node)[:8]}.Labels", labels, "must map label names to values")
     if labels.get(ACCELERATOR_LABEL):
         return str(labels[ACCELERATOR_LABEL])
-    for key in node.get("Resources", {}):
-        if key.startswith(ACCELERATOR_RESOURCE):
+    for key in resources:
+        if isinstance(key, str) and key.startswith(ACCELERATOR_RESOURCE):
             return key[len(ACCELERATOR_RESOURCE):]
     return None
+
+
+def _node_id(node: Mapping[str, Any]) -> str:
+    """A live GPU node's Ray id (hex): its name's tail and where its ranks are placed."""
+    node_id = node.get("NodeID")
+    if not isinstance(node_id, str) or not node_id:
+        raise InputError("ray node.NodeID", node_id, "a live node with GPUs needs its Ray node id (a hex string)")
+    return node_id
+
+
+def _resources(node: object) -> Mapping[str, Any]:
+    """A node record's resources (an empty mapping where it declares none)."""
+    if not isinstance(node, Mapping):
+        raise InputError("ray nodes", node, "each node must be a record of ray.nodes() (a dict)")
+    resources = node.get("Resources") or {}
+    if not isinstance(resources, Mapping):
+        raise InputError(f"ray node {str(node.get('NodeID'))[:8]}.Resources", resources,
+                         "must map resource names to amounts")
+    return resources
+
+
+def _amount(node: Mapping[str, Any], resources: Mapping[str, Any], key: str) -> float:
+    """A finite amount >= 0 of resource ``key`` that ``node`` declares (0 when absent)."""
+    amount = resources.get(key, 0)
+    if not (real_value(amount) >= 0 and math.isfinite(real_value(amount))):
+        raise InputError(f"ray node {str(node.get('NodeID'))[:8]}.Resources.{key}", amount, "must be a finite number >= 0")
+    return real_value(amount)
 
 
 def _gpu_type(name: str, label: str, gpus_per_node: int, given: Mapping[str, GPUType]) -> GPUType:
@@ -99,22 +131,47 @@ def _gpu_type(name: str, label: str, gpus_per_node: int, given: Mapping[str, GPU
     return GPUType(name, memory, gpus_per_node, model=f"NVIDIA {label}")
 
 
+def check_reader_options(gpu_types: object, type_labels: object) -> None:
+    """Refuse, naming the argument, ``gpu_types`` that are no sequence of GPUType or ``type_labels``
+    that map no label to a type name (the options of :func:`cluster_from_ray` and ``RayBackend``)."""
+    if isinstance(gpu_types, GPUType) or not isinstance(gpu_types, Sequence) or not all(
+            isinstance(t, GPUType) for t in gpu_types):
+        raise InputError("gpu_types", gpu_types, "must be a sequence of GPUType")
+    if type_labels is not None and not (isinstance(type_labels, Mapping) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in type_labels.items())):
+        raise InputError("type_labels", type_labels, "must map Ray accelerator labels to GPU type names (strings)")
+
+
 def nodes_from_ray_state(nodes: Sequence[Mapping[str, Any]], gpu_types: Sequence[GPUType] = (),
                          type_labels: Mapping[str, str] | None = None, name: str = "ray") -> RayNodes:
-    """:func:`cluster_from_ray` from ``ray.nodes()``'s records (what it reads, for tests and replays)."""
+    """:func:`cluster_from_ray` from ``ray.nodes()``'s records (what it reads, for tests and replays).
+
+    A live node's record must hold a node id (``NodeID``), ``Resources`` mapping names to finite
+    amounts >= 0 (``GPU`` a whole number), ``Labels`` a mapping and ``Alive`` a boolean; otherwise an
+    :class:`~heteroplan.errors.InputError` names the node and the field. Dead nodes are skipped unread."""
+    check_reader_options(gpu_types, type_labels)
+    if isinstance(nodes, str | Mapping) or not isinstance(nodes, Sequence):
+        raise InputError("ray nodes", type(nodes).__name__, "must be the list ray.nodes() returns")
     given = {t.name: t for t in gpu_types}
     rename = dict(type_labels or {})
     picked: list[tuple[str, str, str, int, float]] = []  # (type, label, node id, GPUs, CPUs)
     for node in nodes:
-        resources = node.get("Resources", {})
-        gpus = int(resources.get("GPU", 0))
-        if not node.get("Alive") or gpus < 1:
+        resources = _resources(node)
+        alive = node.get("Alive")
+        if alive is not None and not isinstance(alive, bool):  # "false" was a live node
+            raise InputError(f"ray node {str(node.get('NodeID'))[:8]}.Alive", alive, "must be true or false")
+        if not alive:  # a dead node's record is read no further
             continue
-        label = _label(node)
+        gpus = _amount(node, resources, "GPU")
+        if gpus == 0:
+            continue
+        node_id = _node_id(node)
+        gpus = strict_int(f"ray node {node_id[:8]}.Resources.GPU", gpus)  # whole GPUs: 1.5 is no node
+        label = _label(node, resources)
         if label is None:
-            raise InputError(f"ray node {node['NodeID'][:8]}", "GPU", "declares GPUs but no accelerator type: start "
+            raise InputError(f"ray node {node_id[:8]}", "GPU", "declares GPUs but no accelerator type: start "
                              "it with --resources='{\"accelerator_type:<type>\": 1}'")
-        picked.append((rename.get(label, label), label, str(node["NodeID"]), gpus, float(resources.get("CPU", 0))))
+        picked.append((rename.get(label, label), label, node_id, gpus, _amount(node, resources, "CPU")))
     if not picked:
         raise InputError("ray cluster", "no GPU nodes", "no live node declares GPUs (num_gpus / --num-gpus)")
     per_node = {t: max(g for tt, _, _, g, _ in picked if tt == t) for t, *_ in picked}

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from torch import nn
 
-from heteroplan.errors import check_int
+from heteroplan.errors import InputError, check_int
 from heteroplan.inputs import enum_choice
 from heteroplan.planner.plan import Precision, Recomputation
 from heteroplan.runtime.config import RunConfig, make_optimizer
 from heteroplan.runtime.dimensions import compute_context, run_layers, set_matmul_precision
+from heteroplan.runtime.launch import check_task
 from heteroplan.runtime.models import TrainTask
 
 __all__ = ["train_reference"]
@@ -24,6 +25,9 @@ def train_reference(task: TrainTask, global_batch_size: int, config: RunConfig,
     Returns the model and the loss of each iteration (mean over the batch).
     """
     check_int("global_batch_size", global_batch_size, 1)
+    check_task(task)  # a string was an AttributeError, a dict config one from make_optimizer
+    if not isinstance(config, RunConfig):
+        raise InputError("config", type(config).__name__, "must be a heteroplan.runtime.RunConfig")
     precision = enum_choice(Precision, "precision", precision)
     recompute = enum_choice(Recomputation, "recompute", recompute)
     set_matmul_precision(precision)

@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 
 from heteroplan.cluster import Cluster
-from heteroplan.errors import InputError, RankFailure, check_int
-from heteroplan.inputs import check_wait, finite_number
-from heteroplan.names import path_component
+from heteroplan.errors import InputError, RankFailure
+from heteroplan.inputs import check_wait, finite_number, strict_int, work_fraction
+from heteroplan.names import a_path, path_component
 from heteroplan.perf.measurements import Measurements
 from heteroplan.perf.protocols import ObservesSteps, OptimizesBatch
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
@@ -43,7 +43,7 @@ from heteroplan.policies.registry import make_policy
 from heteroplan.runtime.backends import ExecutionBackend, JobHandle, LocalBackend
 from heteroplan.runtime.checkpoint import latest_checkpoint
 from heteroplan.runtime.config import RunConfig, StepMetrics, make_optimizer
-from heteroplan.runtime.launch import RunResult
+from heteroplan.runtime.launch import RunResult, check_task
 from heteroplan.runtime.models import TrainTask
 from heteroplan.scheduling import Decision, DecisionKind, JobRecord, SchedulingSession, StepTiming
 from heteroplan.signals import StopFlag, stop_on_signals
@@ -92,12 +92,18 @@ class RuntimeJob:
 
     def __post_init__(self) -> None:
         path_component("job_id", self.job_id)  # its checkpoints go to workdir/<job_id>
-        object.__setattr__(self, "restart_delay_s",
-                           finite_number(f"job[{self.job_id}].restart_delay_s", self.restart_delay_s, low=0.0))
-        for name in ("steps", "global_batch_size", "max_gpus"):
-            check_int(f"job[{self.job_id}].{name}", getattr(self, name), 1)
-        if not (isinstance(self.arrival_time, int | float) and self.arrival_time >= 0):
-            raise InputError(f"job[{self.job_id}].arrival_time", self.arrival_time, "must be seconds >= 0")
+        where = f"job[{self.job_id}]"
+        check_task(self.task, task_field=f"{where}.task")
+        if not isinstance(self.config, RunConfig):
+            raise InputError(f"{where}.config", type(self.config).__name__, "must be a RunConfig")
+        if not isinstance(self.application, str) or not self.application:
+            raise InputError(f"{where}.application", self.application, "must be a non-empty name (a string)")
+        if not isinstance(self.adaptive_batch, bool):
+            raise InputError(f"{where}.adaptive_batch", self.adaptive_batch, "must be True or False")
+        for name in ("steps", "global_batch_size", "max_gpus"):  # numpy integers too, stored as ints
+            object.__setattr__(self, name, strict_int(f"{where}.{name}", getattr(self, name), 1))
+        for name in ("arrival_time", "restart_delay_s"):  # np.float32 too; NaN, inf and 10**400 refused
+            object.__setattr__(self, name, finite_number(f"{where}.{name}", getattr(self, name), low=0.0))
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,8 @@ class RoundLog:
 def data_parallel_plan(name: str, global_batch_size: int, num_gpus: int, num_layers: int, gpu_type: str,
                        zone: str = "local") -> Plan:
     """A pure data-parallel plan on ``num_gpus`` replicas (uneven samples split by microbatch counts)."""
+    global_batch_size = strict_int("global_batch_size", global_batch_size, 1)
+    num_gpus = strict_int("num_gpus", num_gpus, 1)
     if num_gpus > global_batch_size:
         raise InputError("num_gpus", num_gpus, f"more GPUs than samples per iteration ({global_batch_size})")
     stage = Stage(0, num_layers, (ReplicaGroup(gpu_type, zone, 1, num_gpus),))
@@ -125,7 +133,17 @@ def data_parallel_plan(name: str, global_batch_size: int, num_gpus: int, num_lay
 
 def measure_single_gpu(task: TrainTask, local_batch_sizes: Sequence[int], steps: int = 3,
                        config: RunConfig | None = None) -> Measurements:
-    """Sia's profiling step, in this process: seconds per iteration on one device at each local batch."""
+    """Sia's profiling step, in this process: seconds per iteration on one device at each local batch
+    (``local_batch_sizes``: a non-empty sequence of whole numbers >= 1; ``steps`` >= 1 timed iterations
+    after one warm-up iteration, their median taken)."""
+    check_task(task)
+    if isinstance(local_batch_sizes, str) or not isinstance(local_batch_sizes, Sequence | np.ndarray) \
+            or len(local_batch_sizes) == 0:
+        raise InputError("local_batch_sizes", local_batch_sizes, "must be a non-empty sequence of batch sizes >= 1")
+    local_batch_sizes = [strict_int("local_batch_sizes", b, 1) for b in local_batch_sizes]  # 2.5 ran at 2, said 2.5
+    steps = strict_int("steps", steps, 1)  # 0 was a StatisticsError (the median of no time)
+    if config is not None and not isinstance(config, RunConfig):
+        raise InputError("config", type(config).__name__, "must be a RunConfig or None")
     config = config or RunConfig()
     model = task.build_model()
     opt = make_optimizer([p for p in model.parameters() if p.requires_grad], config)
@@ -133,7 +151,7 @@ def measure_single_gpu(task: TrainTask, local_batch_sizes: Sequence[int], steps:
     for bsz in local_batch_sizes:
         samples = []
         for step in range(steps + 1):
-            x, y = task.batch(step, 0, int(bsz))
+            x, y = task.batch(step, 0, bsz)
             t0 = time.perf_counter()
             task.loss(model(x), y).backward()
             opt.step()
@@ -147,6 +165,11 @@ def measure_single_gpu(task: TrainTask, local_batch_sizes: Sequence[int], steps:
 def job_plan(job: RuntimeJob, alloc: Allocation, num_layers: int, progress: float) -> Plan:
     """The plan ``job`` runs on ``alloc``: data parallel over its GPUs, at the batch the estimator
     picks (``adaptive_batch``) or at ``job.global_batch_size``."""
+    if not isinstance(job, RuntimeJob):
+        raise InputError("job", type(job).__name__, "must be a RuntimeJob")
+    if not isinstance(alloc, Allocation):
+        raise InputError("alloc", type(alloc).__name__, "must be an Allocation")
+    progress = work_fraction(progress)
     if job.adaptive_batch and isinstance(job.estimator, OptimizesBatch):
         _, local, accum = job.estimator.optimize(alloc.gpu_type, max(alloc.num_nodes, 1), alloc.num_gpus, progress=progress)
         local, accum = int(local), int(accum)
@@ -248,6 +271,9 @@ class _Declared(PolicyBase):
     defaults: the runtime's jobs are elastic (their GPU count may change)."""
 
     def __init__(self, inner: Any, round_length: float) -> None:
+        for flag in ("elastic", "forking"):  # elastic = "no" was taken as True
+            if not isinstance(getattr(inner, flag, False), bool | np.bool_):
+                raise InputError(f"policy.{flag}", getattr(inner, flag), "must be True or False")
         super().__init__(name=getattr(inner, "name", type(inner).__name__.lower()), round_length=round_length,
                          elastic=bool(getattr(inner, "elastic", True)), forking=bool(getattr(inner, "forking", False)),
                          restart_delay_s=getattr(inner, "restart_delay_s", None))
@@ -305,11 +331,23 @@ class RoundExecutor:
             policy = make_policy(policy)
         if not callable(getattr(policy, "allocate", None)):
             raise InputError("policy", type(policy).__name__, "has no allocate(cluster, jobs, now)")
+        if isinstance(jobs, RuntimeJob) or not isinstance(jobs, Sequence) or isinstance(jobs, str):
+            raise InputError("jobs", type(jobs).__name__, "must be a sequence of RuntimeJob")
+        for j in jobs:
+            if not isinstance(j, RuntimeJob):
+                raise InputError("jobs", j, "must be a sequence of RuntimeJob")
         ids = [j.job_id for j in jobs]
         if len(set(ids)) != len(ids):
             raise InputError("jobs.job_id", sorted(i for i in ids if ids.count(i) > 1)[0], "job ids must be unique")
         check_wait("round_length", round_length)  # a real wait: bounded as torch's timeouts are
-        check_int("max_failures", max_failures, 1)
+        max_failures = strict_int("max_failures", max_failures, 1)
+        max_rounds = strict_int("max_rounds", max_rounds, 0)  # 2.5 failed in run() after the checks; -1 ran nothing
+        if progress is not None and not callable(progress):  # it was called only after the first round's training
+            raise InputError("progress", type(progress).__name__, "must be a callable taking a RoundLog, or None")
+        if not isinstance(resume, bool):
+            raise InputError("resume", resume, "must be True or False")
+        if a_path("workdir", workdir).exists() and not Path(workdir).is_dir():
+            raise InputError("workdir", str(workdir), "is a file, not a directory (checkpoints go to workdir/<job_id>)")
         if not all(hasattr(policy, a) for a in ("name", "round_length", "elastic", "forking")):
             policy = _Declared(policy, float(round_length))
         self.cluster, self.policy, self.jobs = cluster, policy, list(jobs)
@@ -502,7 +540,10 @@ class RoundExecutor:
         record. SIGINT/SIGTERM (in the main thread) stop every running job at an iteration
         boundary with a checkpoint and save the session: ``resume=True`` continues it."""
         self._t0 = time.monotonic()
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.workdir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError("workdir", str(self.workdir), f"cannot create it: {exc.strerror or exc}") from None
         with stop_on_signals() as stopped:  # also while cleaning up: a second Ctrl-C must not cut it short
             self.stopped_by = stopped
             try:

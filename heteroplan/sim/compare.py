@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from heteroplan.cluster import Cluster
+from heteroplan.errors import InputError
 from heteroplan.policies.base import Policy
 from heteroplan.policies.registry import make_policy
 from heteroplan.sim.loop import simulate
@@ -26,5 +27,8 @@ def compare_policies(
     **kwargs: Any,
 ) -> Comparison:
     """Simulate ``jobs`` under each policy (names or objects) and return the results in order
-    (a :class:`~heteroplan.sim.metrics.Comparison`: a list with ``to_dataframe()`` and a notebook table)."""
+    (a :class:`~heteroplan.sim.metrics.Comparison`: a list with ``to_dataframe()`` and a notebook table).
+    ``policies`` is a list even of one (``"fifo"`` alone was read as the policies ``f``, ``i``, ...)."""
+    if isinstance(policies, str) or not isinstance(policies, Iterable):
+        raise InputError("policies", policies, "must be a list of policy names or Policy objects (['sia', 'fifo'])")
     return Comparison(run_policy(jobs, cluster, p, progress=progress, **kwargs) for p in policies)

@@ -5,7 +5,7 @@ Times in seconds internally; summaries in hours where the paper uses hours.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -208,9 +208,14 @@ COLUMNS = ("policy", "finished", "avg_jct_h", "p99_jct_h", "makespan_h", "gpu_ho
 
 def compare_table(results: list[SimResult], columns: tuple[str, ...] = COLUMNS) -> str:
     """A text table of the summaries side by side: a row per result, ``columns`` (metric names,
-    units in them) right-aligned, 3 significant digits; the errors of runs that stopped early below."""
+    units in them) right-aligned, 3 significant digits; the errors of runs that stopped early below.
+    No results: the header alone."""
+    results = list(results) if isinstance(results, Iterable) and not isinstance(results, SimResult | str) else [results]
+    bad = next((r for r in results if not isinstance(r, SimResult)), None)
+    if bad is not None:  # was a TypeError ('int' object is not iterable) or an AttributeError (summary)
+        raise InputError("results", bad, "must be a list of SimResult (compare_policies(...) returns one)")
     rows = [r.summary() for r in results]
-    widths = {c: max(len(c), *(len(_fmt(r[c])) for r in rows)) for c in columns}
+    widths = {c: max([len(c), *(len(_fmt(r[c])) for r in rows)]) for c in columns}
     lines = [*table_header(columns, widths), *(table_row(r, columns, widths) for r in rows)]
     for r in rows:
         if r["error"]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from heteroplan.errors import InputError, ModelError
+from heteroplan.inputs import is_count, real_value
 from heteroplan.milp import Model, Solution
 from heteroplan.milp.args import brief
 
@@ -70,32 +71,27 @@ class SolveOptions:
     verbose: bool = False
 
     def __post_init__(self) -> None:
-        t = _real(self.time_limit)
+        t = real_value(self.time_limit)  # np.float32 too; NaN for a bool, a string and 10**400
         if not t > 0:  # inf allowed: no limit
             raise ModelError("time_limit", self.time_limit, "must be a positive number of seconds")
-        if not 0 <= _real(self.mip_gap) < math.inf:
+        if not 0 <= real_value(self.mip_gap) < math.inf:
             raise ModelError("mip_gap", self.mip_gap, "must be a finite number >= 0")
+        object.__setattr__(self, "time_limit", t)  # a Python float to every backend
+        object.__setattr__(self, "mip_gap", real_value(self.mip_gap))
         if not isinstance(self.algorithm, str):
             raise ModelError("algorithm", self.algorithm, "must be a string")
         if self.warm_start is not None and not isinstance(self.warm_start, Mapping):
             raise ModelError("warm_start", brief(self.warm_start), "must be a mapping of variable block names to values")
-        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1):
+        if self.threads is not None and (not is_count(self.threads) or self.threads < 1):  # type: ignore[operator]
             raise ModelError("threads", self.threads, "must be a positive integer or None")
+        if self.threads is not None:
+            object.__setattr__(self, "threads", int(self.threads))  # np.int64 too
         if self.threads is not None and self.threads > MAX_THREADS:  # 10**9: std::bad_alloc inside HiGHS
             raise ModelError("threads", self.threads, f"must be at most {MAX_THREADS}")
         for name in ("relax", "verbose"):  # relax="no" is truthy: it would solve the relaxation
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise ModelError(name, getattr(self, name), "must be True or False")
 
-
-def _real(value: object) -> float:
-    """``value`` as a float when it is a real number (not a bool) within a float's range; else NaN."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return math.nan
-    try:
-        return float(value)
-    except OverflowError:
-        return math.nan
 
 
 @dataclass(frozen=True)

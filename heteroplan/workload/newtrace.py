@@ -154,4 +154,6 @@ def newtrace_seed(name: str) -> int | None:
     if not isinstance(name, str) or not name.startswith(PREFIX):
         return None
     digits = name[len(PREFIX):]
-    return int(digits) if digits.isdigit() and digits == str(int(digits)) else None
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 4000:  # int() refuses 4300 digits and more
+        return None
+    return int(digits) if digits == str(int(digits)) else None

@@ -16,6 +16,7 @@ from pathlib import Path
 from heteroplan.atomic_json import write_text_atomic
 from heteroplan.errors import InputError
 from heteroplan.inputs import read_text
+from heteroplan.names import a_path
 from heteroplan.schema import Number, Record, Text, decode, shown
 from heteroplan.workload.job_spec import MAX_ARRIVAL, MAX_BATCH_SIZE, MAX_REPLICAS, JobSpec
 
@@ -62,7 +63,7 @@ def read_sia_workload(path: str | Path, known_apps: set[str] | None = None,
     :data:`MAX_BATCH_SIZE`). A repeated job name gets the first free ``#k`` suffix (the saturn
     traces reuse names), so names stay unique even when the file already has ``j#1``.
     """
-    path = Path(path)
+    path = a_path("workload", path)
     text = read_text(path, "workload")
     reader = csv.DictReader(text.splitlines())
     try:

@@ -17,6 +17,7 @@ import numpy as np
 
 from heteroplan.atomic_json import write_bytes_atomic, write_text_atomic
 from heteroplan.errors import InputError
+from heteroplan.inputs import real_value
 from heteroplan.sim.quantities import Quantity, quantity
 
 __all__ = ["BY_FAMILY", "GROUP", "TIMING_COLUMNS", "format_summary", "plot_bars", "plot_jct_cdf", "results_table", "summarize",
@@ -32,9 +33,17 @@ TIMING_COLUMNS = ("wall_s", "policy_ms_median", "policy_ms_p95", "policy_time_s"
 
 
 def results_table(records: Iterable[dict[str, Any]]) -> Any:
-    """A pandas DataFrame with a row per cell record (JCT lists stay in the records)."""
+    """A pandas DataFrame with a row per cell record (JCT lists stay in the records): the records
+    a :class:`~heteroplan.sim.sweep.store.ResultStore` or ``SweepReport.records`` gives, not a path."""
     import pandas as pd
 
+    if isinstance(records, str | bytes | Mapping) or not isinstance(records, Iterable):
+        raise InputError("records", records, "must be cell records (ResultStore(out).records(keys) or "
+                         "report.records), not a path or one record")
+    records = list(records)
+    for r in records:
+        if not (isinstance(r, Mapping) and isinstance(r.get("labels"), Mapping) and "key" in r and "status" in r):
+            raise InputError("records", r, "each must be a cell record (a dict with labels, key and status)")
     rows = [{**r["labels"], "key": r["key"], "status": r["status"], **_current_names(r.get("metrics", {})),
              "wall_s": r.get("wall_s"), "error": r.get("error")} for r in records]
     table = pd.DataFrame(rows)
@@ -69,7 +78,9 @@ def summarize(table: Any, metrics: Sequence[str] | None = None, by: Sequence[str
     import pandas as pd
     from scipy import stats
 
-    if not 0 < confidence < 1:
+    if not isinstance(table, pd.DataFrame):  # results_table(records) makes one
+        raise InputError("table", type(table).__name__, "must be a pandas DataFrame (results_table(records))")
+    if not 0 < real_value(confidence) < 1:  # "0.9" was a TypeError
         raise InputError("confidence", confidence, "must be between 0 and 1")
     ok = table[table["status"] == "ok"] if "status" in table else table
     by = [c for c in by if c in ok.columns]

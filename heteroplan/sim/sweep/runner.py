@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from heteroplan.atomic_json import inside
+from heteroplan.errors import InputError
 from heteroplan.names import printable
 from heteroplan.signals import SignalGuard
 from heteroplan.sim.sweep.cell import CellFunction, execute_cell, run_cell
@@ -106,7 +107,19 @@ def run_sweep(
         retry_failed: rerun cells whose stored record failed.
         plots: also write ``bars_<metric>.png`` and ``jct_cdf.png``.
         cell_fn: the cell function (picklable; default :func:`run_cell`).
+
+    An argument of the wrong kind is an :class:`~heteroplan.errors.InputError` naming it before any
+    cell runs: ``progress``, ``retry_failed`` and ``plots`` are ``True`` or ``False`` (``"no"`` is
+    refused, not taken as true), ``cell_fn`` a callable, ``executor`` a kind or an object with ``run``.
     """
+    for name, value in (("progress", progress), ("retry_failed", retry_failed), ("plots", plots)):
+        if not isinstance(value, bool) and not (name == "progress" and value is None):
+            raise InputError(name, value, "must be True or False" + (" or None" if name == "progress" else ""))
+    if not callable(cell_fn):  # every cell failed with "'int' object is not callable", stored as failed
+        raise InputError("cell_fn", cell_fn, "must be a callable taking a CellSpec (default run_cell)")
+    if not isinstance(executor, str) and not callable(getattr(executor, "run", None)):
+        raise InputError("executor", type(executor).__name__, "must be 'inprocess', 'processes', 'ray' or an "
+                         "executor object with run(fn, cells)")
     from tqdm.auto import tqdm
 
     from heteroplan.version import __version__

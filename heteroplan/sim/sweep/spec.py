@@ -43,8 +43,15 @@ from typing import TYPE_CHECKING, Any
 
 from heteroplan.cluster import PRESETS, Cluster, preset
 from heteroplan.errors import InputError
-from heteroplan.inputs import MAX_GENERATED_JOBS, MIN_ROUND_S, enum_choice, read_text
-from heteroplan.names import path_component
+from heteroplan.inputs import (
+    MAX_GENERATED_JOBS,
+    MIN_ROUND_S,
+    enum_choice,
+    is_count,
+    read_text,
+    real_value,
+)
+from heteroplan.names import a_path, path_component
 from heteroplan.schema import Number, Plain, Seq, Text, decode, naming_file
 from heteroplan.sim.fidelity import FidelityPreset, SimFidelity
 from heteroplan.workload.sia import BUNDLED_WORKLOADS, is_bundled_workload
@@ -245,6 +252,15 @@ class CellSpec:
     max_hours: float | None = None
     round_length: float | None = None
 
+    def __post_init__(self) -> None:  # a cell made by hand: jobs=2.5 failed in the cell as a TypeError
+        if not is_count(self.seed) or self.seed < 0:  # type: ignore[operator]
+            raise InputError("seed", self.seed, "must be an integer >= 0 (a random seed)")
+        if self.jobs is not None and (not is_count(self.jobs) or self.jobs < 1):  # type: ignore[operator]
+            raise InputError("jobs", self.jobs, "must be an integer >= 1 or None")
+        object.__setattr__(self, "seed", int(self.seed))  # np.int64 too: the key is JSON of the fields
+        if self.jobs is not None:
+            object.__setattr__(self, "jobs", int(self.jobs))
+
     def to_dict(self) -> dict[str, Any]:
         """Every input as JSON data (options as tables)."""
         return {
@@ -301,7 +317,7 @@ class SweepSpec:
 def load_sweep(path: str | Path) -> SweepSpec:
     """Read a sweep TOML file; relative workload/cluster paths are relative to the file. Errors
     are :class:`InputError` naming the file, the field and the value."""
-    path = Path(path)
+    path = a_path("sweep", path)
     data = read_toml(path, "sweep")
     data.setdefault("name", path.stem)
     with naming_file(path):
@@ -330,7 +346,7 @@ def parse_sweep(data: Mapping[str, Any], base: str | Path = ".") -> SweepSpec:
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
         raise InputError(unknown[0], data[unknown[0]], f"unknown sweep field; known: {sorted(_TOP_KEYS)}")
-    base = Path(base)
+    base = a_path("base", base)
     values = {key: decode(spec, data[key], key) for key, spec in _FIELDS.items() if key in data}
     simulator = SimulatorKind(values.get("simulator", SimulatorKind.SIA))
     seeds = data.get("seeds", [0])
@@ -378,9 +394,10 @@ def _sweep_name(value: object) -> str:
 def _positive(field_name: str, value: object) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (value > 0 and math.isfinite(value)):
+    number = real_value(value)  # NaN for a bool, a string and 10**400 (was an OverflowError from math.isfinite)
+    if not (number > 0 and math.isfinite(number)):
         raise InputError(field_name, value, "must be a number > 0")
-    return float(value)
+    return number
 
 
 def _tables(data: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:

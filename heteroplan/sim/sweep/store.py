@@ -18,7 +18,7 @@ from typing import Any
 from heteroplan.atomic_json import write_json_atomic
 from heteroplan.errors import InputError
 from heteroplan.inputs import read_json
-from heteroplan.names import path_component
+from heteroplan.names import a_path, path_component
 
 __all__ = ["ResultStore"]
 
@@ -29,7 +29,7 @@ class ResultStore:
     """Cell records under ``out/cells``; a record with ``status == "ok"`` marks a finished cell."""
 
     def __init__(self, out: str | Path) -> None:
-        self.out = Path(out)
+        self.out = a_path("out", out)
         if self.out.exists() and not self.out.is_dir():
             raise InputError("out", str(self.out), "exists and is not a directory")
         self.cells = self.out / "cells"
