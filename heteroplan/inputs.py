@@ -14,7 +14,7 @@ import numbers
 import os
 from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 from heteroplan.errors import InputError, check_seconds
 
@@ -99,8 +99,9 @@ def finite_number(field: str, value: object, low: float | None = None, high: flo
     return number
 
 
-def is_real(value: object) -> bool:
-    """A real number (numpy's too) a float holds, not a bool or a string (NaN passes: compare it)."""
+def is_real(value: object) -> TypeGuard[float]:
+    """A real number (numpy's too) a float holds, not a bool or a string (NaN passes: compare it).
+    For type checkers a ``float`` after it (``np.float32`` compares and converts as one)."""
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
         return False
     try:
@@ -114,11 +115,12 @@ def real_value(value: object) -> float:
     """``value`` as a float where it :func:`is_real` (``np.float32`` too, which is no ``float``),
     else NaN (a bool, a string, an int beyond a float: ``10**400``): for checks such as
     ``math.isfinite(real_value(v)) and real_value(v) > 0`` that name the field themselves."""
-    return float(value) if is_real(value) else math.nan  # type: ignore[arg-type]
+    return float(value) if is_real(value) else math.nan
 
 
-def is_count(value: object) -> bool:
-    """An integer, numpy's too (``np.int64`` from an array), not a bool (``np.bool_`` is no Integral)."""
+def is_count(value: object) -> TypeGuard[int]:
+    """An integer, numpy's too (``np.int64`` from an array), not a bool (``np.bool_`` is no Integral).
+    For type checkers an ``int`` after it (``np.int64`` compares and converts as one)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 

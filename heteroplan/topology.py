@@ -115,7 +115,7 @@ class Topology:
         """
         if not isinstance(cluster, Cluster):
             raise InputError("cluster", type(cluster).__name__, "must be a Cluster")
-        if not is_count(nodes_per_switch) or nodes_per_switch < 1:  # type: ignore[operator]
+        if not is_count(nodes_per_switch) or nodes_per_switch < 1:
             raise InputError("nodes_per_switch", nodes_per_switch, "must be an integer >= 1")
         nodes_per_switch = int(nodes_per_switch)  # np.int64 too
         if switch_of is not None and not (isinstance(switch_of, Mapping) and all(

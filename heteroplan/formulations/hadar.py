@@ -85,7 +85,7 @@ class HadarInstance:
         ):
             if np.shape(arr) != shape:
                 raise InputError(f"instance.{name}.shape", np.shape(arr), f"must be {shape}")
-        if not is_count(self.slots) or self.slots < 1:  # type: ignore[operator]  # 2.5: a shape error below
+        if not is_count(self.slots) or self.slots < 1:  # 2.5 was a shape error below
             raise InputError("instance.slots", self.slots, "must be an integer >= 1")
         if self.slots > MAX_SLOTS:  # the model holds dense (slots x slots) blocks: 10**7 slots never answered
             raise InputError("instance.slots", self.slots, f"must be at most {MAX_SLOTS:,} (an offline instance is small)")

@@ -98,7 +98,7 @@ def build_resource_model(
     objective = enum_choice(Objective, "objective", objective)
     if not isinstance(kinds, list | tuple) or not all(isinstance(k, ReplicaKind) for k in kinds):
         raise InputError("kinds", kinds, "must be a list of ReplicaKind")
-    if not isinstance(pool, Mapping) or not all(is_count(n) and n >= 0 for n in pool.values()):  # type: ignore[operator]
+    if not isinstance(pool, Mapping) or not all(is_count(n) and n >= 0 for n in pool.values()):
         raise InputError("pool", pool, "must map (GPU type, zone) to a whole number of GPUs >= 0")
     missing = next(((k.gpu_type, k.zone) for k in kinds if (k.gpu_type, k.zone) not in pool), None)
     if missing is not None:  # was a KeyError

@@ -139,7 +139,7 @@ class ConfigSet:
         """Index of the configuration with this type and GPU count, -1 if absent."""
         if gpu_type not in self.gpu_types:
             return -1
-        if not is_real(num_gpus) or not math.isfinite(num_gpus) or num_gpus != int(num_gpus):  # type: ignore[arg-type]
+        if not is_real(num_gpus) or not math.isfinite(num_gpus) or num_gpus != int(num_gpus):
             return -1  # NaN and "x" were a ValueError from int()
         return self._index.get((self.gpu_types.index(gpu_type), int(num_gpus)), -1)
 

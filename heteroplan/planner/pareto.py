@@ -168,7 +168,7 @@ def pareto_front(
             ``plan_job`` rejects).
         InfeasibleError: no plan at all (e.g. the model fits on no GPU of the pool).
     """
-    if not is_count(n) or not 2 <= n <= MAX_POINTS:  # type: ignore[operator]
+    if not is_count(n) or not 2 <= n <= MAX_POINTS:
         raise InputError("n", n, f"must be an integer in [2, {MAX_POINTS}] (the two ends are included)")
     n = int(n)
     sweep = enum_choice(Sweep, "sweep", sweep)

@@ -183,7 +183,7 @@ class PlanRequest:
 
 def _check_gbs(gbs: object) -> int:
     """``gbs`` as an ``int`` (numpy's integers taken) in ``[1, MAX_BATCH]``."""
-    if not is_count(gbs) or gbs < 1:  # type: ignore[operator]
+    if not is_count(gbs) or gbs < 1:
         raise InputError("gbs", gbs, "must be an integer >= 1")
     if gbs > MAX_BATCH:  # type: ignore[operator]  # a plan file holds no more: the plan could not be written and run
         raise InputError("gbs", gbs, f"must be at most {MAX_BATCH:,} samples per iteration (what a plan file holds)")

@@ -24,14 +24,14 @@ MAX_COUNT = 2**53  # steps, samples: integers a saved session's JSON keeps exact
 def check_count(field: str, value: object, low: int, high: int) -> int:
     """``value`` as an ``int`` in ``[low, high]`` (numpy integers taken, bools refused), else
     :class:`InputError` naming ``field``."""
-    if not is_count(value) or not low <= value <= high:  # type: ignore[operator]
+    if not is_count(value) or not low <= value <= high:
         raise InputError(field, value, f"must be an integer in [{low}, {high:.3g}]")
     return int(value)  # type: ignore[call-overload]
 
 
 def finite_seconds(field: str, value: object) -> float:
     """``value`` as finite seconds >= 0, else :class:`InputError` naming ``field``."""
-    if not is_real(value) or not 0 <= value < math.inf:  # type: ignore[operator]
+    if not is_real(value) or not 0 <= value < math.inf:
         raise InputError(field, value, "must be a finite number of seconds >= 0")
     return float(value)  # type: ignore[arg-type]
 
@@ -62,7 +62,7 @@ def check_timing(field: str, timing: object, known: set[str], max_nodes: int) ->
 
 def check_clock(now: object, last_round: float | None) -> float:
     """``now`` as seconds: a finite real number >= 0, not before ``last_round``."""
-    if not is_real(now) or not 0 <= now < math.inf:  # type: ignore[operator]
+    if not is_real(now) or not 0 <= now < math.inf:
         raise InputError("now", now, "must be a finite number of seconds >= 0")
     if last_round is not None and now < last_round:  # type: ignore[operator]
         raise InputError("now", now, f"is before the previous round ({last_round} s)")

@@ -82,7 +82,7 @@ class SolveOptions:
             raise ModelError("algorithm", self.algorithm, "must be a string")
         if self.warm_start is not None and not isinstance(self.warm_start, Mapping):
             raise ModelError("warm_start", brief(self.warm_start), "must be a mapping of variable block names to values")
-        if self.threads is not None and (not is_count(self.threads) or self.threads < 1):  # type: ignore[operator]
+        if self.threads is not None and (not is_count(self.threads) or self.threads < 1):
             raise ModelError("threads", self.threads, "must be a positive integer or None")
         if self.threads is not None:
             object.__setattr__(self, "threads", int(self.threads))  # np.int64 too

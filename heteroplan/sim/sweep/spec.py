@@ -253,9 +253,9 @@ class CellSpec:
     round_length: float | None = None
 
     def __post_init__(self) -> None:  # a cell made by hand: jobs=2.5 failed in the cell as a TypeError
-        if not is_count(self.seed) or self.seed < 0:  # type: ignore[operator]
+        if not is_count(self.seed) or self.seed < 0:
             raise InputError("seed", self.seed, "must be an integer >= 0 (a random seed)")
-        if self.jobs is not None and (not is_count(self.jobs) or self.jobs < 1):  # type: ignore[operator]
+        if self.jobs is not None and (not is_count(self.jobs) or self.jobs < 1):
             raise InputError("jobs", self.jobs, "must be an integer >= 1 or None")
         object.__setattr__(self, "seed", int(self.seed))  # np.int64 too: the key is JSON of the fields
         if self.jobs is not None:
