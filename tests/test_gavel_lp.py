@@ -97,3 +97,34 @@ def test_policy_respects_capacity_on_gavel_workload():
     for _, allocs in res.schedule:
         for a in allocs.values():
             assert "+" not in a.gpu_type  # Gavel gives one type per job per round
+
+
+# -- throughputs in any unit ------------------------------------------------------------------
+
+def _value(objective: str, x: np.ndarray, tp: np.ndarray, rem: np.ndarray, costs: np.ndarray) -> float:
+    """The objective ``x`` reaches, in the base unit (steps/s, or 1/s for the makespan)."""
+    rates = (x * tp).sum(axis=1)
+    if objective == "max_sum_throughput":
+        return float(rates.sum())
+    if objective == "max_throughput_per_cost":
+        return float((x * tp / costs[None, :]).sum())
+    return float((rates / rem).min())  # min_makespan: 1 / the slowest job's finish time
+
+
+@pytest.mark.parametrize("objective", ["max_sum_throughput", "max_throughput_per_cost", "min_makespan"])
+@pytest.mark.parametrize("power", [-40, -20, 30, 50])
+def test_time_fractions_are_optimal_in_any_unit_of_work(objective, power) -> None:
+    """Throughputs and steps counted in units of 2**-power (epochs, FLOPs): the answer reaches the
+    same optimum as in steps, to 1e-6. Throughputs of 1e-12 steps/s sat below HiGHS's tolerances
+    (any feasible X was 'optimal'); at 2**50 the coefficients left its range."""
+    from heteroplan.policies.gavel_lp import solve_time_fractions
+
+    rng = np.random.default_rng(3)
+    tp = rng.uniform(0.5, 20.0, (12, 3))
+    rem, scale, cap, costs = rng.uniform(1e3, 1e5, 12), rng.choice([1.0, 2.0], 12), np.array([4.0, 6.0, 8.0]), \
+        np.array([3.0, 1.5, 0.5])
+    base = _value(objective, solve_time_fractions(objective, tp, scale, cap, rem, costs=costs), tp, rem, costs)
+    f = 2.0 ** power
+    x = solve_time_fractions(objective, tp * f, scale, cap, rem * f, costs=costs)
+    assert (x >= -1e-9).all() and (x.sum(axis=1) <= 1 + 1e-9).all() and ((x * scale[:, None]).sum(axis=0) <= cap + 1e-9).all()
+    assert _value(objective, x, tp, rem, costs) == pytest.approx(base, rel=1e-6)

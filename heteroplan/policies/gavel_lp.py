@@ -9,6 +9,7 @@ the LP's feasibility), makespan, throughput per dollar. The LPs are built in
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 
 import numpy as np
@@ -121,6 +122,33 @@ def solve_finish_time_fairness(
     return best, hi
 
 
+SAFE_THROUGHPUTS = (2.0 ** -10, 2.0 ** 20)
+"""Highest throughputs (steps/s) the LPs take as given; beyond them they are rescaled (below
+~1e-3 steps/s HiGHS's 1e-7 tolerances swallow the differences between jobs, above ~1e6 the
+coefficients grow towards its range)."""
+
+
+def _in_safe_unit(throughputs: np.ndarray, min_rates: np.ndarray | None,
+                  remaining_steps: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """Throughputs, SLO rates and steps left, counted in a unit of ``2**k`` steps that brings the
+    highest throughput near 1 when it lies outside :data:`SAFE_THROUGHPUTS` (work in epochs, or in
+    FLOPs): the same time fractions, within HiGHS's range. A power of two divides exactly, and
+    throughputs within the range are left as they are, so their answers stay the same to the bit.
+    Arrays that are not real numbers pass unchanged: the models name what is wrong with them."""
+    def numeric(values: object) -> np.ndarray | None:
+        arr = np.asarray(values) if values is not None else None
+        return arr if arr is not None and arr.dtype.kind in "iuf" else None
+
+    tp = numeric(throughputs)
+    top = float(tp.max()) if tp is not None and tp.size and np.isfinite(tp).all() else 0.0
+    if not top > 0 or SAFE_THROUGHPUTS[0] <= top <= SAFE_THROUGHPUTS[1]:
+        return throughputs, min_rates, remaining_steps
+    unit = 2.0 ** round(math.log2(top))
+    rates, steps = numeric(min_rates), numeric(remaining_steps)
+    return (tp / unit, min_rates if rates is None else rates / unit,
+            remaining_steps if steps is None else steps / unit)
+
+
 def solve_time_fractions(
     objective: GavelObjective | str,
     throughputs: np.ndarray,
@@ -145,6 +173,7 @@ def solve_time_fractions(
     artifact's ECOS gives) and ``decimals`` (round X) apply to ``max_sum_throughput``.
     """
     goal = enum_choice(GavelObjective, "objective", objective)
+    throughputs, min_rates, remaining_steps = _in_safe_unit(throughputs, min_rates, remaining_steps)
     if goal in (GavelObjective.MAX_MIN_FAIRNESS, GavelObjective.MAX_MIN_FAIRNESS_AGNOSTIC):
         return solve_max_min_fairness(throughputs, scale_factors, capacity, two_stage=two_stage,
                                       time_limit=time_limit,
