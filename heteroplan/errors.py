@@ -6,6 +6,7 @@ whose message names the offending field and value.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 
@@ -129,8 +130,9 @@ def check_fraction(field: str, value: object) -> float:
 
 
 def check_seconds(field: str, value: object) -> float:
-    """``value`` as a number of seconds ``> 0``, else :class:`InputError` naming ``field``."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+    """``value`` as a number of seconds ``> 0`` (numpy's numbers too), else :class:`InputError`
+    naming ``field``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
         raise InputError(field, value, "must be a number of seconds > 0")
     try:
         return float(value)

@@ -38,7 +38,10 @@ MAX_GENERATED_JOBS = 100_000
 
 
 def read_text(path: str | Path, field: str = "path", error: type[InputError] = InputError) -> str:
-    """The UTF-8 text of ``path``; unreadable or non-UTF-8 files raise ``error`` naming ``field``."""
+    """The UTF-8 text of ``path``; unreadable or non-UTF-8 files raise ``error`` naming ``field``,
+    and so does a ``path`` that is no path (``5``, ``None``)."""
+    if not isinstance(path, str | os.PathLike) or not isinstance(os.fspath(path), str):
+        raise error(field, path, "must be a path (a string or pathlib.Path)")
     try:
         data = Path(path).read_bytes()
     except OSError as exc:

@@ -634,3 +634,33 @@ def test_training_entry_points_name_an_argument_of_the_wrong_kind(rt, tmp_path) 
     with pytest.raises(InputError, match="^progress='int'"):  # a TypeError mid-run, the ranks left unwatched
         run_plan(rounds.data_parallel_plan("m", 4, 1, 3, "cpu"), task, RunConfig(steps=1), progress=5)
     assert latest_checkpoint(tmp_path) is None
+
+
+# -- the lead's additions: registry, seconds, paths -----------------------------------------------
+
+def test_register_policy_checks_what_it_stores_and_make_policy_what_the_factory_returns() -> None:
+    from heteroplan.policies.registry import POLICIES, make_policy, register_policy
+
+    with pytest.raises(InputError, match="summary"):  # was stored as is
+        register_policy("s26-summary", lambda **options: make_policy("fifo"), summary=5)
+    with pytest.raises(InputError, match="restart_delay_s"):  # was refused only by make_policy
+        register_policy("s26-delay", lambda **options: make_policy("fifo"), restart_delay_s=math.nan)
+    assert "s26-summary" not in POLICIES and "s26-delay" not in POLICIES
+    register_policy("s26-five", lambda **options: 5)
+    try:
+        with pytest.raises(InputError, match=r"policy\[s26-five\].*returned no policy"):  # make_policy returned 5
+            make_policy("s26-five")
+    finally:
+        POLICIES._added.pop("s26-five")
+
+
+def test_seconds_and_waits_take_numpy_numbers_and_readers_name_a_path_that_is_none() -> None:
+    from heteroplan.errors import check_seconds
+    from heteroplan.inputs import check_wait, read_text
+
+    assert check_seconds("round_length", np.float32(2.5)) == 2.5 and type(check_wait("timeout", np.int64(5))) is float
+    for bad in (np.float32("nan"), np.bool_(True), -np.float64(1)):
+        with pytest.raises(InputError, match="round_length"):
+            check_seconds("round_length", bad)
+    with pytest.raises(InputError, match="cluster=5: must be a path"):  # was a TypeError from pathlib
+        read_text(5, "cluster")

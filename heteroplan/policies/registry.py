@@ -275,6 +275,10 @@ def register_policy(name: str, factory: Callable[..., Policy], summary: str = ""
         raise InputError("name", name, "is a built-in policy; choose another name")
     if not callable(factory):
         raise InputError("factory", factory, "must be callable(**options) -> Policy")
+    if not isinstance(summary, str):
+        raise InputError("summary", summary, "must be a line of text")
+    if restart_delay_s is not None and not (math.isfinite(real_value(restart_delay_s)) and restart_delay_s >= 0):
+        raise InputError("restart_delay_s", restart_delay_s, "must be a finite number of seconds >= 0, or None")
     POLICIES.add(PolicyEntry(name, factory, summary or (getattr(factory, "__doc__", None) or name).strip().split("\n")[0],
                              restart_delay_s))
 
@@ -300,6 +304,9 @@ def make_policy(name: str, /, **options: Any) -> Policy:
         policy = entry.factory(**options)
     except TypeError as exc:  # an option the policy does not take
         raise InputError(f"policy[{name}].options", sorted(options), f"not accepted: {exc}") from None
+    if not callable(getattr(policy, "allocate", None)):  # a registered factory that returns something else
+        raise InputError(f"policy[{name}]", type(policy).__name__, "its factory returned no policy (nothing with "
+                         "allocate(cluster, jobs, now))")
     if delay is not None:
         policy.restart_delay_s = float(delay)  # type: ignore[attr-defined]
     return policy
