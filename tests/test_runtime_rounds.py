@@ -216,3 +216,33 @@ def test_gradient_noise_statistics_match_a_single_process_oracle(tmp_path: Path)
         var += (small - big) / (1 / b - 1 / total) / 2
     first = result.steps[0]
     assert first.grad_sqr == pytest.approx(sqr, rel=1e-9) and first.grad_var == pytest.approx(var, rel=1e-9)
+
+
+class MixedPolicy:
+    """Every job gets one GPU of each type: a gang over two types (Hadar's task-level heterogeneity)."""
+
+    name = "mixed"
+
+    def allocate(self, cluster: Cluster, jobs: Sequence[JobState], now: float) -> dict[str, Allocation]:
+        return {j.job_id: Allocation("cpu-a+cpu-b", 2, (("cpu-a@default/0", 1), ("cpu-b@default/0", 1))) for j in jobs[:1]}
+
+
+def test_a_gang_over_two_types_runs_as_one_data_parallel_job(tmp_path: Path) -> None:
+    """A mixed allocation runs a replica group per type (each rank placed and emulated as its own
+    type; it ran as one group named 'cpu-a+cpu-b', which no emulation or Ray node knows), and trains
+    exactly as one process on the whole batch. A forking policy is refused: its copies would run as
+    one gang."""
+    job = RuntimeJob("m", TASK, steps=4, global_batch_size=4, config=RunConfig(lr=0.05))
+    mixed = MixedPolicy().allocate(CLUSTER, [job], 0.0)["m"]  # type: ignore[list-item]
+    plan = job_plan(job, mixed, 3, 0.0, CLUSTER)
+    assert [(g.gpu_type, g.count) for g in plan.stages[0].replicas] == [("cpu-a", 1), ("cpu-b", 1)]
+    with pytest.raises(InputError, match="cluster"):
+        job_plan(job, mixed, 3, 0.0)
+    executor = RoundExecutor(CLUSTER, MixedPolicy(), [job], tmp_path, round_length=2.0, max_rounds=40)
+    assert executor.run()["m"].finish_time is not None
+    model, _ = train_reference(TASK, 4, RunConfig(steps=4, lr=0.05))
+    assert max(float((final_params(tmp_path, "m")[k] - v).abs().max()) for k, v in model.state_dict().items()) < 1e-9
+    from heteroplan.policies.registry import make_policy
+
+    with pytest.raises(InputError, match="forks jobs"):
+        RoundExecutor(CLUSTER, make_policy("hadare"), [job], tmp_path / "f")

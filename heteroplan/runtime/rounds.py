@@ -38,7 +38,7 @@ from heteroplan.names import a_path, path_component
 from heteroplan.perf.measurements import Measurements
 from heteroplan.perf.protocols import ObservesSteps, OptimizesBatch
 from heteroplan.planner.plan import Plan, ReplicaGroup, Stage
-from heteroplan.policies.base import Allocation, Policy, PolicyBase
+from heteroplan.policies.base import Allocation, Policy, PolicyBase, counts_by_type
 from heteroplan.policies.registry import make_policy
 from heteroplan.runtime.backends import ExecutionBackend, JobHandle, LocalBackend
 from heteroplan.runtime.checkpoint import latest_checkpoint
@@ -117,13 +117,18 @@ class RoundLog:
 
 
 def data_parallel_plan(name: str, global_batch_size: int, num_gpus: int, num_layers: int, gpu_type: str,
-                       zone: str = "local") -> Plan:
-    """A pure data-parallel plan on ``num_gpus`` replicas (uneven samples split by microbatch counts)."""
+                       zone: str = "local", gpus_by_type: Mapping[str, int] | None = None) -> Plan:
+    """A pure data-parallel plan on ``num_gpus`` replicas (uneven samples split by microbatch counts)
+    of ``gpu_type``, or of several types (``gpus_by_type``: GPUs of each, a gang over several types
+    that synchronous data parallelism paces at its slowest)."""
     global_batch_size = strict_int("global_batch_size", global_batch_size, 1)
     num_gpus = strict_int("num_gpus", num_gpus, 1)
     if num_gpus > global_batch_size:
         raise InputError("num_gpus", num_gpus, f"more GPUs than samples per iteration ({global_batch_size})")
-    stage = Stage(0, num_layers, (ReplicaGroup(gpu_type, zone, 1, num_gpus),))
+    by_type = {gpu_type: num_gpus} if gpus_by_type is None else dict(gpus_by_type)
+    if sum(by_type.values()) != num_gpus:
+        raise InputError("gpus_by_type", gpus_by_type, f"must add up to num_gpus ({num_gpus})")
+    stage = Stage(0, num_layers, tuple(ReplicaGroup(t, zone, 1, n) for t, n in by_type.items()))
     if global_batch_size % num_gpus == 0:
         return Plan(name, global_batch_size, global_batch_size // num_gpus, (stage,))
     base, extra = divmod(global_batch_size, num_gpus)
@@ -162,14 +167,23 @@ def measure_single_gpu(task: TrainTask, local_batch_sizes: Sequence[int], steps:
     return Measurements(np.ones(n), np.ones(n), np.asarray(local_batch_sizes, float), np.asarray(times), np.zeros(n))
 
 
-def job_plan(job: RuntimeJob, alloc: Allocation, num_layers: int, progress: float) -> Plan:
+def job_plan(job: RuntimeJob, alloc: Allocation, num_layers: int, progress: float,
+             cluster: Cluster | None = None) -> Plan:
     """The plan ``job`` runs on ``alloc``: data parallel over its GPUs, at the batch the estimator
-    picks (``adaptive_batch``) or at ``job.global_batch_size``."""
+    picks (``adaptive_batch``) or at ``job.global_batch_size``. A gang over several GPU types (a
+    mixed allocation, Hadar's task-level heterogeneity) gets a replica group per type, read from
+    its placement on ``cluster``, at ``job.global_batch_size``."""
     if not isinstance(job, RuntimeJob):
         raise InputError("job", type(job).__name__, "must be a RuntimeJob")
     if not isinstance(alloc, Allocation):
         raise InputError("alloc", type(alloc).__name__, "must be an Allocation")
     progress = work_fraction(progress)
+    if alloc.mixed:  # each rank emulates (and is placed on) its own type; the all-reduce paces them
+        if not isinstance(cluster, Cluster):
+            raise InputError("cluster", cluster, f"a mixed allocation ({alloc.gpu_type}) needs the cluster "
+                             "its placement names")
+        return data_parallel_plan(job.application, job.global_batch_size, alloc.num_gpus, num_layers,
+                                  alloc.gpu_type, gpus_by_type=counts_by_type(alloc, cluster))
     if job.adaptive_batch and isinstance(job.estimator, OptimizesBatch):
         _, local, accum = job.estimator.optimize(alloc.gpu_type, max(alloc.num_nodes, 1), alloc.num_gpus, progress=progress)
         local, accum = int(local), int(accum)
@@ -350,6 +364,9 @@ class RoundExecutor:
             raise InputError("workdir", str(workdir), "is a file, not a directory (checkpoints go to workdir/<job_id>)")
         if not all(hasattr(policy, a) for a in ("name", "round_length", "elastic", "forking")):
             policy = _Declared(policy, float(round_length))
+        if policy.forking:  # its copies would run as one gang, and the simulator would rate them as copies
+            raise InputError("policy", policy.name, "forks jobs into copies (HadarE); the round executor runs "
+                             "one gang per job: use a policy that does not fork, e.g. 'hadar'")
         self.cluster, self.policy, self.jobs = cluster, policy, list(jobs)
         self.workdir = Path(workdir)
         self.round_length, self.max_rounds, self.progress = float(round_length), max_rounds, progress
@@ -489,7 +506,8 @@ class RoundExecutor:
         for d in starts:
             job, alloc = self._by_id[d.job_id], d.allocation
             assert alloc is not None
-            plan = job_plan(job, alloc, self._num_layers(job), self._steps_done(job) / job.steps)
+            plan = job_plan(job, alloc, self._num_layers(job), self._steps_done(job) / job.steps,
+                            self.session.cluster)
             calls[d.job_id] = partial(self.backend.launch, job.job_id, plan, alloc, job.task, self._config(job))
         handles = _concurrently(calls)
         for d in starts:
