@@ -551,10 +551,8 @@ def profile_layers(
     """
     torch = _torch()
     sizes = _check_args(model, microbatch_sizes, warmup, repeats)
-    if not isinstance(time_recomputed, bool):  # "no" was taken as True
-        raise InputError("time_recomputed", time_recomputed, "must be True or False")
     optimizer, timing = enum_choice(Optimizer, "optimizer", optimizer), enum_choice(LayerTiming, "timing", timing)
-    dev = _check_profile_options(make_input, loss_fn, device, sweeps, cuda_graphs, compile)
+    dev = _check_profile_options(make_input, loss_fn, device, sweeps, cuda_graphs, compile, time_recomputed)
     timer = _Timer(torch, dev)
     model.to(dev)
     precision = enum_choice(Precision, "precision", precision)
@@ -590,7 +588,7 @@ def _parameter_sizes(layers: list[nn.Module]) -> tuple[tuple[tuple[int, ...], ..
 
 
 def _check_profile_options(make_input: Any, loss_fn: Any, device: Any, sweeps: int, cuda_graphs: Any,
-                           compile: Any) -> torch.device:
+                           compile: Any, time_recomputed: Any) -> torch.device:
     """:func:`profile_layers`'s options checked (:class:`InputError` naming the first bad one);
     returns the device."""
     if check_int("sweeps", sweeps, 1) > MAX_REPEATS:
@@ -600,12 +598,11 @@ def _check_profile_options(make_input: Any, loss_fn: Any, device: Any, sweeps: i
     if loss_fn is not None and not callable(loss_fn):
         raise InputError("loss_fn", loss_fn, "must be a function: output -> scalar loss, or None")
     dev = check_device(device)
-    if not isinstance(cuda_graphs, bool):
-        raise InputError("cuda_graphs", cuda_graphs, "must be True or False")
+    for name, flag in (("cuda_graphs", cuda_graphs), ("compile", compile), ("time_recomputed", time_recomputed)):
+        if not isinstance(flag, bool):  # "no" was taken as True
+            raise InputError(name, flag, "must be True or False")
     if cuda_graphs and dev.type != "cuda":
         raise InputError("cuda_graphs", cuda_graphs, f"CUDA graphs need a CUDA device, not {dev}")
-    if not isinstance(compile, bool):
-        raise InputError("compile", compile, "must be True or False")
     return dev
 
 

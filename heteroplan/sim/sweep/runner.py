@@ -112,14 +112,7 @@ def run_sweep(
     cell runs: ``progress``, ``retry_failed`` and ``plots`` are ``True`` or ``False`` (``"no"`` is
     refused, not taken as true), ``cell_fn`` a callable, ``executor`` a kind or an object with ``run``.
     """
-    for name, value in (("progress", progress), ("retry_failed", retry_failed), ("plots", plots)):
-        if not isinstance(value, bool) and not (name == "progress" and value is None):
-            raise InputError(name, value, "must be True or False" + (" or None" if name == "progress" else ""))
-    if not callable(cell_fn):  # every cell failed with "'int' object is not callable", stored as failed
-        raise InputError("cell_fn", cell_fn, "must be a callable taking a CellSpec (default run_cell)")
-    if not isinstance(executor, str) and not callable(getattr(executor, "run", None)):
-        raise InputError("executor", type(executor).__name__, "must be 'inprocess', 'processes', 'ray' or an "
-                         "executor object with run(fn, cells)")
+    _check_run_options(executor, progress, retry_failed, plots, cell_fn)
     from tqdm.auto import tqdm
 
     from heteroplan.version import __version__
@@ -168,6 +161,19 @@ def run_sweep(
         raise KeyboardInterrupt(f"sweep {spec.name} interrupted: {report.skipped + report.computed} of "
                                 f"{report.cells} cells finished are kept in {out}; rerun to resume")
     return report
+
+
+def _check_run_options(executor: object, progress: object, retry_failed: object, plots: object,
+                       cell_fn: object) -> None:
+    """:func:`run_sweep`'s options of the wrong kind, named before any cell runs."""
+    for name, value in (("progress", progress), ("retry_failed", retry_failed), ("plots", plots)):
+        if not isinstance(value, bool) and not (name == "progress" and value is None):
+            raise InputError(name, value, "must be True or False" + (" or None" if name == "progress" else ""))
+    if not callable(cell_fn):  # every cell failed with "'int' object is not callable", stored as failed
+        raise InputError("cell_fn", cell_fn, "must be a callable taking a CellSpec (default run_cell)")
+    if not isinstance(executor, str) and not callable(getattr(executor, "run", None)):
+        raise InputError("executor", type(executor).__name__, "must be 'inprocess', 'processes', 'ray' or an "
+                         "executor object with run(fn, cells)")
 
 
 def _write_results(report: SweepReport, plots: bool) -> None:
