@@ -15,7 +15,6 @@ from heteroplan.errors import ClusterError, InputError
 from heteroplan.inputs import finite_number
 from heteroplan.perf.goodput import ThroughputTable
 from heteroplan.policies.registry import make_policy
-from heteroplan.runtime.config import RunConfig, StepEmulation
 from heteroplan.sim.modelled import ModelledJob, simulate_modelled
 
 NUMPY_REALS = [np.float32(2.5), np.float16(2.5), np.int64(3), np.int8(3), np.float64(2.5), np.uint16(3)]
@@ -72,6 +71,9 @@ def test_modelled_jobs_and_rate_tables_take_numpy_numbers_and_give_the_same_sche
 
 
 def test_run_config_and_emulation_store_python_floats() -> None:
+    pytest.importorskip("torch", reason="heteroplan.runtime needs torch: pip install torch==2.13.0")
+    from heteroplan.runtime.config import RunConfig, StepEmulation
+
     config = RunConfig(lr=np.float32(0.5))
     assert type(config.lr) is float and config.lr == 0.5
     emulation = StepEmulation({"a": np.float32(0.25)}, overhead_s=np.int64(1))
