@@ -62,7 +62,7 @@ def run_policy(name: str, workload: EmulatedWorkload, round_length: float, workd
     wall = time.monotonic() - t0
     load = (load0 + os.getloadavg()[0]) / 2
     modelled = [ModelledJob(j.job_id, j.arrival_time, j.estimator, j.steps * j.global_batch_size, j.max_gpus,
-                            j.global_batch_size, j.restart_delay_s) for j in jobs]
+                            j.global_batch_size, j.restart_delay_s, j.requested_gpus) for j in jobs]
     sim = {r.job_id: r for r in simulate_modelled(executor.session.cluster, make_policy(name), modelled, round_length)}
     rows = []
     for j in jobs:

@@ -246,3 +246,18 @@ def test_a_gang_over_two_types_runs_as_one_data_parallel_job(tmp_path: Path) -> 
 
     with pytest.raises(InputError, match="forks jobs"):
         RoundExecutor(CLUSTER, make_policy("hadare"), [job], tmp_path / "f")
+
+
+def test_a_rigid_policy_runs_a_job_on_its_requested_gang(tmp_path: Path) -> None:
+    """FIFO gives a job of ``requested_gpus = 2`` its two GPUs at once (every job ran on one GPU: the
+    executor submitted one requested GPU whatever the job), and it trains exactly as one process."""
+    from heteroplan.policies.registry import make_policy
+
+    job = RuntimeJob("g", TASK, steps=3, global_batch_size=4, requested_gpus=2, config=RunConfig(lr=0.05))
+    executor = RoundExecutor(CLUSTER, make_policy("fifo"), [job], tmp_path, round_length=2.0, max_rounds=40)
+    assert executor.run()["g"].finish_time is not None
+    assert {entry.allocations["g"][1] for entry in executor.log if "g" in entry.allocations} == {2}
+    model, _ = train_reference(TASK, 4, RunConfig(steps=3, lr=0.05))
+    assert max(float((final_params(tmp_path, "g")[k] - v).abs().max()) for k, v in model.state_dict().items()) < 1e-9
+    with pytest.raises(InputError, match="requested_gpus"):
+        RuntimeJob("h", TASK, steps=3, global_batch_size=4, requested_gpus=5)

@@ -76,6 +76,9 @@ class RuntimeJob:
         restart_delay_s: the checkpoint-restore delay the session charges each (re)start of it (s;
             a policy's ``restart_delay_s`` option overrides it). The executor records what a
             restart really took (``RoundExecutor.latencies``).
+        requested_gpus: its gang (GPUs): what a rigid policy (FIFO, YARN-CS, Gavel, Hadar) runs it
+            on, all at once, and where an elastic one (Sia, Pollux) starts; at most ``max_gpus``
+            and ``global_batch_size``.
     """
 
     job_id: str
@@ -89,6 +92,7 @@ class RuntimeJob:
     config: RunConfig = field(default_factory=RunConfig)
     adaptive_batch: bool = False
     restart_delay_s: float = 0.0
+    requested_gpus: int = 1
 
     def __post_init__(self) -> None:
         path_component("job_id", self.job_id)  # its checkpoints go to workdir/<job_id>
@@ -100,8 +104,11 @@ class RuntimeJob:
             raise InputError(f"{where}.application", self.application, "must be a non-empty name (a string)")
         if not isinstance(self.adaptive_batch, bool):
             raise InputError(f"{where}.adaptive_batch", self.adaptive_batch, "must be True or False")
-        for name in ("steps", "global_batch_size", "max_gpus"):  # numpy integers too, stored as ints
+        for name in ("steps", "global_batch_size", "max_gpus", "requested_gpus"):  # numpy's too, stored as ints
             object.__setattr__(self, name, strict_int(f"{where}.{name}", getattr(self, name), 1))
+        if self.requested_gpus > min(self.max_gpus, self.global_batch_size):  # a GPU needs a sample
+            raise InputError(f"{where}.requested_gpus", self.requested_gpus,
+                             f"must be at most max_gpus ({self.max_gpus}) and global_batch_size ({self.global_batch_size})")
         for name in ("arrival_time", "restart_delay_s"):  # np.float32 too; NaN, inf and 10**400 refused
             object.__setattr__(self, name, finite_number(f"{where}.{name}", getattr(self, name), low=0.0))
 
@@ -395,7 +402,8 @@ class RoundExecutor:
         self.session = SchedulingSession(cluster, policy, free_moves=True)
         for j in self.jobs:
             self.session.submit(j.job_id, arrival_time=float(j.arrival_time), application=j.application,
-                                perf_model=j.estimator, requested_gpus=1, max_gpus=min(j.max_gpus, j.global_batch_size),
+                                perf_model=j.estimator, requested_gpus=j.requested_gpus,
+                                max_gpus=min(j.max_gpus, j.global_batch_size),
                                 batch_size=j.global_batch_size, total_work=float(j.steps * j.global_batch_size),
                                 restart_delay_s=j.restart_delay_s)
 
