@@ -40,7 +40,7 @@ def test_schedule_runs_every_job_to_its_steps_and_keeps_records(tmp_path: Path, 
 
 @pytest.mark.parametrize(("flag", "value"), [("--emulate", "A100=fast"), ("--cluster", "A100"),
                                              ("--work", "5,1"), ("--policy", "no-such-policy"),
-                                             ("--type-label", "A100")])
+                                             ("--type-label", "A100"), ("--requested-gpus", "5")])
 def test_schedule_refuses_bad_input_naming_the_flag(cli_error, tmp_path: Path, flag: str, value: str) -> None:
     err = cli_error([*ARGS, "--out", str(tmp_path), flag, value])
     assert value in err or flag.lstrip("-") in err
@@ -86,3 +86,17 @@ def test_schedule_json_and_its_files_are_strict_json(tmp_path: Path, capsys) -> 
     printed = json.loads(capsys.readouterr().out, parse_constant=lambda name: pytest.fail(f"{name} in --json"))
     assert printed["jobs"][0]["isolated_time"] is None
     assert read_json(out / "jobs.json") == printed["jobs"] and read_json(out / "latencies.json") == printed["latencies"]
+
+
+def test_schedule_runs_each_job_on_its_requested_gang_under_a_rigid_policy(tmp_path: Path, capsys) -> None:
+    """``--requested-gpus 2`` under FIFO: every allocation of a job is its gang of 2 (it was 1 whatever
+    the job: the executor submitted one requested GPU)."""
+    out = tmp_path / "out"
+    assert main(["schedule", "--policy", "fifo", "--cluster", "A100=2", "--jobs", "2", "--interarrival", "1",
+                 "--work", "1,2", "--round", "3", "--restart-delay", "1", "--emulate", "A100=0.01",
+                 "--overhead", "0.05", "--batch", "8", "--requested-gpus", "2", "--out", str(out), "--json"]) == 0
+    jobs = json.loads(capsys.readouterr().out)["jobs"]
+    assert all(r["finish_time"] is not None for r in jobs)
+    rounds = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]
+    gangs = {n for r in rounds for _, n in r["allocations"].values()}
+    assert gangs == {2}

@@ -50,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"seconds of compute per sample on each GPU type (default {DEFAULT_EMULATION})")
     p.add_argument("--overhead", type=number(0, high=MAX_WAIT_S), default=0.1, help="seconds of compute per iteration (default 0.1)")
     p.add_argument("--batch", type=integer(1, 4096), default=16, help="samples per iteration (default 16)")
+    p.add_argument("--requested-gpus", type=integer(1, 4), default=1,
+                   help="each job's gang: the GPUs a rigid policy (fifo, gavel, hadar) runs it on at once, where an "
+                        "elastic one (sia, pollux) starts (default 1; jobs use at most 4)")
     p.add_argument("--restart-delay", type=number(0), default=10.0,
                    help="seconds a restart costs, as the policy assumes (default 10)")
     p.add_argument("--model", type=nonempty("PACKAGE.MODULE:FACTORY"), default=None, metavar="MODULE:FACTORY",
@@ -108,11 +111,13 @@ def _workload(args: argparse.Namespace, emulation):
         count = len(specs)
         arrivals = tuple(float(s.arrival_time) * args.time_scale for s in specs)
     workload = EmulatedWorkload.generate(count, emulation, seed=args.seed, interarrival_s=args.interarrival,
-                                         work_s=work, batch_size=args.batch, restart_delay_s=args.restart_delay)
+                                         work_s=work, batch_size=args.batch, restart_delay_s=args.restart_delay,
+                                         requested_gpus=args.requested_gpus)
     if arrivals is not None:
         start = min(arrivals)
         workload = EmulatedWorkload(emulation, tuple(round(a - start, 1) for a in arrivals), workload.steps,
-                                    batch_size=args.batch, restart_delay_s=args.restart_delay)
+                                    batch_size=args.batch, restart_delay_s=args.restart_delay,
+                                    requested_gpus=args.requested_gpus)
     if args.model:
         from dataclasses import replace
 

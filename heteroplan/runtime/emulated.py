@@ -44,6 +44,7 @@ class EmulatedWorkload:
         steps: each job's iterations.
         max_gpus: most GPUs a job may use.
         restart_delay_s: the restore delay the policy and the simulator assume per (re)start (s).
+        requested_gpus: every job's gang (GPUs; see :class:`~heteroplan.runtime.rounds.RuntimeJob`).
     """
 
     emulation: StepEmulation
@@ -54,6 +55,7 @@ class EmulatedWorkload:
     max_gpus: int = 4
     restart_delay_s: float = 10.0
     task: TrainTask = field(default_factory=lambda: TinyGPTTask(n_layers=1))
+    requested_gpus: int = 1
 
     def __post_init__(self) -> None:
         if len(self.arrivals) != len(self.steps) or not self.steps:
@@ -70,13 +72,16 @@ class EmulatedWorkload:
             raise InputError("emulation", longest, f"an iteration of {self.batch_size} samples would last {longest:g} s; "
                              f"at most {MAX_WAIT_S:g} s")
         check_int("max_gpus", self.max_gpus, 1)
+        if check_int("requested_gpus", self.requested_gpus, 1) > min(self.max_gpus, self.batch_size):
+            raise InputError("requested_gpus", self.requested_gpus,
+                             f"must be at most max_gpus ({self.max_gpus}) and batch_size ({self.batch_size})")
         for name in ("sync_s", "restart_delay_s"):
             object.__setattr__(self, name, finite_number(name, getattr(self, name), low=0.0))
 
     @classmethod
     def generate(cls, num_jobs: int, emulation: StepEmulation, seed: int = 0, interarrival_s: float = 15.0,
                  work_s: tuple[float, float] = (60.0, 240.0), batch_size: int = 16, max_gpus: int = 4,
-                 restart_delay_s: float = 10.0) -> EmulatedWorkload:
+                 restart_delay_s: float = 10.0, requested_gpus: int = 1) -> EmulatedWorkload:
         """``num_jobs`` jobs arriving ``interarrival_s`` apart on average (Poisson, first at 0), each
         needing ``work_s`` seconds (uniform) alone on one GPU of the fastest type."""
         check_int("num_jobs", num_jobs, 1)
@@ -91,7 +96,7 @@ class EmulatedWorkload:
         arrivals = tuple(float(round(t, 1)) for t in np.concatenate([[0.0], np.cumsum(gaps[1:])]))
         steps = tuple(max(1, int(rng.uniform(low, high) / fastest)) for _ in range(num_jobs))
         return cls(emulation, arrivals, steps, batch_size=batch_size, max_gpus=max_gpus,
-                   restart_delay_s=restart_delay_s)
+                   restart_delay_s=restart_delay_s, requested_gpus=requested_gpus)
 
     def application(self) -> AppSpec:
         """The jobs' application: a fixed batch (efficiency 1 throughout)."""
@@ -113,5 +118,6 @@ def emulated_jobs(workload: EmulatedWorkload, config: RunConfig | None = None,
     config = replace(config or RunConfig(lr=0.01), emulate=workload.emulation)
     names = list(names) if names is not None else [f"job-{i}" for i in range(len(workload.steps))]
     return [RuntimeJob(name, workload.task, steps, workload.batch_size, arrival, "emulated", workload.max_gpus,
-                       emulated_goodput(workload), config, restart_delay_s=workload.restart_delay_s)
+                       emulated_goodput(workload), config, restart_delay_s=workload.restart_delay_s,
+                       requested_gpus=workload.requested_gpus)
             for name, arrival, steps in zip(names, workload.arrivals, workload.steps, strict=True)]
