@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeGuard, TypeVar
 
 from heteroplan.errors import InputError, check_seconds
+from heteroplan.names import a_path
 
 __all__ = ["read_text", "read_json", "finite_number", "is_real", "real_value", "is_count", "work_fraction", "strict_int",
            "enum_choice", "enum_values", "local_process_limit", "check_process_count", "check_wait", "MIN_ROUND_S", "MAX_GENERATED_JOBS", "MAX_WAIT_S"]
@@ -40,10 +41,8 @@ MAX_GENERATED_JOBS = 100_000
 def read_text(path: str | Path, field: str = "path", error: type[InputError] = InputError) -> str:
     """The UTF-8 text of ``path``; unreadable or non-UTF-8 files raise ``error`` naming ``field``,
     and so does a ``path`` that is no path (``5``, ``None``)."""
-    if not isinstance(path, str | os.PathLike) or not isinstance(os.fspath(path), str):
-        raise error(field, path, "must be a path (a string or pathlib.Path)")
     try:
-        data = Path(path).read_bytes()
+        data = a_path(field, path, error).read_bytes()
     except OSError as exc:
         raise error(field, str(path), f"cannot read {field}: {exc.strerror or exc}") from None
     try:

@@ -76,10 +76,10 @@ def printable(text: object, keep: str = "") -> str:
     return "".join(_escape(c) if _hidden(c) and c not in keep else c for c in text)
 
 
-def a_path(field: str, value: object) -> Path:
+def a_path(field: str, value: object, error: type[InputError] = InputError) -> Path:
     """``value``, a path given to the Python API (a ``str`` or an ``os.PathLike`` naming text), as a
-    :class:`~pathlib.Path`; :class:`InputError` naming ``field`` otherwise (``5``, ``None``, bytes),
-    where ``Path(5)`` raised a TypeError from inside pathlib."""
+    :class:`~pathlib.Path`; ``error`` (an :class:`InputError` class) naming ``field`` otherwise (``5``,
+    ``None``, bytes), where ``Path(5)`` raised a TypeError from inside pathlib."""
     if not isinstance(value, str | os.PathLike) or not isinstance(os.fspath(value), str):
-        raise InputError(field, value, "must be a path (a string or pathlib.Path)")
+        raise error(field, value, "must be a path (a string or pathlib.Path)")
     return Path(value)
