@@ -196,7 +196,7 @@ class RunConfig:
                 raise InputError("config.peak_tflops", self.peak_tflops, "must be a number of TFLOP/s > 0 or None")
         if self.backend is CommBackend.NCCL and self.device is not Device.CUDA:
             raise InputError("config.backend", self.backend, "NCCL needs device='cuda'")
-        for name in ("lr", "momentum", "max_seconds", "peak_tflops"):  # np.float32 too, handed on as a float
+        for name in ("momentum", "max_seconds", "peak_tflops"):  # np.float32 too, handed on as a float (lr: above)
             if getattr(self, name) is not None and type(getattr(self, name)) not in (int, float):
                 object.__setattr__(self, name, float(getattr(self, name)))
 
