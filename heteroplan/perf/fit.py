@@ -140,8 +140,6 @@ def fit_throughput_params(
         raise InputError("meas", type(meas).__name__, "must be a Measurements")
     if len(meas) == 0:
         raise InputError("meas", 0, "need at least one observation to fit")
-    if not prior_weight >= 0:
-        raise InputError("prior_weight", prior_weight, "must be >= 0")
     finite_number("prior_weight", prior_weight, low=0.0)  # inf: the prior alone, the data ignored
     finite_number("sync_weight", sync_weight, low=0.0)
     for name, params in (("init", init), ("fallback", fallback), ("prior", prior)):
