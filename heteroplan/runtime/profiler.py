@@ -261,10 +261,15 @@ def _check_args(model: object, microbatch_sizes: object, warmup: object, repeats
     if len(model) == 0:
         raise InputError("model", "Sequential()", "has no layers")
     sizes = check_int_list("microbatch_sizes", microbatch_sizes, 1, "microbatch sizes")
-    for name, value, low in (("warmup", warmup, 0), ("repeats", repeats, 1)):
-        if check_int(name, value, low) > MAX_REPEATS:
-            raise InputError(name, value, f"must be at most {MAX_REPEATS:,} (each multiplies the profile's time)")
+    _check_repeats("warmup", warmup, 0)
+    _check_repeats("repeats", repeats, 1)
     return sizes
+
+
+def _check_repeats(name: str, value: object, low: int) -> None:
+    """A count of runs (``warmup``, ``repeats``, ``sweeps``) in ``[low, MAX_REPEATS]``."""
+    if check_int(name, value, low) > MAX_REPEATS:
+        raise InputError(name, value, f"must be at most {MAX_REPEATS:,} (each multiplies the profile's time)")
 
 
 class _Timer:
@@ -591,8 +596,7 @@ def _check_profile_options(make_input: Any, loss_fn: Any, device: Any, sweeps: i
                            compile: Any, time_recomputed: Any) -> torch.device:
     """:func:`profile_layers`'s options checked (:class:`InputError` naming the first bad one);
     returns the device."""
-    if check_int("sweeps", sweeps, 1) > MAX_REPEATS:
-        raise InputError("sweeps", sweeps, f"must be at most {MAX_REPEATS:,} (each multiplies the profile's time)")
+    _check_repeats("sweeps", sweeps, 1)
     if not callable(make_input):
         raise InputError("make_input", make_input, "must be a function: microbatch size -> input tensor")
     if loss_fn is not None and not callable(loss_fn):
